@@ -1,0 +1,192 @@
+//! The one wire and storage codec (bincode 2 over serde), with hard size limits.
+//!
+//! A frame is `[u32 LE payload length][payload]`, the payload `[u16 LE protocol
+//! version][bincode body]`. The length is checked against the limit before
+//! anything is allocated, and the version is read before the body, so a client
+//! speaking another version gets a clear "upgrade" answer instead of a decode error.
+
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::limits::MAX_FRAME_BYTES;
+
+/// The protocol version this build speaks. Bump on any incompatible change.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// Bytes of the frame length prefix.
+pub const FRAME_HEADER_BYTES: usize = 4;
+
+/// Limit of one bincode decode: no single decode may allocate more than a frame.
+const DECODE_LIMIT: usize = MAX_FRAME_BYTES;
+
+/// Failures of encoding or decoding.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    #[error("frame of {got} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { got: usize, limit: usize },
+    #[error("peer speaks protocol version {got}, this build speaks {want}: upgrade the older side")]
+    Version { got: u16, want: u16 },
+    #[error("truncated frame")]
+    Truncated,
+    #[error("malformed message: {0}")]
+    Decode(String),
+    #[error("cannot encode message: {0}")]
+    Encode(String),
+    #[error("{0} trailing bytes after message")]
+    Trailing(usize),
+}
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<DECODE_LIMIT>()
+}
+
+/// Encode a value with the standard configuration. Fails when the result would
+/// exceed `limit` bytes.
+pub fn encode<T: Serialize>(value: &T, limit: usize) -> Result<Vec<u8>, CodecError> {
+    let bytes = bincode::serde::encode_to_vec(value, config())
+        .map_err(|e| CodecError::Encode(e.to_string()))?;
+    if bytes.len() > limit {
+        return Err(CodecError::TooLarge {
+            got: bytes.len(),
+            limit,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Decode a value that must use every byte of `bytes`, which may be at most `limit` long.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8], limit: usize) -> Result<T, CodecError> {
+    if bytes.len() > limit {
+        return Err(CodecError::TooLarge {
+            got: bytes.len(),
+            limit,
+        });
+    }
+    let (value, used) = bincode::serde::decode_from_slice(bytes, config())
+        .map_err(|e| CodecError::Decode(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(CodecError::Trailing(bytes.len() - used));
+    }
+    Ok(value)
+}
+
+/// Encode a message as one frame: length prefix, protocol version, body.
+pub fn encode_frame<T: Serialize>(msg: &T) -> Result<Vec<u8>, CodecError> {
+    let body = encode(msg, MAX_FRAME_BYTES - 2)?;
+    let payload_len = body.len() + 2;
+    let mut out = Vec::with_capacity(FRAME_HEADER_BYTES + payload_len);
+    out.extend_from_slice(&(payload_len as u32).to_le_bytes());
+    out.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// Read the payload length from a frame header and check it against `limit`
+/// before the caller allocates anything.
+pub fn frame_len(header: [u8; FRAME_HEADER_BYTES], limit: usize) -> Result<usize, CodecError> {
+    let len = u32::from_le_bytes(header) as usize;
+    if len > limit {
+        return Err(CodecError::TooLarge { got: len, limit });
+    }
+    if len < 2 {
+        return Err(CodecError::Truncated);
+    }
+    Ok(len)
+}
+
+/// The protocol version a payload claims, read before its body.
+pub fn payload_version(payload: &[u8]) -> Result<u16, CodecError> {
+    match payload {
+        [a, b, ..] => Ok(u16::from_le_bytes([*a, *b])),
+        _ => Err(CodecError::Truncated),
+    }
+}
+
+/// Decode a frame payload (without the length prefix): version first, then body.
+pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, CodecError> {
+    let version = payload_version(payload)?;
+    if version != PROTOCOL_VERSION {
+        return Err(CodecError::Version {
+            got: version,
+            want: PROTOCOL_VERSION,
+        });
+    }
+    decode(&payload[2..], MAX_FRAME_BYTES)
+}
+
+/// Decode a whole frame held in memory (length prefix included).
+pub fn decode_frame<T: DeserializeOwned>(frame: &[u8]) -> Result<T, CodecError> {
+    if frame.len() < FRAME_HEADER_BYTES {
+        return Err(CodecError::Truncated);
+    }
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    header.copy_from_slice(&frame[..FRAME_HEADER_BYTES]);
+    let len = frame_len(header, MAX_FRAME_BYTES)?;
+    let payload = &frame[FRAME_HEADER_BYTES..];
+    if payload.len() != len {
+        return Err(CodecError::Truncated);
+    }
+    decode_payload(payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct Msg {
+        a: u32,
+        b: String,
+    }
+
+    #[test]
+    fn frame_round_trip() {
+        let m = Msg {
+            a: 7,
+            b: "hi".into(),
+        };
+        let f = encode_frame(&m).unwrap();
+        assert_eq!(decode_frame::<Msg>(&f).unwrap(), m);
+    }
+
+    #[test]
+    fn oversized_length_refused_before_allocation() {
+        let header = (u32::MAX).to_le_bytes();
+        assert!(matches!(
+            frame_len(header, MAX_FRAME_BYTES),
+            Err(CodecError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn other_version_is_an_upgrade_error() {
+        let m = Msg {
+            a: 1,
+            b: String::new(),
+        };
+        let mut f = encode_frame(&m).unwrap();
+        f[4] = 99;
+        f[5] = 0;
+        assert!(matches!(
+            decode_frame::<Msg>(&f),
+            Err(CodecError::Version { got: 99, .. })
+        ));
+    }
+
+    #[test]
+    fn trailing_bytes_refused() {
+        let bytes = encode(&5u32, 100).unwrap();
+        let mut more = bytes.clone();
+        more.push(0);
+        assert!(matches!(decode::<u32>(&more, 100), Err(CodecError::Trailing(1))));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for len in 0..64u8 {
+            let junk: Vec<u8> = (0..len).map(|i| i.wrapping_mul(37)).collect();
+            let _ = decode::<Msg>(&junk, 1000);
+            let _ = decode_frame::<Msg>(&junk);
+        }
+    }
+}

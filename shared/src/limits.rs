@@ -1,0 +1,60 @@
+//! Every bound of the grid, in one place, each with the reason for its value.
+
+/// Largest protocol frame (request or response), checked before any allocation.
+/// An upload carries one link file, so this is the link-file cap plus headroom.
+pub const MAX_FRAME_BYTES: usize = MAX_LINK_FILE_BYTES + 64 * 1024;
+
+/// Largest compressed link file a host may upload: a site of 10,000 pages with
+/// a few hundred outbound links each compresses well below this.
+pub const MAX_LINK_FILE_BYTES: usize = 32 * 1024 * 1024;
+
+/// Largest decompressed link file: zstd bombs stop here, not in the allocator.
+pub const MAX_LINK_FILE_DECOMPRESSED_BYTES: usize = 256 * 1024 * 1024;
+
+/// Most records in one link file (pages × links kept per page, with headroom).
+pub const MAX_LINK_RECORDS: usize = 2_000_000;
+
+/// Longest URL kept anywhere (links, seeds): longer ones are dropped as traps.
+pub const MAX_URL_LEN: usize = 2048;
+
+/// Anchor text kept per link, in characters (whitespace collapsed first).
+pub const MAX_ANCHOR_CHARS: usize = 128;
+
+/// Most work units one reply may carry.
+pub const MAX_UNITS_PER_REPLY: usize = 64;
+
+/// Most slots (sites scanned at once) a host may announce.
+pub const MAX_SLOTS: u32 = 64;
+
+/// Largest encoded work unit: a unit is a few hundred bytes of fields.
+pub const MAX_UNIT_BYTES: usize = 16 * 1024;
+
+/// Host names longer than this are not valid DNS names.
+pub const MAX_HOST_LEN: usize = 253;
+
+/// Most sites in the target set (bounds `sites import` and round creation).
+pub const MAX_SITES: usize = 1_000_000;
+
+/// Free text fields a host sends (name, OS, version, error reasons).
+pub const MAX_TEXT_LEN: usize = 512;
+
+/// Most error reasons kept per job.
+pub const MAX_REASONS_PER_JOB: usize = 16;
+
+/// Pages per site a round may ask for.
+pub const MAX_PAGES_PER_SITE: u32 = 1_000_000;
+
+/// Longest politeness delay a round may set between two requests to one host.
+pub const MAX_DELAY_MS: u64 = 60_000;
+
+/// Longest a work-request reply may ask a host to wait before asking again.
+pub const MAX_RETRY_AFTER_SECS: u64 = 3600;
+
+/// Seconds of work a host may ask for at once (two days).
+pub const MAX_WANT_SECONDS: u64 = 2 * 24 * 3600;
+
+/// Nonce length of the connection proof.
+pub const NONCE_LEN: usize = 32;
+
+/// Invite tokens: random bytes (stored hashed on the server).
+pub const INVITE_TOKEN_LEN: usize = 24;

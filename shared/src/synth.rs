@@ -1,0 +1,1 @@
+//! Synthetic web (stub: to be written).
