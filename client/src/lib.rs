@@ -1,1 +1,8 @@
-//! placeholder
+//! BeeBot grid desktop client library: the [`crawler`] (knows nothing of the
+//! protocol), the [`home`] (keys, enrolment, spool), the QUIC [`net`] link and
+//! the [`worker`] loop of `beebot run`. `main.rs` is the CLI over these.
+
+pub mod crawler;
+pub mod home;
+pub mod net;
+pub mod worker;

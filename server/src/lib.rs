@@ -1,1 +1,239 @@
-//! placeholder
+//! BeeBot grid server library: the QUIC endpoint ([`net`]), the grid state
+//! machine ([`grid`]) over the sled [`store`], the pure [`scheduler`], the admin
+//! HTTP API ([`admin`]), the synthetic web ([`web`]) and the demo ([`demo`]).
+//! `main.rs` is the CLI over these.
+
+pub mod admin;
+pub mod api;
+pub mod cli_util;
+pub mod config;
+pub mod demo;
+pub mod grid;
+pub mod model;
+pub mod net;
+pub mod scheduler;
+pub mod store;
+pub mod web;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::config::{DataDir, Runtime, ServerConfig};
+use crate::grid::{Grid, GridSettings};
+
+/// How often deadlines are checked.
+const TICK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Unix milliseconds now.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// What the QUIC and admin layers share: the grid behind one lock, and the
+/// server's identity.
+pub struct Shared {
+    grid: Mutex<Grid>,
+    pub cert_fingerprint: [u8; 32],
+    pub reference_site: String,
+    pub config: ServerConfig,
+    pub data: DataDir,
+    pub admin_token: String,
+    /// `host:port` clients reach the server at (port filled in when configured as 0).
+    pub public_addr: String,
+}
+
+impl Shared {
+    /// Run `f` on the grid on a blocking thread (the grid fsyncs).
+    pub async fn with_grid<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut Grid) -> T + Send + 'static,
+    ) -> T {
+        let s = self.clone();
+        match tokio::task::spawn_blocking(move || {
+            let mut g = s.grid.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut g)
+        })
+        .await
+        {
+            Ok(v) => v,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+}
+
+impl Shared {
+    /// Make an invite for `uses` hosts valid `expires_s` seconds; returns the code
+    /// and its expiry (Unix ms).
+    pub async fn make_invite(
+        self: &Arc<Self>,
+        uses: u32,
+        expires_s: u64,
+    ) -> Result<(String, u64), grid::GridError> {
+        let now = now_ms();
+        let expires_ms = now.saturating_add(expires_s.saturating_mul(1000));
+        let (token, key) = self
+            .with_grid(move |g| {
+                g.create_invite(uses, expires_ms, now)
+                    .map(|t| (t, g.project_public_key()))
+            })
+            .await?;
+        let inv = beebot_shared::invite::Invite {
+            addr: self.public_addr.clone(),
+            server_name: self.config.server_name.clone(),
+            cert_sha256: self.cert_fingerprint,
+            project_key: key,
+            token,
+            expires_ms,
+        };
+        Ok((inv.to_code(), expires_ms))
+    }
+}
+
+/// A server that is bound and ready; [`Server::run`] serves it.
+pub struct Server {
+    shared: Arc<Shared>,
+    endpoint: quinn::Endpoint,
+    admin: tokio::net::TcpListener,
+    runtime: Runtime,
+}
+
+impl Server {
+    /// Open the data dir and bind the QUIC and admin addresses.
+    pub async fn bind(dir: DataDir) -> Result<Server> {
+        let config = dir.load_config()?;
+        let key = dir.load_project_key()?;
+        let token = dir.load_admin_token()?;
+        let (certs, cert_key) = net::load_cert(&dir.cert(), &dir.cert_key())?;
+        let fingerprint = net::cert_fingerprint(&certs);
+        let store = store::Store::open(&dir.store()).with_context(|| {
+            format!(
+                "cannot open the store in {} (is another server running on this data dir?)",
+                dir.store().display()
+            )
+        })?;
+        let settings = GridSettings {
+            user_agent: config.user_agent(),
+            deadline_slack: config.deadline_slack,
+            deadline_grace_s: config.deadline_grace_s,
+        };
+        let grid = Grid::open(store, dir.links(), key, settings)?;
+        let listen: SocketAddr = config
+            .listen
+            .parse()
+            .with_context(|| format!("listen address `{}` is not ADDR:PORT", config.listen))?;
+        let endpoint = net::endpoint(listen, certs, cert_key)?;
+        let quic_addr = endpoint.local_addr()?;
+        let admin_addr = config::check_admin_addr(&config.admin_listen)?;
+        let admin = tokio::net::TcpListener::bind(admin_addr)
+            .await
+            .with_context(|| format!("cannot bind the admin API on {admin_addr}"))?;
+        let admin_addr = admin.local_addr()?;
+        let public_addr = match config.public_addr.rsplit_once(':') {
+            Some((host, "0")) => format!("{host}:{}", quic_addr.port()),
+            _ => config.public_addr.clone(),
+        };
+        let runtime = Runtime {
+            quic_addr,
+            admin_addr,
+            public_addr: public_addr.clone(),
+            pid: std::process::id(),
+        };
+        let shared = Arc::new(Shared {
+            grid: Mutex::new(grid),
+            cert_fingerprint: fingerprint,
+            reference_site: config.reference_site.clone(),
+            config,
+            data: dir,
+            admin_token: token,
+            public_addr,
+        });
+        Ok(Server {
+            shared,
+            endpoint,
+            admin,
+            runtime,
+        })
+    }
+
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Serve until `shutdown` resolves; writes `serve.json` while running.
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<()> {
+        let Server {
+            shared,
+            endpoint,
+            admin,
+            runtime,
+        } = self;
+        let rt_path = shared.data.runtime();
+        grid::write_durable(&rt_path, serde_json::to_string_pretty(&runtime)?.as_bytes())
+            .with_context(|| format!("cannot write {}", rt_path.display()))?;
+        tracing::info!(
+            quic = %runtime.quic_addr,
+            admin = %runtime.admin_addr,
+            public = %runtime.public_addr,
+            "serving"
+        );
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let ticker = {
+            let shared = shared.clone();
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(TICK_INTERVAL);
+                loop {
+                    tokio::select! {
+                        _ = every.tick() => {}
+                        _ = stop.changed() => break,
+                    }
+                    match shared.with_grid(|g| g.tick(now_ms())).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(expired = n, "units expired and requeued"),
+                        Err(e) => tracing::error!("deadline check failed: {e}"),
+                    }
+                }
+            })
+        };
+        let admin_task = {
+            let shared = shared.clone();
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                let app = admin::router(shared);
+                let _ = axum::serve(admin, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.changed().await;
+                    })
+                    .await;
+            })
+        };
+        let quic = {
+            let shared = shared.clone();
+            let mut stop = stop_rx.clone();
+            tokio::spawn(net::run(endpoint, shared, async move {
+                let _ = stop.changed().await;
+            }))
+        };
+        shutdown.await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+        let _ = ticker.await;
+        let _ = admin_task.await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), quic).await;
+        let _ = std::fs::remove_file(&rt_path);
+        Ok(())
+    }
+}

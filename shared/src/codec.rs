@@ -23,7 +23,9 @@ const DECODE_LIMIT: usize = MAX_FRAME_BYTES;
 pub enum CodecError {
     #[error("frame of {got} bytes exceeds the limit of {limit} bytes")]
     TooLarge { got: usize, limit: usize },
-    #[error("peer speaks protocol version {got}, this build speaks {want}: upgrade the older side")]
+    #[error(
+        "peer speaks protocol version {got}, this build speaks {want}: upgrade the older side"
+    )]
     Version { got: u16, want: u16 },
     #[error("truncated frame")]
     Truncated,
@@ -178,7 +180,10 @@ mod tests {
         let bytes = encode(&5u32, 100).unwrap();
         let mut more = bytes.clone();
         more.push(0);
-        assert!(matches!(decode::<u32>(&more, 100), Err(CodecError::Trailing(1))));
+        assert!(matches!(
+            decode::<u32>(&more, 100),
+            Err(CodecError::Trailing(1))
+        ));
     }
 
     #[test]

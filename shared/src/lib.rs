@@ -3,6 +3,7 @@
 //! quinn or sled here.
 
 pub mod codec;
+pub mod export;
 pub mod extract;
 pub mod invite;
 pub mod limits;

@@ -58,3 +58,6 @@ pub const NONCE_LEN: usize = 32;
 
 /// Invite tokens: random bytes (stored hashed on the server).
 pub const INVITE_TOKEN_LEN: usize = 24;
+
+/// Most distinct links kept per page: real pages have hundreds; more is a trap or a sitemap dump.
+pub const MAX_LINKS_PER_PAGE: usize = 10_000;

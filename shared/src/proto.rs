@@ -1,1 +1,132 @@
-//! proto
+//! Protocol messages (QUIC, ALPN `beebot/1`): one request and one response per
+//! bidirectional stream, each one frame of [`crate::codec`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::linkfile::ScanSummary;
+use crate::sign::SignedUnit;
+
+/// ALPN protocol name of this protocol.
+pub const ALPN: &[u8] = b"beebot/1";
+
+/// What a host says about itself when it enrols.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostInfo {
+    pub name: String,
+    pub os: String,
+    pub client_version: String,
+    pub cores: u32,
+}
+
+/// Client → server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// Ask for this connection's nonce (the first request of every connection).
+    Challenge,
+    /// Enrol a new host with an invite token. `proof` signs nonce ‖ fingerprint
+    /// with the new host key, so the key is proven held.
+    Enrol {
+        token: Vec<u8>,
+        host_key: [u8; 32],
+        host_info: HostInfo,
+        proof: Vec<u8>,
+    },
+    /// Authenticate this connection as an enrolled host.
+    Hello { host_id: u64, proof: Vec<u8> },
+    /// Reference-site benchmark result.
+    Benchmark {
+        pages_per_s: f64,
+        kb_per_s: f64,
+        slots: u32,
+    },
+    /// Ask for work: seconds of work wanted, free slots, units already held.
+    RequestWork {
+        want_seconds: u64,
+        free_slots: u32,
+        units_held: Vec<u64>,
+    },
+    /// A unit's scan is still running.
+    Progress {
+        unit_id: u64,
+        pages: u64,
+        links: u64,
+    },
+    /// A finished unit's result.
+    Upload {
+        unit_id: u64,
+        summary: ScanSummary,
+        link_file: Vec<u8>,
+    },
+    /// The host gives a unit back without a result (its scan failed).
+    Fail { unit_id: u64, reason: String },
+}
+
+/// What the server tells hosts in `Welcome`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyHints {
+    /// Ask for work again at least this often while busy, seconds.
+    pub request_interval_s: u64,
+    /// Send `Progress` for a running unit this often, seconds.
+    pub progress_interval_s: u64,
+}
+
+/// Refusal reasons a client can act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The peer speaks another protocol version.
+    Upgrade,
+    /// No valid `Hello` on this connection yet.
+    NotAuthenticated,
+    /// Unknown host id or bad proof.
+    UnknownHost,
+    /// The host was revoked by the admin.
+    Revoked,
+    /// The invite token is unknown, expired or used up.
+    BadInvite,
+    /// The request was malformed or too large.
+    BadRequest,
+    /// The server failed (storage): try again later.
+    Internal,
+}
+
+/// Server → client.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    Nonce {
+        nonce: [u8; 32],
+    },
+    Enrolled {
+        host_id: u64,
+    },
+    Welcome {
+        /// Server clock, Unix milliseconds: deadlines are in server time.
+        server_time_ms: u64,
+        reference_site: String,
+        policy_hints: PolicyHints,
+    },
+    Ack,
+    Work {
+        units: Vec<SignedUnit>,
+        /// When there are no units: ask again after this many seconds.
+        retry_after_s: Option<u64>,
+        /// Some round still has unfinished jobs that may come to this host
+        /// (e.g. reissued after a deadline). `false` means the grid is idle.
+        rounds_open: bool,
+    },
+    Continue,
+    Abort {
+        reason: String,
+    },
+    Extend {
+        deadline_ms: u64,
+    },
+    Accepted,
+    Duplicate,
+    Rejected {
+        reason: String,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+}

@@ -1,8 +1,24 @@
-//! Site scope rules (stub: to be written).
+//! Site scope rules: which URLs belong to a site, the URL identity used for
+//! deduplication, and parsing the site names an admin types.
+//!
+//! A *site* is written as its lower-case host (punycode for IDN), optionally
+//! followed by `:port` when the admin gave an explicit non-default port (see
+//! [`parse_site`]). Scope checks always ignore ports: `example.edu:8080` and
+//! `example.edu` are the same site for [`SiteScope::contains`].
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use url::{Host, Url};
+
+use crate::limits::{MAX_HOST_LEN, MAX_URL_LEN};
 
 /// Which hosts belong to a site.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Only the site's own host.
     #[default]
@@ -11,4 +27,628 @@ pub enum Scope {
     Subdomains,
     /// The whole registrable domain (Public Suffix List).
     Domain,
+}
+
+impl Scope {
+    /// Every scope, in the order of their names in error messages.
+    pub const ALL: [Scope; 3] = [Scope::Host, Scope::Subdomains, Scope::Domain];
+
+    /// The name used on command lines and in config files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Host => "host",
+            Scope::Subdomains => "subdomains",
+            Scope::Domain => "domain",
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Scope {
+    type Err = ScopeError;
+
+    /// Parses `host`, `subdomains` or `domain` (ASCII case-insensitive,
+    /// surrounding whitespace ignored).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let name = s.trim();
+        Scope::ALL
+            .into_iter()
+            .find(|scope| scope.as_str().eq_ignore_ascii_case(name))
+            .ok_or_else(|| ScopeError::UnknownScope(shorten(name)))
+    }
+}
+
+/// What is wrong with a scope name or a site an admin typed.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ScopeError {
+    #[error("unknown scope `{0}`: expected one of host, subdomains, domain")]
+    UnknownScope(String),
+    #[error("empty site: expected a host name or an http(s) URL")]
+    Empty,
+    #[error("site `{0}` contains whitespace or control characters")]
+    Whitespace(String),
+    #[error("site is {len} bytes long, more than the {max} allowed")]
+    TooLong { len: usize, max: usize },
+    #[error("site `{site}` uses the scheme `{scheme}`: only http and https are crawled")]
+    UnsupportedScheme { site: String, scheme: String },
+    #[error("site `{0}` contains a user name or password")]
+    Credentials(String),
+    #[error("site `{0}` has no host")]
+    NoHost(String),
+    #[error("host `{host}` is {len} bytes long, more than the {max} a DNS name may have")]
+    HostTooLong {
+        host: String,
+        len: usize,
+        max: usize,
+    },
+    #[error("site `{site}` is not a valid host or URL: {reason}")]
+    Invalid {
+        site: String,
+        reason: url::ParseError,
+    },
+}
+
+/// Cut user input quoted in error messages to a readable length.
+fn shorten(s: &str) -> String {
+    const MAX: usize = 80;
+    if s.chars().count() <= MAX {
+        s.to_string()
+    } else {
+        let mut out: String = s.chars().take(MAX).collect();
+        out.push('…');
+        out
+    }
+}
+
+/// Turns one `HOST_OR_URL` line an admin typed into the site's name.
+///
+/// Accepts a bare host (`www.example.edu`), a host with a port
+/// (`example.edu:8080`) or an http/https URL (`https://www.Example.edu/path`;
+/// path, query and fragment are ignored). Surrounding whitespace is trimmed.
+/// The result is the lower-case host, punycode for IDN, without a trailing
+/// dot, and IPv6 addresses in brackets.
+///
+/// Ports: an explicit port that is not the scheme's default is kept as
+/// `host:port`, because admins may run test sites on other ports (the
+/// synthetic test web itself uses names without ports). A default port
+/// (`:80` for http, `:443` for https) is dropped. The scheme itself is not kept:
+/// crawls start from [`seed_url`] (`http://`) and follow the site's redirect to
+/// https, so `https://x.edu:8443/` gives `x.edu:8443`, which is then crawled
+/// as `http://x.edu:8443/`.
+pub fn parse_site(input: &str) -> Result<String, ScopeError> {
+    let site = input.trim_matches(|c: char| c.is_ascii_whitespace());
+    if site.is_empty() {
+        return Err(ScopeError::Empty);
+    }
+    if site.len() > MAX_URL_LEN {
+        return Err(ScopeError::TooLong {
+            len: site.len(),
+            max: MAX_URL_LEN,
+        });
+    }
+    if site.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ScopeError::Whitespace(shorten(site)));
+    }
+
+    let with_scheme;
+    let url_text = match site.find("://") {
+        Some(pos) => {
+            let scheme = &site[..pos];
+            if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+                return Err(ScopeError::UnsupportedScheme {
+                    site: shorten(site),
+                    scheme: shorten(scheme),
+                });
+            }
+            site
+        }
+        None => {
+            with_scheme = format!("http://{site}");
+            &with_scheme
+        }
+    };
+
+    let url = Url::parse(url_text).map_err(|reason| ScopeError::Invalid {
+        site: shorten(site),
+        reason,
+    })?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(ScopeError::Credentials(shorten(site)));
+    }
+    let host = match url.host_str() {
+        Some(h) if !h.is_empty() => h,
+        _ => return Err(ScopeError::NoHost(shorten(site))),
+    };
+    let host = host.strip_suffix('.').unwrap_or(host);
+    if host.is_empty() || host.contains("..") || host.starts_with('.') {
+        return Err(ScopeError::Invalid {
+            site: shorten(site),
+            reason: url::ParseError::EmptyHost,
+        });
+    }
+    if host.len() > MAX_HOST_LEN {
+        return Err(ScopeError::HostTooLong {
+            host: shorten(host),
+            len: host.len(),
+            max: MAX_HOST_LEN,
+        });
+    }
+    if url.port() == Some(0) {
+        return Err(ScopeError::Invalid {
+            site: shorten(site),
+            reason: url::ParseError::InvalidPort,
+        });
+    }
+    Ok(match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    })
+}
+
+/// The URL a crawl of `site` (as given by [`parse_site`]) starts from:
+/// `http://{site}/`.
+///
+/// A `site` that did not come from [`parse_site`] and does not form a valid URL
+/// gives `http://invalid.invalid/`, a name that never resolves (RFC 2606), so a
+/// crawl of it fails cleanly instead of panicking.
+pub fn seed_url(site: &str) -> Url {
+    Url::parse(&format!("http://{site}/"))
+        .ok()
+        .filter(|url| {
+            url.host_str().is_some()
+                && url.path() == "/"
+                && url.query().is_none()
+                && url.fragment().is_none()
+                && url.username().is_empty()
+                && url.password().is_none()
+        })
+        .unwrap_or_else(invalid_seed)
+}
+
+fn invalid_seed() -> Url {
+    Url::parse("http://invalid.invalid/").expect("constant URL parses")
+}
+
+/// The identity of a URL for deduplication: the URL with its fragment dropped.
+///
+/// The `url` crate already lower-cases the scheme and host, converts IDN to
+/// punycode, drops default ports and resolves `.`/`..` path segments; path and
+/// query keep their case.
+pub fn canonical_url(url: &Url) -> Url {
+    let mut out = url.clone();
+    out.set_fragment(None);
+    out
+}
+
+/// Which URLs belong to one site under one [`Scope`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteScope {
+    scope: Scope,
+    /// The site's host: lower case, punycode, no port, no trailing dot.
+    host: String,
+    /// What `contains` compares against.
+    rule: Rule,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Rule {
+    /// Exactly this host (also used for IP addresses under every scope).
+    Exact(String),
+    /// This host or any name ending in `.` + this host.
+    Suffix(String),
+    /// Hosts whose registrable domain (Public Suffix List) is this one.
+    Registrable(String),
+}
+
+impl SiteScope {
+    /// The scope of the site whose host is `site_host` (a bare host, `host:port`
+    /// or anything [`parse_site`] returns; the port is ignored).
+    pub fn new(site_host: &str, scope: Scope) -> SiteScope {
+        let (host, is_ip) = normalize_site_host(site_host);
+        let rule = if is_ip {
+            Rule::Exact(host.clone())
+        } else {
+            match scope {
+                Scope::Host => Rule::Exact(host.clone()),
+                Scope::Subdomains => Rule::Suffix(host.clone()),
+                Scope::Domain => match registrable_domain(&host) {
+                    Some(domain) => Rule::Registrable(domain.to_string()),
+                    None => {
+                        let base = host.strip_prefix("www.").unwrap_or(&host);
+                        Rule::Suffix(base.to_string())
+                    }
+                },
+            }
+        };
+        SiteScope { scope, host, rule }
+    }
+
+    /// The site's host (lower case, punycode, no port).
+    pub fn site_host(&self) -> &str {
+        &self.host
+    }
+
+    /// The scope this was built with.
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
+    /// Whether `url` is inside the site. Only the host counts: scheme, port,
+    /// path and query are ignored. URLs without a host are never inside.
+    pub fn contains(&self, url: &Url) -> bool {
+        let host = match url.host() {
+            Some(Host::Domain(d)) => d,
+            Some(Host::Ipv4(_)) | Some(Host::Ipv6(_)) => {
+                return match (&self.rule, url.host_str()) {
+                    (Rule::Exact(h), Some(u)) => h == u,
+                    _ => false,
+                };
+            }
+            None => return false,
+        };
+        // `url` lower-cases domains of special schemes; other schemes keep case.
+        let lowered;
+        let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
+            lowered = host.to_ascii_lowercase();
+            lowered.as_str()
+        } else {
+            host
+        };
+        let host = host.strip_suffix('.').unwrap_or(host);
+        match &self.rule {
+            Rule::Exact(h) => host == h,
+            Rule::Suffix(base) => is_same_or_subdomain(host, base),
+            Rule::Registrable(domain) => {
+                is_same_or_subdomain(host, domain)
+                    && registrable_domain(host).is_some_and(|d| d == domain)
+            }
+        }
+    }
+}
+
+/// `host` equals `base` or ends with `.` + `base`.
+fn is_same_or_subdomain(host: &str, base: &str) -> bool {
+    match host.strip_suffix(base) {
+        Some("") => true,
+        Some(rest) => rest.ends_with('.'),
+        None => false,
+    }
+}
+
+/// The registrable domain of a (lower-case, punycode) host by the Public Suffix
+/// List, or `None` when it has none: a public suffix itself, a single label, an
+/// unknown top-level domain (such as `.test`, where the list's default rule would
+/// otherwise make every second-level name a site).
+fn registrable_domain(host: &str) -> Option<&str> {
+    let domain = psl::domain(host.as_bytes())?;
+    if !domain.suffix().is_known() {
+        return None;
+    }
+    std::str::from_utf8(domain.as_bytes()).ok()
+}
+
+/// Lower-case punycode host of a site name, port and trailing dot removed, and
+/// whether it is an IP address. Falls back to plain lower-casing when the name
+/// does not parse as a URL host (such a site then contains nothing real).
+fn normalize_site_host(site_host: &str) -> (String, bool) {
+    let trimmed = site_host.trim();
+    if let Ok(url) = Url::parse(&format!("http://{trimmed}/")) {
+        match url.host() {
+            Some(Host::Domain(d)) => {
+                let d = d.strip_suffix('.').unwrap_or(d);
+                return (d.to_string(), false);
+            }
+            Some(Host::Ipv4(_)) | Some(Host::Ipv6(_)) => {
+                if let Some(h) = url.host_str() {
+                    return (h.to_string(), true);
+                }
+            }
+            None => {}
+        }
+    }
+    let lower = trimmed.to_ascii_lowercase();
+    let is_ip = lower.parse::<IpAddr>().is_ok();
+    (lower, is_ip)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u(s: &str) -> Url {
+        Url::parse(s).expect("test URL parses")
+    }
+
+    fn inside(site: &str, scope: Scope, url: &str) -> bool {
+        SiteScope::new(site, scope).contains(&u(url))
+    }
+
+    #[test]
+    fn scope_names_round_trip() {
+        for scope in Scope::ALL {
+            assert_eq!(scope.to_string().parse::<Scope>(), Ok(scope));
+        }
+        assert_eq!("HOST".parse::<Scope>(), Ok(Scope::Host));
+        assert_eq!(" Subdomains ".parse::<Scope>(), Ok(Scope::Subdomains));
+        assert_eq!(Scope::default(), Scope::Host);
+    }
+
+    #[test]
+    fn unknown_scope_lists_valid_names() {
+        let err = "site".parse::<Scope>().expect_err("not a scope");
+        let msg = err.to_string();
+        assert!(msg.contains("`site`"), "{msg}");
+        for name in ["host", "subdomains", "domain"] {
+            assert!(msg.contains(name), "{msg}");
+        }
+        assert!("".parse::<Scope>().is_err());
+    }
+
+    #[test]
+    fn host_scope_is_exact_host() {
+        let s = Scope::Host;
+        assert!(inside("conformance.test", s, "http://conformance.test/x"));
+        assert!(inside(
+            "conformance.test",
+            s,
+            "https://CONFORMANCE.test:8443/x"
+        ));
+        assert!(inside("conformance.test", s, "http://conformance.test./x"));
+        assert!(!inside(
+            "conformance.test",
+            s,
+            "http://sub.conformance.test/"
+        ));
+        assert!(!inside("conformance.test", s, "http://other.test/"));
+        assert!(!inside("www.x.edu", s, "http://x.edu/"));
+    }
+
+    #[test]
+    fn site_host_is_normalised() {
+        assert!(inside(
+            "Conformance.TEST",
+            Scope::Host,
+            "http://conformance.test/"
+        ));
+        assert!(inside(
+            "conformance.test:8080",
+            Scope::Host,
+            "http://conformance.test/"
+        ));
+        assert!(inside(
+            "bücher.test",
+            Scope::Host,
+            "http://xn--bcher-kva.test/"
+        ));
+        assert!(inside(
+            "xn--bcher-kva.test",
+            Scope::Host,
+            "http://BÜCHER.test/"
+        ));
+        assert_eq!(
+            SiteScope::new("WWW.Example.EDU:81", Scope::Host).site_host(),
+            "www.example.edu"
+        );
+    }
+
+    #[test]
+    fn subdomains_scope() {
+        let s = Scope::Subdomains;
+        assert!(inside("conformance.test", s, "http://conformance.test/"));
+        assert!(inside(
+            "conformance.test",
+            s,
+            "http://sub.conformance.test/p"
+        ));
+        assert!(inside(
+            "conformance.test",
+            s,
+            "http://a.b.conformance.test/p"
+        ));
+        assert!(!inside(
+            "conformance.test",
+            s,
+            "http://notconformance.test/q"
+        ));
+        assert!(!inside(
+            "conformance.test",
+            s,
+            "http://conformance.test.evil/"
+        ));
+        assert!(!inside("www.x.edu", s, "http://x.edu/"));
+        assert!(inside("www.x.edu", s, "http://a.www.x.edu/"));
+    }
+
+    #[test]
+    fn domain_scope_uses_public_suffix_list() {
+        let s = Scope::Domain;
+        assert!(inside("www.x.edu", s, "http://x.edu/"));
+        assert!(inside("x.edu", s, "http://www.x.edu/"));
+        assert!(inside("www.x.edu", s, "http://lib.x.edu/"));
+        assert!(!inside("www.x.edu", s, "http://y.edu/"));
+        assert!(!inside("www.x.edu", s, "http://edu/"));
+        assert!(inside("www.bbc.co.uk", s, "http://news.bbc.co.uk/"));
+        assert!(!inside("www.bbc.co.uk", s, "http://itv.co.uk/"));
+        // github.io is a (private) public suffix: each user is its own site.
+        assert!(inside("alice.github.io", s, "http://alice.github.io/"));
+        assert!(!inside("alice.github.io", s, "http://bob.github.io/"));
+        // s3.amazonaws.com is a public suffix below amazonaws.com.
+        assert!(!inside(
+            "www.amazonaws.com",
+            s,
+            "http://bucket.s3.amazonaws.com/"
+        ));
+        assert!(inside("www.amazonaws.com", s, "http://aws.amazonaws.com/"));
+        // IDN top-level domain, known to the list.
+        assert!(!inside("www.xn--fiqs8s", s, "http://xn--fiqs8s/"));
+        assert!(inside(
+            "www.example.xn--fiqs8s",
+            s,
+            "http://a.example.xn--fiqs8s/"
+        ));
+    }
+
+    #[test]
+    fn domain_scope_falls_back_without_registrable_domain() {
+        let s = Scope::Domain;
+        // Unknown TLD: host and subdomains, `www.` removed.
+        assert!(inside(
+            "www.conformance.test",
+            s,
+            "http://conformance.test/"
+        ));
+        assert!(inside(
+            "www.conformance.test",
+            s,
+            "http://sub.conformance.test/"
+        ));
+        assert!(inside(
+            "conformance.test",
+            s,
+            "http://sub.conformance.test/"
+        ));
+        assert!(!inside(
+            "a.conformance.test",
+            s,
+            "http://b.conformance.test/"
+        ));
+        assert!(!inside(
+            "conformance.test",
+            s,
+            "http://notconformance.test/"
+        ));
+        // Single label.
+        assert!(inside("localhost", s, "http://localhost:8080/"));
+        assert!(inside("localhost", s, "http://a.localhost/"));
+        assert!(!inside("localhost", s, "http://otherhost/"));
+        // A public suffix as a site.
+        assert!(inside("github.io", s, "http://alice.github.io/"));
+    }
+
+    #[test]
+    fn ip_sites_match_only_themselves() {
+        for scope in Scope::ALL {
+            assert!(inside("127.0.0.1", scope, "http://127.0.0.1:8080/"));
+            assert!(inside("127.0.0.1:8080", scope, "http://127.1/"));
+            assert!(!inside("127.0.0.1", scope, "http://0.1/"));
+            assert!(!inside("127.0.0.1", scope, "http://127.0.0.2/"));
+            assert!(inside("[::1]", scope, "http://[::1]/"));
+            assert!(inside("[::1]:8080", scope, "http://[0:0::1]:9/"));
+            assert!(!inside("[::1]", scope, "http://[::2]/"));
+        }
+    }
+
+    #[test]
+    fn urls_without_host_are_outside() {
+        let scope = SiteScope::new("x.edu", Scope::Domain);
+        assert!(!scope.contains(&u("mailto:a@x.edu")));
+        assert!(!scope.contains(&u("data:text/plain,x.edu")));
+    }
+
+    #[test]
+    fn canonical_url_drops_fragment_only() {
+        let c = |s: &str| canonical_url(&u(s)).to_string();
+        assert_eq!(c("http://x.test/a#frag"), "http://x.test/a");
+        assert_eq!(c("http://x.test/a?q=1#"), "http://x.test/a?q=1");
+        assert_eq!(
+            c("HTTP://X.Test:80/A/./b/../C?Q=V"),
+            "http://x.test/A/C?Q=V"
+        );
+        assert_eq!(c("https://x.test:443/"), "https://x.test/");
+        assert_eq!(c("https://x.test:8443/"), "https://x.test:8443/");
+        assert_eq!(c("http://bücher.test/k"), "http://xn--bcher-kva.test/k");
+        assert_eq!(c("http://x.test"), "http://x.test/");
+        assert_eq!(c("http://x.test/a b"), "http://x.test/a%20b");
+    }
+
+    #[test]
+    fn parse_site_accepts_hosts_and_urls() {
+        let p = |s: &str| parse_site(s).expect("valid site");
+        assert_eq!(p("www.example.edu"), "www.example.edu");
+        assert_eq!(p("https://www.Example.edu/path?q#f"), "www.example.edu");
+        assert_eq!(p("HTTP://WWW.EXAMPLE.EDU"), "www.example.edu");
+        assert_eq!(p("example.edu:8080"), "example.edu:8080");
+        assert_eq!(p("http://example.edu:80/"), "example.edu");
+        assert_eq!(p("https://example.edu:443/"), "example.edu");
+        assert_eq!(p("https://example.edu:8443/"), "example.edu:8443");
+        assert_eq!(p("  example.edu \r"), "example.edu");
+        assert_eq!(p("example.edu."), "example.edu");
+        assert_eq!(p("bücher.test"), "xn--bcher-kva.test");
+        assert_eq!(p("127.0.0.1:8080"), "127.0.0.1:8080");
+        assert_eq!(p("[::1]"), "[::1]");
+        assert_eq!(p("localhost"), "localhost");
+    }
+
+    #[test]
+    fn parse_site_refuses_bad_input() {
+        use ScopeError::*;
+        assert_eq!(parse_site(""), Err(Empty));
+        assert_eq!(parse_site(" \t "), Err(Empty));
+        assert!(matches!(parse_site("www.example .edu"), Err(Whitespace(_))));
+        assert!(matches!(parse_site("a\u{0}b"), Err(Whitespace(_))));
+        assert!(matches!(
+            parse_site("ftp://example.edu/"),
+            Err(UnsupportedScheme { .. })
+        ));
+        assert!(matches!(
+            parse_site("javascript://example.edu/"),
+            Err(UnsupportedScheme { .. })
+        ));
+        assert!(matches!(
+            parse_site("http://u:p@example.edu/"),
+            Err(Credentials(_))
+        ));
+        assert!(matches!(
+            parse_site("user@example.edu"),
+            Err(Credentials(_))
+        ));
+        assert!(matches!(
+            parse_site("example.edu:99999"),
+            Err(Invalid { .. })
+        ));
+        assert!(matches!(parse_site("example.edu:0"), Err(Invalid { .. })));
+        assert!(matches!(parse_site("exa<mple.edu"), Err(Invalid { .. })));
+        assert!(matches!(parse_site("http://"), Err(Invalid { .. })));
+        assert!(matches!(parse_site("a..b"), Err(Invalid { .. })));
+        assert!(matches!(parse_site("."), Err(Invalid { .. })));
+        let long_host = format!("{}.edu", vec!["a".repeat(60); 5].join("."));
+        assert!(matches!(parse_site(&long_host), Err(HostTooLong { .. })));
+        let huge = "a".repeat(MAX_URL_LEN + 1);
+        assert!(matches!(parse_site(&huge), Err(TooLong { .. })));
+        // Error messages say what is wrong.
+        let msg = parse_site("ftp://x.edu").expect_err("ftp").to_string();
+        assert!(msg.contains("ftp") && msg.contains("http"), "{msg}");
+    }
+
+    #[test]
+    fn parse_site_max_host_len_is_inclusive() {
+        let label = "a".repeat(63);
+        let host = format!("{label}.{label}.{label}.{}", "b".repeat(61));
+        assert_eq!(host.len(), MAX_HOST_LEN);
+        assert_eq!(parse_site(&host).as_deref(), Ok(host.as_str()));
+    }
+
+    #[test]
+    fn seed_url_is_http_root() {
+        assert_eq!(
+            seed_url("www.example.edu").as_str(),
+            "http://www.example.edu/"
+        );
+        assert_eq!(
+            seed_url("example.edu:8080").as_str(),
+            "http://example.edu:8080/"
+        );
+        assert_eq!(seed_url("[::1]").as_str(), "http://[::1]/");
+        assert_eq!(seed_url("not a host").as_str(), "http://invalid.invalid/");
+        assert_eq!(seed_url("").as_str(), "http://invalid.invalid/");
+        assert_eq!(seed_url("x.edu/path").as_str(), "http://invalid.invalid/");
+        assert_eq!(seed_url("u@x.edu").as_str(), "http://invalid.invalid/");
+        let site = parse_site("https://Bücher.test:81/x").expect("valid");
+        assert_eq!(seed_url(&site).as_str(), "http://xn--bcher-kva.test:81/");
+    }
 }

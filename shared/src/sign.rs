@@ -1,1 +1,186 @@
-//! sign
+//! Work units and their signatures, and the per-connection host proof.
+//!
+//! A unit is signed by the project key over its exact encoded bytes; receivers
+//! run `verify_strict` on those bytes before decoding anything, and never
+//! re-encode to verify.
+
+use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
+use serde::{Deserialize, Serialize};
+
+use crate::codec;
+use crate::limits::MAX_UNIT_BYTES;
+use crate::scope::Scope;
+
+/// Limits of one scan, set by the round.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitLimits {
+    pub max_pages: u32,
+    pub max_depth: u32,
+    pub delay_ms: u64,
+    pub max_page_bytes: u64,
+    pub max_seconds: u64,
+}
+
+/// One job as sent to one host.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkUnit {
+    pub unit_id: u64,
+    pub round_id: u64,
+    pub job_id: u64,
+    /// The host this unit was issued to: another host cannot use it.
+    pub host_id: u64,
+    /// The site's host name.
+    pub site: String,
+    /// First URL to fetch.
+    pub seed_url: String,
+    pub scope: Scope,
+    pub limits: UnitLimits,
+    /// Server time, Unix milliseconds.
+    pub issued_ms: u64,
+    /// Server time, Unix milliseconds.
+    pub deadline_ms: u64,
+    pub user_agent: String,
+}
+
+/// A work unit's exact encoded bytes and the project key's signature over them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignedUnit {
+    pub bytes: Vec<u8>,
+    pub signature: Vec<u8>,
+}
+
+/// Why a unit or proof was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    #[error("bad signature")]
+    BadSignature,
+    #[error("malformed key or signature")]
+    Malformed,
+    #[error("unit is too large ({0} bytes)")]
+    TooLarge(usize),
+    #[error("signed unit does not decode: {0}")]
+    Decode(String),
+}
+
+/// Sign a unit with the project key.
+pub fn sign_unit(key: &SigningKey, unit: &WorkUnit) -> Result<SignedUnit, SignError> {
+    let bytes =
+        codec::encode(unit, MAX_UNIT_BYTES).map_err(|e| SignError::Decode(e.to_string()))?;
+    let signature = key.sign(&bytes).to_bytes().to_vec();
+    Ok(SignedUnit { bytes, signature })
+}
+
+/// Verify a unit's signature over its exact bytes, then decode it.
+pub fn verify_unit(project_key: &VerifyingKey, signed: &SignedUnit) -> Result<WorkUnit, SignError> {
+    if signed.bytes.len() > MAX_UNIT_BYTES {
+        return Err(SignError::TooLarge(signed.bytes.len()));
+    }
+    let sig = Signature::from_slice(&signed.signature).map_err(|_| SignError::Malformed)?;
+    project_key
+        .verify_strict(&signed.bytes, &sig)
+        .map_err(|_| SignError::BadSignature)?;
+    codec::decode(&signed.bytes, MAX_UNIT_BYTES).map_err(|e| SignError::Decode(e.to_string()))
+}
+
+/// The bytes a host signs to prove its key on one connection.
+fn proof_message(nonce: &[u8; 32], cert_fingerprint: &[u8; 32]) -> Vec<u8> {
+    let mut msg = Vec::with_capacity(16 + 64);
+    msg.extend_from_slice(b"beebot-proof-v1");
+    msg.extend_from_slice(nonce);
+    msg.extend_from_slice(cert_fingerprint);
+    msg
+}
+
+/// Sign nonce ‖ certificate fingerprint with the host key.
+pub fn make_proof(host_key: &SigningKey, nonce: &[u8; 32], cert_fingerprint: &[u8; 32]) -> Vec<u8> {
+    host_key
+        .sign(&proof_message(nonce, cert_fingerprint))
+        .to_bytes()
+        .to_vec()
+}
+
+/// Check a host's proof for this connection's nonce and the server certificate.
+pub fn check_proof(
+    host_key: &[u8; 32],
+    nonce: &[u8; 32],
+    cert_fingerprint: &[u8; 32],
+    proof: &[u8],
+) -> Result<(), SignError> {
+    let key = VerifyingKey::from_bytes(host_key).map_err(|_| SignError::Malformed)?;
+    let sig = Signature::from_slice(proof).map_err(|_| SignError::Malformed)?;
+    key.verify_strict(&proof_message(nonce, cert_fingerprint), &sig)
+        .map_err(|_| SignError::BadSignature)
+}
+
+/// A fresh ed25519 key from the OS random source.
+pub fn generate_key() -> SigningKey {
+    SigningKey::generate(&mut rand::rngs::OsRng)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit() -> WorkUnit {
+        WorkUnit {
+            unit_id: 1,
+            round_id: 2,
+            job_id: 3,
+            host_id: 4,
+            site: "a.test".into(),
+            seed_url: "http://a.test/".into(),
+            scope: Scope::Host,
+            limits: UnitLimits {
+                max_pages: 10,
+                max_depth: 5,
+                delay_ms: 0,
+                max_page_bytes: 1000,
+                max_seconds: 60,
+            },
+            issued_ms: 1,
+            deadline_ms: 2,
+            user_agent: "BeeBot".into(),
+        }
+    }
+
+    #[test]
+    fn signed_unit_verifies() {
+        let k = generate_key();
+        let s = sign_unit(&k, &unit()).unwrap();
+        assert_eq!(verify_unit(&k.verifying_key(), &s).unwrap(), unit());
+    }
+
+    #[test]
+    fn tampered_unit_or_other_key_refused() {
+        let k = generate_key();
+        let mut s = sign_unit(&k, &unit()).unwrap();
+        let other = generate_key();
+        assert!(matches!(
+            verify_unit(&other.verifying_key(), &s),
+            Err(SignError::BadSignature)
+        ));
+        let last = s.bytes.len() - 1;
+        s.bytes[last] ^= 1;
+        assert!(matches!(
+            verify_unit(&k.verifying_key(), &s),
+            Err(SignError::BadSignature)
+        ));
+        s.signature.truncate(10);
+        assert!(matches!(
+            verify_unit(&k.verifying_key(), &s),
+            Err(SignError::Malformed)
+        ));
+    }
+
+    #[test]
+    fn proof_binds_nonce_and_certificate() {
+        let k = generate_key();
+        let pk = k.verifying_key().to_bytes();
+        let n = [7u8; 32];
+        let fp = [9u8; 32];
+        let p = make_proof(&k, &n, &fp);
+        assert!(check_proof(&pk, &n, &fp, &p).is_ok());
+        assert!(check_proof(&pk, &[8u8; 32], &fp, &p).is_err());
+        assert!(check_proof(&pk, &n, &[1u8; 32], &p).is_err());
+    }
+}

@@ -1,1 +1,279 @@
-//! placeholder
+//! Support for the end-to-end tests: find the real binaries, run a real server
+//! in a temporary data dir, run real clients, and serve the synthetic web.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use beebot_server::web::SynthWebServer;
+use beebot_shared::synth::SynthWeb;
+
+/// Path of a workspace binary (built by `cargo test --workspace`; built here if missing).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/debug/deps/test-xxxx → target/debug
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf();
+    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    if !path.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--bins",
+                "-p",
+                "beebot-server",
+                "-p",
+                "beebot-client",
+            ])
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "cargo build of the binaries failed");
+    }
+    path
+}
+
+/// Run a command to completion, with a time bound.
+pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "command timed out after {:?}: {:?}\nstdout:\n{}\nstderr:\n{}",
+                timeout,
+                cmd,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The last non-empty line of a command's stdout.
+pub fn last_line(o: &Output) -> String {
+    stdout(o)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// A real server process in a temporary data dir, plus a synthetic web.
+pub struct Grid {
+    pub dir: tempfile::TempDir,
+    pub server: Option<Child>,
+    pub web: Arc<SynthWeb>,
+    pub web_server: SynthWebServer,
+}
+
+impl Grid {
+    /// Init and start a server, and serve a synthetic web of `sites` sites.
+    pub fn start(seed: u64, sites: usize) -> Grid {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let web = Arc::new(SynthWeb::generate(seed, sites));
+        let web_server = SynthWebServer::start(web.clone()).expect("synthetic web");
+        let mut g = Grid {
+            dir,
+            server: None,
+            web,
+            web_server,
+        };
+        let o = g.admin(&[
+            "init",
+            "--public-addr",
+            "127.0.0.1:0",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ]);
+        assert!(o.status.success(), "init failed: {}", stderr(&o));
+        g.start_server();
+        g
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("server")
+    }
+
+    /// Start (or restart) `beebot-server serve` and wait until it listens.
+    pub fn start_server(&mut self) {
+        let runtime = self.data_dir().join("serve.json");
+        let _ = std::fs::remove_file(&runtime);
+        let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log");
+        let child = Command::new(bin("beebot-server"))
+            .args(["serve", "--data-dir"])
+            .arg(self.data_dir())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn server");
+        self.server = Some(child);
+        let start = Instant::now();
+        while !runtime.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "server did not start: {}",
+                self.server_log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn server_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// Run a `beebot-server` command on this data dir.
+    pub fn admin(&self, args: &[&str]) -> Output {
+        run(
+            Command::new(bin("beebot-server"))
+                .args(args)
+                .arg("--data-dir")
+                .arg(self.data_dir()),
+            Duration::from_secs(120),
+        )
+    }
+
+    /// Like [`Grid::admin`], asserting success.
+    pub fn admin_ok(&self, args: &[&str]) -> Output {
+        let o = self.admin(args);
+        assert!(
+            o.status.success(),
+            "beebot-server {args:?} failed:\nstdout: {}\nstderr: {}",
+            stdout(&o),
+            stderr(&o)
+        );
+        o
+    }
+
+    /// Home dir of client `name`.
+    pub fn home(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("client-{name}"))
+    }
+
+    /// A `beebot` command for client `name`.
+    pub fn client_cmd(&self, name: &str, args: &[&str]) -> Command {
+        let mut c = Command::new(bin("beebot"));
+        c.args(args).arg("--home").arg(self.home(name));
+        c
+    }
+
+    pub fn client(&self, name: &str, args: &[&str]) -> Output {
+        run(&mut self.client_cmd(name, args), Duration::from_secs(300))
+    }
+
+    /// The crawl flags every test client needs: loopback allowed, synthetic hosts mapped.
+    pub fn crawl_flags(&self) -> Vec<String> {
+        vec![
+            "--allow-private".into(),
+            "--resolve".into(),
+            format!("*.synth.test={}", self.web_server.addr()),
+        ]
+    }
+
+    /// Write the target set to a file and import it.
+    pub fn import_sites(&self) {
+        let path = self.dir.path().join("sites.txt");
+        let mut text = String::from("# synthetic target set\n\n");
+        for h in self.web.site_hosts() {
+            text.push_str(&format!("http://{h}/\n"));
+        }
+        std::fs::write(&path, text).expect("write sites");
+        self.admin_ok(&["sites", "import", path.to_str().expect("path")]);
+    }
+
+    /// Export a round as TSV and parse its rows (header checked).
+    pub fn export_rows(&self, round: &str) -> BTreeSet<Vec<String>> {
+        let out = self.dir.path().join(format!("export-{round}.tsv"));
+        self.admin_ok(&[
+            "export",
+            "--round",
+            round,
+            "--format",
+            "tsv",
+            "--out",
+            out.to_str().expect("path"),
+        ]);
+        let text = std::fs::read_to_string(&out).expect("export");
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next(),
+            Some("site\tsource_url\ttarget_url\ttarget_host\ttag\tnofollow\tanchor_text")
+        );
+        lines
+            .map(|l| l.split('\t').map(str::to_string).collect())
+            .collect()
+    }
+
+    /// The synthetic web's truth as export rows.
+    pub fn truth_rows(&self) -> BTreeSet<Vec<String>> {
+        self.web
+            .truth()
+            .into_iter()
+            .map(|(site, r)| {
+                vec![
+                    site,
+                    r.source_url.clone(),
+                    r.target_url.clone(),
+                    beebot_shared::export::target_host(&r.target_url),
+                    r.tag.as_str().to_string(),
+                    r.nofollow.to_string(),
+                    r.anchor_text.clone(),
+                ]
+            })
+            .collect()
+    }
+
+    /// Kill the server process now (SIGKILL).
+    pub fn kill_server(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Grid {
+    fn drop(&mut self) {
+        self.kill_server();
+    }
+}
+
+/// Compare two row sets, describing the first differences.
+pub fn assert_same_rows(got: &BTreeSet<Vec<String>>, want: &BTreeSet<Vec<String>>) {
+    if got == want {
+        return;
+    }
+    let missing: Vec<_> = want.difference(got).take(10).collect();
+    let extra: Vec<_> = got.difference(want).take(10).collect();
+    panic!(
+        "export differs from the truth: {} rows exported, {} true\nmissing (first 10): {missing:#?}\nextra (first 10): {extra:#?}",
+        got.len(),
+        want.len()
+    );
+}

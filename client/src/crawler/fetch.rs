@@ -1,0 +1,194 @@
+//! The crawler's HTTP shell: one ureq agent per crawl with the guarded resolver,
+//! no automatic redirects, no proxy, timeouts set, bodies read up to a limit.
+
+use std::io::Read;
+use std::time::Duration;
+
+use ureq::unversioned::transport::DefaultConnector;
+use ureq::Agent;
+use url::Url;
+
+use super::resolve::{AddressRefused, GuardedResolver};
+use super::CrawlerConfig;
+
+/// This build has no TLS (ureq without TLS features): `https` URLs fail without
+/// a connection attempt. Flip together with enabling a ureq TLS feature.
+const TLS_SUPPORTED: bool = false;
+
+/// What we accept, in order of preference.
+const ACCEPT: &str = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.1";
+
+/// Idle connections kept per host: we never have two requests to a host in flight.
+const IDLE_CONNECTIONS_PER_HOST: usize = 1;
+
+/// Idle connections kept in all (scopes wider than a host touch a few hosts).
+const IDLE_CONNECTIONS: usize = 4;
+
+/// One HTTP response, its body read only when asked for.
+#[derive(Debug)]
+pub struct Fetched {
+    pub status: u16,
+    pub location: Option<String>,
+    /// The media type, lower case, parameters dropped.
+    pub mime: Option<String>,
+    pub body: Vec<u8>,
+}
+
+impl Fetched {
+    /// Whether the body is HTML we extract links from.
+    pub fn is_html(&self) -> bool {
+        is_html_mime(self.mime.as_deref())
+    }
+}
+
+/// Whether a media type is one we extract links from.
+pub fn is_html_mime(mime: Option<&str>) -> bool {
+    matches!(mime, Some("text/html" | "application/xhtml+xml"))
+}
+
+/// `Text/HTML; charset=UTF-8` → `text/html`.
+fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// Why a request got no response.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("https is not supported by this build (no TLS)")]
+    TlsUnsupported,
+    #[error(transparent)]
+    Refused(AddressRefused),
+    #[error("timed out: {0}")]
+    Timeout(String),
+    #[error("host not found")]
+    HostNotFound,
+    #[error("reading the body failed: {0}")]
+    Body(String),
+    #[error("request failed: {0}")]
+    Network(String),
+}
+
+/// Which bodies to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyWanted {
+    /// Bodies of 2xx HTML responses (pages).
+    Html,
+    /// Bodies of every 2xx response (robots.txt).
+    Any2xx,
+}
+
+/// Issues the crawl's requests.
+pub struct Fetcher {
+    agent: Agent,
+}
+
+impl Fetcher {
+    pub fn new(cfg: &CrawlerConfig, user_agent: &str) -> Fetcher {
+        let config = Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .proxy(None)
+            .user_agent(user_agent)
+            .accept(ACCEPT)
+            .timeout_connect(Some(cfg.connect_timeout))
+            .timeout_recv_response(Some(cfg.read_timeout))
+            .timeout_per_read(Some(cfg.read_timeout))
+            .timeout_global(Some(cfg.request_timeout))
+            .max_idle_connections(IDLE_CONNECTIONS)
+            .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_HOST)
+            .build();
+        let resolver = GuardedResolver::new(cfg.resolve.clone(), cfg.allow_private);
+        Fetcher {
+            agent: Agent::with_parts(config, DefaultConnector::new(), resolver),
+        }
+    }
+
+    /// GET `url` within `timeout`, reading at most `max_body_bytes` of the body
+    /// when `wanted` asks for it (a longer body is cut, not refused).
+    pub fn get(
+        &self,
+        url: &Url,
+        max_body_bytes: u64,
+        wanted: BodyWanted,
+        timeout: Duration,
+    ) -> Result<Fetched, FetchError> {
+        if url.scheme() == "https" && !TLS_SUPPORTED {
+            return Err(FetchError::TlsUnsupported);
+        }
+        let response = self
+            .agent
+            .get(url.as_str())
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
+            .call()
+            .map_err(map_error)?;
+        let status = response.status().as_u16();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let location = header("location");
+        let mime = header("content-type").map(|ct| media_type(&ct));
+        let read = (200..300).contains(&status)
+            && match wanted {
+                BodyWanted::Any2xx => true,
+                BodyWanted::Html => is_html_mime(mime.as_deref()),
+            };
+        let mut body = Vec::new();
+        if read {
+            response
+                .into_body()
+                .into_reader()
+                .take(max_body_bytes)
+                .read_to_end(&mut body)
+                .map_err(|e| FetchError::Body(e.to_string()))?;
+        }
+        Ok(Fetched {
+            status,
+            location,
+            mime,
+            body,
+        })
+    }
+}
+
+fn map_error(e: ureq::Error) -> FetchError {
+    match e {
+        ureq::Error::Other(inner) => match inner.downcast::<AddressRefused>() {
+            Ok(refused) => FetchError::Refused(*refused),
+            Err(other) => FetchError::Network(other.to_string()),
+        },
+        ureq::Error::Timeout(t) => FetchError::Timeout(t.to_string()),
+        ureq::Error::HostNotFound => FetchError::HostNotFound,
+        ureq::Error::TlsRequired => FetchError::TlsUnsupported,
+        other => FetchError::Network(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn media_types() {
+        assert_eq!(media_type("Text/HTML; Charset=UTF-8"), "text/html");
+        assert_eq!(
+            media_type(" application/xhtml+xml "),
+            "application/xhtml+xml"
+        );
+        assert!(is_html_mime(Some("text/html")));
+        assert!(is_html_mime(Some("application/xhtml+xml")));
+        assert!(!is_html_mime(Some("application/pdf")));
+        assert!(!is_html_mime(Some("text/plain")));
+        assert!(!is_html_mime(None));
+    }
+}

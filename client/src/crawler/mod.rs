@@ -1,0 +1,582 @@
+//! The site crawler: breadth-first within a site's scope, polite (robots.txt,
+//! Crawl-delay, one request at a time per host with a delay between), bounded by
+//! the unit's limits, returning the site's outbound links and a scan summary.
+//!
+//! It knows nothing of the protocol: a work unit becomes a [`CrawlSpec`], the
+//! result a [`CrawlOutput`]. Blocking code (ureq); run it on a thread of its own.
+//!
+//! - [`frontier`]: bounded queue, each canonical URL at most once;
+//! - [`redirect`]: redirect decisions (pure);
+//! - [`robots`]: robots.txt policy (pure);
+//! - [`resolve`]: `--resolve` rules and the private-address guard;
+//! - [`fetch`]: the HTTP shell.
+//!
+//! Counting: a *page* is one URL taken from the frontier and answered with any
+//! HTTP status (its in-scope redirect hops included); the page cap counts those
+//! and the URLs whose first request failed (`errors`). Bytes are the HTML bodies
+//! read. robots.txt requests count in neither, but their failures are errors.
+
+pub mod fetch;
+pub mod frontier;
+pub mod redirect;
+pub mod resolve;
+pub mod robots;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use beebot_shared::extract::{extract_links, LinkTag};
+use beebot_shared::limits::{MAX_DELAY_MS, MAX_LINK_RECORDS, MAX_PAGES_PER_SITE, MAX_URL_LEN};
+use beebot_shared::linkfile::{LinkRecord, ScanSummary, StopReason};
+use beebot_shared::scope::{canonical_url, seed_url, Scope, SiteScope};
+use url::Url;
+
+use fetch::{BodyWanted, FetchError, Fetcher};
+use frontier::{Frontier, Pushed, MAX_FRONTIER_URLS};
+use redirect::{RedirectStep, MAX_REDIRECTS};
+use robots::{Robots, MAX_ROBOTS_BYTES};
+
+pub use resolve::{classify_address, AddressClass, AddressRefused, ResolveRule, ResolveRuleError};
+
+/// The User-Agent of BeeBot: product token (matched against robots.txt groups)
+/// and a contact URL.
+pub const DEFAULT_USER_AGENT: &str = concat!(
+    "BeeBot/",
+    env!("CARGO_PKG_VERSION"),
+    " (+https://example.invalid/beebot-grid)"
+);
+
+/// Largest page body read, whatever the unit asks: bounds memory per page.
+pub const MAX_PAGE_BYTES_CAP: u64 = 64 * 1024 * 1024;
+
+/// Hosts whose robots.txt one crawl keeps (scopes wider than a host): beyond
+/// this, URLs on new hosts are skipped.
+pub const MAX_ROBOTS_HOSTS: usize = 1024;
+
+/// Granularity of waits: cancel and time limits are checked this often.
+const WAIT_SLICE: Duration = Duration::from_millis(20);
+
+/// What to crawl and within which limits (from a work unit).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrawlSpec {
+    /// The site's name (its host, maybe with a port), as in the target set.
+    pub site: String,
+    /// Where the crawl starts.
+    pub seed: Url,
+    pub scope: Scope,
+    /// Pages fetched at most (capped at [`MAX_PAGES_PER_SITE`]).
+    pub max_pages: u32,
+    /// Links followed from the seed at most (the seed is depth 0).
+    pub max_depth: u32,
+    /// Pause between two requests to one host (capped at [`MAX_DELAY_MS`]);
+    /// a longer robots.txt Crawl-delay wins.
+    pub delay: Duration,
+    /// Body bytes read per page; the rest is ignored, the part read still parsed.
+    pub max_page_bytes: u64,
+    /// Wall time of the whole crawl.
+    pub max_duration: Duration,
+    /// The unit's deadline, if any.
+    pub deadline: Option<SystemTime>,
+    pub user_agent: String,
+}
+
+impl CrawlSpec {
+    /// A spec for `site` (as [`beebot_shared::scope::parse_site`] gives it) with
+    /// the defaults of an interactive crawl: 1000 pages, depth 20, 1 s delay,
+    /// 1 MiB pages, one hour, no deadline.
+    pub fn new(site: &str, scope: Scope) -> CrawlSpec {
+        CrawlSpec {
+            site: site.to_string(),
+            seed: seed_url(site),
+            scope,
+            max_pages: 1000,
+            max_depth: 20,
+            delay: Duration::from_secs(1),
+            max_page_bytes: 1024 * 1024,
+            max_duration: Duration::from_secs(3600),
+            deadline: None,
+            user_agent: DEFAULT_USER_AGENT.to_string(),
+        }
+    }
+}
+
+/// How this client crawls, whatever the unit (from the client's configuration).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrawlerConfig {
+    /// Allow loopback, private, link-local and other non-public addresses (tests, intranets).
+    pub allow_private: bool,
+    /// Fixed addresses for hosts, consulted before DNS.
+    pub resolve: Vec<ResolveRule>,
+    /// Longest wait for a TCP connection.
+    pub connect_timeout: Duration,
+    /// Longest wait for the response head, and for each read of the body.
+    pub read_timeout: Duration,
+    /// Longest one request may take in all.
+    pub request_timeout: Duration,
+}
+
+impl Default for CrawlerConfig {
+    fn default() -> Self {
+        CrawlerConfig {
+            allow_private: false,
+            resolve: Vec::new(),
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(20),
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What a crawl found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CrawlOutput {
+    /// One record per distinct (source page, target URL) leaving the scope, in
+    /// the order found.
+    pub records: Vec<LinkRecord>,
+    pub summary: ScanSummary,
+}
+
+/// Crawl one site. Checks `cancel` between requests and while waiting, and
+/// calls `on_progress(pages, links)` after each page.
+pub fn crawl(
+    spec: &CrawlSpec,
+    cfg: &CrawlerConfig,
+    cancel: &AtomicBool,
+    on_progress: &mut dyn FnMut(u64, u64),
+) -> CrawlOutput {
+    let mut crawler = Crawler::new(spec, cfg, cancel);
+    let stopped_by = crawler.run(on_progress);
+    crawler.finish(stopped_by)
+}
+
+/// One crawl in progress.
+struct Crawler<'a> {
+    spec: &'a CrawlSpec,
+    cancel: &'a AtomicBool,
+    scope: SiteScope,
+    fetcher: Fetcher,
+    /// robots.txt group name of our User-Agent.
+    agent_token: String,
+    started: Instant,
+    frontier: Frontier,
+    /// URLs requested (as page or redirect hop): never requested again.
+    fetched: HashSet<String>,
+    /// robots.txt policy per origin (`http://host:port`).
+    robots: HashMap<String, Robots>,
+    /// When the last request to each origin finished.
+    last_request: HashMap<String, Instant>,
+    records: Vec<LinkRecord>,
+    target_hosts: HashSet<String>,
+    status_counts: BTreeMap<u16, u64>,
+    /// Frontier entries answered with some HTTP status.
+    pages: u64,
+    /// Frontier entries whose first request failed.
+    failed_pages: u64,
+    bytes: u64,
+    errors: u64,
+    robots_disallowed: u64,
+    records_dropped: u64,
+    /// The spec's limits, capped.
+    max_pages: u64,
+    delay: Duration,
+    max_page_bytes: u64,
+    request_timeout: Duration,
+}
+
+/// How one page (frontier entry) went.
+enum PageResult {
+    /// A response came back (any status).
+    Answered,
+    /// The first request failed.
+    Failed,
+    /// Cancelled or out of time while waiting to send.
+    Stopped(StopReason),
+}
+
+impl<'a> Crawler<'a> {
+    fn new(spec: &'a CrawlSpec, cfg: &CrawlerConfig, cancel: &'a AtomicBool) -> Crawler<'a> {
+        Crawler {
+            spec,
+            cancel,
+            scope: SiteScope::new(&spec.site, spec.scope),
+            fetcher: Fetcher::new(cfg, &spec.user_agent),
+            agent_token: robots::agent_token(&spec.user_agent).to_string(),
+            started: Instant::now(),
+            frontier: Frontier::new(MAX_FRONTIER_URLS),
+            fetched: HashSet::new(),
+            robots: HashMap::new(),
+            last_request: HashMap::new(),
+            records: Vec::new(),
+            target_hosts: HashSet::new(),
+            status_counts: BTreeMap::new(),
+            pages: 0,
+            failed_pages: 0,
+            bytes: 0,
+            errors: 0,
+            robots_disallowed: 0,
+            records_dropped: 0,
+            max_pages: u64::from(spec.max_pages.min(MAX_PAGES_PER_SITE)),
+            delay: spec.delay.min(Duration::from_millis(MAX_DELAY_MS)),
+            max_page_bytes: spec.max_page_bytes.min(MAX_PAGE_BYTES_CAP),
+            request_timeout: cfg.request_timeout,
+        }
+    }
+
+    /// The crawl loop; returns the limit that stopped it, if any.
+    fn run(&mut self, on_progress: &mut dyn FnMut(u64, u64)) -> Option<StopReason> {
+        let seed = canonical_url(&self.spec.seed);
+        if !matches!(seed.scheme(), "http" | "https") || seed.as_str().len() > MAX_URL_LEN {
+            self.errors += 1;
+            return Some(StopReason::SeedUnreachable);
+        }
+        if let Some(stop) = self.limit_reached() {
+            return Some(stop);
+        }
+        // robots.txt of the seed's host decides whether we crawl at all.
+        if let Err(stop) = self.ensure_robots(&seed) {
+            return Some(stop);
+        }
+        if self.robots_for(&seed).is_none_or(Robots::is_unavailable) {
+            return Some(StopReason::RobotsUnavailable);
+        }
+        self.frontier.push(seed, 0);
+        let mut first = true;
+        // Each turn takes one URL off the bounded frontier, which never hands out
+        // a URL twice; the page cap bounds the turns that fetch.
+        while let Some((url, depth)) = self.frontier.pop() {
+            if let Some(stop) = self.limit_reached() {
+                return Some(stop);
+            }
+            if self.fetched.contains(url.as_str()) {
+                continue; // already reached through a redirect
+            }
+            if self.pages + self.failed_pages >= self.max_pages {
+                return Some(StopReason::MaxPages);
+            }
+            if let Err(stop) = self.ensure_robots(&url) {
+                return Some(stop);
+            }
+            match self.robots_for(&url) {
+                Some(robots) if robots.allowed(&url) => {}
+                Some(robots) if !robots.is_unavailable() => {
+                    self.robots_disallowed += 1;
+                    continue;
+                }
+                // Another host of the scope without usable robots.txt.
+                _ => continue,
+            }
+            let result = self.fetch_page(url, depth);
+            on_progress(self.pages, self.records.len() as u64);
+            match result {
+                PageResult::Answered => {}
+                PageResult::Failed if first => return Some(StopReason::SeedUnreachable),
+                PageResult::Failed => {}
+                PageResult::Stopped(stop) => return Some(stop),
+            }
+            first = false;
+        }
+        if self.frontier.dropped() > 0 {
+            return Some(StopReason::FrontierFull);
+        }
+        None
+    }
+
+    fn finish(self, stopped_by: Option<StopReason>) -> CrawlOutput {
+        if self.records_dropped > 0 {
+            tracing::warn!(
+                site = %self.spec.site,
+                dropped = self.records_dropped,
+                "link records beyond the link-file limit were dropped"
+            );
+        }
+        let summary = ScanSummary {
+            pages: self.pages,
+            bytes: self.bytes,
+            links: self.records.len() as u64,
+            distinct_target_hosts: self.target_hosts.len() as u64,
+            errors: self.errors,
+            elapsed_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            stopped_by,
+            status_counts: self.status_counts.into_iter().collect(),
+            robots_disallowed: self.robots_disallowed,
+        };
+        CrawlOutput {
+            records: self.records,
+            summary,
+        }
+    }
+
+    /// Fetch one frontier entry, following in-scope redirects, and take its links.
+    fn fetch_page(&mut self, url: Url, depth: u32) -> PageResult {
+        self.fetched.insert(url.as_str().to_string());
+        let mut chain = vec![url.clone()];
+        let mut current = url;
+        // One request per turn: the entry, then at most MAX_REDIRECTS hops
+        // (`redirect::next_step` refuses the hop after that).
+        for hop in 0..=MAX_REDIRECTS {
+            if let Err(stop) = self.wait_turn(&current) {
+                return PageResult::Stopped(stop);
+            }
+            let timeout = self.request_timeout();
+            let result = self
+                .fetcher
+                .get(&current, self.max_page_bytes, BodyWanted::Html, timeout);
+            self.last_request.insert(origin(&current), Instant::now());
+            let response = match result {
+                Ok(response) => response,
+                Err(e) => {
+                    self.count_error(&current, &e);
+                    if hop > 0 {
+                        return PageResult::Answered;
+                    }
+                    self.failed_pages += 1;
+                    return PageResult::Failed;
+                }
+            };
+            if hop == 0 {
+                self.pages += 1;
+            }
+            *self.status_counts.entry(response.status).or_insert(0) += 1;
+            self.bytes += response.body.len() as u64;
+            if redirect::is_redirect(response.status) {
+                let Some(location) = &response.location else {
+                    return PageResult::Answered;
+                };
+                match redirect::next_step(&current, location, &chain, &self.scope) {
+                    RedirectStep::Follow(next) => {
+                        if self.fetched.contains(next.as_str()) {
+                            return PageResult::Answered;
+                        }
+                        if let Err(stop) = self.ensure_robots(&next) {
+                            return PageResult::Stopped(stop);
+                        }
+                        match self.robots_for(&next) {
+                            Some(robots) if robots.allowed(&next) => {}
+                            Some(robots) if !robots.is_unavailable() => {
+                                self.robots_disallowed += 1;
+                                return PageResult::Answered;
+                            }
+                            _ => return PageResult::Answered,
+                        }
+                        self.fetched.insert(next.as_str().to_string());
+                        self.frontier.mark_seen(&next);
+                        chain.push(next.clone());
+                        current = next;
+                        continue;
+                    }
+                    RedirectStep::Outbound(target) => {
+                        self.add_record(&current, target, LinkTag::Redirect, false, String::new());
+                    }
+                    RedirectStep::Fail(e) => {
+                        self.errors += 1;
+                        tracing::debug!(url = %current, error = %e, "redirect not followed");
+                    }
+                }
+                return PageResult::Answered;
+            }
+            if (200..300).contains(&response.status) && response.is_html() {
+                self.take_links(&current, depth, &response.body);
+            }
+            return PageResult::Answered;
+        }
+        PageResult::Answered
+    }
+
+    /// Queue the page's in-scope links and record the others.
+    fn take_links(&mut self, page: &Url, depth: u32, body: &[u8]) {
+        let mut targets: HashSet<String> = HashSet::new();
+        // `extract_links` returns at most MAX_LINKS_PER_PAGE links.
+        for link in extract_links(body, page) {
+            if !matches!(link.url.scheme(), "http" | "https") {
+                continue;
+            }
+            let target = canonical_url(&link.url);
+            if target.as_str().len() > MAX_URL_LEN {
+                continue;
+            }
+            if self.scope.contains(&target) {
+                if depth < self.spec.max_depth {
+                    if let Pushed::Full = self.frontier.push(target, depth + 1) {
+                        tracing::debug!(site = %self.spec.site, "frontier full, link dropped");
+                    }
+                }
+            } else if targets.insert(target.as_str().to_string()) {
+                self.add_record(page, target, link.tag, link.nofollow, link.anchor_text);
+            }
+        }
+    }
+
+    fn add_record(
+        &mut self,
+        source: &Url,
+        target: Url,
+        tag: LinkTag,
+        nofollow: bool,
+        anchor_text: String,
+    ) {
+        if self.records.len() >= MAX_LINK_RECORDS {
+            self.records_dropped += 1;
+            return;
+        }
+        if let Some(host) = target.host_str() {
+            if !self.target_hosts.contains(host) {
+                self.target_hosts.insert(host.to_string());
+            }
+        }
+        self.records.push(LinkRecord {
+            source_url: source.as_str().to_string(),
+            target_url: target.into(),
+            tag,
+            nofollow,
+            anchor_text,
+        });
+    }
+
+    fn count_error(&mut self, url: &Url, error: &FetchError) {
+        self.errors += 1;
+        tracing::debug!(url = %url, error = %error, "request failed");
+    }
+
+    /// Cancel, the crawl's time budget, or the deadline.
+    fn limit_reached(&self) -> Option<StopReason> {
+        if self.cancel.load(Ordering::Relaxed) {
+            return Some(StopReason::Cancelled);
+        }
+        let (left, reason) = self.time_left();
+        if left.is_zero() {
+            return Some(reason);
+        }
+        None
+    }
+
+    /// Time left before the budget or the deadline runs out, and which one it is.
+    fn time_left(&self) -> (Duration, StopReason) {
+        let budget = self
+            .spec
+            .max_duration
+            .saturating_sub(self.started.elapsed());
+        let deadline = self.spec.deadline.map(|d| {
+            d.duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO)
+        });
+        match deadline {
+            Some(d) if d < budget => (d, StopReason::Deadline),
+            _ => (budget, StopReason::MaxTime),
+        }
+    }
+
+    /// Timeout of the next request: the configured one, or less when the crawl's
+    /// time runs out sooner.
+    fn request_timeout(&self) -> Duration {
+        self.request_timeout
+            .min(self.time_left().0)
+            .max(Duration::from_millis(1))
+    }
+
+    /// Wait until `url`'s host may get another request: the spec's delay, or the
+    /// robots.txt Crawl-delay when longer, after the previous request finished.
+    fn wait_turn(&self, url: &Url) -> Result<(), StopReason> {
+        if let Some(stop) = self.limit_reached() {
+            return Err(stop);
+        }
+        let key = origin(url);
+        let Some(last) = self.last_request.get(&key) else {
+            return Ok(());
+        };
+        let crawl_delay = self
+            .robots
+            .get(&key)
+            .and_then(Robots::crawl_delay)
+            .unwrap_or(Duration::ZERO);
+        let ready = *last + self.delay.max(crawl_delay);
+        let now = Instant::now();
+        if ready <= now {
+            return Ok(());
+        }
+        let (left, reason) = self.time_left();
+        if ready - now > left {
+            return Err(reason); // the wait alone would outlast the crawl
+        }
+        // The delay is at most a minute, so this is at most MAX_WAIT_SLICES turns.
+        for _ in 0..MAX_WAIT_SLICES {
+            if let Some(stop) = self.limit_reached() {
+                return Err(stop);
+            }
+            let now = Instant::now();
+            if now >= ready {
+                break;
+            }
+            std::thread::sleep((ready - now).min(WAIT_SLICE));
+        }
+        Ok(())
+    }
+
+    fn robots_for(&self, url: &Url) -> Option<&Robots> {
+        self.robots.get(&origin(url))
+    }
+
+    /// Fetch robots.txt of `url`'s origin if not known yet. A host beyond
+    /// [`MAX_ROBOTS_HOSTS`] gets no entry (its URLs are skipped).
+    fn ensure_robots(&mut self, url: &Url) -> Result<(), StopReason> {
+        let key = origin(url);
+        if self.robots.contains_key(&key) || self.robots.len() >= MAX_ROBOTS_HOSTS {
+            return Ok(());
+        }
+        let Ok(mut current) = url.join("/robots.txt") else {
+            self.robots.insert(key, Robots::Unavailable);
+            return Ok(());
+        };
+        let mut chain: Vec<Url> = Vec::new();
+        let mut policy = Robots::Unavailable;
+        // robots.txt redirects are followed to any host (it is one small file),
+        // at most MAX_REDIRECTS hops; when the hops run out it counts as missing.
+        for _ in 0..=MAX_REDIRECTS {
+            self.wait_turn(&current)?;
+            let timeout = self.request_timeout();
+            let result = self
+                .fetcher
+                .get(&current, MAX_ROBOTS_BYTES, BodyWanted::Any2xx, timeout);
+            self.last_request.insert(origin(&current), Instant::now());
+            chain.push(current.clone());
+            let response = match result {
+                Ok(response) => response,
+                Err(e) => {
+                    self.count_error(&current, &e);
+                    policy = Robots::Unavailable;
+                    break;
+                }
+            };
+            let next = match (&response.location, redirect::is_redirect(response.status)) {
+                (Some(location), true) => current
+                    .join(location.trim())
+                    .ok()
+                    .map(|u| canonical_url(&u))
+                    .filter(|u| matches!(u.scheme(), "http" | "https") && !chain.contains(u)),
+                _ => None,
+            };
+            match next {
+                Some(next) => {
+                    policy = Robots::AllowAll;
+                    current = next;
+                }
+                None => {
+                    policy =
+                        Robots::from_response(response.status, &response.body, &self.agent_token);
+                    break;
+                }
+            }
+        }
+        self.robots.insert(key, policy);
+        Ok(())
+    }
+}
+
+/// Turns of one politeness wait: the longest delay in [`WAIT_SLICE`]s, plus slack.
+const MAX_WAIT_SLICES: u64 =
+    2 + robots::MAX_CRAWL_DELAY.as_millis() as u64 / WAIT_SLICE.as_millis() as u64;
+
+/// `http://host:port` of a URL: politeness and robots.txt are per origin.
+fn origin(url: &Url) -> String {
+    url.origin().ascii_serialization()
+}

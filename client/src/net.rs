@@ -1,0 +1,277 @@
+//! The client's QUIC link to the server: a pinned-certificate TLS verifier, one
+//! frame per stream, and the challenge/proof handshake. The only client module
+//! that knows quinn.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::QuicClientConfig;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+
+use beebot_shared::codec::{self, FRAME_HEADER_BYTES};
+use beebot_shared::limits::MAX_FRAME_BYTES;
+use beebot_shared::proto::{ErrorCode, Request, Response, ALPN};
+use beebot_shared::sign;
+
+/// Connecting (handshake included) must finish within this time.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// One request/response must finish within this time (uploads included).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// Keep-alive so an idle connection survives between work requests.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Failures talking to the server.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("cannot resolve server address {0}")]
+    Resolve(String),
+    #[error("cannot reach the server: {0}")]
+    Connect(String),
+    #[error("connection lost: {0}")]
+    Lost(String),
+    #[error("the server took too long to answer")]
+    Timeout,
+    #[error("bad answer from the server: {0}")]
+    Protocol(String),
+    #[error("server refused ({code:?}): {message}")]
+    Refused { code: ErrorCode, message: String },
+}
+
+impl NetError {
+    /// Errors that will not go away by retrying.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            NetError::Refused {
+                code: ErrorCode::Revoked
+                    | ErrorCode::UnknownHost
+                    | ErrorCode::Upgrade
+                    | ErrorCode::BadInvite,
+                ..
+            }
+        )
+    }
+}
+
+/// Accepts exactly one server certificate, by SHA-256, and still checks the
+/// handshake signatures made with it.
+#[derive(Debug)]
+struct PinnedCert {
+    fingerprint: [u8; 32],
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for PinnedCert {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if beebot_shared::util::sha256(end_entity.as_ref()) == self.fingerprint {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// Where the server is and how to recognise it.
+#[derive(Clone, Debug)]
+pub struct ServerId {
+    pub addr: String,
+    pub server_name: String,
+    pub cert_sha256: [u8; 32],
+}
+
+/// One QUIC connection to the server.
+pub struct Link {
+    conn: quinn::Connection,
+    _endpoint: quinn::Endpoint,
+    fingerprint: [u8; 32],
+}
+
+impl Link {
+    /// Connect, pinning the certificate.
+    pub async fn connect(server: &ServerId) -> Result<Link, NetError> {
+        let addr: SocketAddr = tokio::net::lookup_host(&server.addr)
+            .await
+            .map_err(|e| NetError::Resolve(format!("{}: {e}", server.addr)))?
+            .next()
+            .ok_or_else(|| NetError::Resolve(server.addr.clone()))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| NetError::Connect(e.to_string()))?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(PinnedCert {
+                fingerprint: server.cert_sha256,
+                provider,
+            }))
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let quic = QuicClientConfig::try_from(tls).map_err(|e| NetError::Connect(e.to_string()))?;
+        let mut cfg = quinn::ClientConfig::new(Arc::new(quic));
+        let mut transport = quinn::TransportConfig::default();
+        transport.keep_alive_interval(Some(KEEP_ALIVE));
+        cfg.transport_config(Arc::new(transport));
+        let bind: SocketAddr = if addr.is_ipv6() {
+            "[::]:0"
+                .parse()
+                .map_err(|_| NetError::Connect("bind".into()))?
+        } else {
+            "0.0.0.0:0"
+                .parse()
+                .map_err(|_| NetError::Connect("bind".into()))?
+        };
+        let mut endpoint =
+            quinn::Endpoint::client(bind).map_err(|e| NetError::Connect(e.to_string()))?;
+        endpoint.set_default_client_config(cfg);
+        let connecting = endpoint
+            .connect(addr, &server.server_name)
+            .map_err(|e| NetError::Connect(e.to_string()))?;
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
+            .await
+            .map_err(|_| NetError::Timeout)?
+            .map_err(|e| NetError::Connect(e.to_string()))?;
+        Ok(Link {
+            conn,
+            _endpoint: endpoint,
+            fingerprint: server.cert_sha256,
+        })
+    }
+
+    /// Send raw bytes as one request and read one framed response.
+    pub async fn raw_request(&self, frame: &[u8]) -> Result<Response, NetError> {
+        tokio::time::timeout(REQUEST_TIMEOUT, async {
+            let (mut send, mut recv) = self
+                .conn
+                .open_bi()
+                .await
+                .map_err(|e| NetError::Lost(e.to_string()))?;
+            send.write_all(frame)
+                .await
+                .map_err(|e| NetError::Lost(e.to_string()))?;
+            let _ = send.finish();
+            let mut header = [0u8; FRAME_HEADER_BYTES];
+            recv.read_exact(&mut header)
+                .await
+                .map_err(|e| NetError::Lost(e.to_string()))?;
+            let len = codec::frame_len(header, MAX_FRAME_BYTES)
+                .map_err(|e| NetError::Protocol(e.to_string()))?;
+            let mut payload = vec![0u8; len];
+            recv.read_exact(&mut payload)
+                .await
+                .map_err(|e| NetError::Lost(e.to_string()))?;
+            codec::decode_payload::<Response>(&payload)
+                .map_err(|e| NetError::Protocol(e.to_string()))
+        })
+        .await
+        .map_err(|_| NetError::Timeout)?
+    }
+
+    /// One request, one response. A server `Error` becomes [`NetError::Refused`].
+    pub async fn request(&self, req: &Request) -> Result<Response, NetError> {
+        let frame = codec::encode_frame(req).map_err(|e| NetError::Protocol(e.to_string()))?;
+        match self.raw_request(&frame).await? {
+            Response::Error { code, message } => Err(NetError::Refused { code, message }),
+            other => Ok(other),
+        }
+    }
+
+    async fn challenge(&self) -> Result<[u8; 32], NetError> {
+        match self.request(&Request::Challenge).await? {
+            Response::Nonce { nonce } => Ok(nonce),
+            other => Err(NetError::Protocol(format!(
+                "expected a nonce, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Enrol with an invite token; returns the new host id.
+    pub async fn enrol(
+        &self,
+        token: Vec<u8>,
+        key: &ed25519_dalek::SigningKey,
+        host_info: beebot_shared::proto::HostInfo,
+    ) -> Result<u64, NetError> {
+        let nonce = self.challenge().await?;
+        let proof = sign::make_proof(key, &nonce, &self.fingerprint);
+        match self
+            .request(&Request::Enrol {
+                token,
+                host_key: key.verifying_key().to_bytes(),
+                host_info,
+                proof,
+            })
+            .await?
+        {
+            Response::Enrolled { host_id } => Ok(host_id),
+            other => Err(NetError::Protocol(format!(
+                "expected Enrolled, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Authenticate as an enrolled host; returns the server's `Welcome`.
+    pub async fn hello(
+        &self,
+        host_id: u64,
+        key: &ed25519_dalek::SigningKey,
+    ) -> Result<Response, NetError> {
+        let nonce = self.challenge().await?;
+        let proof = sign::make_proof(key, &nonce, &self.fingerprint);
+        match self.request(&Request::Hello { host_id, proof }).await? {
+            w @ Response::Welcome { .. } => Ok(w),
+            other => Err(NetError::Protocol(format!(
+                "expected Welcome, got {other:?}"
+            ))),
+        }
+    }
+
+    pub fn close(&self) {
+        self.conn.close(0u32.into(), b"bye");
+    }
+}

@@ -1,0 +1,174 @@
+//! Durable state in sled, behind a small interface: the only module that knows sled.
+//!
+//! Every write method is followed by [`Store::flush`] before the caller
+//! acknowledges anything, so nothing acknowledged is lost on a crash.
+
+use std::path::Path;
+
+use beebot_shared::codec;
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::model::{HostRecord, InviteRecord, JobRecord, RoundRecord, SiteRecord};
+
+/// sled page cache: enough for the working set of a grid of this size.
+const CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
+/// Largest stored record (a job with its attempts and reasons).
+const MAX_RECORD_BYTES: usize = 1024 * 1024;
+
+/// Storage failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("storage error: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("stored record is unreadable ({tree}/{key}): {msg}")]
+    Corrupt {
+        tree: &'static str,
+        key: String,
+        msg: String,
+    },
+    #[error("cannot encode record: {0}")]
+    Encode(String),
+}
+
+/// The server's sled database.
+pub struct Store {
+    db: sled::Db,
+    sites: sled::Tree,
+    rounds: sled::Tree,
+    jobs: sled::Tree,
+    hosts: sled::Tree,
+    invites: sled::Tree,
+}
+
+fn id_key(id: u64) -> [u8; 8] {
+    id.to_be_bytes()
+}
+
+impl Store {
+    /// Open (or create) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(CACHE_CAPACITY_BYTES)
+            .mode(sled::Mode::HighThroughput)
+            .open()?;
+        Ok(Store {
+            sites: db.open_tree("sites")?,
+            rounds: db.open_tree("rounds")?,
+            jobs: db.open_tree("jobs")?,
+            hosts: db.open_tree("hosts")?,
+            invites: db.open_tree("invites")?,
+            db,
+        })
+    }
+
+    /// A new unique id (monotonic across restarts).
+    pub fn next_id(&self) -> Result<u64, StoreError> {
+        // sled ids start at 0; keep 0 free as "none".
+        Ok(self.db.generate_id()? + 1)
+    }
+
+    /// Make every write so far durable.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    fn put<T: Serialize>(tree: &sled::Tree, key: &[u8], value: &T) -> Result<(), StoreError> {
+        let bytes = codec::encode(value, MAX_RECORD_BYTES)
+            .map_err(|e| StoreError::Encode(e.to_string()))?;
+        tree.insert(key, bytes)?;
+        Ok(())
+    }
+
+    fn all<T: DeserializeOwned>(
+        tree: &sled::Tree,
+        name: &'static str,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut out = Vec::new();
+        for item in tree.iter() {
+            let (k, v) = item?;
+            out.push(
+                codec::decode(&v, MAX_RECORD_BYTES).map_err(|e| StoreError::Corrupt {
+                    tree: name,
+                    key: hex::encode(&k),
+                    msg: e.to_string(),
+                })?,
+            );
+        }
+        Ok(out)
+    }
+
+    pub fn put_site(&self, site: &SiteRecord) -> Result<(), StoreError> {
+        Self::put(&self.sites, site.host.as_bytes(), site)
+    }
+    pub fn remove_site(&self, host: &str) -> Result<bool, StoreError> {
+        Ok(self.sites.remove(host.as_bytes())?.is_some())
+    }
+    pub fn sites(&self) -> Result<Vec<SiteRecord>, StoreError> {
+        Self::all(&self.sites, "sites")
+    }
+
+    pub fn put_round(&self, round: &RoundRecord) -> Result<(), StoreError> {
+        Self::put(&self.rounds, &id_key(round.id), round)
+    }
+    pub fn rounds(&self) -> Result<Vec<RoundRecord>, StoreError> {
+        Self::all(&self.rounds, "rounds")
+    }
+
+    pub fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
+        Self::put(&self.jobs, &id_key(job.id), job)
+    }
+    pub fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        Self::all(&self.jobs, "jobs")
+    }
+
+    pub fn put_host(&self, host: &HostRecord) -> Result<(), StoreError> {
+        Self::put(&self.hosts, &id_key(host.id), host)
+    }
+    pub fn hosts(&self) -> Result<Vec<HostRecord>, StoreError> {
+        Self::all(&self.hosts, "hosts")
+    }
+
+    pub fn put_invite(&self, invite: &InviteRecord) -> Result<(), StoreError> {
+        Self::put(&self.invites, &invite.token_sha256, invite)
+    }
+    pub fn invites(&self) -> Result<Vec<InviteRecord>, StoreError> {
+        Self::all(&self.invites, "invites")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::*;
+
+    #[test]
+    fn records_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(dir.path()).unwrap();
+            let id = s.next_id().unwrap();
+            s.put_site(&SiteRecord {
+                host: "a.test".into(),
+                added_ms: 1,
+                last_scan: None,
+            })
+            .unwrap();
+            s.put_invite(&InviteRecord {
+                token_sha256: [5; 32],
+                uses_left: 2,
+                expires_ms: 9,
+                created_ms: 1,
+            })
+            .unwrap();
+            assert!(id > 0);
+            s.flush().unwrap();
+        }
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.sites().unwrap().len(), 1);
+        assert_eq!(s.invites().unwrap()[0].uses_left, 2);
+        assert!(s.remove_site("a.test").unwrap());
+        assert!(s.sites().unwrap().is_empty());
+    }
+}

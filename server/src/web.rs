@@ -1,0 +1,354 @@
+//! Serves a [`SynthWeb`] over HTTP/1.1 on a caller-owned listener, choosing the
+//! site by the `Host` header: for tests, the demo and (later) the reference site.
+//!
+//! [`serve`] is the async entry point (the caller owns the socket and the shutdown
+//! signal); [`SynthWebServer`] wraps it for synchronous tests: it binds
+//! `127.0.0.1:0`, runs its own single-threaded tokio runtime on a thread, counts
+//! and logs requests, and shuts down when dropped.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, Method, Response, StatusCode};
+use axum::Router;
+use beebot_shared::synth::SynthWeb;
+use tokio::sync::oneshot;
+
+/// Requests kept in a [`RequestLog`]; later ones are counted but not logged.
+pub const MAX_LOGGED_REQUESTS: usize = 100_000;
+
+/// Longest a dropped [`SynthWebServer`] waits for open connections to finish
+/// before the runtime is torn down with them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// Longest `Host` header or request target kept in the log.
+const MAX_LOGGED_FIELD_LEN: usize = 2048;
+
+/// One request the server answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedRequest {
+    /// When it arrived.
+    pub at: Instant,
+    /// The `Host` header as sent (port included).
+    pub host: String,
+    /// Path and query as sent.
+    pub path: String,
+    /// The `User-Agent` header, empty when absent.
+    pub user_agent: String,
+    /// The status answered.
+    pub status: u16,
+}
+
+/// Counts and remembers the requests a server answered (the first
+/// [`MAX_LOGGED_REQUESTS`] of them), so tests can check what a crawler fetched.
+#[derive(Debug, Default)]
+pub struct RequestLog {
+    count: AtomicU64,
+    entries: Mutex<Vec<LoggedRequest>>,
+}
+
+impl RequestLog {
+    /// Requests answered so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// A copy of the logged requests, in arrival order.
+    pub fn entries(&self) -> Vec<LoggedRequest> {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn record(&self, entry: LoggedRequest) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if entries.len() < MAX_LOGGED_REQUESTS {
+            entries.push(entry);
+        }
+        // Counted under the lock, so a reader that sees the count sees the entry.
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Shared by every request handler.
+struct AppState {
+    web: Arc<SynthWeb>,
+    log: Arc<RequestLog>,
+}
+
+/// Serve `web` on `listener` until `shutdown` completes, then finish open
+/// requests and return.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    web: Arc<SynthWeb>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    serve_logged(listener, web, Arc::new(RequestLog::default()), shutdown).await
+}
+
+/// [`serve`], recording every request in `log`.
+pub async fn serve_logged(
+    listener: tokio::net::TcpListener,
+    web: Arc<SynthWeb>,
+    log: Arc<RequestLog>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let state = Arc::new(AppState { web, log });
+    let app = Router::new().fallback(handle).with_state(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn handle(State(state): State<Arc<AppState>>, request: Request) -> Response<Body> {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| request.uri().host())
+        .unwrap_or("")
+        .to_string();
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_string();
+    let user_agent = request
+        .headers()
+        .get(header::USER_AGENT)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let response = match *request.method() {
+        Method::GET | Method::HEAD => {
+            let answer = state.web.respond(&host, &path);
+            let mut builder = Response::builder()
+                .status(answer.status)
+                .header(header::CONTENT_TYPE, answer.content_type);
+            if let Some(location) = answer.location {
+                builder = builder.header(header::LOCATION, location);
+            }
+            builder.body(Body::from(answer.body)).unwrap_or_else(|_| {
+                plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "bad synthetic response\n",
+                )
+            })
+        }
+        _ => plain(StatusCode::METHOD_NOT_ALLOWED, "GET only\n"),
+    };
+    state.log.record(LoggedRequest {
+        at: Instant::now(),
+        host: truncate(host),
+        path: truncate(path),
+        user_agent: truncate(user_agent),
+        status: response.status().as_u16(),
+    });
+    response
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut response = Response::new(Body::from(text));
+    *response.status_mut() = status;
+    response
+}
+
+fn truncate(mut s: String) -> String {
+    if s.len() > MAX_LOGGED_FIELD_LEN {
+        let mut end = MAX_LOGGED_FIELD_LEN;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+/// A synthetic web served on `127.0.0.1:{ephemeral}` from a thread of its own,
+/// for synchronous tests. Dropping it shuts the server down.
+pub struct SynthWebServer {
+    addr: SocketAddr,
+    log: Arc<RequestLog>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl SynthWebServer {
+    /// Bind `127.0.0.1:0` and start serving `web`.
+    pub fn start(web: Arc<SynthWeb>) -> io::Result<SynthWebServer> {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let log = Arc::new(RequestLog::default());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread_log = Arc::clone(&log);
+        let thread = std::thread::Builder::new()
+            .name(format!("synth-web-{}", addr.port()))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener)?;
+                    let (graceful, graceful_signal) = oneshot::channel::<()>();
+                    let server = serve_logged(listener, web, thread_log, async move {
+                        let _ = graceful_signal.await;
+                    });
+                    // On stop: ask for a graceful end, and give it SHUTDOWN_GRACE.
+                    let watchdog = async move {
+                        let _ = stopped.await;
+                        let _ = graceful.send(());
+                        tokio::time::sleep(SHUTDOWN_GRACE).await;
+                    };
+                    tokio::select! {
+                        result = server => result,
+                        () = watchdog => Ok(()),
+                    }
+                })
+            })?;
+        Ok(SynthWebServer {
+            addr,
+            log,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Where the server listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Requests answered so far.
+    pub fn requests(&self) -> u64 {
+        self.log.count()
+    }
+
+    /// The requests answered so far (the first [`MAX_LOGGED_REQUESTS`]).
+    pub fn request_log(&self) -> Vec<LoggedRequest> {
+        self.log.entries()
+    }
+
+    /// Stop the server and report how serving ended.
+    pub fn stop(mut self) -> io::Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> io::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.thread.take() {
+            Some(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("synthetic web server thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for SynthWebServer {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    /// One raw HTTP/1.1 GET (Connection: close), returning the response head and body.
+    fn get(addr: SocketAddr, host: &str, path: &str) -> (String, Vec<u8>) {
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: test-agent/1\r\nConnection: close\r\n\r\n"
+        )
+        .expect("write");
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).expect("read");
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("head");
+        let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+        (head, raw[split + 4..].to_vec())
+    }
+
+    #[test]
+    fn serves_sites_by_host_and_counts_requests() {
+        let web = Arc::new(SynthWeb::generate(7, 4));
+        let server = SynthWebServer::start(Arc::clone(&web)).expect("start");
+        let addr = server.addr();
+        let host = format!("site0.synth.test:{}", addr.port());
+
+        let (head, body) = get(addr, &host, "/robots.txt");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(body, web.respond("site0.synth.test", "/robots.txt").body);
+
+        let (head, body) = get(addr, &host, "/");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(body, web.respond("site0.synth.test", "/").body);
+
+        let (head, _) = get(addr, &host, "/go/0");
+        assert!(head.starts_with("HTTP/1.1 302"), "{head}");
+        assert!(
+            head.to_ascii_lowercase().contains("\r\nlocation: "),
+            "{head}"
+        );
+
+        let (head, _) = get(addr, "nowhere.test", "/");
+        assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+
+        assert_eq!(server.requests(), 4);
+        let log = server.request_log();
+        assert_eq!(log.len(), 4);
+        assert_eq!(log[0].path, "/robots.txt");
+        assert_eq!(log[0].host, host);
+        assert_eq!(log[0].user_agent, "test-agent/1");
+        assert_eq!(log[2].status, 302);
+        assert_eq!(log[3].status, 404);
+    }
+
+    #[test]
+    fn drop_stops_the_server() {
+        let server = SynthWebServer::start(Arc::new(SynthWeb::generate(1, 1))).expect("start");
+        let addr = server.addr();
+        // A connection held open must not keep the server alive.
+        let _idle = TcpStream::connect(addr).expect("connect");
+        let started = Instant::now();
+        drop(server);
+        assert!(started.elapsed() < SHUTDOWN_GRACE + Duration::from_secs(2));
+        assert!(TcpStream::connect(addr).is_err());
+    }
+
+    #[tokio::test]
+    async fn serve_stops_on_its_shutdown_signal() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve(
+            listener,
+            Arc::new(SynthWeb::generate(1, 1)),
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        let _ = tx.send(());
+        let result = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("stops in time")
+            .expect("no panic");
+        assert!(result.is_ok());
+    }
+}

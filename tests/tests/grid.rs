@@ -1,0 +1,185 @@
+//! End to end with the real binaries: a server, clients and a synthetic web on
+//! loopback. The exported link graph must equal the synthetic web's truth.
+
+use std::time::{Duration, Instant};
+
+use beebot_tests::*;
+
+fn join(g: &Grid, name: &str, code: &str) -> String {
+    let o = g.client(name, &["join", code, "--name", name]);
+    assert!(o.status.success(), "join {name} failed: {}", stderr(&o));
+    let out = stdout(&o);
+    // "joined ADDR as host N (NAME)"
+    out.split(" as host ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .expect("host id in join output")
+        .to_string()
+}
+
+fn invite(g: &Grid, uses: u32) -> String {
+    let o = g.admin_ok(&["invite", "--uses", &uses.to_string(), "--expires", "1h"]);
+    let code = last_line(&o);
+    assert!(code.starts_with("beebot1-"), "invite code: {code}");
+    code
+}
+
+fn run_once(g: &Grid, name: &str) -> std::process::Child {
+    let mut args = vec!["run", "--once", "--slots", "3"];
+    let flags = g.crawl_flags();
+    args.extend(flags.iter().map(String::as_str));
+    g.client_cmd(name, &args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn client")
+}
+
+fn wait_ok(child: std::process::Child, what: &str) {
+    let out = child.wait_with_output().expect("client output");
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn round_json(g: &Grid, id: &str) -> serde_json::Value {
+    let o = g.admin_ok(&["round", "show", id, "--json"]);
+    serde_json::from_str(&stdout(&o)).expect("round json")
+}
+
+#[test]
+fn three_clients_scan_twenty_sites_and_export_the_exact_truth() {
+    let g = Grid::start(11, 20);
+    let code = invite(&g, 3);
+    for name in ["a", "b", "c"] {
+        join(&g, name, &code);
+    }
+    g.import_sites();
+    let o = g.admin_ok(&["sites", "list"]);
+    assert_eq!(stdout(&o).lines().count(), 20);
+    let o = g.admin_ok(&["round", "start", "--delay-ms", "0", "--max-pages", "1000"]);
+    let round = last_line(&o);
+    assert!(round.parse::<u64>().is_ok(), "round id: {round}");
+
+    let clients: Vec<_> = ["a", "b", "c"].iter().map(|n| run_once(&g, n)).collect();
+    let o = g.admin(&["round", "wait", &round, "--timeout", "240s"]);
+    assert!(
+        o.status.success(),
+        "round wait: {}\n{}",
+        stderr(&o),
+        g.server_log()
+    );
+    for (c, n) in clients.into_iter().zip(["a", "b", "c"]) {
+        wait_ok(c, n);
+    }
+
+    let detail = round_json(&g, &round);
+    assert_eq!(detail["round"]["state"], "Done");
+    assert_eq!(detail["counts"]["done"], 20);
+    let hosts_used: std::collections::BTreeSet<_> = detail["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["result"]["host_id"].as_u64().expect("host"))
+        .collect();
+    assert!(
+        hosts_used.len() >= 2,
+        "work was spread over hosts: {hosts_used:?}"
+    );
+
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+
+    // JSONL carries the same rows.
+    let o = g.admin_ok(&["export", "--round", &round, "--format", "jsonl"]);
+    assert_eq!(stdout(&o).lines().count(), g.truth_rows().len());
+
+    // Status answers in both forms.
+    let o = g.admin_ok(&["status", "--json"]);
+    let s: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("status json");
+    assert_eq!(s["grid"]["sites"], 20);
+    assert_eq!(s["grid"]["hosts"], 3);
+    let o = g.admin_ok(&["hosts", "list"]);
+    assert_eq!(stdout(&o).lines().count(), 4, "{}", stdout(&o));
+}
+
+#[test]
+fn killed_client_jobs_are_reissued_after_their_deadline() {
+    let g = Grid::start(23, 12);
+    let code = invite(&g, 3);
+    let victim = join(&g, "victim", &code);
+    join(&g, "b", &code);
+    join(&g, "c", &code);
+    g.import_sites();
+    let o = g.admin_ok(&[
+        "round",
+        "start",
+        "--delay-ms",
+        "0",
+        "--max-deadline",
+        "3s",
+        "--max-attempts",
+        "50",
+    ]);
+    let round = last_line(&o);
+
+    // The victim takes units, then dies without a word.
+    let mut victim_proc = run_once(&g, "victim");
+    let start = Instant::now();
+    let held = loop {
+        let d = round_json(&g, &round);
+        let held =
+            d["jobs"]
+                .as_array()
+                .expect("jobs")
+                .iter()
+                .filter(|j| {
+                    j["attempts"].as_array().expect("attempts").iter().any(|a| {
+                        a["host_id"].as_u64().map(|h| h.to_string()) == Some(victim.clone())
+                    })
+                })
+                .count();
+        if held > 0 {
+            break held;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "victim never got work"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    victim_proc.kill().expect("kill victim");
+    let _ = victim_proc.wait();
+    assert!(held > 0);
+
+    let b = run_once(&g, "b");
+    let c = run_once(&g, "c");
+    let o = g.admin(&["round", "wait", &round, "--timeout", "240s"]);
+    assert!(
+        o.status.success(),
+        "round wait: {}\n{}",
+        stderr(&o),
+        g.server_log()
+    );
+    wait_ok(b, "b");
+    wait_ok(c, "c");
+
+    let d = round_json(&g, &round);
+    assert_eq!(d["counts"]["done"], 12, "{d}");
+    let expired_of_victim = d["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .flat_map(|j| j["attempts"].as_array().expect("attempts").iter())
+        .filter(|a| {
+            a["host_id"].as_u64().map(|h| h.to_string()) == Some(victim.clone())
+                && a["state"] == "Expired"
+        })
+        .count();
+    assert!(expired_of_victim > 0, "the victim's units expired: {d}");
+    let o = g.admin_ok(&["hosts", "list"]);
+    assert!(stdout(&o).lines().count() == 4);
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+}
