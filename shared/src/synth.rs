@@ -277,7 +277,7 @@ impl Rng {
     }
 
     fn word(&mut self) -> &'static str {
-        *self.pick(WORDS)
+        WORDS[self.below(WORDS.len())]
     }
 }
 

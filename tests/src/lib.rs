@@ -37,30 +37,49 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
-/// Run a command to completion, with a time bound.
+/// Run a command to completion, with a time bound. Output is drained while it
+/// runs, so a chatty command never blocks on a full pipe.
 pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out_t = drain(child.stdout.take().map(|s| Box::new(s) as _));
+    let err_t = drain(child.stderr.take().map(|s| Box::new(s) as _));
     let start = Instant::now();
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
         }
         if start.elapsed() > timeout {
             let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
+            let _ = child.wait();
+            let out = out_t.join().unwrap_or_default();
+            let err = err_t.join().unwrap_or_default();
             panic!(
                 "command timed out after {:?}: {:?}\nstdout:\n{}\nstderr:\n{}",
                 timeout,
                 cmd,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&err)
             );
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out_t.join().unwrap_or_default(),
+        stderr: err_t.join().unwrap_or_default(),
     }
 }
 

@@ -21,6 +21,10 @@ const ACCEPT: &str = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.1";
 /// Idle connections kept per host: we never have two requests to a host in flight.
 const IDLE_CONNECTIONS_PER_HOST: usize = 1;
 
+/// Bytes of an unwanted body read and thrown away so the connection can be
+/// reused (redirects and error pages are small); a longer body closes it.
+const DRAIN_BYTES: u64 = 16 * 1024;
+
 /// Idle connections kept in all (scopes wider than a host touch a few hosts).
 const IDLE_CONNECTIONS: usize = 4;
 
@@ -151,6 +155,12 @@ impl Fetcher {
                 .take(max_body_bytes)
                 .read_to_end(&mut body)
                 .map_err(|e| FetchError::Body(e.to_string()))?;
+        } else {
+            // Best effort: a failure here only costs the connection.
+            let _ = std::io::copy(
+                &mut response.into_body().into_reader().take(DRAIN_BYTES),
+                &mut std::io::sink(),
+            );
         }
         Ok(Fetched {
             status,

@@ -111,7 +111,7 @@ mod tests {
             RedirectStep::Fail(RedirectError::Loop(_))
         ));
         assert!(matches!(
-            next_step(&a, "/a#again", &[a.clone()], &scope),
+            next_step(&a, "/a#again", std::slice::from_ref(&a), &scope),
             RedirectStep::Fail(RedirectError::Loop(_))
         ));
         let chain: Vec<Url> = (0..=MAX_REDIRECTS)

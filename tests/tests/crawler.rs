@@ -1,0 +1,409 @@
+//! End-to-end tests of the crawler against the synthetic web served on loopback:
+//! exact agreement with the generator's truth, limits, robots.txt, politeness,
+//! the private-address guard and cancellation. Nothing here touches the internet.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use beebot_client::crawler::{crawl, CrawlOutput, CrawlSpec, CrawlerConfig};
+use beebot_server::web::{LoggedRequest, SynthWebServer};
+use beebot_shared::linkfile::{LinkRecord, StopReason};
+use beebot_shared::scope::Scope;
+use beebot_shared::synth::{SynthConfig, SynthWeb};
+
+const USER_AGENT: &str = "BeeBot/0.1-test (+https://example.invalid/beebot-grid)";
+
+fn start(web: &Arc<SynthWeb>) -> SynthWebServer {
+    SynthWebServer::start(Arc::clone(web)).expect("start the synthetic web server")
+}
+
+/// Loopback allowed, every `*.synth.test` host sent to the server.
+fn loopback_config(server: &SynthWebServer) -> CrawlerConfig {
+    CrawlerConfig {
+        allow_private: true,
+        resolve: vec![format!("*.synth.test=127.0.0.1:{}", server.addr().port())
+            .parse()
+            .expect("resolve rule")],
+        connect_timeout: Duration::from_secs(5),
+        read_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(10),
+    }
+}
+
+/// A spec with no limit in the way and no delay.
+fn open_spec(host: &str) -> CrawlSpec {
+    CrawlSpec {
+        max_pages: 100_000,
+        max_depth: 1000,
+        delay: Duration::ZERO,
+        max_page_bytes: 1024 * 1024,
+        max_duration: Duration::from_secs(120),
+        deadline: None,
+        user_agent: USER_AGENT.to_string(),
+        ..CrawlSpec::new(host, Scope::Host)
+    }
+}
+
+fn run(spec: &CrawlSpec, cfg: &CrawlerConfig) -> CrawlOutput {
+    crawl(spec, cfg, &AtomicBool::new(false), &mut |_, _| {})
+}
+
+fn requests_to(log: &[LoggedRequest], host: &str) -> Vec<LoggedRequest> {
+    log.iter()
+        .filter(|r| r.host.split(':').next() == Some(host))
+        .cloned()
+        .collect()
+}
+
+fn key(r: &LinkRecord) -> (String, String) {
+    (r.source_url.clone(), r.target_url.clone())
+}
+
+/// Differences between crawled and true records, one line each (empty when equal).
+fn differences(got: &[LinkRecord], want: &[LinkRecord]) -> Vec<String> {
+    let got_map: BTreeMap<_, _> = got.iter().map(|r| (key(r), r)).collect();
+    let want_map: BTreeMap<_, _> = want.iter().map(|r| (key(r), r)).collect();
+    let mut out = Vec::new();
+    if got_map.len() != got.len() {
+        out.push(format!(
+            "crawl returned {} duplicate (source, target) pairs",
+            got.len() - got_map.len()
+        ));
+    }
+    for (k, w) in &want_map {
+        match got_map.get(k) {
+            None => out.push(format!("missing: {w:?}")),
+            Some(g) if g != w => out.push(format!("differs:\n    got  {g:?}\n    want {w:?}")),
+            Some(_) => {}
+        }
+    }
+    for (k, g) in &got_map {
+        if !want_map.contains_key(k) {
+            out.push(format!("extra:   {g:?}"));
+        }
+    }
+    out
+}
+
+#[test]
+fn crawl_of_every_site_equals_the_truth() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let server = start(&web);
+    let cfg = loopback_config(&server);
+    let mut failures = Vec::new();
+    for host in web.site_hosts() {
+        let spec = open_spec(&host);
+        let out = run(&spec, &cfg);
+        let truth = web.site_truth(&host).expect("known site");
+        let diff = differences(&out.records, &truth);
+        if !diff.is_empty() {
+            failures.push(format!(
+                "{host}: {} records, truth {}:\n  {}",
+                out.records.len(),
+                truth.len(),
+                diff.join("\n  ")
+            ));
+        }
+        let s = &out.summary;
+        assert_eq!(s.stopped_by, None, "{host}: {s:?}");
+        assert_eq!(s.links, out.records.len() as u64, "{host}");
+        assert!(
+            s.pages >= web.site_pages(&host).expect("pages") as u64,
+            "{host}: {s:?}"
+        );
+        assert!(
+            s.robots_disallowed >= 1,
+            "{host}: the private page is skipped: {s:?}"
+        );
+        assert!(s.bytes > 0 && s.elapsed_ms < 60_000, "{host}: {s:?}");
+        let hosts: std::collections::HashSet<_> = truth
+            .iter()
+            .filter_map(|r| {
+                url::Url::parse(&r.target_url)
+                    .ok()?
+                    .host_str()
+                    .map(str::to_string)
+            })
+            .collect();
+        assert_eq!(s.distinct_target_hosts, hosts.len() as u64, "{host}");
+        let status_total: u64 = s.status_counts.iter().map(|(_, n)| n).sum();
+        assert!(status_total >= s.pages, "{host}: {s:?}");
+
+        // Every URL once, robots.txt first, nothing forbidden, our User-Agent.
+        let log = requests_to(&server.request_log(), &host);
+        let urls = web.site_urls(&host).expect("urls");
+        assert_eq!(
+            log.len(),
+            urls + 1,
+            "{host}: requests {:?}",
+            log.iter().map(|r| &r.path).collect::<Vec<_>>()
+        );
+        assert_eq!(log[0].path, "/robots.txt", "{host}");
+        assert!(log.iter().all(|r| r.user_agent == USER_AGENT), "{host}");
+        let mut paths: Vec<_> = log.iter().map(|r| r.path.clone()).collect();
+        paths.sort();
+        paths.dedup();
+        assert_eq!(paths.len(), log.len(), "{host}: a URL was requested twice");
+        for path in web.site_disallowed_paths(&host).expect("paths") {
+            assert!(
+                !paths.contains(&path),
+                "{host}: {path} requested despite robots.txt"
+            );
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "crawl differs from the truth:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// The biggest site of the web, for tests that need many pages.
+fn biggest_site(web: &SynthWeb) -> String {
+    web.site_hosts()
+        .into_iter()
+        .max_by_key(|h| web.site_pages(h).unwrap_or(0))
+        .expect("a site")
+}
+
+#[test]
+fn page_cap_stops_at_exactly_n_pages() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let server = start(&web);
+    let host = biggest_site(&web);
+    let spec = CrawlSpec {
+        max_pages: 10,
+        ..open_spec(&host)
+    };
+    let out = run(&spec, &loopback_config(&server));
+    assert_eq!(out.summary.pages, 10, "{:?}", out.summary);
+    assert_eq!(out.summary.stopped_by, Some(StopReason::MaxPages));
+    let sources: std::collections::HashSet<_> = out.records.iter().map(|r| &r.source_url).collect();
+    assert!(!sources.is_empty() && sources.len() <= 10);
+}
+
+#[test]
+fn depth_zero_fetches_the_seed_only() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let server = start(&web);
+    let host = biggest_site(&web);
+    let spec = CrawlSpec {
+        max_depth: 0,
+        ..open_spec(&host)
+    };
+    let out = run(&spec, &loopback_config(&server));
+    assert_eq!(out.summary.pages, 1, "{:?}", out.summary);
+    assert_eq!(out.summary.stopped_by, None);
+    let home = format!("http://{host}/");
+    assert!(!out.records.is_empty());
+    assert!(out.records.iter().all(|r| r.source_url == home));
+}
+
+#[test]
+fn page_bytes_are_capped_and_the_part_read_is_parsed() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let server = start(&web);
+    let host = biggest_site(&web);
+    let spec = CrawlSpec {
+        max_page_bytes: 1500,
+        ..open_spec(&host)
+    };
+    let out = run(&spec, &loopback_config(&server));
+    assert!(out.summary.pages >= 1);
+    assert!(
+        out.summary.bytes <= out.summary.pages * 1500,
+        "{:?}",
+        out.summary
+    );
+    // A 1500-byte prefix holds the head and navigation: the seed's links are found.
+    assert!(out.summary.pages > 1, "{:?}", out.summary);
+}
+
+#[test]
+fn robots_disallowed_pages_are_never_requested() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let server = start(&web);
+    let host = "site0.synth.test";
+    let out = run(&open_spec(host), &loopback_config(&server));
+    assert!(out.summary.robots_disallowed >= 1, "{:?}", out.summary);
+    let log = requests_to(&server.request_log(), host);
+    assert_eq!(log.iter().filter(|r| r.path == "/robots.txt").count(), 1);
+    assert!(
+        log.iter().all(|r| !r.path.starts_with("/private/")),
+        "{log:?}"
+    );
+    assert!(out
+        .records
+        .iter()
+        .all(|r| !r.target_url.contains("private-ext")));
+}
+
+#[test]
+fn private_addresses_are_refused_by_default() {
+    let web = Arc::new(SynthWeb::generate(7, 2));
+    let server = start(&web);
+    let cfg = CrawlerConfig {
+        allow_private: false,
+        ..loopback_config(&server)
+    };
+    let out = run(&open_spec("site0.synth.test"), &cfg);
+    assert!(out.summary.errors > 0, "{:?}", out.summary);
+    assert_eq!(out.summary.pages, 0);
+    assert!(out.records.is_empty());
+    assert_eq!(out.summary.stopped_by, Some(StopReason::RobotsUnavailable));
+
+    // An address given literally is checked the same way.
+    let literal = format!("127.0.0.1:{}", server.addr().port());
+    let out = run(&open_spec(&literal), &CrawlerConfig::default());
+    assert!(
+        out.summary.errors > 0 && out.summary.pages == 0,
+        "{:?}",
+        out.summary
+    );
+    assert_eq!(server.requests(), 0, "nothing reached the server");
+}
+
+#[test]
+fn https_fails_cleanly_without_tls() {
+    let web = Arc::new(SynthWeb::generate(7, 2));
+    let server = start(&web);
+    let mut spec = open_spec("site0.synth.test");
+    spec.seed = url::Url::parse("https://site0.synth.test/").expect("url");
+    let out = run(&spec, &loopback_config(&server));
+    assert!(
+        out.summary.errors > 0 && out.summary.pages == 0,
+        "{:?}",
+        out.summary
+    );
+    assert!(out.summary.stopped_by.is_some());
+    assert_eq!(server.requests(), 0);
+}
+
+/// Checks that consecutive requests to `host` are at least `gap` apart.
+fn assert_spaced(log: &[LoggedRequest], gap: Duration) {
+    for pair in log.windows(2) {
+        let between = pair[1].at.duration_since(pair[0].at);
+        assert!(
+            between >= gap,
+            "{} then {} only {between:?} apart",
+            pair[0].path,
+            pair[1].path
+        );
+    }
+}
+
+#[test]
+fn politeness_delay_is_honoured() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let server = start(&web);
+    let host = biggest_site(&web);
+    let delay = Duration::from_millis(80);
+    let pages = 5u32;
+    let spec = CrawlSpec {
+        max_pages: pages,
+        delay,
+        ..open_spec(&host)
+    };
+    let out = run(&spec, &loopback_config(&server));
+    assert_eq!(out.summary.pages, u64::from(pages));
+    assert!(
+        Duration::from_millis(out.summary.elapsed_ms) >= delay * (pages - 1),
+        "{:?}",
+        out.summary
+    );
+    let log = requests_to(&server.request_log(), &host);
+    assert!(log.len() > usize::try_from(pages).expect("small"));
+    assert_spaced(&log, delay);
+}
+
+#[test]
+fn robots_crawl_delay_is_honoured() {
+    let web = Arc::new(SynthWeb::with_config(
+        7,
+        12,
+        SynthConfig {
+            crawl_delay_ms: Some(120),
+            ..SynthConfig::default()
+        },
+    ));
+    let server = start(&web);
+    let host = biggest_site(&web);
+    let spec = CrawlSpec {
+        max_pages: 4,
+        ..open_spec(&host)
+    };
+    let out = run(&spec, &loopback_config(&server));
+    assert_eq!(out.summary.pages, 4);
+    let log = requests_to(&server.request_log(), &host);
+    assert!(log.len() >= 5, "robots.txt and four pages");
+    assert_spaced(&log, Duration::from_millis(120));
+}
+
+#[test]
+fn cancel_stops_the_scan() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let server = start(&web);
+    let host = biggest_site(&web);
+    let cancel = AtomicBool::new(false);
+    let mut calls = 0u64;
+    let out = crawl(
+        &open_spec(&host),
+        &loopback_config(&server),
+        &cancel,
+        &mut |pages, _links| {
+            calls += 1;
+            if pages >= 3 {
+                cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        },
+    );
+    assert_eq!(out.summary.stopped_by, Some(StopReason::Cancelled));
+    assert_eq!(out.summary.pages, 3);
+    assert_eq!(calls, 3);
+
+    // Cancelled before it starts: nothing is requested.
+    let before = server.requests();
+    let out = crawl(
+        &open_spec(&host),
+        &loopback_config(&server),
+        &AtomicBool::new(true),
+        &mut |_, _| {},
+    );
+    assert_eq!(out.summary.stopped_by, Some(StopReason::Cancelled));
+    assert_eq!(server.requests(), before);
+}
+
+#[test]
+fn time_limits_stop_the_scan() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let server = start(&web);
+    let host = biggest_site(&web);
+    let spec = CrawlSpec {
+        delay: Duration::from_millis(100),
+        max_duration: Duration::from_millis(350),
+        ..open_spec(&host)
+    };
+    let out = run(&spec, &loopback_config(&server));
+    assert_eq!(
+        out.summary.stopped_by,
+        Some(StopReason::MaxTime),
+        "{:?}",
+        out.summary
+    );
+    assert!(
+        out.summary.pages >= 1 && out.summary.pages <= 4,
+        "{:?}",
+        out.summary
+    );
+    assert!(out.summary.elapsed_ms < 2000);
+
+    let spec = CrawlSpec {
+        deadline: Some(SystemTime::now() - Duration::from_secs(1)),
+        ..open_spec(&host)
+    };
+    let out = run(&spec, &loopback_config(&server));
+    assert_eq!(out.summary.stopped_by, Some(StopReason::Deadline));
+    assert_eq!(out.summary.pages, 0);
+}
