@@ -174,6 +174,13 @@ impl DataDir {
         toml::from_str(&text).with_context(|| format!("{} is not valid", self.config().display()))
     }
 
+    /// Write the config back (durably).
+    pub fn save_config(&self, cfg: &ServerConfig) -> Result<()> {
+        let text = toml::to_string_pretty(cfg).context("cannot encode config")?;
+        crate::grid::write_durable(&self.config(), text.as_bytes())
+            .with_context(|| format!("cannot write {}", self.config().display()))
+    }
+
     pub fn load_project_key(&self) -> Result<SigningKey> {
         let text = fs::read_to_string(self.project_key())
             .with_context(|| format!("cannot read {}", self.project_key().display()))?;

@@ -499,6 +499,24 @@ impl Grid {
         round.finished_ms = Some(now_ms);
         let round = round.clone();
         self.store.put_round(&round)?;
+        // Its running units are aborted (their hosts are told to stop), so a
+        // deadline passing later is not held against the hosts.
+        for id in &round.job_ids {
+            let Some(job) = self.jobs.get_mut(id) else {
+                continue;
+            };
+            let mut touched = false;
+            for a in job.attempts.iter_mut() {
+                if a.state == AttemptState::Running {
+                    a.state = AttemptState::Aborted;
+                    touched = true;
+                }
+            }
+            if touched {
+                job.state = JobState::Queued;
+                self.store.put_job(job)?;
+            }
+        }
         self.store.flush()?;
         Ok(())
     }
@@ -565,7 +583,8 @@ impl Grid {
         req: &WorkRequest,
         now_ms: u64,
     ) -> Result<WorkReply, GridError> {
-        self.active_host(host_id, now_ms)?;
+        let host = self.active_host(host_id, now_ms)?.clone();
+        self.store.put_host(&host)?;
         // Units the host no longer holds go back to the queue at once.
         self.release_host_units(host_id, Some(&req.units_held), now_ms)?;
 
@@ -704,6 +723,7 @@ impl Grid {
             host_id,
             issued_ms: now_ms,
             deadline_ms: deadline,
+            window_ms: deadline.saturating_sub(now_ms),
             state: AttemptState::Running,
             pages: 0,
             links: 0,
@@ -732,12 +752,17 @@ impl Grid {
         let Some(job) = self.job_of_unit(unit_id) else {
             return Ok(ProgressOutcome::Abort("unknown unit".into()));
         };
-        let round_state = self.rounds.get(&job.round_id).map(|r| r.state);
-        if round_state != Some(RoundState::Running) {
-            return Ok(ProgressOutcome::Abort("round cancelled".into()));
+        match self.rounds.get(&job.round_id).map(|r| r.state) {
+            Some(RoundState::Running) => {}
+            Some(RoundState::Cancelled) => {
+                return Ok(ProgressOutcome::Abort("round cancelled".into()))
+            }
+            _ => return Ok(ProgressOutcome::Abort("round ended".into())),
         }
-        if job.state == JobState::Done {
-            return Ok(ProgressOutcome::Abort("job done elsewhere".into()));
+        match job.state {
+            JobState::Done => return Ok(ProgressOutcome::Abort("job done elsewhere".into())),
+            JobState::Failed => return Ok(ProgressOutcome::Abort("job failed".into())),
+            JobState::Queued | JobState::Running => {}
         }
         let job_id = job.id;
         let Some(job) = self.jobs.get_mut(&job_id) else {
@@ -760,9 +785,9 @@ impl Grid {
         }
         // Extend a unit that is still making progress in the last half of its window,
         // up to four windows in all.
-        let window = a.deadline_ms.saturating_sub(a.issued_ms);
+        let window = a.window_ms;
         let cap = a.issued_ms.saturating_add(window.saturating_mul(4));
-        if now_ms > a.deadline_ms.saturating_sub(window / 2) && a.deadline_ms < cap {
+        if window > 0 && now_ms > a.deadline_ms.saturating_sub(window / 2) && a.deadline_ms < cap {
             a.deadline_ms = now_ms.saturating_add(window).min(cap);
             let d = a.deadline_ms;
             let job = job.clone();
@@ -781,7 +806,7 @@ impl Grid {
         reason: &str,
         now_ms: u64,
     ) -> Result<(), GridError> {
-        self.active_host(host_id, now_ms)?.failures += 1;
+        self.active_host(host_id, now_ms)?;
         let Some(&job_id) = self.units.get(&unit_id) else {
             return Ok(());
         };
@@ -798,9 +823,11 @@ impl Grid {
         if found {
             push_reason(job, format!("host {host_id}: {reason}"));
             self.after_attempt_ended(job_id, now_ms)?;
-        }
-        if let Some(h) = self.hosts.get(&host_id) {
-            self.store.put_host(h)?;
+            if let Some(h) = self.hosts.get_mut(&host_id) {
+                h.failures += 1;
+                let h = h.clone();
+                self.store.put_host(&h)?;
+            }
         }
         self.store.flush()?;
         Ok(())
@@ -889,8 +916,8 @@ impl Grid {
             )));
         }
         let round_state = self.rounds.get(&job.round_id).map(|r| r.state);
-        if job.state == JobState::Done || round_state != Some(RoundState::Running) {
-            // Acknowledged and dropped: the job is finished (or its round cancelled).
+        if job.state.is_final() || round_state != Some(RoundState::Running) {
+            // Acknowledged and dropped: the job is finished (or its round ended).
             return Ok(UploadOutcome::Duplicate);
         }
         let (header, records) = match linkfile::decode(link_file) {
@@ -995,5 +1022,1252 @@ impl Grid {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use beebot_shared::extract::LinkTag;
+    use beebot_shared::linkfile::{LinkFileHeader, LinkRecord, LINK_FILE_VERSION};
+    use beebot_shared::scope::Scope;
+    use ed25519_dalek::VerifyingKey;
+    use tempfile::TempDir;
+
+    /// A fixed start time (Unix ms); every test drives time from here.
+    const T0: u64 = 1_700_000_000_000;
+    const HOUR_MS: u64 = 3_600_000;
+    /// The deadline window of a never-scanned site on a host with no speed figure
+    /// under [`params`]: 50 pages at 5 pages/s = 10 s, × slack 3 + grace 10 s = 40 s.
+    const WINDOW_MS: u64 = 40_000;
+
+    struct Fx {
+        dir: TempDir,
+        key: SigningKey,
+        grid: Grid,
+    }
+
+    fn settings() -> GridSettings {
+        GridSettings {
+            user_agent: "BeeBot/test (+http://example.test/bot)".into(),
+            deadline_slack: 3.0,
+            deadline_grace_s: 10,
+        }
+    }
+
+    fn open_grid(dir: &Path, key: &SigningKey) -> Grid {
+        let store = Store::open(&dir.join("db")).unwrap();
+        Grid::open(store, dir.join("links"), key.clone(), settings()).unwrap()
+    }
+
+    impl Fx {
+        fn new() -> Fx {
+            let dir = tempfile::tempdir().unwrap();
+            let key = sign::generate_key();
+            let grid = open_grid(dir.path(), &key);
+            Fx { dir, key, grid }
+        }
+
+        /// A grid with `sites` sites and one running round.
+        fn with_round(sites: usize, max_attempts: u32) -> (Fx, u64) {
+            let mut fx = Fx::new();
+            fx.grid.add_sites(&site_names(sites), T0).unwrap();
+            let round = fx.grid.start_round(params(max_attempts), T0).unwrap();
+            (fx, round)
+        }
+
+        fn links(&self) -> PathBuf {
+            self.dir.path().join("links")
+        }
+
+        fn host(&mut self) -> u64 {
+            enrol_host(&mut self.grid, T0)
+        }
+
+        /// Ask for work and verify every unit with the project public key.
+        fn ask(
+            &mut self,
+            host: u64,
+            free: u32,
+            held: &[u64],
+            now: u64,
+        ) -> (Vec<WorkUnit>, WorkReply) {
+            let reply = self
+                .grid
+                .request_work(
+                    host,
+                    &WorkRequest {
+                        want_seconds: 3600,
+                        free_slots: free,
+                        units_held: held.to_vec(),
+                    },
+                    now,
+                )
+                .unwrap();
+            let pk = VerifyingKey::from_bytes(&self.grid.project_public_key()).unwrap();
+            assert_eq!(pk, self.key.verifying_key());
+            let units = reply
+                .units
+                .iter()
+                .map(|s| sign::verify_unit(&pk, s).unwrap())
+                .collect();
+            (units, reply)
+        }
+
+        /// Ask for exactly one unit.
+        fn one(&mut self, host: u64, held: &[u64], now: u64) -> WorkUnit {
+            let (mut units, _) = self.ask(host, 1, held, now);
+            assert_eq!(units.len(), 1, "expected one unit for host {host}");
+            units.remove(0)
+        }
+
+        fn upload(&mut self, host: u64, unit: &WorkUnit, n: usize, now: u64) -> UploadOutcome {
+            let (summary, file) = result_for(unit, n);
+            self.grid
+                .upload(host, unit.unit_id, summary, &file, now)
+                .unwrap()
+        }
+
+        fn job(&self, job_id: u64) -> JobRecord {
+            self.grid.jobs[&job_id].clone()
+        }
+
+        fn attempt(&self, unit_id: u64) -> Attempt {
+            let job = &self.grid.jobs[&self.grid.units[&unit_id]];
+            job.attempts
+                .iter()
+                .find(|a| a.unit_id == unit_id)
+                .unwrap()
+                .clone()
+        }
+
+        fn host_rec(&self, id: u64) -> HostRecord {
+            self.grid.hosts[&id].clone()
+        }
+
+        fn round_state(&self, id: u64) -> RoundState {
+            self.grid.rounds[&id].state
+        }
+    }
+
+    fn params(max_attempts: u32) -> RoundParams {
+        RoundParams {
+            policy: "round-robin".into(),
+            max_pages: 100,
+            max_depth: 3,
+            delay_ms: 0,
+            scope: Scope::Host,
+            max_page_bytes: 100_000,
+            max_seconds: 600,
+            deadline_min_s: 30,
+            deadline_max_s: 600,
+            max_attempts,
+        }
+    }
+
+    fn site_names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("s{i}.test")).collect()
+    }
+
+    fn info(name: &str) -> HostInfo {
+        HostInfo {
+            name: name.into(),
+            os: "linux".into(),
+            client_version: "0.1.0".into(),
+            cores: 4,
+        }
+    }
+
+    fn enrol_host(g: &mut Grid, now: u64) -> u64 {
+        let token = g.create_invite(1, now + HOUR_MS, now).unwrap();
+        let key = sign::generate_key();
+        g.enrol(&token, key.verifying_key().to_bytes(), info("pc"), now)
+            .unwrap()
+    }
+
+    fn records(site: &str, n: usize) -> Vec<LinkRecord> {
+        (0..n)
+            .map(|i| LinkRecord {
+                source_url: format!("http://{site}/p{}", i % 3),
+                target_url: format!("http://out{i}.test/"),
+                tag: LinkTag::A,
+                nofollow: i % 2 == 0,
+                anchor_text: format!("link {i}"),
+            })
+            .collect()
+    }
+
+    fn header_for(unit: &WorkUnit, n: usize) -> LinkFileHeader {
+        LinkFileHeader {
+            format_version: LINK_FILE_VERSION,
+            round_id: unit.round_id,
+            unit_id: unit.unit_id,
+            site: unit.site.clone(),
+            pages: 3,
+            records: n as u64,
+        }
+    }
+
+    fn summary(n: usize) -> ScanSummary {
+        ScanSummary {
+            pages: 3,
+            bytes: 3000,
+            links: n as u64,
+            distinct_target_hosts: n as u64,
+            errors: 0,
+            elapsed_ms: 1500,
+            stopped_by: None,
+            status_counts: vec![(200, 3)],
+            robots_disallowed: 0,
+        }
+    }
+
+    /// A valid result for `unit`: a summary and a link file of `n` records.
+    fn result_for(unit: &WorkUnit, n: usize) -> (ScanSummary, Vec<u8>) {
+        let file = linkfile::encode(&header_for(unit, n), &records(&unit.site, n)).unwrap();
+        (summary(n), file)
+    }
+
+    /// Every file under `dir` (none when it does not exist).
+    fn files_under(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            let Ok(rd) = fs::read_dir(&d) else { continue };
+            for e in rd {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    todo.push(p);
+                } else {
+                    out.push(p);
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn lf_path(fx: &Fx, unit: &WorkUnit) -> PathBuf {
+        fx.links()
+            .join(unit.round_id.to_string())
+            .join(format!("{}.lf", unit.job_id))
+    }
+
+    // ---- invites ----
+
+    #[test]
+    fn enrol_with_a_valid_token() {
+        let mut fx = Fx::new();
+        let token = fx.grid.create_invite(1, T0 + HOUR_MS, T0).unwrap();
+        assert_eq!(token.len(), INVITE_TOKEN_LEN);
+        let key = sign::generate_key().verifying_key().to_bytes();
+        let id = fx.grid.enrol(&token, key, info("pc-1"), T0 + 5).unwrap();
+        assert!(id > 0);
+        assert_eq!(fx.grid.host_key(id).unwrap(), key);
+        let h = fx.host_rec(id);
+        assert_eq!(h.info, info("pc-1"));
+        assert_eq!(h.enrolled_ms, T0 + 5);
+        assert!(!h.revoked);
+        assert_eq!((h.jobs_done, h.deadlines_missed, h.failures), (0, 0, 0));
+        assert_eq!(fx.grid.invites[&sha256(&token)].uses_left, 0);
+        assert_eq!(fx.grid.status().hosts, 1);
+        assert!(matches!(
+            fx.grid.host_key(id + 1000),
+            Err(GridError::UnknownHost(_))
+        ));
+        assert!(matches!(
+            fx.grid.create_invite(0, T0 + HOUR_MS, T0),
+            Err(GridError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn used_up_invite_is_bad() {
+        let mut fx = Fx::new();
+        let once = fx.grid.create_invite(1, T0 + HOUR_MS, T0).unwrap();
+        let k1 = sign::generate_key().verifying_key().to_bytes();
+        let k2 = sign::generate_key().verifying_key().to_bytes();
+        fx.grid.enrol(&once, k1, info("a"), T0).unwrap();
+        assert!(matches!(
+            fx.grid.enrol(&once, k2, info("b"), T0 + 1),
+            Err(GridError::BadInvite)
+        ));
+        assert_eq!(fx.grid.hosts().len(), 1);
+
+        let twice = fx.grid.create_invite(2, T0 + HOUR_MS, T0).unwrap();
+        let k3 = sign::generate_key().verifying_key().to_bytes();
+        fx.grid.enrol(&twice, k2, info("b"), T0 + 2).unwrap();
+        fx.grid.enrol(&twice, k3, info("c"), T0 + 3).unwrap();
+        let k4 = sign::generate_key().verifying_key().to_bytes();
+        assert!(matches!(
+            fx.grid.enrol(&twice, k4, info("d"), T0 + 4),
+            Err(GridError::BadInvite)
+        ));
+        assert_eq!(fx.grid.hosts().len(), 3);
+    }
+
+    #[test]
+    fn expired_or_unknown_invite_is_bad() {
+        let mut fx = Fx::new();
+        let tok = fx.grid.create_invite(5, T0 + 1000, T0).unwrap();
+        let k = sign::generate_key().verifying_key().to_bytes();
+        // Expiry is exclusive: at the expiry instant the token no longer works.
+        assert!(matches!(
+            fx.grid.enrol(&tok, k, info("a"), T0 + 1000),
+            Err(GridError::BadInvite)
+        ));
+        assert!(matches!(
+            fx.grid.enrol(&tok, k, info("a"), T0 + 50_000),
+            Err(GridError::BadInvite)
+        ));
+        // A refused enrolment does not use the invite up.
+        assert_eq!(fx.grid.invites[&sha256(&tok)].uses_left, 5);
+        assert!(fx.grid.hosts().is_empty());
+        // One millisecond before expiry it still works.
+        fx.grid.enrol(&tok, k, info("a"), T0 + 999).unwrap();
+
+        let k2 = sign::generate_key().verifying_key().to_bytes();
+        let mut forged = tok.clone();
+        forged[0] ^= 1;
+        assert!(matches!(
+            fx.grid.enrol(&forged, k2, info("b"), T0),
+            Err(GridError::BadInvite)
+        ));
+        assert!(matches!(
+            fx.grid.enrol(&[], k2, info("b"), T0),
+            Err(GridError::BadInvite)
+        ));
+    }
+
+    #[test]
+    fn key_enrolled_twice_is_refused() {
+        let mut fx = Fx::new();
+        let tok = fx.grid.create_invite(3, T0 + HOUR_MS, T0).unwrap();
+        let k = sign::generate_key().verifying_key().to_bytes();
+        let id = fx.grid.enrol(&tok, k, info("a"), T0).unwrap();
+        match fx.grid.enrol(&tok, k, info("a-again"), T0 + 1) {
+            Err(GridError::KeyEnrolled(got)) => assert_eq!(got, id),
+            other => panic!("expected KeyEnrolled, got {other:?}"),
+        }
+        // The refusal did not consume a use nor add a host.
+        assert_eq!(fx.grid.invites[&sha256(&tok)].uses_left, 2);
+        assert_eq!(fx.grid.hosts().len(), 1);
+        // A revoked key cannot come back through a new invite either.
+        fx.grid.revoke(id, T0 + 2).unwrap();
+        let tok2 = fx.grid.create_invite(1, T0 + HOUR_MS, T0).unwrap();
+        assert!(matches!(
+            fx.grid.enrol(&tok2, k, info("a"), T0 + 3),
+            Err(GridError::KeyEnrolled(got)) if got == id
+        ));
+    }
+
+    #[test]
+    fn only_the_token_hash_is_stored() {
+        let mut fx = Fx::new();
+        let tok = fx.grid.create_invite(2, T0 + HOUR_MS, T0 + 7).unwrap();
+        // Exhaustive destructuring: the record has no other field that could hold the token.
+        let InviteRecord {
+            token_sha256,
+            uses_left,
+            expires_ms,
+            created_ms,
+        } = fx.grid.invites.values().next().unwrap().clone();
+        assert_eq!(token_sha256, sha256(&tok));
+        assert_ne!(&token_sha256[..tok.len()], &tok[..]);
+        assert_eq!(
+            (uses_left, expires_ms, created_ms),
+            (2, T0 + HOUR_MS, T0 + 7)
+        );
+        assert_eq!(fx.grid.invites.len(), 1);
+
+        // Nor do the token's bytes appear anywhere in the database files.
+        let Fx { dir, grid, .. } = fx;
+        drop(grid);
+        let mut saw_hash = false;
+        for f in files_under(&dir.path().join("db")) {
+            let bytes = fs::read(&f).unwrap();
+            assert!(
+                !bytes.windows(tok.len()).any(|w| w == &tok[..]),
+                "token bytes found in {}",
+                f.display()
+            );
+            saw_hash |= bytes.windows(32).any(|w| w == &token_sha256[..]);
+        }
+        assert!(saw_hash, "the scan should at least find the stored hash");
+    }
+
+    // ---- work ----
+
+    #[test]
+    fn request_work_gives_signed_units_bound_to_the_host() {
+        let (mut fx, round) = Fx::with_round(5, 3);
+        let a = fx.host();
+        let now = T0 + 1000;
+        let (units, reply) = fx.ask(a, 3, &[], now);
+        assert_eq!(units.len(), 3);
+        assert_eq!(reply.retry_after_s, None);
+        assert!(reply.rounds_open);
+        let p = params(3);
+        let mut jobs = Vec::new();
+        for u in &units {
+            assert_eq!(u.host_id, a);
+            assert_eq!(u.round_id, round);
+            assert_eq!(u.issued_ms, now);
+            let span = u.deadline_ms - u.issued_ms;
+            assert!(span >= p.deadline_min_s * 1000 && span <= p.deadline_max_s * 1000);
+            assert_eq!(span, WINDOW_MS);
+            assert_eq!(u.user_agent, settings().user_agent);
+            assert_eq!(u.scope, Scope::Host);
+            assert_eq!(u.limits.max_pages, p.max_pages);
+            assert_eq!(u.limits.max_depth, p.max_depth);
+            assert_eq!(u.limits.max_seconds, p.max_seconds);
+            assert_eq!(u.seed_url, format!("http://{}/", u.site));
+            let job = fx.job(u.job_id);
+            assert_eq!(job.site, u.site);
+            assert_eq!(job.state, JobState::Running);
+            let at = fx.attempt(u.unit_id);
+            assert_eq!((at.host_id, at.deadline_ms), (a, u.deadline_ms));
+            assert_eq!(at.state, AttemptState::Running);
+            jobs.push(u.job_id);
+        }
+        jobs.sort();
+        jobs.dedup();
+        assert_eq!(jobs.len(), 3, "three distinct jobs");
+
+        // Signed by the project key and by nothing else.
+        let other = sign::generate_key().verifying_key();
+        assert!(sign::verify_unit(&other, &reply.units[0]).is_err());
+
+        // No free slot, no unit (and no retry hint needed beyond the open round).
+        let held: Vec<u64> = units.iter().map(|u| u.unit_id).collect();
+        let (none, r) = fx.ask(a, 0, &held, now);
+        assert!(none.is_empty());
+        assert_eq!(r.retry_after_s, Some(RETRY_WHILE_ROUND_OPEN_S));
+
+        // The rest of the queue, then nothing.
+        let (more, _) = fx.ask(a, 10, &held, now + 1);
+        assert_eq!(more.len(), 2);
+        assert!(more.iter().all(|u| !jobs.contains(&u.job_id)));
+        let held: Vec<u64> = units.iter().chain(&more).map(|u| u.unit_id).collect();
+        let (none, r) = fx.ask(a, 10, &held, now + 2);
+        assert!(none.is_empty());
+        assert_eq!(r.retry_after_s, Some(RETRY_WHILE_ROUND_OPEN_S));
+        assert!(r.rounds_open);
+        let st = fx.grid.status();
+        assert_eq!((st.jobs_queued, st.jobs_running), (0, 5));
+    }
+
+    #[test]
+    fn a_reply_holds_at_most_the_unit_cap() {
+        let (mut fx, _) = Fx::with_round(MAX_UNITS_PER_REPLY + 6, 3);
+        let a = fx.host();
+        let (units, _) = fx.ask(a, u32::MAX, &[], T0);
+        assert_eq!(units.len(), MAX_UNITS_PER_REPLY);
+    }
+
+    #[test]
+    fn size_aware_policy_sizes_the_reply_to_the_asked_seconds() {
+        let mut fx = Fx::new();
+        fx.grid.add_sites(&site_names(5), T0).unwrap();
+        let mut p = params(3);
+        p.policy = "size-aware".into();
+        fx.grid.start_round(p, T0).unwrap();
+        let a = fx.host();
+        // Each job is expected to take 10 s on this host: 25 s asked → 3 jobs.
+        let reply = fx
+            .grid
+            .request_work(
+                a,
+                &WorkRequest {
+                    want_seconds: 25,
+                    free_slots: 5,
+                    units_held: vec![],
+                },
+                T0,
+            )
+            .unwrap();
+        assert_eq!(reply.units.len(), 3);
+        // Zero seconds asked with a free slot still gets one job.
+        let reply = fx
+            .grid
+            .request_work(
+                a,
+                &WorkRequest {
+                    want_seconds: 0,
+                    free_slots: 5,
+                    units_held: vec![],
+                },
+                T0,
+            )
+            .unwrap();
+        assert_eq!(reply.units.len(), 1);
+    }
+
+    #[test]
+    fn deadlines_stay_within_the_round_bounds() {
+        let (mut fx, _) = Fx::with_round(3, 3);
+        let slow = fx.host();
+        let fast = fx.host();
+        let plain = fx.host();
+        fx.grid.benchmark(slow, 0.01, 1.0, 4, T0).unwrap();
+        fx.grid.benchmark(fast, 1000.0, 1000.0, 4, T0).unwrap();
+        let now = T0 + 10;
+        // 50 pages at 0.01 pages/s = 5000 s × 3 + 10 → capped at 600 s.
+        assert_eq!(fx.one(slow, &[], now).deadline_ms, now + 600_000);
+        // 0.05 s × 3 + 10 = 10 s → raised to the 30 s minimum.
+        assert_eq!(fx.one(fast, &[], now).deadline_ms, now + 30_000);
+        assert_eq!(fx.one(plain, &[], now).deadline_ms, now + WINDOW_MS);
+        assert!(matches!(
+            fx.grid.benchmark(fast, f64::NAN, 1.0, 4, T0),
+            Err(GridError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn no_round_means_idle_retry() {
+        let mut fx = Fx::new();
+        let a = fx.host();
+        let (units, r) = fx.ask(a, 4, &[], T0);
+        assert!(units.is_empty());
+        assert_eq!(r.retry_after_s, Some(RETRY_IDLE_S));
+        assert!(!r.rounds_open);
+        assert!(matches!(
+            fx.grid.start_round(params(3), T0),
+            Err(GridError::Invalid(_))
+        ));
+        assert!(matches!(
+            fx.grid.request_work(
+                a + 1000,
+                &WorkRequest {
+                    want_seconds: 1,
+                    free_slots: 1,
+                    units_held: vec![]
+                },
+                T0
+            ),
+            Err(GridError::UnknownHost(_))
+        ));
+    }
+
+    #[test]
+    fn round_open_with_nothing_queued_means_short_retry() {
+        let (mut fx, round) = Fx::with_round(1, 3);
+        let a = fx.host();
+        let b = fx.host();
+        let u = fx.one(a, &[], T0);
+        let (units, r) = fx.ask(b, 4, &[], T0 + 1);
+        assert!(units.is_empty());
+        assert_eq!(r.retry_after_s, Some(RETRY_WHILE_ROUND_OPEN_S));
+        assert!(r.rounds_open);
+        // Once the only job is done, the round ends and hosts idle.
+        assert_eq!(fx.upload(a, &u, 2, T0 + 2), UploadOutcome::Accepted);
+        assert_eq!(fx.round_state(round), RoundState::Done);
+        let (units, r) = fx.ask(b, 4, &[], T0 + 3);
+        assert!(units.is_empty());
+        assert_eq!(r.retry_after_s, Some(RETRY_IDLE_S));
+        assert!(!r.rounds_open);
+    }
+
+    #[test]
+    fn start_round_checks_its_parameters() {
+        let mut fx = Fx::new();
+        fx.grid.add_sites(&site_names(1), T0).unwrap();
+        let bad = [
+            RoundParams {
+                policy: "nope".into(),
+                ..params(3)
+            },
+            RoundParams {
+                max_pages: 0,
+                ..params(3)
+            },
+            RoundParams {
+                max_attempts: 0,
+                ..params(3)
+            },
+            RoundParams {
+                deadline_min_s: 0,
+                ..params(3)
+            },
+            RoundParams {
+                delay_ms: MAX_DELAY_MS + 1,
+                ..params(3)
+            },
+        ];
+        for p in bad {
+            assert!(matches!(
+                fx.grid.start_round(p, T0),
+                Err(GridError::Invalid(_))
+            ));
+        }
+        assert!(fx.grid.rounds().is_empty());
+        assert!(fx.grid.jobs.is_empty());
+    }
+
+    // ---- deadlines ----
+
+    #[test]
+    fn an_expired_attempt_requeues_the_job_for_another_host() {
+        let (mut fx, _) = Fx::with_round(1, 3);
+        let a = fx.host();
+        let b = fx.host();
+        let u = fx.one(a, &[], T0);
+        assert_eq!(fx.grid.tick(u.deadline_ms - 1).unwrap(), 0);
+        assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Running);
+        assert_eq!(fx.grid.tick(u.deadline_ms).unwrap(), 1);
+        assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Expired);
+        let job = fx.job(u.job_id);
+        assert_eq!(job.state, JobState::Queued);
+        assert!(job
+            .reasons
+            .iter()
+            .any(|r| r.contains("deadline") && r.contains(&a.to_string())));
+        assert_eq!(fx.host_rec(a).deadlines_missed, 1);
+        // Ticking again changes nothing and counts nothing twice.
+        assert_eq!(fx.grid.tick(u.deadline_ms + 1).unwrap(), 0);
+        assert_eq!(fx.host_rec(a).deadlines_missed, 1);
+
+        let v = fx.one(b, &[], u.deadline_ms + 2);
+        assert_eq!(v.job_id, u.job_id);
+        assert_ne!(v.unit_id, u.unit_id);
+        assert_eq!(v.host_id, b);
+        let job = fx.job(u.job_id);
+        assert_eq!(job.state, JobState::Running);
+        assert_eq!(job.attempts.len(), 2);
+        assert_eq!(fx.host_rec(b).deadlines_missed, 0);
+        // The job is running elsewhere: A gets nothing.
+        let (none, r) = fx.ask(a, 1, &[], u.deadline_ms + 3);
+        assert!(none.is_empty());
+        assert_eq!(r.retry_after_s, Some(RETRY_WHILE_ROUND_OPEN_S));
+    }
+
+    #[test]
+    fn a_host_gets_other_jobs_before_one_it_missed() {
+        for policy in scheduler::POLICY_NAMES {
+            let mut fx = Fx::new();
+            fx.grid.add_sites(&site_names(2), T0).unwrap();
+            let p = RoundParams {
+                policy: policy.into(),
+                ..params(3)
+            };
+            fx.grid.start_round(p, T0).unwrap();
+            let a = fx.host();
+            let u = fx.one(a, &[], T0);
+            fx.grid.tick(u.deadline_ms).unwrap();
+            let v = fx.one(a, &[], u.deadline_ms + 1);
+            assert_ne!(v.job_id, u.job_id, "policy {policy}");
+            // With nothing else left it does get the missed job again.
+            let w = fx.one(a, &[v.unit_id], u.deadline_ms + 2);
+            assert_eq!(w.job_id, u.job_id, "policy {policy}");
+        }
+    }
+
+    #[test]
+    fn a_job_fails_after_max_attempts_and_the_round_ends() {
+        let (mut fx, round) = Fx::with_round(2, 2);
+        let a = fx.host();
+        let b = fx.host();
+        let (units, _) = fx.ask(a, 2, &[], T0);
+        let (u1, u2) = (&units[0], &units[1]);
+        assert_eq!(fx.upload(a, u2, 3, T0 + 100), UploadOutcome::Accepted);
+        assert_eq!(fx.round_state(round), RoundState::Running);
+
+        // Attempt 1 expires; attempt 2 is given back by the host.
+        fx.grid.tick(u1.deadline_ms).unwrap();
+        assert_eq!(fx.job(u1.job_id).state, JobState::Queued);
+        let v = fx.one(b, &[], u1.deadline_ms + 1);
+        assert_eq!(v.job_id, u1.job_id);
+        let t_end = u1.deadline_ms + 5;
+        fx.grid
+            .fail(b, v.unit_id, "robots.txt unavailable", t_end)
+            .unwrap();
+        let job = fx.job(u1.job_id);
+        assert_eq!(job.state, JobState::Failed);
+        assert_eq!(job.failed_attempts(), 2);
+        assert!(job.result.is_none());
+        assert_eq!(job.reasons.len(), 2);
+        assert!(job.reasons[0].contains("deadline"));
+        assert!(job.reasons[1].contains("robots.txt unavailable"));
+        assert!(job.reasons[1].contains(&b.to_string()));
+        assert_eq!(
+            fx.attempt(v.unit_id).state,
+            AttemptState::Failed("robots.txt unavailable".into())
+        );
+        assert_eq!(fx.host_rec(b).failures, 1);
+        assert_eq!(fx.host_rec(a).deadlines_missed, 1);
+
+        // Every job is final: the round is done.
+        let r = &fx.grid.rounds[&round];
+        assert_eq!(r.state, RoundState::Done);
+        assert_eq!(r.finished_ms, Some(t_end));
+        assert_eq!(fx.grid.status().rounds_running, 0);
+        let (none, reply) = fx.ask(b, 2, &[], t_end + 1);
+        assert!(none.is_empty());
+        assert_eq!(reply.retry_after_s, Some(RETRY_IDLE_S));
+        assert!(!reply.rounds_open);
+    }
+
+    #[test]
+    fn expiries_alone_fail_a_job_and_end_the_round() {
+        let (mut fx, round) = Fx::with_round(1, 2);
+        let a = fx.host();
+        let b = fx.host();
+        let c = fx.host();
+        let u = fx.one(a, &[], T0);
+        fx.grid.tick(u.deadline_ms).unwrap();
+        let v = fx.one(b, &[], u.deadline_ms);
+        assert_eq!(fx.grid.round(round).unwrap().0.state, RoundState::Running);
+        assert_eq!(fx.grid.tick(v.deadline_ms).unwrap(), 1);
+        assert_eq!(fx.job(u.job_id).state, JobState::Failed);
+        assert_eq!(fx.round_state(round), RoundState::Done);
+        assert_eq!(fx.grid.rounds[&round].finished_ms, Some(v.deadline_ms));
+        assert_eq!(fx.host_rec(a).deadlines_missed, 1);
+        assert_eq!(fx.host_rec(b).deadlines_missed, 1);
+        let (none, _) = fx.ask(c, 1, &[], v.deadline_ms + 1);
+        assert!(none.is_empty());
+    }
+
+    // ---- uploads ----
+
+    #[test]
+    fn a_late_result_for_an_open_job_is_accepted_once() {
+        // Two sites: the second job stays queued so the round stays open.
+        let (mut fx, round) = Fx::with_round(2, 3);
+        let a = fx.host();
+        let b = fx.host();
+        let u = fx.one(a, &[], T0);
+        fx.grid.tick(u.deadline_ms).unwrap();
+        // Round-robin offers the expired job first to a host that did not miss it.
+        let v = fx.one(b, &[], u.deadline_ms + 1);
+        assert_eq!(v.job_id, u.job_id);
+
+        // A's result arrives after its deadline while B is still on the job.
+        let late = u.deadline_ms + 10;
+        let (sum_a, file_a) = result_for(&u, 4);
+        assert_eq!(
+            fx.grid
+                .upload(a, u.unit_id, sum_a.clone(), &file_a, late)
+                .unwrap(),
+            UploadOutcome::Accepted
+        );
+        let job = fx.job(u.job_id);
+        assert_eq!(job.state, JobState::Done);
+        assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Done);
+        assert_eq!(fx.attempt(v.unit_id).state, AttemptState::Aborted);
+        let result = job.result.clone().unwrap();
+        assert_eq!((result.unit_id, result.host_id), (u.unit_id, a));
+        assert_eq!(result.summary, sum_a);
+        assert_eq!(result.accepted_ms, late);
+        assert_eq!(result.file, format!("{}/{}.lf", u.round_id, u.job_id));
+        let ha = fx.host_rec(a);
+        assert_eq!(
+            (ha.jobs_done, ha.pages_done, ha.deadlines_missed),
+            (1, 3, 1)
+        );
+        let site = fx.grid.sites[&u.site].last_scan.clone().unwrap();
+        assert_eq!((site.round_id, site.pages, site.links), (round, 3, 4));
+        let st = fx.grid.status();
+        assert_eq!((st.jobs_done, st.jobs_queued, st.jobs_running), (1, 1, 0));
+
+        // B is told to stop, and its own result is acknowledged and dropped.
+        assert_eq!(
+            fx.grid.progress(b, v.unit_id, 5, 5, late + 1).unwrap(),
+            ProgressOutcome::Abort("job done elsewhere".into())
+        );
+        let (sum_b, file_b) = result_for(&v, 9);
+        for t in [late + 2, late + 3] {
+            assert_eq!(
+                fx.grid
+                    .upload(b, v.unit_id, sum_b.clone(), &file_b, t)
+                    .unwrap(),
+                UploadOutcome::Duplicate
+            );
+        }
+        assert_eq!(fx.job(u.job_id), job);
+        assert_eq!(fs::read(lf_path(&fx, &u)).unwrap(), file_a);
+        assert_eq!(files_under(&fx.links()).len(), 1);
+        assert_eq!(fx.host_rec(a), ha);
+        let hb = fx.host_rec(b);
+        assert_eq!((hb.jobs_done, hb.pages_done, hb.failures), (0, 0, 0));
+        assert_eq!(fx.grid.sites[&u.site].last_scan.as_ref(), Some(&site));
+        let st = fx.grid.status();
+        assert_eq!((st.jobs_done, st.jobs_queued, st.jobs_running), (1, 1, 0));
+        assert_eq!(fx.round_state(round), RoundState::Running);
+    }
+
+    #[test]
+    fn the_same_upload_again_is_a_duplicate() {
+        let (mut fx, round) = Fx::with_round(2, 3);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        let (sum, file) = result_for(&u, 5);
+        assert_eq!(
+            fx.grid
+                .upload(a, u.unit_id, sum.clone(), &file, T0 + 1)
+                .unwrap(),
+            UploadOutcome::Accepted
+        );
+        let path = lf_path(&fx, &u);
+        let mtime = fs::metadata(&path).unwrap().modified().unwrap();
+        let job = fx.job(u.job_id);
+        let host = fx.host_rec(a);
+        // The same upload again (a retry after a lost answer), then a different file
+        // for the same unit: both acknowledged, neither changes anything.
+        assert_eq!(
+            fx.grid.upload(a, u.unit_id, sum, &file, T0 + 2).unwrap(),
+            UploadOutcome::Duplicate
+        );
+        assert_eq!(fx.upload(a, &u, 7, T0 + 3), UploadOutcome::Duplicate);
+        assert_eq!(fs::read(&path).unwrap(), file);
+        assert_eq!(fs::metadata(&path).unwrap().modified().unwrap(), mtime);
+        assert_eq!(files_under(&fx.links()), vec![path]);
+        assert_eq!(fx.job(u.job_id), job);
+        assert_eq!(fx.host_rec(a).jobs_done, 1);
+        assert_eq!(fx.host_rec(a).pages_done, host.pages_done);
+        assert_eq!(fx.grid.status().jobs_done, 1);
+        assert_eq!(fx.round_state(round), RoundState::Running);
+    }
+
+    #[test]
+    fn bad_uploads_are_rejected_and_write_nothing() {
+        let (mut fx, _) = Fx::with_round(8, 5);
+        let a = fx.host();
+        let b = fx.host();
+        let (units, _) = fx.ask(a, 8, &[], T0);
+        assert_eq!(units.len(), 8);
+        let now = T0 + 1000;
+        let mut rejected = Vec::new();
+        let mut expect_rejected =
+            |fx: &mut Fx, host: u64, unit_id: u64, sum: ScanSummary, file: &[u8]| match fx
+                .grid
+                .upload(host, unit_id, sum, file, now)
+                .unwrap()
+            {
+                UploadOutcome::Rejected(reason) => {
+                    assert!(!reason.is_empty());
+                    rejected.push(reason);
+                }
+                other => panic!("unit {unit_id}: expected Rejected, got {other:?}"),
+            };
+
+        // Not a link file at all.
+        expect_rejected(&mut fx, a, units[0].unit_id, summary(0), b"not a link file");
+        // A valid file with one byte flipped.
+        let (sum, mut file) = result_for(&units[1], 20);
+        let mid = file.len() / 2;
+        file[mid] ^= 0x40;
+        expect_rejected(&mut fx, a, units[1].unit_id, sum, &file);
+        // A header for another unit, another round, another site.
+        let (sum, file) = result_for(&units[3], 2);
+        expect_rejected(&mut fx, a, units[2].unit_id, sum, &file);
+        let mut h = header_for(&units[3], 2);
+        h.round_id += 1000;
+        let file = linkfile::encode(&h, &records(&units[3].site, 2)).unwrap();
+        expect_rejected(&mut fx, a, units[3].unit_id, summary(2), &file);
+        let mut h = header_for(&units[4], 2);
+        h.site = "elsewhere.test".into();
+        let file = linkfile::encode(&h, &records(&units[4].site, 2)).unwrap();
+        expect_rejected(&mut fx, a, units[4].unit_id, summary(2), &file);
+        // A summary whose link count disagrees with the file.
+        let (_, file) = result_for(&units[5], 3);
+        expect_rejected(&mut fx, a, units[5].unit_id, summary(4), &file);
+        // A unit issued to another host, with an otherwise valid file.
+        let (sum, file) = result_for(&units[6], 3);
+        expect_rejected(&mut fx, b, units[6].unit_id, sum.clone(), &file);
+        // A unit nobody issued.
+        expect_rejected(&mut fx, a, 987_654_321, sum, &file);
+        assert_eq!(rejected.len(), 8);
+        assert!(rejected[5].contains("summary"));
+        assert!(rejected[6].contains("not issued"));
+        assert!(rejected[7].contains("unknown unit"));
+
+        assert!(files_under(&fx.links()).is_empty(), "nothing under links/");
+        // A refused result ends its attempt: the job goes back to the queue.
+        for u in &units[..6] {
+            assert!(matches!(
+                fx.attempt(u.unit_id).state,
+                AttemptState::Failed(_)
+            ));
+            let job = fx.job(u.job_id);
+            assert_eq!(job.state, JobState::Queued);
+            assert!(job.result.is_none());
+            assert_eq!(job.reasons.len(), 1);
+        }
+        assert_eq!(fx.host_rec(a).failures, 6);
+        assert_eq!(fx.host_rec(a).jobs_done, 0);
+        // Another host's upload does not touch the owner's attempt nor count against it.
+        assert_eq!(fx.attempt(units[6].unit_id).state, AttemptState::Running);
+        assert_eq!(fx.job(units[6].job_id).state, JobState::Running);
+        assert_eq!(fx.host_rec(b).failures, 0);
+        assert_eq!(fx.grid.status().jobs_done, 0);
+    }
+
+    #[test]
+    fn an_accepted_link_file_is_durable_and_decodes() {
+        let (mut fx, _) = Fx::with_round(1, 3);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        let (sum, file) = result_for(&u, 12);
+        assert!(!lf_path(&fx, &u).exists());
+        assert_eq!(
+            fx.grid.upload(a, u.unit_id, sum, &file, T0 + 1).unwrap(),
+            UploadOutcome::Accepted
+        );
+        assert_eq!(fx.grid.links_dir(), fx.links().as_path());
+        let path = lf_path(&fx, &u);
+        let on_disk = fs::read(&path).unwrap();
+        assert_eq!(on_disk, file);
+        let (h, recs) = linkfile::decode(&on_disk).unwrap();
+        assert_eq!(h, header_for(&u, 12));
+        assert_eq!(recs, records(&u.site, 12));
+        let all = files_under(&fx.links());
+        assert_eq!(all, vec![path.clone()]);
+        assert!(all.iter().all(|p| p.extension().is_some_and(|e| e == "lf")));
+        let job = fx.job(u.job_id);
+        assert_eq!(
+            fx.links().join(&job.result.unwrap().file),
+            path,
+            "the stored relative path names the file"
+        );
+    }
+
+    #[test]
+    fn write_durable_creates_replaces_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a").join("b").join("7.lf");
+        write_durable(&path, b"first").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"first");
+        write_durable(&path, b"second").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"second");
+        assert_eq!(files_under(dir.path()), vec![path]);
+        assert!(write_durable(Path::new("/"), b"x").is_err());
+    }
+
+    // ---- progress ----
+
+    #[test]
+    fn progress_continues_then_extends_in_the_last_half() {
+        let (mut fx, _) = Fx::with_round(1, 3);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        assert_eq!(u.deadline_ms, T0 + WINDOW_MS);
+        assert_eq!(
+            fx.grid.progress(a, u.unit_id, 3, 7, T0 + 1000).unwrap(),
+            ProgressOutcome::Continue
+        );
+        let at = fx.attempt(u.unit_id);
+        assert_eq!((at.pages, at.links, at.deadline_ms), (3, 7, u.deadline_ms));
+        // Exactly half-way is still the first half.
+        let half = T0 + WINDOW_MS / 2;
+        assert_eq!(
+            fx.grid.progress(a, u.unit_id, 4, 8, half).unwrap(),
+            ProgressOutcome::Continue
+        );
+        let now = half + 1;
+        let d = match fx.grid.progress(a, u.unit_id, 5, 9, now).unwrap() {
+            ProgressOutcome::Extend(d) => d,
+            other => panic!("expected Extend, got {other:?}"),
+        };
+        assert_eq!(d, now + WINDOW_MS);
+        assert!(d > u.deadline_ms && d <= u.issued_ms + 4 * WINDOW_MS);
+        assert_eq!(fx.attempt(u.unit_id).deadline_ms, d);
+        // The extension is stored, not only in memory.
+        let stored = fx.grid.store.jobs().unwrap();
+        let sj = stored.iter().find(|j| j.id == u.job_id).unwrap();
+        assert_eq!(sj.attempts[0].deadline_ms, d);
+        // The old deadline no longer expires it; the new one does.
+        assert_eq!(fx.grid.tick(u.deadline_ms).unwrap(), 0);
+        assert_eq!(fx.grid.tick(d - 1).unwrap(), 0);
+        assert_eq!(fx.grid.tick(d).unwrap(), 1);
+        // An expired attempt of an open job may keep going: its late result is welcome.
+        assert_eq!(
+            fx.grid.progress(a, u.unit_id, 6, 10, d + 1).unwrap(),
+            ProgressOutcome::Continue
+        );
+        assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Expired);
+        assert_eq!(fx.attempt(u.unit_id).deadline_ms, d);
+    }
+
+    /// Regression: the cap was once computed from the already extended window,
+    /// so the deadline doubled without bound.
+    #[test]
+    fn extensions_never_pass_four_windows_after_issue() {
+        let (mut fx, _) = Fx::with_round(1, 3);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        let window = u.deadline_ms - u.issued_ms;
+        let cap = u.issued_ms + 4 * window;
+        let mut deadline = u.deadline_ms;
+        let mut extensions = 0;
+        // Report progress just before each deadline for as long as extensions come.
+        for _ in 0..20 {
+            match fx.grid.progress(a, u.unit_id, 1, 1, deadline - 1).unwrap() {
+                ProgressOutcome::Extend(d) => {
+                    assert!(d > deadline, "an extension moves the deadline later");
+                    assert!(
+                        d <= cap,
+                        "extension {} to {} ms after issue passes 4 windows ({} ms)",
+                        extensions + 1,
+                        d - u.issued_ms,
+                        4 * window
+                    );
+                    deadline = d;
+                    extensions += 1;
+                }
+                ProgressOutcome::Continue => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(extensions >= 1);
+        assert!(extensions < 20, "extensions must stop");
+        assert_eq!(fx.grid.tick(cap).unwrap(), 1);
+    }
+
+    #[test]
+    fn progress_aborts_what_is_not_wanted_any_more() {
+        let (mut fx, round) = Fx::with_round(2, 3);
+        let a = fx.host();
+        let b = fx.host();
+        let u = fx.one(a, &[], T0);
+        assert!(matches!(
+            fx.grid.progress(a, 987_654_321, 1, 1, T0 + 1).unwrap(),
+            ProgressOutcome::Abort(_)
+        ));
+        assert_eq!(
+            fx.grid.progress(b, u.unit_id, 1, 1, T0 + 1).unwrap(),
+            ProgressOutcome::Abort("unit belongs to another host".into())
+        );
+        // B's report did not touch A's attempt.
+        assert_eq!(fx.attempt(u.unit_id).pages, 0);
+        assert!(matches!(
+            fx.grid.progress(a + 1000, u.unit_id, 1, 1, T0 + 1),
+            Err(GridError::UnknownHost(_))
+        ));
+        fx.grid.cancel_round(round, T0 + 2).unwrap();
+        assert_eq!(
+            fx.grid.progress(a, u.unit_id, 1, 1, T0 + 3).unwrap(),
+            ProgressOutcome::Abort("round cancelled".into())
+        );
+    }
+
+    // ---- holding, revoking, cancelling ----
+
+    #[test]
+    fn a_unit_no_longer_held_goes_back_to_the_queue() {
+        let (mut fx, _) = Fx::with_round(2, 3);
+        let a = fx.host();
+        let b = fx.host();
+        let (units, _) = fx.ask(a, 2, &[], T0);
+        let (u1, u2) = (units[0].clone(), units[1].clone());
+        // Still holding both: nothing changes.
+        let (none, _) = fx.ask(a, 0, &[u1.unit_id, u2.unit_id], T0 + 1);
+        assert!(none.is_empty());
+        assert_eq!(fx.attempt(u2.unit_id).state, AttemptState::Running);
+        // A lost u2 (say, its spool was wiped).
+        let (none, _) = fx.ask(a, 0, &[u1.unit_id], T0 + 2);
+        assert!(none.is_empty());
+        assert_eq!(fx.attempt(u2.unit_id).state, AttemptState::Released);
+        assert_eq!(fx.attempt(u1.unit_id).state, AttemptState::Running);
+        let job2 = fx.job(u2.job_id);
+        assert_eq!(job2.state, JobState::Queued);
+        assert_eq!(job2.failed_attempts(), 0, "a release is not a failure");
+        let ha = fx.host_rec(a);
+        assert_eq!((ha.deadlines_missed, ha.failures), (0, 0));
+        // Another host gets it at once, long before the old deadline.
+        let v = fx.one(b, &[], T0 + 3);
+        assert_eq!(v.job_id, u2.job_id);
+        // The released unit never expires.
+        assert_eq!(fx.grid.tick(u2.deadline_ms).unwrap(), 1); // u1 only
+        assert_eq!(fx.attempt(u2.unit_id).state, AttemptState::Released);
+        assert_eq!(fx.attempt(u1.unit_id).state, AttemptState::Expired);
+        assert_eq!(fx.host_rec(a).deadlines_missed, 1);
+
+        // A host that forgot everything can be handed a job again in the same reply.
+        let (mut fx, _) = Fx::with_round(1, 3);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        let again = fx.one(a, &[], T0 + 1);
+        assert_eq!(again.job_id, u.job_id);
+        assert_ne!(again.unit_id, u.unit_id);
+        assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Released);
+        assert_eq!(fx.attempt(again.unit_id).state, AttemptState::Running);
+    }
+
+    #[test]
+    fn a_revoked_host_loses_its_units_and_its_access() {
+        let (mut fx, _) = Fx::with_round(3, 3);
+        let a = fx.host();
+        let b = fx.host();
+        let (units, _) = fx.ask(a, 2, &[], T0);
+        fx.grid.revoke(a, T0 + 5).unwrap();
+        for u in &units {
+            assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Released);
+            assert_eq!(fx.job(u.job_id).state, JobState::Queued);
+        }
+        assert!(fx.host_rec(a).revoked);
+        let st = fx.grid.status();
+        assert_eq!((st.hosts, st.hosts_revoked, st.jobs_queued), (1, 1, 3));
+
+        let req = WorkRequest {
+            want_seconds: 60,
+            free_slots: 4,
+            units_held: units.iter().map(|u| u.unit_id).collect(),
+        };
+        assert!(matches!(
+            fx.grid.request_work(a, &req, T0 + 6),
+            Err(GridError::Revoked(id)) if id == a
+        ));
+        assert!(matches!(fx.grid.host_key(a), Err(GridError::Revoked(_))));
+        assert!(matches!(
+            fx.grid.hello(a, T0 + 6),
+            Err(GridError::Revoked(_))
+        ));
+        assert!(matches!(
+            fx.grid.progress(a, units[0].unit_id, 1, 1, T0 + 6),
+            Err(GridError::Revoked(_))
+        ));
+        let (sum, file) = result_for(&units[0], 1);
+        assert!(matches!(
+            fx.grid.upload(a, units[0].unit_id, sum, &file, T0 + 6),
+            Err(GridError::Revoked(_))
+        ));
+        assert!(files_under(&fx.links()).is_empty());
+        assert!(fx.grid.host_key(b).is_ok());
+
+        // The queue is whole again for the others; A's old deadlines do not count.
+        let (got, _) = fx.ask(b, 4, &[], T0 + 7);
+        assert_eq!(got.len(), 3);
+        assert_eq!(fx.grid.tick(units[0].deadline_ms).unwrap(), 0);
+        assert_eq!(fx.host_rec(a).deadlines_missed, 0);
+        assert!(matches!(
+            fx.grid.revoke(b + 1000, T0),
+            Err(GridError::UnknownHost(_))
+        ));
+    }
+
+    #[test]
+    fn a_cancelled_round_stops_its_units() {
+        let (mut fx, round) = Fx::with_round(2, 3);
+        let a = fx.host();
+        let b = fx.host();
+        let u = fx.one(a, &[], T0);
+        fx.grid.cancel_round(round, T0 + 10).unwrap();
+        let r = &fx.grid.rounds[&round];
+        assert_eq!(
+            (r.state, r.finished_ms),
+            (RoundState::Cancelled, Some(T0 + 10))
+        );
+        assert!(matches!(
+            fx.grid.cancel_round(round, T0 + 11),
+            Err(GridError::Invalid(_))
+        ));
+        assert!(matches!(
+            fx.grid.cancel_round(round + 1000, T0 + 11),
+            Err(GridError::UnknownRound(_))
+        ));
+        assert!(matches!(
+            fx.grid.progress(a, u.unit_id, 1, 1, T0 + 12).unwrap(),
+            ProgressOutcome::Abort(_)
+        ));
+        // A result that still arrives is acknowledged and dropped.
+        assert_eq!(fx.upload(a, &u, 2, T0 + 13), UploadOutcome::Duplicate);
+        assert!(files_under(&fx.links()).is_empty());
+        assert_eq!(fx.host_rec(a).jobs_done, 0);
+        // Its queued job is not handed out; hosts idle.
+        let (none, r) = fx.ask(b, 4, &[], T0 + 14);
+        assert!(none.is_empty());
+        assert_eq!(r.retry_after_s, Some(RETRY_IDLE_S));
+        assert!(!r.rounds_open);
+        // The host was told to stop: the old deadline is not held against it.
+        assert_eq!(fx.grid.tick(u.deadline_ms).unwrap(), 0);
+        assert_eq!(fx.host_rec(a).deadlines_missed, 0);
+        assert_ne!(fx.attempt(u.unit_id).state, AttemptState::Running);
+    }
+
+    // ---- persistence ----
+
+    #[test]
+    fn everything_survives_a_reopen() {
+        let (mut fx, round) = Fx::with_round(4, 3);
+        let a = fx.host();
+        let b = fx.host();
+        fx.grid.benchmark(a, 20.0, 500.0, 3, T0).unwrap();
+        let spare = fx.grid.create_invite(2, T0 + HOUR_MS, T0).unwrap();
+        let (units, _) = fx.ask(a, 2, &[], T0 + 1);
+        let (u1, u2) = (&units[0], &units[1]);
+        // u1 done with a result; u2 expires; B takes u2's job and gives another back.
+        assert_eq!(fx.upload(a, u1, 6, T0 + 2), UploadOutcome::Accepted);
+        fx.grid.tick(u2.deadline_ms).unwrap();
+        let (got, _) = fx.ask(b, 2, &[], u2.deadline_ms + 1);
+        let v = got.iter().find(|g| g.job_id == u2.job_id).unwrap().clone();
+        let w = got.iter().find(|g| g.job_id != u2.job_id).unwrap().clone();
+        fx.grid
+            .fail(b, w.unit_id, "seed unreachable", u2.deadline_ms + 2)
+            .unwrap();
+        // Persist every host's last word so last_seen_ms is on disk too.
+        fx.grid.hello(a, u2.deadline_ms + 3).unwrap();
+        fx.grid.hello(b, u2.deadline_ms + 3).unwrap();
+        fx.grid.remove_site("s3.test").unwrap();
+
+        let sites = fx.grid.sites();
+        let rounds = fx.grid.rounds();
+        let jobs = fx.grid.jobs.clone();
+        let hosts = fx.grid.hosts();
+        let invites = fx.grid.invites.clone();
+        let unit_map = fx.grid.units.clone();
+        let status = serde_json::to_string(&fx.grid.status()).unwrap();
+        assert_eq!(sites.len(), 3);
+        assert_eq!(invites.len(), 3);
+        assert_eq!(unit_map.len(), 4);
+        assert!(jobs[&u1.job_id].result.is_some());
+
+        let Fx { dir, key, grid } = fx;
+        drop(grid);
+        let grid = open_grid(dir.path(), &key);
+        let mut fx = Fx { dir, key, grid };
+
+        assert_eq!(fx.grid.sites(), sites);
+        assert_eq!(fx.grid.rounds(), rounds);
+        assert_eq!(fx.grid.jobs, jobs);
+        assert_eq!(fx.grid.hosts(), hosts);
+        assert_eq!(fx.grid.invites, invites);
+        assert_eq!(fx.grid.units, unit_map);
+        assert_eq!(serde_json::to_string(&fx.grid.status()).unwrap(), status);
+        assert_eq!(fx.grid.round(round).unwrap().1.len(), 4);
+        assert_eq!(
+            fx.grid.project_public_key(),
+            fx.key.verifying_key().to_bytes()
+        );
+
+        // And the grid carries on where it stopped.
+        let k = sign::generate_key().verifying_key().to_bytes();
+        let c = fx.grid.enrol(&spare, k, info("c"), T0 + 10).unwrap();
+        assert!(c > *unit_map.keys().max().unwrap(), "ids never repeat");
+        assert_eq!(
+            fx.upload(b, &v, 2, u2.deadline_ms + 10),
+            UploadOutcome::Accepted
+        );
+        assert_eq!(
+            fx.upload(a, u1, 6, u2.deadline_ms + 11),
+            UploadOutcome::Duplicate
+        );
+        assert_eq!(fs::read(lf_path(&fx, u1)).unwrap(), result_for(u1, 6).1);
+        assert_eq!(fx.host_rec(a).jobs_done, 1);
+        assert_eq!(fx.host_rec(b).jobs_done, 1);
+    }
+
+    #[test]
+    fn sites_are_added_once_and_removed() {
+        let mut fx = Fx::new();
+        assert_eq!(fx.grid.add_sites(&site_names(3), T0).unwrap(), 3);
+        assert_eq!(fx.grid.add_sites(&site_names(4), T0 + 1).unwrap(), 1);
+        let sites = fx.grid.sites();
+        assert_eq!(sites.len(), 4);
+        assert_eq!(sites[0].added_ms, T0);
+        assert_eq!(sites[3].added_ms, T0 + 1);
+        assert!(fx.grid.remove_site("s0.test").unwrap());
+        assert!(!fx.grid.remove_site("s0.test").unwrap());
+        assert_eq!(fx.grid.status().sites, 3);
     }
 }

@@ -113,6 +113,9 @@ pub struct Attempt {
     pub host_id: u64,
     pub issued_ms: u64,
     pub deadline_ms: u64,
+    /// The first deadline's distance from issue: extensions add this much, up
+    /// to four windows after issue in all.
+    pub window_ms: u64,
     pub state: AttemptState,
     pub pages: u64,
     pub links: u64,

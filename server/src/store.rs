@@ -12,6 +12,8 @@ use crate::model::{HostRecord, InviteRecord, JobRecord, RoundRecord, SiteRecord}
 
 /// sled page cache: enough for the working set of a grid of this size.
 const CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
+/// How long opening waits for a lock held by a store that is closing.
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
 /// Largest stored record (a job with its attempts and reasons).
 const MAX_RECORD_BYTES: usize = 1024 * 1024;
 
@@ -46,12 +48,27 @@ fn id_key(id: u64) -> [u8; 8] {
 
 impl Store {
     /// Open (or create) the store in `dir`.
+    ///
+    /// sled locks its directory; a store closed a moment ago (its flusher
+    /// thread still stopping) is retried for up to [`LOCK_RETRY`] before the
+    /// lock error is returned.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(CACHE_CAPACITY_BYTES)
-            .mode(sled::Mode::HighThroughput)
-            .open()?;
+        let started = std::time::Instant::now();
+        let db = loop {
+            let r = sled::Config::new()
+                .path(dir)
+                .cache_capacity(CACHE_CAPACITY_BYTES)
+                .mode(sled::Mode::HighThroughput)
+                .open();
+            match r {
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("lock") && started.elapsed() < LOCK_RETRY =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                other => break other?,
+            }
+        };
         Ok(Store {
             sites: db.open_tree("sites")?,
             rounds: db.open_tree("rounds")?,

@@ -132,6 +132,15 @@ impl Grid {
         ]);
         assert!(o.status.success(), "init failed: {}", stderr(&o));
         g.start_server();
+        // Pin the ports the server picked, so a restarted server is where the
+        // clients' enrolments say it is.
+        let dir = beebot_server::config::DataDir(g.data_dir());
+        let rt = dir.load_runtime().expect("serve.json");
+        let mut cfg = dir.load_config().expect("config");
+        cfg.listen = rt.quic_addr.to_string();
+        cfg.public_addr = rt.public_addr.clone();
+        cfg.admin_listen = rt.admin_addr.to_string();
+        dir.save_config(&cfg).expect("save config");
         g
     }
 
@@ -174,7 +183,7 @@ impl Grid {
                 .args(args)
                 .arg("--data-dir")
                 .arg(self.data_dir()),
-            Duration::from_secs(120),
+            Duration::from_secs(300),
         )
     }
 

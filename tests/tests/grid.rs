@@ -183,3 +183,77 @@ fn killed_client_jobs_are_reissued_after_their_deadline() {
     assert!(stdout(&o).lines().count() == 4);
     assert_same_rows(&g.export_rows(&round), &g.truth_rows());
 }
+
+fn spool_files(g: &Grid, name: &str, sub: &str, ext: &str) -> Vec<u64> {
+    let dir = g.home(name).join("spool").join(sub);
+    let mut ids: Vec<u64> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == ext))
+                .filter_map(|p| p.file_stem()?.to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn restarted_client_resumes_its_units_and_pending_uploads() {
+    let mut g = Grid::start(37, 6);
+    let code = invite(&g, 1);
+    let host = join(&g, "a", &code);
+    g.import_sites();
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "20"]));
+
+    // The client takes units; then the server goes away while it scans.
+    let mut client = run_once(&g, "a");
+    let start = Instant::now();
+    while spool_files(&g, "a", "units", "unit").is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(60), "no units");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    g.kill_server();
+    // Scans go on without the server; their results wait in the spool.
+    let start = Instant::now();
+    while spool_files(&g, "a", "results", "summary").is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no result spooled"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    client.kill().expect("kill client");
+    let _ = client.wait();
+    let held = spool_files(&g, "a", "units", "unit");
+    let pending = spool_files(&g, "a", "results", "summary");
+    assert!(!pending.is_empty());
+    let o = g.client("a", &["status"]);
+    assert!(
+        stdout(&o).contains(&format!("uploads   {} pending", pending.len())),
+        "{}",
+        stdout(&o)
+    );
+
+    // Server back, client restarted: the held units finish under their own
+    // ids, the pending results are delivered, the round completes.
+    g.start_server();
+    let c = run_once(&g, "a");
+    let o = g.admin(&["round", "wait", &round, "--timeout", "120s"]);
+    assert!(o.status.success(), "{}\n{}", stderr(&o), g.server_log());
+    wait_ok(c, "a");
+    let d = round_json(&g, &round);
+    for unit in &held {
+        let done = d["jobs"].as_array().expect("jobs").iter().any(|j| {
+            j["result"]["unit_id"].as_u64() == Some(*unit)
+                && j["result"]["host_id"].as_u64().map(|h| h.to_string()) == Some(host.clone())
+        });
+        assert!(
+            done,
+            "unit {unit} held at the kill was resumed and accepted: {d}"
+        );
+    }
+    assert!(spool_files(&g, "a", "units", "unit").is_empty());
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+}

@@ -1,5 +1,6 @@
 //! The crawler's HTTP shell: one ureq agent per crawl with the guarded resolver,
 //! no automatic redirects, no proxy, timeouts set, bodies read up to a limit.
+//! https goes through rustls (ring) with the webpki root certificates.
 
 use std::io::Read;
 use std::time::Duration;
@@ -10,10 +11,6 @@ use url::Url;
 
 use super::resolve::{AddressRefused, GuardedResolver};
 use super::CrawlerConfig;
-
-/// This build has no TLS (ureq without TLS features): `https` URLs fail without
-/// a connection attempt. Flip together with enabling a ureq TLS feature.
-const TLS_SUPPORTED: bool = false;
 
 /// What we accept, in order of preference.
 const ACCEPT: &str = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.1";
@@ -63,8 +60,6 @@ fn media_type(content_type: &str) -> String {
 /// Why a request got no response.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
-    #[error("https is not supported by this build (no TLS)")]
-    TlsUnsupported,
     #[error(transparent)]
     Refused(AddressRefused),
     #[error("timed out: {0}")]
@@ -121,9 +116,6 @@ impl Fetcher {
         wanted: BodyWanted,
         timeout: Duration,
     ) -> Result<Fetched, FetchError> {
-        if url.scheme() == "https" && !TLS_SUPPORTED {
-            return Err(FetchError::TlsUnsupported);
-        }
         let response = self
             .agent
             .get(url.as_str())
@@ -179,7 +171,7 @@ fn map_error(e: ureq::Error) -> FetchError {
         },
         ureq::Error::Timeout(t) => FetchError::Timeout(t.to_string()),
         ureq::Error::HostNotFound => FetchError::HostNotFound,
-        ureq::Error::TlsRequired => FetchError::TlsUnsupported,
+        ureq::Error::TlsRequired => FetchError::Network("TLS required".into()),
         other => FetchError::Network(other.to_string()),
     }
 }
