@@ -2,7 +2,11 @@
 //! protocol), the [`home`] (keys, enrolment, spool), the QUIC [`net`] link and
 //! the [`worker`] loop of `beebot run`. `main.rs` is the CLI over these.
 
+pub mod control;
 pub mod crawler;
 pub mod home;
 pub mod net;
+pub mod service;
+pub mod settings;
+pub mod window;
 pub mod worker;

@@ -9,9 +9,13 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use url::Url;
 
+use std::sync::Arc;
+
+use beebot_client::control::{self, Gate};
 use beebot_client::crawler::{self, CrawlSpec, CrawlerConfig, ResolveRule};
 use beebot_client::home::Home;
 use beebot_client::worker::{self, RunOptions};
+use beebot_client::{service, settings};
 use beebot_shared::export::{ExportWriter, Format};
 use beebot_shared::limits::MAX_SLOTS;
 use beebot_shared::scope::Scope;
@@ -44,14 +48,44 @@ enum Cmd {
         /// Exit when the server has no more work and every result is uploaded.
         #[arg(long)]
         once: bool,
-        /// Sites scanned at once.
-        #[arg(long, default_value_t = 2)]
-        slots: u32,
+        /// Sites scanned at once (setting `slots`).
+        #[arg(long)]
+        slots: Option<u32>,
+        /// When to crawl (setting `window`), e.g. `mon-fri 19:00-07:00`.
+        #[arg(long)]
+        window: Option<String>,
         #[command(flatten)]
         net: NetArgs,
     },
-    /// Enrolment, units held, uploads pending.
-    Status,
+    /// What the client is doing: state, scans, totals, pending uploads.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Settings (a TOML file in the config dir, under environment and flags).
+    Config {
+        #[command(subcommand)]
+        cmd: ConfigCmd,
+    },
+    /// Pause the running client's scans at a page boundary.
+    Pause {
+        /// Resume by itself after this long (e.g. 2h); default: until `beebot resume`.
+        #[arg(long = "for", value_parser = beebot_shared::util::parse_duration)]
+        duration: Option<Duration>,
+    },
+    /// Resume a paused client.
+    Resume,
+    /// Leave the project: the server releases this host's units; keys and spool are removed.
+    Leave {
+        /// Remove the local files even if the server cannot be told.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Run the client as a background service that starts at login.
+    Service {
+        #[command(subcommand)]
+        cmd: ServiceCmd,
+    },
     /// Scan one site locally, without a server.
     Crawl {
         url: String,
@@ -73,6 +107,32 @@ enum Cmd {
     },
 }
 
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Every setting, its value, and where the value came from.
+    Show {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate and write one setting.
+    Set { key: String, value: String },
+}
+
+#[derive(Subcommand)]
+enum ServiceCmd {
+    /// Install and start the per-user service.
+    Install {
+        /// Crawl only in this window (saved as the `window` setting).
+        #[arg(long)]
+        window: Option<String>,
+        /// Write the service files without starting them.
+        #[arg(long)]
+        no_start: bool,
+    },
+    Uninstall,
+    Status,
+}
+
 #[derive(clap::Args)]
 struct NetArgs {
     /// Allow crawling loopback, private and link-local addresses.
@@ -84,6 +144,15 @@ struct NetArgs {
 }
 
 impl NetArgs {
+    /// The settings these flags override.
+    fn overrides(&self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        if self.allow_private {
+            v.push(("allow_private", "true".to_string()));
+        }
+        v
+    }
+
     fn crawler_config(&self) -> Result<CrawlerConfig> {
         let mut resolve = Vec::new();
         for r in &self.resolve {
@@ -142,6 +211,7 @@ async fn shutdown_signal() {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    let home_flag = cli.home.clone();
     let home = Home::resolve(cli.home)?;
     match cli.cmd {
         Cmd::Join { code, name } => {
@@ -152,15 +222,38 @@ fn run(cli: Cli) -> Result<()> {
             );
             println!("next: `beebot run`");
         }
-        Cmd::Run { once, slots, net } => {
-            anyhow::ensure!(
-                (1..=MAX_SLOTS).contains(&slots),
-                "--slots must be between 1 and {MAX_SLOTS}"
-            );
+        Cmd::Run {
+            once,
+            slots,
+            window,
+            net,
+        } => {
+            let mut cli = net.overrides();
+            if let Some(s) = slots {
+                anyhow::ensure!(
+                    (1..=MAX_SLOTS).contains(&s),
+                    "--slots must be between 1 and {MAX_SLOTS}"
+                );
+                cli.push(("slots", s.to_string()));
+            }
+            if let Some(w) = window {
+                cli.push(("window", w));
+            }
+            let (settings, _) = settings::load(&home, &|k| std::env::var(k).ok(), &cli)?;
+            if settings.low_priority {
+                lower_priority();
+            }
+            let mut crawler = net.crawler_config()?;
+            crawler.allow_private = settings.allow_private;
             let opts = RunOptions {
                 once,
-                slots,
-                crawler: net.crawler_config()?,
+                slots: settings.slots,
+                buffer_seconds: settings.buffer_max_s,
+                crawler,
+                gate: Some(Arc::new(Gate::new(
+                    settings.window.clone(),
+                    !settings.run_on_battery,
+                ))),
                 ..RunOptions::default()
             };
             let stats = runtime()?.block_on(worker::run(home, opts, shutdown_signal()))?;
@@ -174,40 +267,62 @@ fn run(cli: Cli) -> Result<()> {
                 stats.links
             );
         }
-        Cmd::Status => {
-            let Some(e) = home.enrolment()? else {
-                println!(
-                    "not joined (home {}): run `beebot join CODE`",
-                    home.config.display()
-                );
-                return Ok(());
-            };
-            println!(
-                "project   {} (certificate sha256:{}…)",
-                e.server_addr,
-                &e.cert_sha256[..16]
-            );
-            println!("host      {} ({})", e.host_id, e.name);
-            let (units, refused) = home.spooled_units(&e.project_verifying_key()?)?;
-            let pending: Vec<u64> = units
-                .iter()
-                .map(|u| u.unit.unit_id)
-                .filter(|id| matches!(home.result(*id), Ok(Some(_))))
-                .collect();
-            println!("units     {} held", units.len());
-            for u in &units {
-                let state = if pending.contains(&u.unit.unit_id) {
-                    "finished, upload pending"
+        Cmd::Status { json } => status(&home, json)?,
+        Cmd::Config { cmd } => match cmd {
+            ConfigCmd::Show { json } => {
+                let (_, shown) = settings::load(&home, &|k| std::env::var(k).ok(), &[])?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&shown)?);
                 } else {
-                    "to scan"
-                };
-                println!("  unit {}  {}  {state}", u.unit.unit_id, u.unit.site);
+                    println!("# {}", settings::file_path(&home).display());
+                    for (s, (_, _, doc)) in shown.iter().zip(settings::KEYS) {
+                        println!(
+                            "{:<16} {:<24} ({})  {doc}",
+                            s.key,
+                            format!("{:?}", s.value),
+                            s.source
+                        );
+                    }
+                }
             }
-            println!("uploads   {} pending", pending.len());
-            for r in refused {
-                println!("refused   {r}");
+            ConfigCmd::Set { key, value } => {
+                settings::check_key(&key)?;
+                settings::set(&home, &key, &value)?;
+                println!(
+                    "{key} = {value:?} (in {})",
+                    settings::file_path(&home).display()
+                );
             }
+        },
+        Cmd::Pause { duration } => {
+            let cmd = match duration {
+                Some(d) => format!("pause {}", d.as_secs().max(1)),
+                None => "pause".to_string(),
+            };
+            println!("{}", control::send(&home.data, &cmd)?);
         }
+        Cmd::Resume => println!("{}", control::send(&home.data, "resume")?),
+        Cmd::Leave { force } => {
+            runtime()?.block_on(worker::leave(&home, force))?;
+            println!("left the project; host key, enrolment and spool removed");
+        }
+        Cmd::Service { cmd } => match cmd {
+            ServiceCmd::Install { window, no_start } => {
+                if let Some(w) = window {
+                    settings::set(&home, "window", &w)?;
+                }
+                let exe = std::env::current_exe().context("cannot find this program's path")?;
+                for line in service::install(&exe, home_flag.as_deref(), &home.data, !no_start)? {
+                    println!("{line}");
+                }
+            }
+            ServiceCmd::Uninstall => {
+                for line in service::uninstall()? {
+                    println!("{line}");
+                }
+            }
+            ServiceCmd::Status => println!("{}", service::status()?),
+        },
         Cmd::Crawl {
             url,
             max_pages,
@@ -268,6 +383,108 @@ fn run(cli: Cli) -> Result<()> {
                     .unwrap_or_default()
             );
         }
+    }
+    Ok(())
+}
+
+/// Run at low CPU priority (nice 10), so the employee's own work comes first.
+fn lower_priority() {
+    #[cfg(unix)]
+    {
+        let pid = std::process::id().to_string();
+        let _ = std::process::Command::new("renice")
+            .args(["-n", "10", "-p", &pid])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// `beebot status`: the running client's live status, or the spool's.
+fn status(home: &Home, json: bool) -> Result<()> {
+    let Some(e) = home.enrolment()? else {
+        if json {
+            println!("{}", serde_json::json!({ "enrolled": false }));
+        } else {
+            println!(
+                "not joined (home {}): run `beebot join CODE`",
+                home.config.display()
+            );
+        }
+        return Ok(());
+    };
+    let (units, refused) = home.spooled_units(&e.project_verifying_key()?)?;
+    let pending: Vec<u64> = units
+        .iter()
+        .map(|u| u.unit.unit_id)
+        .filter(|id| matches!(home.result(*id), Ok(Some(_))))
+        .collect();
+    let live = control::read_live_status(&home.data);
+    if json {
+        let v = serde_json::json!({
+            "enrolled": true,
+            "project": e.server_addr,
+            "host_id": e.host_id,
+            "name": e.name,
+            "state": live.as_ref().map(|l| l.state.as_str()).unwrap_or("not running"),
+            "until_ms": live.as_ref().and_then(|l| l.until_ms),
+            "scans": live.as_ref().map(|l| l.scans.clone()).unwrap_or_default(),
+            "this_run": live.as_ref().map(|l| serde_json::json!({
+                "pages": l.today_pages, "links": l.today_links, "results": l.today_results
+            })),
+            "units_held": units.iter().map(|u| serde_json::json!({
+                "unit_id": u.unit.unit_id, "site": u.unit.site,
+                "finished": pending.contains(&u.unit.unit_id),
+            })).collect::<Vec<_>>(),
+            "pending_uploads": pending.len(),
+            "last_error": live.as_ref().and_then(|l| l.last_error.clone()),
+            "refused": refused,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "project   {} (certificate sha256:{}…)",
+        e.server_addr,
+        &e.cert_sha256[..16.min(e.cert_sha256.len())]
+    );
+    println!("host      {} ({})", e.host_id, e.name);
+    match &live {
+        Some(l) => {
+            let now = control::unix_ms(std::time::SystemTime::now());
+            let until = l
+                .until_ms
+                .map(|u| format!(" for {}s more", u.saturating_sub(now) / 1000))
+                .unwrap_or_default();
+            println!("state     {}{until} (pid {})", l.state, l.pid);
+            for s in &l.scans {
+                println!(
+                    "  scanning {}  {} pages  {} links  {:.1} pages/s",
+                    s.site, s.pages, s.links, s.pages_per_s
+                );
+            }
+            println!(
+                "this run  {} results, {} pages, {} links",
+                l.today_results, l.today_pages, l.today_links
+            );
+            if let Some(err) = &l.last_error {
+                println!("last error {err}");
+            }
+        }
+        None => println!("state     not running"),
+    }
+    println!("units     {} held", units.len());
+    for u in &units {
+        let state = if pending.contains(&u.unit.unit_id) {
+            "finished, upload pending"
+        } else {
+            "to scan"
+        };
+        println!("  unit {}  {}  {state}", u.unit.unit_id, u.unit.site);
+    }
+    println!("uploads   {} pending", pending.len());
+    for r in refused {
+        println!("refused   {r}");
     }
     Ok(())
 }

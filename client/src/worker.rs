@@ -19,6 +19,7 @@ use beebot_shared::linkfile::{self, LinkFileHeader, ScanSummary, LINK_FILE_VERSI
 use beebot_shared::proto::{Request, Response};
 use beebot_shared::sign::{self, WorkUnit};
 
+use crate::control::{self, Gate, Hold, LiveStatus, ScanStatus};
 use crate::crawler::{self, CrawlSpec, CrawlerConfig};
 use crate::home::{Enrolment, Home, SpooledUnit, MAX_SPOOLED_UNITS};
 use crate::net::{Link, NetError, ServerId};
@@ -38,6 +39,9 @@ pub struct RunOptions {
     /// How often a running unit reports progress.
     pub progress_interval: Duration,
     pub crawler: CrawlerConfig,
+    /// Holds scans while paused or outside the time window (`None`: always run).
+    /// With a gate, the control socket for `beebot pause`/`resume` is served.
+    pub gate: Option<Arc<Gate>>,
 }
 
 impl Default for RunOptions {
@@ -50,6 +54,7 @@ impl Default for RunOptions {
             backoff_cap: Duration::from_secs(300),
             progress_interval: Duration::from_secs(10),
             crawler: CrawlerConfig::default(),
+            gate: None,
         }
     }
 }
@@ -94,6 +99,7 @@ enum HeldState {
         pages: Arc<AtomicU64>,
         links: Arc<AtomicU64>,
         last_progress: Instant,
+        started: Instant,
     },
     /// Result spooled, waiting for the server's acknowledgement.
     Finished,
@@ -133,10 +139,15 @@ fn scan(
     cancel: &AtomicBool,
     pages: &AtomicU64,
     links: &AtomicU64,
+    gate: Option<&Gate>,
 ) -> Result<(Vec<u8>, ScanSummary), String> {
     let out = crawler::crawl(spec, cfg, cancel, &mut |p, l| {
         pages.store(p, Ordering::Relaxed);
         links.store(l, Ordering::Relaxed);
+        // A page boundary: hold here while paused or outside the window.
+        if let Some(g) = gate {
+            g.wait_open(cancel);
+        }
     });
     let mut summary = out.summary;
     summary.links = out.records.len() as u64;
@@ -169,9 +180,75 @@ struct Worker {
     server_idle: bool,
     stats: RunStats,
     done_tx: mpsc::Sender<ScanDone>,
+    last_error: Option<String>,
+    status_written: Instant,
 }
 
 impl Worker {
+    fn gate_open(&self) -> bool {
+        self.opts.gate.as_ref().is_none_or(|g| g.is_open())
+    }
+
+    /// Write the live status for `beebot status` (at most once a second).
+    fn write_status(&mut self) {
+        if self.status_written.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.status_written = Instant::now();
+        let now = SystemTime::now();
+        let (state, until) = match self.opts.gate.as_ref().map(|g| g.hold()) {
+            Some(Hold::Paused(u)) => ("paused", u),
+            Some(Hold::OutsideWindow(u)) => ("outside-window", u),
+            Some(Hold::OnBattery) => ("on-battery", None),
+            _ if Instant::now() < self.next_contact => {
+                let wait = self.next_contact - Instant::now();
+                ("backing-off", Some(now + wait))
+            }
+            _ if self.link.is_none() && self.failures > 0 => ("offline", None),
+            _ if self.crawling() > 0 => ("running", None),
+            _ => ("idle", None),
+        };
+        let scans = self
+            .held
+            .iter()
+            .filter_map(|(id, h)| match &h.state {
+                HeldState::Crawling {
+                    pages,
+                    links,
+                    started,
+                    ..
+                } => {
+                    let p = pages.load(Ordering::Relaxed);
+                    Some(ScanStatus {
+                        unit_id: *id,
+                        site: h.unit.unit.site.clone(),
+                        pages: p,
+                        links: links.load(Ordering::Relaxed),
+                        pages_per_s: p as f64 / started.elapsed().as_secs_f64().max(0.001),
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        let s = LiveStatus {
+            pid: std::process::id(),
+            updated_ms: control::unix_ms(now),
+            state: state.into(),
+            until_ms: until.map(control::unix_ms),
+            scans,
+            today_pages: self.stats.pages,
+            today_links: self.stats.links,
+            today_results: self.stats.uploads_accepted,
+            pending_uploads: self
+                .held
+                .values()
+                .filter(|h| matches!(h.state, HeldState::Finished))
+                .count() as u64,
+            last_error: self.last_error.clone(),
+        };
+        control::write_status(&self.home.data, &s);
+    }
+
     fn units_held(&self) -> Vec<u64> {
         self.held.keys().copied().collect()
     }
@@ -213,6 +290,7 @@ impl Worker {
             "server unreachable ({e}); retrying in {:.1}s",
             wait.as_secs_f64()
         );
+        self.last_error = Some(e.to_string());
         self.next_contact = Instant::now() + wait;
     }
 
@@ -353,9 +431,17 @@ impl Worker {
         {
             return Ok(true);
         }
+        if !self.gate_open() {
+            return Ok(true);
+        }
         let free_slots = (target - unfinished) as u32;
+        // Near the end of a window, ask only for work that fits in it.
+        let want_seconds = match self.opts.gate.as_ref().and_then(|g| g.seconds_left_open()) {
+            Some(left) => self.opts.buffer_seconds.min(left),
+            None => self.opts.buffer_seconds,
+        };
         let req = Request::RequestWork {
-            want_seconds: self.opts.buffer_seconds,
+            want_seconds,
             free_slots,
             units_held: self.units_held(),
         };
@@ -416,6 +502,9 @@ impl Worker {
 
     /// Start scans on free slots.
     fn start_scans(&mut self) {
+        if !self.gate_open() {
+            return;
+        }
         let slots = self.opts.slots.clamp(1, MAX_SLOTS) as usize;
         let mut running = self.crawling();
         let waiting: Vec<u64> = self
@@ -451,12 +540,14 @@ impl Worker {
                 pages: pages.clone(),
                 links: links.clone(),
                 last_progress: Instant::now(),
+                started: Instant::now(),
             };
             let cfg = self.opts.crawler.clone();
+            let gate = self.opts.gate.clone();
             let tx = self.done_tx.clone();
             tracing::info!(unit_id, site = %unit.site, "scan started");
             tokio::task::spawn_blocking(move || {
-                let result = scan(&unit, &spec, &cfg, &cancel, &pages, &links);
+                let result = scan(&unit, &spec, &cfg, &cancel, &pages, &links, gate.as_deref());
                 let _ = tx.blocking_send(ScanDone { unit_id, result });
             });
             running += 1;
@@ -488,6 +579,7 @@ impl Worker {
             }
             Err(reason) => {
                 tracing::warn!(unit_id = done.unit_id, "scan failed: {reason}");
+                self.last_error = Some(format!("scan of unit {} failed: {reason}", done.unit_id));
                 let req = Request::Fail {
                     unit_id: done.unit_id,
                     reason,
@@ -560,7 +652,18 @@ pub async fn run(
         server_idle: false,
         stats: RunStats::default(),
         done_tx,
+        last_error: None,
+        status_written: Instant::now() - Duration::from_secs(60),
     };
+    // The control socket, for `beebot pause` / `beebot resume`.
+    let control_task = w.opts.gate.clone().map(|gate| {
+        let dir = w.home.data.clone();
+        tokio::spawn(async move {
+            if let Err(e) = control::serve(dir, gate).await {
+                tracing::warn!("control socket unavailable: {e:#}");
+            }
+        })
+    });
     // Resume from the spool: units verified again, finished results queued for upload.
     let (units, refused) = w.home.spooled_units(&w.project_key)?;
     for r in refused {
@@ -588,6 +691,7 @@ pub async fn run(
     loop {
         w.contact().await?;
         w.start_scans();
+        w.write_status();
         if w.opts.once && w.server_idle && w.held.is_empty() {
             break;
         }
@@ -608,6 +712,11 @@ pub async fn run(
     if let Some(l) = w.link.take() {
         l.close();
     }
+    if let Some(t) = control_task {
+        t.abort();
+        let _ = std::fs::remove_file(control::socket_path(&w.home.data));
+    }
+    let _ = std::fs::remove_file(control::status_path(&w.home.data));
     Ok(w.stats)
 }
 
@@ -658,6 +767,37 @@ pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrol
     };
     home.save_enrolment(&e)?;
     Ok(e)
+}
+
+/// Leave the project: tell the server (its held units go back to the queue at
+/// once), then remove the host key, enrolment and spool. With `force`, an
+/// unreachable server does not stop the local clean-up.
+pub async fn leave(home: &Home, force: bool) -> Result<()> {
+    let enrolment = home.require_enrolment()?;
+    let told = async {
+        let key = home.host_key(false)?;
+        let server = ServerId {
+            addr: enrolment.server_addr.clone(),
+            server_name: enrolment.server_name.clone(),
+            cert_sha256: enrolment.cert_fingerprint()?,
+        };
+        let link = Link::connect(&server).await?;
+        link.hello(enrolment.host_id, &key).await?;
+        link.request(&Request::Leave).await?;
+        link.close();
+        anyhow::Ok(())
+    }
+    .await;
+    match told {
+        Ok(()) => {}
+        Err(e) if force => tracing::warn!("could not tell the server ({e:#}); leaving anyway"),
+        Err(e) => {
+            return Err(e).context(
+                "could not tell the server; nothing was removed (use --force to leave anyway)",
+            )
+        }
+    }
+    home.wipe()
 }
 
 fn default_host_name() -> String {

@@ -1,4 +1,4 @@
-//! Small helpers of the command line: durations like `7d`, and the admin API client.
+//! Helpers of the command line: the admin API client (and durations like `7d`).
 
 use std::time::Duration;
 
@@ -8,23 +8,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use crate::api::ApiError;
 use crate::config::DataDir;
 
-/// Parse `90`, `90s`, `15m`, `12h`, `7d` (no unit: seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 's')) => (&s[..i], 1),
-        Some((i, 'm')) => (&s[..i], 60),
-        Some((i, 'h')) => (&s[..i], 3600),
-        Some((i, 'd')) => (&s[..i], 86400),
-        _ => (s, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration (examples: 90s, 15m, 12h, 7d)"))?;
-    n.checked_mul(mult)
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("`{s}` is too long"))
-}
+pub use beebot_shared::util::parse_duration;
 
 /// Client of the running server's admin API.
 pub struct AdminClient {
@@ -127,23 +111,5 @@ impl AdminClient {
             .header("Authorization", self.auth())
             .call();
         self.finish(r).map(|_| ())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("15m").unwrap(), Duration::from_secs(900));
-        assert_eq!(
-            parse_duration("7d").unwrap(),
-            Duration::from_secs(7 * 86400)
-        );
-        assert!(parse_duration("x").is_err());
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("99999999999999999999d").is_err());
     }
 }

@@ -381,6 +381,13 @@ impl Grid {
         Ok(())
     }
 
+    /// A host leaves: like a revocation, asked for by the host itself.
+    pub fn leave(&mut self, host_id: u64, now_ms: u64) -> Result<(), GridError> {
+        self.active_host(host_id, now_ms)?;
+        tracing::info!(host_id, "host left the project");
+        self.revoke(host_id, now_ms)
+    }
+
     pub fn hosts(&self) -> Vec<HostRecord> {
         self.hosts.values().cloned().collect()
     }

@@ -328,6 +328,10 @@ async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
                 .await
                 .map(|_| Response::Ack)
         }
+        Request::Leave => shared
+            .with_grid(move |g| g.leave(host_id, now_ms()))
+            .await
+            .map(|_| Response::Ack),
         Request::Challenge | Request::Enrol { .. } | Request::Hello { .. } => {
             return error(ErrorCode::BadRequest, "already authenticated");
         }

@@ -59,6 +59,9 @@ pub enum Request {
     },
     /// The host gives a unit back without a result (its scan failed).
     Fail { unit_id: u64, reason: String },
+    /// The host leaves the project: its units go back to the queue at once and
+    /// its key is refused from now on.
+    Leave,
 }
 
 /// What the server tells hosts in `Welcome`.

@@ -29,6 +29,24 @@ pub fn collapse_whitespace(text: &str, max_chars: usize) -> String {
     out
 }
 
+/// Parse a duration such as `90`, `90s`, `15m`, `12h` or `7d` (no unit: seconds).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 's')) => (&s[..i], 1),
+        Some((i, 'm')) => (&s[..i], 60),
+        Some((i, 'h')) => (&s[..i], 3600),
+        Some((i, 'd')) => (&s[..i], 86400),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (examples: 90s, 15m, 12h, 7d)"))?;
+    n.checked_mul(mult)
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| format!("`{s}` is too long"))
+}
+
 /// SHA-256 of `data`.
 pub fn sha256(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
@@ -37,6 +55,20 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("15m").unwrap(), Duration::from_secs(900));
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86400)
+        );
+        assert!(parse_duration("x").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("99999999999999999999d").is_err());
+    }
 
     #[test]
     fn collapses_and_caps() {

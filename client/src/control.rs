@@ -1,0 +1,350 @@
+//! The running client's controls: a gate that holds scans at a page boundary
+//! while paused or outside the time window, the local control socket that
+//! `beebot pause` / `beebot resume` talk to (owner-only, in the client's home),
+//! and the live status file `beebot status` reads.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::window::Windows;
+
+/// How often a held scan looks at the gate again.
+const GATE_POLL: Duration = Duration::from_millis(200);
+/// Longest control command line accepted.
+const MAX_COMMAND_BYTES: u64 = 256;
+/// A status file older than this means the client is not running.
+pub const STATUS_FRESH: Duration = Duration::from_secs(10);
+
+/// Why scans are held, if they are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hold {
+    Open,
+    /// Paused by the user until this time (`None`: until resumed).
+    Paused(Option<SystemTime>),
+    /// Outside the time window until this time (`None`: no window ahead in the horizon).
+    OutsideWindow(Option<SystemTime>),
+    /// Running on battery and the settings say not to.
+    OnBattery,
+}
+
+/// Whether scans may run now.
+#[derive(Debug)]
+pub struct Gate {
+    windows: Windows,
+    /// Hold while the machine runs on battery.
+    stop_on_battery: bool,
+    /// `Some(None)`: paused until resumed; `Some(Some(t))`: paused until t.
+    paused: Mutex<Option<Option<SystemTime>>>,
+}
+
+impl Gate {
+    pub fn new(windows: Windows, stop_on_battery: bool) -> Gate {
+        Gate {
+            windows,
+            stop_on_battery,
+            paused: Mutex::new(None),
+        }
+    }
+
+    pub fn windows(&self) -> &Windows {
+        &self.windows
+    }
+
+    pub fn pause(&self, until: Option<SystemTime>) {
+        *self.paused.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
+    }
+
+    pub fn resume(&self) {
+        *self.paused.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The hold at wall-clock `now` (local time for the window).
+    pub fn hold_at(&self, now: SystemTime, local: chrono::NaiveDateTime) -> Hold {
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        match *paused {
+            Some(Some(until)) if until <= now => *paused = None,
+            Some(until) => return Hold::Paused(until),
+            None => {}
+        }
+        if self.stop_on_battery && on_battery(Path::new(POWER_SUPPLY_DIR)) {
+            return Hold::OnBattery;
+        }
+        if self.windows.is_open(local) {
+            return Hold::Open;
+        }
+        let next = self.windows.next_change(local).map(|t| {
+            let secs = (t - local).num_seconds().max(0) as u64;
+            now + Duration::from_secs(secs)
+        });
+        Hold::OutsideWindow(next)
+    }
+
+    pub fn hold(&self) -> Hold {
+        self.hold_at(SystemTime::now(), chrono::Local::now().naive_local())
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.hold() == Hold::Open
+    }
+
+    /// Block (a scan thread, at a page boundary) while held, until open or cancelled.
+    pub fn wait_open(&self, cancel: &AtomicBool) {
+        while !cancel.load(Ordering::Relaxed) && !self.is_open() {
+            std::thread::sleep(GATE_POLL);
+        }
+    }
+
+    /// Seconds until the window closes (`None`: no window, or not open).
+    pub fn seconds_left_open(&self) -> Option<u64> {
+        self.windows
+            .seconds_left_open(chrono::Local::now().naive_local())
+    }
+}
+
+/// Where Linux describes power supplies.
+const POWER_SUPPLY_DIR: &str = "/sys/class/power_supply";
+/// Power supplies looked at, at most.
+const MAX_POWER_SUPPLIES: usize = 32;
+
+/// Whether the machine runs on battery: it has a battery and no mains supply
+/// is online (Linux sysfs layout; elsewhere, never).
+pub fn on_battery(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    let mut battery = false;
+    let mut mains_online = false;
+    for e in entries.flatten().take(MAX_POWER_SUPPLIES) {
+        let p = e.path();
+        let kind = std::fs::read_to_string(p.join("type")).unwrap_or_default();
+        match kind.trim() {
+            "Battery" => battery = true,
+            "Mains" | "USB" => {
+                mains_online |=
+                    std::fs::read_to_string(p.join("online")).is_ok_and(|v| v.trim() == "1")
+            }
+            _ => {}
+        }
+    }
+    battery && !mains_online
+}
+
+/// Path of the control socket.
+pub fn socket_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("control.sock")
+}
+
+/// Path of the live status file.
+pub fn status_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("status.json")
+}
+
+/// One scan in progress, for `beebot status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScanStatus {
+    pub unit_id: u64,
+    pub site: String,
+    pub pages: u64,
+    pub links: u64,
+    pub pages_per_s: f64,
+}
+
+/// What the running client writes for `beebot status`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LiveStatus {
+    pub pid: u32,
+    pub updated_ms: u64,
+    /// running, paused, outside-window, backing-off, offline, idle
+    pub state: String,
+    /// Unix ms the state lasts until, when known.
+    pub until_ms: Option<u64>,
+    pub scans: Vec<ScanStatus>,
+    pub today_pages: u64,
+    pub today_links: u64,
+    pub today_results: u64,
+    pub pending_uploads: u64,
+    pub last_error: Option<String>,
+}
+
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Write the live status (not fsynced: it is rewritten every second).
+pub fn write_status(data_dir: &Path, s: &LiveStatus) {
+    let path = status_path(data_dir);
+    let tmp = path.with_extension("tmp");
+    if let Ok(text) = serde_json::to_vec_pretty(s) {
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+}
+
+/// The live status, if a running client wrote it recently.
+pub fn read_live_status(data_dir: &Path) -> Option<LiveStatus> {
+    let text = std::fs::read_to_string(status_path(data_dir)).ok()?;
+    let s: LiveStatus = serde_json::from_str(&text).ok()?;
+    let age = unix_ms(SystemTime::now()).saturating_sub(s.updated_ms);
+    (age <= STATUS_FRESH.as_millis() as u64).then_some(s)
+}
+
+/// Parse and apply one control command; returns the answer line.
+pub fn apply_command(gate: &Gate, line: &str, now: SystemTime) -> String {
+    let mut words = line.split_whitespace();
+    match (words.next(), words.next()) {
+        (Some("pause"), None) => {
+            gate.pause(None);
+            "ok paused until resumed".into()
+        }
+        (Some("pause"), Some(secs)) => match secs.parse::<u64>() {
+            Ok(s) if s > 0 => {
+                gate.pause(Some(now + Duration::from_secs(s)));
+                format!("ok paused for {s}s")
+            }
+            _ => format!("error: `{secs}` is not a number of seconds"),
+        },
+        (Some("resume"), None) => {
+            gate.resume();
+            "ok resumed".into()
+        }
+        _ => format!("error: unknown command `{}`", line.trim()),
+    }
+}
+
+/// Serve the control socket until the task is dropped.
+#[cfg(unix)]
+pub async fn serve(data_dir: PathBuf, gate: std::sync::Arc<Gate>) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+    let path = socket_path(&data_dir);
+    let _ = std::fs::remove_file(&path);
+    std::fs::create_dir_all(&data_dir)?;
+    let listener = tokio::net::UnixListener::bind(&path)
+        .with_context(|| format!("cannot listen on {}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let gate = gate.clone();
+        tokio::spawn(async move {
+            let (r, mut w) = stream.into_split();
+            let mut line = String::new();
+            let mut reader = BufReader::new(r.take(MAX_COMMAND_BYTES));
+            if reader.read_line(&mut line).await.is_ok() {
+                let answer = apply_command(&gate, &line, SystemTime::now());
+                tracing::info!("control: {} → {answer}", line.trim());
+                let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
+            }
+        });
+    }
+}
+
+#[cfg(not(unix))]
+pub async fn serve(_data_dir: PathBuf, _gate: std::sync::Arc<Gate>) -> Result<()> {
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// Send one command to the running client (`beebot pause` / `resume`).
+#[cfg(unix)]
+pub fn send(data_dir: &Path, command: &str) -> Result<String> {
+    use std::io::{BufRead, BufReader, Write};
+    let path = socket_path(data_dir);
+    let mut s = std::os::unix::net::UnixStream::connect(&path).with_context(|| {
+        format!(
+            "no running client answers on {} (is `beebot run` running with this --home?)",
+            path.display()
+        )
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(format!("{command}\n").as_bytes())?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line)?;
+    let line = line.trim().to_string();
+    if let Some(e) = line.strip_prefix("error: ") {
+        bail!("{e}");
+    }
+    Ok(line)
+}
+
+#[cfg(not(unix))]
+pub fn send(_data_dir: &Path, _command: &str) -> Result<String> {
+    bail!("pause and resume need a Unix socket; not available on this platform yet")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::NaiveDate;
+
+    fn local(h: u32) -> chrono::NaiveDateTime {
+        NaiveDate::from_ymd_opt(2026, 11, 30)
+            .unwrap()
+            .and_hms_opt(h, 0, 0)
+            .unwrap()
+    }
+
+    #[test]
+    fn pause_resume_and_window_holds() {
+        let g = Gate::new(Windows::parse("19:00-07:00").unwrap(), false);
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(g.hold_at(now, local(20)), Hold::Open);
+        assert_eq!(
+            g.hold_at(now, local(12)),
+            Hold::OutsideWindow(Some(now + Duration::from_secs(7 * 3600)))
+        );
+        assert!(apply_command(&g, "pause 60", now).starts_with("ok"));
+        assert_eq!(
+            g.hold_at(now, local(20)),
+            Hold::Paused(Some(now + Duration::from_secs(60)))
+        );
+        // The pause ends by itself.
+        assert_eq!(
+            g.hold_at(now + Duration::from_secs(61), local(20)),
+            Hold::Open
+        );
+        apply_command(&g, "pause", now);
+        assert_eq!(g.hold_at(now, local(20)), Hold::Paused(None));
+        apply_command(&g, "resume", now);
+        assert_eq!(g.hold_at(now, local(20)), Hold::Open);
+        assert!(apply_command(&g, "pause soon", now).starts_with("error"));
+        assert!(apply_command(&g, "explode", now).starts_with("error"));
+    }
+
+    #[test]
+    fn battery_is_read_from_sysfs() {
+        let d = tempfile::tempdir().unwrap();
+        let add = |name: &str, kind: &str, online: Option<&str>| {
+            let p = d.path().join(name);
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join("type"), format!("{kind}\n")).unwrap();
+            if let Some(o) = online {
+                std::fs::write(p.join("online"), o).unwrap();
+            }
+        };
+        assert!(!on_battery(d.path()), "no supplies: a desktop");
+        add("BAT0", "Battery", None);
+        assert!(on_battery(d.path()));
+        add("AC", "Mains", Some("0\n"));
+        assert!(on_battery(d.path()));
+        add("AC", "Mains", Some("1\n"));
+        assert!(!on_battery(d.path()));
+        assert!(!on_battery(Path::new("/nonexistent/dir")));
+    }
+
+    #[test]
+    fn wait_open_returns_on_cancel() {
+        let g = Gate::new(Windows::always(), false);
+        g.pause(None);
+        let cancel = AtomicBool::new(true);
+        g.wait_open(&cancel);
+    }
+}

@@ -1,0 +1,376 @@
+//! The client's settings: one documented TOML file in the config dir, with
+//! environment variables and command-line flags above it. Local settings
+//! always win; nothing the server sends changes them.
+//!
+//! Precedence, lowest first: default, file (`CONFIG/config.toml`), environment
+//! (`BEEBOT_<KEY>`, e.g. `BEEBOT_SLOTS=4`), command line.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+use beebot_shared::limits::MAX_SLOTS;
+
+use crate::home::{write_atomic, Home};
+use crate::window::Windows;
+
+/// Largest bandwidth cap accepted (10 GB/s is no cap).
+const MAX_BANDWIDTH_KBPS: u64 = 10_000_000;
+/// Longest work buffer (two days, as the server's limit).
+const MAX_BUFFER_S: u64 = beebot_shared::limits::MAX_WANT_SECONDS;
+
+/// Every setting: name, default, what it means.
+pub const KEYS: [(&str, &str, &str); 10] = [
+    (
+        "window",
+        "always",
+        "when to crawl: `always`, or rules like `mon-fri 19:00-07:00, sat-sun 00:00-24:00`",
+    ),
+    (
+        "bandwidth_kbps",
+        "0",
+        "download cap over all scans, KB/s (0: no cap)",
+    ),
+    ("slots", "2", "sites scanned at once"),
+    ("low_priority", "true", "run at low CPU priority"),
+    (
+        "buffer_min_s",
+        "600",
+        "ask for more work when less than this many seconds are held",
+    ),
+    (
+        "buffer_max_s",
+        "3600",
+        "hold at most this many seconds of work",
+    ),
+    (
+        "spool_cap_mb",
+        "1024",
+        "disk the spool may use, MB; no new work beyond it",
+    ),
+    (
+        "run_on_battery",
+        "false",
+        "crawl while the machine runs on battery",
+    ),
+    (
+        "allow_private",
+        "false",
+        "allow crawling loopback, private and link-local addresses",
+    ),
+    (
+        "proxy",
+        "",
+        "HTTP proxy for crawling (`http://host:port`); empty: none",
+    ),
+];
+
+/// Where a setting's value came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Default,
+    File,
+    Environment,
+    CommandLine,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Source::Default => "default",
+            Source::File => "file",
+            Source::Environment => "environment",
+            Source::CommandLine => "command line",
+        })
+    }
+}
+
+/// The typed settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub window: Windows,
+    pub bandwidth_kbps: u64,
+    pub slots: u32,
+    pub low_priority: bool,
+    pub buffer_min_s: u64,
+    pub buffer_max_s: u64,
+    pub spool_cap_mb: u64,
+    pub run_on_battery: bool,
+    pub allow_private: bool,
+    pub proxy: Option<String>,
+}
+
+/// One setting as shown by `beebot config show`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Shown {
+    pub key: &'static str,
+    pub value: String,
+    pub source: Source,
+}
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" | "1" => Ok(true),
+        "false" | "no" | "off" | "0" => Ok(false),
+        _ => Err(format!("`{v}` is not true or false")),
+    }
+}
+
+fn parse_num(v: &str, min: u64, max: u64) -> Result<u64, String> {
+    let n: u64 = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{v}` is not a whole number"))?;
+    if n < min || n > max {
+        return Err(format!("{n} is outside {min}..={max}"));
+    }
+    Ok(n)
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        let mut s = Settings {
+            window: Windows::always(),
+            bandwidth_kbps: 0,
+            slots: 2,
+            low_priority: true,
+            buffer_min_s: 600,
+            buffer_max_s: 3600,
+            spool_cap_mb: 1024,
+            run_on_battery: false,
+            allow_private: false,
+            proxy: None,
+        };
+        for (k, v, _) in KEYS {
+            // The defaults in KEYS are valid by construction (tested).
+            let _ = s.apply(k, v);
+        }
+        s
+    }
+}
+
+impl Settings {
+    /// Set one key from its text form, validating it.
+    pub fn apply(&mut self, key: &str, value: &str) -> Result<(), String> {
+        match key {
+            "window" => self.window = Windows::parse(value).map_err(|e| e.to_string())?,
+            "bandwidth_kbps" => self.bandwidth_kbps = parse_num(value, 0, MAX_BANDWIDTH_KBPS)?,
+            "slots" => self.slots = parse_num(value, 1, MAX_SLOTS as u64)? as u32,
+            "low_priority" => self.low_priority = parse_bool(value)?,
+            "buffer_min_s" => self.buffer_min_s = parse_num(value, 0, MAX_BUFFER_S)?,
+            "buffer_max_s" => self.buffer_max_s = parse_num(value, 60, MAX_BUFFER_S)?,
+            "spool_cap_mb" => self.spool_cap_mb = parse_num(value, 16, 1 << 30)?,
+            "run_on_battery" => self.run_on_battery = parse_bool(value)?,
+            "allow_private" => self.allow_private = parse_bool(value)?,
+            "proxy" => {
+                let v = value.trim();
+                self.proxy = if v.is_empty() {
+                    None
+                } else {
+                    let u = url::Url::parse(v).map_err(|e| format!("`{v}` is not a URL: {e}"))?;
+                    if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none() {
+                        return Err(format!("`{v}` is not an http proxy URL"));
+                    }
+                    Some(v.to_string())
+                }
+            }
+            other => {
+                return Err(format!(
+                    "unknown setting `{other}` (known: {})",
+                    KEYS.map(|k| k.0).join(", ")
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.buffer_min_s > self.buffer_max_s {
+            return Err(format!(
+                "buffer_min_s ({}) is above buffer_max_s ({})",
+                self.buffer_min_s, self.buffer_max_s
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Path of the settings file.
+pub fn file_path(home: &Home) -> PathBuf {
+    home.config.join("config.toml")
+}
+
+fn value_text(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn read_file(home: &Home) -> Result<toml::Table> {
+    let path = file_path(home);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text
+            .parse::<toml::Table>()
+            .with_context(|| format!("{} is not valid TOML", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(toml::Table::new()),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// Load the settings: defaults, then the file, the environment (`env` gives a
+/// variable's value), then `cli` (key, value) pairs.
+pub fn load(
+    home: &Home,
+    env: &dyn Fn(&str) -> Option<String>,
+    cli: &[(&str, String)],
+) -> Result<(Settings, Vec<Shown>)> {
+    let mut s = Settings::default();
+    let mut shown: Vec<Shown> = KEYS
+        .iter()
+        .map(|(k, v, _)| Shown {
+            key: k,
+            value: v.to_string(),
+            source: Source::Default,
+        })
+        .collect();
+    let mut set = |s: &mut Settings, key: &str, value: String, source: Source| -> Result<()> {
+        s.apply(key, &value)
+            .map_err(|e| anyhow::anyhow!("setting `{key}` from the {source}: {e}"))?;
+        if let Some(entry) = shown.iter_mut().find(|x| x.key == key) {
+            entry.value = value;
+            entry.source = source;
+        }
+        Ok(())
+    };
+    for (k, v) in read_file(home)? {
+        set(&mut s, &k, value_text(&v), Source::File)
+            .with_context(|| format!("in {}", file_path(home).display()))?;
+    }
+    for (k, _, _) in KEYS {
+        if let Some(v) = env(&format!("BEEBOT_{}", k.to_ascii_uppercase())) {
+            set(&mut s, k, v, Source::Environment)?;
+        }
+    }
+    for (k, v) in cli {
+        set(&mut s, k, v.clone(), Source::CommandLine)?;
+    }
+    s.check().map_err(|e| anyhow::anyhow!(e))?;
+    Ok((s, shown))
+}
+
+/// `beebot config set KEY VALUE`: validate, then write the file.
+pub fn set(home: &Home, key: &str, value: &str) -> Result<()> {
+    let mut table = read_file(home)?;
+    // Validate against the file's other settings, too.
+    let mut s = Settings::default();
+    for (k, v) in &table {
+        if k != key {
+            let _ = s.apply(k, &value_text(v));
+        }
+    }
+    s.apply(key, value).map_err(|e| anyhow::anyhow!(e))?;
+    s.check().map_err(|e| anyhow::anyhow!(e))?;
+    let typed = match key {
+        "window" | "proxy" => toml::Value::String(value.trim().to_string()),
+        "low_priority" | "run_on_battery" | "allow_private" => {
+            toml::Value::Boolean(parse_bool(value).map_err(|e| anyhow::anyhow!(e))?)
+        }
+        _ => toml::Value::Integer(
+            value
+                .trim()
+                .parse::<i64>()
+                .map_err(|_| anyhow::anyhow!("`{value}` is not a whole number"))?,
+        ),
+    };
+    table.insert(key.to_string(), typed);
+    let mut text =
+        String::from("# BeeBot client settings (`beebot config show` lists them all).\n");
+    text.push_str(&toml::to_string(&table).context("cannot encode settings")?);
+    write_atomic(&file_path(home), text.as_bytes(), true)
+}
+
+/// Reject an unknown key early, with the list of known ones.
+pub fn check_key(key: &str) -> Result<()> {
+    if KEYS.iter().any(|k| k.0 == key) {
+        Ok(())
+    } else {
+        bail!(
+            "unknown setting `{key}` (known: {})",
+            KEYS.map(|k| k.0).join(", ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn home() -> (tempfile::TempDir, Home) {
+        let d = tempfile::tempdir().unwrap();
+        let h = Home {
+            config: d.path().to_path_buf(),
+            data: d.path().to_path_buf(),
+        };
+        (d, h)
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        for (k, v, _) in KEYS {
+            Settings::default().apply(k, v).unwrap();
+        }
+        let s = Settings::default();
+        assert_eq!(s.slots, 2);
+        assert!(s.low_priority && !s.allow_private && s.window.is_always());
+    }
+
+    #[test]
+    fn precedence_default_file_env_cli() {
+        let (_d, h) = home();
+        set(&h, "slots", "3").unwrap();
+        set(&h, "bandwidth_kbps", "500").unwrap();
+        set(&h, "window", "19:00-07:00").unwrap();
+        let env = |k: &str| (k == "BEEBOT_BANDWIDTH_KBPS").then(|| "700".to_string());
+        let (s, shown) = load(&h, &env, &[("slots", "5".into())]).unwrap();
+        assert_eq!(s.slots, 5);
+        assert_eq!(s.bandwidth_kbps, 700);
+        assert!(!s.window.is_always());
+        let src = |k: &str| shown.iter().find(|x| x.key == k).unwrap().source;
+        assert_eq!(src("slots"), Source::CommandLine);
+        assert_eq!(src("bandwidth_kbps"), Source::Environment);
+        assert_eq!(src("window"), Source::File);
+        assert_eq!(src("proxy"), Source::Default);
+    }
+
+    #[test]
+    fn set_validates_before_writing() {
+        let (_d, h) = home();
+        assert!(set(&h, "slots", "0").is_err());
+        assert!(set(&h, "slots", "many").is_err());
+        assert!(set(&h, "window", "25:00-01:00").is_err());
+        assert!(set(&h, "nonsense", "1").is_err());
+        assert!(set(&h, "proxy", "ftp://x").is_err());
+        assert!(!file_path(&h).exists(), "nothing written for bad values");
+        set(&h, "buffer_max_s", "600").unwrap();
+        assert!(set(&h, "buffer_min_s", "900").is_err(), "min above max");
+        set(&h, "proxy", "http://proxy.corp:3128").unwrap();
+        let (s, _) = load(&h, &|_| None, &[]).unwrap();
+        assert_eq!(s.proxy.as_deref(), Some("http://proxy.corp:3128"));
+        assert_eq!(s.buffer_max_s, 600);
+    }
+
+    #[test]
+    fn bad_file_or_env_is_a_clear_error() {
+        let (_d, h) = home();
+        std::fs::write(file_path(&h), "slots = 0\n").unwrap();
+        let e = load(&h, &|_| None, &[]).unwrap_err();
+        assert!(format!("{e:#}").contains("slots"), "{e:#}");
+        std::fs::write(file_path(&h), "").unwrap();
+        let env = |k: &str| (k == "BEEBOT_LOW_PRIORITY").then(|| "perhaps".to_string());
+        let e = load(&h, &env, &[]).unwrap_err();
+        assert!(format!("{e:#}").contains("environment"), "{e:#}");
+    }
+}

@@ -1,0 +1,202 @@
+//! The desktop client as an employee lives with it: pause and resume a real
+//! running client mid-scan (no page lost, none fetched twice), status in both
+//! forms, settings from the command line, leaving the project, and the
+//! generated service file.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use beebot_tests::*;
+
+fn join(g: &Grid, name: &str) {
+    let code = last_line(&g.admin_ok(&["invite"]));
+    let o = g.client(name, &["join", &code, "--name", name]);
+    assert!(o.status.success(), "join: {}", stderr(&o));
+}
+
+fn status_json(g: &Grid, name: &str) -> serde_json::Value {
+    let o = g.client(name, &["status", "--json"]);
+    assert!(o.status.success(), "status: {}", stderr(&o));
+    serde_json::from_str(&stdout(&o)).expect("status json")
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn pause_and_resume_a_running_client_mid_scan() {
+    let g = Grid::start(41, 3);
+    join(&g, "a");
+    g.import_sites();
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "40"]));
+    let mut args = vec![
+        "run".to_string(),
+        "--once".into(),
+        "--slots".into(),
+        "1".into(),
+    ];
+    args.extend(g.crawl_flags());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = g
+        .client_cmd("a", &args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+
+    // Mid-scan: the live status shows a scan with pages.
+    wait_for("a scan in progress", Duration::from_secs(60), || {
+        let s = status_json(&g, "a");
+        s["state"] == "running" && s["scans"][0]["pages"].as_u64().unwrap_or(0) >= 2
+    });
+    let o = g.client("a", &["pause"]);
+    assert!(o.status.success(), "pause: {}", stderr(&o));
+    assert!(stdout(&o).contains("paused"));
+    // At most the page in flight finishes; then nothing is fetched.
+    std::thread::sleep(Duration::from_millis(400));
+    let before = g.web_server.requests();
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(g.web_server.requests(), before, "no request while paused");
+    wait_for("paused state", Duration::from_secs(10), || {
+        status_json(&g, "a")["state"] == "paused"
+    });
+    let text = stdout(&g.client("a", &["status"]));
+    assert!(text.contains("state     paused"), "{text}");
+    assert!(text.contains("scanning site"), "{text}");
+
+    let o = g.client("a", &["resume"]);
+    assert!(o.status.success(), "resume: {}", stderr(&o));
+    let o = g.admin(&["round", "wait", &round, "--timeout", "120s"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let status = child.wait().expect("client");
+    assert!(status.success());
+
+    // Nothing lost: the export is the truth. Nothing fetched twice.
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+    let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for r in g.web_server.request_log() {
+        *seen.entry((r.host, r.path)).or_default() += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "fetched more than once: {twice:?}");
+
+    // Not running: status comes from the spool.
+    let s = status_json(&g, "a");
+    assert_eq!(s["state"], "not running");
+    assert_eq!(s["pending_uploads"], 0);
+    let o = g.client("a", &["pause"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no running client"), "{}", stderr(&o));
+}
+
+#[test]
+fn settings_show_where_values_come_from() {
+    let g = Grid::start(43, 1);
+    let o = g.client("s", &["config", "set", "slots", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = g.client("s", &["config", "set", "slots", "0"]);
+    assert!(!o.status.success());
+    let o = g.client("s", &["config", "set", "colour", "blue"]);
+    assert!(stderr(&o).contains("unknown setting"), "{}", stderr(&o));
+    let o = run(
+        g.client_cmd("s", &["config", "show", "--json"])
+            .env("BEEBOT_BANDWIDTH_KBPS", "250"),
+        Duration::from_secs(30),
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    let find = |k: &str| {
+        v.as_array()
+            .expect("array")
+            .iter()
+            .find(|x| x["key"] == k)
+            .cloned()
+            .expect("key")
+    };
+    assert_eq!(find("slots")["value"], "3");
+    assert_eq!(find("slots")["source"], "file");
+    assert_eq!(find("bandwidth_kbps")["value"], "250");
+    assert_eq!(find("bandwidth_kbps")["source"], "environment");
+    assert_eq!(find("window")["source"], "default");
+    let text = stdout(&g.client("s", &["config", "show"]));
+    assert!(text.contains("slots") && text.contains("(file)"), "{text}");
+}
+
+#[test]
+fn leaving_releases_units_at_once_and_removes_local_files() {
+    let g = Grid::start(47, 4);
+    join(&g, "l");
+    g.import_sites();
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "50"]));
+    let mut args = vec!["run".to_string()];
+    args.extend(g.crawl_flags());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = g
+        .client_cmd("l", &args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    wait_for("units held", Duration::from_secs(60), || {
+        status_json(&g, "l")["units_held"]
+            .as_array()
+            .is_some_and(|u| !u.is_empty())
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let o = g.client("l", &["leave"]);
+    assert!(o.status.success(), "leave: {}", stderr(&o));
+    assert!(!g.home("l").join("host.key").exists());
+    assert!(!g.home("l").join("spool").exists());
+    let o = g.admin_ok(&["round", "show", &round, "--json"]);
+    let d: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    let running = d["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter(|j| j["state"] == "Running")
+        .count();
+    assert_eq!(running, 0, "every unit went back to the queue: {d}");
+    assert!(stdout(&g.admin_ok(&["hosts", "list"])).contains("revoked"));
+}
+
+#[test]
+fn service_install_writes_a_unit_that_runs_this_client() {
+    let g = Grid::start(53, 1);
+    let xdg = g.dir.path().join("xdg");
+    let o = run(
+        g.client_cmd(
+            "svc",
+            &[
+                "service",
+                "install",
+                "--no-start",
+                "--window",
+                "19:00-07:00",
+            ],
+        )
+        .env("XDG_CONFIG_HOME", &xdg),
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let unit = std::fs::read_to_string(xdg.join("systemd/user/beebot.service")).expect("unit");
+    assert!(
+        unit.contains(&format!("--home {} run", g.home("svc").display())),
+        "{unit}"
+    );
+    assert!(unit.contains(bin("beebot").to_str().expect("path")));
+    let o = g.client("svc", &["config", "show", "--json"]);
+    assert!(stdout(&o).contains("19:00-07:00"));
+    let o = run(
+        g.client_cmd("svc", &["service", "uninstall"])
+            .env("XDG_CONFIG_HOME", &xdg),
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!xdg.join("systemd/user/beebot.service").exists());
+}
