@@ -43,6 +43,15 @@ impl Enrolment {
     pub fn cert_fingerprint(&self) -> Result<[u8; 32]> {
         hex32(&self.cert_sha256).context("enrolment.json: bad certificate fingerprint")
     }
+    /// Where the server is and its pinned certificate.
+    pub fn server_id(&self) -> Result<crate::net::ServerId> {
+        Ok(crate::net::ServerId {
+            addr: self.server_addr.clone(),
+            server_name: self.server_name.clone(),
+            cert_sha256: self.cert_fingerprint()?,
+        })
+    }
+
     pub fn project_verifying_key(&self) -> Result<VerifyingKey> {
         let b = hex32(&self.project_key).context("enrolment.json: bad project key")?;
         VerifyingKey::from_bytes(&b).context("enrolment.json: bad project key")
@@ -51,6 +60,21 @@ impl Enrolment {
 
 fn hex32(s: &str) -> Option<[u8; 32]> {
     hex::decode(s).ok()?.try_into().ok()
+}
+
+/// Results delivered on one day.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DayTotals {
+    /// Local date, `YYYY-MM-DD`.
+    pub date: String,
+    pub results: u64,
+    pub pages: u64,
+    pub links: u64,
+}
+
+/// Today's local date as `YYYY-MM-DD`.
+pub fn today_date() -> String {
+    chrono::Local::now().format("%Y-%m-%d").to_string()
 }
 
 /// A unit read back from the spool, verified.
@@ -67,7 +91,32 @@ pub struct Home {
     pub data: PathBuf,
 }
 
-/// Write a file durably: temporary name, fsync, rename.
+/// Refuse a secret file that its group or other users can read or write.
+pub fn check_private(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            bail!(
+                "{} is readable by other users (mode {:o}); it holds a secret key: \
+                 run `chmod 600 {}`",
+                path.display(),
+                mode & 0o777,
+                path.display()
+            );
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
+/// Write a file durably: temporary name, fsync, rename. On failure (disk
+/// full, read-only) the temporary file is removed: nothing half-written stays.
 pub fn write_atomic(path: &Path, data: &[u8], private: bool) -> Result<()> {
     let dir = path.parent().context("path without parent")?;
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -82,15 +131,19 @@ pub fn write_atomic(path: &Path, data: &[u8], private: bool) -> Result<()> {
         }
         #[cfg(not(unix))]
         let _ = private;
-        let mut f = opts
-            .open(&tmp)
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        f.write_all(data)
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        f.sync_all()
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        let written = opts.open(&tmp).and_then(|mut f| {
+            f.write_all(data)?;
+            f.sync_all()
+        });
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(e).with_context(|| format!("cannot write {}", path.display()));
+        }
     }
-    fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    if let Err(e) = fs::rename(&tmp, path) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", path.display()));
+    }
     if let Ok(d) = fs::File::open(dir) {
         let _ = d.sync_all();
     }
@@ -127,11 +180,13 @@ impl Home {
         self.data.join("spool").join("results")
     }
 
-    /// The host key, made (mode 0600) when there is none.
+    /// The host key, made (mode 0600) when there is none. A key file other
+    /// users can read is refused: whoever reads it can act as this host.
     pub fn host_key(&self, create: bool) -> Result<SigningKey> {
         let path = self.key_path();
         match fs::read_to_string(&path) {
             Ok(text) => {
+                check_private(&path)?;
                 let b = hex32(text.trim())
                     .with_context(|| format!("{} is not a host key", path.display()))?;
                 Ok(SigningKey::from_bytes(&b))
@@ -263,6 +318,32 @@ impl Home {
         Ok(Some((bytes, summary)))
     }
 
+    /// Today's totals (local date), kept in the spool across restarts.
+    pub fn today(&self, date: &str) -> DayTotals {
+        std::fs::read_to_string(self.data.join("spool").join("today.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<DayTotals>(&t).ok())
+            .filter(|d| d.date == date)
+            .unwrap_or_else(|| DayTotals {
+                date: date.to_string(),
+                ..Default::default()
+            })
+    }
+
+    /// Add one accepted result to today's totals.
+    pub fn add_to_today(&self, date: &str, pages: u64, links: u64) -> Result<DayTotals> {
+        let mut d = self.today(date);
+        d.results += 1;
+        d.pages += pages;
+        d.links += links;
+        write_atomic(
+            &self.data.join("spool").join("today.json"),
+            serde_json::to_string(&d)?.as_bytes(),
+            false,
+        )?;
+        Ok(d)
+    }
+
     /// Forget the project: keys, enrolment and spool.
     pub fn wipe(&self) -> Result<()> {
         for p in [self.key_path(), self.enrolment_path()] {
@@ -278,5 +359,125 @@ impl Home {
                 .with_context(|| format!("cannot remove {}", spool.display()))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use beebot_shared::scope::Scope;
+    use beebot_shared::sign::UnitLimits;
+    use proptest::prelude::*;
+
+    /// Cases per property in CI.
+    const CASES: u32 = 64;
+
+    fn home() -> (tempfile::TempDir, Home) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let h = Home {
+            config: dir.path().to_path_buf(),
+            data: dir.path().to_path_buf(),
+        };
+        (dir, h)
+    }
+
+    fn unit(id: u64) -> WorkUnit {
+        WorkUnit {
+            unit_id: id,
+            round_id: 1,
+            job_id: 2,
+            host_id: 3,
+            site: "a.test".into(),
+            seed_url: "http://a.test/".into(),
+            scope: Scope::Host,
+            limits: UnitLimits {
+                max_pages: 1,
+                max_depth: 1,
+                delay_ms: 0,
+                max_page_bytes: 1,
+                max_seconds: 1,
+                max_crawl_delay_ms: 1000,
+            },
+            issued_ms: 1,
+            deadline_ms: 2,
+            user_agent: "t".into(),
+        }
+    }
+
+    #[test]
+    fn units_signed_by_another_key_are_moved_aside() {
+        let (_d, h) = home();
+        let project = sign::generate_key();
+        let stranger = sign::generate_key();
+        for (id, key) in [(1, &project), (2, &stranger)] {
+            let signed = sign::sign_unit(key, &unit(id)).expect("sign");
+            h.spool_unit(&SpooledUnit {
+                signed,
+                unit: unit(id),
+            })
+            .expect("spool");
+        }
+        let (units, refused) = h.spooled_units(&project.verifying_key()).expect("read");
+        assert_eq!(units.len(), 1);
+        assert_eq!(units[0].unit.unit_id, 1);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(refused[0].contains("bad signature"), "{refused:?}");
+        assert!(h.units_dir().join("2.bad").exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_host_key_others_can_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_d, h) = home();
+        h.host_key(true).expect("made");
+        let mode = fs::metadata(h.key_path())
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        fs::set_permissions(h.key_path(), fs::Permissions::from_mode(0o644)).expect("chmod");
+        let e = h.host_key(false).expect_err("refused");
+        assert!(format!("{e:#}").contains("chmod 600"), "{e:#}");
+        fs::set_permissions(h.key_path(), fs::Permissions::from_mode(0o600)).expect("chmod");
+        assert!(h.host_key(false).is_ok());
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_temporary_file() {
+        let (d, _h) = home();
+        // The target is a directory: writing the temporary file works, the
+        // rename over a non-empty directory fails.
+        let target = d.path().join("busy");
+        fs::create_dir_all(target.join("inside")).expect("mkdir");
+        assert!(write_atomic(&target, b"x", false).is_err());
+        assert!(!target.with_extension("tmp").exists());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+        #[test]
+        fn arbitrary_spool_files_are_refused_not_fatal(
+            unit_bytes in proptest::collection::vec(any::<u8>(), 0..400),
+            summary_bytes in proptest::collection::vec(any::<u8>(), 0..200),
+        ) {
+            let (_d, h) = home();
+            let key = sign::generate_key();
+            fs::create_dir_all(h.units_dir()).expect("mkdir");
+            fs::write(h.units_dir().join("5.unit"), &unit_bytes).expect("write");
+            let (units, refused) = h.spooled_units(&key.verifying_key()).expect("read");
+            prop_assert!(units.is_empty());
+            prop_assert_eq!(refused.len(), 1);
+            prop_assert!(h.units_dir().join("5.bad").exists());
+            fs::create_dir_all(h.results_dir()).expect("mkdir");
+            fs::write(h.results_dir().join("5.summary"), &summary_bytes).expect("write");
+            fs::write(h.results_dir().join("5.lf"), &unit_bytes).expect("write");
+            // A damaged summary is an error naming the file, never a panic.
+            if let Err(e) = h.result(5) {
+                let msg = format!("{e:#}");
+                prop_assert!(msg.contains("5.summary"), "{}", msg);
+            }
+        }
     }
 }

@@ -2,10 +2,15 @@
 //! protocol), the [`home`] (keys, enrolment, spool), the QUIC [`net`] link and
 //! the [`worker`] loop of `beebot run`. `main.rs` is the CLI over these.
 
+pub mod bandwidth;
+pub mod benchmark;
 pub mod control;
 pub mod crawler;
+pub mod display;
 pub mod home;
+pub mod logging;
 pub mod net;
+pub mod rt;
 pub mod service;
 pub mod settings;
 pub mod window;

@@ -1,11 +1,13 @@
 //! `beebot`: the employee's command line. Join a project, run the work loop,
 //! show status, or scan one site locally.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use beebot_client::rt::{runtime, shutdown_signal};
 use clap::{Parser, Subcommand};
 use url::Url;
 
@@ -15,7 +17,7 @@ use beebot_client::control::{self, Gate};
 use beebot_client::crawler::{self, CrawlSpec, CrawlerConfig, ResolveRule};
 use beebot_client::home::Home;
 use beebot_client::worker::{self, RunOptions};
-use beebot_client::{service, settings};
+use beebot_client::{display, logging, service, settings};
 use beebot_shared::export::{ExportWriter, Format};
 use beebot_shared::limits::MAX_SLOTS;
 use beebot_shared::scope::Scope;
@@ -54,6 +56,10 @@ enum Cmd {
         /// When to crawl (setting `window`), e.g. `mon-fri 19:00-07:00`.
         #[arg(long)]
         window: Option<String>,
+        /// Pause this many ms after every page: a deliberately slower client
+        /// (tests and demos of scheduling; 0 in real use).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+        throttle_ms: u64,
         #[command(flatten)]
         net: NetArgs,
     },
@@ -85,6 +91,15 @@ enum Cmd {
     Service {
         #[command(subcommand)]
         cmd: ServiceCmd,
+    },
+    /// Scan the project's reference site and report pages/s and KB/s (the
+    /// result goes to the server, as `beebot run` does on first start and weekly).
+    Benchmark {
+        /// Benchmark against this URL instead; nothing is sent to the server.
+        #[arg(long)]
+        url: Option<String>,
+        #[command(flatten)]
+        net: NetArgs,
     },
     /// Scan one site locally, without a server.
     Crawl {
@@ -171,43 +186,37 @@ impl NetArgs {
 
 fn main() {
     let cli = Cli::parse();
-    let level = match cli.cmd {
-        Cmd::Run { .. } => "info",
-        _ => "warn",
+    let is_run = matches!(cli.cmd, Cmd::Run { .. });
+    let terminal = std::io::stderr().is_terminal();
+    // `run` on a terminal draws progress bars (warnings only in the log); as a
+    // service it logs at info to stderr (the journal) and a rotating file.
+    let (level, file) = match (is_run, terminal) {
+        (true, true) => ("warn", None),
+        (true, false) => {
+            let file = Home::resolve(cli.home.clone()).ok().and_then(|h| {
+                logging::RotatingFile::open(
+                    &h.data.join("logs").join("beebot.log"),
+                    logging::MAX_LOG_BYTES,
+                    logging::KEEP_LOGS,
+                )
+                .ok()
+            });
+            ("info", file)
+        }
+        _ => ("warn", None),
     };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
-        .with_writer(std::io::stderr)
+        .with_ansi(terminal)
+        .with_writer(logging::LogWriter::new(file))
         .init();
     if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -226,6 +235,7 @@ fn run(cli: Cli) -> Result<()> {
             once,
             slots,
             window,
+            throttle_ms,
             net,
         } => {
             let mut cli = net.overrides();
@@ -249,14 +259,27 @@ fn run(cli: Cli) -> Result<()> {
                 once,
                 slots: settings.slots,
                 buffer_seconds: settings.buffer_max_s,
+                buffer_min_s: settings.buffer_min_s,
+                throttle: Duration::from_millis(throttle_ms),
                 crawler,
+                bandwidth_kbps: settings.bandwidth_kbps,
                 gate: Some(Arc::new(Gate::new(
                     settings.window.clone(),
                     !settings.run_on_battery,
                 ))),
                 ..RunOptions::default()
             };
-            let stats = runtime()?.block_on(worker::run(home, opts, shutdown_signal()))?;
+            let stop_display = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let display = std::io::stderr().is_terminal().then(|| {
+                let (dir, stop) = (home.data.clone(), stop_display.clone());
+                std::thread::spawn(move || display::run(dir, stop))
+            });
+            let stats = runtime()?.block_on(worker::run(home, opts, shutdown_signal()));
+            stop_display.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some(d) = display {
+                let _ = d.join();
+            }
+            let stats = stats?;
             println!(
                 "scans finished {}, results accepted {}, duplicates {}, rejected {}, pages {}, links {}",
                 stats.scans_finished,
@@ -323,6 +346,50 @@ fn run(cli: Cli) -> Result<()> {
             }
             ServiceCmd::Status => println!("{}", service::status()?),
         },
+        Cmd::Benchmark { url, net } => {
+            let mut cfg = net.crawler_config()?;
+            let (settings, _) = settings::load(&home, &|k| std::env::var(k).ok(), &[])?;
+            let rt = runtime()?;
+            let from_project = url.is_none();
+            let url = match url {
+                Some(url) => url,
+                None => {
+                    let url =
+                        rt.block_on(beebot_client::benchmark::project_reference_site(&home))?;
+                    anyhow::ensure!(
+                        !url.is_empty(),
+                        "the project names no reference site; pass --url URL"
+                    );
+                    // Named by the project's own server over the pinned link.
+                    cfg.allow_private = true;
+                    url
+                }
+            };
+            let mut progress = crawler::progress::ProgressLine::stderr();
+            let record =
+                beebot_client::benchmark::run(&url, &cfg, &AtomicBool::new(false), &mut |p| {
+                    progress.update(p)
+                });
+            progress.finish();
+            let record = record?;
+            println!(
+                "{}: {} pages, {:.1} MB in {:.1}s: {:.1} pages/s, {:.0} KB/s",
+                record.url,
+                record.pages,
+                record.bytes as f64 / 1e6,
+                record.seconds,
+                record.pages_per_s,
+                record.kb_per_s
+            );
+            if from_project {
+                rt.block_on(beebot_client::benchmark::send(
+                    &home,
+                    &record,
+                    settings.slots,
+                ))?;
+                println!("sent to the project");
+            }
+        }
         Cmd::Crawl {
             url,
             max_pages,
@@ -346,6 +413,7 @@ fn run(cli: Cli) -> Result<()> {
                 max_pages,
                 max_depth,
                 delay: Duration::from_millis(delay_ms),
+                max_crawl_delay: crawler::robots::MAX_CRAWL_DELAY,
                 max_page_bytes: 2 * 1024 * 1024,
                 max_duration: Duration::from_secs(24 * 3600),
                 deadline: None,
@@ -356,7 +424,11 @@ fn run(cli: Cli) -> Result<()> {
             };
             let cfg = net.crawler_config()?;
             let cancel = AtomicBool::new(false);
-            let outcome = crawler::crawl(&spec, &cfg, &cancel, &mut |_, _| {});
+            // A live line on stderr when it is a terminal; nothing when piped.
+            let mut progress = crawler::progress::ProgressLine::stderr();
+            let outcome =
+                crawler::crawl_with_progress(&spec, &cfg, &cancel, &mut |p| progress.update(p));
+            progress.finish();
             let sink: Box<dyn std::io::Write> = match &out {
                 Some(p) => Box::new(std::io::BufWriter::new(
                     std::fs::File::create(p)
@@ -369,18 +441,9 @@ fn run(cli: Cli) -> Result<()> {
                 w.write(&site, r)?;
             }
             w.finish()?;
-            let s = &outcome.summary;
             eprintln!(
-                "{site}: {} pages, {} bytes, {} outbound links to {} hosts, {} errors, {:.1}s{}",
-                s.pages,
-                s.bytes,
-                outcome.records.len(),
-                s.distinct_target_hosts,
-                s.errors,
-                s.elapsed_ms as f64 / 1000.0,
-                s.stopped_by
-                    .map(|r| format!(", stopped by {}", r.as_str()))
-                    .unwrap_or_default()
+                "{}",
+                crawler::progress::summary_line(&site, &outcome.summary)
             );
         }
     }
@@ -429,9 +492,7 @@ fn status(home: &Home, json: bool) -> Result<()> {
             "state": live.as_ref().map(|l| l.state.as_str()).unwrap_or("not running"),
             "until_ms": live.as_ref().and_then(|l| l.until_ms),
             "scans": live.as_ref().map(|l| l.scans.clone()).unwrap_or_default(),
-            "this_run": live.as_ref().map(|l| serde_json::json!({
-                "pages": l.today_pages, "links": l.today_links, "results": l.today_results
-            })),
+            "today": home.today(&beebot_client::home::today_date()),
             "units_held": units.iter().map(|u| serde_json::json!({
                 "unit_id": u.unit.unit_id, "site": u.unit.site,
                 "finished": pending.contains(&u.unit.unit_id),
@@ -463,16 +524,17 @@ fn status(home: &Home, json: bool) -> Result<()> {
                     s.site, s.pages, s.links, s.pages_per_s
                 );
             }
-            println!(
-                "this run  {} results, {} pages, {} links",
-                l.today_results, l.today_pages, l.today_links
-            );
             if let Some(err) = &l.last_error {
                 println!("last error {err}");
             }
         }
         None => println!("state     not running"),
     }
+    let today = home.today(&beebot_client::home::today_date());
+    println!(
+        "today     {} results, {} pages, {} links",
+        today.results, today.pages, today.links
+    );
     println!("units     {} held", units.len());
     for u in &units {
         let state = if pending.contains(&u.unit.unit_id) {

@@ -22,7 +22,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// One request/response must finish within this time (uploads included).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 /// Keep-alive so an idle connection survives between work requests.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
+const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// A connection that hears nothing for this long is dead (a server that
+/// vanished without a reset, a network that went away): the request fails and
+/// the work loop reconnects with backoff.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Failures talking to the server.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +43,11 @@ pub enum NetError {
     Protocol(String),
     #[error("server refused ({code:?}): {message}")]
     Refused { code: ErrorCode, message: String },
+    #[error(
+        "the server at this address presented another certificate (SHA-256 {got}) than the \
+         one this client was invited to trust ({expected}): refusing to talk to it"
+    )]
+    PinMismatch { expected: String, got: String },
 }
 
 impl NetError {
@@ -52,7 +61,7 @@ impl NetError {
                     | ErrorCode::Upgrade
                     | ErrorCode::BadInvite,
                 ..
-            }
+            } | NetError::PinMismatch { .. }
         )
     }
 }
@@ -63,6 +72,8 @@ impl NetError {
 struct PinnedCert {
     fingerprint: [u8; 32],
     provider: Arc<CryptoProvider>,
+    /// The fingerprint of a certificate refused, for the error message.
+    refused: std::sync::Mutex<Option<[u8; 32]>>,
 }
 
 impl ServerCertVerifier for PinnedCert {
@@ -74,9 +85,11 @@ impl ServerCertVerifier for PinnedCert {
         _ocsp: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        if beebot_shared::util::sha256(end_entity.as_ref()) == self.fingerprint {
+        let got = beebot_shared::util::sha256(end_entity.as_ref());
+        if got == self.fingerprint {
             Ok(ServerCertVerified::assertion())
         } else {
+            *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
             Err(rustls::Error::InvalidCertificate(
                 rustls::CertificateError::ApplicationVerificationFailure,
             ))
@@ -136,28 +149,46 @@ pub struct Link {
 impl Link {
     /// Connect, pinning the certificate.
     pub async fn connect(server: &ServerId) -> Result<Link, NetError> {
+        Link::connect_from(server, None).await
+    }
+
+    /// Connect from a given local address (tests and the load generator play
+    /// hosts on several loopback addresses); `None`: any.
+    pub async fn connect_from(
+        server: &ServerId,
+        local: Option<SocketAddr>,
+    ) -> Result<Link, NetError> {
         let addr: SocketAddr = tokio::net::lookup_host(&server.addr)
             .await
             .map_err(|e| NetError::Resolve(format!("{}: {e}", server.addr)))?
             .next()
             .ok_or_else(|| NetError::Resolve(server.addr.clone()))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+        let pinned = Arc::new(PinnedCert {
+            fingerprint: server.cert_sha256,
+            provider: provider.clone(),
+            refused: std::sync::Mutex::new(None),
+        });
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| NetError::Connect(e.to_string()))?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(PinnedCert {
-                fingerprint: server.cert_sha256,
-                provider,
-            }))
+            .with_custom_certificate_verifier(pinned.clone())
             .with_no_client_auth();
         tls.alpn_protocols = vec![ALPN.to_vec()];
         let quic = QuicClientConfig::try_from(tls).map_err(|e| NetError::Connect(e.to_string()))?;
         let mut cfg = quinn::ClientConfig::new(Arc::new(quic));
         let mut transport = quinn::TransportConfig::default();
         transport.keep_alive_interval(Some(KEEP_ALIVE));
+        transport.max_idle_timeout(Some(
+            IDLE_TIMEOUT
+                .try_into()
+                .map_err(|_| NetError::Connect("idle timeout".into()))?,
+        ));
         cfg.transport_config(Arc::new(transport));
-        let bind: SocketAddr = if addr.is_ipv6() {
+        let bind: SocketAddr = if let Some(local) = local {
+            local
+        } else if addr.is_ipv6() {
             "[::]:0"
                 .parse()
                 .map_err(|_| NetError::Connect("bind".into()))?
@@ -175,7 +206,15 @@ impl Link {
         let conn = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
             .await
             .map_err(|_| NetError::Timeout)?
-            .map_err(|e| NetError::Connect(e.to_string()))?;
+            .map_err(
+                |e| match *pinned.refused.lock().unwrap_or_else(|p| p.into_inner()) {
+                    Some(got) => NetError::PinMismatch {
+                        expected: hex::encode(server.cert_sha256),
+                        got: hex::encode(got),
+                    },
+                    None => NetError::Connect(e.to_string()),
+                },
+            )?;
         Ok(Link {
             conn,
             _endpoint: endpoint,
@@ -269,6 +308,11 @@ impl Link {
                 "expected Welcome, got {other:?}"
             ))),
         }
+    }
+
+    /// The connection is still up (not closed by either side, not timed out).
+    pub fn is_open(&self) -> bool {
+        self.conn.close_reason().is_none()
     }
 
     pub fn close(&self) {

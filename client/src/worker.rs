@@ -19,9 +19,10 @@ use beebot_shared::linkfile::{self, LinkFileHeader, ScanSummary, LINK_FILE_VERSI
 use beebot_shared::proto::{Request, Response};
 use beebot_shared::sign::{self, WorkUnit};
 
+use crate::bandwidth::Bandwidth;
 use crate::control::{self, Gate, Hold, LiveStatus, ScanStatus};
 use crate::crawler::{self, CrawlSpec, CrawlerConfig};
-use crate::home::{Enrolment, Home, SpooledUnit, MAX_SPOOLED_UNITS};
+use crate::home::{today_date, Enrolment, Home, SpooledUnit, MAX_SPOOLED_UNITS};
 use crate::net::{Link, NetError, ServerId};
 
 /// Settings of the work loop.
@@ -31,8 +32,14 @@ pub struct RunOptions {
     pub once: bool,
     /// Sites scanned at once.
     pub slots: u32,
-    /// Seconds of work to hold beyond the running scans (BOINC's buffer).
+    /// Most seconds of work to hold (BOINC's "up to" buffer): the request's `want_seconds`.
     pub buffer_seconds: u64,
+    /// Least seconds of work to hold (BOINC's "at least" buffer): below it the
+    /// client asks for one more unit even when every slot has its reserve.
+    pub buffer_min_s: u64,
+    /// Extra pause after every page: makes this client slower on purpose
+    /// (tests and demos of scheduling; zero in real use).
+    pub throttle: Duration,
     /// Backoff bounds for reconnecting.
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
@@ -42,6 +49,8 @@ pub struct RunOptions {
     /// Holds scans while paused or outside the time window (`None`: always run).
     /// With a gate, the control socket for `beebot pause`/`resume` is served.
     pub gate: Option<Arc<Gate>>,
+    /// Download cap over all scans, KB/s (0: none).
+    pub bandwidth_kbps: u64,
 }
 
 impl Default for RunOptions {
@@ -49,14 +58,72 @@ impl Default for RunOptions {
         RunOptions {
             once: false,
             slots: 2,
-            buffer_seconds: 600,
+            buffer_seconds: DEFAULT_BUFFER_MAX_S,
+            buffer_min_s: DEFAULT_BUFFER_MIN_S,
+            throttle: Duration::ZERO,
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(300),
             progress_interval: Duration::from_secs(10),
             crawler: CrawlerConfig::default(),
             gate: None,
+            bandwidth_kbps: 0,
         }
     }
+}
+
+/// Default least seconds of work held, like BOINC's "store at least", scaled
+/// to rounds that last hours rather than days.
+pub const DEFAULT_BUFFER_MIN_S: u64 = 600;
+/// Default most seconds of work held (BOINC's "store up to an additional").
+pub const DEFAULT_BUFFER_MAX_S: u64 = 3600;
+/// Most units held per slot, whatever the buffer asks: a hoarding host makes
+/// the round wait for it.
+pub const MAX_UNITS_PER_SLOT: usize = 4;
+/// Weight of the newest figure in the client's running averages (scan time, round trip).
+const AVERAGE_WEIGHT: f64 = 0.3;
+
+/// Units to hold per slot: the one scanning plus enough to cover a round
+/// trip to the server, `ceil(round_trip / job_time) + 1`, at least two.
+pub fn units_per_slot(round_trip_s: f64, job_s: Option<f64>) -> usize {
+    let cover = match job_s {
+        Some(j) if j > 0.0 && round_trip_s.is_finite() => {
+            (round_trip_s.max(0.0) / j)
+                .ceil()
+                .min(MAX_UNITS_PER_SLOT as f64) as usize
+                + 1
+        }
+        _ => 2,
+    };
+    cover.clamp(2, MAX_UNITS_PER_SLOT)
+}
+
+/// What to ask the server for, or `None` when the buffer is full enough:
+/// `(want_seconds, free_slots)`. `unfinished` counts units held and not yet
+/// scanned to the end; `job_s` is this client's average scan time.
+pub fn work_wanted(
+    slots: u32,
+    unfinished: usize,
+    job_s: Option<f64>,
+    round_trip_s: f64,
+    min_s: u64,
+    max_s: u64,
+) -> Option<(u64, u32)> {
+    let slots = slots.clamp(1, MAX_SLOTS) as usize;
+    let target = slots * units_per_slot(round_trip_s, job_s);
+    // Seconds of work held: the units spread over the slots.
+    let held_s = job_s.map(|j| unfinished as f64 * j / slots as f64);
+    let units = if unfinished < target {
+        target - unfinished
+    } else if held_s.is_some_and(|h| h < min_s as f64) && unfinished < slots * MAX_UNITS_PER_SLOT {
+        1
+    } else {
+        0
+    };
+    if units == 0 {
+        return None;
+    }
+    let want = (max_s.max(min_s) as f64 - held_s.unwrap_or(0.0)).max(0.0) as u64;
+    Some((want, units as u32))
 }
 
 /// What a run did.
@@ -124,6 +191,9 @@ pub fn crawl_spec(unit: &WorkUnit, clock_offset_ms: i64) -> Result<CrawlSpec> {
         max_pages: unit.limits.max_pages,
         max_depth: unit.limits.max_depth,
         delay: Duration::from_millis(unit.limits.delay_ms),
+        // The unit carries no Crawl-delay maximum yet: the crawler's own cap.
+        max_crawl_delay: Duration::from_millis(unit.limits.max_crawl_delay_ms)
+            .min(crawler::robots::MAX_CRAWL_DELAY),
         max_page_bytes: unit.limits.max_page_bytes,
         max_duration: Duration::from_secs(unit.limits.max_seconds),
         deadline: Some(UNIX_EPOCH + Duration::from_millis(local_deadline_ms)),
@@ -131,21 +201,41 @@ pub fn crawl_spec(unit: &WorkUnit, clock_offset_ms: i64) -> Result<CrawlSpec> {
     })
 }
 
+/// What a running scan shares with the work loop.
+struct ScanHooks {
+    cancel: Arc<AtomicBool>,
+    pages: Arc<AtomicU64>,
+    links: Arc<AtomicU64>,
+    /// Holds the scan at a page boundary while paused or outside the window.
+    gate: Option<Arc<Gate>>,
+    /// Extra pause after every page (a deliberately slow host).
+    throttle: Duration,
+    /// The client's shared bandwidth cap.
+    bandwidth: Option<Arc<Bandwidth>>,
+}
+
 /// Run a unit's scan and encode its link file (blocking).
 fn scan(
     unit: &WorkUnit,
     spec: &CrawlSpec,
     cfg: &CrawlerConfig,
-    cancel: &AtomicBool,
-    pages: &AtomicU64,
-    links: &AtomicU64,
-    gate: Option<&Gate>,
+    hooks: &ScanHooks,
 ) -> Result<(Vec<u8>, ScanSummary), String> {
-    let out = crawler::crawl(spec, cfg, cancel, &mut |p, l| {
-        pages.store(p, Ordering::Relaxed);
-        links.store(l, Ordering::Relaxed);
-        // A page boundary: hold here while paused or outside the window.
-        if let Some(g) = gate {
+    let cancel = &*hooks.cancel;
+    let mut paid_bytes = 0u64;
+    let out = crawler::crawl_with_progress(spec, cfg, cancel, &mut |p| {
+        hooks.pages.store(p.pages, Ordering::Relaxed);
+        hooks.links.store(p.links, Ordering::Relaxed);
+        // A page boundary: pay for the bytes read, then hold while paused or
+        // outside the window.
+        if let Some(b) = &hooks.bandwidth {
+            b.pay(p.bytes.saturating_sub(paid_bytes), cancel);
+            paid_bytes = p.bytes;
+        }
+        if !hooks.throttle.is_zero() && !cancel.load(Ordering::Relaxed) {
+            std::thread::sleep(hooks.throttle);
+        }
+        if let Some(g) = &hooks.gate {
             g.wait_open(cancel);
         }
     });
@@ -182,6 +272,13 @@ struct Worker {
     done_tx: mpsc::Sender<ScanDone>,
     last_error: Option<String>,
     status_written: Instant,
+    bandwidth: Option<Arc<Bandwidth>>,
+    /// Running average of this client's scan time, seconds (buffer sizing).
+    job_s: Option<f64>,
+    /// Running average of a request's round trip, seconds (buffer sizing).
+    round_trip_s: f64,
+    /// The reference-site benchmark, run on first start and weekly.
+    bench: crate::benchmark::Background,
 }
 
 impl Worker {
@@ -230,15 +327,16 @@ impl Worker {
                 _ => None,
             })
             .collect();
+        let today = self.home.today(&today_date());
         let s = LiveStatus {
             pid: std::process::id(),
             updated_ms: control::unix_ms(now),
             state: state.into(),
             until_ms: until.map(control::unix_ms),
             scans,
-            today_pages: self.stats.pages,
-            today_links: self.stats.links,
-            today_results: self.stats.uploads_accepted,
+            today_pages: today.pages,
+            today_links: today.links,
+            today_results: today.results,
             pending_uploads: self
                 .held
                 .values()
@@ -266,10 +364,14 @@ impl Worker {
             return Ok(());
         }
         let link = Link::connect(&self.server).await?;
-        if let Response::Welcome { server_time_ms, .. } =
-            link.hello(self.enrolment.host_id, &self.key).await?
+        if let Response::Welcome {
+            server_time_ms,
+            reference_site,
+            ..
+        } = link.hello(self.enrolment.host_id, &self.key).await?
         {
             self.clock_offset_ms = server_time_ms as i64 - now_ms() as i64;
+            self.bench.reference_site = reference_site;
         }
         self.link = Some(link);
         Ok(())
@@ -297,9 +399,12 @@ impl Worker {
     async fn request(&mut self, req: &Request) -> Result<Response, NetError> {
         self.ensure_link().await?;
         let link = self.link.as_ref().ok_or(NetError::Lost("no link".into()))?;
+        let sent = Instant::now();
         let r = link.request(req).await;
         if r.is_ok() {
             self.failures = 0;
+            let rtt = sent.elapsed().as_secs_f64();
+            self.round_trip_s += AVERAGE_WEIGHT * (rtt - self.round_trip_s);
         }
         r
     }
@@ -332,6 +437,9 @@ impl Worker {
                     self.stats.uploads_accepted += 1;
                     self.stats.pages += pages;
                     self.stats.links += links;
+                    if let Err(e) = self.home.add_to_today(&today_date(), pages, links) {
+                        tracing::warn!("cannot update today's totals: {e:#}");
+                    }
                     tracing::info!(unit_id, pages, links, "result accepted");
                 }
                 Ok(Response::Duplicate) => {
@@ -417,28 +525,33 @@ impl Worker {
 
     /// Ask for work when the buffer runs low.
     async fn fetch_work(&mut self) -> Result<bool> {
-        let slots = self.opts.slots.clamp(1, MAX_SLOTS);
-        // Hold one unit in reserve per slot, so no slot idles for a round trip.
-        let target = (slots as usize) * 2;
         let unfinished = self
             .held
             .values()
             .filter(|h| matches!(h.state, HeldState::Waiting | HeldState::Crawling { .. }))
             .count();
-        if unfinished >= target
-            || self.held.len() >= MAX_SPOOLED_UNITS
-            || Instant::now() < self.next_request
-        {
+        // Hold enough units per slot that no slot idles for a round trip, and
+        // the buffer's seconds of work (see `work_wanted`).
+        let Some((want_seconds, free_slots)) = work_wanted(
+            self.opts.slots,
+            unfinished,
+            self.job_s,
+            self.round_trip_s,
+            self.opts.buffer_min_s,
+            self.opts.buffer_seconds,
+        ) else {
+            return Ok(true);
+        };
+        if self.held.len() >= MAX_SPOOLED_UNITS || Instant::now() < self.next_request {
             return Ok(true);
         }
         if !self.gate_open() {
             return Ok(true);
         }
-        let free_slots = (target - unfinished) as u32;
         // Near the end of a window, ask only for work that fits in it.
         let want_seconds = match self.opts.gate.as_ref().and_then(|g| g.seconds_left_open()) {
-            Some(left) => self.opts.buffer_seconds.min(left),
-            None => self.opts.buffer_seconds,
+            Some(left) => want_seconds.min(left),
+            None => want_seconds,
         };
         let req = Request::RequestWork {
             want_seconds,
@@ -458,6 +571,8 @@ impl Worker {
                     let jitter = 1.0 + rand::random::<f64>() * 0.2;
                     self.next_request = Instant::now() + Duration::from_secs(wait).mul_f64(jitter);
                 }
+                let offered = units.len();
+                let refused_before = self.stats.units_refused;
                 for signed in units {
                     match sign::verify_unit(&self.project_key, &signed) {
                         Ok(unit) if unit.host_id == self.enrolment.host_id => {
@@ -484,6 +599,19 @@ impl Worker {
                             tracing::error!("refused a work unit: {e}");
                         }
                     }
+                }
+                if offered > 0 && self.stats.units_refused - refused_before == offered as u64 {
+                    // Nothing usable (a server signing with another key than
+                    // the one joined, or sending others' units): back off like
+                    // a failure instead of asking again at once.
+                    self.failures = self.failures.saturating_add(1);
+                    let wait = backoff_delay(
+                        self.failures,
+                        self.opts.backoff_base,
+                        self.opts.backoff_cap,
+                        rand::random::<f64>(),
+                    );
+                    self.next_request = Instant::now() + wait;
                 }
                 Ok(true)
             }
@@ -543,11 +671,18 @@ impl Worker {
                 started: Instant::now(),
             };
             let cfg = self.opts.crawler.clone();
-            let gate = self.opts.gate.clone();
+            let hooks = ScanHooks {
+                cancel,
+                pages,
+                links,
+                gate: self.opts.gate.clone(),
+                throttle: self.opts.throttle,
+                bandwidth: self.bandwidth.clone(),
+            };
             let tx = self.done_tx.clone();
             tracing::info!(unit_id, site = %unit.site, "scan started");
             tokio::task::spawn_blocking(move || {
-                let result = scan(&unit, &spec, &cfg, &cancel, &pages, &links, gate.as_deref());
+                let result = scan(&unit, &spec, &cfg, &hooks);
                 let _ = tx.blocking_send(ScanDone { unit_id, result });
             });
             running += 1;
@@ -567,6 +702,11 @@ impl Worker {
         match done.result {
             Ok((bytes, summary)) => {
                 self.stats.scans_finished += 1;
+                let took = summary.elapsed_ms as f64 / 1000.0;
+                self.job_s = Some(match self.job_s {
+                    None => took,
+                    Some(a) => a + AVERAGE_WEIGHT * (took - a),
+                });
                 tracing::info!(
                     unit_id = done.unit_id,
                     pages = summary.pages,
@@ -616,7 +756,36 @@ impl Worker {
             return Ok(());
         }
         self.fetch_work().await?;
+        self.send_benchmark().await;
         Ok(())
+    }
+
+    /// Start the reference-site benchmark when due and the client holds no
+    /// work (and is not paused), and send its result once in; a failed send
+    /// is retried next contact.
+    async fn send_benchmark(&mut self) {
+        let idle = self.held.is_empty() && self.gate_open();
+        let Some(record) = self
+            .bench
+            .poll(&self.home, &self.opts.crawler, idle, self.opts.throttle)
+            .await
+        else {
+            return;
+        };
+        let req = Request::Benchmark {
+            pages_per_s: record.pages_per_s,
+            kb_per_s: record.kb_per_s,
+            slots: self.opts.slots,
+        };
+        match self.request(&req).await {
+            Ok(Response::Ack) => self.bench.sent(&self.home, &record),
+            Ok(other) => {
+                // Not retried before next week: the server would answer the same.
+                tracing::warn!("benchmark not taken: {other:?}");
+                self.bench.sent(&self.home, &record);
+            }
+            Err(e) => self.net_failed(&e),
+        }
     }
 }
 
@@ -630,12 +799,9 @@ pub async fn run(
     let enrolment = home.require_enrolment()?;
     let key = home.host_key(false)?;
     let project_key = enrolment.project_verifying_key()?;
-    let server = ServerId {
-        addr: enrolment.server_addr.clone(),
-        server_name: enrolment.server_name.clone(),
-        cert_sha256: enrolment.cert_fingerprint()?,
-    };
+    let server = enrolment.server_id()?;
     let (done_tx, mut done_rx) = mpsc::channel::<ScanDone>(MAX_SPOOLED_UNITS);
+    let w_bandwidth = Bandwidth::new(opts.bandwidth_kbps).map(Arc::new);
     let mut w = Worker {
         home,
         enrolment,
@@ -654,6 +820,10 @@ pub async fn run(
         done_tx,
         last_error: None,
         status_written: Instant::now() - Duration::from_secs(60),
+        bandwidth: w_bandwidth,
+        job_s: None,
+        round_trip_s: 0.0,
+        bench: Default::default(),
     };
     // The control socket, for `beebot pause` / `beebot resume`.
     let control_task = w.opts.gate.clone().map(|gate| {
@@ -776,11 +946,7 @@ pub async fn leave(home: &Home, force: bool) -> Result<()> {
     let enrolment = home.require_enrolment()?;
     let told = async {
         let key = home.host_key(false)?;
-        let server = ServerId {
-            addr: enrolment.server_addr.clone(),
-            server_name: enrolment.server_name.clone(),
-            cert_sha256: enrolment.cert_fingerprint()?,
-        };
+        let server = enrolment.server_id()?;
         let link = Link::connect(&server).await?;
         link.hello(enrolment.host_id, &key).await?;
         link.request(&Request::Leave).await?;
@@ -812,6 +978,91 @@ fn default_host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_buffer_covers_a_round_trip_and_its_seconds() {
+        // Unknown scan time: two units per slot.
+        assert_eq!(units_per_slot(0.05, None), 2);
+        // Scans far longer than a round trip: one scanning, one in reserve.
+        assert_eq!(units_per_slot(0.05, Some(30.0)), 2);
+        // Scans shorter than a round trip: enough to cover it, bounded.
+        assert_eq!(units_per_slot(1.0, Some(0.4)), 4);
+        assert_eq!(units_per_slot(100.0, Some(0.1)), MAX_UNITS_PER_SLOT);
+        // Empty client, two slots: four units, the whole buffer's seconds.
+        assert_eq!(work_wanted(2, 0, None, 0.05, 600, 3600), Some((3600, 4)));
+        // Three held of four: one more; the seconds held are taken off.
+        assert_eq!(
+            work_wanted(2, 3, Some(100.0), 0.05, 600, 3600),
+            Some((3450, 1))
+        );
+        // Reserve full and 10 min held: nothing.
+        assert_eq!(work_wanted(2, 4, Some(300.0), 0.05, 600, 3600), None);
+        // Reserve full but short scans leave less than the minimum: one more,
+        // up to the per-slot cap.
+        assert_eq!(
+            work_wanted(2, 4, Some(10.0), 0.05, 600, 3600),
+            Some((3580, 1))
+        );
+        assert_eq!(
+            work_wanted(2, 2 * MAX_UNITS_PER_SLOT, Some(10.0), 0.05, 600, 3600),
+            None
+        );
+    }
+
+    #[test]
+    fn deadlines_follow_the_server_clock_whatever_the_skew() {
+        let unit = WorkUnit {
+            unit_id: 1,
+            round_id: 1,
+            job_id: 1,
+            host_id: 1,
+            site: "a.test".into(),
+            seed_url: "http://a.test/".into(),
+            scope: beebot_shared::scope::Scope::Host,
+            limits: beebot_shared::sign::UnitLimits {
+                max_pages: 1,
+                max_depth: 1,
+                delay_ms: 0,
+                max_page_bytes: 1,
+                max_seconds: 60,
+                max_crawl_delay_ms: 1000,
+            },
+            issued_ms: 1_700_000_000_000,
+            deadline_ms: 1_700_000_600_000,
+            user_agent: "t".into(),
+        };
+        const HOUR_MS: i64 = 3_600_000;
+        // offset = server clock − client clock, learned from `Welcome`.
+        for skew_hours in [-7i64, -1, 0, 2, 9] {
+            let offset = -skew_hours * HOUR_MS;
+            let spec = crawl_spec(&unit, offset).expect("spec");
+            let local = spec.deadline.expect("deadline");
+            let want = UNIX_EPOCH
+                + Duration::from_millis((unit.deadline_ms as i64 + skew_hours * HOUR_MS) as u64);
+            assert_eq!(local, want, "client clock {skew_hours} h off");
+            // The time left is the same on both clocks: ten minutes.
+            let issued_local = unit.issued_ms as i64 + skew_hours * HOUR_MS;
+            let left = local
+                .duration_since(UNIX_EPOCH + Duration::from_millis(issued_local as u64))
+                .expect("after issue");
+            assert_eq!(left, Duration::from_secs(600));
+        }
+    }
+
+    #[test]
+    fn full_jitter_spreads_a_herd_over_the_window() {
+        // 200 hosts after one failure: waits spread over [0, 2 s], not bunched.
+        let base = Duration::from_secs(1);
+        let cap = Duration::from_secs(300);
+        let mut buckets = [0usize; 8];
+        for i in 0..200u32 {
+            let r = (f64::from(i) + 0.5) / 200.0;
+            let d = backoff_delay(1, base, cap, r);
+            assert!(d <= Duration::from_secs(2));
+            buckets[(d.as_secs_f64() / 0.25) as usize % 8] += 1;
+        }
+        assert!(buckets.iter().all(|&b| b == 25), "{buckets:?}");
+    }
 
     #[test]
     fn backoff_is_bounded_and_grows() {

@@ -219,6 +219,9 @@ async fn round_start(
             .parse::<Scope>()
             .map_err(|e| fail(StatusCode::BAD_REQUEST, e.to_string()))?;
     }
+    if let Some(v) = req.max_crawl_delay_ms {
+        p.max_crawl_delay_ms = v;
+    }
     if let Some(v) = req.max_seconds {
         p.max_seconds = v;
     }
@@ -235,8 +238,9 @@ async fn round_start(
         p.deadline_min_s = p.deadline_max_s;
     }
     let now = now_ms();
+    let every_ms = req.every_s.map(|e| e.saturating_mul(1000));
     let id = s
-        .with_grid(move |g| g.start_round(p, now))
+        .with_grid(move |g| g.start_round_every(p, every_ms, now))
         .await
         .map_err(grid_fail)?;
     tracing::info!(round = id, "round started");

@@ -40,6 +40,12 @@ pub struct RoundStart {
     pub deadline_min_s: Option<u64>,
     pub deadline_max_s: Option<u64>,
     pub max_attempts: Option<u32>,
+    /// Longest robots.txt Crawl-delay honoured, ms.
+    #[serde(default)]
+    pub max_crawl_delay_ms: Option<u64>,
+    /// Repeat period, seconds (`round start --every`).
+    #[serde(default)]
+    pub every_s: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -38,12 +38,13 @@ pub struct RoundDefaults {
     pub deadline_min_s: u64,
     pub deadline_max_s: u64,
     pub max_attempts: u32,
+    pub max_crawl_delay_ms: u64,
 }
 
 impl Default for RoundDefaults {
     fn default() -> Self {
         RoundDefaults {
-            policy: "size-aware".into(),
+            policy: "adaptive".into(),
             max_pages: 1000,
             max_depth: 20,
             delay_ms: 1000,
@@ -53,6 +54,7 @@ impl Default for RoundDefaults {
             deadline_min_s: 120,
             deadline_max_s: 2 * 24 * 3600,
             max_attempts: 5,
+            max_crawl_delay_ms: 30_000,
         }
     }
 }
@@ -70,6 +72,7 @@ impl RoundDefaults {
             deadline_min_s: self.deadline_min_s,
             deadline_max_s: self.deadline_max_s,
             max_attempts: self.max_attempts,
+            max_crawl_delay_ms: self.max_crawl_delay_ms,
         }
     }
 }
@@ -88,8 +91,16 @@ pub struct ServerConfig {
     pub admin_listen: String,
     /// Contact URL in the crawler's User-Agent.
     pub contact_url: String,
-    /// Reference site for host benchmarks (host name).
+    /// URL of the reference site hosts benchmark against, sent to every host
+    /// in `Welcome`. Empty: the one this server serves (`reference_listen`),
+    /// at the public address's host and the bound port. Set it to point the
+    /// project at another reference site.
     pub reference_site: String,
+    /// TCP address the reference site's HTTP server binds; empty: not served
+    /// here. `init` sets the QUIC listen IP and port 4481 (port 0 when QUIC's
+    /// is 0).
+    #[serde(default)]
+    pub reference_listen: String,
     /// Deadline = issue + expected × slack + grace.
     pub deadline_slack: f64,
     pub deadline_grace_s: u64,
@@ -110,6 +121,7 @@ impl ServerConfig {
             admin_listen: admin_listen.into(),
             contact_url: "https://example.invalid/beebot".into(),
             reference_site: String::new(),
+            reference_listen: String::new(),
             deadline_slack: 3.0,
             deadline_grace_s: 60,
             round: RoundDefaults::default(),
@@ -125,11 +137,42 @@ impl ServerConfig {
     }
 }
 
+/// Port of the reference site's HTTP server unless `init` is told otherwise.
+pub const DEFAULT_REFERENCE_PORT: u16 = 4481;
+
+/// The reference site's address for a QUIC `listen` address: the same IP on
+/// [`DEFAULT_REFERENCE_PORT`], or port 0 (any) when QUIC's port is 0.
+pub fn default_reference_listen(listen: &str) -> String {
+    match listen.parse::<SocketAddr>() {
+        Ok(addr) if addr.port() == 0 => SocketAddr::new(addr.ip(), 0).to_string(),
+        Ok(addr) => SocketAddr::new(addr.ip(), DEFAULT_REFERENCE_PORT).to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+/// The URL hosts are told for the reference site: `configured` when set,
+/// else `http://` + the public address's host + `bound`'s port.
+pub fn reference_url(configured: &str, public_addr: &str, bound: Option<SocketAddr>) -> String {
+    if !configured.trim().is_empty() {
+        return configured.trim().to_string();
+    }
+    let Some(bound) = bound else {
+        return String::new();
+    };
+    let host = public_addr
+        .rsplit_once(':')
+        .map_or(public_addr, |(host, _)| host);
+    format!("http://{host}:{}/", bound.port())
+}
+
 /// Where the running server listens (`serve.json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Runtime {
     pub quic_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// The reference site's HTTP address, when this server serves it.
+    #[serde(default)]
+    pub reference_addr: Option<SocketAddr>,
     pub public_addr: String,
     pub pid: u32,
 }
@@ -182,6 +225,7 @@ impl DataDir {
     }
 
     pub fn load_project_key(&self) -> Result<SigningKey> {
+        check_private(&self.project_key())?;
         let text = fs::read_to_string(self.project_key())
             .with_context(|| format!("cannot read {}", self.project_key().display()))?;
         let bytes: [u8; 32] = hex::decode(text.trim())
@@ -192,6 +236,7 @@ impl DataDir {
     }
 
     pub fn load_admin_token(&self) -> Result<String> {
+        check_private(&self.admin_token())?;
         Ok(fs::read_to_string(self.admin_token())
             .with_context(|| format!("cannot read {}", self.admin_token().display()))?
             .trim()
@@ -202,6 +247,30 @@ impl DataDir {
         let text = fs::read_to_string(self.runtime()).ok()?;
         serde_json::from_str(&text).ok()
     }
+}
+
+/// Refuse a secret file (key, token) its group or other users can read or
+/// write: the server does not start on a leaked secret.
+pub fn check_private(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            bail!(
+                "{} is readable by other users (mode {:o}); it holds a secret: run `chmod 600 {}`",
+                path.display(),
+                mode & 0o777,
+                path.display()
+            );
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// Write a file readable by its owner only.
@@ -258,7 +327,8 @@ pub fn init(dir: &DataDir, opts: &InitOptions) -> Result<ServerConfig> {
         bail!("--public-addr `{}` is not HOST:PORT", opts.public_addr);
     }
     fs::create_dir_all(&dir.0).with_context(|| format!("cannot create {}", dir.0.display()))?;
-    let cfg = ServerConfig::new(&opts.public_addr, &opts.listen, &opts.admin_listen);
+    let mut cfg = ServerConfig::new(&opts.public_addr, &opts.listen, &opts.admin_listen);
+    cfg.reference_listen = default_reference_listen(&opts.listen);
 
     let key = beebot_shared::sign::generate_key();
     write_private(&dir.project_key(), hex::encode(key.to_bytes()).as_bytes())?;

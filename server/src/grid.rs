@@ -21,7 +21,7 @@ use beebot_shared::sign::{self, SignedUnit, UnitLimits, WorkUnit};
 use beebot_shared::util::sha256;
 
 use crate::model::*;
-use crate::scheduler::{self, DeadlineRule, JobView, WorkAsk};
+use crate::scheduler::{self, DeadlineRule, HeldUnit, HostView, JobView, RunningView, WorkAsk};
 use crate::store::{Store, StoreError};
 
 /// How long a host with nothing to do waits before asking again while a round
@@ -29,6 +29,8 @@ use crate::store::{Store, StoreError};
 pub const RETRY_WHILE_ROUND_OPEN_S: u64 = 5;
 /// How long a host waits when no round is open.
 pub const RETRY_IDLE_S: u64 = 60;
+/// A round-start plan (`batch`) covers the hosts heard from within this long.
+pub const PLAN_HOSTS_SEEN_WITHIN_MS: u64 = 24 * 3600 * 1000;
 
 /// Errors of grid operations, each one a clear answer to the caller.
 #[derive(Debug, thiserror::Error)]
@@ -137,10 +139,15 @@ pub fn write_durable(path: &Path, data: &[u8]) -> std::io::Result<()> {
         .ok_or_else(|| std::io::Error::other("path has no parent"))?;
     fs::create_dir_all(dir)?;
     let tmp = path.with_extension("tmp");
-    {
+    let written = (|| {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(data)?;
-        f.sync_all()?;
+        f.sync_all()
+    })();
+    if let Err(e) = written {
+        // Disk full or read-only: leave no half-written file behind.
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
     }
     fs::rename(&tmp, path)?;
     fs::File::open(dir)?.sync_all()?;
@@ -296,6 +303,11 @@ impl Grid {
             seconds_done: 0.0,
             deadlines_missed: 0,
             failures: 0,
+            avg_pages_per_s: None,
+            avg_kb_per_s: None,
+            bytes_done: 0,
+            offline_ms: 0,
+            last_missed_ms: 0,
         };
         self.store.put_invite(&inv)?;
         self.store.put_host(&host)?;
@@ -325,7 +337,12 @@ impl Grid {
         if h.revoked {
             return Err(GridError::Revoked(host_id));
         }
-        h.last_seen_ms = now_ms;
+        // A silence longer than the online window was time away.
+        let gap = now_ms.saturating_sub(h.last_seen_ms);
+        if gap > scheduler::ONLINE_WINDOW_MS {
+            h.offline_ms = h.offline_ms.saturating_add(gap);
+        }
+        h.last_seen_ms = h.last_seen_ms.max(now_ms);
         Ok(h)
     }
 
@@ -433,6 +450,16 @@ impl Grid {
 
     /// Start a round over the whole target set.
     pub fn start_round(&mut self, params: RoundParams, now_ms: u64) -> Result<u64, GridError> {
+        self.start_round_every(params, None, now_ms)
+    }
+
+    /// Start a round; with `every_ms`, it repeats (see [`Grid::repeat_due_rounds`]).
+    pub fn start_round_every(
+        &mut self,
+        params: RoundParams,
+        every_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Result<u64, GridError> {
         if self.sites.is_empty() {
             return Err(GridError::Invalid(
                 "the target set is empty: add sites first (`sites add` or `sites import`)".into(),
@@ -450,6 +477,11 @@ impl Grid {
                 "max pages must be between 1 and {MAX_PAGES_PER_SITE}"
             )));
         }
+        if params.max_crawl_delay_ms > MAX_DELAY_MS {
+            return Err(GridError::Invalid(format!(
+                "the Crawl-delay maximum must be at most {MAX_DELAY_MS} ms"
+            )));
+        }
         if params.delay_ms > MAX_DELAY_MS {
             return Err(GridError::Invalid(format!(
                 "delay must be at most {MAX_DELAY_MS} ms"
@@ -460,22 +492,57 @@ impl Grid {
                 "max attempts and minimum deadline must be positive".into(),
             ));
         }
+        if every_ms == Some(0) {
+            return Err(GridError::Invalid(
+                "a repeat period must be positive".into(),
+            ));
+        }
+        let policy = scheduler::policy_by_name(&params.policy)
+            .ok_or_else(|| GridError::Invalid(format!("unknown policy `{}`", params.policy)))?;
         let round_id = self.store.next_id()?;
-        let mut job_ids = Vec::with_capacity(self.sites.len());
-        for site in self.sites.keys() {
+        // Each job's size is fixed now, from its site's last scan.
+        let mut jobs = Vec::with_capacity(self.sites.len());
+        for site in self.sites.values() {
             let id = self.store.next_id()?;
-            let job = JobRecord {
+            jobs.push(JobRecord {
                 id,
                 round_id,
-                site: site.clone(),
+                site: site.host.clone(),
                 state: JobState::Queued,
                 attempts: Vec::new(),
                 result: None,
                 reasons: Vec::new(),
-            };
+                est_pages: scheduler::site_pages(site.last_scan.as_ref(), params.max_pages),
+                batch_host: None,
+            });
+        }
+        // A round-start plan (batch) over the hosts heard from lately.
+        let views: Vec<JobView> = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| JobView {
+                job_id: j.id,
+                order: i as u32,
+                pages: j.est_pages,
+                failed_here: false,
+                assigned: None,
+            })
+            .collect();
+        let (hosts, _, _) = self.host_views(now_ms);
+        let recent: Vec<HostView> = hosts
+            .into_iter()
+            .filter(|h| now_ms.saturating_sub(h.last_seen_ms) <= PLAN_HOSTS_SEEN_WITHIN_MS)
+            .collect();
+        let plan: HashMap<u64, u64> = policy
+            .plan(&views, &recent, params.delay_ms as f64 / 1000.0)
+            .into_iter()
+            .collect();
+        let mut job_ids = Vec::with_capacity(jobs.len());
+        for mut job in jobs {
+            job.batch_host = plan.get(&job.id).copied();
             self.store.put_job(&job)?;
-            self.jobs.insert(id, job);
-            job_ids.push(id);
+            job_ids.push(job.id);
+            self.jobs.insert(job.id, job);
         }
         let round = RoundRecord {
             id: round_id,
@@ -484,6 +551,8 @@ impl Grid {
             params,
             state: RoundState::Running,
             job_ids,
+            every_ms,
+            next_round: None,
         };
         self.store.put_round(&round)?;
         self.store.flush()?;
@@ -572,13 +641,131 @@ impl Grid {
         Ok(())
     }
 
+    /// A host's pages per second on one slot: the running average of its real
+    /// jobs, else its reference-site benchmark.
     fn host_speed(&self, host_id: u64) -> Option<f64> {
         let h = self.hosts.get(&host_id)?;
-        if h.jobs_done > 0 && h.seconds_done > 0.0 {
-            Some(h.pages_done as f64 / h.seconds_done)
-        } else {
-            h.benchmark.as_ref().map(|b| b.pages_per_s)
+        h.avg_pages_per_s.or_else(|| {
+            h.benchmark
+                .as_ref()
+                .map(|b| b.pages_per_s)
+                .filter(|s| s.is_finite() && *s > 0.0)
+        })
+    }
+
+    /// Start the next scan of every repeating round that is over and whose
+    /// period has passed. Returns the new rounds' ids.
+    pub fn repeat_due_rounds(&mut self, now_ms: u64) -> Result<Vec<u64>, GridError> {
+        if self.sites.is_empty() {
+            return Ok(Vec::new());
         }
+        let due: Vec<(u64, RoundParams, u64)> = self
+            .rounds
+            .values()
+            .filter(|r| r.state == RoundState::Done && r.next_round.is_none())
+            .filter_map(|r| {
+                let every = r.every_ms?;
+                (now_ms >= r.created_ms.saturating_add(every))
+                    .then(|| (r.id, r.params.clone(), every))
+            })
+            .collect();
+        let mut started = Vec::with_capacity(due.len());
+        for (id, params, every) in due {
+            let new = self.start_round_every(params, Some(every), now_ms)?;
+            if let Some(r) = self.rounds.get_mut(&id) {
+                r.next_round = Some(new);
+                let r = r.clone();
+                self.store.put_round(&r)?;
+            }
+            started.push(new);
+        }
+        if !started.is_empty() {
+            self.store.flush()?;
+        }
+        Ok(started)
+    }
+
+    /// The scheduler's view of every active host (sorted by id), with the
+    /// expected end (seconds from now) of every running unit, by unit id, and
+    /// the units each host holds (in issue order).
+    #[allow(clippy::type_complexity)]
+    fn host_views(
+        &self,
+        now_ms: u64,
+    ) -> (
+        Vec<HostView>,
+        HashMap<u64, f64>,
+        HashMap<u64, Vec<HeldUnit>>,
+    ) {
+        // Running units per host, from the running rounds.
+        let mut held: HashMap<u64, Vec<((bool, u64, u64), HeldUnit)>> = HashMap::new();
+        for r in self
+            .rounds
+            .values()
+            .filter(|r| r.state == RoundState::Running)
+        {
+            let delay_s = r.params.delay_ms as f64 / 1000.0;
+            for job in r.job_ids.iter().filter_map(|id| self.jobs.get(id)) {
+                if job.state != JobState::Running {
+                    continue;
+                }
+                for a in job.running_attempts() {
+                    let cost = scheduler::seconds_per_page(self.host_speed(a.host_id), delay_s);
+                    // A scan that reports progress is timed by its own pace.
+                    let unit = match scheduler::remaining_s(
+                        job.est_pages,
+                        (a.first_report_ms, a.first_report_pages),
+                        (a.last_report_ms, a.pages),
+                        now_ms,
+                    ) {
+                        Some(left) => HeldUnit {
+                            issued_ms: now_ms,
+                            expected_s: left,
+                        },
+                        None => HeldUnit {
+                            issued_ms: a.issued_ms,
+                            expected_s: job.est_pages * cost,
+                        },
+                    };
+                    // Scanning units first (their slots are taken), then in issue order.
+                    let key = (a.first_report_ms == 0, a.issued_ms, a.unit_id);
+                    held.entry(a.host_id).or_default().push((key, unit));
+                }
+            }
+        }
+        let mut ends = HashMap::new();
+        let mut by_host = HashMap::new();
+        let mut views = Vec::with_capacity(self.hosts.len());
+        for h in self.hosts.values().filter(|h| !h.revoked) {
+            let mut units = held.remove(&h.id).unwrap_or_default();
+            units.sort_by_key(|(key, _)| *key);
+            let slots = h
+                .benchmark
+                .as_ref()
+                .map(|b| b.slots)
+                .filter(|s| *s > 0)
+                .unwrap_or(scheduler::DEFAULT_HOST_SLOTS);
+            let plain: Vec<HeldUnit> = units.iter().map(|(_, u)| *u).collect();
+            let sched = scheduler::slot_schedule(&plain, slots, now_ms);
+            let online =
+                scheduler::is_online(h.last_seen_ms, h.last_missed_ms, !units.is_empty(), now_ms);
+            for (((_, _, unit), _), end) in units.iter().zip(&sched.ends_s) {
+                ends.insert(*unit, if online { *end } else { f64::INFINITY });
+            }
+            views.push(HostView {
+                host_id: h.id,
+                pages_per_s: self.host_speed(h.id),
+                slots,
+                busy: units.len() as u32,
+                free_at_s: sched.free_at_s,
+                load_s: sched.load_s,
+                online,
+                availability: scheduler::availability(h.enrolled_ms, h.offline_ms, now_ms),
+                last_seen_ms: h.last_seen_ms,
+            });
+            by_host.insert(h.id, plain);
+        }
+        (views, ends, by_host)
     }
 
     // ---- work ----
@@ -596,62 +783,127 @@ impl Grid {
         self.release_host_units(host_id, Some(&req.units_held), now_ms)?;
 
         let speed = self.host_speed(host_id);
-        let mut chosen: Vec<u64> = Vec::new();
+        // (job, replica?) in issue order.
+        let mut chosen: Vec<(u64, bool)> = Vec::new();
         // Rounds in start order; each with its own policy.
-        let running: Vec<(u64, RoundParams)> = self
+        let running: Vec<(u64, RoundParams, u64)> = self
             .rounds
             .values()
             .filter(|r| r.state == RoundState::Running)
-            .map(|r| (r.id, r.params.clone()))
+            .map(|r| (r.id, r.params.clone(), r.created_ms))
             .collect();
         let mut free = req.free_slots.min(MAX_UNITS_PER_REPLY as u32);
         let mut want = req.want_seconds as f64;
-        for (round_id, params) in &running {
+        let (hosts, ends, mut held) = if running.is_empty() {
+            (Vec::new(), HashMap::new(), HashMap::new())
+        } else {
+            self.host_views(now_ms)
+        };
+        let asker = hosts.iter().position(|h| h.host_id == host_id);
+        for (round_id, params, started_ms) in &running {
+            let Some(asker) = asker else { break };
             if free == 0 {
                 break;
             }
             let Some(round) = self.rounds.get(round_id) else {
                 continue;
             };
-            let queue: Vec<JobView> = round
+            let Some(policy) = scheduler::policy_by_name(&params.policy) else {
+                continue;
+            };
+            let failed_by = |j: &JobRecord, h: u64| {
+                j.attempts.iter().any(|a| {
+                    a.host_id == h
+                        && matches!(a.state, AttemptState::Expired | AttemptState::Failed(_))
+                })
+            };
+            let mut queue: Vec<JobView> = Vec::new();
+            let mut running_jobs: Vec<RunningView> = Vec::new();
+            for (i, j) in round
                 .job_ids
                 .iter()
                 .filter_map(|id| self.jobs.get(id))
-                .filter(|j| j.state == JobState::Queued)
-                .map(|j| JobView {
-                    job_id: j.id,
-                    expected_s: scheduler::expected_seconds(
-                        self.sites.get(&j.site).and_then(|s| s.last_scan.as_ref()),
-                        params.max_pages,
-                        speed,
-                        params.delay_ms,
-                    ),
-                    failed_here: j.attempts.iter().any(|a| {
-                        a.host_id == host_id
-                            && matches!(a.state, AttemptState::Expired | AttemptState::Failed(_))
+                .enumerate()
+            {
+                match j.state {
+                    JobState::Queued => queue.push(JobView {
+                        job_id: j.id,
+                        order: i as u32,
+                        pages: j.est_pages,
+                        failed_here: failed_by(j, host_id),
+                        // A batch stays with its host unless that host failed the job.
+                        assigned: j.batch_host.filter(|h| !failed_by(j, *h)),
                     }),
-                })
-                .collect();
-            let Some(policy) = scheduler::policy_by_name(&params.policy) else {
-                continue;
+                    JobState::Running if policy.replicates() => {
+                        let copies: Vec<&Attempt> = j.running_attempts().collect();
+                        running_jobs.push(RunningView {
+                            job_id: j.id,
+                            pages: j.est_pages,
+                            copies: copies.len() as u32,
+                            on_asker: copies.iter().any(|a| a.host_id == host_id),
+                            failed_here: failed_by(j, host_id),
+                            finish_s: copies
+                                .iter()
+                                .map(|a| ends.get(&a.unit_id).copied().unwrap_or(f64::INFINITY))
+                                .fold(f64::INFINITY, f64::min),
+                        });
+                    }
+                    _ => {}
+                }
+            }
+            let ctx = scheduler::Ctx {
+                now_ms,
+                round_started_ms: *started_ms,
+                delay_s: params.delay_ms as f64 / 1000.0,
+                queue: &queue,
+                running: &running_jobs,
+                hosts: &hosts,
+                asker,
             };
             let ask = WorkAsk {
                 want_seconds: want.max(0.0) as u64,
                 free_slots: free,
             };
-            let picks = policy.choose(&queue, &ask, now_ms);
-            for id in picks.into_iter().take(free as usize) {
+            let decision = policy.choose(&ctx, &ask);
+            let cost = scheduler::seconds_per_page(speed, ctx.delay_s);
+            for id in decision.jobs {
+                if free == 0 {
+                    break;
+                }
                 if let Some(v) = queue.iter().find(|v| v.job_id == id) {
-                    want -= v.expected_s;
-                    chosen.push(id);
+                    if chosen.iter().all(|c| c.0 != id) {
+                        want -= v.pages * cost;
+                        chosen.push((id, false));
+                        free -= 1;
+                    }
+                }
+            }
+            for id in decision.replicas {
+                if free == 0 {
+                    break;
+                }
+                let ok = running_jobs
+                    .iter()
+                    .any(|r| r.job_id == id && r.copies < scheduler::MAX_COPIES && !r.on_asker);
+                if ok && chosen.iter().all(|c| c.0 != id) {
+                    chosen.push((id, true));
                     free -= 1;
                 }
             }
         }
 
+        // Each unit's deadline counts the wait for a slot behind what the host holds.
+        let slots = asker.map(|i| hosts[i].slots).unwrap_or(1);
+        let mut mine = held.remove(&host_id).unwrap_or_default();
         let mut units = Vec::with_capacity(chosen.len());
-        for job_id in chosen {
-            units.push(self.issue(job_id, host_id, speed, now_ms)?);
+        for (job_id, replica) in chosen {
+            let wait_s = scheduler::slot_schedule(&mine, slots, now_ms).free_at_s;
+            let (unit, expected_s) = self.issue(job_id, host_id, speed, replica, wait_s, now_ms)?;
+            mine.push(HeldUnit {
+                issued_ms: now_ms,
+                expected_s,
+            });
+            units.push(unit);
         }
         self.store.flush()?;
         let rounds_open = self.rounds_open();
@@ -669,14 +921,18 @@ impl Grid {
         })
     }
 
-    /// Create, record and sign one unit of a queued job.
+    /// Create, record and sign one unit of a job (queued, or running when
+    /// `replica`); its deadline counts `wait_s` for a free slot. Returns the
+    /// unit and its expected scan seconds.
     fn issue(
         &mut self,
         job_id: u64,
         host_id: u64,
         speed: Option<f64>,
+        replica: bool,
+        wait_s: f64,
         now_ms: u64,
-    ) -> Result<SignedUnit, GridError> {
+    ) -> Result<(SignedUnit, f64), GridError> {
         let unit_id = self.store.next_id()?;
         let job = self
             .jobs
@@ -687,19 +943,15 @@ impl Grid {
             .get(&job.round_id)
             .ok_or(GridError::UnknownRound(job.round_id))?;
         let p = &round.params;
-        let expected = scheduler::expected_seconds(
-            self.sites.get(&job.site).and_then(|s| s.last_scan.as_ref()),
-            p.max_pages,
-            speed,
-            p.delay_ms,
-        );
+        let expected =
+            job.est_pages * scheduler::seconds_per_page(speed, p.delay_ms as f64 / 1000.0);
         let rule = DeadlineRule {
             slack: self.settings.deadline_slack,
             grace_s: self.settings.deadline_grace_s,
             min_s: p.deadline_min_s,
             max_s: p.deadline_max_s,
         };
-        let deadline = scheduler::deadline_ms(now_ms, expected, &rule);
+        let deadline = scheduler::deadline_ms(now_ms, wait_s.max(0.0) + expected, &rule);
         let unit = WorkUnit {
             unit_id,
             round_id: job.round_id,
@@ -714,6 +966,7 @@ impl Grid {
                 delay_ms: p.delay_ms,
                 max_page_bytes: p.max_page_bytes,
                 max_seconds: p.max_seconds,
+                max_crawl_delay_ms: p.max_crawl_delay_ms,
             },
             issued_ms: now_ms,
             deadline_ms: deadline,
@@ -734,12 +987,16 @@ impl Grid {
             state: AttemptState::Running,
             pages: 0,
             links: 0,
+            replica,
+            first_report_ms: 0,
+            first_report_pages: 0,
+            last_report_ms: 0,
         });
         job.state = JobState::Running;
         let job = job.clone();
         self.store.put_job(&job)?;
         self.units.insert(unit_id, job_id);
-        Ok(signed)
+        Ok((signed, expected))
     }
 
     fn job_of_unit(&self, unit_id: u64) -> Option<&JobRecord> {
@@ -784,6 +1041,11 @@ impl Grid {
                 "unit belongs to another host".into(),
             ));
         };
+        if a.first_report_ms == 0 {
+            a.first_report_ms = now_ms;
+            a.first_report_pages = pages;
+        }
+        a.last_report_ms = a.last_report_ms.max(now_ms);
         a.pages = pages;
         a.links = links;
         if a.state != AttemptState::Running {
@@ -792,11 +1054,10 @@ impl Grid {
         }
         // Extend a unit that is still making progress in the last half of its window,
         // up to four windows in all.
-        let window = a.window_ms;
-        let cap = a.issued_ms.saturating_add(window.saturating_mul(4));
-        if window > 0 && now_ms > a.deadline_ms.saturating_sub(window / 2) && a.deadline_ms < cap {
-            a.deadline_ms = now_ms.saturating_add(window).min(cap);
-            let d = a.deadline_ms;
+        if let Some(d) =
+            scheduler::extended_deadline(a.issued_ms, a.deadline_ms, a.window_ms, now_ms)
+        {
+            a.deadline_ms = d;
             let job = job.clone();
             self.store.put_job(&job)?;
             self.store.flush()?;
@@ -886,6 +1147,7 @@ impl Grid {
             }
             if let Some(h) = self.hosts.get_mut(&host_id) {
                 h.deadlines_missed += 1;
+                h.last_missed_ms = h.last_missed_ms.max(now_ms);
                 let h = h.clone();
                 self.store.put_host(&h)?;
             }
@@ -940,6 +1202,23 @@ impl Grid {
             self.fail(host_id, unit_id, &reason, now_ms)?;
             return Ok(UploadOutcome::Rejected(reason));
         }
+        // Every record's source page must be inside the site's scope: a file
+        // claiming links from other sites lies about what was scanned.
+        if let Some(scope) = self.rounds.get(&job.round_id).map(|r| r.params.scope) {
+            let site_scope = beebot_shared::scope::SiteScope::new(&job.site, scope);
+            if let Some(r) = records
+                .iter()
+                .find(|r| !url::Url::parse(&r.source_url).is_ok_and(|u| site_scope.contains(&u)))
+            {
+                let reason = format!(
+                    "link file holds a record whose source {} is not on site {}",
+                    r.source_url.chars().take(200).collect::<String>(),
+                    job.site
+                );
+                self.fail(host_id, unit_id, &reason, now_ms)?;
+                return Ok(UploadOutcome::Rejected(reason));
+            }
+        }
         if summary.links != records.len() as u64 {
             let reason = format!(
                 "summary says {} links but the link file holds {}",
@@ -976,6 +1255,12 @@ impl Grid {
             seconds,
         };
         let pages = summary.pages;
+        let bytes = summary.bytes;
+        let delay_s = self
+            .rounds
+            .get(&round_id)
+            .map(|r| r.params.delay_ms as f64 / 1000.0)
+            .unwrap_or(0.0);
         job.result = Some(JobResult {
             unit_id,
             host_id,
@@ -994,6 +1279,9 @@ impl Grid {
             h.jobs_done += 1;
             h.pages_done += pages;
             h.seconds_done += seconds;
+            h.bytes_done = h.bytes_done.saturating_add(bytes);
+            h.avg_pages_per_s = scheduler::learn_speed(h.avg_pages_per_s, pages, seconds, delay_s);
+            h.avg_kb_per_s = scheduler::learn_speed(h.avg_kb_per_s, bytes / 1024, seconds, 0.0);
             let h = h.clone();
             self.store.put_host(&h)?;
         }
@@ -1170,6 +1458,7 @@ mod tests {
             deadline_min_s: 30,
             deadline_max_s: 600,
             max_attempts,
+            max_crawl_delay_ms: 10_000,
         }
     }
 
@@ -1227,6 +1516,7 @@ mod tests {
             stopped_by: None,
             status_counts: vec![(200, 3)],
             robots_disallowed: 0,
+            ..ScanSummary::default()
         }
     }
 
@@ -1417,13 +1707,15 @@ mod tests {
         assert!(reply.rounds_open);
         let p = params(3);
         let mut jobs = Vec::new();
-        for u in &units {
+        // Two slots: the third unit waits for one (10 s), and its deadline counts the wait.
+        let waits_ms = [0, 0, 10_000];
+        for (u, wait_ms) in units.iter().zip(waits_ms) {
             assert_eq!(u.host_id, a);
             assert_eq!(u.round_id, round);
             assert_eq!(u.issued_ms, now);
             let span = u.deadline_ms - u.issued_ms;
             assert!(span >= p.deadline_min_s * 1000 && span <= p.deadline_max_s * 1000);
-            assert_eq!(span, WINDOW_MS);
+            assert_eq!(span, WINDOW_MS + 3 * wait_ms);
             assert_eq!(u.user_agent, settings().user_agent);
             assert_eq!(u.scope, Scope::Host);
             assert_eq!(u.limits.max_pages, p.max_pages);
@@ -2276,5 +2568,169 @@ mod tests {
         assert!(fx.grid.remove_site("s0.test").unwrap());
         assert!(!fx.grid.remove_site("s0.test").unwrap());
         assert_eq!(fx.grid.status().sites, 3);
+    }
+
+    // ---- scheduling (issue 4) ----
+
+    /// Two hosts and `sites` sites.
+    fn two_hosts(sites: usize) -> (Fx, Vec<u64>) {
+        let mut fx = Fx::new();
+        let hosts = vec![fx.host(), fx.host()];
+        fx.grid.add_sites(&site_names(sites), T0).unwrap();
+        (fx, hosts)
+    }
+
+    fn start(fx: &mut Fx, policy: &str, now: u64) -> u64 {
+        let p = RoundParams {
+            policy: policy.into(),
+            ..params(3)
+        };
+        fx.grid.start_round(p, now).unwrap()
+    }
+
+    #[test]
+    fn adaptive_copies_the_straggler_and_the_loser_is_aborted() {
+        let (mut fx, hosts) = two_hosts(1);
+        let (slow, fast) = (hosts[0], hosts[1]);
+        let idle = fx.host();
+        fx.grid.benchmark(slow, 0.1, 10.0, 1, T0).unwrap();
+        fx.grid.benchmark(fast, 100.0, 1000.0, 1, T0).unwrap();
+        start(&mut fx, "adaptive", T0);
+        // While the fast host is online the slow one leaves the job to it.
+        let (none, _) = fx.ask(slow, 1, &[], T0 + 1);
+        assert!(none.is_empty());
+        // Once the others have been silent a while, the slow host takes the
+        // only job (500 s expected).
+        let t = T0 + scheduler::ONLINE_WINDOW_MS + 1;
+        let u = fx.one(slow, &[], t);
+        // Nothing queued, the fast host back and idle: it gets a copy (0.5 s expected).
+        let v = fx.one(fast, &[], t + 1000);
+        assert_eq!(v.job_id, u.job_id);
+        assert!(fx.attempt(v.unit_id).replica);
+        assert!(!fx.attempt(u.unit_id).replica);
+        // Never a third copy.
+        let (none, _) = fx.ask(idle, 2, &[], t + 2000);
+        assert!(none.is_empty());
+        // The copy wins; the original hears Abort at its next progress report.
+        assert_eq!(fx.upload(fast, &v, 2, t + 3000), UploadOutcome::Accepted);
+        assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Aborted);
+        // (The round, one job, is over too.)
+        assert!(matches!(
+            fx.grid.progress(slow, u.unit_id, 1, 1, t + 4000).unwrap(),
+            ProgressOutcome::Abort(_)
+        ));
+        assert_eq!(fx.upload(slow, &u, 2, t + 5000), UploadOutcome::Duplicate);
+    }
+
+    #[test]
+    fn batch_plans_at_round_start_and_each_host_pulls_its_own() {
+        let (mut fx, hosts) = two_hosts(4);
+        let (fast, slow) = (hosts[0], hosts[1]);
+        fx.grid.benchmark(fast, 10.0, 100.0, 1, T0).unwrap();
+        fx.grid.benchmark(slow, 1.0, 10.0, 1, T0).unwrap();
+        let round = start(&mut fx, "batch", T0);
+        // Four sites of 50 pages; speeds 10:1 → the fast host's share is 181.8
+        // pages (three sites), the slow one's 18.2 (none); the fourth is dealt
+        // to the slowest host first.
+        let (_, jobs) = fx.grid.round(round).unwrap();
+        let of = |h: u64| jobs.iter().filter(|j| j.batch_host == Some(h)).count();
+        assert_eq!((of(fast), of(slow)), (3, 1));
+        let (s, _) = fx.ask(slow, 4, &[], T0 + 1);
+        assert_eq!(s.len(), 1);
+        assert_eq!(fx.job(s[0].job_id).batch_host, Some(slow));
+        let (f, _) = fx.ask(fast, 4, &[], T0 + 2);
+        assert_eq!(f.len(), 3);
+        assert!(f.iter().all(|u| fx.job(u.job_id).batch_host == Some(fast)));
+    }
+
+    #[test]
+    fn a_batch_is_released_when_its_host_stays_silent() {
+        let (mut fx, hosts) = two_hosts(2);
+        let (fast, slow) = (hosts[0], hosts[1]);
+        fx.grid.benchmark(fast, 10.0, 100.0, 1, T0).unwrap();
+        fx.grid.benchmark(slow, 10.0, 100.0, 1, T0).unwrap();
+        start(&mut fx, "batch", T0);
+        let (mine, _) = fx.ask(fast, 4, &[], T0 + 1);
+        assert_eq!(mine.len(), 1, "only its own batch");
+        let held: Vec<u64> = mine.iter().map(|u| u.unit_id).collect();
+        let grace = scheduler::BATCH_GRACE_MS;
+        let (none, _) = fx.ask(fast, 4, &held, T0 + grace - 1);
+        assert!(
+            none.is_empty(),
+            "the other batch is kept during the grace period"
+        );
+        let (other, _) = fx.ask(fast, 4, &held, T0 + grace + 1);
+        assert_eq!(other.len(), 1, "the silent host's batch is released");
+    }
+
+    #[test]
+    fn speeds_are_learned_from_real_jobs_and_size_deadlines() {
+        let mut fx = Fx::new();
+        let a = fx.host();
+        fx.grid.add_sites(&site_names(2), T0).unwrap();
+        start(&mut fx, "adaptive", T0);
+        let u = fx.one(a, &[], T0);
+        // 3 pages in 1.5 s: 2 pages/s.
+        assert_eq!(fx.upload(a, &u, 2, T0 + 1), UploadOutcome::Accepted);
+        let h = fx.host_rec(a);
+        assert_eq!(h.avg_pages_per_s, Some(2.0));
+        assert_eq!(h.bytes_done, 3000);
+        // 50 pages at 2 pages/s = 25 s × 3 + 10 s grace.
+        let v = fx.one(a, &[], T0 + 2);
+        assert_eq!(v.deadline_ms - v.issued_ms, 85_000);
+    }
+
+    #[test]
+    fn a_long_silence_counts_as_time_away() {
+        let mut fx = Fx::new();
+        let a = fx.host();
+        fx.grid.hello(a, T0 + scheduler::ONLINE_WINDOW_MS).unwrap();
+        assert_eq!(fx.host_rec(a).offline_ms, 0);
+        let later = T0 + 3 * scheduler::ONLINE_WINDOW_MS;
+        fx.grid.hello(a, later).unwrap();
+        assert_eq!(fx.host_rec(a).offline_ms, 2 * scheduler::ONLINE_WINDOW_MS);
+        assert_eq!(fx.host_rec(a).last_seen_ms, later);
+    }
+
+    #[test]
+    fn a_repeating_round_starts_once_over_and_its_period_passed() {
+        let mut fx = Fx::new();
+        let a = fx.host();
+        fx.grid.add_sites(&site_names(1), T0).unwrap();
+        assert!(matches!(
+            fx.grid.start_round_every(params(3), Some(0), T0),
+            Err(GridError::Invalid(_))
+        ));
+        let r1 = fx
+            .grid
+            .start_round_every(params(3), Some(60_000), T0)
+            .unwrap();
+        // Not over yet: nothing starts, whatever the time.
+        assert!(fx.grid.repeat_due_rounds(T0 + HOUR_MS).unwrap().is_empty());
+        let u = fx.one(a, &[], T0);
+        assert_eq!(fx.upload(a, &u, 2, T0 + 1000), UploadOutcome::Accepted);
+        assert_eq!(fx.round_state(r1), RoundState::Done);
+        // Over, but the period has not passed.
+        assert!(fx.grid.repeat_due_rounds(T0 + 59_999).unwrap().is_empty());
+        let started = fx.grid.repeat_due_rounds(T0 + 60_000).unwrap();
+        assert_eq!(started.len(), 1);
+        let r2 = started[0];
+        assert_eq!(fx.grid.rounds[&r1].next_round, Some(r2));
+        let (round2, jobs) = fx.grid.round(r2).unwrap();
+        assert_eq!(
+            (round2.every_ms, round2.params.clone()),
+            (Some(60_000), params(3))
+        );
+        // Its jobs use the figures of the last scan (3 pages).
+        assert_eq!(jobs[0].est_pages, 3.0);
+        // Once only.
+        assert!(fx.grid.repeat_due_rounds(T0 + 61_000).unwrap().is_empty());
+        // A cancelled round does not repeat.
+        fx.grid.cancel_round(r2, T0 + 70_000).unwrap();
+        assert!(fx
+            .grid
+            .repeat_due_rounds(T0 + 10 * HOUR_MS)
+            .unwrap()
+            .is_empty());
     }
 }

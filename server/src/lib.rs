@@ -11,7 +11,9 @@ pub mod demo;
 pub mod grid;
 pub mod model;
 pub mod net;
+pub mod reference;
 pub mod scheduler;
+pub mod simulate;
 pub mod store;
 pub mod web;
 
@@ -46,18 +48,27 @@ pub struct Shared {
     pub admin_token: String,
     /// `host:port` clients reach the server at (port filled in when configured as 0).
     pub public_addr: String,
+    /// A handle to the grid's store, with flushes deferred: [`Shared::with_grid`]
+    /// syncs it after releasing the grid lock (group commit).
+    store: store::Store,
 }
 
 impl Shared {
-    /// Run `f` on the grid on a blocking thread (the grid fsyncs).
+    /// Run `f` on the grid on a blocking thread, then make every store write
+    /// so far durable before returning (one fsync shared by concurrent
+    /// callers). A failed sync is remembered: see [`Shared::store_failure`].
     pub async fn with_grid<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&mut Grid) -> T + Send + 'static,
     ) -> T {
         let s = self.clone();
         match tokio::task::spawn_blocking(move || {
-            let mut g = s.grid.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut g)
+            let out = {
+                let mut g = s.grid.lock().unwrap_or_else(|p| p.into_inner());
+                f(&mut g)
+            };
+            let _ = s.store.sync();
+            out
         })
         .await
         {
@@ -68,6 +79,12 @@ impl Shared {
 }
 
 impl Shared {
+    /// The storage error that stopped the store, if any: then nothing may be
+    /// acknowledged until the server restarts.
+    pub fn store_failure(&self) -> Option<String> {
+        self.store.failure()
+    }
+
     /// Make an invite for `uses` hosts valid `expires_s` seconds; returns the code
     /// and its expiry (Unix ms).
     pub async fn make_invite(
@@ -100,6 +117,8 @@ pub struct Server {
     shared: Arc<Shared>,
     endpoint: quinn::Endpoint,
     admin: tokio::net::TcpListener,
+    /// The reference site's listener, when this server serves it.
+    reference: Option<tokio::net::TcpListener>,
     runtime: Runtime,
 }
 
@@ -122,6 +141,8 @@ impl Server {
             deadline_slack: config.deadline_slack,
             deadline_grace_s: config.deadline_grace_s,
         };
+        let store_handle = store.clone();
+        store_handle.defer_flushes();
         let grid = Grid::open(store, dir.links(), key, settings)?;
         let listen: SocketAddr = config
             .listen
@@ -138,25 +159,37 @@ impl Server {
             Some((host, "0")) => format!("{host}:{}", quic_addr.port()),
             _ => config.public_addr.clone(),
         };
+        let reference = match config.reference_listen.trim() {
+            "" => None,
+            addr => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("cannot bind the reference site on {addr} (reference_listen)")
+            })?),
+        };
+        let reference_addr = reference.as_ref().map(|l| l.local_addr()).transpose()?;
+        let reference_site =
+            config::reference_url(&config.reference_site, &public_addr, reference_addr);
         let runtime = Runtime {
             quic_addr,
             admin_addr,
+            reference_addr,
             public_addr: public_addr.clone(),
             pid: std::process::id(),
         };
         let shared = Arc::new(Shared {
             grid: Mutex::new(grid),
             cert_fingerprint: fingerprint,
-            reference_site: config.reference_site.clone(),
+            reference_site,
             config,
             data: dir,
             admin_token: token,
             public_addr,
+            store: store_handle,
         });
         Ok(Server {
             shared,
             endpoint,
             admin,
+            reference,
             runtime,
         })
     }
@@ -178,6 +211,7 @@ impl Server {
             shared,
             endpoint,
             admin,
+            reference,
             runtime,
         } = self;
         let rt_path = shared.data.runtime();
@@ -205,9 +239,24 @@ impl Server {
                         Ok(n) => tracing::info!(expired = n, "units expired and requeued"),
                         Err(e) => tracing::error!("deadline check failed: {e}"),
                     }
+                    // Repeating rounds (`round start --every`) whose time has come.
+                    match shared.with_grid(|g| g.repeat_due_rounds(now_ms())).await {
+                        Ok(started) => {
+                            for id in started {
+                                tracing::info!(round = id, "repeating round started");
+                            }
+                        }
+                        Err(e) => tracing::error!("cannot start a repeating round: {e}"),
+                    }
                 }
             })
         };
+        let reference_task = reference.map(|listener| {
+            let mut stop = stop_rx.clone();
+            tokio::spawn(reference::serve(listener, async move {
+                let _ = stop.changed().await;
+            }))
+        });
         let admin_task = {
             let shared = shared.clone();
             let mut stop = stop_rx.clone();
@@ -232,6 +281,9 @@ impl Server {
         let _ = stop_tx.send(true);
         let _ = ticker.await;
         let _ = admin_task.await;
+        if let Some(task) = reference_task {
+            let _ = task.await;
+        }
         let _ = tokio::time::timeout(Duration::from_secs(5), quic).await;
         let _ = std::fs::remove_file(&rt_path);
         Ok(())

@@ -7,13 +7,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use beebot_client::rt::{runtime, shutdown_signal};
 use clap::{Parser, Subcommand};
 
 use beebot_server::api::*;
 use beebot_server::cli_util::{parse_duration, AdminClient};
 use beebot_server::config::{self, DataDir, InitOptions};
 use beebot_server::model::{HostRecord, JobState, RoundState, SiteRecord};
-use beebot_server::{demo, Server};
+use beebot_server::{demo, simulate, Server};
 use beebot_shared::scope::parse_site;
 
 #[derive(Parser)]
@@ -49,6 +50,14 @@ enum Cmd {
         /// PEM private key of --cert.
         #[arg(long)]
         key: Option<PathBuf>,
+        /// TCP address of the reference site hosts benchmark against, or `off`
+        /// (default: the --listen IP, port 4481; port 0 when --listen's is 0).
+        #[arg(long, value_name = "ADDR:PORT|off")]
+        reference_listen: Option<String>,
+        /// Point the project at another reference site (a URL) instead of the
+        /// one this server serves.
+        #[arg(long, value_name = "URL")]
+        reference_site: Option<String>,
     },
     /// Serve clients (QUIC) and the admin API until Ctrl-C or SIGTERM.
     Serve,
@@ -91,6 +100,42 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Run the real scheduler against simulated hosts on a virtual clock and
+    /// print a table per policy (makespan, ratio to the lower bound, ...).
+    Simulate {
+        /// Sites file: `HOST [PAGES]` a line.
+        #[arg(long, conflicts_with = "synthetic_sites")]
+        sites: Option<PathBuf>,
+        /// N synthetic sites with power-law sizes (the default: 99).
+        #[arg(long)]
+        synthetic_sites: Option<usize>,
+        /// Hosts file: `NAME PAGES_PER_S [SLOTS]` a line.
+        #[arg(long, conflicts_with = "synthetic_hosts")]
+        hosts: Option<PathBuf>,
+        /// M synthetic hosts with speeds over a factor of ten (the default: 3).
+        #[arg(long)]
+        synthetic_hosts: Option<usize>,
+        /// A policy name, or `all`.
+        #[arg(long, default_value = "all")]
+        policy: String,
+        #[arg(long, default_value_t = 20)]
+        seeds: u32,
+        /// Scan times are off their estimates by up to ± this share.
+        #[arg(long, default_value_t = 0.3)]
+        noise: f64,
+        /// Benchmarks are off the true speeds by up to ± this share (default: a third of --noise).
+        #[arg(long)]
+        bench_noise: Option<f64>,
+        /// Share of time a host is offline.
+        #[arg(long, default_value_t = 0.05)]
+        dropout: f64,
+        /// The round's politeness delay.
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u64,
+        /// Print every run as JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the whole grid on loopback: synthetic web, server, clients, one round.
     Demo {
         #[arg(long, default_value_t = 40)]
@@ -124,7 +169,7 @@ enum SitesCmd {
 enum RoundCmd {
     /// Start a round over the target set; prints its id alone on the last line.
     Start {
-        /// Scheduling policy (size-aware, round-robin).
+        /// Scheduling policy: adaptive (default), round-robin, batch, level, pack, size-aware.
         #[arg(long)]
         policy: Option<String>,
         #[arg(long)]
@@ -142,6 +187,13 @@ enum RoundCmd {
         /// Failed or expired attempts before a job is marked failed.
         #[arg(long)]
         max_attempts: Option<u32>,
+        /// Longest robots.txt Crawl-delay to honour (e.g. 30s; at most 60s).
+        #[arg(long, value_parser = parse_duration)]
+        max_crawl_delay: Option<Duration>,
+        /// Repeat: start the next scan when this one is over and this long
+        /// has passed since it started (e.g. 7d).
+        #[arg(long, value_parser = parse_duration)]
+        every: Option<Duration>,
     },
     List,
     Show {
@@ -200,28 +252,6 @@ fn data_dir(explicit: Option<PathBuf>) -> Result<DataDir> {
     Ok(DataDir(dirs.data_dir().to_path_buf()))
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
-}
-
 fn run(cli: Cli) -> Result<i32> {
     let dir = data_dir(cli.data_dir)?;
     match cli.cmd {
@@ -231,8 +261,23 @@ fn run(cli: Cli) -> Result<i32> {
             admin_listen,
             cert,
             key,
+            reference_listen,
+            reference_site,
         } => {
-            let cfg = config::init(
+            if let Some(addr) = reference_listen.as_deref().filter(|a| *a != "off") {
+                addr.parse::<std::net::SocketAddr>().with_context(|| {
+                    format!("--reference-listen `{addr}` is not ADDR:PORT or off")
+                })?;
+            }
+            if let Some(url) = &reference_site {
+                let parsed = url::Url::parse(url)
+                    .with_context(|| format!("--reference-site `{url}` is not a URL"))?;
+                anyhow::ensure!(
+                    matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some(),
+                    "--reference-site `{url}` is not an http(s) URL"
+                );
+            }
+            let mut cfg = config::init(
                 &dir,
                 &InitOptions {
                     public_addr,
@@ -242,10 +287,24 @@ fn run(cli: Cli) -> Result<i32> {
                     key_pem: key,
                 },
             )?;
+            if reference_listen.is_some() || reference_site.is_some() {
+                if let Some(addr) = reference_listen {
+                    cfg.reference_listen = if addr == "off" { String::new() } else { addr };
+                }
+                if let Some(url) = reference_site {
+                    cfg.reference_site = url;
+                }
+                dir.save_config(&cfg)?;
+            }
             println!("initialised {}", dir.0.display());
             println!("  QUIC listen  {}", cfg.listen);
             println!("  public addr  {}", cfg.public_addr);
             println!("  admin API    {}", cfg.admin_listen);
+            match (cfg.reference_site.as_str(), cfg.reference_listen.as_str()) {
+                ("", "") => println!("  reference    none (hosts will not benchmark)"),
+                ("", addr) => println!("  reference    served on http://{addr}/"),
+                (url, _) => println!("  reference    {url}"),
+            }
             println!("next: `beebot-server serve`, then `beebot-server invite`");
         }
         Cmd::Serve => {
@@ -257,6 +316,9 @@ fn run(cli: Cli) -> Result<i32> {
                     "serving QUIC on {} (public {}), admin API on http://{}",
                     r.quic_addr, r.public_addr, r.admin_addr
                 );
+                if let Some(addr) = r.reference_addr {
+                    println!("reference site on http://{addr}/");
+                }
                 server.run(shutdown_signal()).await
             })?;
         }
@@ -317,18 +379,23 @@ fn run(cli: Cli) -> Result<i32> {
             match cmd {
                 HostsCmd::List => {
                     let hosts: Vec<HostRecord> = c.get("/api/hosts")?;
-                    println!("id\tname\tstate\tjobs\tpages\tmissed\tpages/s\tlast seen");
+                    println!("id\tname\tstate\tjobs\tpages\tmissed\tpages/s\tbenchmark\tlast seen");
                     let now = beebot_server::now_ms();
                     for h in hosts {
                         let speed = if h.seconds_done > 0.0 {
                             format!("{:.1}", h.pages_done as f64 / h.seconds_done)
                         } else {
                             h.benchmark
+                                .as_ref()
                                 .map(|b| format!("{:.1}", b.pages_per_s))
                                 .unwrap_or("-".into())
                         };
+                        // The reference-site benchmark: pages/s and KB/s.
+                        let bench = h.benchmark.as_ref().map_or("-".into(), |b| {
+                            format!("{:.1} p/s {:.0} KB/s", b.pages_per_s, b.kb_per_s)
+                        });
                         println!(
-                            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}s ago",
+                            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}s ago",
                             h.id,
                             h.info.name,
                             if h.revoked { "revoked" } else { "active" },
@@ -336,6 +403,7 @@ fn run(cli: Cli) -> Result<i32> {
                             h.pages_done,
                             h.deadlines_missed,
                             speed,
+                            bench,
                             now.saturating_sub(h.last_seen_ms) / 1000
                         );
                     }
@@ -378,6 +446,34 @@ fn run(cli: Cli) -> Result<i32> {
                 None => std::io::stdout().write_all(&body)?,
             }
         }
+        Cmd::Simulate {
+            sites,
+            synthetic_sites,
+            hosts,
+            synthetic_hosts,
+            policy,
+            seeds,
+            noise,
+            bench_noise,
+            dropout,
+            delay_ms,
+            json,
+        } => simulate_cmd(
+            sites,
+            synthetic_sites,
+            hosts,
+            synthetic_hosts,
+            &policy,
+            seeds,
+            simulate::SimOptions {
+                noise,
+                benchmark_noise: bench_noise.unwrap_or(noise / 3.0),
+                dropout,
+                delay_ms,
+                ..Default::default()
+            },
+            json,
+        )?,
         Cmd::Demo {
             sites,
             clients,
@@ -392,6 +488,97 @@ fn run(cli: Cli) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// `beebot-server simulate`: read or make the inputs, run, print.
+#[allow(clippy::too_many_arguments)]
+fn simulate_cmd(
+    sites: Option<PathBuf>,
+    synthetic_sites: Option<usize>,
+    hosts: Option<PathBuf>,
+    synthetic_hosts: Option<usize>,
+    policy: &str,
+    seeds: u32,
+    opts: simulate::SimOptions,
+    json: bool,
+) -> Result<()> {
+    use simulate::Input;
+    if !(0.0..=0.95).contains(&opts.noise)
+        || !(0.0..=0.95).contains(&opts.benchmark_noise)
+        || !(0.0..=0.9).contains(&opts.dropout)
+    {
+        bail!("--noise and --bench-noise must be within 0..0.95, --dropout within 0..0.9");
+    }
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))
+    };
+    let site_input = match sites {
+        Some(p) => Input::Given(
+            simulate::parse_sites(&read(&p)?).with_context(|| p.display().to_string())?,
+        ),
+        None => Input::Synthetic(synthetic_sites.unwrap_or(99)),
+    };
+    let host_input = match hosts {
+        Some(p) => Input::Given(
+            simulate::parse_hosts(&read(&p)?).with_context(|| p.display().to_string())?,
+        ),
+        None => Input::Synthetic(synthetic_hosts.unwrap_or(3)),
+    };
+    let names: Vec<&str> = if policy == "all" {
+        beebot_server::scheduler::POLICY_NAMES
+            .iter()
+            .copied()
+            .filter(|p| *p != "size-aware")
+            .collect()
+    } else {
+        vec![policy]
+    };
+    let started = Instant::now();
+    let results = simulate::run_all(&site_input, &host_input, &names, seeds, &opts)?;
+    if json {
+        let out: Vec<serde_json::Value> = results
+            .iter()
+            .map(|(p, runs)| {
+                serde_json::json!({
+                    "policy": p,
+                    "summary": simulate::summarise(p, runs),
+                    "runs": runs,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    let describe = |n: Option<usize>, file: bool, what: &str| match (file, n) {
+        (true, _) => format!("{what} from file"),
+        (false, n) => format!("{} synthetic {what}", n.unwrap_or(0)),
+    };
+    let (ns, nh) = (
+        match &site_input {
+            Input::Given(v) => Some(v.len()),
+            Input::Synthetic(n) => Some(*n),
+        },
+        match &host_input {
+            Input::Given(v) => Some(v.len()),
+            Input::Synthetic(n) => Some(*n),
+        },
+    );
+    println!(
+        "{}, {}; {seeds} seeds, noise {}, benchmark noise {:.2}, dropout {}, delay {} ms ({:.1}s)",
+        describe(ns, matches!(site_input, Input::Given(_)), "sites"),
+        describe(nh, matches!(host_input, Input::Given(_)), "hosts"),
+        opts.noise,
+        opts.benchmark_noise,
+        opts.dropout,
+        opts.delay_ms,
+        started.elapsed().as_secs_f64()
+    );
+    let rows: Vec<_> = results
+        .iter()
+        .map(|(p, runs)| simulate::summarise(p, runs))
+        .collect();
+    print!("{}", simulate::table(&rows));
+    Ok(())
 }
 
 /// Parse a `sites import` file; the first bad line fails the whole file.
@@ -424,6 +611,8 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
             scope,
             max_deadline,
             max_attempts,
+            max_crawl_delay,
+            every,
         } => {
             let r: RoundStarted = c.post(
                 "/api/rounds",
@@ -435,6 +624,8 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                     scope,
                     deadline_max_s: max_deadline.map(|d| d.as_secs()),
                     max_attempts,
+                    max_crawl_delay_ms: max_crawl_delay.map(|d| d.as_millis() as u64),
+                    every_s: every.map(|d| d.as_secs()),
                     ..Default::default()
                 },
             )?;

@@ -40,6 +40,8 @@ pub struct RoundParams {
     pub deadline_max_s: u64,
     /// Failed or expired attempts after which a job is marked failed.
     pub max_attempts: u32,
+    /// Longest robots.txt Crawl-delay the round honours, ms.
+    pub max_crawl_delay_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +70,11 @@ pub struct RoundRecord {
     pub params: RoundParams,
     pub state: RoundState,
     pub job_ids: Vec<u64>,
+    /// `round start --every`: the next scan starts once this one is over and
+    /// this long has passed since it started.
+    pub every_ms: Option<u64>,
+    /// The round started as this one's repetition.
+    pub next_round: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,6 +126,12 @@ pub struct Attempt {
     pub state: AttemptState,
     pub pages: u64,
     pub links: u64,
+    /// A tail replica of a job that was already running elsewhere.
+    pub replica: bool,
+    /// First and latest progress reports (0: none yet): the scan's pace.
+    pub first_report_ms: u64,
+    pub first_report_pages: u64,
+    pub last_report_ms: u64,
 }
 
 /// The accepted result of a job.
@@ -143,6 +156,10 @@ pub struct JobRecord {
     pub result: Option<JobResult>,
     /// Why attempts failed, newest last (bounded).
     pub reasons: Vec<String>,
+    /// Expected pages, fixed at round start from the site's last scan.
+    pub est_pages: f64,
+    /// `batch` policy: the host whose batch holds this job.
+    pub batch_host: Option<u64>,
 }
 
 impl JobRecord {
@@ -184,6 +201,14 @@ pub struct HostRecord {
     pub seconds_done: f64,
     pub deadlines_missed: u64,
     pub failures: u64,
+    /// Running averages over real jobs (the scheduler's speed once set).
+    pub avg_pages_per_s: Option<f64>,
+    pub avg_kb_per_s: Option<f64>,
+    pub bytes_done: u64,
+    /// Time it was away (gaps between contacts longer than the online window).
+    pub offline_ms: u64,
+    /// When one of its units last passed its deadline.
+    pub last_missed_ms: u64,
 }
 
 /// An invite: only the token's SHA-256 is kept.

@@ -4,8 +4,18 @@
 //! Each connection starts unauthenticated with a fresh nonce. `Enrol` and
 //! `Hello` prove the host key over nonce ‖ certificate fingerprint; the nonce
 //! is then spent. Anything malformed gets an error answer, never a panic.
+//!
+//! Limits, each a named constant below: connections in all, unauthenticated
+//! connections per source address (a flood from one address is refused at the
+//! door and cannot starve others), time to authenticate, connections per host
+//! (a newer one closes the oldest), streams per connection, frame size (small
+//! until the connection is authenticated), and bytes of requests held in
+//! memory at once. The endpoint's stateless-reset key is derived from the TLS
+//! key, so a restarted server resets the connections of its previous life at
+//! once instead of leaving clients to wait for an idle timeout.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +23,7 @@ use anyhow::{Context, Result};
 use quinn::crypto::rustls::QuicServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore};
 
 use beebot_shared::codec::{self, CodecError, FRAME_HEADER_BYTES};
 use beebot_shared::limits::{MAX_FRAME_BYTES, MAX_TEXT_LEN, MAX_WANT_SECONDS, NONCE_LEN};
@@ -31,6 +41,23 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_CONNECTIONS: usize = 4096;
 /// A request must arrive whole within this time.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// Connections from one address that have not (yet) authenticated, handshakes
+/// included. Hosts behind one NAT authenticate within a round trip or two, so
+/// only a flood comes near this.
+pub const MAX_UNAUTHENTICATED_PER_ADDRESS: u32 = 64;
+/// A connection that has not said `Hello` (or enrolled) within this time is closed.
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections one enrolled host may hold; a newer one closes the oldest (a
+/// client that lost its network leaves a connection behind until it idles out).
+pub const MAX_CONNECTIONS_PER_HOST: usize = 4;
+/// Largest frame an unauthenticated connection may send (`Enrol` is the
+/// largest such request: a key, a token, a proof and a few short texts).
+pub const MAX_UNAUTHENTICATED_FRAME_BYTES: usize = 16 * 1024;
+/// Bytes of request frames held in memory at once, over all connections:
+/// uploads wait for room rather than grow the heap (eight largest uploads).
+pub const MAX_INFLIGHT_REQUEST_BYTES: usize = 8 * MAX_FRAME_BYTES;
+/// Application close code for a connection closed by a limit.
+const CLOSE_LIMIT: u32 = 2;
 
 /// Load the certificate chain and key from PEM files.
 pub fn load_cert(
@@ -46,6 +73,7 @@ pub fn load_cert(
         "{} holds no certificate",
         cert_path.display()
     );
+    crate::config::check_private(key_path)?;
     let key = PrivateKeyDer::from_pem_file(key_path)
         .with_context(|| format!("{} is not a PEM private key", key_path.display()))?;
     Ok((certs, key))
@@ -65,6 +93,7 @@ pub fn endpoint(
     certs: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
 ) -> Result<quinn::Endpoint> {
+    let reset_key = reset_key(&key);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -80,7 +109,135 @@ pub fn endpoint(
     transport.max_concurrent_uni_streams(0u32.into());
     transport.max_idle_timeout(Some(IDLE_TIMEOUT.try_into().context("idle timeout")?));
     cfg.transport_config(Arc::new(transport));
-    quinn::Endpoint::server(cfg, listen).with_context(|| format!("cannot bind UDP {listen}"))
+    let socket =
+        std::net::UdpSocket::bind(listen).with_context(|| format!("cannot bind UDP {listen}"))?;
+    let mut endpoint_cfg = quinn::EndpointConfig::new(Arc::new(reset_key));
+    // quinn's default connection ids carry a hash under a per-process key and
+    // packets whose ids fail it are dropped silently; plain random ids let the
+    // restarted server answer its previous life's connections with a reset
+    // (quinn rate-limits resets).
+    endpoint_cfg.cid_generator(|| Box::new(RandomIds));
+    quinn::Endpoint::new(
+        endpoint_cfg,
+        Some(cfg),
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .with_context(|| format!("cannot serve QUIC on {listen}"))
+}
+
+/// The stateless-reset key: an HMAC key derived from the TLS private key, so
+/// it is the same after a restart (and secret as long as the TLS key is).
+fn reset_key(tls_key: &PrivateKeyDer<'_>) -> ring::hmac::Key {
+    let mut material = b"beebot stateless reset v1".to_vec();
+    material.extend_from_slice(tls_key.secret_der());
+    let digest = beebot_shared::util::sha256(&material);
+    ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &digest)
+}
+
+/// Random connection ids of [`CID_LEN`] bytes, with no per-process check.
+struct RandomIds;
+
+/// Connection id length: 8 random bytes, as quinn's default.
+const CID_LEN: usize = 8;
+
+impl quinn::ConnectionIdGenerator for RandomIds {
+    fn generate_cid(&mut self) -> quinn::ConnectionId {
+        let bytes: [u8; CID_LEN] = rand::random();
+        quinn::ConnectionId::new(&bytes)
+    }
+    fn cid_len(&self) -> usize {
+        CID_LEN
+    }
+    fn cid_lifetime(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// Limits shared by every connection.
+struct Limits {
+    /// Unauthenticated connections per source address.
+    unauthenticated: std::sync::Mutex<HashMap<IpAddr, u32>>,
+    /// Live authenticated connections per host, oldest first.
+    hosts: std::sync::Mutex<HashMap<u64, Vec<quinn::Connection>>>,
+    /// Bytes of request frames in memory.
+    inflight_bytes: Arc<Semaphore>,
+}
+
+impl Limits {
+    fn new() -> Limits {
+        Limits {
+            unauthenticated: std::sync::Mutex::new(HashMap::new()),
+            hosts: std::sync::Mutex::new(HashMap::new()),
+            inflight_bytes: Arc::new(Semaphore::new(MAX_INFLIGHT_REQUEST_BYTES)),
+        }
+    }
+
+    /// Count a new unauthenticated connection from `ip`, or refuse it.
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<UnauthenticatedSlot> {
+        let mut m = self
+            .unauthenticated
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if *n >= MAX_UNAUTHENTICATED_PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(UnauthenticatedSlot {
+            limits: self.clone(),
+            ip,
+        })
+    }
+
+    /// Note an authenticated connection of `host_id`; close its oldest ones
+    /// beyond [`MAX_CONNECTIONS_PER_HOST`].
+    fn register_host(&self, host_id: u64, conn: &quinn::Connection) {
+        let mut m = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        let conns = m.entry(host_id).or_default();
+        conns.retain(|c| c.close_reason().is_none() && c.stable_id() != conn.stable_id());
+        conns.push(conn.clone());
+        while conns.len() > MAX_CONNECTIONS_PER_HOST {
+            let old = conns.remove(0);
+            old.close(
+                CLOSE_LIMIT.into(),
+                b"too many connections from this host; closing the oldest",
+            );
+        }
+    }
+
+    fn unregister_host(&self, host_id: u64, conn: &quinn::Connection) {
+        let mut m = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(conns) = m.get_mut(&host_id) {
+            conns.retain(|c| c.stable_id() != conn.stable_id());
+            if conns.is_empty() {
+                m.remove(&host_id);
+            }
+        }
+    }
+}
+
+/// One unauthenticated connection counted against its address; released on
+/// drop (authentication or close).
+struct UnauthenticatedSlot {
+    limits: Arc<Limits>,
+    ip: IpAddr,
+}
+
+impl Drop for UnauthenticatedSlot {
+    fn drop(&mut self) {
+        let mut m = self
+            .limits
+            .unauthenticated
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// Serve connections until `shutdown` resolves.
@@ -89,23 +246,32 @@ pub async fn run(
     shared: Arc<Shared>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let limit = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let limits = Arc::new(Limits::new());
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             inc = endpoint.accept() => {
                 let Some(inc) = inc else { break };
+                let ip = inc.remote_address().ip();
+                let Some(slot) = limits.admit(ip) else {
+                    tracing::debug!(%ip, "refused a connection: too many unauthenticated ones from this address");
+                    inc.refuse();
+                    continue;
+                };
                 let Ok(permit) = limit.clone().try_acquire_owned() else {
                     inc.refuse();
                     continue;
                 };
                 let shared = shared.clone();
+                let limits = limits.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
-                    match inc.await {
-                        Ok(conn) => handle_connection(conn, shared).await,
-                        Err(e) => tracing::debug!("handshake failed: {e}"),
+                    match tokio::time::timeout(AUTH_TIMEOUT, inc).await {
+                        Ok(Ok(conn)) => handle_connection(conn, shared, limits, slot).await,
+                        Ok(Err(e)) => tracing::debug!("handshake failed: {e}"),
+                        Err(_) => tracing::debug!("handshake timed out"),
                     }
                 });
             }
@@ -116,26 +282,69 @@ pub async fn run(
 }
 
 /// Per-connection authentication state.
-#[derive(Default)]
 struct ConnState {
+    conn: quinn::Connection,
     nonce: Option<[u8; NONCE_LEN]>,
     host_id: Option<u64>,
+    /// Held while the connection is unauthenticated.
+    unauthenticated: Option<UnauthenticatedSlot>,
 }
 
-async fn handle_connection(conn: quinn::Connection, shared: Arc<Shared>) {
-    let state = Arc::new(Mutex::new(ConnState::default()));
+impl ConnState {
+    /// The connection proved a host key: it no longer counts as unauthenticated.
+    fn authenticated(&mut self, host_id: u64, limits: &Limits) {
+        self.host_id = Some(host_id);
+        self.unauthenticated = None;
+        limits.register_host(host_id, &self.conn);
+    }
+}
+
+async fn handle_connection(
+    conn: quinn::Connection,
+    shared: Arc<Shared>,
+    limits: Arc<Limits>,
+    slot: UnauthenticatedSlot,
+) {
+    let state = Arc::new(Mutex::new(ConnState {
+        conn: conn.clone(),
+        nonce: None,
+        host_id: None,
+        unauthenticated: Some(slot),
+    }));
+    let auth_deadline = tokio::time::Instant::now() + AUTH_TIMEOUT;
+    let mut authed = false;
     loop {
-        let (send, recv) = match conn.accept_bi().await {
+        let accepted = tokio::select! {
+            s = conn.accept_bi() => s,
+            _ = tokio::time::sleep_until(auth_deadline), if !authed => {
+                if state.lock().await.host_id.is_some() {
+                    authed = true;
+                    continue;
+                }
+                conn.close(CLOSE_LIMIT.into(), b"authenticate within 10 seconds");
+                break;
+            }
+        };
+        let (send, recv) = match accepted {
             Ok(s) => s,
-            Err(_) => return,
+            Err(_) => break,
         };
         let shared = shared.clone();
         let state = state.clone();
+        let limits = limits.clone();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(REQUEST_TIMEOUT, handle_stream(send, recv, shared, state))
-                .await;
+            let _ = tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                handle_stream(send, recv, shared, state, limits),
+            )
+            .await;
         });
     }
+    let mut st = state.lock().await;
+    if let Some(host_id) = st.host_id {
+        limits.unregister_host(host_id, &conn);
+    }
+    st.unauthenticated = None;
 }
 
 fn error(code: ErrorCode, message: impl Into<String>) -> Response {
@@ -160,12 +369,18 @@ async fn handle_stream(
     mut recv: quinn::RecvStream,
     shared: Arc<Shared>,
     state: Arc<Mutex<ConnState>>,
+    limits: Arc<Limits>,
 ) {
     let mut header = [0u8; FRAME_HEADER_BYTES];
     if recv.read_exact(&mut header).await.is_err() {
         return;
     }
-    let len = match codec::frame_len(header, MAX_FRAME_BYTES) {
+    let limit = if state.lock().await.host_id.is_some() {
+        MAX_FRAME_BYTES
+    } else {
+        MAX_UNAUTHENTICATED_FRAME_BYTES
+    };
+    let len = match codec::frame_len(header, limit) {
         Ok(l) => l,
         Err(e) => {
             write_response(&mut send, &error(ErrorCode::BadRequest, e.to_string())).await;
@@ -173,19 +388,63 @@ async fn handle_stream(
             return;
         }
     };
-    let mut payload = vec![0u8; len];
-    if recv.read_exact(&mut payload).await.is_err() {
+    // Room in the in-flight budget first, then the bytes as they arrive: a
+    // sender that promises a large frame and sends little holds little.
+    let Ok(_room) = limits
+        .inflight_bytes
+        .clone()
+        .acquire_many_owned(len as u32)
+        .await
+    else {
         return;
-    }
+    };
+    let payload = match read_payload(&mut recv, len).await {
+        Ok(p) => p,
+        Err(Some(e)) => {
+            write_response(&mut send, &error(ErrorCode::BadRequest, e)).await;
+            return;
+        }
+        Err(None) => return,
+    };
     let resp = match codec::decode_payload::<Request>(&payload) {
         Ok(req) => {
             drop(payload);
-            dispatch(req, &shared, &state).await
+            dispatch(req, &shared, &state, &limits).await
         }
         Err(e @ CodecError::Version { .. }) => error(ErrorCode::Upgrade, e.to_string()),
         Err(e) => error(ErrorCode::BadRequest, e.to_string()),
     };
+    let resp = match shared.store_failure() {
+        // Fail-stop: after a storage failure nothing may be acknowledged.
+        Some(why) => error(
+            ErrorCode::Internal,
+            format!("server storage failed ({why}); it must be restarted"),
+        ),
+        None => resp,
+    };
     write_response(&mut send, &resp).await;
+}
+
+/// Read exactly `len` payload bytes, growing the buffer as data arrives.
+/// `Err(Some(_))`: the peer ended the stream early (answerable);
+/// `Err(None)`: the stream broke.
+async fn read_payload(recv: &mut quinn::RecvStream, len: usize) -> Result<Vec<u8>, Option<String>> {
+    /// Most bytes preallocated before they arrive.
+    const PREALLOCATE: usize = 64 * 1024;
+    let mut payload = Vec::with_capacity(len.min(PREALLOCATE));
+    while payload.len() < len {
+        match recv.read_chunk(len - payload.len(), true).await {
+            Ok(Some(chunk)) => payload.extend_from_slice(&chunk.bytes),
+            Ok(None) => {
+                return Err(Some(format!(
+                    "truncated frame: {} of {len} bytes before the stream ended",
+                    payload.len()
+                )))
+            }
+            Err(_) => return Err(None),
+        }
+    }
+    Ok(payload)
 }
 
 fn grid_error(e: GridError) -> Response {
@@ -203,7 +462,12 @@ fn grid_error(e: GridError) -> Response {
     }
 }
 
-async fn dispatch(req: Request, shared: &Arc<Shared>, state: &Arc<Mutex<ConnState>>) -> Response {
+async fn dispatch(
+    req: Request,
+    shared: &Arc<Shared>,
+    state: &Arc<Mutex<ConnState>>,
+    limits: &Limits,
+) -> Response {
     let fp = shared.cert_fingerprint;
     match req {
         Request::Challenge => {
@@ -229,7 +493,7 @@ async fn dispatch(req: Request, shared: &Arc<Shared>, state: &Arc<Mutex<ConnStat
             match r {
                 Ok(host_id) => {
                     tracing::info!(host_id, "host enrolled");
-                    state.lock().await.host_id = Some(host_id);
+                    state.lock().await.authenticated(host_id, limits);
                     Response::Enrolled { host_id }
                 }
                 Err(e) => grid_error(e),
@@ -249,7 +513,7 @@ async fn dispatch(req: Request, shared: &Arc<Shared>, state: &Arc<Mutex<ConnStat
             if let Err(e) = shared.with_grid(move |g| g.hello(host_id, now_ms())).await {
                 return grid_error(e);
             }
-            state.lock().await.host_id = Some(host_id);
+            state.lock().await.authenticated(host_id, limits);
             Response::Welcome {
                 server_time_ms: now_ms(),
                 reference_site: shared.reference_site.clone(),

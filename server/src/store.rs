@@ -2,8 +2,22 @@
 //!
 //! Every write method is followed by [`Store::flush`] before the caller
 //! acknowledges anything, so nothing acknowledged is lost on a crash.
+//!
+//! Group commit: the server sets [`Store::defer_flushes`], which turns
+//! `flush` into a no-op and makes the caller promise to call [`Store::sync`]
+//! before it answers. `sync` runs outside the grid lock, so requests that
+//! arrive during one fsync share the next one. A `sync` also covers writes
+//! other requests made before it, so an answer computed from another
+//! request's change (`Duplicate` after a concurrent `Accepted`) is never sent
+//! before that change is durable.
+//!
+//! Fail-stop: after any storage error the store remembers it
+//! ([`Store::failure`]); every later write fails, and the server answers every
+//! request with an error until it is restarted and has reloaded what is on disk.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use beebot_shared::codec;
 use serde::{de::DeserializeOwned, Serialize};
@@ -30,9 +44,27 @@ pub enum StoreError {
     },
     #[error("cannot encode record: {0}")]
     Encode(String),
+    #[error("storage failed earlier ({0}); restart the server")]
+    Failed(String),
 }
 
-/// The server's sled database.
+/// Write and durability bookkeeping, shared by every handle of one store.
+#[derive(Default)]
+struct Durability {
+    /// `flush` defers to the caller's `sync`.
+    deferred: AtomicBool,
+    /// Writes made so far.
+    written: AtomicU64,
+    /// Writes known to be durable.
+    durable: AtomicU64,
+    /// One fsync at a time; the others wait and usually find their writes covered.
+    syncing: Mutex<()>,
+    /// The first storage error, once there was one.
+    failure: Mutex<Option<String>>,
+}
+
+/// The server's sled database. Cloning gives another handle to the same store.
+#[derive(Clone)]
 pub struct Store {
     db: sled::Db,
     sites: sled::Tree,
@@ -40,6 +72,7 @@ pub struct Store {
     jobs: sled::Tree,
     hosts: sled::Tree,
     invites: sled::Tree,
+    durability: Arc<Durability>,
 }
 
 fn id_key(id: u64) -> [u8; 8] {
@@ -76,25 +109,104 @@ impl Store {
             hosts: db.open_tree("hosts")?,
             invites: db.open_tree("invites")?,
             db,
+            durability: Arc::new(Durability::default()),
         })
+    }
+
+    /// From now on [`Store::flush`] only notes that a sync is due: the caller
+    /// promises to call [`Store::sync`] before acknowledging anything.
+    pub fn defer_flushes(&self) {
+        self.durability.deferred.store(true, Ordering::SeqCst);
+    }
+
+    /// The storage error that stopped this store, if one did.
+    pub fn failure(&self) -> Option<String> {
+        self.durability
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        match self.failure() {
+            Some(f) => Err(StoreError::Failed(f)),
+            None => Ok(()),
+        }
+    }
+
+    /// Remember the first storage error (fail-stop) and pass it on.
+    fn failed<T>(&self, e: impl Into<StoreError>) -> Result<T, StoreError> {
+        let e = e.into();
+        let mut f = self
+            .durability
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            tracing::error!("storage failed: {e}; answering errors until restarted");
+            *f = Some(e.to_string());
+        }
+        Err(e)
     }
 
     /// A new unique id (monotonic across restarts).
     pub fn next_id(&self) -> Result<u64, StoreError> {
+        self.check()?;
         // sled ids start at 0; keep 0 free as "none".
-        Ok(self.db.generate_id()? + 1)
+        match self.db.generate_id() {
+            Ok(id) => {
+                self.durability.written.fetch_add(1, Ordering::SeqCst);
+                Ok(id + 1)
+            }
+            Err(e) => self.failed(e),
+        }
     }
 
-    /// Make every write so far durable.
+    /// Make every write so far durable (deferred: see [`Store::defer_flushes`]).
     pub fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush()?;
+        self.check()?;
+        if self.durability.deferred.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.sync()
+    }
+
+    /// Make every write made before this call durable, sharing one fsync with
+    /// concurrent callers.
+    pub fn sync(&self) -> Result<(), StoreError> {
+        self.check()?;
+        let d = &self.durability;
+        let target = d.written.load(Ordering::SeqCst);
+        if d.durable.load(Ordering::SeqCst) >= target {
+            return Ok(());
+        }
+        let _one = d.syncing.lock().unwrap_or_else(|p| p.into_inner());
+        if d.durable.load(Ordering::SeqCst) >= target {
+            return Ok(());
+        }
+        // Everything written up to here is covered by this flush.
+        let covered = d.written.load(Ordering::SeqCst);
+        if let Err(e) = self.db.flush() {
+            return self.failed(e);
+        }
+        d.durable.fetch_max(covered, Ordering::SeqCst);
         Ok(())
     }
 
-    fn put<T: Serialize>(tree: &sled::Tree, key: &[u8], value: &T) -> Result<(), StoreError> {
+    fn put<T: Serialize>(
+        &self,
+        tree: &sled::Tree,
+        key: &[u8],
+        value: &T,
+    ) -> Result<(), StoreError> {
+        self.check()?;
         let bytes = codec::encode(value, MAX_RECORD_BYTES)
             .map_err(|e| StoreError::Encode(e.to_string()))?;
-        tree.insert(key, bytes)?;
+        self.durability.written.fetch_add(1, Ordering::SeqCst);
+        if let Err(e) = tree.insert(key, bytes) {
+            return self.failed(e);
+        }
         Ok(())
     }
 
@@ -117,38 +229,43 @@ impl Store {
     }
 
     pub fn put_site(&self, site: &SiteRecord) -> Result<(), StoreError> {
-        Self::put(&self.sites, site.host.as_bytes(), site)
+        self.put(&self.sites, site.host.as_bytes(), site)
     }
     pub fn remove_site(&self, host: &str) -> Result<bool, StoreError> {
-        Ok(self.sites.remove(host.as_bytes())?.is_some())
+        self.check()?;
+        self.durability.written.fetch_add(1, Ordering::SeqCst);
+        match self.sites.remove(host.as_bytes()) {
+            Ok(old) => Ok(old.is_some()),
+            Err(e) => self.failed(e),
+        }
     }
     pub fn sites(&self) -> Result<Vec<SiteRecord>, StoreError> {
         Self::all(&self.sites, "sites")
     }
 
     pub fn put_round(&self, round: &RoundRecord) -> Result<(), StoreError> {
-        Self::put(&self.rounds, &id_key(round.id), round)
+        self.put(&self.rounds, &id_key(round.id), round)
     }
     pub fn rounds(&self) -> Result<Vec<RoundRecord>, StoreError> {
         Self::all(&self.rounds, "rounds")
     }
 
     pub fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
-        Self::put(&self.jobs, &id_key(job.id), job)
+        self.put(&self.jobs, &id_key(job.id), job)
     }
     pub fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         Self::all(&self.jobs, "jobs")
     }
 
     pub fn put_host(&self, host: &HostRecord) -> Result<(), StoreError> {
-        Self::put(&self.hosts, &id_key(host.id), host)
+        self.put(&self.hosts, &id_key(host.id), host)
     }
     pub fn hosts(&self) -> Result<Vec<HostRecord>, StoreError> {
         Self::all(&self.hosts, "hosts")
     }
 
     pub fn put_invite(&self, invite: &InviteRecord) -> Result<(), StoreError> {
-        Self::put(&self.invites, &invite.token_sha256, invite)
+        self.put(&self.invites, &invite.token_sha256, invite)
     }
     pub fn invites(&self) -> Result<Vec<InviteRecord>, StoreError> {
         Self::all(&self.invites, "invites")

@@ -1,5 +1,8 @@
 //! Serves a [`SynthWeb`] over HTTP/1.1 on a caller-owned listener, choosing the
-//! site by the `Host` header: for tests, the demo and (later) the reference site.
+//! site by the `Host` header: for tests, the demo and the reference site. The
+//! hostile sites of [`beebot_shared::synth::hostile`] (`*.hostile.test`) are
+//! served too, their big bodies generated while sent and the drip-fed one
+//! really dripped, so a test can aim a crawler at them.
 //!
 //! [`serve`] is the async entry point (the caller owns the socket and the shutdown
 //! signal); [`SynthWebServer`] wraps it for synchronous tests: it binds
@@ -14,10 +17,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, Method, Response, StatusCode};
 use axum::Router;
+use beebot_shared::synth::hostile::{self, HostileBody};
 use beebot_shared::synth::SynthWeb;
 use tokio::sync::oneshot;
 
@@ -27,6 +31,10 @@ pub const MAX_LOGGED_REQUESTS: usize = 100_000;
 /// Longest a dropped [`SynthWebServer`] waits for open connections to finish
 /// before the runtime is torn down with them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// Largest piece of a generated body sent at once: bounds the memory one
+/// hostile response holds, however big the body.
+const STREAM_CHUNK_BYTES: usize = 64 * 1024;
 
 /// Longest `Host` header or request target kept in the log.
 const MAX_LOGGED_FIELD_LEN: usize = 2048;
@@ -127,6 +135,22 @@ async fn handle(State(state): State<Arc<AppState>>, request: Request) -> Respons
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
         .unwrap_or_default();
     let response = match *request.method() {
+        Method::GET | Method::HEAD if hostile::is_hostile_host(&host) => {
+            match hostile::respond(&host, &path) {
+                Some(answer) => {
+                    let mut builder = Response::builder()
+                        .status(answer.status)
+                        .header(header::CONTENT_TYPE, answer.content_type);
+                    if let Some(location) = answer.location {
+                        builder = builder.header(header::LOCATION, location);
+                    }
+                    builder.body(hostile_body(answer.body)).unwrap_or_else(|_| {
+                        plain(StatusCode::INTERNAL_SERVER_ERROR, "bad hostile response\n")
+                    })
+                }
+                None => plain(StatusCode::NOT_FOUND, "not found\n"),
+            }
+        }
         Method::GET | Method::HEAD => {
             let answer = state.web.respond(&host, &path);
             let mut builder = Response::builder()
@@ -152,6 +176,53 @@ async fn handle(State(state): State<Arc<AppState>>, request: Request) -> Respons
         status: response.status().as_u16(),
     });
     response
+}
+
+/// A hostile body as an HTTP body: repeated parts generated
+/// [`STREAM_CHUNK_BYTES`] at a time, drip-fed bytes one at a time.
+fn hostile_body(body: HostileBody) -> Body {
+    match body {
+        HostileBody::Bytes(bytes) => Body::from(bytes),
+        HostileBody::Repeat(parts) => {
+            let parts: Vec<(Vec<u8>, u64)> =
+                parts.into_iter().filter(|(c, _)| !c.is_empty()).collect();
+            let stream = futures_util::stream::unfold(
+                (parts, 0usize, 0u64),
+                |(parts, mut part, mut done)| async move {
+                    let mut buf = Vec::with_capacity(STREAM_CHUNK_BYTES);
+                    // Each turn appends one non-empty chunk or moves to the next part.
+                    while buf.len() < STREAM_CHUNK_BYTES {
+                        let Some((chunk, times)) = parts.get(part) else {
+                            break;
+                        };
+                        if done >= *times {
+                            part += 1;
+                            done = 0;
+                            continue;
+                        }
+                        buf.extend_from_slice(chunk);
+                        done += 1;
+                    }
+                    if buf.is_empty() {
+                        return None;
+                    }
+                    Some((Ok::<_, io::Error>(Bytes::from(buf)), (parts, part, done)))
+                },
+            );
+            Body::from_stream(stream)
+        }
+        HostileBody::Drip { bytes, every } => {
+            let stream =
+                futures_util::stream::unfold((bytes, 0usize), move |(bytes, i)| async move {
+                    let byte = *bytes.get(i)?;
+                    if i > 0 {
+                        tokio::time::sleep(every).await;
+                    }
+                    Some((Ok::<_, io::Error>(Bytes::from(vec![byte])), (bytes, i + 1)))
+                });
+            Body::from_stream(stream)
+        }
+    }
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<Body> {

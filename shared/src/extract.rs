@@ -29,15 +29,23 @@
 //! `<base href>` in the document (even after some links) sets the base URL for
 //! every link. SVG and MathML (foreign content) are treated as HTML.
 //!
-//! Throughput in release, measured on real pages: about 165 MB/s per core on
-//! tag-dense pages (rustdoc source views) to 480 MB/s on text-heavy ones; the
-//! tokenizer's own states are about three quarters of the time, so a faster
-//! hand-written tokenizer is the next step if tag-dense pages must reach more.
+//! Throughput in release (`cargo bench -p beebot-server --bench crawler`):
+//! about 200-220 MB/s per core on a real-looking 80 KB portal page and about
+//! 190-200 MB/s on the synthetic web's link-dense 4 KB pages (a link every
+//! 100 bytes). html5gum's states take about 40% of the time, URL resolution
+//! about 20%, allocation about 10%; a hand-written tokenizer limited to what
+//! link extraction needs is the next step if more is wanted.
 //!
-//! Pages are assumed to be UTF-8 (invalid bytes become U+FFFD), which also
-//! decides how non-ASCII characters in queries are percent-encoded.
+//! [`extract_links`] reads UTF-8 (invalid bytes become U+FFFD);
+//! [`extract_page_links`] first finds the page's encoding as a browser does
+//! ([`sniff_encoding`]), decodes other encodings to UTF-8 with `encoding_rs`,
+//! and percent-encodes URL queries in the page's encoding.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
+use std::hash::{BuildHasher, RandomState};
+
+use encoding_rs::Encoding;
 
 use html5gum::{Emitter, Error as TokenizerError, State, Tokenizer};
 use serde::{Deserialize, Serialize};
@@ -105,16 +113,236 @@ pub fn extract_links(html: &[u8], page_url: &Url) -> Vec<ExtractedLink> {
 /// Never panics; time is linear in the input and memory is bounded by the
 /// number of links kept.
 pub fn extract_links_limited(html: &[u8], page_url: &Url, max_links: usize) -> Vec<ExtractedLink> {
+    extract_decoded(html, page_url, max_links, None)
+}
+
+/// The links of a page as served, at most [`MAX_LINKS_PER_PAGE`]: like
+/// [`extract_links`], for a page in any encoding. `content_type` is the HTTP
+/// `Content-Type` header, if there was one.
+///
+/// The encoding is found as a browser finds it ([`sniff_encoding`]); a page
+/// that is not UTF-8 is decoded to UTF-8 first (at most three output bytes per
+/// input byte, so memory stays bounded by the page cap), and the queries of
+/// its URLs are percent-encoded in its encoding, as a browser sends them.
+pub fn extract_page_links(
+    body: &[u8],
+    page_url: &Url,
+    content_type: Option<&str>,
+) -> Vec<ExtractedLink> {
+    let (encoding, bom_len) = sniff_encoding(body, content_type);
+    let body = &body[bom_len..];
+    if encoding == encoding_rs::UTF_8 {
+        return extract_decoded(body, page_url, MAX_LINKS_PER_PAGE, None);
+    }
+    let output = encoding.output_encoding();
+    let url_encoding = (output != encoding_rs::UTF_8).then_some(output);
+    let decoded = encoding.decode_without_bom_handling(body).0;
+    extract_decoded(
+        decoded.as_bytes(),
+        page_url,
+        MAX_LINKS_PER_PAGE,
+        url_encoding,
+    )
+}
+
+/// Bytes of a page searched for a `<meta charset>` (the HTML standard's prescan).
+pub const CHARSET_PRESCAN_BYTES: usize = 1024;
+
+/// The character encoding of a page, and the length of its byte-order mark:
+/// the HTML standard's order, without the locale guess: a byte-order mark, the
+/// `charset` of the `Content-Type` header, a `<meta charset>` or
+/// `<meta http-equiv=content-type>` in the first [`CHARSET_PRESCAN_BYTES`];
+/// otherwise UTF-8 when the bytes are valid UTF-8 (a character cut by the page
+/// cap allowed), windows-1252 when they are not.
+pub fn sniff_encoding(body: &[u8], content_type: Option<&str>) -> (&'static Encoding, usize) {
+    if let Some((encoding, bom_len)) = Encoding::for_bom(body) {
+        return (encoding, bom_len);
+    }
+    if let Some(encoding) = content_type.and_then(charset_of_content_type) {
+        return (encoding, 0);
+    }
+    let head = &body[..body.len().min(CHARSET_PRESCAN_BYTES)];
+    if let Some(encoding) = prescan_meta_charset(head) {
+        return (encoding, 0);
+    }
+    match std::str::from_utf8(body) {
+        Ok(_) => (encoding_rs::UTF_8, 0),
+        // Only an incomplete character at the very end (the page was cut).
+        Err(e) if e.error_len().is_none() => (encoding_rs::UTF_8, 0),
+        Err(_) => (encoding_rs::WINDOWS_1252, 0),
+    }
+}
+
+/// The encoding named by the `charset` parameter of a `Content-Type` value.
+fn charset_of_content_type(content_type: &str) -> Option<&'static Encoding> {
+    content_type.split(';').skip(1).find_map(|param| {
+        let (name, value) = param.split_once('=')?;
+        if !name.trim().eq_ignore_ascii_case("charset") {
+            return None;
+        }
+        Encoding::for_label(value.trim().trim_matches(['"', '\'']).as_bytes())
+    })
+}
+
+/// The encoding a `<meta>` in `head` declares (the HTML standard's prescan,
+/// simplified: comments and other tags are skipped, the first `<meta>` with a
+/// usable `charset`, or `http-equiv=content-type` with a `content` charset,
+/// wins). A declared UTF-16 means UTF-8 (the bytes were read as ASCII), as in
+/// the standard. Bounded by `head`, which the caller caps.
+fn prescan_meta_charset(head: &[u8]) -> Option<&'static Encoding> {
+    let mut i = 0;
+    while i < head.len() {
+        let rest = &head[i..];
+        if rest.starts_with(b"<!--") {
+            i += find(&rest[4..], b"-->").map_or(head.len(), |end| 4 + end + 3);
+            continue;
+        }
+        let is_meta = rest.len() > 5
+            && rest[..5].eq_ignore_ascii_case(b"<meta")
+            && (rest[5].is_ascii_whitespace() || rest[5] == b'/');
+        if is_meta {
+            let (encoding, used) = meta_charset(&rest[5..]);
+            if let Some(encoding) = encoding {
+                return Some(
+                    if encoding == encoding_rs::UTF_16BE || encoding == encoding_rs::UTF_16LE {
+                        encoding_rs::UTF_8
+                    } else if encoding == encoding_rs::X_USER_DEFINED {
+                        encoding_rs::WINDOWS_1252
+                    } else {
+                        encoding
+                    },
+                );
+            }
+            i += 5 + used;
+            continue;
+        }
+        if rest.first() == Some(&b'<') && rest.len() > 1 {
+            // Another tag, `</…`, `<!…` or `<?…`: skip to its `>`.
+            i += rest
+                .iter()
+                .position(|&b| b == b'>')
+                .map_or(head.len(), |p| p + 1);
+            continue;
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The charset a `<meta` tag's attributes declare, and the bytes they took.
+fn meta_charset(attrs: &[u8]) -> (Option<&'static Encoding>, usize) {
+    let mut i = 0;
+    let mut charset = None;
+    let mut content_charset = None;
+    let mut is_content_type = false;
+    // Each turn consumes at least one byte.
+    while i < attrs.len() {
+        let b = attrs[i];
+        if b == b'>' {
+            i += 1;
+            break;
+        }
+        if b.is_ascii_whitespace() || b == b'/' {
+            i += 1;
+            continue;
+        }
+        let name_start = i;
+        while i < attrs.len()
+            && !matches!(attrs[i], b'=' | b'>' | b'/')
+            && !attrs[i].is_ascii_whitespace()
+        {
+            i += 1;
+        }
+        let name = &attrs[name_start..i];
+        while i < attrs.len() && attrs[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let mut value: &[u8] = b"";
+        if attrs.get(i) == Some(&b'=') {
+            i += 1;
+            while i < attrs.len() && attrs[i].is_ascii_whitespace() {
+                i += 1;
+            }
+            match attrs.get(i) {
+                Some(&q @ (b'"' | b'\'')) => {
+                    let start = i + 1;
+                    // An unterminated value ends the prescan, as at the end of input.
+                    let Some(len) = attrs[start..].iter().position(|&c| c == q) else {
+                        return (None, attrs.len());
+                    };
+                    value = &attrs[start..start + len];
+                    i = start + len + 1;
+                }
+                _ => {
+                    let start = i;
+                    while i < attrs.len() && attrs[i] != b'>' && !attrs[i].is_ascii_whitespace() {
+                        i += 1;
+                    }
+                    value = &attrs[start..i];
+                }
+            }
+        }
+        if name.eq_ignore_ascii_case(b"charset") && charset.is_none() {
+            charset = Some(Encoding::for_label(value));
+        } else if name.eq_ignore_ascii_case(b"http-equiv") {
+            is_content_type |= value.trim_ascii().eq_ignore_ascii_case(b"content-type");
+        } else if name.eq_ignore_ascii_case(b"content") && content_charset.is_none() {
+            content_charset = Some(charset_in_content(value));
+        }
+    }
+    let encoding = match charset {
+        Some(found) => found,
+        None if is_content_type => content_charset.flatten(),
+        None => None,
+    };
+    (encoding, i)
+}
+
+/// The encoding after `charset=` in a `content` attribute value.
+fn charset_in_content(value: &[u8]) -> Option<&'static Encoding> {
+    let lower = value.to_ascii_lowercase();
+    let at = find(&lower, b"charset")?;
+    let rest = value[at + 7..].trim_ascii_start();
+    let rest = rest.strip_prefix(b"=")?.trim_ascii_start();
+    let rest = match rest.first() {
+        Some(&q @ (b'"' | b'\'')) => {
+            let inner = &rest[1..];
+            &inner[..inner.iter().position(|&c| c == q)?]
+        }
+        _ => {
+            let end = rest
+                .iter()
+                .position(|&c| c == b';' || c.is_ascii_whitespace())
+                .unwrap_or(rest.len());
+            &rest[..end]
+        }
+    };
+    Encoding::for_label(rest)
+}
+
+/// Where `needle` first occurs in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// [`extract_links_limited`] over UTF-8 (or invalid UTF-8, read lossily), with
+/// queries encoded in `url_encoding` when it is not UTF-8.
+fn extract_decoded(
+    html: &[u8],
+    page_url: &Url,
+    max_links: usize,
+    url_encoding: Option<&'static Encoding>,
+) -> Vec<ExtractedLink> {
     if max_links == 0 {
         return Vec::new();
     }
-    let mut first = Extractor::new(page_url, None, max_links);
+    let mut first = Extractor::new(page_url, None, max_links, url_encoding);
     first.run(html);
     match first.late_base.take() {
         // A `<base href>` came after links already resolved against the page
         // URL: run again with the base known from the start (rare).
         Some(base) => {
-            let mut second = Extractor::new(page_url, Some(base), max_links);
+            let mut second = Extractor::new(page_url, Some(base), max_links, url_encoding);
             second.run(html);
             second.links
         }
@@ -260,7 +488,14 @@ struct Extractor<'u> {
     candidates: usize,
     max_links: usize,
     links: Vec<ExtractedLink>,
-    seen: HashSet<String>,
+    /// Keyed 64-bit hashes of the URLs kept: the key is random per page, so a
+    /// page cannot make two of its URLs collide on purpose (and by chance the
+    /// odds are below 1e-11 at [`MAX_LINKS_PER_PAGE`]); saves copying each URL.
+    seen: HashSet<u64>,
+    hasher: RandomState,
+    /// The document's encoding when it is not UTF-8: URL queries are
+    /// percent-encoded in it, as browsers do.
+    encoding: Option<&'static Encoding>,
     stop: bool,
     stop_sent: bool,
 
@@ -290,7 +525,12 @@ struct Extractor<'u> {
 }
 
 impl<'u> Extractor<'u> {
-    fn new(page_url: &'u Url, known_base: Option<Url>, max_links: usize) -> Self {
+    fn new(
+        page_url: &'u Url,
+        known_base: Option<Url>,
+        max_links: usize,
+        encoding: Option<&'static Encoding>,
+    ) -> Self {
         let base_seen = known_base.is_some();
         Extractor {
             page_url,
@@ -301,6 +541,8 @@ impl<'u> Extractor<'u> {
             max_links,
             links: Vec::new(),
             seen: HashSet::new(),
+            hasher: RandomState::new(),
+            encoding,
             stop: false,
             stop_sent: false,
             tag_kind: TagKind::None,
@@ -459,7 +701,12 @@ impl<'u> Extractor<'u> {
         if self.full() || self.overflow[HREF] {
             return None;
         }
-        let url = resolve(&self.base, &String::from_utf8_lossy(&self.values[HREF]))?;
+        // Valid UTF-8 is the rule: check it fast, replace bytes only when not.
+        let href = match std::str::from_utf8(&self.values[HREF]) {
+            Ok(href) => Cow::Borrowed(href),
+            Err(_) => String::from_utf8_lossy(&self.values[HREF]),
+        };
+        let url = resolve(&self.base, &href, self.encoding)?;
         self.keep(url, tag, nofollow, text)
     }
 
@@ -469,13 +716,13 @@ impl<'u> Extractor<'u> {
         if self.full() {
             return None;
         }
-        let url = resolve(&self.base, href)?;
+        let url = resolve(&self.base, href, self.encoding)?;
         self.keep(url, tag, false, String::new())
     }
 
     /// Keep a resolved link unless it was seen before; its index in `links`.
     fn keep(&mut self, url: Url, tag: LinkTag, nofollow: bool, text: String) -> Option<usize> {
-        if !self.seen.insert(url.as_str().to_string()) {
+        if !self.seen.insert(self.hasher.hash_one(url.as_str())) {
             return None;
         }
         self.links.push(ExtractedLink {
@@ -519,9 +766,9 @@ impl<'u> Extractor<'u> {
     /// The open `<a>` ends: give its link the text collected.
     fn close_anchor(&mut self) {
         if let Some(index) = self.anchor.take() {
-            let text = decode(&self.anchor_text);
+            let text = anchor_text(&self.anchor_text);
             if let Some(link) = self.links.get_mut(index) {
-                link.anchor_text = collapse_whitespace(&text, MAX_ANCHOR_CHARS);
+                link.anchor_text = text;
             }
         }
         self.anchor_text.clear();
@@ -673,10 +920,76 @@ impl Emitter for &mut Extractor<'_> {
     }
 }
 
+/// `query` in `encoding` as the URL standard's "percent-encode after
+/// encoding" does: a character the encoding lacks becomes `%26%23N%3B`
+/// (`&#N;`, already percent-encoded, so the URL parser leaves it alone).
+fn encode_query(encoding: &'static Encoding, query: &str) -> Cow<'static, [u8]> {
+    if query.is_ascii() {
+        return Cow::Owned(query.as_bytes().to_vec());
+    }
+    let mut encoder = encoding.new_encoder();
+    let mut out = Vec::with_capacity(query.len() * 2 + 16);
+    let mut src = query;
+    // Each turn consumes input (one unmappable character at least), so the
+    // input's length bounds the turns.
+    for _ in 0..=query.len() {
+        let room = encoder
+            .max_buffer_length_from_utf8_without_replacement(src.len())
+            .unwrap_or(src.len() * 4 + 16);
+        let start = out.len();
+        out.resize(start + room, 0);
+        let (result, read, written) =
+            encoder.encode_from_utf8_without_replacement(src, &mut out[start..], true);
+        out.truncate(start + written);
+        src = &src[read..];
+        match result {
+            encoding_rs::EncoderResult::InputEmpty => break,
+            encoding_rs::EncoderResult::OutputFull => {}
+            encoding_rs::EncoderResult::Unmappable(c) => {
+                out.extend_from_slice(format!("%26%23{}%3B", u32::from(c)).as_bytes());
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Pins a closure's signature to the higher-ranked one `url` wants.
+fn encoder<F: for<'a> Fn(&'a str) -> Cow<'a, [u8]>>(f: F) -> F {
+    f
+}
+
+/// Collected anchor text (ASCII whitespace runs already one space) with its
+/// whitespace collapsed and capped at [`MAX_ANCHOR_CHARS`] characters: what
+/// [`collapse_whitespace`] gives, without decoding when the text is plain ASCII.
+fn anchor_text(bytes: &[u8]) -> String {
+    if bytes.is_ascii() && !bytes.contains(&0x0b) {
+        let text = bytes.trim_ascii();
+        let text = text
+            .get(..MAX_ANCHOR_CHARS)
+            .unwrap_or(text)
+            .trim_ascii_end();
+        // ASCII is UTF-8.
+        return String::from_utf8_lossy(text).into_owned();
+    }
+    collapse_whitespace(&decode(bytes), MAX_ANCHOR_CHARS)
+}
+
 /// `href` resolved against `base`, fragment dropped, if it is an http(s) URL
-/// of at most [`MAX_URL_LEN`] bytes.
-fn resolve(base: &Url, href: &str) -> Option<Url> {
-    let mut url = base.join(href).ok()?;
+/// of at most [`MAX_URL_LEN`] bytes. With a document `encoding` other than
+/// UTF-8, the query is percent-encoded in that encoding (WHATWG URL parsing
+/// with an encoding override; unmappable characters become `&#N;` first).
+fn resolve(base: &Url, href: &str, encoding: Option<&'static Encoding>) -> Option<Url> {
+    let mut url = match encoding {
+        None => base.join(href).ok()?,
+        Some(encoding) => {
+            let encode = encoder(move |s| encode_query(encoding, s));
+            Url::options()
+                .base_url(Some(base))
+                .encoding_override(Some(&encode))
+                .parse(href)
+                .ok()?
+        }
+    };
     if !matches!(url.scheme(), "http" | "https") {
         return None;
     }
@@ -1235,6 +1548,130 @@ mod tests {
         ) {
             check_invariants(html.as_bytes());
         }
+    }
+
+    fn page_links(body: &[u8], content_type: Option<&str>) -> Vec<(String, String)> {
+        extract_page_links(body, &page(), content_type)
+            .into_iter()
+            .map(|l| (l.url.to_string(), l.anchor_text))
+            .collect()
+    }
+
+    #[test]
+    fn legacy_encodings_give_the_urls_a_browser_requests() {
+        // windows-1252 by header: path in UTF-8, query in the page's encoding.
+        let body = b"<a href=\"/caf\xe9?q=\xe9t\xe9&amp;r=&#233;\">Caf\xe9</a>";
+        let want = vec![(
+            "http://example.test/caf%C3%A9?q=%E9t%E9&r=%E9".to_string(),
+            "Caf\u{e9}".to_string(),
+        )];
+        assert_eq!(
+            page_links(body, Some("text/html; charset=ISO-8859-1")),
+            want
+        );
+        // The same bytes undeclared: not UTF-8, so windows-1252.
+        assert_eq!(page_links(body, Some("text/html")), want);
+        // A character windows-1252 lacks becomes `&#N;`, percent-encoded.
+        assert_eq!(
+            page_links(
+                b"<a href=\"/?q=&#x65E5;\">x</a>",
+                Some("text/html;charset=windows-1252")
+            )[0]
+            .0,
+            "http://example.test/?q=%26%2326085%3B"
+        );
+        // Shift_JIS declared by <meta charset>.
+        let mut body = b"<a href=\"/".to_vec();
+        body.extend_from_slice(&[0x93, 0xfa, 0x96, 0x7b]); // 日本
+        body.extend_from_slice(b"?k=");
+        body.extend_from_slice(&[0x93, 0xfa]);
+        body.extend_from_slice(b"\">");
+        body.extend_from_slice(&[0x93, 0xfa, 0x96, 0x7b]);
+        body.extend_from_slice(b"</a>");
+        let sjis = [
+            b"<html><head><meta charset=\"Shift_JIS\"></head>".as_slice(),
+            &body,
+        ]
+        .concat();
+        assert_eq!(
+            page_links(&sjis, None),
+            vec![(
+                "http://example.test/%E6%97%A5%E6%9C%AC?k=%93%FA".to_string(),
+                "\u{65e5}\u{672c}".to_string()
+            )]
+        );
+        // The same page with an http-equiv declaration after a comment.
+        let equiv = [
+            b"<!-- <meta charset=utf-8> --><meta http-equiv=\"Content-Type\" content=\"text/html; charset=shift_jis\">".as_slice(),
+            &body,
+        ]
+        .concat();
+        assert_eq!(page_links(&equiv, None), page_links(&sjis, None));
+        // UTF-16LE with a byte-order mark: queries stay UTF-8.
+        let text = "<a href=\"/\u{e9}?q=\u{e9}\">\u{e9}</a>";
+        let mut utf16 = vec![0xff, 0xfe];
+        for unit in text.encode_utf16() {
+            utf16.extend_from_slice(&unit.to_le_bytes());
+        }
+        assert_eq!(
+            page_links(&utf16, Some("text/html; charset=iso-8859-1")),
+            vec![(
+                "http://example.test/%C3%A9?q=%C3%A9".to_string(),
+                "\u{e9}".to_string()
+            )]
+        );
+        // UTF-8, declared or not, is read as UTF-8; a header beats a meta.
+        let utf8 = "<meta charset=windows-1252><a href=\"/?q=\u{e9}\">x</a>".as_bytes();
+        assert_eq!(
+            page_links(utf8, Some("text/html; charset=utf-8"))[0].0,
+            "http://example.test/?q=%C3%A9"
+        );
+        assert_eq!(
+            page_links("<a href=\"/?q=\u{e9}\">x</a>".as_bytes(), None)[0].0,
+            "http://example.test/?q=%C3%A9"
+        );
+    }
+
+    #[test]
+    fn encoding_sniffing_order() {
+        let sniff = |body: &[u8], ct: Option<&str>| sniff_encoding(body, ct).0.name();
+        assert_eq!(
+            sniff(
+                b"\xef\xbb\xbf<meta charset=koi8-r>",
+                Some("text/html; charset=latin1")
+            ),
+            "UTF-8"
+        );
+        assert_eq!(
+            sniff(
+                b"<meta charset=koi8-r>",
+                Some("text/html; charset=\"latin1\"")
+            ),
+            "windows-1252"
+        );
+        assert_eq!(
+            sniff(b"<meta charset=koi8-r>", Some("text/html; charset=bogus")),
+            "KOI8-R"
+        );
+        assert_eq!(sniff(b"<META CHARSET='KOI8-R'>", None), "KOI8-R");
+        assert_eq!(sniff(b"<meta charset=utf-16le>", None), "UTF-8");
+        assert_eq!(
+            sniff(b"<meta name=x content=\"charset=koi8-r\">", None),
+            "UTF-8"
+        );
+        assert_eq!(sniff(b"<metax charset=koi8-r>", None), "UTF-8");
+        let late = [
+            vec![b' '; CHARSET_PRESCAN_BYTES],
+            b"<meta charset=koi8-r>".to_vec(),
+        ]
+        .concat();
+        assert_eq!(sniff(&late, None), "UTF-8");
+        // A UTF-8 character cut by the page cap is still UTF-8.
+        assert_eq!(sniff(b"caf\xc3", None), "UTF-8");
+        assert_eq!(sniff(b"caf\xe9!", None), "windows-1252");
+        // Unterminated markup in the prescan window ends it.
+        assert_eq!(sniff(b"<!-- <meta charset=koi8-r>", None), "UTF-8");
+        assert_eq!(sniff(b"<meta charset=\"koi8-r", None), "UTF-8");
     }
 
     #[test]

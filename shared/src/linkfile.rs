@@ -87,6 +87,34 @@ pub struct ScanSummary {
     pub status_counts: Vec<(u16, u64)>,
     /// Pages skipped because robots.txt disallowed them.
     pub robots_disallowed: u64,
+    // What the crawler's bounds did (each a count; all zero on a tame site).
+    /// Requests that ran out of time (connect, read or the whole request); a
+    /// page whose body timed out keeps and parses the part read.
+    pub timeouts: u64,
+    /// Requests refused because the address was private, loopback, link-local
+    /// or otherwise not public.
+    pub refused_addresses: u64,
+    /// Page bodies cut at the unit's bytes-per-page limit (the part read is parsed).
+    pub truncated_pages: u64,
+    /// 2xx answers that were not HTML, so not parsed.
+    pub non_html: u64,
+    /// Redirects not followed: loops, too many hops, bad or non-HTTP locations.
+    pub redirect_errors: u64,
+    /// In-scope links skipped as crawler traps (repeated path segments, too
+    /// many segments, e.g. endless calendars).
+    pub trap_urls: u64,
+    /// Links skipped for being longer than the URL length limit.
+    pub long_urls: u64,
+    /// In-scope links not queued because they were past the depth limit.
+    pub beyond_depth: u64,
+    /// Pages whose links reached the per-page cap (the rest were ignored).
+    pub link_capped_pages: u64,
+    /// In-scope links dropped because the frontier was full.
+    pub frontier_dropped: u64,
+    /// Outbound records dropped beyond the link-file record limit.
+    pub records_dropped: u64,
+    /// robots.txt files cut at the 500 KiB limit (the part read is obeyed).
+    pub robots_truncated: u64,
 }
 
 /// Failures reading or writing a link file.

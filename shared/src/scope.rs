@@ -237,8 +237,11 @@ pub struct SiteScope {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Rule {
-    /// Exactly this host (also used for IP addresses under every scope).
+    /// Exactly this host (IP addresses under every scope).
     Exact(String),
+    /// This host or `www.` + this host (the host scope of a domain name: `www.`
+    /// and the bare host are the same site).
+    HostOrWww(String),
     /// This host or any name ending in `.` + this host.
     Suffix(String),
     /// Hosts whose registrable domain (Public Suffix List) is this one.
@@ -254,14 +257,11 @@ impl SiteScope {
             Rule::Exact(host.clone())
         } else {
             match scope {
-                Scope::Host => Rule::Exact(host.clone()),
-                Scope::Subdomains => Rule::Suffix(host.clone()),
+                Scope::Host => Rule::HostOrWww(without_www(&host).to_string()),
+                Scope::Subdomains => Rule::Suffix(without_www(&host).to_string()),
                 Scope::Domain => match registrable_domain(&host) {
                     Some(domain) => Rule::Registrable(domain.to_string()),
-                    None => {
-                        let base = host.strip_prefix("www.").unwrap_or(&host);
-                        Rule::Suffix(base.to_string())
-                    }
+                    None => Rule::Suffix(without_www(&host).to_string()),
                 },
             }
         };
@@ -302,12 +302,22 @@ impl SiteScope {
         let host = host.strip_suffix('.').unwrap_or(host);
         match &self.rule {
             Rule::Exact(h) => host == h,
+            Rule::HostOrWww(h) => without_www(host) == h,
             Rule::Suffix(base) => is_same_or_subdomain(host, base),
             Rule::Registrable(domain) => {
                 is_same_or_subdomain(host, domain)
                     && registrable_domain(host).is_some_and(|d| d == domain)
             }
         }
+    }
+}
+
+/// `host` without a leading `www.`, unless only one label would be left
+/// (`www.x.test` is `x.test`, but `www.test` stays: `test` is no site).
+fn without_www(host: &str) -> &str {
+    match host.strip_prefix("www.") {
+        Some(rest) if rest.contains('.') => rest,
+        _ => host,
     }
 }
 
@@ -405,7 +415,14 @@ mod tests {
             "http://sub.conformance.test/"
         ));
         assert!(!inside("conformance.test", s, "http://other.test/"));
-        assert!(!inside("www.x.edu", s, "http://x.edu/"));
+        // `www.` and the bare host are the same site, and only they.
+        assert!(inside("www.x.edu", s, "http://x.edu/"));
+        assert!(inside("x.edu", s, "http://WWW.x.edu/"));
+        assert!(inside("www.x.edu", s, "http://www.x.edu./"));
+        assert!(!inside("www.x.edu", s, "http://lib.x.edu/"));
+        assert!(!inside("x.edu", s, "http://www.www.x.edu/"));
+        assert!(!inside("x.edu", s, "http://wwwx.edu/"));
+        assert!(!inside("www.edu", s, "http://edu/"));
     }
 
     #[test]
@@ -460,8 +477,12 @@ mod tests {
             s,
             "http://conformance.test.evil/"
         ));
-        assert!(!inside("www.x.edu", s, "http://x.edu/"));
+        // The site of `www.x.edu` is that of `x.edu`.
+        assert!(inside("www.x.edu", s, "http://x.edu/"));
         assert!(inside("www.x.edu", s, "http://a.www.x.edu/"));
+        assert!(inside("www.x.edu", s, "http://lib.x.edu/"));
+        assert!(inside("x.edu", s, "http://www.x.edu/"));
+        assert!(!inside("www.x.edu", s, "http://y.edu/"));
     }
 
     #[test]

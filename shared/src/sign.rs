@@ -19,6 +19,8 @@ pub struct UnitLimits {
     pub delay_ms: u64,
     pub max_page_bytes: u64,
     pub max_seconds: u64,
+    /// Longest robots.txt Crawl-delay honoured, ms (a longer one is cut to this).
+    pub max_crawl_delay_ms: u64,
 }
 
 /// One job as sent to one host.
@@ -136,6 +138,7 @@ mod tests {
                 delay_ms: 0,
                 max_page_bytes: 1000,
                 max_seconds: 60,
+                max_crawl_delay_ms: 10_000,
             },
             issued_ms: 1,
             deadline_ms: 2,

@@ -39,6 +39,8 @@
 //! text, tag and `rel`. It is computed from the generator's model, never by
 //! parsing the HTML, so it checks the extractor and the crawler independently.
 
+pub mod hostile;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::extract::LinkTag;
@@ -384,6 +386,13 @@ impl SynthWeb {
     /// not included: every page, redirect and error URL, each once.
     pub fn site_urls(&self, host: &str) -> Option<usize> {
         self.site(host).map(|s| simulate_crawl(s).urls_requested)
+    }
+
+    /// The paths of a site's HTML pages (`/` first), or `None` for an unknown host:
+    /// what benches feed the extractor.
+    pub fn site_page_paths(&self, host: &str) -> Option<Vec<String>> {
+        self.site(host)
+            .map(|s| s.pages.iter().map(|p| p.path.clone()).collect())
     }
 
     /// The paths of a site that robots.txt forbids and that the site links to.

@@ -7,7 +7,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use beebot_client::crawler::{crawl, CrawlOutput, CrawlSpec, CrawlerConfig};
+use beebot_client::crawler::{
+    crawl, crawl_with_progress, CrawlOutput, CrawlProgress, CrawlSpec, CrawlerConfig,
+};
 use beebot_server::web::{LoggedRequest, SynthWebServer};
 use beebot_shared::linkfile::{LinkRecord, StopReason};
 use beebot_shared::scope::Scope;
@@ -196,6 +198,7 @@ fn depth_zero_fetches_the_seed_only() {
     let out = run(&spec, &loopback_config(&server));
     assert_eq!(out.summary.pages, 1, "{:?}", out.summary);
     assert_eq!(out.summary.stopped_by, None);
+    assert!(out.summary.beyond_depth > 0, "{:?}", out.summary);
     let home = format!("http://{host}/");
     assert!(!out.records.is_empty());
     assert!(out.records.iter().all(|r| r.source_url == home));
@@ -250,6 +253,7 @@ fn private_addresses_are_refused_by_default() {
     };
     let out = run(&open_spec("site0.synth.test"), &cfg);
     assert!(out.summary.errors > 0, "{:?}", out.summary);
+    assert_eq!(out.summary.refused_addresses, 1, "{:?}", out.summary);
     assert_eq!(out.summary.pages, 0);
     assert!(out.records.is_empty());
     assert_eq!(out.summary.stopped_by, Some(StopReason::RobotsUnavailable));
@@ -406,4 +410,105 @@ fn time_limits_stop_the_scan() {
     let out = run(&spec, &loopback_config(&server));
     assert_eq!(out.summary.stopped_by, Some(StopReason::Deadline));
     assert_eq!(out.summary.pages, 0);
+}
+
+#[test]
+fn crawl_delay_is_capped_by_the_round_maximum() {
+    // robots.txt asks for 2 s between requests; the spec allows 30 ms at most.
+    let web = Arc::new(SynthWeb::with_config(
+        7,
+        12,
+        SynthConfig {
+            crawl_delay_ms: Some(2000),
+            ..SynthConfig::default()
+        },
+    ));
+    let server = start(&web);
+    let host = biggest_site(&web);
+    let cap = Duration::from_millis(30);
+    let spec = CrawlSpec {
+        max_pages: 4,
+        max_crawl_delay: cap,
+        max_duration: Duration::from_millis(1500),
+        ..open_spec(&host)
+    };
+    let out = run(&spec, &loopback_config(&server));
+    assert_eq!(out.summary.pages, 4, "{:?}", out.summary);
+    assert_eq!(out.summary.stopped_by, Some(StopReason::MaxPages));
+    assert_spaced(&requests_to(&server.request_log(), &host), cap);
+}
+
+#[test]
+fn progress_reports_pages_queue_links_and_bytes() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let server = start(&web);
+    let host = biggest_site(&web);
+    let mut seen: Vec<CrawlProgress> = Vec::new();
+    let out = crawl_with_progress(
+        &open_spec(&host),
+        &loopback_config(&server),
+        &AtomicBool::new(false),
+        &mut |p| seen.push(*p),
+    );
+    let last = seen.last().expect("progress reported");
+    assert_eq!(last.pages, out.summary.pages);
+    assert_eq!(last.links, out.summary.links);
+    assert_eq!(last.bytes, out.summary.bytes);
+    assert_eq!(last.queued, 0, "the frontier ran dry");
+    assert!(seen.iter().any(|p| p.queued > 0));
+    assert!(seen.windows(2).all(|w| w[0].pages <= w[1].pages));
+}
+
+#[test]
+fn www_and_the_bare_host_are_one_site() {
+    // The site is named `www.site0.synth.test`; its bare host is inside its
+    // scope, so a scan from the bare host follows its pages and finds exactly
+    // the site's truth (nothing of the bare host counts as outbound).
+    let web = Arc::new(SynthWeb::generate(7, 2));
+    let server = start(&web);
+    let scope = beebot_shared::scope::SiteScope::new("www.site0.synth.test", Scope::Host);
+    let bare = url::Url::parse("http://site0.synth.test/").expect("url");
+    assert!(scope.contains(&bare));
+    let mut spec = open_spec("www.site0.synth.test");
+    spec.seed = bare;
+    let out = run(&spec, &loopback_config(&server));
+    let truth = web.site_truth("site0.synth.test").expect("site");
+    assert_eq!(out.records.len(), truth.len(), "{:?}", out.summary);
+}
+
+#[test]
+fn beebot_crawl_piped_prints_records_and_one_summary_line() {
+    let web = Arc::new(SynthWeb::generate(7, 2));
+    let server = start(&web);
+    let home = tempfile::tempdir().expect("tempdir");
+    let o = beebot_tests::run(
+        std::process::Command::new(beebot_tests::bin("beebot"))
+            .args([
+                "crawl",
+                "http://site0.synth.test/",
+                "--delay-ms",
+                "0",
+                "--allow-private",
+                "--resolve",
+                &format!("*.synth.test={}", server.addr()),
+                "--home",
+            ])
+            .arg(home.path()),
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "{}", beebot_tests::stderr(&o));
+    let truth = web.site_truth("site0.synth.test").expect("site");
+    // A header row, then one row per record.
+    assert_eq!(
+        beebot_tests::stdout(&o).lines().count(),
+        truth.len() + 1,
+        "{}",
+        beebot_tests::stdout(&o)
+    );
+    // Piped: no progress line (no carriage returns), just the summary.
+    let err = beebot_tests::stderr(&o);
+    assert!(!err.contains('\r'), "{err:?}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.starts_with("site0.synth.test: "), "{err}");
+    assert!(err.contains("[HTTP 200×"), "{err}");
 }

@@ -90,6 +90,11 @@ fn pause_and_resume_a_running_client_mid_scan() {
     let s = status_json(&g, "a");
     assert_eq!(s["state"], "not running");
     assert_eq!(s["pending_uploads"], 0);
+    assert_eq!(s["today"]["results"], 3, "{s}");
+    // As a service (no terminal) it logged to a file in the data dir.
+    let log =
+        std::fs::read_to_string(g.home("a").join("logs").join("beebot.log")).expect("log file");
+    assert!(log.contains("result accepted"), "{log}");
     let o = g.client("a", &["pause"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no running client"), "{}", stderr(&o));
@@ -199,4 +204,48 @@ fn service_install_writes_a_unit_that_runs_this_client() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!xdg.join("systemd/user/beebot.service").exists());
+}
+
+#[test]
+fn the_bandwidth_cap_holds_on_loopback() {
+    const CAP_KBPS: u64 = 150;
+    let g = Grid::start(59, 16);
+    join(&g, "bw");
+    g.import_sites();
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "0"]));
+    let mut args = vec![
+        "run".to_string(),
+        "--once".into(),
+        "--slots".into(),
+        "4".into(),
+    ];
+    args.extend(g.crawl_flags());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = run(
+        g.client_cmd("bw", &args)
+            .env("BEEBOT_BANDWIDTH_KBPS", CAP_KBPS.to_string()),
+        Duration::from_secs(300),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let d: serde_json::Value =
+        serde_json::from_str(&stdout(&g.admin_ok(&["round", "show", &round, "--json"])))
+            .expect("json");
+    let bytes: u64 = d["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["result"]["summary"]["bytes"].as_u64().unwrap_or(0))
+        .sum();
+    let log = g.web_server.request_log();
+    let first = log.iter().map(|r| r.at).min().expect("requests");
+    let last = log.iter().map(|r| r.at).max().expect("requests");
+    let secs = (last - first).as_secs_f64();
+    let rate_kbps = bytes as f64 / 1000.0 / secs;
+    eprintln!("{bytes} bytes in {secs:.2}s: {rate_kbps:.1} kB/s against a cap of {CAP_KBPS}");
+    assert!(bytes > 500_000, "enough bytes to measure: {bytes}");
+    let ratio = rate_kbps / CAP_KBPS as f64;
+    assert!(
+        (0.8..=1.2).contains(&ratio),
+        "rate {rate_kbps:.1} kB/s is not within 20% of {CAP_KBPS}"
+    );
 }

@@ -24,24 +24,32 @@ fn invite(g: &Grid, uses: u32) -> String {
     code
 }
 
-fn run_once(g: &Grid, name: &str) -> std::process::Child {
-    let mut args = vec!["run", "--once", "--slots", "3"];
-    let flags = g.crawl_flags();
-    args.extend(flags.iter().map(String::as_str));
-    g.client_cmd(name, &args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn client")
+/// Start `beebot run --once` for client `name`; its stderr goes to a file in the
+/// grid's dir (a pipe nobody reads could fill and stall it).
+fn run_once(g: &Grid, name: &str) -> (std::process::Child, std::path::PathBuf) {
+    run_once_slots(g, name, "3")
 }
 
-fn wait_ok(child: std::process::Child, what: &str) {
-    let out = child.wait_with_output().expect("client output");
+fn run_once_slots(g: &Grid, name: &str, slots: &str) -> (std::process::Child, std::path::PathBuf) {
+    let mut args = vec!["run", "--once", "--slots", slots];
+    let flags = g.crawl_flags();
+    args.extend(flags.iter().map(String::as_str));
+    let log = g.dir.path().join(format!("client-{name}.stderr"));
+    let child = g
+        .client_cmd(name, &args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("spawn client");
+    (child, log)
+}
+
+fn wait_ok((mut child, log): (std::process::Child, std::path::PathBuf), what: &str) {
+    let status = child.wait().expect("client");
     assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+        status.success(),
+        "{what} failed ({status}):\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
     );
 }
 
@@ -117,7 +125,7 @@ fn killed_client_jobs_are_reissued_after_their_deadline() {
         "round",
         "start",
         "--delay-ms",
-        "0",
+        "10",
         "--max-deadline",
         "3s",
         "--max-attempts",
@@ -126,7 +134,8 @@ fn killed_client_jobs_are_reissued_after_their_deadline() {
     let round = last_line(&o);
 
     // The victim takes units, then dies without a word.
-    let mut victim_proc = run_once(&g, "victim");
+    // One slot: the victim holds a second unit it has not started when it dies.
+    let (mut victim_proc, _) = run_once_slots(&g, "victim", "1");
     let start = Instant::now();
     let held = loop {
         let d = round_json(&g, &round);
@@ -208,7 +217,7 @@ fn restarted_client_resumes_its_units_and_pending_uploads() {
     let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "20"]));
 
     // The client takes units; then the server goes away while it scans.
-    let mut client = run_once(&g, "a");
+    let (mut client, _) = run_once(&g, "a");
     let start = Instant::now();
     while spool_files(&g, "a", "units", "unit").is_empty() {
         assert!(start.elapsed() < Duration::from_secs(60), "no units");

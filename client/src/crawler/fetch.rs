@@ -32,7 +32,13 @@ pub struct Fetched {
     pub location: Option<String>,
     /// The media type, lower case, parameters dropped.
     pub mime: Option<String>,
+    /// The `Content-Type` header as sent (its `charset` names the encoding).
+    pub content_type: Option<String>,
     pub body: Vec<u8>,
+    /// The body was longer than the limit and was cut there.
+    pub truncated: bool,
+    /// The body stopped arriving in time; `body` holds what came before.
+    pub timed_out: bool,
 }
 
 impl Fetched {
@@ -133,20 +139,32 @@ impl Fetcher {
                 .map(str::to_string)
         };
         let location = header("location");
-        let mime = header("content-type").map(|ct| media_type(&ct));
+        let content_type = header("content-type");
+        let mime = content_type.as_deref().map(media_type);
         let read = (200..300).contains(&status)
             && match wanted {
                 BodyWanted::Any2xx => true,
                 BodyWanted::Html => is_html_mime(mime.as_deref()),
             };
         let mut body = Vec::new();
+        let (mut truncated, mut timed_out) = (false, false);
         if read {
-            response
+            // One byte past the limit tells a cut body from one that fits.
+            let result = response
                 .into_body()
                 .into_reader()
-                .take(max_body_bytes)
-                .read_to_end(&mut body)
-                .map_err(|e| FetchError::Body(e.to_string()))?;
+                .take(max_body_bytes.saturating_add(1))
+                .read_to_end(&mut body);
+            match result {
+                Ok(_) => {}
+                // What arrived before the timeout is kept (read_to_end leaves it).
+                Err(e) if is_timeout(&e) => timed_out = true,
+                Err(e) => return Err(FetchError::Body(e.to_string())),
+            }
+            if body.len() as u64 > max_body_bytes {
+                body.truncate(usize::try_from(max_body_bytes).unwrap_or(usize::MAX));
+                truncated = true;
+            }
         } else {
             // Best effort: a failure here only costs the connection.
             let _ = std::io::copy(
@@ -158,9 +176,26 @@ impl Fetcher {
             status,
             location,
             mime,
+            content_type,
             body,
+            truncated,
+            timed_out,
         })
     }
+}
+
+/// Whether a body read failed by running out of time (ureq reports its own
+/// timeouts wrapped in an I/O error).
+fn is_timeout(e: &std::io::Error) -> bool {
+    if matches!(
+        e.kind(),
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+    ) {
+        return true;
+    }
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<ureq::Error>())
+        .is_some_and(|inner| matches!(inner, ureq::Error::Timeout(_)))
 }
 
 fn map_error(e: ureq::Error) -> FetchError {

@@ -61,6 +61,11 @@ impl Frontier {
         self.seen.insert(url.as_str().to_string())
     }
 
+    /// Whether `url` was queued or marked before.
+    pub fn is_seen(&self, url: &Url) -> bool {
+        self.seen.contains(url.as_str())
+    }
+
     /// The next URL and its depth, oldest first.
     pub fn pop(&mut self) -> Option<(Url, u32)> {
         self.queue.pop_front()

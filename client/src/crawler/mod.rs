@@ -9,7 +9,15 @@
 //! - [`redirect`]: redirect decisions (pure);
 //! - [`robots`]: robots.txt policy (pure);
 //! - [`resolve`]: `--resolve` rules and the private-address guard;
+//! - [`trap`]: crawler-trap rules (repeated path segments);
 //! - [`fetch`]: the HTTP shell.
+//!
+//! Every bound is explicit and counted in the summary when it bites: pages,
+//! depth, bytes per page (the part read is still parsed), HTML content types
+//! only, connect/read/whole-request timeouts, total time and the deadline, URL
+//! length, trap paths, links kept per page, frontier size, link records, and
+//! robots.txt size. Character encodings other than UTF-8 are decoded
+//! ([`beebot_shared::extract::extract_page_links`]).
 //!
 //! Counting: a *page* is one URL taken from the frontier and answered with any
 //! HTTP status (its in-scope redirect hops included); the page cap counts those
@@ -20,16 +28,20 @@
 
 pub mod fetch;
 pub mod frontier;
+pub mod progress;
 pub mod redirect;
 pub mod resolve;
 pub mod robots;
+pub mod trap;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use beebot_shared::extract::{extract_links, LinkTag};
-use beebot_shared::limits::{MAX_DELAY_MS, MAX_LINK_RECORDS, MAX_PAGES_PER_SITE, MAX_URL_LEN};
+use beebot_shared::extract::{extract_page_links, LinkTag};
+use beebot_shared::limits::{
+    MAX_DELAY_MS, MAX_LINKS_PER_PAGE, MAX_LINK_RECORDS, MAX_PAGES_PER_SITE, MAX_URL_LEN,
+};
 use beebot_shared::linkfile::{LinkRecord, ScanSummary, StopReason};
 use beebot_shared::scope::{canonical_url, seed_url, Scope, SiteScope};
 use url::Url;
@@ -37,7 +49,7 @@ use url::Url;
 use fetch::{BodyWanted, FetchError, Fetcher};
 use frontier::{Frontier, Pushed, MAX_FRONTIER_URLS};
 use redirect::{RedirectStep, MAX_REDIRECTS};
-use robots::{Robots, MAX_ROBOTS_BYTES};
+use robots::{Robots, MAX_CRAWL_DELAY, MAX_ROBOTS_BYTES};
 
 pub use resolve::{classify_address, AddressClass, AddressRefused, ResolveRule, ResolveRuleError};
 
@@ -72,8 +84,11 @@ pub struct CrawlSpec {
     /// Links followed from the seed at most (the seed is depth 0).
     pub max_depth: u32,
     /// Pause between two requests to one host (capped at [`MAX_DELAY_MS`]);
-    /// a longer robots.txt Crawl-delay wins.
+    /// a longer robots.txt Crawl-delay wins, up to `max_crawl_delay`.
     pub delay: Duration,
+    /// Longest robots.txt Crawl-delay honoured (capped at [`MAX_CRAWL_DELAY`]):
+    /// a site asking for more is crawled at this pace.
+    pub max_crawl_delay: Duration,
     /// Body bytes read per page; the rest is ignored, the part read still parsed.
     pub max_page_bytes: u64,
     /// Wall time of the whole crawl.
@@ -95,6 +110,7 @@ impl CrawlSpec {
             max_pages: 1000,
             max_depth: 20,
             delay: Duration::from_secs(1),
+            max_crawl_delay: MAX_CRAWL_DELAY,
             max_page_bytes: 1024 * 1024,
             max_duration: Duration::from_secs(3600),
             deadline: None,
@@ -139,6 +155,21 @@ pub struct CrawlOutput {
     pub summary: ScanSummary,
 }
 
+/// Where a crawl stands, reported after each page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CrawlProgress {
+    /// Pages answered so far.
+    pub pages: u64,
+    /// Outbound link records so far.
+    pub links: u64,
+    /// URLs waiting in the frontier.
+    pub queued: u64,
+    /// Body bytes read so far.
+    pub bytes: u64,
+    /// Failed requests so far.
+    pub errors: u64,
+}
+
 /// Crawl one site. Checks `cancel` between requests and while waiting, and
 /// calls `on_progress(pages, links)` after each page.
 pub fn crawl(
@@ -146,6 +177,16 @@ pub fn crawl(
     cfg: &CrawlerConfig,
     cancel: &AtomicBool,
     on_progress: &mut dyn FnMut(u64, u64),
+) -> CrawlOutput {
+    crawl_with_progress(spec, cfg, cancel, &mut |p| on_progress(p.pages, p.links))
+}
+
+/// [`crawl`], reporting the whole [`CrawlProgress`] after each page.
+pub fn crawl_with_progress(
+    spec: &CrawlSpec,
+    cfg: &CrawlerConfig,
+    cancel: &AtomicBool,
+    on_progress: &mut dyn FnMut(&CrawlProgress),
 ) -> CrawlOutput {
     let mut crawler = Crawler::new(spec, cfg, cancel);
     let stopped_by = crawler.run(on_progress);
@@ -179,9 +220,12 @@ struct Crawler<'a> {
     errors: u64,
     robots_disallowed: u64,
     records_dropped: u64,
+    /// What the bounds did: the summary's bound counters (`timeouts` and on).
+    bounds: ScanSummary,
     /// The spec's limits, capped.
     max_pages: u64,
     delay: Duration,
+    max_crawl_delay: Duration,
     max_page_bytes: u64,
     request_timeout: Duration,
 }
@@ -218,15 +262,17 @@ impl<'a> Crawler<'a> {
             errors: 0,
             robots_disallowed: 0,
             records_dropped: 0,
+            bounds: ScanSummary::default(),
             max_pages: u64::from(spec.max_pages.min(MAX_PAGES_PER_SITE)),
             delay: spec.delay.min(Duration::from_millis(MAX_DELAY_MS)),
+            max_crawl_delay: spec.max_crawl_delay.min(MAX_CRAWL_DELAY),
             max_page_bytes: spec.max_page_bytes.min(MAX_PAGE_BYTES_CAP),
             request_timeout: cfg.request_timeout,
         }
     }
 
     /// The crawl loop; returns the limit that stopped it, if any.
-    fn run(&mut self, on_progress: &mut dyn FnMut(u64, u64)) -> Option<StopReason> {
+    fn run(&mut self, on_progress: &mut dyn FnMut(&CrawlProgress)) -> Option<StopReason> {
         let seed = canonical_url(&self.spec.seed);
         if !matches!(seed.scheme(), "http" | "https") || seed.as_str().len() > MAX_URL_LEN {
             self.errors += 1;
@@ -269,7 +315,13 @@ impl<'a> Crawler<'a> {
                 _ => continue,
             }
             let result = self.fetch_page(url, depth);
-            on_progress(self.pages, self.records.len() as u64);
+            on_progress(&CrawlProgress {
+                pages: self.pages,
+                links: self.records.len() as u64,
+                queued: self.frontier.len() as u64,
+                bytes: self.bytes,
+                errors: self.errors,
+            });
             match result {
                 PageResult::Answered => {}
                 PageResult::Failed if first => return Some(StopReason::SeedUnreachable),
@@ -302,6 +354,9 @@ impl<'a> Crawler<'a> {
             stopped_by,
             status_counts: self.status_counts.into_iter().collect(),
             robots_disallowed: self.robots_disallowed,
+            frontier_dropped: self.frontier.dropped(),
+            records_dropped: self.records_dropped,
+            ..self.bounds
         };
         CrawlOutput {
             records: self.records,
@@ -341,6 +396,14 @@ impl<'a> Crawler<'a> {
             }
             *self.status_counts.entry(response.status).or_insert(0) += 1;
             self.bytes += response.body.len() as u64;
+            if response.truncated {
+                self.bounds.truncated_pages += 1;
+            }
+            if response.timed_out {
+                self.errors += 1;
+                self.bounds.timeouts += 1;
+                tracing::debug!(url = %current, "body timed out; the part read is parsed");
+            }
             if redirect::is_redirect(response.status) {
                 let Some(location) = &response.location else {
                     return PageResult::Answered;
@@ -372,13 +435,18 @@ impl<'a> Crawler<'a> {
                     }
                     RedirectStep::Fail(e) => {
                         self.errors += 1;
+                        self.bounds.redirect_errors += 1;
                         tracing::debug!(url = %current, error = %e, "redirect not followed");
                     }
                 }
                 return PageResult::Answered;
             }
-            if (200..300).contains(&response.status) && response.is_html() {
-                self.take_links(&current, depth, &response.body);
+            if (200..300).contains(&response.status) {
+                if response.is_html() {
+                    self.take_links(&current, depth, &response);
+                } else {
+                    self.bounds.non_html += 1;
+                }
             }
             return PageResult::Answered;
         }
@@ -386,22 +454,32 @@ impl<'a> Crawler<'a> {
     }
 
     /// Queue the page's in-scope links and record the others.
-    fn take_links(&mut self, page: &Url, depth: u32, body: &[u8]) {
+    fn take_links(&mut self, page: &Url, depth: u32, response: &fetch::Fetched) {
         let mut targets: HashSet<String> = HashSet::new();
-        // `extract_links` returns at most MAX_LINKS_PER_PAGE links.
-        for link in extract_links(body, page) {
+        // At most MAX_LINKS_PER_PAGE links come back.
+        let links = extract_page_links(&response.body, page, response.content_type.as_deref());
+        if links.len() >= MAX_LINKS_PER_PAGE {
+            self.bounds.link_capped_pages += 1;
+        }
+        for link in links {
             if !matches!(link.url.scheme(), "http" | "https") {
                 continue;
             }
             let target = canonical_url(&link.url);
             if target.as_str().len() > MAX_URL_LEN {
+                self.bounds.long_urls += 1;
                 continue;
             }
             if self.scope.contains(&target) {
-                if depth < self.spec.max_depth {
-                    if let Pushed::Full = self.frontier.push(target, depth + 1) {
-                        tracing::debug!(site = %self.spec.site, "frontier full, link dropped");
-                    }
+                if depth >= self.spec.max_depth {
+                    self.bounds.beyond_depth += 1;
+                } else if self.frontier.is_seen(&target) {
+                    // Queued or fetched already.
+                } else if let Err(e) = trap::check(&target) {
+                    self.bounds.trap_urls += 1;
+                    tracing::debug!(url = %target, error = %e, "trap URL skipped");
+                } else if let Pushed::Full = self.frontier.push(target, depth + 1) {
+                    tracing::debug!(site = %self.spec.site, "frontier full, link dropped");
                 }
             } else if targets.insert(target.as_str().to_string()) {
                 self.add_record(page, target, link.tag, link.nofollow, link.anchor_text);
@@ -437,6 +515,11 @@ impl<'a> Crawler<'a> {
 
     fn count_error(&mut self, url: &Url, error: &FetchError) {
         self.errors += 1;
+        match error {
+            FetchError::Timeout(_) => self.bounds.timeouts += 1,
+            FetchError::Refused(_) => self.bounds.refused_addresses += 1,
+            _ => {}
+        }
         tracing::debug!(url = %url, error = %error, "request failed");
     }
 
@@ -490,7 +573,8 @@ impl<'a> Crawler<'a> {
             .robots
             .get(&key)
             .and_then(Robots::crawl_delay)
-            .unwrap_or(Duration::ZERO);
+            .unwrap_or(Duration::ZERO)
+            .min(self.max_crawl_delay);
         let ready = *last + self.delay.max(crawl_delay);
         let now = Instant::now();
         if ready <= now {
@@ -563,6 +647,9 @@ impl<'a> Crawler<'a> {
                     current = next;
                 }
                 None => {
+                    if response.truncated {
+                        self.bounds.robots_truncated += 1;
+                    }
                     policy =
                         Robots::from_response(response.status, &response.body, &self.agent_token);
                     break;

@@ -1,0 +1,381 @@
+//! Hostile sites: one per way a site can try to hurt a crawler, each under
+//! `*.hostile.test`, described as pure data so a server can serve them lazily
+//! (a 50 MB page is generated while it is sent, never held whole).
+//!
+//! | host | what it does |
+//! |---|---|
+//! | `deep.hostile.test` | `/` nests 200,000 `<div>`s around one outbound link |
+//! | `huge.hostile.test` | `/` is a 50 MB page, links at its start and all through it |
+//! | `garbage.hostile.test` | `/garbage.html` is 1 MiB of random bytes served as `text/html` |
+//! | `drip.hostile.test` | `/slow.html` sends one byte a second |
+//! | `loop.hostile.test` | `/loop-a` ⇄ `/loop-b` redirect loop; `/chain-0` → … → `/chain-9` |
+//! | `calendar.hostile.test` | endless calendars: `/calendar/Y/M/` with a relative "next" link that nests a level deeper each month, and `/events?month=N` linking to `N+1` |
+//! | `bigrobots.hostile.test` | a 10 MB robots.txt: `Disallow: /secret/` first, `Disallow: /` after 500 KiB of comments |
+//! | `latin1.hostile.test` | `/` in ISO-8859-1 by its `Content-Type` header, non-ASCII in a link's host, path and query |
+//!
+//! Every home page also links to [`HOSTILE_OK_LINK`], an outbound link a crawl
+//! must find whatever else happens. A site's other paths answer 404.
+
+use std::time::Duration;
+
+/// Domain of the hostile sites (`.test` is reserved, RFC 2606).
+pub const HOSTILE_DOMAIN: &str = "hostile.test";
+
+/// Outbound link on every hostile home page.
+pub const HOSTILE_OK_LINK: &str = "http://survivor.example.org/";
+
+/// Nesting depth of the deep page.
+pub const DEEP_NESTING: u64 = 200_000;
+
+/// Size of the huge page, in bytes (at least; the last chunk may overshoot).
+pub const HUGE_PAGE_BYTES: u64 = 50 * 1000 * 1000;
+
+/// Size of the garbage page.
+pub const GARBAGE_BYTES: usize = 1 << 20;
+
+/// Size of the big robots.txt, in bytes (at least).
+pub const BIG_ROBOTS_BYTES: u64 = 10 * 1000 * 1000;
+
+/// Pause between two bytes of the drip-fed page.
+pub const DRIP_EVERY: Duration = Duration::from_secs(1);
+
+/// Hops of the long redirect chain (`/chain-0` … `/chain-{N}`, then a page).
+pub const REDIRECT_CHAIN_HOPS: u32 = 10;
+
+/// Outbound link in the deep page, after the 200,000 open `<div>`s.
+pub const DEEP_LINK: &str = "http://deep-end.example.org/";
+
+/// Outbound link at the start of the huge page.
+pub const HUGE_FIRST_LINK: &str = "http://huge-start.example.org/";
+
+/// Outbound link repeated all through the huge page.
+pub const HUGE_REPEATED_LINK: &str = "http://huge-middle.example.org/";
+
+/// How a hostile body is produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostileBody {
+    /// These bytes.
+    Bytes(Vec<u8>),
+    /// Each chunk sent its number of times, in order (generated while sent).
+    Repeat(Vec<(Vec<u8>, u64)>),
+    /// These bytes, one at a time, `every` apart.
+    Drip { bytes: Vec<u8>, every: Duration },
+}
+
+impl HostileBody {
+    /// Total length of the body in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            HostileBody::Bytes(b) | HostileBody::Drip { bytes: b, .. } => b.len() as u64,
+            HostileBody::Repeat(parts) => parts
+                .iter()
+                .map(|(chunk, n)| (chunk.len() as u64).saturating_mul(*n))
+                .fold(0u64, u64::saturating_add),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One answer of a hostile site.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostileResponse {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub location: Option<String>,
+    pub body: HostileBody,
+}
+
+/// The host names of every hostile site.
+pub fn hostile_hosts() -> Vec<String> {
+    [
+        "deep",
+        "huge",
+        "garbage",
+        "drip",
+        "loop",
+        "calendar",
+        "bigrobots",
+        "latin1",
+    ]
+    .iter()
+    .map(|name| format!("{name}.{HOSTILE_DOMAIN}"))
+    .collect()
+}
+
+/// Whether `host` (maybe with `:port`) is under [`HOSTILE_DOMAIN`].
+pub fn is_hostile_host(host: &str) -> bool {
+    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    host.trim_end_matches('.')
+        .to_ascii_lowercase()
+        .ends_with(&format!(".{HOSTILE_DOMAIN}"))
+}
+
+/// The answer of hostile `host` (maybe with `:port`) for `path_and_query`, or
+/// `None` when the host is not a hostile site.
+pub fn respond(host: &str, path_and_query: &str) -> Option<HostileResponse> {
+    if !is_hostile_host(host) {
+        return None;
+    }
+    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    let name = host
+        .trim_end_matches('.')
+        .to_ascii_lowercase()
+        .strip_suffix(&format!(".{HOSTILE_DOMAIN}"))
+        .unwrap_or("")
+        .to_string();
+    if path_and_query == "/robots.txt" {
+        return Some(if name == "bigrobots" {
+            big_robots()
+        } else {
+            text(200, "text/plain", "User-agent: *\nDisallow: /private/\n")
+        });
+    }
+    let answer = match (name.as_str(), path_and_query) {
+        ("deep", "/") => deep_page(),
+        ("huge", "/") => huge_page(),
+        ("garbage", "/") => home(&["/garbage.html"]),
+        ("garbage", "/garbage.html") => HostileResponse {
+            status: 200,
+            content_type: "text/html",
+            location: None,
+            body: HostileBody::Bytes(garbage(GARBAGE_BYTES)),
+        },
+        ("drip", "/") => home(&["/slow.html"]),
+        ("drip", "/slow.html") => HostileResponse {
+            status: 200,
+            content_type: "text/html",
+            location: None,
+            body: HostileBody::Drip {
+                bytes: b"<html><body><a href=\"http://drip-end.example.org/\">never reached</a>"
+                    .to_vec(),
+                every: DRIP_EVERY,
+            },
+        },
+        ("loop", "/") => home(&["/loop-a", "/chain-0"]),
+        ("loop", "/loop-a") => redirect("/loop-b"),
+        ("loop", "/loop-b") => redirect("/loop-a"),
+        ("loop", path) => match path
+            .strip_prefix("/chain-")
+            .and_then(|n| n.parse::<u32>().ok())
+        {
+            Some(n) if n < REDIRECT_CHAIN_HOPS => redirect(&format!("/chain-{}", n + 1)),
+            Some(_) => text(200, "text/html", "<p>end of the chain</p>"),
+            None => not_found(),
+        },
+        ("calendar", "/") => home(&["/calendar/2024/01/", "/events?month=0"]),
+        ("calendar", path) if path.starts_with("/calendar/") => calendar_page(path),
+        ("calendar", path) if path.starts_with("/events?month=") => {
+            match path["/events?month=".len()..].parse::<u64>() {
+                Ok(n) => text(
+                    200,
+                    "text/html",
+                    &format!(
+                        "<h1>Events, month {n}</h1><a href=\"?month={}\">next month</a> \
+                         <a href=\"?month={}\">previous month</a>",
+                        n + 1,
+                        n.saturating_sub(1)
+                    ),
+                ),
+                Err(_) => not_found(),
+            }
+        }
+        ("latin1", "/") => HostileResponse {
+            status: 200,
+            content_type: "text/html; charset=ISO-8859-1",
+            location: None,
+            body: HostileBody::Bytes(
+                [
+                    format!("<a href=\"{HOSTILE_OK_LINK}\">ok</a>").as_bytes(),
+                    b"<a href=\"http://caf\xe9.example.org/cr\xe8me?q=cr\xe8me\">Cr\xe8me</a>",
+                ]
+                .concat(),
+            ),
+        },
+        ("bigrobots", "/") => home(&["/secret/members.html", "/open.html"]),
+        ("bigrobots", "/open.html" | "/secret/members.html") => {
+            text(200, "text/html", "<p>a page</p>")
+        }
+        _ => not_found(),
+    };
+    Some(answer)
+}
+
+fn text(status: u16, content_type: &'static str, body: &str) -> HostileResponse {
+    HostileResponse {
+        status,
+        content_type,
+        location: None,
+        body: HostileBody::Bytes(body.as_bytes().to_vec()),
+    }
+}
+
+fn not_found() -> HostileResponse {
+    text(404, "text/html", "<h1>Not found</h1>")
+}
+
+fn redirect(location: &str) -> HostileResponse {
+    HostileResponse {
+        status: 302,
+        content_type: "text/html",
+        location: Some(location.to_string()),
+        body: HostileBody::Bytes(Vec::new()),
+    }
+}
+
+/// A home page linking to `paths` and to [`HOSTILE_OK_LINK`].
+fn home(paths: &[&str]) -> HostileResponse {
+    let mut html = format!("<html><body><a href=\"{HOSTILE_OK_LINK}\">ok</a>\n");
+    for p in paths {
+        html.push_str(&format!("<a href=\"{p}\">{p}</a>\n"));
+    }
+    text(200, "text/html; charset=utf-8", &html)
+}
+
+fn deep_page() -> HostileResponse {
+    let head = format!("<html><body><a href=\"{HOSTILE_OK_LINK}\">ok</a>");
+    HostileResponse {
+        status: 200,
+        content_type: "text/html",
+        location: None,
+        body: HostileBody::Repeat(vec![
+            (head.into_bytes(), 1),
+            (b"<div>".to_vec(), DEEP_NESTING),
+            (format!("<a href=\"{DEEP_LINK}\">deep</a>").into_bytes(), 1),
+            (b"</div>".to_vec(), DEEP_NESTING),
+        ]),
+    }
+}
+
+fn huge_page() -> HostileResponse {
+    let head = format!(
+        "<html><body><a href=\"{HOSTILE_OK_LINK}\">ok</a><a href=\"{HUGE_FIRST_LINK}\">start</a>\n"
+    );
+    let chunk = format!(
+        "<p>Filler text of a page that never ends, with a link to \
+         <a href=\"{HUGE_REPEATED_LINK}\">the middle</a> and an internal \
+         <a href=\"/huge-{{n}}.html\">page</a> in every paragraph.</p>\n"
+    )
+    .into_bytes();
+    let repeats = HUGE_PAGE_BYTES.div_ceil(chunk.len() as u64);
+    HostileResponse {
+        status: 200,
+        content_type: "text/html",
+        location: None,
+        body: HostileBody::Repeat(vec![(head.into_bytes(), 1), (chunk, repeats)]),
+    }
+}
+
+/// `/calendar/Y/M/…`: the last two numeric segments are the month shown; the
+/// "next month" link is relative without `../`, so every month nests deeper.
+fn calendar_page(path: &str) -> HostileResponse {
+    let numbers: Vec<u64> = path
+        .split('/')
+        .filter_map(|s| s.parse::<u64>().ok())
+        .collect();
+    let (year, month) = match numbers.as_slice() {
+        [.., y, m] => (*y, *m),
+        _ => return not_found(),
+    };
+    let (next_year, next_month) = if month >= 12 {
+        (year + 1, 1)
+    } else {
+        (year, month + 1)
+    };
+    text(
+        200,
+        "text/html",
+        &format!(
+            "<h1>Calendar {year}-{month:02}</h1>\
+             <a href=\"{next_year}/{next_month:02}/\">next month</a>"
+        ),
+    )
+}
+
+fn big_robots() -> HostileResponse {
+    let padding = b"# padding to make this file far larger than any crawler should read\n";
+    HostileResponse {
+        status: 200,
+        content_type: "text/plain",
+        location: None,
+        body: HostileBody::Repeat(vec![
+            (b"User-agent: *\nDisallow: /secret/\n".to_vec(), 1),
+            (
+                padding.to_vec(),
+                BIG_ROBOTS_BYTES.div_ceil(padding.len() as u64),
+            ),
+            (b"Disallow: /\n".to_vec(), 1),
+        ]),
+    }
+}
+
+/// `len` pseudo-random bytes (xorshift, fixed seed: the same on every run).
+fn garbage(len: usize) -> Vec<u8> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_hostile_site_answers_its_home_and_robots() {
+        for host in hostile_hosts() {
+            let home = respond(&format!("{host}:8080"), "/").expect("hostile host");
+            assert_eq!(home.status, 200, "{host}");
+            assert!(respond(&host, "/robots.txt").is_some());
+            assert_eq!(respond(&host, "/nowhere").map(|r| r.status), Some(404));
+        }
+        assert!(respond("site0.synth.test", "/").is_none());
+        assert!(respond("hostile.test.example", "/").is_none());
+    }
+
+    #[test]
+    fn sizes_are_as_documented() {
+        let huge = respond("huge.hostile.test", "/").expect("huge");
+        assert!(huge.body.len() >= HUGE_PAGE_BYTES);
+        let robots = respond("bigrobots.hostile.test", "/robots.txt").expect("robots");
+        assert!(robots.body.len() >= BIG_ROBOTS_BYTES);
+        let deep = respond("deep.hostile.test", "/").expect("deep");
+        assert!(deep.body.len() > DEEP_NESTING * 11);
+        let garbage = respond("garbage.hostile.test", "/garbage.html").expect("garbage");
+        assert_eq!(garbage.body.len(), GARBAGE_BYTES as u64);
+    }
+
+    #[test]
+    fn redirects_loop_and_chain() {
+        let a = respond("loop.hostile.test", "/loop-a").expect("loop");
+        assert_eq!(a.location.as_deref(), Some("/loop-b"));
+        let b = respond("loop.hostile.test", "/loop-b").expect("loop");
+        assert_eq!(b.location.as_deref(), Some("/loop-a"));
+        let last = respond(
+            "loop.hostile.test",
+            &format!("/chain-{}", REDIRECT_CHAIN_HOPS),
+        )
+        .expect("end");
+        assert_eq!(last.status, 200);
+    }
+
+    #[test]
+    fn calendar_nests_forever() {
+        let page = respond("calendar.hostile.test", "/calendar/2024/12/").expect("cal");
+        let HostileBody::Bytes(body) = page.body else {
+            panic!("calendar pages are small");
+        };
+        let body = String::from_utf8(body).expect("utf-8");
+        assert!(body.contains("href=\"2025/01/\""), "{body}");
+        let deeper = respond("calendar.hostile.test", "/calendar/2024/12/2025/01/").expect("cal");
+        assert_eq!(deeper.status, 200);
+    }
+}

@@ -1,0 +1,535 @@
+//! Crashes, inflicted on the real binaries: the server SIGKILLed twenty times
+//! during a round (some kills aimed at the moment a link file lands, i.e. mid
+//! upload), clients SIGKILLed during scans and uploads. After every restart the
+//! store opens, every result a client saw `Accepted` is present and readable,
+//! and in the end the round equals the synthetic web's truth with each job
+//! counted once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use beebot_tests::*;
+
+/// Server kills in the server crash test (the issue asks for at least 20).
+const SERVER_KILLS: usize = 20;
+/// Client kills in the client crash test.
+const CLIENT_KILLS: usize = 8;
+/// Longest a test waits for any one thing to happen.
+const WAIT: Duration = Duration::from_secs(60);
+
+fn invite(g: &Grid, uses: u32) -> String {
+    last_line(&g.admin_ok(&["invite", "--uses", &uses.to_string(), "--expires", "1h"]))
+}
+
+fn join(g: &Grid, name: &str, code: &str) {
+    let o = g.client(name, &["join", code, "--name", name]);
+    assert!(o.status.success(), "join {name}: {}", stderr(&o));
+}
+
+/// Start `beebot run --once` for `name`, logging to `log` (appended).
+fn spawn_client(g: &Grid, name: &str, log: &Path, slots: &str) -> Child {
+    let mut args = vec!["run", "--once", "--slots", slots];
+    let flags = g.crawl_flags();
+    args.extend(flags.iter().map(String::as_str));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("client log");
+    g.client_cmd(name, &args)
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("spawn client")
+}
+
+/// Strip ANSI escapes, should a log have them anyway.
+fn plain(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Unit ids a client log says the server answered `Accepted` for.
+fn accepted_units(log: &Path) -> BTreeSet<u64> {
+    let text = plain(&std::fs::read_to_string(log).unwrap_or_default());
+    text.lines()
+        .filter(|l| l.contains("result accepted"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("unit_id="))
+                .and_then(|n| n.parse().ok())
+        })
+        .collect()
+}
+
+fn round_json(g: &Grid, id: &str) -> serde_json::Value {
+    let o = g.admin_ok(&["round", "show", id, "--json"]);
+    serde_json::from_str(&stdout(&o)).expect("round json")
+}
+
+fn jobs(d: &serde_json::Value) -> &Vec<serde_json::Value> {
+    d["jobs"].as_array().expect("jobs")
+}
+
+/// Every accepted unit is the result of its job, and its link file is on
+/// disk and decodes to the job's site.
+fn assert_accepted_present(g: &Grid, round: &str, accepted: &BTreeSet<u64>, when: &str) {
+    let d = round_json(g, round);
+    let by_unit: BTreeMap<u64, &serde_json::Value> = jobs(&d)
+        .iter()
+        .filter_map(|j| Some((j["result"]["unit_id"].as_u64()?, j)))
+        .collect();
+    for unit in accepted {
+        let Some(job) = by_unit.get(unit) else {
+            panic!(
+                "{when}: unit {unit} was answered Accepted but its job has no such result:\n{d}"
+            );
+        };
+        assert_eq!(job["state"], "Done", "{when}: job of unit {unit}: {job}");
+        let file = job["result"]["file"].as_str().expect("result file");
+        let path = g.data_dir().join("links").join(file);
+        let bytes = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{when}: link file {} of unit {unit}: {e}", path.display()));
+        let (header, _) = beebot_shared::linkfile::decode(&bytes).unwrap_or_else(|e| {
+            panic!(
+                "{when}: link file {} of unit {unit} unreadable: {e}",
+                path.display()
+            )
+        });
+        assert_eq!(header.unit_id, *unit, "{when}");
+        assert_eq!(Some(header.site.as_str()), job["site"].as_str(), "{when}");
+    }
+}
+
+/// Every job done by exactly one attempt, and the hosts' done counters sum to the jobs.
+fn assert_each_job_counted_once(g: &Grid, d: &serde_json::Value, n_jobs: usize) {
+    for j in jobs(d) {
+        let done = j["attempts"]
+            .as_array()
+            .expect("attempts")
+            .iter()
+            .filter(|a| a["state"] == "Done")
+            .count();
+        assert_eq!(done, 1, "job done by exactly one attempt: {j}");
+    }
+    assert_eq!(jobs(d).len(), n_jobs);
+    // `hosts list`: id, name, state, jobs done, ...
+    let o = g.admin_ok(&["hosts", "list"]);
+    let done: u64 = stdout(&o)
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split('\t').nth(3)?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(done, n_jobs as u64, "hosts' done counters: {}", stdout(&o));
+}
+
+fn link_files(dir: &Path) -> usize {
+    fn walk(dir: &Path, n: &mut usize) {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, n);
+                } else if p.extension().is_some_and(|x| x == "lf") {
+                    *n += 1;
+                }
+            }
+        }
+    }
+    let mut n = 0;
+    walk(dir, &mut n);
+    n
+}
+
+/// A small deterministic generator (xorshift), seeded per test; the seed is printed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("BEEBOT_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64 | 1)
+                .unwrap_or(0x9e37_79b9)
+        })
+}
+
+#[test]
+fn server_killed_twenty_times_mid_round_loses_nothing_acknowledged() {
+    let seed = seed();
+    eprintln!("crash seed {seed} (rerun with BEEBOT_CRASH_SEED={seed})");
+    let mut rng = Rng(seed);
+    let mut g = Grid::start(41, 48);
+    let code = invite(&g, 2);
+    let names = ["a", "b"];
+    for n in names {
+        join(&g, n, &code);
+    }
+    g.import_sites();
+    let round =
+        last_line(&g.admin_ok(&["round", "start", "--delay-ms", "0", "--max-attempts", "100"]));
+    let logs: Vec<PathBuf> = names
+        .iter()
+        .map(|n| g.dir.path().join(format!("client-{n}.log")))
+        .collect();
+    let mut clients: Vec<Child> = names
+        .iter()
+        .zip(&logs)
+        .map(|(n, l)| spawn_client(&g, n, l, "2"))
+        .collect();
+    let links_dir = g.data_dir().join("links");
+    let mut aimed_hits = 0;
+    for kill in 0..SERVER_KILLS {
+        // Half the kills land the moment a new link file appears (the upload is
+        // written but not yet answered); the others at a random moment.
+        let aimed = kill % 2 == 1;
+        let before = link_files(&links_dir);
+        let start = Instant::now();
+        let budget = Duration::from_millis(100 + rng.below(900));
+        loop {
+            if aimed && link_files(&links_dir) > before {
+                aimed_hits += 1;
+                break;
+            }
+            if !aimed && start.elapsed() >= budget {
+                break;
+            }
+            if start.elapsed() > WAIT {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        eprintln!(
+            "kill {}: aimed {aimed}, waited {:?}, link files {}",
+            kill + 1,
+            start.elapsed(),
+            link_files(&links_dir)
+        );
+        g.kill_server();
+        let accepted: BTreeSet<u64> = logs.iter().flat_map(|l| accepted_units(l)).collect();
+        g.start_server();
+        assert_accepted_present(&g, &round, &accepted, &format!("after kill {}", kill + 1));
+        for (c, n) in clients.iter_mut().zip(names) {
+            if let Some(status) = c.try_wait().expect("client status") {
+                assert!(status.success(), "client {n} died: {status}");
+            }
+        }
+    }
+    eprintln!("{SERVER_KILLS} kills, {aimed_hits} aimed at a link file landing");
+    let o = g.admin(&["round", "wait", &round, "--timeout", "240s"]);
+    assert!(
+        o.status.success(),
+        "round wait: {}\n{}",
+        stderr(&o),
+        g.server_log()
+    );
+    for mut c in clients {
+        let status = c.wait().expect("client");
+        assert!(status.success(), "client: {status}");
+    }
+    let accepted: BTreeSet<u64> = logs.iter().flat_map(|l| accepted_units(l)).collect();
+    assert_accepted_present(&g, &round, &accepted, "at the end");
+    let d = round_json(&g, &round);
+    assert_eq!(d["round"]["state"], "Done");
+    assert_each_job_counted_once(&g, &d, 48);
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+}
+
+fn spool_files(g: &Grid, name: &str, sub: &str, ext: &str) -> BTreeSet<PathBuf> {
+    std::fs::read_dir(g.home(name).join("spool").join(sub))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == ext))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn spool_count(g: &Grid, name: &str, sub: &str, ext: &str) -> usize {
+    spool_files(g, name, sub, ext).len()
+}
+
+#[test]
+fn client_killed_during_scans_and_uploads_resumes_and_each_job_counts_once() {
+    let seed = seed();
+    eprintln!("crash seed {seed} (rerun with BEEBOT_CRASH_SEED={seed})");
+    let mut rng = Rng(seed);
+    let g = Grid::start(43, 24);
+    join(&g, "a", &invite(&g, 1));
+    g.import_sites();
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "15"]));
+    let log = g.dir.path().join("client-a.log");
+    let mut during_upload = 0;
+    for kill in 0..CLIENT_KILLS {
+        let mut c = spawn_client(&g, "a", &log, "2");
+        let start = Instant::now();
+        // Odd kills: the moment a finished result is spooled (its upload is
+        // next or under way); even kills: a random moment (mostly mid-scan).
+        let aimed = kill % 2 == 1;
+        let results_before = spool_files(&g, "a", "results", "summary");
+        let budget = Duration::from_millis(200 + rng.below(1300));
+        loop {
+            if aimed && !spool_files(&g, "a", "results", "summary").is_subset(&results_before) {
+                during_upload += 1;
+                break;
+            }
+            if (!aimed && start.elapsed() >= budget) || start.elapsed() > WAIT {
+                break;
+            }
+            if c.try_wait().expect("status").is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    eprintln!("{CLIENT_KILLS} client kills, {during_upload} with a result waiting for upload");
+    // Last life: run to the end.
+    let c = spawn_client(&g, "a", &log, "2");
+    let o = g.admin(&["round", "wait", &round, "--timeout", "240s"]);
+    assert!(
+        o.status.success(),
+        "round wait: {}\n{}",
+        stderr(&o),
+        g.server_log()
+    );
+    let out = c.wait_with_output().expect("client");
+    assert!(out.status.success(), "client: {}", out.status);
+    let text = plain(&std::fs::read_to_string(&log).unwrap_or_default());
+    assert!(
+        text.contains("resuming spooled unit"),
+        "a restarted client resumed from its spool:\n{text}"
+    );
+    assert!(!text.contains("refused a spooled unit"), "{text}");
+    let d = round_json(&g, &round);
+    assert_eq!(d["round"]["state"], "Done");
+    assert_each_job_counted_once(&g, &d, 24);
+    // Every accepted unit is the one its job holds, each once.
+    let accepted = accepted_units(&log);
+    assert_accepted_present(&g, &round, &accepted, "at the end");
+    assert_eq!(spool_count(&g, "a", "units", "unit"), 0, "spool emptied");
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+}
+
+/// Whether this machine lets a test mount a small filesystem in its own
+/// namespace (`unshare -rm`: user and mount namespaces, no privileges needed).
+fn namespaces_available() -> bool {
+    std::process::Command::new("unshare")
+        .args(["-rm", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A shell line that mounts a full filesystem (one 4 KiB page, filled) on `dir`.
+fn full_fs(dir: &Path) -> String {
+    format!(
+        "mkdir -p '{d}' && mount -t tmpfs -o size=4k tmpfs '{d}' && \
+         dd if=/dev/zero of='{d}/filler' bs=4096 count=1 2>/dev/null; ",
+        d = dir.display()
+    )
+}
+
+/// A shell line that makes `dir` read-only (a read-only bind mount of itself).
+fn read_only_fs(dir: &Path) -> String {
+    format!(
+        "mount --bind '{d}' '{d}' && mount -o remount,bind,ro '{d}' && ",
+        d = dir.display()
+    )
+}
+
+fn assert_clear_error(o: &std::process::Output, needle: &str) {
+    let err = stderr(o);
+    assert!(!o.status.success(), "should have failed:\n{err}");
+    assert!(!err.contains("panicked"), "a panic:\n{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("error: ") && l.contains(needle)),
+        "one clear `error:` line saying `{needle}`:\n{err}"
+    );
+}
+
+#[test]
+fn full_or_read_only_disks_give_clear_errors_and_lose_nothing() {
+    if !namespaces_available() {
+        eprintln!("skipped: `unshare -rm` is not available to mount a small filesystem");
+        return;
+    }
+    let mut g = Grid::start(47, 5);
+    join(&g, "a", &invite(&g, 1));
+    g.import_sites();
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "0"]));
+    g.kill_server();
+    let data = g.data_dir();
+    let server = bin("beebot-server");
+
+    // Read-only data dir: the server refuses to start, with a clear error.
+    let o = run(
+        Command::new("unshare")
+            .args(["-rm", "sh", "-c"])
+            .arg(format!(
+                "{}exec '{}' serve --data-dir '{}'",
+                read_only_fs(&data),
+                server.display(),
+                data.display()
+            )),
+        WAIT,
+    );
+    assert_clear_error(&o, "");
+    assert!(
+        stderr(&o).to_lowercase().contains("read-only"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Full disk under links/: uploads are answered with an error, nothing is
+    // acknowledged, no half-written file is left, and the server keeps serving.
+    let listing = g.dir.path().join("links-listing.txt");
+    let links = data.join("links");
+    let _ = std::fs::remove_file(data.join("serve.json"));
+    let log = std::fs::File::create(g.dir.path().join("server-full.log")).expect("log");
+    let mut full_server = Command::new("unshare")
+        .args(["-rm", "sh", "-c"])
+        .arg(format!(
+            "{}'{}' serve --data-dir '{}'; find '{}' -type f > '{}'",
+            full_fs(&links),
+            server.display(),
+            data.display(),
+            links.display(),
+            listing.display()
+        ))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn server");
+    let start = Instant::now();
+    while !data.join("serve.json").exists() {
+        assert!(
+            start.elapsed() < WAIT,
+            "server on a full disk did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client_log = g.dir.path().join("client-a.log");
+    let mut client = spawn_client(&g, "a", &client_log, "2");
+    let full_log = g.dir.path().join("server-full.log");
+    let start = Instant::now();
+    while !std::fs::read_to_string(&full_log)
+        .unwrap_or_default()
+        .contains("cannot write link file")
+    {
+        assert!(
+            start.elapsed() < WAIT,
+            "no upload failed on the full disk:\n{}",
+            std::fs::read_to_string(&full_log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        client.try_wait().expect("client").is_none(),
+        "client keeps going"
+    );
+    let text = plain(&std::fs::read_to_string(&client_log).unwrap_or_default());
+    assert!(
+        !text.contains("result accepted"),
+        "nothing acknowledged: {text}"
+    );
+    // Stop the server politely so the shell lists what it left under links/.
+    let pid = beebot_server::config::DataDir(data.clone())
+        .load_runtime()
+        .expect("serve.json")
+        .pid;
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    let _ = full_server.wait();
+    let left = std::fs::read_to_string(&listing).expect("listing");
+    assert!(
+        left.lines().all(|l| l.ends_with("/filler")),
+        "no half-written link file: {left}"
+    );
+    let server_text = plain(&std::fs::read_to_string(&full_log).unwrap_or_default());
+    assert!(!server_text.contains("panicked"), "{server_text}");
+
+    // Space again: the client delivers everything and the round is exact.
+    g.start_server();
+    let o = g.admin(&["round", "wait", &round, "--timeout", "240s"]);
+    assert!(
+        o.status.success(),
+        "round wait: {}\n{}",
+        stderr(&o),
+        g.server_log()
+    );
+    let status = client.wait().expect("client");
+    assert!(status.success(), "client: {status}");
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+
+    // The client's spool on a full disk: a clear error, nothing half-written.
+    let round2 = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "0"]));
+    let results = g.home("a").join("spool").join("results");
+    let mut args = vec!["run".to_string(), "--once".into()];
+    args.extend(g.crawl_flags());
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let o = run(
+        Command::new("unshare")
+            .args(["-rm", "sh", "-c"])
+            .arg(format!(
+                "{}'{}' {} --home '{}'; rc=$?; find '{}' -type f > '{}'; exit $rc",
+                full_fs(&results),
+                bin("beebot").display(),
+                quoted.join(" "),
+                g.home("a").display(),
+                results.display(),
+                listing.display()
+            )),
+        WAIT,
+    );
+    assert_clear_error(&o, "cannot write");
+    let left = std::fs::read_to_string(&listing).expect("listing");
+    assert!(
+        left.lines().all(|l| l.ends_with("/filler")),
+        "no half-written result: {left}"
+    );
+    // Space again: the spooled units resume and the round completes.
+    let c = spawn_client(&g, "a", &client_log, "2");
+    let o = g.admin(&["round", "wait", &round2, "--timeout", "240s"]);
+    assert!(
+        o.status.success(),
+        "round wait: {}\n{}",
+        stderr(&o),
+        g.server_log()
+    );
+    let status = c.wait_with_output().expect("client").status;
+    assert!(status.success());
+    assert_same_rows(&g.export_rows(&round2), &g.truth_rows());
+}

@@ -1,0 +1,596 @@
+//! Hostile input against the real server (and a hostile server against the real
+//! client): each gets a clear error or refusal, and the server keeps serving
+//! the others. Complements `refusals.rs` (used invites, wrong pins, unknown and
+//! revoked hosts, oversized and malformed frames, old versions, tampered spool).
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use beebot_client::home::Home;
+use beebot_client::net::{Link, NetError, ServerId};
+use beebot_server::net::{MAX_CONNECTIONS_PER_HOST, MAX_UNAUTHENTICATED_PER_ADDRESS};
+use beebot_shared::codec;
+use beebot_shared::extract::LinkTag;
+use beebot_shared::invite::Invite;
+use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary, LINK_FILE_VERSION};
+use beebot_shared::proto::{ErrorCode, HostInfo, Request, Response};
+use beebot_shared::sign::{self, WorkUnit};
+use beebot_tests::*;
+use ed25519_dalek::SigningKey;
+
+/// Longest a test waits for the server to close connections by itself.
+const CLOSE_WAIT: Duration = Duration::from_secs(30);
+
+fn invite(g: &Grid, uses: u32, expires: &str) -> String {
+    last_line(&g.admin_ok(&["invite", "--uses", &uses.to_string(), "--expires", expires]))
+}
+
+/// A host joined with the real client: its server id, host id and key.
+struct Joined {
+    server: ServerId,
+    id: u64,
+    key: SigningKey,
+    project_key: ed25519_dalek::VerifyingKey,
+}
+
+fn join(g: &Grid, name: &str, code: &str) -> Joined {
+    let o = g.client(name, &["join", code]);
+    assert!(o.status.success(), "join {name}: {}", stderr(&o));
+    let home = Home {
+        config: g.home(name),
+        data: g.home(name),
+    };
+    let e = home.require_enrolment().expect("enrolment");
+    Joined {
+        server: ServerId {
+            addr: e.server_addr.clone(),
+            server_name: e.server_name.clone(),
+            cert_sha256: e.cert_fingerprint().expect("fingerprint"),
+        },
+        id: e.host_id,
+        key: home.host_key(false).expect("key"),
+        project_key: e.project_verifying_key().expect("project key"),
+    }
+}
+
+async fn hello(j: &Joined) -> Link {
+    let link = Link::connect(&j.server).await.expect("connect");
+    link.hello(j.id, &j.key).await.expect("hello");
+    link
+}
+
+async fn nonce(link: &Link) -> [u8; 32] {
+    match link.request(&Request::Challenge).await {
+        Ok(Response::Nonce { nonce }) => nonce,
+        other => panic!("challenge: {other:?}"),
+    }
+}
+
+fn refused(r: Result<Response, NetError>, code: ErrorCode, needle: &str) {
+    match r {
+        Err(NetError::Refused { code: c, message }) if c == code => assert!(
+            message.contains(needle),
+            "{code:?} should say `{needle}`: {message}"
+        ),
+        other => panic!("expected {code:?} ({needle}), got {other:?}"),
+    }
+}
+
+fn rejected(r: Result<Response, NetError>, needle: &str) {
+    match r {
+        Ok(Response::Rejected { reason }) => {
+            assert!(
+                reason.contains(needle),
+                "rejection should say `{needle}`: {reason}"
+            )
+        }
+        other => panic!("expected Rejected ({needle}), got {other:?}"),
+    }
+}
+
+/// Ask for one unit of the open round.
+async fn take_unit(link: &Link, j: &Joined) -> WorkUnit {
+    match link
+        .request(&Request::RequestWork {
+            want_seconds: 60,
+            free_slots: 1,
+            units_held: vec![],
+        })
+        .await
+    {
+        Ok(Response::Work { units, .. }) => {
+            let signed = units.first().expect("a unit");
+            sign::verify_unit(&j.project_key, signed).expect("signed unit")
+        }
+        other => panic!("work: {other:?}"),
+    }
+}
+
+fn records_of(site: &str) -> Vec<LinkRecord> {
+    vec![LinkRecord {
+        source_url: format!("http://{site}/"),
+        target_url: "http://elsewhere.test/".into(),
+        tag: LinkTag::A,
+        nofollow: false,
+        anchor_text: "out".into(),
+    }]
+}
+
+fn link_file(unit: &WorkUnit, site: &str, records: &[LinkRecord]) -> Vec<u8> {
+    let header = LinkFileHeader {
+        format_version: LINK_FILE_VERSION,
+        round_id: unit.round_id,
+        unit_id: unit.unit_id,
+        site: site.to_string(),
+        pages: 1,
+        records: records.len() as u64,
+    };
+    linkfile::encode(&header, records).expect("encode")
+}
+
+fn summary(links: u64) -> ScanSummary {
+    ScanSummary {
+        pages: 1,
+        links,
+        ..ScanSummary::default()
+    }
+}
+
+fn upload(unit: &WorkUnit, file: Vec<u8>, links: u64) -> Request {
+    Request::Upload {
+        unit_id: unit.unit_id,
+        summary: summary(links),
+        link_file: file,
+    }
+}
+
+/// A zstd frame that claims no size and expands to `blocks` × 128 KiB: the
+/// link-file magic in a raw block, then RLE blocks of zeros (4 bytes each).
+fn zstd_bomb(blocks: usize) -> Vec<u8> {
+    const BLOCK: u32 = 128 * 1024;
+    let mut out = vec![0x28, 0xb5, 0x2f, 0xfd];
+    // Frame header: no content size, no checksum, not single-segment;
+    // window descriptor exponent 11: a 2 MiB window.
+    out.push(0x00);
+    out.push(0x58);
+    let raw = b"BEEBOTLF";
+    // Raw block: last=0, type=0, size=8.
+    let h = (raw.len() as u32) << 3;
+    out.extend_from_slice(&h.to_le_bytes()[..3]);
+    out.extend_from_slice(raw);
+    for i in 0..blocks {
+        let last = u32::from(i + 1 == blocks);
+        let h = last | (1 << 1) | (BLOCK << 3);
+        out.extend_from_slice(&h.to_le_bytes()[..3]);
+        out.push(0);
+    }
+    out
+}
+
+#[test]
+fn hostile_requests_get_clear_refusals_and_the_server_keeps_serving() {
+    let mut g = Grid::start(53, 8);
+    let code = invite(&g, 2, "1h");
+    let a = join(&g, "a", &code);
+    let b = join(&g, "b", &code);
+    g.import_sites();
+    g.admin_ok(&["round", "start", "--delay-ms", "0"]);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        // ---- frames ----
+        let raw = Link::connect(&a.server).await.expect("connect");
+        // Garbage bytes: a length that fits, a body that is nothing.
+        let mut garbage = 40u32.to_le_bytes().to_vec();
+        garbage.extend((0..40u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+        match raw.raw_request(&garbage).await {
+            Ok(Response::Error {
+                code: ErrorCode::BadRequest | ErrorCode::Upgrade,
+                ..
+            }) => {}
+            other => panic!("garbage: {other:?}"),
+        }
+        // Truncated: the header promises 100 bytes, the stream ends after 10.
+        let mut cut = 100u32.to_le_bytes().to_vec();
+        cut.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        match raw.raw_request(&cut).await {
+            Ok(Response::Error {
+                code: ErrorCode::BadRequest,
+                message,
+            }) => assert!(message.contains("truncated"), "{message}"),
+            other => panic!("truncated: {other:?}"),
+        }
+        // Before authentication a frame may not be large (an Enrol is small).
+        let big = (64u32 * 1024).to_le_bytes();
+        match raw.raw_request(&big).await {
+            Ok(Response::Error {
+                code: ErrorCode::BadRequest,
+                message,
+            }) => assert!(message.contains("exceeds the limit"), "{message}"),
+            other => panic!("large unauthenticated frame: {other:?}"),
+        }
+
+        // ---- order and proofs ----
+        // Hello without asking for a nonce first.
+        refused(
+            raw.request(&Request::Hello {
+                host_id: a.id,
+                proof: vec![0; 64],
+            })
+            .await,
+            ErrorCode::NotAuthenticated,
+            "challenge",
+        );
+        // Work before Hello.
+        refused(
+            raw.request(&Request::Progress {
+                unit_id: 1,
+                pages: 1,
+                links: 1,
+            })
+            .await,
+            ErrorCode::NotAuthenticated,
+            "Hello",
+        );
+        // A proof made on one connection, replayed on another.
+        let first = Link::connect(&a.server).await.expect("connect");
+        let n1 = nonce(&first).await;
+        let proof = sign::make_proof(&a.key, &n1, &a.server.cert_sha256);
+        assert!(matches!(
+            first
+                .request(&Request::Hello {
+                    host_id: a.id,
+                    proof: proof.clone()
+                })
+                .await,
+            Ok(Response::Welcome { .. })
+        ));
+        let _ = nonce(&raw).await;
+        refused(
+            raw.request(&Request::Hello {
+                host_id: a.id,
+                proof: proof.clone(),
+            })
+            .await,
+            ErrorCode::UnknownHost,
+            "does not verify",
+        );
+        // Replayed on its own connection: the nonce is spent.
+        refused(
+            first
+                .request(&Request::Hello {
+                    host_id: a.id,
+                    proof,
+                })
+                .await,
+            ErrorCode::NotAuthenticated,
+            "challenge",
+        );
+        // Forged: signed with another key, or not a signature at all.
+        let n = nonce(&raw).await;
+        let other = sign::generate_key();
+        refused(
+            raw.request(&Request::Hello {
+                host_id: a.id,
+                proof: sign::make_proof(&other, &n, &a.server.cert_sha256),
+            })
+            .await,
+            ErrorCode::UnknownHost,
+            "does not verify",
+        );
+        let _ = nonce(&raw).await;
+        refused(
+            raw.request(&Request::Hello {
+                host_id: a.id,
+                proof: vec![1, 2, 3],
+            })
+            .await,
+            ErrorCode::UnknownHost,
+            "does not verify",
+        );
+        // A proof for another server's certificate.
+        let n = nonce(&raw).await;
+        refused(
+            raw.request(&Request::Hello {
+                host_id: a.id,
+                proof: sign::make_proof(&a.key, &n, &[7; 32]),
+            })
+            .await,
+            ErrorCode::UnknownHost,
+            "does not verify",
+        );
+        first.close();
+
+        // ---- invites ----
+        let expired = Invite::from_code(&invite(&g, 5, "1s")).expect("invite");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let info = HostInfo {
+            name: "late".into(),
+            ..HostInfo::default()
+        };
+        match raw
+            .enrol(expired.token.clone(), &sign::generate_key(), info.clone())
+            .await
+        {
+            Err(NetError::Refused {
+                code: ErrorCode::BadInvite,
+                message,
+            }) => assert!(message.contains("expired"), "{message}"),
+            other => panic!("expired invite: {other:?}"),
+        }
+        let forged = Link::connect(&a.server).await.expect("connect");
+        match forged.enrol(vec![9; 24], &sign::generate_key(), info).await {
+            Err(NetError::Refused {
+                code: ErrorCode::BadInvite,
+                ..
+            }) => {}
+            other => panic!("forged token: {other:?}"),
+        }
+        forged.close();
+        raw.close();
+
+        // ---- uploads ----
+        let la = hello(&a).await;
+        let lb = hello(&b).await;
+        let u = take_unit(&la, &a).await;
+        rejected(
+            lb.request(&upload(&u, link_file(&u, &u.site, &records_of(&u.site)), 1))
+                .await,
+            "was not issued to host",
+        );
+        rejected(
+            la.request(&Request::Upload {
+                unit_id: 987_654_321,
+                summary: summary(0),
+                link_file: vec![],
+            })
+            .await,
+            "unknown unit",
+        );
+        // A decompression bomb: a few KB that expand past the decompressed cap.
+        let blocks = beebot_shared::limits::MAX_LINK_FILE_DECOMPRESSED_BYTES / (128 * 1024) + 8;
+        let bomb = zstd_bomb(blocks);
+        assert!(bomb.len() < 64 * 1024);
+        rejected(la.request(&upload(&u, bomb, 0)).await, "link file refused");
+        // A bad checksum (the last four bytes of the frame).
+        let u = take_unit(&la, &a).await;
+        let mut file = link_file(&u, &u.site, &records_of(&u.site));
+        let n = file.len();
+        file[n - 1] ^= 0x5a;
+        rejected(la.request(&upload(&u, file, 1)).await, "link file refused");
+        // Records that lie about the site: sources on another site.
+        let u = take_unit(&la, &a).await;
+        let liar = records_of("someone-else.test");
+        rejected(
+            la.request(&upload(&u, link_file(&u, &u.site, &liar), 1))
+                .await,
+            "is not on site",
+        );
+        // A header that names another site.
+        let u = take_unit(&la, &a).await;
+        rejected(
+            la.request(&upload(
+                &u,
+                link_file(&u, "other.test", &records_of(&u.site)),
+                1,
+            ))
+            .await,
+            "does not match",
+        );
+        // A summary that lies about the count.
+        let u = take_unit(&la, &a).await;
+        rejected(
+            la.request(&upload(&u, link_file(&u, &u.site, &records_of(&u.site)), 5))
+                .await,
+            "summary says",
+        );
+        // After all that, an honest upload is accepted, and repeating it is
+        // answered `Duplicate` (idempotent by unit id).
+        let u = take_unit(&la, &a).await;
+        let honest = upload(&u, link_file(&u, &u.site, &records_of(&u.site)), 1);
+        assert!(matches!(la.request(&honest).await, Ok(Response::Accepted)));
+        assert!(matches!(la.request(&honest).await, Ok(Response::Duplicate)));
+        la.close();
+        lb.close();
+
+        // ---- connection limits ----
+        // One host, more connections than allowed: the oldest are closed.
+        let mut mine = Vec::new();
+        for _ in 0..MAX_CONNECTIONS_PER_HOST + 1 {
+            mine.push(hello(&a).await);
+        }
+        let start = Instant::now();
+        while mine[0].is_open() {
+            assert!(start.elapsed() < CLOSE_WAIT, "oldest connection kept");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(mine[1..].iter().all(Link::is_open));
+        for l in &mine {
+            l.close();
+        }
+
+        // A flood from one address: beyond the limit of unauthenticated
+        // connections the server refuses at the door...
+        let mut flood = Vec::new();
+        let mut refused_at_door = 0;
+        for _ in 0..MAX_UNAUTHENTICATED_PER_ADDRESS + 6 {
+            match Link::connect(&a.server).await {
+                Ok(l) => flood.push(l),
+                Err(_) => refused_at_door += 1,
+            }
+        }
+        assert!(
+            flood.len() <= MAX_UNAUTHENTICATED_PER_ADDRESS as usize,
+            "{} unauthenticated connections held",
+            flood.len()
+        );
+        assert!(refused_at_door >= 6, "only {refused_at_door} refused");
+        // ...while a host on another address is served.
+        let elsewhere: SocketAddr = "127.0.0.2:0".parse().expect("addr");
+        let lb = Link::connect_from(&b.server, Some(elsewhere))
+            .await
+            .expect("connect from another address");
+        lb.hello(b.id, &b.key).await.expect("hello while flooded");
+        assert!(matches!(
+            lb.request(&Request::RequestWork {
+                want_seconds: 10,
+                free_slots: 0,
+                units_held: vec![],
+            })
+            .await,
+            Ok(Response::Work { .. })
+        ));
+        // The flood's connections never authenticate: the server closes them.
+        let start = Instant::now();
+        while flood.iter().any(Link::is_open) {
+            assert!(
+                start.elapsed() < CLOSE_WAIT,
+                "unauthenticated connections were not closed"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // And the flooding address may connect again.
+        let again = hello(&a).await;
+        again.close();
+        lb.close();
+    });
+    let mut server = g.server.take().expect("server");
+    assert!(
+        server.try_wait().expect("status").is_none(),
+        "the server is still running:\n{}",
+        g.server_log()
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    // Secrets never reach the log.
+    let log = g.server_log();
+    let admin_token = std::fs::read_to_string(g.data_dir().join("admin.token")).expect("token");
+    assert!(!log.contains(admin_token.trim()), "admin token logged");
+    let project_key = std::fs::read_to_string(g.data_dir().join("project.key")).expect("key");
+    assert!(!log.contains(project_key.trim()), "project key logged");
+    let inv = Invite::from_code(&code).expect("invite");
+    assert!(
+        !log.contains(&hex::encode(&inv.token)),
+        "invite token logged"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn secrets_readable_by_others_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut g = Grid::start(67, 1);
+    g.kill_server();
+    for f in ["project.key", "admin.token", "key.pem"] {
+        let path = g.data_dir().join(f);
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{f} is written 0600");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let o = g.admin(&["serve"]);
+        assert!(!o.status.success(), "served with {f} world-readable");
+        let err = stderr(&o);
+        assert!(err.contains(f) && err.contains("chmod 600"), "{err}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
+    g.start_server();
+}
+
+/// Copy the named files of a fresh data dir over the grid's, and restart.
+fn replace_server_files(g: &mut Grid, files: &[&str]) {
+    let other = g.dir.path().join("other-server");
+    let o = beebot_tests::run(
+        std::process::Command::new(bin("beebot-server"))
+            .args([
+                "init",
+                "--public-addr",
+                "127.0.0.1:0",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
+            .arg(&other),
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "init: {}", stderr(&o));
+    g.kill_server();
+    for f in files {
+        std::fs::copy(other.join(f), g.data_dir().join(f)).expect("copy");
+    }
+    g.start_server();
+}
+
+#[test]
+fn a_server_signing_with_another_key_gets_nothing_crawled() {
+    let mut g = Grid::start(59, 3);
+    let code = invite(&g, 1, "1h");
+    join(&g, "a", &code);
+    g.import_sites();
+    // The server now signs units with a project key the client never joined.
+    replace_server_files(&mut g, &["project.key"]);
+    g.admin_ok(&["round", "start", "--delay-ms", "0"]);
+    let mut args = vec!["run".to_string(), "--once".into()];
+    args.extend(g.crawl_flags());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let log = g.dir.path().join("client.log");
+    let mut child = g
+        .client_cmd("a", &args)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn");
+    let start = Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("refused a work unit")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "client never refused: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("bad signature"), "{text}");
+    assert_eq!(g.web_server.requests(), 0, "no target was fetched: {text}");
+    let units = g.home("a").join("spool").join("units");
+    let spooled = std::fs::read_dir(&units).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(spooled, 0, "nothing unsigned was spooled");
+    // Refused units back off: not a tight loop of work requests.
+    let asks = text.matches("refused a work unit").count();
+    assert!(asks < 200, "{asks} refusals in a few seconds");
+}
+
+#[test]
+fn a_server_presenting_another_certificate_is_refused_by_name() {
+    let mut g = Grid::start(61, 1);
+    let code = invite(&g, 1, "1h");
+    join(&g, "a", &code);
+    replace_server_files(&mut g, &["cert.pem", "key.pem"]);
+    let mut args = vec!["run".to_string(), "--once".into()];
+    args.extend(g.crawl_flags());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = g.client("a", &args);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("presented another certificate"),
+        "the refusal says why:\n{err}"
+    );
+    // And an invite code pinned to the old certificate says the same.
+    let o = g.client("b", &["join", &code]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("presented another certificate"),
+        "{}",
+        stderr(&o)
+    );
+    // The codec is not fooled by the server's frames either way.
+    assert!(codec::decode_frame::<Response>(&[0, 0, 0]).is_err());
+}

@@ -1,0 +1,223 @@
+//! Scheduling end to end: three real clients throttled to different speeds
+//! scan the synthetic web, once under `round-robin` and once under `adaptive`
+//! (the default), in one run. Adaptive, knowing the sites' sizes and the
+//! hosts' speeds from the first round, must end its round clearly sooner.
+//! Also: `round start --every` repeats a round, and `simulate` prints its table.
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use beebot_tests::*;
+
+/// Per-page pauses of the three clients: fast, medium, slow.
+const THROTTLES_MS: [(&str, u64); 3] = [("fast", 5), ("medium", 60), ("slow", 300)];
+/// Adaptive must end its round in at most this share of round-robin's time
+/// (the measured share is far lower; the margin absorbs a loaded machine).
+const MAX_ADAPTIVE_SHARE: f64 = 0.8;
+
+fn invite(g: &Grid, uses: u32) -> String {
+    let o = g.admin_ok(&["invite", "--uses", &uses.to_string(), "--expires", "1h"]);
+    last_line(&o)
+}
+
+fn join(g: &Grid, name: &str, code: &str) {
+    let o = g.client(name, &["join", code, "--name", name]);
+    assert!(o.status.success(), "join {name}: {}", stderr(&o));
+}
+
+fn run_throttled(g: &Grid, name: &str, throttle_ms: u64) -> Child {
+    let throttle = throttle_ms.to_string();
+    let mut args = vec!["run", "--once", "--slots", "2", "--throttle-ms", &throttle];
+    let flags = g.crawl_flags();
+    args.extend(flags.iter().map(String::as_str));
+    g.client_cmd(name, &args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn client")
+}
+
+fn round_json(g: &Grid, id: &str) -> serde_json::Value {
+    let o = g.admin_ok(&["round", "show", id, "--json"]);
+    serde_json::from_str(&stdout(&o)).expect("round json")
+}
+
+/// Run one round under `policy` with all three clients; its duration in ms.
+fn timed_round(g: &Grid, policy: &str) -> (u64, serde_json::Value) {
+    let o = g.admin_ok(&[
+        "round",
+        "start",
+        "--policy",
+        policy,
+        "--delay-ms",
+        "0",
+        "--max-pages",
+        "1000",
+    ]);
+    let round = last_line(&o);
+    let clients: Vec<Child> = THROTTLES_MS
+        .iter()
+        .map(|(name, t)| run_throttled(g, name, *t))
+        .collect();
+    let o = g.admin(&["round", "wait", &round, "--timeout", "180s"]);
+    assert!(
+        o.status.success(),
+        "{policy}: {}\n{}",
+        stderr(&o),
+        g.server_log()
+    );
+    for c in clients {
+        let out = c.wait_with_output().expect("client");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let d = round_json(g, &round);
+    assert_eq!(d["round"]["state"], "Done", "{d}");
+    let created = d["round"]["created_ms"].as_u64().expect("created");
+    let finished = d["round"]["finished_ms"].as_u64().expect("finished");
+    (finished - created, d)
+}
+
+#[test]
+fn adaptive_ends_a_round_of_unequal_hosts_sooner_than_round_robin() {
+    let g = Grid::start(4242, 15);
+    let code = invite(&g, 3);
+    for (name, _) in THROTTLES_MS {
+        join(&g, name, &code);
+    }
+    g.import_sites();
+    let truth = g.truth_rows();
+
+    let (rr_ms, rr) = timed_round(&g, "round-robin");
+    let (ad_ms, ad) = timed_round(&g, "adaptive");
+    eprintln!("round-robin {rr_ms} ms, adaptive {ad_ms} ms");
+    assert!(
+        (ad_ms as f64) <= MAX_ADAPTIVE_SHARE * rr_ms as f64,
+        "adaptive took {ad_ms} ms, round-robin {rr_ms} ms\nadaptive round: {ad}\nround-robin round: {rr}"
+    );
+    // Both rounds found the whole truth.
+    for r in [&rr, &ad] {
+        let id = r["round"]["id"].as_u64().expect("id").to_string();
+        assert_same_rows(&g.export_rows(&id), &truth);
+    }
+    // Hosts learned their speeds from real jobs: the fast one measures faster.
+    let o = g.admin_ok(&["hosts", "list"]);
+    let speed = |name: &str| -> f64 {
+        stdout(&o)
+            .lines()
+            .find(|l| l.split('\t').nth(1) == Some(name))
+            .and_then(|l| l.split('\t').nth(6))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("speed of {name} in:\n{}", stdout(&o)))
+    };
+    assert!(speed("fast") > 2.0 * speed("slow"), "{}", stdout(&o));
+}
+
+#[test]
+fn a_repeating_round_starts_its_next_scan_when_over() {
+    let g = Grid::start(77, 3);
+    let code = invite(&g, 1);
+    join(&g, "a", &code);
+    g.import_sites();
+    let o = g.admin_ok(&["round", "start", "--delay-ms", "0", "--every", "2s"]);
+    let first = last_line(&o);
+    let mut client = run_throttled(&g, "a", 0);
+    // The first round ends, and a second one starts by itself.
+    let start = Instant::now();
+    let next = loop {
+        let d = round_json(&g, &first);
+        if let Some(n) = d["round"]["next_round"].as_u64() {
+            break n.to_string();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no repetition: {d}\n{}",
+            g.server_log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let d1 = round_json(&g, &first);
+    assert_eq!(d1["round"]["state"], "Done");
+    let o = g.admin(&["round", "wait", &next, "--timeout", "120s"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let d2 = round_json(&g, &next);
+    assert_eq!(d2["counts"]["done"], 3, "{d2}");
+    assert_eq!(d2["round"]["every_ms"], 2000);
+    let started = d2["round"]["created_ms"].as_u64().expect("created");
+    let first_started = d1["round"]["created_ms"].as_u64().expect("created");
+    let first_ended = d1["round"]["finished_ms"].as_u64().expect("finished");
+    assert!(started >= first_started + 2000 && started >= first_ended);
+    // The chain goes on until cancelled; stop it and the client.
+    let third = loop {
+        let d = round_json(&g, &next);
+        if let Some(n) = d["round"]["next_round"].as_u64() {
+            break n.to_string();
+        }
+        assert!(start.elapsed() < Duration::from_secs(180), "no third round");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    g.admin_ok(&["round", "cancel", &third]);
+    let _ = client.kill();
+    let _ = client.wait();
+}
+
+#[test]
+fn simulate_prints_a_table_per_policy_and_json() {
+    let g = Grid::start(1, 1);
+    let o = g.admin_ok(&[
+        "simulate",
+        "--synthetic-sites",
+        "30",
+        "--synthetic-hosts",
+        "3",
+        "--seeds",
+        "2",
+    ]);
+    let out = stdout(&o);
+    for p in ["adaptive", "round-robin", "batch", "level", "pack"] {
+        assert!(out.lines().any(|l| l.starts_with(p)), "{p} missing:\n{out}");
+    }
+    let o = g.admin_ok(&[
+        "simulate",
+        "--policy",
+        "batch",
+        "--seeds",
+        "2",
+        "--json",
+        "--dropout",
+        "0",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(v[0]["policy"], "batch");
+    assert_eq!(v[0]["runs"].as_array().map(Vec::len), Some(2));
+    // Files, and clear refusals.
+    let dir = g.dir.path();
+    std::fs::write(dir.join("s.txt"), "a.edu 100\nb.edu 20\n# c\nc.edu\n").expect("write");
+    std::fs::write(dir.join("h.txt"), "pc1 2.0 2\npc2 0.5\n").expect("write");
+    let o = g.admin_ok(&[
+        "simulate",
+        "--sites",
+        dir.join("s.txt").to_str().expect("path"),
+        "--hosts",
+        dir.join("h.txt").to_str().expect("path"),
+        "--policy",
+        "adaptive",
+        "--seeds",
+        "3",
+    ]);
+    assert!(stdout(&o).contains("sites from file"), "{}", stdout(&o));
+    std::fs::write(dir.join("bad.txt"), "pc1 fast\n").expect("write");
+    let o = g.admin(&[
+        "simulate",
+        "--hosts",
+        dir.join("bad.txt").to_str().expect("path"),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("line 1"), "{}", stderr(&o));
+    let o = g.admin(&["simulate", "--policy", "nope", "--seeds", "1"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("unknown policy"), "{}", stderr(&o));
+}
