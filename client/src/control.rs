@@ -99,6 +99,14 @@ impl Gate {
         }
     }
 
+    /// The open intervals ahead, for work requests (`None`: always open).
+    pub fn open_intervals(&self) -> Option<Vec<(u64, u64)>> {
+        self.windows.intervals(
+            chrono::Local::now().naive_local(),
+            beebot_shared::limits::MAX_WINDOW_INTERVALS,
+        )
+    }
+
     /// Seconds until the window closes (`None`: no window, or not open).
     pub fn seconds_left_open(&self) -> Option<u64> {
         self.windows

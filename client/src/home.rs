@@ -318,6 +318,19 @@ impl Home {
         Ok(Some((bytes, summary)))
     }
 
+    /// Bytes the spool's units and results take (bounded listing).
+    pub fn spool_bytes(&self) -> u64 {
+        let mut total = 0u64;
+        for dir in [self.units_dir(), self.results_dir()] {
+            if let Ok(entries) = fs::read_dir(&dir) {
+                for e in entries.flatten().take(MAX_SPOOLED_UNITS * 4) {
+                    total += e.metadata().map(|m| m.len()).unwrap_or(0);
+                }
+            }
+        }
+        total
+    }
+
     /// Today's totals (local date), kept in the spool across restarts.
     pub fn today(&self, date: &str) -> DayTotals {
         std::fs::read_to_string(self.data.join("spool").join("today.json"))

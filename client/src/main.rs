@@ -153,6 +153,9 @@ struct NetArgs {
     /// Allow crawling loopback, private and link-local addresses.
     #[arg(long)]
     allow_private: bool,
+    /// HTTP proxy for crawling (setting `proxy`), e.g. http://proxy.corp:3128.
+    #[arg(long, value_name = "URL")]
+    proxy: Option<String>,
     /// Map a host name for crawling, like curl: HOST=IP[:PORT] (HOST may be *.suffix).
     #[arg(long, value_name = "HOST=IP[:PORT]")]
     resolve: Vec<String>,
@@ -165,6 +168,9 @@ impl NetArgs {
         if self.allow_private {
             v.push(("allow_private", "true".to_string()));
         }
+        if let Some(p) = &self.proxy {
+            v.push(("proxy", p.clone()));
+        }
         v
     }
 
@@ -176,9 +182,15 @@ impl NetArgs {
                     .map_err(|e| anyhow::anyhow!("--resolve {r}: {e}"))?,
             );
         }
+        if let Some(p) = &self.proxy {
+            settings::Settings::default()
+                .apply("proxy", p)
+                .map_err(|e| anyhow::anyhow!("--proxy: {e}"))?;
+        }
         Ok(CrawlerConfig {
             allow_private: self.allow_private,
             resolve,
+            proxy: self.proxy.clone(),
             ..CrawlerConfig::default()
         })
     }
@@ -255,6 +267,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             let mut crawler = net.crawler_config()?;
             crawler.allow_private = settings.allow_private;
+            crawler.proxy = settings.proxy.clone();
             let opts = RunOptions {
                 once,
                 slots: settings.slots,
@@ -263,6 +276,7 @@ fn run(cli: Cli) -> Result<()> {
                 throttle: Duration::from_millis(throttle_ms),
                 crawler,
                 bandwidth_kbps: settings.bandwidth_kbps,
+                spool_cap_bytes: settings.spool_cap_mb.saturating_mul(1024 * 1024),
                 gate: Some(Arc::new(Gate::new(
                     settings.window.clone(),
                     !settings.run_on_battery,

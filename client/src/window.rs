@@ -202,6 +202,28 @@ impl Windows {
         self.open_seconds(now, deadline) >= work_s
     }
 
+    /// Open intervals `[start, end)` in seconds from `now`, over the horizon,
+    /// at most `max` of them (`None`: always open).
+    pub fn intervals(&self, now: NaiveDateTime, max: usize) -> Option<Vec<(u64, u64)>> {
+        if self.rules.is_empty() {
+            return None;
+        }
+        let end = now + Duration::minutes(HORIZON_MINUTES);
+        let secs = |t: NaiveDateTime| (t - now).num_seconds().max(0) as u64;
+        let mut out = Vec::new();
+        let mut t = now;
+        let mut open = self.is_open(now);
+        while t < end && out.len() < max {
+            let next = self.next_change(t).unwrap_or(end).min(end);
+            if open {
+                out.push((secs(t), secs(next)));
+            }
+            t = next;
+            open = !open;
+        }
+        Some(out)
+    }
+
     /// Seconds until the current window closes (`None`: always open, or closed now).
     pub fn seconds_left_open(&self, now: NaiveDateTime) -> Option<u64> {
         if self.rules.is_empty() || !self.is_open(now) {
@@ -303,6 +325,19 @@ mod tests {
             ),
             10
         );
+    }
+
+    #[test]
+    fn intervals_list_the_open_time_ahead() {
+        let w = Windows::parse("19:00-07:00").unwrap();
+        let iv = w.intervals(at(0, 12, 0), 64).unwrap();
+        assert_eq!(iv[0], (7 * 3600, 19 * 3600));
+        assert_eq!(iv[1], (31 * 3600, 43 * 3600));
+        assert_eq!(iv.len(), 14);
+        let iv = w.intervals(at(0, 20, 0), 3).unwrap();
+        assert_eq!(iv[0], (0, 11 * 3600));
+        assert_eq!(iv.len(), 3);
+        assert!(Windows::always().intervals(at(0, 0, 0), 64).is_none());
     }
 
     #[test]

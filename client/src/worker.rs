@@ -51,6 +51,8 @@ pub struct RunOptions {
     pub gate: Option<Arc<Gate>>,
     /// Download cap over all scans, KB/s (0: none).
     pub bandwidth_kbps: u64,
+    /// Disk the spool may use before no new work is taken, bytes (0: no cap).
+    pub spool_cap_bytes: u64,
 }
 
 impl Default for RunOptions {
@@ -67,6 +69,7 @@ impl Default for RunOptions {
             crawler: CrawlerConfig::default(),
             gate: None,
             bandwidth_kbps: 0,
+            spool_cap_bytes: 0,
         }
     }
 }
@@ -138,6 +141,10 @@ pub struct RunStats {
     pub pages: u64,
     pub links: u64,
 }
+
+/// What the status says while the spool is over its cap.
+const SPOOL_FULL: &str =
+    "the spool is over its disk cap (spool_cap_mb): no new work until results are uploaded";
 
 /// Exponential backoff with full jitter: a random wait in `[0, min(cap, base·2^n)]`.
 pub fn backoff_delay(attempt: u32, base: Duration, cap: Duration, unit_random: f64) -> Duration {
@@ -525,6 +532,14 @@ impl Worker {
 
     /// Ask for work when the buffer runs low.
     async fn fetch_work(&mut self) -> Result<bool> {
+        // A full spool takes no new work until uploads free it.
+        if self.opts.spool_cap_bytes > 0 && self.home.spool_bytes() >= self.opts.spool_cap_bytes {
+            if self.last_error.as_deref() != Some(SPOOL_FULL) {
+                tracing::warn!("{SPOOL_FULL}");
+                self.last_error = Some(SPOOL_FULL.into());
+            }
+            return Ok(true);
+        }
         let unfinished = self
             .held
             .values()
@@ -557,6 +572,7 @@ impl Worker {
             want_seconds,
             free_slots,
             units_held: self.units_held(),
+            open_windows: self.opts.gate.as_ref().and_then(|g| g.open_intervals()),
         };
         match self.request(&req).await {
             Ok(Response::Work {

@@ -125,6 +125,7 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
     let resolve: ResolveRule = format!("*.synth.test={web_addr}")
         .parse()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (clients_stop_tx, clients_stop) = tokio::sync::watch::channel(false);
     let mut clients = Vec::new();
     for i in 0..opts.clients {
         let home = Home {
@@ -135,7 +136,8 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
             .await
             .with_context(|| format!("client {i} cannot join"))?;
         let run_opts = RunOptions {
-            once: true,
+            // The demo stops its clients when the round is over.
+            once: false,
             slots: 4,
             buffer_seconds: 30,
             progress_interval: Duration::from_secs(2),
@@ -146,9 +148,13 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
             },
             ..RunOptions::default()
         };
+        let mut stop = clients_stop.clone();
         clients.push(tokio::spawn(async move {
             let t = Instant::now();
-            let r = worker::run(home, run_opts, std::future::pending()).await;
+            let r = worker::run(home, run_opts, async move {
+                let _ = stop.changed().await;
+            })
+            .await;
             (i, t.elapsed(), r)
         }));
     }
@@ -186,6 +192,7 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
     }
 
     println!("\nclient        jobs   pages   links  seconds");
+    let _ = clients_stop_tx.send(true);
     for c in clients {
         let (i, elapsed, r) = c.await?;
         let stats = r.with_context(|| format!("client {i} failed"))?;

@@ -25,8 +25,8 @@ use crate::scheduler::{self, DeadlineRule, HeldUnit, HostView, JobView, RunningV
 use crate::store::{Store, StoreError};
 
 /// How long a host with nothing to do waits before asking again while a round
-/// still has jobs running elsewhere (they may come back after a deadline).
-pub const RETRY_WHILE_ROUND_OPEN_S: u64 = 5;
+/// is open (jobs may come back after a deadline, or wait for this host).
+pub use crate::scheduler::RETRY_WHILE_ROUND_OPEN_S;
 /// How long a host waits when no round is open.
 pub const RETRY_IDLE_S: u64 = 60;
 /// A round-start plan (`batch`) covers the hosts heard from within this long.
@@ -61,6 +61,8 @@ pub struct WorkRequest {
     pub want_seconds: u64,
     pub free_slots: u32,
     pub units_held: Vec<u64>,
+    /// The host's open crawling intervals, seconds from now (`None`: always open).
+    pub open_windows: Option<Vec<(u64, u64)>>,
 }
 
 /// The answer to a work request.
@@ -851,6 +853,17 @@ impl Grid {
                     _ => {}
                 }
             }
+            // Only work whose deadline the host can meet inside its open windows.
+            if let Some(windows) = &req.open_windows {
+                let cost = scheduler::seconds_per_page(speed, params.delay_ms as f64 / 1000.0);
+                let rule = DeadlineRule {
+                    slack: self.settings.deadline_slack,
+                    grace_s: self.settings.deadline_grace_s,
+                    min_s: params.deadline_min_s,
+                    max_s: params.deadline_max_s,
+                };
+                queue.retain(|v| scheduler::fits_windows(windows, v.pages * cost, &rule));
+            }
             let ctx = scheduler::Ctx {
                 now_ms,
                 round_started_ms: *started_ms,
@@ -1396,6 +1409,7 @@ mod tests {
                         want_seconds: 3600,
                         free_slots: free,
                         units_held: held.to_vec(),
+                        open_windows: None,
                     },
                     now,
                 )
@@ -1782,6 +1796,7 @@ mod tests {
                     want_seconds: 25,
                     free_slots: 5,
                     units_held: vec![],
+                    open_windows: None,
                 },
                 T0,
             )
@@ -1796,6 +1811,7 @@ mod tests {
                     want_seconds: 0,
                     free_slots: 5,
                     units_held: vec![],
+                    open_windows: None,
                 },
                 T0,
             )
@@ -1841,7 +1857,8 @@ mod tests {
                 &WorkRequest {
                     want_seconds: 1,
                     free_slots: 1,
-                    units_held: vec![]
+                    units_held: vec![],
+                    open_windows: None,
                 },
                 T0
             ),
@@ -1866,6 +1883,33 @@ mod tests {
         assert!(units.is_empty());
         assert_eq!(r.retry_after_s, Some(RETRY_IDLE_S));
         assert!(!r.rounds_open);
+    }
+
+    #[test]
+    fn work_is_sent_only_when_it_fits_the_hosts_windows() {
+        let (mut fx, _) = Fx::with_round(2, 3);
+        let a = fx.host();
+        let ask = |windows: Vec<(u64, u64)>| WorkRequest {
+            want_seconds: 3600,
+            free_slots: 2,
+            units_held: vec![],
+            open_windows: Some(windows),
+        };
+        // Deadlines here are at most 600 s: a window opening in an hour is too late.
+        let r = fx
+            .grid
+            .request_work(a, &ask(vec![(3600, 7200)]), T0)
+            .unwrap();
+        assert!(
+            r.units.is_empty(),
+            "nothing fits a window after the deadline"
+        );
+        assert!(r.rounds_open);
+        let r = fx
+            .grid
+            .request_work(a, &ask(vec![(0, 7200)]), T0 + 1)
+            .unwrap();
+        assert_eq!(r.units.len(), 2, "an open window takes the work");
     }
 
     #[test]
@@ -2412,6 +2456,7 @@ mod tests {
             want_seconds: 60,
             free_slots: 4,
             units_held: units.iter().map(|u| u.unit_id).collect(),
+            open_windows: None,
         };
         assert!(matches!(
             fx.grid.request_work(a, &req, T0 + 6),

@@ -26,7 +26,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::{Mutex, Semaphore};
 
 use beebot_shared::codec::{self, CodecError, FRAME_HEADER_BYTES};
-use beebot_shared::limits::{MAX_FRAME_BYTES, MAX_TEXT_LEN, MAX_WANT_SECONDS, NONCE_LEN};
+use beebot_shared::limits::{
+    MAX_FRAME_BYTES, MAX_TEXT_LEN, MAX_WANT_SECONDS, MAX_WINDOW_INTERVALS, NONCE_LEN,
+};
 use beebot_shared::proto::{ErrorCode, PolicyHints, Request, Response, ALPN};
 use beebot_shared::sign;
 
@@ -546,11 +548,16 @@ async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
             want_seconds,
             free_slots,
             units_held,
+            open_windows,
         } => {
             let req = WorkRequest {
                 want_seconds: want_seconds.min(MAX_WANT_SECONDS),
                 free_slots,
                 units_held,
+                open_windows: open_windows.map(|mut w| {
+                    w.truncate(MAX_WINDOW_INTERVALS);
+                    w
+                }),
             };
             shared
                 .with_grid(move |g| g.request_work(host_id, &req, now_ms()))

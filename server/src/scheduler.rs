@@ -29,9 +29,13 @@ pub const BUSY_ONLINE_WINDOW_MS: u64 = 40_000;
 pub const MIN_AVAILABILITY: f64 = 0.25;
 /// Most running copies of one job (the original and one tail replica).
 pub const MAX_COPIES: u32 = 2;
+/// How long a host with nothing to do waits before asking again while a round
+/// is open (the grid's `retry_after`). Short, because `adaptive` may keep a job
+/// for a faster host that is idle but has not asked yet.
+pub const RETRY_WHILE_ROUND_OPEN_S: u64 = 2;
 /// Seconds an idle host may take to ask again (the grid's retry interval
 /// while a round is open): another host's start is at least this far off.
-pub const ASK_LAG_S: f64 = 5.0;
+pub const ASK_LAG_S: f64 = RETRY_WHILE_ROUND_OPEN_S as f64;
 /// `adaptive` gives a job to the asking host when it would finish it within
 /// this factor of the best other host (ties go to the host that asked). Any
 /// slack above 1 lets a slightly slower host take the critical job: in the
@@ -343,6 +347,17 @@ pub fn deadline_ms(issued_ms: u64, expected_s: f64, rule: &DeadlineRule) -> u64 
     let span = (expected_s.max(0.0) * rule.slack) as u64 + rule.grace_s;
     let span = span.clamp(rule.min_s, rule.max_s.max(rule.min_s));
     issued_ms.saturating_add(span.saturating_mul(1000))
+}
+
+/// Whether a job of `expected_s` seconds fits in a host's open `windows`
+/// (`[start, end)` seconds from now) before the deadline `rule` would give it.
+pub fn fits_windows(windows: &[(u64, u64)], expected_s: f64, rule: &DeadlineRule) -> bool {
+    let span = deadline_ms(0, expected_s, rule) / 1000;
+    let open: u64 = windows
+        .iter()
+        .map(|&(a, b)| b.min(span).saturating_sub(a.min(span)))
+        .sum();
+    open as f64 >= expected_s
 }
 
 /// Extensions stop this many first windows after issue.
@@ -830,6 +845,23 @@ impl Policy for Adaptive {
 mod tests {
     use super::*;
 
+    #[test]
+    fn windows_decide_what_fits_before_the_deadline() {
+        let rule = DeadlineRule {
+            slack: 3.0,
+            grace_s: 0,
+            min_s: 60,
+            max_s: 3600,
+        };
+        // Open from 10 min to 20 min from now: 10 minutes of crawling.
+        let w = [(600, 1200)];
+        assert!(fits_windows(&w, 300.0, &rule)); // deadline 900 s: 300 s open
+        assert!(!fits_windows(&w, 700.0, &rule)); // only 600 s open before any deadline
+        assert!(!fits_windows(&[(3000, 9000)], 100.0, &rule)); // opens after the deadline
+        assert!(fits_windows(&[(0, u64::MAX)], 1000.0, &rule));
+        assert!(!fits_windows(&[], 1.0, &rule));
+    }
+
     fn q(ids_pages: &[(u64, f64)]) -> Vec<JobView> {
         ids_pages
             .iter()
@@ -1113,7 +1145,7 @@ mod tests {
 
     #[test]
     fn adaptive_gives_big_jobs_to_fast_hosts_and_small_ones_to_slow_hosts() {
-        let queue = q(&[(1, 4.0), (2, 1000.0), (3, 20.0), (4, 500.0)]);
+        let queue = q(&[(1, 2.0), (2, 1000.0), (3, 20.0), (4, 500.0)]);
         // Host 1 does 10 pages/s, host 2 one page/s.
         let hosts = [host(1, 10.0), host(2, 1.0)];
         // The fast host takes the largest job.
@@ -1121,7 +1153,7 @@ mod tests {
         assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![2]);
         // The slow host would take 1000 s for it (the fast one 105 s): it takes
         // the largest job it finishes no later than the fast host would (the
-        // fast one would start it after a retry interval: 4 s against 5.4 s).
+        // fast one would start it after a retry interval: 2 s against 2.2 s).
         let c = ctx(&queue, &hosts, 1);
         assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![1]);
         // The fast host, busy for 2000 s, leaves the big one... to nobody faster:

@@ -37,8 +37,17 @@ pub enum CodecError {
     Trailing(usize),
 }
 
+/// Limit of a decode asked to read more than a frame (a link file): bincode
+/// counts the decoded values' in-memory size, which for link records is up to
+/// about twice their encoded size.
+const LARGE_DECODE_LIMIT: usize = 2 * crate::limits::MAX_LINK_FILE_DECOMPRESSED_BYTES;
+
 fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<DECODE_LIMIT>()
+}
+
+fn large_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<LARGE_DECODE_LIMIT>()
 }
 
 /// Encode a value with the standard configuration. Fails when the result would
@@ -63,8 +72,12 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], limit: usize) -> Result<T, Code
             limit,
         });
     }
-    let (value, used) = bincode::serde::decode_from_slice(bytes, config())
-        .map_err(|e| CodecError::Decode(e.to_string()))?;
+    let decoded = if limit > DECODE_LIMIT {
+        bincode::serde::decode_from_slice(bytes, large_config())
+    } else {
+        bincode::serde::decode_from_slice(bytes, config())
+    };
+    let (value, used) = decoded.map_err(|e| CodecError::Decode(e.to_string()))?;
     if used != bytes.len() {
         return Err(CodecError::Trailing(bytes.len() - used));
     }
@@ -173,6 +186,16 @@ mod tests {
             decode_frame::<Msg>(&f),
             Err(CodecError::Version { got: 99, .. })
         ));
+    }
+
+    #[test]
+    fn large_limits_decode_what_a_frame_limit_refuses() {
+        // 5 million small numbers: 5 MB encoded, 40 MB in memory.
+        let v: Vec<u64> = vec![7; 5_000_000];
+        let bytes = encode(&v, usize::MAX).unwrap();
+        assert!(decode::<Vec<u64>>(&bytes, MAX_FRAME_BYTES).is_err());
+        let back: Vec<u64> = decode(&bytes, 256 * 1024 * 1024).unwrap();
+        assert_eq!(back.len(), v.len());
     }
 
     #[test]

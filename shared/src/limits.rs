@@ -61,3 +61,6 @@ pub const INVITE_TOKEN_LEN: usize = 24;
 
 /// Most distinct links kept per page: real pages have hundreds; more is a trap or a sitemap dump.
 pub const MAX_LINKS_PER_PAGE: usize = 10_000;
+
+/// Open-window intervals a work request may carry (two weeks of twice-daily windows, with room).
+pub const MAX_WINDOW_INTERVALS: usize = 64;

@@ -44,6 +44,10 @@ pub enum Request {
         want_seconds: u64,
         free_slots: u32,
         units_held: Vec<u64>,
+        /// When the host may crawl: open intervals `[start, end)` in seconds
+        /// from now, over the next two weeks (`None`: always). The server sends
+        /// only work whose deadline the host can meet inside them.
+        open_windows: Option<Vec<(u64, u64)>>,
     },
     /// A unit's scan is still running.
     Progress {

@@ -59,7 +59,8 @@ fn request() -> impl Strategy<Value = Request> {
                 |(want_seconds, free_slots, units_held)| Request::RequestWork {
                     want_seconds,
                     free_slots,
-                    units_held
+                    units_held,
+                    open_windows: None,
                 }
             ),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(unit_id, pages, links)| {

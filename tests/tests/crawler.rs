@@ -31,6 +31,7 @@ fn loopback_config(server: &SynthWebServer) -> CrawlerConfig {
         connect_timeout: Duration::from_secs(5),
         read_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
+        proxy: None,
     }
 }
 
@@ -511,4 +512,84 @@ fn beebot_crawl_piped_prints_records_and_one_summary_line() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.starts_with("site0.synth.test: "), "{err}");
     assert!(err.contains("[HTTP 200×"), "{err}");
+}
+
+/// A minimal HTTP CONNECT proxy on loopback that sends every tunnel to `target`
+/// and counts the tunnels it opened (bounded: it serves `max` of them).
+fn connect_proxy(
+    target: std::net::SocketAddr,
+    max: usize,
+) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+    let addr = listener.local_addr().expect("addr");
+    let tunnels = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = tunnels.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(max) {
+            let Ok(client) = stream else { continue };
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(client.try_clone().expect("clone"));
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() || !line.starts_with("CONNECT ") {
+                    return;
+                }
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
+                        break;
+                    }
+                }
+                let Ok(upstream) = std::net::TcpStream::connect(target) else {
+                    return;
+                };
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut c = client;
+                if c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .is_err()
+                {
+                    return;
+                }
+                let (mut c2, mut u2) = (
+                    c.try_clone().expect("clone"),
+                    upstream.try_clone().expect("clone"),
+                );
+                let mut upstream = upstream;
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut reader, &mut u2);
+                    let _ = u2.shutdown(std::net::Shutdown::Write);
+                });
+                let _ = std::io::copy(&mut upstream, &mut c2);
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    (addr, tunnels)
+}
+
+#[test]
+fn a_proxy_carries_the_crawl_and_is_trusted_on_a_private_address() {
+    let web = Arc::new(SynthWeb::generate(7, 2));
+    let server = start(&web);
+    let (proxy, tunnels) = connect_proxy(server.addr(), 1000);
+    let host = web.site_hosts()[0].clone();
+    // No --allow-private and no --resolve: the proxy (on loopback) is trusted
+    // and resolves the target itself.
+    let cfg = CrawlerConfig {
+        proxy: Some(format!("http://{proxy}")),
+        connect_timeout: Duration::from_secs(5),
+        read_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(10),
+        ..CrawlerConfig::default()
+    };
+    let mut spec = CrawlSpec::new(&host, Scope::Host);
+    spec.delay = Duration::ZERO;
+    let out = crawl(&spec, &cfg, &AtomicBool::new(false), &mut |_, _| {});
+    let mut got = out.records.clone();
+    let mut want = web.site_truth(&host).expect("truth");
+    got.sort_by(|a, b| (&a.source_url, &a.target_url).cmp(&(&b.source_url, &b.target_url)));
+    want.sort_by(|a, b| (&a.source_url, &a.target_url).cmp(&(&b.source_url, &b.target_url)));
+    assert_eq!(got, want, "summary: {:?}", out.summary);
+    assert!(tunnels.load(std::sync::atomic::Ordering::SeqCst) >= 1);
 }

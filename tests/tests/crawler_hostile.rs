@@ -33,6 +33,7 @@ fn config(server: &SynthWebServer) -> CrawlerConfig {
         connect_timeout: Duration::from_secs(2),
         read_timeout: Duration::from_millis(1500),
         request_timeout: Duration::from_secs(2),
+        proxy: None,
     }
 }
 

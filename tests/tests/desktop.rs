@@ -249,3 +249,52 @@ fn the_bandwidth_cap_holds_on_loopback() {
         "rate {rate_kbps:.1} kB/s is not within 20% of {CAP_KBPS}"
     );
 }
+
+#[test]
+fn a_full_spool_takes_no_new_work() {
+    let g = Grid::start(61, 2);
+    join(&g, "full");
+    g.import_sites();
+    g.admin_ok(&["round", "start", "--delay-ms", "0"]);
+    // 17 MB of something else in the spool, over a 16 MB cap.
+    let results = g.home("full").join("spool").join("results");
+    std::fs::create_dir_all(&results).expect("mkdir");
+    std::fs::write(results.join("ballast.bin"), vec![0u8; 17 * 1024 * 1024]).expect("ballast");
+    let mut args = vec!["run".to_string()];
+    args.extend(g.crawl_flags());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = g
+        .client_cmd("full", &args)
+        .env("BEEBOT_SPOOL_CAP_MB", "16")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    wait_for(
+        "the spool-cap error in the status",
+        Duration::from_secs(30),
+        || {
+            status_json(&g, "full")["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("spool_cap_mb"))
+        },
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let s = status_json(&g, "full");
+    assert_eq!(s["units_held"].as_array().map(Vec::len), Some(0), "{s}");
+    // Room again: work flows.
+    std::fs::remove_file(results.join("ballast.bin")).expect("rm");
+    wait_for(
+        "units once the spool has room",
+        Duration::from_secs(60),
+        || {
+            let d = stdout(&g.admin_ok(&["status", "--json"]));
+            let v: serde_json::Value = serde_json::from_str(&d).expect("json");
+            v["grid"]["jobs_done"].as_u64().unwrap_or(0)
+                + v["grid"]["jobs_running"].as_u64().unwrap_or(0)
+                > 0
+        },
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -96,6 +96,7 @@ async fn take_unit(link: &Link, j: &Joined) -> WorkUnit {
             want_seconds: 60,
             free_slots: 1,
             units_held: vec![],
+            open_windows: None,
         })
         .await
     {
@@ -436,6 +437,7 @@ fn hostile_requests_get_clear_refusals_and_the_server_keeps_serving() {
                 want_seconds: 10,
                 free_slots: 0,
                 units_held: vec![],
+                open_windows: None,
             })
             .await,
             Ok(Response::Work { .. })

@@ -50,6 +50,7 @@ fn a_restarted_server_resets_old_connections_at_once() {
         want_seconds: 10,
         free_slots: 1,
         units_held: vec![],
+        open_windows: None,
     }));
     assert!(
         matches!(r, Err(NetError::Lost(_))),

@@ -142,6 +142,7 @@ fn refusals_are_clear_and_the_server_keeps_serving() {
             want_seconds: 10,
             free_slots: 1,
             units_held: vec![],
+            open_windows: None,
         };
         match link.request(&req).await {
             Err(NetError::Refused {

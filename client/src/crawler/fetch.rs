@@ -97,7 +97,7 @@ impl Fetcher {
         let config = Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
-            .proxy(None)
+            .proxy(cfg.proxy.as_deref().and_then(|p| ureq::Proxy::new(p).ok()))
             .user_agent(user_agent)
             .accept(ACCEPT)
             .timeout_connect(Some(cfg.connect_timeout))
@@ -107,7 +107,13 @@ impl Fetcher {
             .max_idle_connections(IDLE_CONNECTIONS)
             .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_HOST)
             .build();
-        let resolver = GuardedResolver::new(cfg.resolve.clone(), cfg.allow_private);
+        let proxy_host = cfg
+            .proxy
+            .as_deref()
+            .and_then(|p| url::Url::parse(p).ok())
+            .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_string()));
+        let resolver =
+            GuardedResolver::new(cfg.resolve.clone(), cfg.allow_private).trusting(proxy_host);
         Fetcher {
             agent: Agent::with_parts(config, DefaultConnector::new(), resolver),
         }

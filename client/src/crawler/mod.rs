@@ -132,6 +132,10 @@ pub struct CrawlerConfig {
     pub read_timeout: Duration,
     /// Longest one request may take in all.
     pub request_timeout: Duration,
+    /// HTTP proxy for every request (`http://host:port`). The proxy's own
+    /// address is trusted even when private; through a proxy the target names
+    /// are resolved, and their addresses chosen, by the proxy.
+    pub proxy: Option<String>,
 }
 
 impl Default for CrawlerConfig {
@@ -142,6 +146,7 @@ impl Default for CrawlerConfig {
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(20),
             request_timeout: Duration::from_secs(60),
+            proxy: None,
         }
     }
 }

@@ -337,6 +337,8 @@ pub(crate) struct GuardedResolver {
     rules: Vec<ResolveRule>,
     allow_private: bool,
     system: DefaultResolver,
+    /// A host whose addresses are never filtered: the configured proxy.
+    trusted_host: Option<String>,
 }
 
 impl GuardedResolver {
@@ -345,7 +347,14 @@ impl GuardedResolver {
             rules,
             allow_private,
             system: DefaultResolver::default(),
+            trusted_host: None,
         }
+    }
+
+    /// Trust `host` (the configured proxy): its addresses are not filtered.
+    pub(crate) fn trusting(mut self, host: Option<String>) -> GuardedResolver {
+        self.trusted_host = host.map(|h| h.to_ascii_lowercase());
+        self
     }
 }
 
@@ -374,7 +383,12 @@ impl Resolver for GuardedResolver {
             }
             None => self.system.resolve(uri, config, timeout)?,
         };
-        if self.allow_private {
+        if self.allow_private
+            || self
+                .trusted_host
+                .as_deref()
+                .is_some_and(|t| t.eq_ignore_ascii_case(host))
+        {
             return Ok(candidates);
         }
         let mut allowed = self.empty();

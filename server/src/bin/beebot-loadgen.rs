@@ -241,6 +241,7 @@ async fn play(host: Arc<Host>, interval: Duration, until: Instant, stats: Arc<St
                 want_seconds: 60,
                 free_slots: 1,
                 units_held: vec![],
+                open_windows: None,
             })
             .await;
         stats.work.add(t.elapsed());
