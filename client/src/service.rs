@@ -328,6 +328,36 @@ mod tests {
         assert_eq!(p.matches("<array>").count(), p.matches("</array>").count());
     }
 
+    /// The templates in `deploy/` are what the generators write for the
+    /// default install paths (kept in step by this test).
+    #[test]
+    fn deploy_templates_match_the_generators() {
+        let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+        let unit = std::fs::read_to_string(deploy.join("beebot.service")).unwrap();
+        let generated = systemd_unit(Path::new("/usr/local/bin/beebot"), None);
+        let body = |t: &str| {
+            t.lines()
+                .filter(|l| !l.starts_with('#'))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(body(&unit), body(&generated));
+        let plist = std::fs::read_to_string(deploy.join("org.beebot.client.plist")).unwrap();
+        for key in [
+            "<string>org.beebot.client</string>",
+            "<string>/usr/local/bin/beebot</string>",
+            "<key>RunAtLoad</key>",
+            "<integer>10</integer>",
+        ] {
+            assert!(plist.contains(key), "{key}");
+        }
+        let task = std::fs::read_to_string(deploy.join("beebot-task.xml")).unwrap();
+        let gen = windows_task_xml(Path::new("C:\\Program Files\\BeeBot\\beebot.exe"), None);
+        for line in gen.lines().skip(1) {
+            assert!(task.contains(line.trim()), "{line}");
+        }
+    }
+
     #[test]
     fn windows_task_runs_at_logon() {
         let x = windows_task_xml(

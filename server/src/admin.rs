@@ -60,13 +60,25 @@ fn authorized(shared: &Shared, headers: &HeaderMap) -> ApiResult<()> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if same_token(given, &shared.admin_token) {
-        Ok(())
-    } else {
-        Err(fail(
+    if !same_token(given, &shared.admin_token) {
+        return Err(fail(
             StatusCode::UNAUTHORIZED,
             "missing or wrong admin token",
-        ))
+        ));
+    }
+    durable(shared)
+}
+
+/// After a storage failure the server stops acknowledging anything (fail-stop):
+/// every admin call, including the one whose change could not be made durable,
+/// is answered with the failure until the server is restarted.
+fn durable(shared: &Shared) -> ApiResult<()> {
+    match shared.store_failure() {
+        None => Ok(()),
+        Some(e) => Err(fail(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("storage failed ({e}); nothing more is acknowledged: fix the disk and restart the server"),
+        )),
     }
 }
 
@@ -115,6 +127,7 @@ async fn invite(
         .make_invite(req.uses, req.expires_s)
         .await
         .map_err(grid_fail)?;
+    durable(&s)?;
     Ok(Json(InviteResponse { code, expires_ms }))
 }
 
@@ -153,6 +166,7 @@ async fn sites_add(
         .with_grid(move |g| g.add_sites(&hosts, now).map(|a| (a, g.sites().len())))
         .await
         .map_err(grid_fail)?;
+    durable(&s)?;
     Ok(Json(SitesAdded { added, total }))
 }
 
@@ -168,6 +182,7 @@ async fn sites_remove(
         .with_grid(move |g| g.remove_site(&h2))
         .await
         .map_err(grid_fail)?;
+    durable(&s)?;
     if removed {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -243,6 +258,7 @@ async fn round_start(
         .with_grid(move |g| g.start_round_every(p, every_ms, now))
         .await
         .map_err(grid_fail)?;
+    durable(&s)?;
     tracing::info!(round = id, "round started");
     Ok(Json(RoundStarted { id }))
 }
@@ -270,6 +286,7 @@ async fn round_cancel(
     s.with_grid(move |g| g.cancel_round(id, now_ms()))
         .await
         .map_err(grid_fail)?;
+    durable(&s)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -337,6 +354,7 @@ async fn host_revoke(
     s.with_grid(move |g| g.revoke(id, now_ms()))
         .await
         .map_err(grid_fail)?;
+    durable(&s)?;
     tracing::info!(host = id, "host revoked");
     Ok(StatusCode::NO_CONTENT)
 }
