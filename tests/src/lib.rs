@@ -10,31 +10,37 @@ use std::time::{Duration, Instant};
 use beebot_server::web::SynthWebServer;
 use beebot_shared::synth::SynthWeb;
 
-/// Path of a workspace binary (built by `cargo test --workspace`; built here if missing).
+/// Path of a workspace binary. The first call in a test process runs
+/// `cargo build --bins` for the server and client (a no-op when they are fresh),
+/// so the end-to-end tests never run a binary older than the code under test:
+/// `cargo test` builds a package's binaries only for that package's own
+/// integration tests.
 pub fn bin(name: &str) -> PathBuf {
+    static BUILD: std::sync::Once = std::sync::Once::new();
     let exe = std::env::current_exe().expect("test executable path");
-    // target/debug/deps/test-xxxx → target/debug
+    // target/<profile>/deps/test-xxxx → target/<profile>
     let dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("target dir")
         .to_path_buf();
-    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    if !path.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--bins",
-                "-p",
-                "beebot-server",
-                "-p",
-                "beebot-client",
-            ])
-            .status()
-            .expect("run cargo build");
+    BUILD.call_once(|| {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args([
+            "build",
+            "--bins",
+            "-p",
+            "beebot-server",
+            "-p",
+            "beebot-client",
+        ]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo build");
         assert!(status.success(), "cargo build of the binaries failed");
-    }
-    path
+    });
+    dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
 }
 
 /// Run a command to completion, with a time bound. Output is drained while it
