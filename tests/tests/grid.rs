@@ -130,6 +130,9 @@ fn killed_client_jobs_are_reissued_after_their_deadline() {
         "3s",
         "--max-attempts",
         "50",
+        // No tail replicas: the victim's units must come back through their deadline.
+        "--policy",
+        "round-robin",
     ]);
     let round = last_line(&o);
 
