@@ -27,6 +27,8 @@ use crate::store::{Store, StoreError};
 /// How long a host with nothing to do waits before asking again while a round
 /// is open (jobs may come back after a deadline, or wait for this host).
 pub use crate::scheduler::RETRY_WHILE_ROUND_OPEN_S;
+/// A repeating round whose next scan starts within this long counts as open.
+pub const REPEAT_SOON_MS: u64 = 60_000;
 /// How long a host waits when no round is open.
 pub const RETRY_IDLE_S: u64 = 60;
 /// A round-start plan (`batch`) covers the hosts heard from within this long.
@@ -617,8 +619,18 @@ impl Grid {
         &self.links_dir
     }
 
-    fn rounds_open(&self) -> bool {
-        self.rounds.values().any(|r| r.state == RoundState::Running)
+    /// Whether more work may come soon: a round is running, or a repeating
+    /// round's next scan starts within [`REPEAT_SOON_MS`] (so `run --once`
+    /// clients stay for it instead of leaving between two scans).
+    fn rounds_open(&self, now_ms: u64) -> bool {
+        self.rounds.values().any(|r| {
+            r.state == RoundState::Running
+                || (r.state == RoundState::Done
+                    && r.next_round.is_none()
+                    && r.every_ms.is_some_and(|every| {
+                        r.created_ms.saturating_add(every) <= now_ms.saturating_add(REPEAT_SOON_MS)
+                    }))
+        })
     }
 
     /// Mark the round done once every job is final.
@@ -919,7 +931,7 @@ impl Grid {
             units.push(unit);
         }
         self.store.flush()?;
-        let rounds_open = self.rounds_open();
+        let rounds_open = self.rounds_open(now_ms);
         let retry_after_s = if !units.is_empty() {
             None
         } else if rounds_open {
