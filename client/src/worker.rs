@@ -354,6 +354,15 @@ impl Worker {
         control::write_status(&self.home.data, &s);
     }
 
+    /// Ids of the held units whose state matches.
+    fn units_where(&self, f: impl Fn(&HeldState) -> bool) -> Vec<u64> {
+        self.held
+            .iter()
+            .filter(|(_, h)| f(&h.state))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     fn units_held(&self) -> Vec<u64> {
         self.held.keys().copied().collect()
     }
@@ -418,12 +427,7 @@ impl Worker {
 
     /// Upload every finished result. Returns false when the network failed.
     async fn upload_finished(&mut self) -> Result<bool> {
-        let ids: Vec<u64> = self
-            .held
-            .iter()
-            .filter(|(_, h)| matches!(h.state, HeldState::Finished))
-            .map(|(id, _)| *id)
-            .collect();
+        let ids = self.units_where(|s| matches!(s, HeldState::Finished));
         for unit_id in ids {
             let Some((link_file, summary)) = self.home.result(unit_id)? else {
                 // Lost its result file: scan again.
@@ -651,12 +655,7 @@ impl Worker {
         }
         let slots = self.opts.slots.clamp(1, MAX_SLOTS) as usize;
         let mut running = self.crawling();
-        let waiting: Vec<u64> = self
-            .held
-            .iter()
-            .filter(|(_, h)| matches!(h.state, HeldState::Waiting))
-            .map(|(id, _)| *id)
-            .collect();
+        let waiting = self.units_where(|s| matches!(s, HeldState::Waiting));
         for unit_id in waiting {
             if running >= slots {
                 break;
