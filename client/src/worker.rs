@@ -148,9 +148,12 @@ const SPOOL_FULL: &str =
 
 /// Exponential backoff with full jitter: a random wait in `[0, min(cap, base·2^n)]`.
 pub fn backoff_delay(attempt: u32, base: Duration, cap: Duration, unit_random: f64) -> Duration {
-    let exp = base.saturating_mul(1u32 << attempt.min(20));
-    let bound = exp.min(cap);
-    bound.mul_f64(unit_random.clamp(0.0, 1.0))
+    backoff_bound(attempt, base, cap).mul_f64(unit_random.clamp(0.0, 1.0))
+}
+
+/// The longest wait of backoff attempt `attempt`: `min(cap, base·2^n)`.
+pub fn backoff_bound(attempt: u32, base: Duration, cap: Duration) -> Duration {
+    base.saturating_mul(1u32 << attempt.min(20)).min(cap)
 }
 
 fn now_ms() -> u64 {
@@ -272,6 +275,9 @@ struct Worker {
     link: Option<Link>,
     clock_offset_ms: i64,
     failures: u32,
+    /// Work answers in a row whose every unit was refused (their own backoff:
+    /// those answers are network successes, which reset `failures`).
+    refusals: u32,
     next_contact: Instant,
     next_request: Instant,
     server_idle: bool,
@@ -599,6 +605,7 @@ impl Worker {
                             let s = SpooledUnit { signed, unit };
                             self.home.spool_unit(&s)?;
                             self.stats.units_received += 1;
+                            self.refusals = 0;
                             self.held.insert(
                                 s.unit.unit_id,
                                 Held {
@@ -622,14 +629,21 @@ impl Worker {
                 }
                 if offered > 0 && self.stats.units_refused - refused_before == offered as u64 {
                     // Nothing usable (a server signing with another key than
-                    // the one joined, or sending others' units): back off like
-                    // a failure instead of asking again at once.
-                    self.failures = self.failures.saturating_add(1);
+                    // the one joined, or sending others' units): back off
+                    // like a failure instead of asking again at once, longer
+                    // each time until a usable unit arrives.
+                    self.refusals = self.refusals.saturating_add(1);
                     let wait = backoff_delay(
-                        self.failures,
+                        self.refusals,
                         self.opts.backoff_base,
                         self.opts.backoff_cap,
                         rand::random::<f64>(),
+                    );
+                    tracing::warn!(
+                        "every unit offered was refused; asking again in {:.1}s (backoff bound {}s)",
+                        wait.as_secs_f64(),
+                        backoff_bound(self.refusals, self.opts.backoff_base, self.opts.backoff_cap)
+                            .as_secs()
                     );
                     self.next_request = Instant::now() + wait;
                 }
@@ -828,6 +842,7 @@ pub async fn run(
         link: None,
         clock_offset_ms: 0,
         failures: 0,
+        refusals: 0,
         next_contact: Instant::now(),
         next_request: Instant::now(),
         server_idle: false,

@@ -34,7 +34,7 @@ const MAX_RECORD_BYTES: usize = 1024 * 1024;
 /// Storage failures.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("storage error: {0}")]
+    #[error("storage error: {}", sled_message(.0))]
     Sled(#[from] sled::Error),
     #[error("stored record is unreadable ({tree}/{key}): {msg}")]
     Corrupt {
@@ -46,6 +46,18 @@ pub enum StoreError {
     Encode(String),
     #[error("storage failed earlier ({0}); restart the server")]
     Failed(String),
+}
+
+/// sled's error in words. sled wraps the OS error's debug form in its I/O
+/// errors, so a known kind is named by the kind ("no storage space").
+fn sled_message(e: &sled::Error) -> String {
+    match e {
+        sled::Error::Io(io) if io.raw_os_error().is_some() => io.to_string(),
+        sled::Error::Io(io) if io.kind() != std::io::ErrorKind::Other => {
+            format!("{} ({io})", io.kind())
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Write and durability bookkeeping, shared by every handle of one store.

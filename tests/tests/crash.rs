@@ -533,3 +533,172 @@ fn full_or_read_only_disks_give_clear_errors_and_lose_nothing() {
     assert!(status.success());
     assert_same_rows(&g.export_rows(&round2), &g.truth_rows());
 }
+
+/// The disk under the sled store itself fills up mid-round: the server stops
+/// acknowledging (fail-stop, one clear error), clients keep their results,
+/// and after a restart with space every result answered `Accepted` before is
+/// there and the round completes with the exact truth.
+#[test]
+fn a_full_disk_under_the_store_stops_acknowledging_and_loses_nothing() {
+    if !namespaces_available() {
+        eprintln!("skipped: `unshare -rm` is not available to mount a small filesystem");
+        return;
+    }
+    let mut g = Grid::start(53, 60);
+    join(&g, "a", &invite(&g, 1));
+    g.import_sites();
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "50"]));
+    g.kill_server();
+    let data = g.data_dir();
+    let store = data.join("store");
+    let work = g.dir.path().join("store-disk");
+    let (keep, after) = (work.join("keep"), work.join("after"));
+    let (trigger, filled) = (work.join("fill-now"), work.join("filled"));
+    std::fs::create_dir_all(&keep).expect("work dir");
+    // In its own mount namespace: the store moves onto a 128 MiB tmpfs, the
+    // server starts, and on the trigger the tmpfs is filled to the last byte.
+    // When the server has gone, what the store holds is copied out.
+    let script = format!(
+        "cp -a '{s}/.' '{keep}/' && mount -t tmpfs -o size=128m tmpfs '{s}' && \
+         cp -a '{keep}/.' '{s}/' || exit 1; \
+         '{server}' serve --data-dir '{data}' & pid=$!; \
+         while [ ! -e '{trigger}' ]; do sleep 0.05; done; \
+         dd if=/dev/zero of='{s}/filler' bs=65536 2>/dev/null; touch '{filled}'; \
+         wait $pid; ls -la '{s}' >&2; mkdir -p '{after}' && cp -a '{s}/.' '{after}/' && rm -f '{after}/filler'",
+        s = store.display(),
+        keep = keep.display(),
+        server = bin("beebot-server").display(),
+        data = data.display(),
+        trigger = trigger.display(),
+        filled = filled.display(),
+        after = after.display(),
+    );
+    let _ = std::fs::remove_file(data.join("serve.json"));
+    let server_log = g.dir.path().join("server-store-full.log");
+    let mut shell = Command::new("unshare")
+        .args(["-rm", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&server_log).expect("log"))
+        .spawn()
+        .expect("spawn server");
+    let read_log = || plain(&std::fs::read_to_string(&server_log).unwrap_or_default());
+    let start = Instant::now();
+    while !data.join("serve.json").exists() {
+        assert!(
+            start.elapsed() < WAIT && shell.try_wait().expect("shell").is_none(),
+            "server on the small store disk did not start:\n{}",
+            read_log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client_log = g.dir.path().join("client-a.log");
+    let mut client = spawn_client(&g, "a", &client_log, "2");
+    // A few results accepted, then the disk fills.
+    let start = Instant::now();
+    while accepted_units(&client_log).len() < 3 {
+        assert!(
+            start.elapsed() < WAIT,
+            "no result accepted:\n{}",
+            read_log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(&trigger, b"").expect("trigger");
+    let start = Instant::now();
+    while !filled.exists() {
+        assert!(start.elapsed() < WAIT, "the disk was not filled");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // sled writes inside the log segment it already holds until it needs a
+    // new one: a large import makes it need one now. The import fails with a
+    // clear error and from then on nothing is acknowledged.
+    let many = g.dir.path().join("many-sites.txt");
+    let list: String = (0..20_000)
+        .map(|i| format!("http://site-{i}.filler.test/\n"))
+        .collect();
+    std::fs::write(&many, list).expect("site list");
+    let o = g.admin(&["sites", "import", many.to_str().expect("path")]);
+    assert!(!o.status.success(), "import on a full disk succeeded");
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    assert!(
+        stderr(&o)
+            .lines()
+            .any(|l| l.starts_with("error: ") && l.contains("storage")),
+        "one clear error about storage: {}",
+        stderr(&o)
+    );
+    let start = Instant::now();
+    while !read_log().contains("storage failed") {
+        assert!(
+            start.elapsed() < WAIT,
+            "the store never failed on a full disk:\n{}",
+            read_log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The client is told so, and keeps going with what it holds.
+    let start = Instant::now();
+    while !plain(&std::fs::read_to_string(&client_log).unwrap_or_default())
+        .contains("server storage failed")
+    {
+        assert!(
+            start.elapsed() < WAIT,
+            "the client was never told:\n{}",
+            std::fs::read_to_string(&client_log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        client.try_wait().expect("client").is_none(),
+        "client keeps going"
+    );
+    let accepted = accepted_units(&client_log);
+    let text = read_log();
+    eprintln!(
+        "{} results accepted before the store failed: {}",
+        accepted.len(),
+        text.lines()
+            .find(|l| l.contains("storage failed"))
+            .unwrap_or("")
+    );
+    assert!(!text.contains("panicked"), "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("storage failed:"))
+            .count(),
+        1,
+        "one clear error, not one per request:\n{text}"
+    );
+    // The server is killed on the full disk; what its store holds is moved back.
+    let pid = beebot_server::config::DataDir(data.clone())
+        .load_runtime()
+        .expect("serve.json")
+        .pid;
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    let status = shell.wait().expect("shell");
+    assert!(
+        status.success(),
+        "copying the store out: {status}\n{}",
+        read_log()
+    );
+    std::fs::remove_dir_all(&store).expect("old store");
+    std::fs::rename(&after, &store).expect("store back");
+
+    // Space again: everything acknowledged is there, the round completes exact.
+    g.start_server();
+    assert_accepted_present(&g, &round, &accepted, "after the full disk");
+    let o = g.admin(&["round", "wait", &round, "--timeout", "240s"]);
+    assert!(
+        o.status.success(),
+        "round wait: {}\n{}",
+        stderr(&o),
+        g.server_log()
+    );
+    let status = client.wait().expect("client");
+    assert!(status.success(), "client: {status}");
+    let d = round_json(&g, &round);
+    assert_each_job_counted_once(&g, &d, 60);
+    let accepted = accepted_units(&client_log);
+    assert_accepted_present(&g, &round, &accepted, "at the end");
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+}
