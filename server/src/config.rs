@@ -7,7 +7,7 @@
 //! DATA_DIR/cert.pem      TLS certificate; key.pem its private key (0600)
 //! DATA_DIR/admin.token   admin API bearer token (0600)
 //! DATA_DIR/store/        sled database
-//! DATA_DIR/links/        accepted link files, links/ROUND/JOB.lf
+//! DATA_DIR/links/        accepted link files, links/ROUND/JOB-UNIT.lf
 //! DATA_DIR/serve.json    addresses of the running server (written by `serve`)
 //! ```
 

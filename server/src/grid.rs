@@ -4,7 +4,7 @@
 //! Every method takes the time (`now_ms`, Unix milliseconds) as an argument.
 //! The QUIC and admin layers call it under one lock (see [`crate::Shared`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,6 +17,7 @@ use beebot_shared::limits::{
 };
 use beebot_shared::linkfile::{self, ScanSummary};
 use beebot_shared::proto::HostInfo;
+use beebot_shared::scope::Scope;
 use beebot_shared::sign::{self, SignedUnit, UnitLimits, WorkUnit};
 use beebot_shared::util::sha256;
 
@@ -83,6 +84,73 @@ pub enum UploadOutcome {
     Rejected(String),
 }
 
+/// What [`Grid::upload_begin`] decided.
+#[derive(Debug)]
+pub enum UploadStep {
+    /// The answer, with nothing to verify or write.
+    Answer(UploadOutcome),
+    /// The link file is to be verified and written, then the upload finished.
+    Plan(UploadPlan),
+}
+
+/// An upload the grid expects: what its link file must say, and where it goes.
+#[derive(Clone, Debug)]
+pub struct UploadPlan {
+    host_id: u64,
+    unit_id: u64,
+    job_id: u64,
+    round_id: u64,
+    site: String,
+    scope: Scope,
+    /// The link file's path. One per unit: two copies of a job uploading at
+    /// once never write the same file.
+    path: PathBuf,
+    /// The same, relative to the links directory (kept in the job's result).
+    rel: String,
+}
+
+impl UploadPlan {
+    /// Check the link file against the unit, outside the grid lock: it
+    /// decodes (bounded), its header names this unit, round and site, every
+    /// record's source is on the site, and the summary counts its links.
+    /// `Err` holds the reason it is refused.
+    pub fn verify(&self, summary: &ScanSummary, link_file: &[u8]) -> Result<(), String> {
+        let (header, records) =
+            linkfile::decode(link_file).map_err(|e| format!("link file refused: {e}"))?;
+        if header.unit_id != self.unit_id
+            || header.round_id != self.round_id
+            || header.site != self.site
+        {
+            return Err("link file header does not match the unit".into());
+        }
+        // A file claiming links from other sites lies about what was scanned.
+        let site_scope = beebot_shared::scope::SiteScope::new(&self.site, self.scope);
+        if let Some(r) = records
+            .iter()
+            .find(|r| !url::Url::parse(&r.source_url).is_ok_and(|u| site_scope.contains(&u)))
+        {
+            return Err(format!(
+                "link file holds a record whose source {} is not on site {}",
+                r.source_url.chars().take(200).collect::<String>(),
+                self.site
+            ));
+        }
+        if summary.links != records.len() as u64 {
+            return Err(format!(
+                "summary says {} links but the link file holds {}",
+                summary.links,
+                records.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Make the link file durable at its place (outside the grid lock).
+    pub fn write(&self, link_file: &[u8]) -> std::io::Result<()> {
+        write_durable(&self.path, link_file)
+    }
+}
+
 /// The answer to a progress report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProgressOutcome {
@@ -125,6 +193,30 @@ pub struct Grid {
     invites: HashMap<[u8; 32], InviteRecord>,
     /// unit id → job id
     units: HashMap<u64, u64>,
+    /// The open jobs of each running round, kept in step with `jobs` by
+    /// [`Grid::reindex`].
+    open: HashMap<u64, OpenJobs>,
+}
+
+/// A running round's queued and running jobs, so that a work request, an
+/// upload and a tick cost what is open now, not a walk over every job of
+/// every round ever run.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct OpenJobs {
+    /// Queued jobs as the scheduler sees them, in list order (job ids grow
+    /// with it), `failed_here` unset: it is filled in per asking host.
+    queue: Vec<JobView>,
+    /// Jobs with a running attempt.
+    running: BTreeSet<u64>,
+    /// Open jobs each host failed (an attempt expired or given back).
+    failed_by: HashMap<u64, BTreeSet<u64>>,
+}
+
+/// The host had an attempt of `job` that expired or failed.
+fn failed_by(job: &JobRecord, host_id: u64) -> bool {
+    job.attempts.iter().any(|a| {
+        a.host_id == host_id && matches!(a.state, AttemptState::Expired | AttemptState::Failed(_))
+    })
 }
 
 fn push_reason(job: &mut JobRecord, reason: String) {
@@ -136,13 +228,17 @@ fn push_reason(job: &mut JobRecord, reason: String) {
     job.reasons.push(r);
 }
 
-/// Write `data` to `path` durably: temporary name, fsync, rename, fsync the dir.
+/// Write `data` to `path` durably: temporary name, fsync, rename, fsync the
+/// dir. Each call writes its own temporary file, so concurrent writers of
+/// one path each rename a whole file into place.
 pub fn write_durable(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = path
         .parent()
         .ok_or_else(|| std::io::Error::other("path has no parent"))?;
     fs::create_dir_all(dir)?;
-    let tmp = path.with_extension("tmp");
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("{}-{n}.tmp", std::process::id()));
     let written = (|| {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(data)?;
@@ -176,6 +272,7 @@ impl Grid {
             hosts: BTreeMap::new(),
             invites: HashMap::new(),
             units: HashMap::new(),
+            open: HashMap::new(),
             store,
         };
         for s in g.store.sites()? {
@@ -196,7 +293,102 @@ impl Grid {
         for i in g.store.invites()? {
             g.invites.insert(i.token_sha256, i);
         }
+        let running: Vec<u64> = g
+            .rounds
+            .values()
+            .filter(|r| r.state == RoundState::Running)
+            .flat_map(|r| r.job_ids.iter().copied())
+            .collect();
+        for id in running {
+            g.reindex(id);
+        }
         Ok(g)
+    }
+
+    /// Bring the index of open jobs in step with job `job_id` after a change.
+    fn reindex(&mut self, job_id: u64) {
+        let Some(job) = self.jobs.get(&job_id) else {
+            return;
+        };
+        let Some(round) = self
+            .rounds
+            .get(&job.round_id)
+            .filter(|r| r.state == RoundState::Running)
+        else {
+            return;
+        };
+        let open = self.open.entry(job.round_id).or_default();
+        if let Ok(p) = open.queue.binary_search_by_key(&job_id, |v| v.job_id) {
+            open.queue.remove(p);
+        }
+        if job.state == JobState::Queued {
+            let order = round.job_ids.binary_search(&job_id).unwrap_or(0) as u32;
+            let view = JobView {
+                job_id,
+                order,
+                pages: job.est_pages,
+                failed_here: false,
+                // A batch stays with its host unless that host failed the job.
+                assigned: job.batch_host.filter(|h| !failed_by(job, *h)),
+            };
+            if let Err(p) = open.queue.binary_search_by_key(&job_id, |v| v.job_id) {
+                open.queue.insert(p, view);
+            }
+        }
+        if job.state == JobState::Running {
+            open.running.insert(job_id);
+        } else {
+            open.running.remove(&job_id);
+        }
+        for a in &job.attempts {
+            if matches!(a.state, AttemptState::Expired | AttemptState::Failed(_)) {
+                open.failed_by.entry(a.host_id).or_default().insert(job_id);
+            }
+        }
+        if job.state.is_final() {
+            for jobs in open.failed_by.values_mut() {
+                jobs.remove(&job_id);
+            }
+            open.failed_by.retain(|_, jobs| !jobs.is_empty());
+        }
+    }
+
+    /// Debug builds check that the index of open jobs equals one built
+    /// afresh from the jobs.
+    fn check_open(&self) {
+        #[cfg(debug_assertions)]
+        assert_eq!(self.open, self.open_from_scratch(), "index of open jobs");
+    }
+
+    /// The index of open jobs, built afresh from the jobs.
+    #[cfg(debug_assertions)]
+    fn open_from_scratch(&self) -> HashMap<u64, OpenJobs> {
+        let mut g = Grid {
+            store: self.store.clone(),
+            links_dir: PathBuf::new(),
+            project_key: self.project_key.clone(),
+            settings: self.settings.clone(),
+            sites: BTreeMap::new(),
+            rounds: self.rounds.clone(),
+            jobs: self.jobs.clone(),
+            hosts: BTreeMap::new(),
+            invites: HashMap::new(),
+            units: HashMap::new(),
+            open: HashMap::new(),
+        };
+        let ids: Vec<u64> = g.jobs.keys().copied().collect();
+        for id in ids {
+            g.reindex(id);
+        }
+        g.open
+    }
+
+    /// Ids of the running jobs of every running round.
+    fn running_job_ids(&self) -> Vec<u64> {
+        self.open
+            .values()
+            .flat_map(|o| o.running.iter().copied())
+            .collect()
     }
 
     pub fn project_public_key(&self) -> [u8; 32] {
@@ -421,10 +613,10 @@ impl Grid {
         _now_ms: u64,
     ) -> Result<(), GridError> {
         let mut changed = Vec::new();
-        for job in self.jobs.values_mut() {
-            if job.state != JobState::Running {
+        for id in self.running_job_ids() {
+            let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
-            }
+            };
             let mut touched = false;
             for a in job.attempts.iter_mut() {
                 if a.host_id == host_id
@@ -446,6 +638,7 @@ impl Grid {
             if let Some(job) = self.jobs.get(&id) {
                 self.store.put_job(job)?;
             }
+            self.reindex(id);
         }
         Ok(())
     }
@@ -560,7 +753,11 @@ impl Grid {
         };
         self.store.put_round(&round)?;
         self.store.flush()?;
+        let job_ids = round.job_ids.clone();
         self.rounds.insert(round_id, round);
+        for id in job_ids {
+            self.reindex(id);
+        }
         Ok(round_id)
     }
 
@@ -597,6 +794,7 @@ impl Grid {
                 self.store.put_job(job)?;
             }
         }
+        self.open.remove(&round_id);
         self.store.flush()?;
         Ok(())
     }
@@ -641,11 +839,12 @@ impl Grid {
         if round.state != RoundState::Running {
             return Ok(());
         }
-        let all_final = round
-            .job_ids
-            .iter()
-            .all(|j| self.jobs.get(j).is_none_or(|j| j.state.is_final()));
+        let all_final = self
+            .open
+            .get(&round_id)
+            .is_none_or(|o| o.queue.is_empty() && o.running.is_empty());
         if all_final {
+            self.open.remove(&round_id);
             let mut r = round.clone();
             r.state = RoundState::Done;
             r.finished_ms = Some(now_ms);
@@ -719,10 +918,10 @@ impl Grid {
             .filter(|r| r.state == RoundState::Running)
         {
             let delay_s = r.params.delay_ms as f64 / 1000.0;
-            for job in r.job_ids.iter().filter_map(|id| self.jobs.get(id)) {
-                if job.state != JobState::Running {
-                    continue;
-                }
+            let Some(open) = self.open.get(&r.id) else {
+                continue;
+            };
+            for job in open.running.iter().filter_map(|id| self.jobs.get(id)) {
                 for a in job.running_attempts() {
                     let cost = scheduler::seconds_per_page(self.host_speed(a.host_id), delay_s);
                     // A scan that reports progress is timed by its own pace.
@@ -819,50 +1018,34 @@ impl Grid {
             if free == 0 {
                 break;
             }
-            let Some(round) = self.rounds.get(round_id) else {
-                continue;
-            };
             let Some(policy) = scheduler::policy_by_name(&params.policy) else {
                 continue;
             };
-            let failed_by = |j: &JobRecord, h: u64| {
-                j.attempts.iter().any(|a| {
-                    a.host_id == h
-                        && matches!(a.state, AttemptState::Expired | AttemptState::Failed(_))
-                })
+            let Some(open) = self.open.get(round_id) else {
+                continue;
             };
-            let mut queue: Vec<JobView> = Vec::new();
+            // The queue as the index keeps it, with this host's failures marked.
+            let mut queue = open.queue.clone();
+            for id in open.failed_by.get(&host_id).into_iter().flatten() {
+                if let Ok(p) = queue.binary_search_by_key(id, |v| v.job_id) {
+                    queue[p].failed_here = true;
+                }
+            }
             let mut running_jobs: Vec<RunningView> = Vec::new();
-            for (i, j) in round
-                .job_ids
-                .iter()
-                .filter_map(|id| self.jobs.get(id))
-                .enumerate()
-            {
-                match j.state {
-                    JobState::Queued => queue.push(JobView {
+            if policy.replicates() {
+                for j in open.running.iter().filter_map(|id| self.jobs.get(id)) {
+                    let copies: Vec<&Attempt> = j.running_attempts().collect();
+                    running_jobs.push(RunningView {
                         job_id: j.id,
-                        order: i as u32,
                         pages: j.est_pages,
+                        copies: copies.len() as u32,
+                        on_asker: copies.iter().any(|a| a.host_id == host_id),
                         failed_here: failed_by(j, host_id),
-                        // A batch stays with its host unless that host failed the job.
-                        assigned: j.batch_host.filter(|h| !failed_by(j, *h)),
-                    }),
-                    JobState::Running if policy.replicates() => {
-                        let copies: Vec<&Attempt> = j.running_attempts().collect();
-                        running_jobs.push(RunningView {
-                            job_id: j.id,
-                            pages: j.est_pages,
-                            copies: copies.len() as u32,
-                            on_asker: copies.iter().any(|a| a.host_id == host_id),
-                            failed_here: failed_by(j, host_id),
-                            finish_s: copies
-                                .iter()
-                                .map(|a| ends.get(&a.unit_id).copied().unwrap_or(f64::INFINITY))
-                                .fold(f64::INFINITY, f64::min),
-                        });
-                    }
-                    _ => {}
+                        finish_s: copies
+                            .iter()
+                            .map(|a| ends.get(&a.unit_id).copied().unwrap_or(f64::INFINITY))
+                            .fold(f64::INFINITY, f64::min),
+                    });
                 }
             }
             // Only work whose deadline the host can meet inside its open windows.
@@ -931,6 +1114,7 @@ impl Grid {
             units.push(unit);
         }
         self.store.flush()?;
+        self.check_open();
         let rounds_open = self.rounds_open(now_ms);
         let retry_after_s = if !units.is_empty() {
             None
@@ -1021,6 +1205,7 @@ impl Grid {
         let job = job.clone();
         self.store.put_job(&job)?;
         self.units.insert(unit_id, job_id);
+        self.reindex(job_id);
         Ok((signed, expected))
     }
 
@@ -1149,16 +1334,17 @@ impl Grid {
         let round_id = job.round_id;
         let job = job.clone();
         self.store.put_job(&job)?;
+        self.reindex(job_id);
         self.check_round_done(round_id, now_ms)
     }
 
     /// Expire every unit whose deadline has passed. Returns how many expired.
     pub fn tick(&mut self, now_ms: u64) -> Result<usize, GridError> {
         let mut expired: Vec<(u64, u64)> = Vec::new(); // (job, host)
-        for job in self.jobs.values_mut() {
-            if job.state != JobState::Running {
+        for id in self.running_job_ids() {
+            let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
-            }
+            };
             for a in job.attempts.iter_mut() {
                 if a.state == AttemptState::Running && a.deadline_ms <= now_ms {
                     a.state = AttemptState::Expired;
@@ -1181,10 +1367,16 @@ impl Grid {
         if !expired.is_empty() {
             self.store.flush()?;
         }
+        self.check_open();
         Ok(expired.len())
     }
 
-    /// A host delivers a unit's result. The link file is durable before `Accepted`.
+    /// A host delivers a unit's result. The link file is durable before
+    /// `Accepted`. The server runs the three steps apart, so that the link
+    /// file is verified and written outside the grid lock:
+    /// [`Grid::upload_begin`], [`UploadPlan::verify`] and
+    /// [`UploadPlan::write`], then [`Grid::upload_finish`] (or
+    /// [`Grid::upload_refused`] when the file is refused).
     pub fn upload(
         &mut self,
         host_id: u64,
@@ -1193,71 +1385,111 @@ impl Grid {
         link_file: &[u8],
         now_ms: u64,
     ) -> Result<UploadOutcome, GridError> {
+        let plan = match self.upload_begin(host_id, unit_id, now_ms)? {
+            UploadStep::Answer(o) => return Ok(o),
+            UploadStep::Plan(p) => p,
+        };
+        if let Err(reason) = plan.verify(&summary, link_file) {
+            return self.upload_refused(&plan, reason, now_ms);
+        }
+        plan.write(link_file)?;
+        self.upload_finish(&plan, summary, now_ms)
+    }
+
+    /// First step of an upload: is this unit the host's, and is its job
+    /// still open? Writes nothing.
+    pub fn upload_begin(
+        &mut self,
+        host_id: u64,
+        unit_id: u64,
+        now_ms: u64,
+    ) -> Result<UploadStep, GridError> {
         self.active_host(host_id, now_ms)?;
-        let Some(&job_id) = self.units.get(&unit_id) else {
-            return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
+        let job = match self.open_job_of(host_id, unit_id) {
+            Ok(job) => job,
+            Err(o) => return Ok(UploadStep::Answer(o)),
         };
-        let Some(job) = self.jobs.get(&job_id) else {
-            return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
-        };
+        let scope = self
+            .rounds
+            .get(&job.round_id)
+            .map(|r| r.params.scope)
+            .unwrap_or_default();
+        Ok(UploadStep::Plan(UploadPlan {
+            host_id,
+            unit_id,
+            job_id: job.id,
+            round_id: job.round_id,
+            site: job.site.clone(),
+            scope,
+            path: self
+                .links_dir
+                .join(job.round_id.to_string())
+                .join(format!("{}-{unit_id}.lf", job.id)),
+            rel: format!("{}/{}-{unit_id}.lf", job.round_id, job.id),
+        }))
+    }
+
+    /// The job `unit_id` of `host_id` works on, while it is open; otherwise
+    /// the answer to give (`Duplicate` once the job or its round is over).
+    fn open_job_of(&self, host_id: u64, unit_id: u64) -> Result<&JobRecord, UploadOutcome> {
+        let unknown = || UploadOutcome::Rejected(format!("unknown unit {unit_id}"));
+        let job_id = *self.units.get(&unit_id).ok_or_else(unknown)?;
+        let job = self.jobs.get(&job_id).ok_or_else(unknown)?;
         if !job
             .attempts
             .iter()
             .any(|a| a.unit_id == unit_id && a.host_id == host_id)
         {
-            return Ok(UploadOutcome::Rejected(format!(
+            return Err(UploadOutcome::Rejected(format!(
                 "unit {unit_id} was not issued to host {host_id}"
             )));
         }
         let round_state = self.rounds.get(&job.round_id).map(|r| r.state);
         if job.state.is_final() || round_state != Some(RoundState::Running) {
             // Acknowledged and dropped: the job is finished (or its round ended).
-            return Ok(UploadOutcome::Duplicate);
+            return Err(UploadOutcome::Duplicate);
         }
-        let (header, records) = match linkfile::decode(link_file) {
-            Ok(x) => x,
-            Err(e) => {
-                let reason = format!("link file refused: {e}");
-                self.fail(host_id, unit_id, &reason, now_ms)?;
-                return Ok(UploadOutcome::Rejected(reason));
-            }
-        };
-        if header.unit_id != unit_id || header.round_id != job.round_id || header.site != job.site {
-            let reason = "link file header does not match the unit".to_string();
-            self.fail(host_id, unit_id, &reason, now_ms)?;
-            return Ok(UploadOutcome::Rejected(reason));
-        }
-        // Every record's source page must be inside the site's scope: a file
-        // claiming links from other sites lies about what was scanned.
-        if let Some(scope) = self.rounds.get(&job.round_id).map(|r| r.params.scope) {
-            let site_scope = beebot_shared::scope::SiteScope::new(&job.site, scope);
-            if let Some(r) = records
-                .iter()
-                .find(|r| !url::Url::parse(&r.source_url).is_ok_and(|u| site_scope.contains(&u)))
-            {
-                let reason = format!(
-                    "link file holds a record whose source {} is not on site {}",
-                    r.source_url.chars().take(200).collect::<String>(),
-                    job.site
-                );
-                self.fail(host_id, unit_id, &reason, now_ms)?;
-                return Ok(UploadOutcome::Rejected(reason));
-            }
-        }
-        if summary.links != records.len() as u64 {
-            let reason = format!(
-                "summary says {} links but the link file holds {}",
-                summary.links,
-                records.len()
-            );
-            self.fail(host_id, unit_id, &reason, now_ms)?;
-            return Ok(UploadOutcome::Rejected(reason));
-        }
-        let rel = format!("{}/{}.lf", job.round_id, job.id);
-        write_durable(&self.links_dir.join(&rel), link_file)?;
+        Ok(job)
+    }
 
-        let site = job.site.clone();
-        let round_id = job.round_id;
+    /// Last step of a refused upload: the attempt fails with `reason`.
+    pub fn upload_refused(
+        &mut self,
+        plan: &UploadPlan,
+        reason: String,
+        now_ms: u64,
+    ) -> Result<UploadOutcome, GridError> {
+        if let Err(o) = self.open_job_of(plan.host_id, plan.unit_id) {
+            return Ok(o);
+        }
+        self.fail(plan.host_id, plan.unit_id, &reason, now_ms)?;
+        Ok(UploadOutcome::Rejected(reason))
+    }
+
+    /// Last step of an upload whose link file is verified and durable: the
+    /// job is done, unless another copy finished it (or its round ended)
+    /// meanwhile; then the file written for this one is removed.
+    pub fn upload_finish(
+        &mut self,
+        plan: &UploadPlan,
+        summary: ScanSummary,
+        now_ms: u64,
+    ) -> Result<UploadOutcome, GridError> {
+        let (host_id, unit_id) = (plan.host_id, plan.unit_id);
+        self.active_host(host_id, now_ms)?;
+        if let Err(o) = self.open_job_of(host_id, unit_id) {
+            // Unless it is the winner's own file (the same unit uploaded twice).
+            let kept = self
+                .jobs
+                .get(&plan.job_id)
+                .and_then(|j| j.result.as_ref())
+                .is_some_and(|r| r.file == plan.rel);
+            if !kept {
+                let _ = fs::remove_file(&plan.path);
+            }
+            return Ok(o);
+        }
+        let (job_id, round_id, site) = (plan.job_id, plan.round_id, plan.site.clone());
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
         };
@@ -1290,7 +1522,7 @@ impl Grid {
             unit_id,
             host_id,
             summary,
-            file: rel,
+            file: plan.rel.clone(),
             accepted_ms: now_ms,
         });
         let job = job.clone();
@@ -1310,8 +1542,10 @@ impl Grid {
             let h = h.clone();
             self.store.put_host(&h)?;
         }
+        self.reindex(job_id);
         self.check_round_done(round_id, now_ms)?;
         self.store.flush()?;
+        self.check_open();
         Ok(UploadOutcome::Accepted)
     }
 
@@ -1574,7 +1808,7 @@ mod tests {
     fn lf_path(fx: &Fx, unit: &WorkUnit) -> PathBuf {
         fx.links()
             .join(unit.round_id.to_string())
-            .join(format!("{}.lf", unit.job_id))
+            .join(format!("{}-{}.lf", unit.job_id, unit.unit_id))
     }
 
     // ---- invites ----
@@ -2114,7 +2348,10 @@ mod tests {
         assert_eq!((result.unit_id, result.host_id), (u.unit_id, a));
         assert_eq!(result.summary, sum_a);
         assert_eq!(result.accepted_ms, late);
-        assert_eq!(result.file, format!("{}/{}.lf", u.round_id, u.job_id));
+        assert_eq!(
+            result.file,
+            format!("{}/{}-{}.lf", u.round_id, u.job_id, u.unit_id)
+        );
         let ha = fx.host_rec(a);
         assert_eq!(
             (ha.jobs_done, ha.pages_done, ha.deadlines_missed),
@@ -2677,6 +2914,60 @@ mod tests {
             ProgressOutcome::Abort(_)
         ));
         assert_eq!(fx.upload(slow, &u, 2, t + 5000), UploadOutcome::Duplicate);
+    }
+
+    /// The steps the server runs apart (the link file is verified and
+    /// written outside the grid lock), interleaved: two copies of a job and
+    /// the same unit twice each write a whole file of their own; the first
+    /// to finish wins, a loser's file is removed, the winner's stays.
+    #[test]
+    fn interleaved_uploads_keep_exactly_the_winners_file() {
+        let (mut fx, hosts) = two_hosts(1);
+        let (slow, fast) = (hosts[0], hosts[1]);
+        fx.grid.benchmark(slow, 0.1, 10.0, 1, T0).unwrap();
+        fx.grid.benchmark(fast, 100.0, 1000.0, 1, T0).unwrap();
+        start(&mut fx, "adaptive", T0);
+        let t = T0 + scheduler::ONLINE_WINDOW_MS + 1;
+        let u = fx.one(slow, &[], t);
+        let v = fx.one(fast, &[], t + 1000);
+        assert_eq!(v.job_id, u.job_id);
+        let begin = |fx: &mut Fx, host: u64, unit: &WorkUnit| match fx
+            .grid
+            .upload_begin(host, unit.unit_id, t + 2000)
+            .unwrap()
+        {
+            UploadStep::Plan(p) => p,
+            UploadStep::Answer(o) => panic!("{o:?}"),
+        };
+        let (sum_u, file_u) = result_for(&u, 3);
+        let (sum_v, file_v) = result_for(&v, 4);
+        // Both copies, and the fast copy a second time (a retry in flight).
+        let pu = begin(&mut fx, slow, &u);
+        let pv = begin(&mut fx, fast, &v);
+        let pv2 = begin(&mut fx, fast, &v);
+        for (p, sum, file) in [
+            (&pu, &sum_u, &file_u),
+            (&pv, &sum_v, &file_v),
+            (&pv2, &sum_v, &file_v),
+        ] {
+            p.verify(sum, file).unwrap();
+            p.write(file).unwrap();
+        }
+        // A file that lies is refused by `verify`, before anything is written.
+        assert!(pu.verify(&sum_v, &file_v).is_err());
+        let done = |fx: &mut Fx, p: &UploadPlan, sum: &ScanSummary| {
+            fx.grid.upload_finish(p, sum.clone(), t + 3000).unwrap()
+        };
+        assert_eq!(done(&mut fx, &pv, &sum_v), UploadOutcome::Accepted);
+        assert_eq!(done(&mut fx, &pu, &sum_u), UploadOutcome::Duplicate);
+        assert_eq!(done(&mut fx, &pv2, &sum_v), UploadOutcome::Duplicate);
+        let path = lf_path(&fx, &v);
+        assert_eq!(files_under(&fx.links()), vec![path.clone()]);
+        assert_eq!(fs::read(&path).unwrap(), file_v);
+        let job = fx.job(v.job_id);
+        assert_eq!(job.result.as_ref().map(|r| r.unit_id), Some(v.unit_id));
+        assert_eq!(fx.host_rec(fast).jobs_done, 1);
+        assert_eq!(fx.host_rec(slow).jobs_done, 0);
     }
 
     #[test]

@@ -29,10 +29,11 @@ use beebot_shared::codec::{self, CodecError, FRAME_HEADER_BYTES};
 use beebot_shared::limits::{
     MAX_FRAME_BYTES, MAX_TEXT_LEN, MAX_WANT_SECONDS, MAX_WINDOW_INTERVALS, NONCE_LEN,
 };
+use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::proto::{ErrorCode, PolicyHints, Request, Response, ALPN};
 use beebot_shared::sign;
 
-use crate::grid::{GridError, ProgressOutcome, UploadOutcome, WorkRequest};
+use crate::grid::{GridError, ProgressOutcome, UploadOutcome, UploadStep, WorkRequest};
 use crate::{now_ms, Shared};
 
 /// Streams one connection may have open at once.
@@ -427,6 +428,49 @@ async fn handle_stream(
     write_response(&mut send, &resp).await;
 }
 
+/// An upload in three steps, so that decoding the link file and making it
+/// durable (two fsyncs) run outside the grid lock and concurrent uploads
+/// share the disk instead of queueing behind one another.
+async fn upload(
+    shared: &Arc<Shared>,
+    host_id: u64,
+    unit_id: u64,
+    summary: ScanSummary,
+    link_file: Vec<u8>,
+) -> Result<UploadOutcome, GridError> {
+    let plan = match shared
+        .with_grid(move |g| g.upload_begin(host_id, unit_id, now_ms()))
+        .await?
+    {
+        UploadStep::Answer(o) => return Ok(o),
+        UploadStep::Plan(p) => p,
+    };
+    let checked = tokio::task::spawn_blocking(move || {
+        let checked = match plan.verify(&summary, &link_file) {
+            Ok(()) => plan.write(&link_file).map(|()| Ok(())),
+            Err(reason) => Ok(Err(reason)),
+        };
+        (plan, summary, checked)
+    })
+    .await;
+    let (plan, summary, checked) = match checked {
+        Ok(x) => x,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    };
+    match checked? {
+        Ok(()) => {
+            shared
+                .with_grid(move |g| g.upload_finish(&plan, summary, now_ms()))
+                .await
+        }
+        Err(reason) => {
+            shared
+                .with_grid(move |g| g.upload_refused(&plan, reason, now_ms()))
+                .await
+        }
+    }
+}
+
 /// Read exactly `len` payload bytes, growing the buffer as data arrives.
 /// `Err(Some(_))`: the peer ended the stream early (answerable);
 /// `Err(None)`: the stream broke.
@@ -584,8 +628,7 @@ async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
             unit_id,
             summary,
             link_file,
-        } => shared
-            .with_grid(move |g| g.upload(host_id, unit_id, summary, &link_file, now_ms()))
+        } => upload(shared, host_id, unit_id, summary, link_file)
             .await
             .map(|o| match o {
                 UploadOutcome::Accepted => Response::Accepted,
