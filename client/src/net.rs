@@ -19,8 +19,20 @@ use beebot_shared::sign;
 
 /// Connecting (handshake included) must finish within this time.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-/// One request/response must finish within this time (uploads included).
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// A request and its answer must finish within this time, plus the time to
+/// send its bytes at [`SLOWEST_UPLOAD_BYTES_PER_S`]: a server that hangs holds
+/// the work loop (and the slots it would refill) no longer than this.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// The slowest upload rate waited for before an upload is given up and retried.
+const SLOWEST_UPLOAD_BYTES_PER_S: u64 = 16 * 1024;
+/// No request waits longer than this, however large.
+const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long a request of `bytes` may take, answer included.
+pub fn request_timeout(bytes: usize) -> Duration {
+    (REQUEST_TIMEOUT + Duration::from_secs(bytes as u64 / SLOWEST_UPLOAD_BYTES_PER_S))
+        .min(MAX_REQUEST_TIMEOUT)
+}
 /// Keep-alive so an idle connection survives between work requests.
 const KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// A connection that hears nothing for this long is dead (a server that
@@ -224,7 +236,7 @@ impl Link {
 
     /// Send raw bytes as one request and read one framed response.
     pub async fn raw_request(&self, frame: &[u8]) -> Result<Response, NetError> {
-        tokio::time::timeout(REQUEST_TIMEOUT, async {
+        tokio::time::timeout(request_timeout(frame.len()), async {
             let (mut send, mut recv) = self
                 .conn
                 .open_bi()
@@ -317,5 +329,21 @@ impl Link {
 
     pub fn close(&self) {
         self.conn.close(0u32.into(), b"bye");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_timeouts_grow_with_the_bytes_and_are_capped() {
+        assert_eq!(request_timeout(200), REQUEST_TIMEOUT);
+        assert_eq!(
+            request_timeout(1024 * 1024),
+            REQUEST_TIMEOUT + Duration::from_secs(64)
+        );
+        assert_eq!(request_timeout(usize::MAX), MAX_REQUEST_TIMEOUT);
+        assert!(request_timeout(MAX_FRAME_BYTES) <= MAX_REQUEST_TIMEOUT);
     }
 }
