@@ -383,12 +383,15 @@ impl Grid {
         g.open
     }
 
-    /// Ids of the running jobs of every running round.
+    /// Ids of the running jobs of every running round, in id order.
     fn running_job_ids(&self) -> Vec<u64> {
-        self.open
+        let mut ids: Vec<u64> = self
+            .open
             .values()
             .flat_map(|o| o.running.iter().copied())
-            .collect()
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     pub fn project_public_key(&self) -> [u8; 32] {
