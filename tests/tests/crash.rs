@@ -353,6 +353,29 @@ fn namespaces_available() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Processes a test started outside the harness (a server in its own
+/// namespace, clients): when the test fails they are killed with it, so
+/// nothing outlives a failed test.
+struct KillOnPanic {
+    pids: Vec<u32>,
+    /// A data dir whose running server (by `serve.json`) is killed too.
+    data: PathBuf,
+}
+
+impl Drop for KillOnPanic {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let server = beebot_server::config::DataDir(self.data.clone())
+            .load_runtime()
+            .map(|r| r.pid);
+        for pid in server.iter().chain(&self.pids) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
+}
+
 /// A shell line that mounts a full filesystem (one 4 KiB page, filled) on `dir`.
 fn full_fs(dir: &Path) -> String {
     format!(
@@ -434,6 +457,10 @@ fn full_or_read_only_disks_give_clear_errors_and_lose_nothing() {
         .stderr(log)
         .spawn()
         .expect("spawn server");
+    let mut reap = KillOnPanic {
+        pids: vec![full_server.id()],
+        data: data.clone(),
+    };
     let start = Instant::now();
     while !data.join("serve.json").exists() {
         assert!(
@@ -444,6 +471,7 @@ fn full_or_read_only_disks_give_clear_errors_and_lose_nothing() {
     }
     let client_log = g.dir.path().join("client-a.log");
     let mut client = spawn_client(&g, "a", &client_log, "2");
+    reap.pids.push(client.id());
     let full_log = g.dir.path().join("server-full.log");
     let start = Instant::now();
     while !std::fs::read_to_string(&full_log)
@@ -522,6 +550,7 @@ fn full_or_read_only_disks_give_clear_errors_and_lose_nothing() {
     );
     // Space again: the spooled units resume and the round completes.
     let c = spawn_client(&g, "a", &client_log, "2");
+    reap.pids.push(c.id());
     let o = g.admin(&["round", "wait", &round2, "--timeout", "240s"]);
     assert!(
         o.status.success(),
@@ -581,6 +610,10 @@ fn a_full_disk_under_the_store_stops_acknowledging_and_loses_nothing() {
         .stderr(std::fs::File::create(&server_log).expect("log"))
         .spawn()
         .expect("spawn server");
+    let mut reap = KillOnPanic {
+        pids: vec![shell.id()],
+        data: data.clone(),
+    };
     let read_log = || plain(&std::fs::read_to_string(&server_log).unwrap_or_default());
     let start = Instant::now();
     while !data.join("serve.json").exists() {
@@ -593,6 +626,7 @@ fn a_full_disk_under_the_store_stops_acknowledging_and_loses_nothing() {
     }
     let client_log = g.dir.path().join("client-a.log");
     let mut client = spawn_client(&g, "a", &client_log, "2");
+    reap.pids.push(client.id());
     // A few results accepted, then the disk fills.
     let start = Instant::now();
     while accepted_units(&client_log).len() < 3 {
