@@ -73,7 +73,7 @@ pub struct JobView {
     pub assigned: Option<u64>,
 }
 
-/// A running job, for tail replication.
+/// A running job, for replicas (hedges and tail replication).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunningView {
     pub job_id: u64,
