@@ -126,7 +126,7 @@ pub struct Attempt {
     pub state: AttemptState,
     pub pages: u64,
     pub links: u64,
-    /// A tail replica of a job that was already running elsewhere.
+    /// A copy (a hedge or a tail replica) of a job already running elsewhere.
     pub replica: bool,
     /// First and latest progress reports (0: none yet): the scan's pace.
     pub first_report_ms: u64,

@@ -27,7 +27,8 @@ pub const BUSY_ONLINE_WINDOW_MS: u64 = 40_000;
 /// A host's availability (share of time online) is never taken below this,
 /// so one long absence does not make a host look ten times slower.
 pub const MIN_AVAILABILITY: f64 = 0.25;
-/// Most running copies of one job (the original and one tail replica).
+/// Most running copies of one job (the original and one replica: a hedge or
+/// a tail replica).
 pub const MAX_COPIES: u32 = 2;
 /// How long a host with nothing to do waits before asking again while a round
 /// is open (the grid's `retry_after`). Short, because `adaptive` may keep a job
@@ -44,6 +45,13 @@ pub const ADAPTIVE_SLACK: f64 = 1.0;
 /// A tail replica is made only when it would finish before this share of
 /// the running copy's expected remaining time.
 pub const REPLICA_GAIN: f64 = 0.8;
+/// How far apart two expected times may be and still be confused, given the
+/// errors of size estimates and benchmarks: while jobs are queued, a running
+/// job expected to end within this factor of the longest is on the critical
+/// path, and gets a hedge copy that would end within this factor of its own
+/// expected end; a queued job that long is placed before any hedge.
+/// (In the simulator, 1.1 to 1.5 give about the same makespans.)
+pub const HEDGE_REACH: f64 = 1.25;
 /// `batch`: a host's batch is released to the others once the host has not
 /// been heard from for this long and the round is at least this old.
 pub const BATCH_GRACE_MS: u64 = 300_000;
@@ -65,7 +73,7 @@ pub struct JobView {
     pub assigned: Option<u64>,
 }
 
-/// A running job, for tail replication.
+/// A running job, for replicas (hedges and tail replication).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunningView {
     pub job_id: u64,
@@ -678,19 +686,33 @@ impl Policy for Pack {
 
 /// The default: longest expected job first, each to the host that would
 /// finish it soonest given what it already holds, sized by learned speeds;
-/// then tail replication.
+/// hedge copies of the jobs on the critical path; then tail replication.
 ///
 /// On a request, the asking host takes the largest queued job for which no
 /// other online host would finish clearly sooner (each other host's start is
 /// its next free slot plus [`ASK_LAG_S`]). Finishing times are linear in the
 /// job's pages, so one pass over the hosts gives the interval of sizes the
 /// asker wins, and one pass over the queue the largest job in it: a decision
-/// is O(hosts + queue) per unit. Once nothing is queued and the asker has an
-/// idle slot, it gets a copy of the running job expected to finish last (at
-/// most [`MAX_COPIES`] copies) when its copy would finish sooner. A job whose
-/// every holder is offline is copied at once, even while jobs are queued,
-/// when it is on the critical path: it would take the asker longer than the
-/// queue takes all online hosts.
+/// is O(hosts + queue) per unit.
+///
+/// Copies (at most [`MAX_COPIES`] running; the first result wins, the other
+/// copy is aborted) go only to the online host that would finish them
+/// soonest, latest expected end first. While jobs are queued, a copy comes
+/// before any queued job, for a running job on the critical path: one that
+/// ends after the queued and held work would drain over the online hosts
+/// even without the asker's slot (so the grid has the slack to spare a
+/// slot), and after any queued job could end on the fastest host (within
+/// [`HEDGE_REACH`], so long queued jobs are placed first). Such a job gets
+/// a hedge when it is expected to end within [`HEDGE_REACH`] of the longest
+/// running job (it may be the one that sets the makespan) and the copy would
+/// end within [`HEDGE_REACH`] of its running copy: size estimates and
+/// benchmarks are too rough to tell which of two near-equal hosts is faster
+/// or which large job is longest, and a host may go offline, so two copies
+/// on two fast hosts end the critical job sooner than one. A job whose every
+/// holder is offline is copied when the copy would outlast the queue. Once
+/// nothing is queued and the asker has an idle slot, it gets a copy of the
+/// running job expected to finish last when its copy would finish well
+/// sooner ([`REPLICA_GAIN`]).
 pub struct Adaptive;
 
 impl Adaptive {
@@ -718,29 +740,65 @@ impl Adaptive {
         (lo, hi)
     }
 
-    /// Copies of running jobs, latest expected finish first, at most `n`:
-    /// a job may get a second copy when the asker is the host that would
-    /// finish it soonest and its copy would end well before the running one
-    /// (always, when every holder is offline). With jobs still queued, only
-    /// jobs whose holders are all offline and that would outlast the queue
-    /// (they are the critical path) are copied.
+    /// While jobs are queued: the seconds the queued and held work needs over
+    /// the online hosts were the asker to spend one slot on a copy (the level
+    /// it reaches), and the seconds of the largest queued job on the fastest
+    /// online host. O(hosts + queue).
+    fn queue_drain_s(ctx: &Ctx, cost: f64) -> (f64, f64) {
+        let (mut rate, mut held, mut fastest) = (0.0, 0.0, f64::INFINITY);
+        for (i, h) in ctx.hosts.iter().enumerate() {
+            if i != ctx.asker && !h.online {
+                continue;
+            }
+            let c = h.cost(ctx.delay_s);
+            rate += h.slots.max(1) as f64 / c;
+            held += h.load_s / c;
+            fastest = fastest.min(c);
+        }
+        let (mut work, mut largest) = (0.0, 0.0f64);
+        for j in ctx.queue {
+            work += j.pages;
+            largest = largest.max(j.pages);
+        }
+        let rate = (rate - 1.0 / cost).max(f64::MIN_POSITIVE);
+        ((work + held) / rate, largest * fastest)
+    }
+
+    /// Copies of running jobs for the asker, latest expected finish first, at
+    /// most `n`, starting at `start_s` with `cost` s/page: only jobs whose
+    /// size the asker would finish soonest of the online hosts. With nothing
+    /// queued (the tail): a copy that would end well before the running one.
+    /// With jobs queued: hedges of jobs on the critical path, and copies of
+    /// jobs whose every holder is offline that would outlast the queue (see
+    /// [`Adaptive`]).
     fn replicas(ctx: &Ctx, n: usize, start_s: f64, cost: f64) -> Vec<u64> {
-        // Jobs still queued: only the critical ones stuck on offline hosts.
-        let drain_s = if ctx.queue.is_empty() {
-            None
-        } else {
-            let rate: f64 = ctx
-                .hosts
-                .iter()
-                .enumerate()
-                .filter(|(i, h)| *i == ctx.asker || h.online)
-                .map(|(_, h)| h.rate(ctx.delay_s))
-                .sum();
-            Some(ctx.queue.iter().map(|j| j.pages).sum::<f64>() / rate.max(f64::MIN_POSITIVE))
-        };
         if ctx.running.is_empty() || n == 0 {
             return Vec::new();
         }
+        // With jobs queued: (level, largest queued) and the longest running job.
+        let queued = (!ctx.queue.is_empty()).then(|| {
+            let longest_s = ctx
+                .running
+                .iter()
+                .map(|r| r.finish_s)
+                .filter(|f| f.is_finite())
+                .fold(0.0, f64::max);
+            (Self::queue_drain_s(ctx, cost), longest_s)
+        });
+        let worth = |r: &RunningView| {
+            let mine = start_s + r.pages * cost;
+            match queued {
+                None => mine < REPLICA_GAIN * r.finish_s,
+                Some(((level, largest), _)) if r.finish_s.is_infinite() => {
+                    mine >= level.max(largest)
+                }
+                Some(((level, largest), longest_s)) => {
+                    r.finish_s >= level.max(largest * HEDGE_REACH)
+                        && r.finish_s * HEDGE_REACH >= longest_s
+                        && mine <= HEDGE_REACH * r.finish_s
+                }
+            }
+        };
         // One pass over the hosts: the sizes this host would finish soonest.
         let (lo, hi) = Self::winning_sizes(ctx, start_s, cost);
         let mut out: Vec<u64> = Vec::new();
@@ -753,10 +811,9 @@ impl Adaptive {
                         && !r.on_asker
                         && !r.failed_here
                         && !out.contains(&r.job_id)
-                        && drain_s.is_none_or(|d| r.finish_s.is_infinite() && r.pages * cost >= d)
-                        && start_s + r.pages * cost < REPLICA_GAIN * r.finish_s
                         && r.pages >= lo * 0.999_999
                         && r.pages <= hi * 1.000_001
+                        && worth(r)
                 })
                 .max_by(|a, b| {
                     a.finish_s
@@ -785,14 +842,15 @@ impl Policy for Adaptive {
         let cost = me.cost(ctx.delay_s);
         let slots = me.slots.max(1) as f64;
         let mut idle = me.idle_slots();
-        // Critical jobs stuck on offline hosts come first, into the next free slot.
+        // A copy of a job on the critical path (a hedge, or a job stuck on
+        // offline hosts) comes first, into the next free slot.
         if !ctx.queue.is_empty() && ask.free_slots > 0 {
             let start = if idle > 0 { 0.0 } else { me.free_at_s };
-            let stalled = Self::replicas(ctx, 1, start, cost);
-            if !stalled.is_empty() {
+            let critical = Self::replicas(ctx, 1, start, cost);
+            if !critical.is_empty() {
                 return Decision {
                     jobs: Vec::new(),
-                    replicas: stalled,
+                    replicas: critical,
                 };
             }
         }
@@ -1223,11 +1281,81 @@ mod tests {
         let mut c = ctx(&[], &hosts, 0);
         c.running = &full;
         assert!(Adaptive.choose(&c, &ask(0, 1)).replicas.is_empty());
-        // Nothing is copied while jobs are queued.
-        let queue = q(&[(9, 1.0)]);
+        // Nothing is copied while the queue keeps the hosts busy past every
+        // running job (2000 pages at 1 page/s without the asker's slot).
+        let queue = q(&[(9, 2000.0)]);
         let mut c = ctx(&queue, &hosts, 0);
         c.running = &running;
-        assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![9]);
-        assert!(Adaptive.choose(&c, &ask(0, 1)).replicas.is_empty());
+        assert_eq!(
+            Adaptive.choose(&c, &ask(0, 1)),
+            Decision {
+                jobs: vec![9],
+                replicas: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn adaptive_hedges_the_critical_job_while_jobs_are_queued_only_with_slack() {
+        let run = |job_id, pages, finish_s| RunningView {
+            job_id,
+            pages,
+            copies: 1,
+            on_asker: false,
+            failed_here: false,
+            finish_s,
+        };
+        // Hosts 1, 2 and 4 do 10 pages/s, host 3 one. Host 1 runs job 1
+        // (1000 pages, 100 s left); host 2 asks.
+        let mut hosts = [host(1, 10.0), host(2, 10.0), host(3, 1.0), host(4, 10.0)];
+        hosts[0].busy = 1;
+        hosts[0].free_at_s = 100.0;
+        hosts[0].load_s = 100.0;
+        let running = vec![run(1, 1000.0, 100.0)];
+        let with = |queue: &[JobView], hosts: &[HostView], asker: usize| {
+            let mut c = ctx(queue, hosts, asker);
+            c.running = &running;
+            Adaptive.choose(&c, &ask(0, 1))
+        };
+        // Five small jobs: without host 2's slot the rest drain in
+        // (50 + 1000) / 21 = 50 s, job 1 ends in 100 s: it sets the makespan,
+        // and host 2's copy would end then too. A hedge, before the queue.
+        let small = q(&[(11, 10.0), (12, 10.0), (13, 10.0), (14, 10.0), (15, 10.0)]);
+        assert_eq!(
+            with(&small, &hosts, 1),
+            Decision {
+                jobs: vec![],
+                replicas: vec![1]
+            }
+        );
+        // No slack: 2000 queued pages keep the hosts busy for 143 s.
+        let busy: Vec<(u64, f64)> = (21..41).map(|id| (id, 100.0)).collect();
+        let busy = q(&busy);
+        let d = with(&busy, &hosts, 1);
+        assert!(d.replicas.is_empty() && !d.jobs.is_empty(), "{d:?}");
+        // A queued job that could last as long (900 pages: 90 s on a fast
+        // host, within the reach of 100 s) is placed first.
+        let long = q(&[(11, 10.0), (31, 900.0), (12, 10.0)]);
+        assert_eq!(
+            with(&long, &hosts, 1),
+            Decision {
+                jobs: vec![31],
+                replicas: vec![]
+            }
+        );
+        // The slow host's copy would take 1000 s: no hedge (and the small
+        // jobs are the fast hosts' too).
+        assert_eq!(with(&small, &hosts, 2), Decision::default());
+        // A job well short of the longest one does not set the makespan: job 2
+        // (300 s left, already two copies) is the critical one, not job 1.
+        let mut running2 = running.clone();
+        running2.push(RunningView {
+            copies: MAX_COPIES,
+            ..run(2, 3000.0, 300.0)
+        });
+        let mut c = ctx(&small, &hosts, 1);
+        c.running = &running2;
+        let d = Adaptive.choose(&c, &ask(0, 1));
+        assert!(d.replicas.is_empty() && d.jobs.len() == 1, "{d:?}");
     }
 }

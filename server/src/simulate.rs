@@ -132,7 +132,7 @@ pub struct RunResult {
     pub utilisation: f64,
     /// Attempts issued again after a deadline passed or a host gave up.
     pub reissued: u64,
-    /// Tail replicas issued.
+    /// Replicas issued (hedges and tail replicas).
     pub replicated: u64,
     /// Jobs failed after their attempts ran out.
     pub failed: u64,
