@@ -283,6 +283,18 @@ impl Grid {
             .collect()
     }
 
+    /// Wait (at most `timeout`, e.g. "240s") until round `round` is over;
+    /// fail with the server's log otherwise.
+    pub fn wait_round(&self, round: &str, timeout: &str) {
+        let o = self.admin(&["round", "wait", round, "--timeout", timeout]);
+        assert!(
+            o.status.success(),
+            "round {round} wait: {}\n{}",
+            stderr(&o),
+            self.server_log()
+        );
+    }
+
     /// Kill the server process now (SIGKILL).
     pub fn kill_server(&mut self) {
         if let Some(mut c) = self.server.take() {

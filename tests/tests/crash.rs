@@ -245,13 +245,7 @@ fn server_killed_twenty_times_mid_round_loses_nothing_acknowledged() {
         }
     }
     eprintln!("{SERVER_KILLS} kills, {aimed_hits} aimed at a link file landing");
-    let o = g.admin(&["round", "wait", &round, "--timeout", "240s"]);
-    assert!(
-        o.status.success(),
-        "round wait: {}\n{}",
-        stderr(&o),
-        g.server_log()
-    );
+    g.wait_round(&round, "240s");
     for mut c in clients {
         let status = c.wait().expect("client");
         assert!(status.success(), "client: {status}");
@@ -317,13 +311,7 @@ fn client_killed_during_scans_and_uploads_resumes_and_each_job_counts_once() {
     eprintln!("{CLIENT_KILLS} client kills, {during_upload} with a result waiting for upload");
     // Last life: run to the end.
     let c = spawn_client(&g, "a", &log, "2");
-    let o = g.admin(&["round", "wait", &round, "--timeout", "240s"]);
-    assert!(
-        o.status.success(),
-        "round wait: {}\n{}",
-        stderr(&o),
-        g.server_log()
-    );
+    g.wait_round(&round, "240s");
     let out = c.wait_with_output().expect("client");
     assert!(out.status.success(), "client: {}", out.status);
     let text = plain(&std::fs::read_to_string(&log).unwrap_or_default());
@@ -376,6 +364,61 @@ impl Drop for KillOnPanic {
     }
 }
 
+/// Wait until the log at `path` says `needle`; fail saying `what` otherwise.
+fn wait_for_log(path: &Path, needle: &str, what: &str) {
+    let start = Instant::now();
+    while !plain(&std::fs::read_to_string(path).unwrap_or_default()).contains(needle) {
+        assert!(
+            start.elapsed() < WAIT,
+            "{what}:\n{}",
+            std::fs::read_to_string(path).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A grid with host "a" joined and a round started, its server stopped so a
+/// test can start it its own way; `None` (the test is skipped) where this
+/// machine cannot mount a small filesystem.
+fn grid_for_disk_tests(seed: u64, sites: usize, delay_ms: &str) -> Option<(Grid, String)> {
+    if !namespaces_available() {
+        eprintln!("skipped: `unshare -rm` is not available to mount a small filesystem");
+        return None;
+    }
+    let mut g = Grid::start(seed, sites);
+    join(&g, "a", &invite(&g, 1));
+    g.import_sites();
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", delay_ms]));
+    g.kill_server();
+    Some((g, round))
+}
+
+/// Run `script` (which starts the server on `data`) in its own user and
+/// mount namespace, its output to `log`; returns once the server is up.
+fn start_in_namespace(script: &str, data: &Path, log: &Path) -> (Child, KillOnPanic) {
+    let _ = std::fs::remove_file(data.join("serve.json"));
+    let mut shell = Command::new("unshare")
+        .args(["-rm", "sh", "-c", script])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log"))
+        .spawn()
+        .expect("spawn server");
+    let reap = KillOnPanic {
+        pids: vec![shell.id()],
+        data: data.to_path_buf(),
+    };
+    let start = Instant::now();
+    while !data.join("serve.json").exists() {
+        assert!(
+            start.elapsed() < WAIT && shell.try_wait().expect("shell").is_none(),
+            "server in its namespace did not start:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (shell, reap)
+}
+
 /// A shell line that mounts a full filesystem (one 4 KiB page, filled) on `dir`.
 fn full_fs(dir: &Path) -> String {
     format!(
@@ -406,15 +449,9 @@ fn assert_clear_error(o: &std::process::Output, needle: &str) {
 
 #[test]
 fn full_or_read_only_disks_give_clear_errors_and_lose_nothing() {
-    if !namespaces_available() {
-        eprintln!("skipped: `unshare -rm` is not available to mount a small filesystem");
+    let Some((mut g, round)) = grid_for_disk_tests(47, 5, "0") else {
         return;
-    }
-    let mut g = Grid::start(47, 5);
-    join(&g, "a", &invite(&g, 1));
-    g.import_sites();
-    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "0"]));
-    g.kill_server();
+    };
     let data = g.data_dir();
     let server = bin("beebot-server");
 
@@ -441,50 +478,27 @@ fn full_or_read_only_disks_give_clear_errors_and_lose_nothing() {
     // acknowledged, no half-written file is left, and the server keeps serving.
     let listing = g.dir.path().join("links-listing.txt");
     let links = data.join("links");
-    let _ = std::fs::remove_file(data.join("serve.json"));
-    let log = std::fs::File::create(g.dir.path().join("server-full.log")).expect("log");
-    let mut full_server = Command::new("unshare")
-        .args(["-rm", "sh", "-c"])
-        .arg(format!(
+    let full_log = g.dir.path().join("server-full.log");
+    let (mut full_server, mut reap) = start_in_namespace(
+        &format!(
             "{}'{}' serve --data-dir '{}'; find '{}' -type f > '{}'",
             full_fs(&links),
             server.display(),
             data.display(),
             links.display(),
             listing.display()
-        ))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn server");
-    let mut reap = KillOnPanic {
-        pids: vec![full_server.id()],
-        data: data.clone(),
-    };
-    let start = Instant::now();
-    while !data.join("serve.json").exists() {
-        assert!(
-            start.elapsed() < WAIT,
-            "server on a full disk did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        ),
+        &data,
+        &full_log,
+    );
     let client_log = g.dir.path().join("client-a.log");
     let mut client = spawn_client(&g, "a", &client_log, "2");
     reap.pids.push(client.id());
-    let full_log = g.dir.path().join("server-full.log");
-    let start = Instant::now();
-    while !std::fs::read_to_string(&full_log)
-        .unwrap_or_default()
-        .contains("cannot write link file")
-    {
-        assert!(
-            start.elapsed() < WAIT,
-            "no upload failed on the full disk:\n{}",
-            std::fs::read_to_string(&full_log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_log(
+        &full_log,
+        "cannot write link file",
+        "no upload failed on the full disk",
+    );
     assert!(
         client.try_wait().expect("client").is_none(),
         "client keeps going"
@@ -511,13 +525,7 @@ fn full_or_read_only_disks_give_clear_errors_and_lose_nothing() {
 
     // Space again: the client delivers everything and the round is exact.
     g.start_server();
-    let o = g.admin(&["round", "wait", &round, "--timeout", "240s"]);
-    assert!(
-        o.status.success(),
-        "round wait: {}\n{}",
-        stderr(&o),
-        g.server_log()
-    );
+    g.wait_round(&round, "240s");
     let status = client.wait().expect("client");
     assert!(status.success(), "client: {status}");
     assert_same_rows(&g.export_rows(&round), &g.truth_rows());
@@ -551,13 +559,7 @@ fn full_or_read_only_disks_give_clear_errors_and_lose_nothing() {
     // Space again: the spooled units resume and the round completes.
     let c = spawn_client(&g, "a", &client_log, "2");
     reap.pids.push(c.id());
-    let o = g.admin(&["round", "wait", &round2, "--timeout", "240s"]);
-    assert!(
-        o.status.success(),
-        "round wait: {}\n{}",
-        stderr(&o),
-        g.server_log()
-    );
+    g.wait_round(&round2, "240s");
     let status = c.wait_with_output().expect("client").status;
     assert!(status.success());
     assert_same_rows(&g.export_rows(&round2), &g.truth_rows());
@@ -569,15 +571,9 @@ fn full_or_read_only_disks_give_clear_errors_and_lose_nothing() {
 /// there and the round completes with the exact truth.
 #[test]
 fn a_full_disk_under_the_store_stops_acknowledging_and_loses_nothing() {
-    if !namespaces_available() {
-        eprintln!("skipped: `unshare -rm` is not available to mount a small filesystem");
+    let Some((mut g, round)) = grid_for_disk_tests(53, 60, "50") else {
         return;
-    }
-    let mut g = Grid::start(53, 60);
-    join(&g, "a", &invite(&g, 1));
-    g.import_sites();
-    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "50"]));
-    g.kill_server();
+    };
     let data = g.data_dir();
     let store = data.join("store");
     let work = g.dir.path().join("store-disk");
@@ -593,7 +589,7 @@ fn a_full_disk_under_the_store_stops_acknowledging_and_loses_nothing() {
          '{server}' serve --data-dir '{data}' & pid=$!; \
          while [ ! -e '{trigger}' ]; do sleep 0.05; done; \
          dd if=/dev/zero of='{s}/filler' bs=65536 2>/dev/null; touch '{filled}'; \
-         wait $pid; ls -la '{s}' >&2; mkdir -p '{after}' && cp -a '{s}/.' '{after}/' && rm -f '{after}/filler'",
+         wait $pid; mkdir -p '{after}' && cp -a '{s}/.' '{after}/' && rm -f '{after}/filler'",
         s = store.display(),
         keep = keep.display(),
         server = bin("beebot-server").display(),
@@ -602,28 +598,9 @@ fn a_full_disk_under_the_store_stops_acknowledging_and_loses_nothing() {
         filled = filled.display(),
         after = after.display(),
     );
-    let _ = std::fs::remove_file(data.join("serve.json"));
     let server_log = g.dir.path().join("server-store-full.log");
-    let mut shell = Command::new("unshare")
-        .args(["-rm", "sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&server_log).expect("log"))
-        .spawn()
-        .expect("spawn server");
-    let mut reap = KillOnPanic {
-        pids: vec![shell.id()],
-        data: data.clone(),
-    };
+    let (mut shell, mut reap) = start_in_namespace(&script, &data, &server_log);
     let read_log = || plain(&std::fs::read_to_string(&server_log).unwrap_or_default());
-    let start = Instant::now();
-    while !data.join("serve.json").exists() {
-        assert!(
-            start.elapsed() < WAIT && shell.try_wait().expect("shell").is_none(),
-            "server on the small store disk did not start:\n{}",
-            read_log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let client_log = g.dir.path().join("client-a.log");
     let mut client = spawn_client(&g, "a", &client_log, "2");
     reap.pids.push(client.id());
@@ -661,27 +638,17 @@ fn a_full_disk_under_the_store_stops_acknowledging_and_loses_nothing() {
         "one clear error about storage: {}",
         stderr(&o)
     );
-    let start = Instant::now();
-    while !read_log().contains("storage failed") {
-        assert!(
-            start.elapsed() < WAIT,
-            "the store never failed on a full disk:\n{}",
-            read_log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_log(
+        &server_log,
+        "storage failed",
+        "the store never failed on a full disk",
+    );
     // The client is told so, and keeps going with what it holds.
-    let start = Instant::now();
-    while !plain(&std::fs::read_to_string(&client_log).unwrap_or_default())
-        .contains("server storage failed")
-    {
-        assert!(
-            start.elapsed() < WAIT,
-            "the client was never told:\n{}",
-            std::fs::read_to_string(&client_log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_log(
+        &client_log,
+        "server storage failed",
+        "the client was never told",
+    );
     assert!(
         client.try_wait().expect("client").is_none(),
         "client keeps going"
@@ -721,13 +688,7 @@ fn a_full_disk_under_the_store_stops_acknowledging_and_loses_nothing() {
     // Space again: everything acknowledged is there, the round completes exact.
     g.start_server();
     assert_accepted_present(&g, &round, &accepted, "after the full disk");
-    let o = g.admin(&["round", "wait", &round, "--timeout", "240s"]);
-    assert!(
-        o.status.success(),
-        "round wait: {}\n{}",
-        stderr(&o),
-        g.server_log()
-    );
+    g.wait_round(&round, "240s");
     let status = client.wait().expect("client");
     assert!(status.success(), "client: {status}");
     let d = round_json(&g, &round);

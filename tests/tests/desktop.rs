@@ -72,8 +72,7 @@ fn pause_and_resume_a_running_client_mid_scan() {
 
     let o = g.client("a", &["resume"]);
     assert!(o.status.success(), "resume: {}", stderr(&o));
-    let o = g.admin(&["round", "wait", &round, "--timeout", "120s"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    g.wait_round(&round, "120s");
     let status = child.wait().expect("client");
     assert!(status.success());
 
@@ -285,8 +284,7 @@ fn a_full_spool_takes_no_new_work() {
     assert_eq!(d["counts"]["queued"], 2, "no work was taken: {d}");
     // Room again: work flows and the round completes.
     std::fs::remove_file(results.join("ballast.bin")).expect("rm");
-    let o = g.admin(&["round", "wait", &round, "--timeout", "120s"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    g.wait_round(&round, "120s");
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -73,13 +73,7 @@ fn three_clients_scan_twenty_sites_and_export_the_exact_truth() {
     assert!(round.parse::<u64>().is_ok(), "round id: {round}");
 
     let clients: Vec<_> = ["a", "b", "c"].iter().map(|n| run_once(&g, n)).collect();
-    let o = g.admin(&["round", "wait", &round, "--timeout", "240s"]);
-    assert!(
-        o.status.success(),
-        "round wait: {}\n{}",
-        stderr(&o),
-        g.server_log()
-    );
+    g.wait_round(&round, "240s");
     for (c, n) in clients.into_iter().zip(["a", "b", "c"]) {
         wait_ok(c, n);
     }
@@ -168,13 +162,7 @@ fn killed_client_jobs_are_reissued_after_their_deadline() {
 
     let b = run_once(&g, "b");
     let c = run_once(&g, "c");
-    let o = g.admin(&["round", "wait", &round, "--timeout", "240s"]);
-    assert!(
-        o.status.success(),
-        "round wait: {}\n{}",
-        stderr(&o),
-        g.server_log()
-    );
+    g.wait_round(&round, "240s");
     wait_ok(b, "b");
     wait_ok(c, "c");
 
@@ -252,8 +240,7 @@ fn restarted_client_resumes_its_units_and_pending_uploads() {
     // ids, the pending results are delivered, the round completes.
     g.start_server();
     let c = run_once(&g, "a");
-    let o = g.admin(&["round", "wait", &round, "--timeout", "120s"]);
-    assert!(o.status.success(), "{}\n{}", stderr(&o), g.server_log());
+    g.wait_round(&round, "120s");
     wait_ok(c, "a");
     let d = round_json(&g, &round);
     for unit in &held {

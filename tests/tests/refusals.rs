@@ -205,8 +205,7 @@ fn refusals_are_clear_and_the_server_keeps_serving() {
         stderr(&o)
     );
     assert!(victim.with_extension("bad").exists());
-    let o = g.admin(&["round", "wait", &round, "--timeout", "120s"]);
-    assert!(o.status.success(), "{}\n{}", stderr(&o), g.server_log());
+    g.wait_round(&round, "120s");
     assert_same_rows(&g.export_rows(&round), &g.truth_rows());
     let o = g.admin_ok(&["status", "--json"]);
     assert!(

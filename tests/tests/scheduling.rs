@@ -59,13 +59,7 @@ fn timed_round(g: &Grid, policy: &str) -> (u64, serde_json::Value) {
         .iter()
         .map(|(name, t)| run_throttled(g, name, *t))
         .collect();
-    let o = g.admin(&["round", "wait", &round, "--timeout", "180s"]);
-    assert!(
-        o.status.success(),
-        "{policy}: {}\n{}",
-        stderr(&o),
-        g.server_log()
-    );
+    g.wait_round(&round, "180s");
     for c in clients {
         let out = c.wait_with_output().expect("client");
         assert!(
@@ -141,8 +135,7 @@ fn a_repeating_round_starts_its_next_scan_when_over() {
     };
     let d1 = round_json(&g, &first);
     assert_eq!(d1["round"]["state"], "Done");
-    let o = g.admin(&["round", "wait", &next, "--timeout", "120s"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    g.wait_round(&next, "120s");
     let d2 = round_json(&g, &next);
     assert_eq!(d2["counts"]["done"], 3, "{d2}");
     assert_eq!(d2["round"]["every_ms"], 2000);
