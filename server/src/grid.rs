@@ -4,6 +4,7 @@
 //! Every method takes the time (`now_ms`, Unix milliseconds) as an argument.
 //! The QUIC and admin layers call it under one lock (see [`crate::Shared`]).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io::Write;
@@ -1028,10 +1029,12 @@ impl Grid {
                 continue;
             };
             // The queue as the index keeps it, with this host's failures marked.
-            let mut queue = open.queue.clone();
+            // (Borrowed as it is, unless this host failed some of it or
+            // keeps windows: a deep queue is not copied for every request.)
+            let mut queue: Cow<[JobView]> = Cow::Borrowed(&open.queue);
             for id in open.failed_by.get(&host_id).into_iter().flatten() {
                 if let Ok(p) = queue.binary_search_by_key(id, |v| v.job_id) {
-                    queue[p].failed_here = true;
+                    queue.to_mut()[p].failed_here = true;
                 }
             }
             let mut running_jobs: Vec<RunningView> = Vec::new();
@@ -1060,7 +1063,9 @@ impl Grid {
                     min_s: params.deadline_min_s,
                     max_s: params.deadline_max_s,
                 };
-                queue.retain(|v| scheduler::fits_windows(windows, v.pages * cost, &rule));
+                queue
+                    .to_mut()
+                    .retain(|v| scheduler::fits_windows(windows, v.pages * cost, &rule));
             }
             let ctx = scheduler::Ctx {
                 now_ms,
@@ -1081,7 +1086,8 @@ impl Grid {
                 if free == 0 {
                     break;
                 }
-                if let Some(v) = queue.iter().find(|v| v.job_id == id) {
+                if let Ok(p) = queue.binary_search_by_key(&id, |v| v.job_id) {
+                    let v = &queue[p];
                     if chosen.iter().all(|c| c.0 != id) {
                         want -= v.pages * cost;
                         chosen.push((id, false));
