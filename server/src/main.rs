@@ -118,8 +118,12 @@ enum Cmd {
         /// A policy name, or `all`.
         #[arg(long, default_value = "all")]
         policy: String,
+        /// Runs per policy, one a seed.
         #[arg(long, default_value_t = 20)]
         seeds: u32,
+        /// The first seed (runs use seeds FIRST..FIRST+SEEDS).
+        #[arg(long, default_value_t = 0)]
+        first_seed: u64,
         /// Scan times are off their estimates by up to ± this share.
         #[arg(long, default_value_t = 0.3)]
         noise: f64,
@@ -453,6 +457,7 @@ fn run(cli: Cli) -> Result<i32> {
             synthetic_hosts,
             policy,
             seeds,
+            first_seed,
             noise,
             bench_noise,
             dropout,
@@ -470,6 +475,7 @@ fn run(cli: Cli) -> Result<i32> {
                 benchmark_noise: bench_noise.unwrap_or(noise / 3.0),
                 dropout,
                 delay_ms,
+                first_seed,
                 ..Default::default()
             },
             json,
@@ -564,9 +570,14 @@ fn simulate_cmd(
         },
     );
     println!(
-        "{}, {}; {seeds} seeds, noise {}, benchmark noise {:.2}, dropout {}, delay {} ms ({:.1}s)",
+        "{}, {}; {seeds} seeds{}, noise {}, benchmark noise {:.2}, dropout {}, delay {} ms ({:.1}s)",
         describe(ns, matches!(site_input, Input::Given(_)), "sites"),
         describe(nh, matches!(host_input, Input::Given(_)), "hosts"),
+        if opts.first_seed > 0 {
+            format!(" from {}", opts.first_seed)
+        } else {
+            String::new()
+        },
         opts.noise,
         opts.benchmark_noise,
         opts.dropout,

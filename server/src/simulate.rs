@@ -34,6 +34,8 @@ use crate::scheduler::{
 pub const MAX_SIM_SITES: usize = 200_000;
 /// Most hosts one simulation takes.
 pub const MAX_SIM_HOSTS: usize = 20_000;
+/// Largest first seed (seeds are numbered from it).
+pub const MAX_FIRST_SEED: u64 = 1_000_000_000;
 /// Most seeds per policy.
 pub const MAX_SEEDS: u32 = 1000;
 /// Synthetic sites: the smallest size, the power-law exponent and the cap.
@@ -97,6 +99,8 @@ pub struct SimOptions {
     pub round_trip_s: f64,
     pub buffer_min_s: u64,
     pub buffer_max_s: u64,
+    /// The first seed: runs use seeds `first_seed..first_seed + seeds`.
+    pub first_seed: u64,
 }
 
 impl Default for SimOptions {
@@ -118,6 +122,7 @@ impl Default for SimOptions {
             round_trip_s: 0.05,
             buffer_min_s: DEFAULT_BUFFER_MIN_S,
             buffer_max_s: DEFAULT_BUFFER_MAX_S,
+            first_seed: 0,
         }
     }
 }
@@ -1061,7 +1066,8 @@ pub enum Input<T> {
     Synthetic(usize),
 }
 
-/// Run `policies` over `seeds` seeds (seed numbers `0..seeds`), in parallel
+/// Run `policies` over `seeds` seeds (seed numbers `first_seed..` of
+/// `opts`), in parallel
 /// over the machine's cores. Results are per policy, in seed order.
 pub fn run_all(
     sites: &Input<SimSite>,
@@ -1073,6 +1079,12 @@ pub fn run_all(
     if seeds == 0 || seeds > MAX_SEEDS {
         return Err(SimError::Invalid(format!("seeds must be 1 to {MAX_SEEDS}")));
     }
+    if opts.first_seed > MAX_FIRST_SEED {
+        return Err(SimError::Invalid(format!(
+            "the first seed must be at most {MAX_FIRST_SEED}"
+        )));
+    }
+    let first = opts.first_seed;
     for (n, max, what) in [
         (
             matches!(sites, Input::Synthetic(n) if *n == 0 || *n > MAX_SIM_SITES),
@@ -1109,8 +1121,8 @@ pub fn run_all(
                 .map(|t| {
                     let policy = &policy;
                     s.spawn(move || {
-                        (0..seeds as u64)
-                            .filter(|seed| *seed as usize % threads == t)
+                        (first..first + seeds as u64)
+                            .filter(|seed| (*seed - first) as usize % threads == t)
                             .map(|seed| {
                                 let ss = match sites {
                                     Input::Given(v) => v.clone(),
@@ -1400,5 +1412,22 @@ mod tests {
             r[0].1.iter().map(|r| r.seed).collect::<Vec<_>>(),
             vec![0, 1, 2]
         );
+        // Seeds from another first seed: the same runs as in a longer series.
+        let later = SimOptions {
+            first_seed: 2,
+            ..o.clone()
+        };
+        let r2 = run_all(&s, &Input::Synthetic(2), &["adaptive"], 2, &later).unwrap();
+        let r4 = run_all(&s, &Input::Synthetic(2), &["adaptive"], 4, &o).unwrap();
+        assert_eq!(
+            r2[0].1.iter().map(|r| r.seed).collect::<Vec<_>>(),
+            vec![2, 3]
+        );
+        assert_eq!(r2[0].1, r4[0].1[2..]);
+        let too_far = SimOptions {
+            first_seed: MAX_FIRST_SEED + 1,
+            ..o.clone()
+        };
+        assert!(run_all(&s, &h, &["adaptive"], 1, &too_far).is_err());
     }
 }
