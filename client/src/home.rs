@@ -91,29 +91,7 @@ pub struct Home {
     pub data: PathBuf,
 }
 
-/// Refuse a secret file that its group or other users can read or write.
-pub fn check_private(path: &Path) -> Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = fs::metadata(path)
-            .with_context(|| format!("cannot read {}", path.display()))?
-            .permissions()
-            .mode();
-        if mode & 0o077 != 0 {
-            bail!(
-                "{} is readable by other users (mode {:o}); it holds a secret key: \
-                 run `chmod 600 {}`",
-                path.display(),
-                mode & 0o777,
-                path.display()
-            );
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = path;
-    Ok(())
-}
+pub use beebot_shared::util::check_private;
 
 /// Write a file durably: temporary name, fsync, rename. On failure (disk
 /// full, read-only) the temporary file is removed: nothing half-written stays.

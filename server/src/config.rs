@@ -249,29 +249,7 @@ impl DataDir {
     }
 }
 
-/// Refuse a secret file (key, token) its group or other users can read or
-/// write: the server does not start on a leaked secret.
-pub fn check_private(path: &Path) -> Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = fs::metadata(path)
-            .with_context(|| format!("cannot read {}", path.display()))?
-            .permissions()
-            .mode();
-        if mode & 0o077 != 0 {
-            bail!(
-                "{} is readable by other users (mode {:o}); it holds a secret: run `chmod 600 {}`",
-                path.display(),
-                mode & 0o777,
-                path.display()
-            );
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = path;
-    Ok(())
-}
+pub use beebot_shared::util::check_private;
 
 /// Write a file readable by its owner only.
 pub fn write_private(path: &Path, data: &[u8]) -> Result<()> {

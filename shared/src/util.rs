@@ -47,6 +47,35 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         .ok_or_else(|| format!("`{s}` is too long"))
 }
 
+/// Refuse a secret file (a key, a token) that its group or other users can
+/// read or write: the error says which file and how to mend it.
+pub fn check_private(path: &std::path::Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot read {}: {e}", path.display()))
+            })?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} is readable by other users (mode {:o}); it holds a secret: run `chmod 600 {}`",
+                    path.display(),
+                    mode & 0o777,
+                    path.display()
+                ),
+            ));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
 /// SHA-256 of `data`.
 pub fn sha256(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
