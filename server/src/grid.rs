@@ -303,6 +303,23 @@ impl Grid {
         for id in running {
             g.reindex(id);
         }
+        // Link files a crash interrupted mid-write (each write has its own
+        // temporary name) are removed, so crashes cannot pile them up.
+        let rounds: Vec<u64> = g
+            .rounds
+            .values()
+            .filter(|r| r.state == RoundState::Running)
+            .map(|r| r.id)
+            .collect();
+        for round_id in rounds {
+            let dir = g.links_dir.join(round_id.to_string());
+            for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.extension().is_some_and(|x| x == "tmp") {
+                    let _ = fs::remove_file(&path);
+                }
+            }
+        }
         Ok(g)
     }
 
@@ -2824,10 +2841,15 @@ mod tests {
         assert_eq!(unit_map.len(), 4);
         assert!(jobs[&u1.job_id].result.is_some());
 
+        // A link file a crash interrupted mid-write: swept on reopen.
+        let stray = fx.links().join(round.to_string()).join("9-9.1-0.tmp");
+        fs::write(&stray, b"half").unwrap();
         let Fx { dir, key, grid } = fx;
         drop(grid);
         let grid = open_grid(dir.path(), &key);
         let mut fx = Fx { dir, key, grid };
+        assert!(!stray.exists());
+        assert!(lf_path(&fx, u1).exists());
 
         assert_eq!(fx.grid.sites(), sites);
         assert_eq!(fx.grid.rounds(), rounds);

@@ -245,6 +245,15 @@ fn server_killed_twenty_times_mid_round_loses_nothing_acknowledged() {
         }
     }
     eprintln!("{SERVER_KILLS} kills, {aimed_hits} aimed at a link file landing");
+    // Link files a kill interrupted mid-write were swept at the next start.
+    let round_links = links_dir.join(&round);
+    let stray: Vec<_> = std::fs::read_dir(&round_links)
+        .expect("round's links")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tmp"))
+        .collect();
+    assert!(stray.is_empty(), "temporary link files left: {stray:?}");
     g.wait_round(&round, "240s");
     for mut c in clients {
         let status = c.wait().expect("client");
