@@ -392,6 +392,7 @@ mod tests {
             issued_ms: 1,
             deadline_ms: 2,
             user_agent: "t".into(),
+            resume: None,
         }
     }
 

@@ -448,6 +448,7 @@ impl Worker {
                 unit_id,
                 summary,
                 link_file,
+                state: None,
             };
             match self.request(&req).await {
                 Ok(Response::Accepted) => {
@@ -1060,6 +1061,7 @@ mod tests {
             issued_ms: 1_700_000_000_000,
             deadline_ms: 1_700_000_600_000,
             user_agent: "t".into(),
+            resume: None,
         };
         const HOUR_MS: i64 = 3_600_000;
         // offset = server clock − client clock, learned from `Welcome`.

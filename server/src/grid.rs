@@ -1206,6 +1206,7 @@ impl Grid {
             issued_ms: now_ms,
             deadline_ms: deadline,
             user_agent: self.settings.user_agent.clone(),
+            resume: None,
         };
         let signed = sign::sign_unit(&self.project_key, &unit)
             .map_err(|e| GridError::Sign(e.to_string()))?;

@@ -628,6 +628,7 @@ async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
             unit_id,
             summary,
             link_file,
+            state: _,
         } => upload(shared, host_id, unit_id, summary, link_file)
             .await
             .map(|o| match o {
@@ -646,6 +647,9 @@ async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
             .with_grid(move |g| g.leave(host_id, now_ms()))
             .await
             .map(|_| Response::Ack),
+        Request::FetchState { .. } => {
+            return error(ErrorCode::BadRequest, "no scan state for this unit");
+        }
         Request::Challenge | Request::Enrol { .. } | Request::Hello { .. } => {
             return error(ErrorCode::BadRequest, "already authenticated");
         }

@@ -9,6 +9,7 @@ pub mod invite;
 pub mod limits;
 pub mod linkfile;
 pub mod proto;
+pub mod scanstate;
 pub mod scope;
 pub mod sign;
 pub mod synth;

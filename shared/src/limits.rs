@@ -1,8 +1,32 @@
 //! Every bound of the grid, in one place, each with the reason for its value.
 
 /// Largest protocol frame (request or response), checked before any allocation.
-/// An upload carries one link file, so this is the link-file cap plus headroom.
-pub const MAX_FRAME_BYTES: usize = MAX_LINK_FILE_BYTES + 64 * 1024;
+/// An upload carries one link file and maybe a scan state, so this is their
+/// caps plus headroom.
+pub const MAX_FRAME_BYTES: usize = MAX_LINK_FILE_BYTES + MAX_SCAN_STATE_BYTES + 64 * 1024;
+
+/// Largest compressed scan state (a scan's frontier, see `scanstate`): a full
+/// queue of typical URLs and the seen digests of a large site fit well below.
+pub const MAX_SCAN_STATE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Largest decompressed scan state: zstd bombs stop here.
+pub const MAX_SCAN_STATE_DECOMPRESSED_BYTES: usize = 64 * 1024 * 1024;
+
+/// URLs waiting in one crawl's queue: a site of a million pages rarely has more
+/// than this many unvisited links at once, and each entry costs at most
+/// [`MAX_URL_LEN`] bytes, twice (queue and seen set).
+pub const MAX_FRONTIER_URLS: usize = 200_000;
+
+/// robots.txt answers a scan state carries (the rest are asked again).
+pub const MAX_STATE_ROBOTS: usize = 64;
+
+/// robots.txt bytes a scan state carries in all.
+pub const MAX_STATE_ROBOTS_BYTES: usize = 2 * 1024 * 1024;
+
+/// Scans one job may take (the first and its continuations): a job of the
+/// largest size at the round's shortest time budget, with room. A scan that
+/// ends early without a new page counts as a failed attempt besides.
+pub const MAX_SCANS_PER_JOB: usize = 1000;
 
 /// Largest compressed link file a host may upload: a site of 10,000 pages with
 /// a few hundred outbound links each compresses well below this.

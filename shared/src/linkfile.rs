@@ -57,6 +57,20 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// Whether a scan stopped this way reached its natural end, as far as
+    /// scanning goes: the page cap, or a site that cannot be scanned now.
+    /// The others (the time budget, the deadline, a cancel) stopped it
+    /// early: its job continues from its frontier.
+    pub fn is_natural_end(self) -> bool {
+        match self {
+            StopReason::MaxPages
+            | StopReason::FrontierFull
+            | StopReason::RobotsUnavailable
+            | StopReason::SeedUnreachable => true,
+            StopReason::MaxTime | StopReason::Deadline | StopReason::Cancelled => false,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             StopReason::MaxPages => "max-pages",

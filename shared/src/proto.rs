@@ -55,12 +55,17 @@ pub enum Request {
         pages: u64,
         links: u64,
     },
-    /// A finished unit's result.
+    /// A unit's result. A scan that ended before its natural end (the
+    /// round's time budget, a stop) carries its frontier as an encoded
+    /// [`crate::scanstate::ScanState`], so the job continues from there.
     Upload {
         unit_id: u64,
         summary: ScanSummary,
         link_file: Vec<u8>,
+        state: Option<Vec<u8>>,
     },
+    /// The frontier a continuation unit starts from (`WorkUnit::resume`).
+    FetchState { unit_id: u64 },
     /// The host gives a unit back without a result (its scan failed).
     Fail { unit_id: u64, reason: String },
     /// The host leaves the project: its units go back to the queue at once and
@@ -129,6 +134,10 @@ pub enum Response {
     },
     Accepted,
     Duplicate,
+    /// The encoded scan state a continuation unit resumes from.
+    State {
+        bytes: Vec<u8>,
+    },
     Rejected {
         reason: String,
     },

@@ -42,6 +42,19 @@ pub struct WorkUnit {
     /// Server time, Unix milliseconds.
     pub deadline_ms: u64,
     pub user_agent: String,
+    /// A continuation: the scan goes on from this frontier (fetched with
+    /// `Request::FetchState` and checked against the hash signed here).
+    pub resume: Option<ResumeFrom>,
+}
+
+/// The frontier a continuation unit starts from: the scan state an earlier
+/// scan of the job left, named by its SHA-256 and size.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeFrom {
+    pub state_sha256: [u8; 32],
+    pub state_bytes: u64,
+    /// Pages the job's earlier scans took (the page cap is the job's).
+    pub pages_done: u64,
 }
 
 /// A work unit's exact encoded bytes and the project key's signature over them.
@@ -143,6 +156,7 @@ mod tests {
             issued_ms: 1,
             deadline_ms: 2,
             user_agent: "BeeBot".into(),
+            resume: None,
         }
     }
 

@@ -81,7 +81,8 @@ fn request() -> impl Strategy<Value = Request> {
                     pages,
                     ..ScanSummary::default()
                 },
-                link_file
+                link_file,
+                state: None,
             }),
         (any::<u64>(), text()).prop_map(|(unit_id, reason)| Request::Fail { unit_id, reason }),
     ]
@@ -107,6 +108,7 @@ fn unit(id: u64, site: String) -> WorkUnit {
         issued_ms: 1,
         deadline_ms: 2,
         user_agent: "BeeBot".into(),
+        resume: None,
     }
 }
 

@@ -143,6 +143,7 @@ fn upload(unit: &WorkUnit, file: Vec<u8>, links: u64) -> Request {
         unit_id: unit.unit_id,
         summary: summary(links),
         link_file: file,
+        state: None,
     }
 }
 
@@ -344,6 +345,7 @@ fn hostile_requests_get_clear_refusals_and_the_server_keeps_serving() {
                 unit_id: 987_654_321,
                 summary: summary(0),
                 link_file: vec![],
+                state: None,
             })
             .await,
             "unknown unit",

@@ -5,10 +5,7 @@ use std::collections::{HashSet, VecDeque};
 
 use url::Url;
 
-/// URLs waiting in one crawl's queue: a site of a million pages rarely has more
-/// than this many unvisited links at once, and each entry costs at most
-/// [`beebot_shared::limits::MAX_URL_LEN`] bytes, twice (queue and seen set).
-pub const MAX_FRONTIER_URLS: usize = 200_000;
+pub use beebot_shared::limits::MAX_FRONTIER_URLS;
 
 /// What happened to a pushed URL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

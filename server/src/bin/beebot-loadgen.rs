@@ -266,6 +266,7 @@ async fn play(host: Arc<Host>, interval: Duration, until: Instant, stats: Arc<St
                             unit_id: unit.unit_id,
                             summary,
                             link_file,
+                            state: None,
                         })
                         .await;
                     stats.upload.add(t.elapsed());
