@@ -1,5 +1,9 @@
 //! Durable state in sled, behind a small interface: the only module that knows sled.
 //!
+//! [`Store::memory`] gives the same interface over maps in memory (the
+//! simulator runs the grid on it): nothing is written to disk, and `flush`
+//! and `sync` have nothing to do.
+//!
 //! Every write method is followed by [`Store::flush`] before the caller
 //! acknowledges anything, so nothing acknowledged is lost on a crash.
 //!
@@ -15,6 +19,7 @@
 //! ([`Store::failure`]); every later write fails, and the server answers every
 //! request with an error until it is restarted and has reloaded what is on disk.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -75,15 +80,72 @@ struct Durability {
     failure: Mutex<Option<String>>,
 }
 
-/// The server's sled database. Cloning gives another handle to the same store.
+/// One tree of records: a sled tree, or a map in memory.
+#[derive(Clone)]
+enum Tree {
+    Sled(sled::Tree),
+    Memory(Arc<Mutex<BTreeMap<Vec<u8>, Vec<u8>>>>),
+}
+
+impl Tree {
+    fn memory() -> Tree {
+        Tree::Memory(Arc::default())
+    }
+
+    fn insert(&self, key: &[u8], value: Vec<u8>) -> Result<(), sled::Error> {
+        match self {
+            Tree::Sled(t) => t.insert(key, value).map(|_| ()),
+            Tree::Memory(m) => {
+                lock(m).insert(key.to_vec(), value);
+                Ok(())
+            }
+        }
+    }
+
+    fn remove(&self, key: &[u8]) -> Result<bool, sled::Error> {
+        match self {
+            Tree::Sled(t) => t.remove(key).map(|old| old.is_some()),
+            Tree::Memory(m) => Ok(lock(m).remove(key).is_some()),
+        }
+    }
+
+    /// Every `(key, value)`, in key order.
+    fn entries(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>, sled::Error> {
+        match self {
+            Tree::Sled(t) => t
+                .iter()
+                .map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec())))
+                .collect(),
+            Tree::Memory(m) => Ok(lock(m)
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Where ids and durability come from: sled, or memory (ids from a counter,
+/// nothing to flush).
+#[derive(Clone)]
+enum Backend {
+    Sled(sled::Db),
+    Memory(Arc<AtomicU64>),
+}
+
+/// The server's sled database (or its stand-in in memory). Cloning gives
+/// another handle to the same store.
 #[derive(Clone)]
 pub struct Store {
-    db: sled::Db,
-    sites: sled::Tree,
-    rounds: sled::Tree,
-    jobs: sled::Tree,
-    hosts: sled::Tree,
-    invites: sled::Tree,
+    backend: Backend,
+    sites: Tree,
+    rounds: Tree,
+    jobs: Tree,
+    hosts: Tree,
+    invites: Tree,
     durability: Arc<Durability>,
 }
 
@@ -115,14 +177,29 @@ impl Store {
             }
         };
         Ok(Store {
-            sites: db.open_tree("sites")?,
-            rounds: db.open_tree("rounds")?,
-            jobs: db.open_tree("jobs")?,
-            hosts: db.open_tree("hosts")?,
-            invites: db.open_tree("invites")?,
-            db,
+            sites: Tree::Sled(db.open_tree("sites")?),
+            rounds: Tree::Sled(db.open_tree("rounds")?),
+            jobs: Tree::Sled(db.open_tree("jobs")?),
+            hosts: Tree::Sled(db.open_tree("hosts")?),
+            invites: Tree::Sled(db.open_tree("invites")?),
+            backend: Backend::Sled(db),
             durability: Arc::new(Durability::default()),
         })
+    }
+
+    /// A new, empty store in memory: the same records and checks as on
+    /// disk, gone when the last handle is dropped. `flush` and `sync` have
+    /// nothing to do.
+    pub fn memory() -> Store {
+        Store {
+            backend: Backend::Memory(Arc::default()),
+            sites: Tree::memory(),
+            rounds: Tree::memory(),
+            jobs: Tree::memory(),
+            hosts: Tree::memory(),
+            invites: Tree::memory(),
+            durability: Arc::new(Durability::default()),
+        }
     }
 
     /// From now on [`Store::flush`] only notes that a sync is due: the caller
@@ -165,8 +242,12 @@ impl Store {
     /// A new unique id (monotonic across restarts).
     pub fn next_id(&self) -> Result<u64, StoreError> {
         self.check()?;
-        // sled ids start at 0; keep 0 free as "none".
-        match self.db.generate_id() {
+        // Ids start at 0; keep 0 free as "none".
+        let generated = match &self.backend {
+            Backend::Sled(db) => db.generate_id(),
+            Backend::Memory(next) => Ok(next.fetch_add(1, Ordering::SeqCst)),
+        };
+        match generated {
             Ok(id) => {
                 self.durability.written.fetch_add(1, Ordering::SeqCst);
                 Ok(id + 1)
@@ -199,19 +280,16 @@ impl Store {
         }
         // Everything written up to here is covered by this flush.
         let covered = d.written.load(Ordering::SeqCst);
-        if let Err(e) = self.db.flush() {
-            return self.failed(e);
+        if let Backend::Sled(db) = &self.backend {
+            if let Err(e) = db.flush() {
+                return self.failed(e);
+            }
         }
         d.durable.fetch_max(covered, Ordering::SeqCst);
         Ok(())
     }
 
-    fn put<T: Serialize>(
-        &self,
-        tree: &sled::Tree,
-        key: &[u8],
-        value: &T,
-    ) -> Result<(), StoreError> {
+    fn put<T: Serialize>(&self, tree: &Tree, key: &[u8], value: &T) -> Result<(), StoreError> {
         self.check()?;
         let bytes = codec::encode(value, MAX_RECORD_BYTES)
             .map_err(|e| StoreError::Encode(e.to_string()))?;
@@ -222,13 +300,9 @@ impl Store {
         Ok(())
     }
 
-    fn all<T: DeserializeOwned>(
-        tree: &sled::Tree,
-        name: &'static str,
-    ) -> Result<Vec<T>, StoreError> {
+    fn all<T: DeserializeOwned>(tree: &Tree, name: &'static str) -> Result<Vec<T>, StoreError> {
         let mut out = Vec::new();
-        for item in tree.iter() {
-            let (k, v) = item?;
+        for (k, v) in tree.entries()? {
             out.push(
                 codec::decode(&v, MAX_RECORD_BYTES).map_err(|e| StoreError::Corrupt {
                     tree: name,
@@ -247,7 +321,7 @@ impl Store {
         self.check()?;
         self.durability.written.fetch_add(1, Ordering::SeqCst);
         match self.sites.remove(host.as_bytes()) {
-            Ok(old) => Ok(old.is_some()),
+            Ok(removed) => Ok(removed),
             Err(e) => self.failed(e),
         }
     }
@@ -289,32 +363,90 @@ mod tests {
     use super::*;
     use crate::model::*;
 
+    fn site(host: &str, pages: Option<u64>) -> SiteRecord {
+        SiteRecord {
+            host: host.into(),
+            added_ms: 1,
+            last_scan: pages.map(|pages| SiteStats {
+                pages,
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// What both backends must do alike: ids, puts, replacing, removing, listing in key order.
+    fn exercise(s: &Store) {
+        let a = s.next_id().unwrap();
+        let b = s.next_id().unwrap();
+        assert!(a > 0 && b > a, "ids grow and 0 stays free: {a} {b}");
+        s.put_site(&site("b.test", None)).unwrap();
+        s.put_site(&site("a.test", Some(3))).unwrap();
+        s.put_site(&site("a.test", Some(7))).unwrap();
+        s.put_invite(&InviteRecord {
+            token_sha256: [5; 32],
+            uses_left: 2,
+            expires_ms: 9,
+            created_ms: 1,
+        })
+        .unwrap();
+        s.flush().unwrap();
+        s.sync().unwrap();
+        let sites = s.sites().unwrap();
+        assert_eq!(
+            sites.iter().map(|x| x.host.as_str()).collect::<Vec<_>>(),
+            ["a.test", "b.test"]
+        );
+        assert_eq!(sites[0].last_scan.as_ref().map(|l| l.pages), Some(7));
+        assert!(s.remove_site("b.test").unwrap());
+        assert!(!s.remove_site("b.test").unwrap());
+        assert_eq!(s.sites().unwrap().len(), 1);
+        assert_eq!(s.invites().unwrap()[0].uses_left, 2);
+        assert!(s.rounds().unwrap().is_empty() && s.jobs().unwrap().is_empty());
+        assert!(s.failure().is_none());
+    }
+
     #[test]
     fn records_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
             let s = Store::open(dir.path()).unwrap();
-            let id = s.next_id().unwrap();
-            s.put_site(&SiteRecord {
-                host: "a.test".into(),
-                added_ms: 1,
-                last_scan: None,
-            })
-            .unwrap();
-            s.put_invite(&InviteRecord {
-                token_sha256: [5; 32],
-                uses_left: 2,
-                expires_ms: 9,
-                created_ms: 1,
-            })
-            .unwrap();
-            assert!(id > 0);
-            s.flush().unwrap();
+            exercise(&s);
         }
         let s = Store::open(dir.path()).unwrap();
         assert_eq!(s.sites().unwrap().len(), 1);
         assert_eq!(s.invites().unwrap()[0].uses_left, 2);
         assert!(s.remove_site("a.test").unwrap());
+        assert!(s.sites().unwrap().is_empty());
+        // Ids stay unique across a reopen.
+        assert!(s.next_id().unwrap() > 2);
+    }
+
+    #[test]
+    fn the_memory_store_behaves_like_sled() {
+        let s = Store::memory();
+        exercise(&s);
+        // Another handle sees the same records; a new store sees none.
+        let other = s.clone();
+        other.put_site(&site("c.test", None)).unwrap();
+        assert_eq!(s.sites().unwrap().len(), 2);
+        assert!(Store::memory().sites().unwrap().is_empty());
+        // Deferred flushes and syncs are no-ops that never fail.
+        s.defer_flushes();
+        s.put_site(&site("d.test", None)).unwrap();
+        s.flush().unwrap();
+        s.sync().unwrap();
+        assert_eq!(s.sites().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn the_memory_store_refuses_oversized_records() {
+        let s = Store::memory();
+        let huge = SiteRecord {
+            host: "x".repeat(MAX_RECORD_BYTES + 1),
+            added_ms: 0,
+            last_scan: None,
+        };
+        assert!(matches!(s.put_site(&huge), Err(StoreError::Encode(_))));
         assert!(s.sites().unwrap().is_empty());
     }
 }
