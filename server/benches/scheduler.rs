@@ -25,13 +25,13 @@ const TARGET_US: f64 = 100.0;
 
 fn views(seed: u64) -> (Vec<JobView>, Vec<HostView>, Vec<RunningView>) {
     let mut rng = Rng::new(seed);
-    let queue: Vec<JobView> = synthetic_sites(QUEUED, seed)
+    let queue: Vec<JobView> = synthetic_sites(QUEUED, 0.0, seed)
         .into_iter()
         .enumerate()
         .map(|(i, s)| JobView {
             job_id: i as u64,
             order: i as u32,
-            pages: s.pages,
+            pages: s.pages.unwrap_or(scheduler::DEFAULT_SITE_PAGES),
             failed_here: rng.unit() < 0.01,
             assigned: Some(1 + (i % HOSTS) as u64),
         })

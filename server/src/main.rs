@@ -124,18 +124,37 @@ enum Cmd {
         /// The first seed (runs use seeds FIRST..FIRST+SEEDS).
         #[arg(long, default_value_t = 0)]
         first_seed: u64,
-        /// Scan times are off their estimates by up to ± this share.
+        /// True sizes of scanned sites are off their last scan by up to ± this share.
         #[arg(long, default_value_t = 0.3)]
         noise: f64,
         /// Benchmarks are off the true speeds by up to ± this share (default: a third of --noise).
         #[arg(long)]
         bench_noise: Option<f64>,
-        /// Share of time a host is offline.
+        /// Share of time a host spends in random offline spells (5 min to 4 h).
         #[arg(long, default_value_t = 0.05)]
         dropout: f64,
-        /// The round's politeness delay.
-        #[arg(long, default_value_t = 0)]
+        /// Share of hosts that go away during the round and never come back.
+        #[arg(long, default_value_t = 0.05)]
+        vanish: f64,
+        /// Share of synthetic sites never scanned before (size unknown to the grid).
+        #[arg(long, default_value_t = 0.1)]
+        unknown: f64,
+        /// Share of scans that fail on their host (the unit is given back).
+        #[arg(long, default_value_t = 0.01)]
+        scan_failures: f64,
+        /// `desktops` (a third of the hosts always on, a third in office
+        /// hours, a third nights and weekends) or `always`.
+        #[arg(long, default_value = "desktops", value_parser = ["desktops", "always"])]
+        availability: String,
+        /// The round's politeness delay (the server's default).
+        #[arg(long, default_value_t = 1000)]
         delay_ms: u64,
+        /// The round's page cap per site (the server's default).
+        #[arg(long, default_value_t = 1000)]
+        max_pages: u32,
+        /// The round's time budget per scan, seconds (the server's default).
+        #[arg(long, default_value_t = 6 * 3600)]
+        max_seconds: u64,
         /// Print every run as JSON instead of the table.
         #[arg(long)]
         json: bool,
@@ -461,7 +480,13 @@ fn run(cli: Cli) -> Result<i32> {
             noise,
             bench_noise,
             dropout,
+            vanish,
+            unknown,
+            scan_failures,
+            availability,
             delay_ms,
+            max_pages,
+            max_seconds,
             json,
         } => simulate_cmd(
             sites,
@@ -474,7 +499,14 @@ fn run(cli: Cli) -> Result<i32> {
                 noise,
                 benchmark_noise: bench_noise.unwrap_or(noise / 3.0),
                 dropout,
+                vanish,
+                unknown,
+                scan_failures,
+                availability: simulate::Availability::parse(&availability)
+                    .unwrap_or(simulate::Availability::Desktops),
                 delay_ms,
+                max_pages,
+                max_seconds,
                 first_seed,
                 ..Default::default()
             },
@@ -512,8 +544,17 @@ fn simulate_cmd(
     if !(0.0..=0.95).contains(&opts.noise)
         || !(0.0..=0.95).contains(&opts.benchmark_noise)
         || !(0.0..=0.9).contains(&opts.dropout)
+        || !(0.0..=1.0).contains(&opts.vanish)
+        || !(0.0..=1.0).contains(&opts.unknown)
+        || !(0.0..=0.5).contains(&opts.scan_failures)
     {
-        bail!("--noise and --bench-noise must be within 0..0.95, --dropout within 0..0.9");
+        bail!(
+            "--noise and --bench-noise must be within 0..0.95, --dropout within 0..0.9, \
+             --vanish and --unknown within 0..1, --scan-failures within 0..0.5"
+        );
+    }
+    if opts.max_pages == 0 || opts.max_seconds == 0 {
+        bail!("--max-pages and --max-seconds must be positive");
     }
     let read = |p: &PathBuf| {
         std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))
@@ -570,7 +611,8 @@ fn simulate_cmd(
         },
     );
     println!(
-        "{}, {}; {seeds} seeds{}, noise {}, benchmark noise {:.2}, dropout {}, delay {} ms ({:.1}s)",
+        "{}, {}; {seeds} seeds{}, noise {}, benchmark noise {:.2}, dropout {}, vanish {}, unknown {}, \
+         scan failures {}, {:?} hosts, delay {} ms, max pages {}, max seconds {} ({:.1}s)",
         describe(ns, matches!(site_input, Input::Given(_)), "sites"),
         describe(nh, matches!(host_input, Input::Given(_)), "hosts"),
         if opts.first_seed > 0 {
@@ -581,7 +623,13 @@ fn simulate_cmd(
         opts.noise,
         opts.benchmark_noise,
         opts.dropout,
+        opts.vanish,
+        opts.unknown,
+        opts.scan_failures,
+        opts.availability,
         opts.delay_ms,
+        opts.max_pages,
+        opts.max_seconds,
         started.elapsed().as_secs_f64()
     );
     let rows: Vec<_> = results
