@@ -436,6 +436,20 @@ fn run(cli: Cli) -> Result<i32> {
                     "jobs         {} queued, {} running, {} done, {} failed",
                     s.grid.jobs_queued, s.grid.jobs_running, s.grid.jobs_done, s.grid.jobs_failed
                 );
+                if let Some(last) = &s.grid.last_round {
+                    println!(
+                        "last round   {} {}: {} of {} sites complete{}",
+                        last.id,
+                        last.state,
+                        last.complete,
+                        last.sites,
+                        if last.incomplete > 0 {
+                            format!(", {} INCOMPLETE", last.incomplete)
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
             }
         }
         Cmd::Export { round, format, out } => {
@@ -685,29 +699,29 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                     d.counts.pages,
                     d.counts.links
                 );
-                println!("site\tstate\tattempts\tpages\tlinks\thost\treasons");
-                for j in &d.jobs {
-                    let (pages, links, host) = j
-                        .result
-                        .as_ref()
-                        .map(|r| {
-                            (
-                                r.summary.pages.to_string(),
-                                r.summary.links.to_string(),
-                                r.host_id.to_string(),
-                            )
-                        })
-                        .unwrap_or(("-".into(), "-".into(), "-".into()));
+                println!("site\tstate\tattempts\tscans\tpages\tlinks\thost\tcomplete\treasons");
+                for (line, j) in d.sites.iter().zip(&d.jobs) {
+                    let c = &line.completeness;
+                    let complete = match (&c.why_not, c.natural_end) {
+                        (_, true) => "yes".to_string(),
+                        (Some(why), false) => format!("no: {why}"),
+                        (None, false) => "-".to_string(),
+                    };
                     println!(
-                        "{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                        j.site,
-                        j.state.as_str(),
-                        j.attempts.len(),
-                        pages,
-                        links,
-                        host,
+                        "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                        line.site,
+                        line.state.as_str(),
+                        line.attempts,
+                        c.scans,
+                        c.pages,
+                        c.links,
+                        line.host.map_or("-".into(), |h| h.to_string()),
+                        complete,
                         j.reasons.join("; ")
                     );
+                }
+                if d.round.state != RoundState::Running {
+                    println!("round {}: {}", d.round.id, d.counts.verdict());
                 }
             }
         }
@@ -717,11 +731,12 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                 let d: RoundDetail = c.get(&format!("/api/rounds/{id}"))?;
                 if d.round.state != RoundState::Running {
                     println!(
-                        "round {id} {}: {} done, {} failed of {} jobs",
+                        "round {id} {}: {} done, {} failed of {} jobs; {}",
                         d.round.state.as_str(),
                         d.counts.done,
                         d.counts.failed,
-                        d.counts.total
+                        d.counts.total,
+                        d.counts.verdict()
                     );
                     return Ok(0);
                 }
