@@ -398,12 +398,12 @@ async fn dashboard(State(s): State<Arc<Shared>>, Query(q): Query<DashQuery>) -> 
         status.sites, status.hosts, status.hosts_revoked, status.rounds_running,
         status.jobs_queued, status.jobs_running, status.jobs_done, status.jobs_failed
     ));
-    html.push_str("<h2>Rounds</h2><table><tr><th>id</th><th>state</th><th>policy</th><th>jobs</th><th>done</th><th>failed</th><th>running</th><th>pages</th><th>links</th></tr>");
+    html.push_str("<h2>Rounds</h2><table><tr><th>id</th><th>state</th><th>policy</th><th>jobs</th><th>done</th><th>failed</th><th>running</th><th>complete</th><th>incomplete</th><th>pages</th><th>links</th></tr>");
     for (r, jobs) in &rounds {
         let c = JobCounts::of(jobs);
         html.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            r.id, r.state.as_str(), esc(&r.params.policy), c.total, c.done, c.failed, c.running, c.pages, c.links
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            r.id, r.state.as_str(), esc(&r.params.policy), c.total, c.done, c.failed, c.running, c.complete, c.incomplete, c.pages, c.links
         ));
     }
     html.push_str("</table><h2>Hosts</h2><table><tr><th>id</th><th>name</th><th>last seen (s ago)</th><th>jobs</th><th>pages</th><th>missed deadlines</th><th>revoked</th></tr>");

@@ -830,6 +830,11 @@ impl Grid {
                 "delay must be at most {MAX_DELAY_MS} ms"
             )));
         }
+        if params.max_seconds == 0 {
+            return Err(GridError::Invalid(
+                "the scan time budget (max scan time) must be positive".into(),
+            ));
+        }
         if params.max_attempts == 0 || params.deadline_min_s == 0 {
             return Err(GridError::Invalid(
                 "max attempts and minimum deadline must be positive".into(),

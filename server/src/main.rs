@@ -185,9 +185,15 @@ enum RoundCmd {
         delay_ms: Option<u64>,
         #[arg(long, value_parser = ["host", "subdomains", "domain"])]
         scope: Option<String>,
-        /// Longest deadline a unit gets (e.g. 2h).
+        /// Longest deadline a unit gets (e.g. 2h). Deadlines find hosts that
+        /// went silent; a scan that reports progress is extended.
         #[arg(long, value_parser = parse_duration)]
         max_deadline: Option<Duration>,
+        /// Time budget of one scan (e.g. 2h; default 6h). A scan that reaches
+        /// it returns its records and frontier, and its site continues from
+        /// there in another scan: a site is never cut short by it.
+        #[arg(long, value_parser = parse_duration)]
+        max_scan_time: Option<Duration>,
         /// Failed or expired attempts before a job is marked failed.
         #[arg(long)]
         max_attempts: Option<u32>,
@@ -635,6 +641,7 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
             delay_ms,
             scope,
             max_deadline,
+            max_scan_time,
             max_attempts,
             max_crawl_delay,
             every,
@@ -648,6 +655,7 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                     delay_ms,
                     scope,
                     deadline_max_s: max_deadline.map(|d| d.as_secs()),
+                    max_seconds: max_scan_time.map(|d| d.as_secs()),
                     max_attempts,
                     max_crawl_delay_ms: max_crawl_delay.map(|d| d.as_millis() as u64),
                     every_s: every.map(|d| d.as_secs()),
