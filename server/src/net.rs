@@ -57,8 +57,9 @@ pub const MAX_CONNECTIONS_PER_HOST: usize = 4;
 /// largest such request: a key, a token, a proof and a few short texts).
 pub const MAX_UNAUTHENTICATED_FRAME_BYTES: usize = 16 * 1024;
 /// Bytes of request frames held in memory at once, over all connections:
-/// uploads wait for room rather than grow the heap (eight largest uploads).
-pub const MAX_INFLIGHT_REQUEST_BYTES: usize = 8 * MAX_FRAME_BYTES;
+/// uploads wait for room rather than grow the heap (five of the largest
+/// uploads, link file and scan state; typical ones are a few hundred KB).
+pub const MAX_INFLIGHT_REQUEST_BYTES: usize = 256 * 1024 * 1024;
 /// Application close code for a connection closed by a limit.
 const CLOSE_LIMIT: u32 = 2;
 
