@@ -11,10 +11,12 @@
 //! The reference site is named by the project's server over the pinned
 //! connection and usually lives beside it inside the company network, so the
 //! background benchmark may reach private addresses (scope `host`: it never
-//! leaves that one host).
+//! leaves that one host). It obeys the client's bandwidth cap, and the work
+//! loop cancels it when it exits (a `--once` run never waits for it).
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -23,6 +25,7 @@ use url::Url;
 use beebot_shared::proto::{Request, Response};
 use beebot_shared::scope::Scope;
 
+use crate::bandwidth::Bandwidth;
 use crate::crawler::{self, CrawlProgress, CrawlSpec, CrawlerConfig};
 use crate::home::{write_atomic, Home};
 use crate::net::{Link, ServerId};
@@ -195,6 +198,8 @@ pub struct Background {
     /// The reference site the server named in `Welcome` (empty: none).
     pub reference_site: String,
     task: Option<tokio::task::JoinHandle<Result<BenchmarkRecord, BenchmarkError>>>,
+    /// Stops the running benchmark (at its next request or wait).
+    cancel: Arc<AtomicBool>,
     /// A result not yet acknowledged by the server.
     pending: Option<BenchmarkRecord>,
     /// No new try before this, after a failure.
@@ -206,13 +211,15 @@ impl Background {
     /// finished result to send, if there is one. `cfg` is the client's crawler
     /// configuration (private addresses are allowed for the reference site);
     /// `throttle` is the pause the client makes after every page of its
-    /// scans, made here too so the figures are what the host delivers.
+    /// scans, made here too so the figures are what the host delivers;
+    /// `bandwidth` is the client's cap, which the benchmark obeys too.
     pub async fn poll(
         &mut self,
         home: &Home,
         cfg: &CrawlerConfig,
         may_start: bool,
         throttle: Duration,
+        bandwidth: Option<Arc<Bandwidth>>,
     ) -> Option<BenchmarkRecord> {
         if let Some(task) = &self.task {
             if !task.is_finished() {
@@ -255,15 +262,34 @@ impl Background {
                 ..cfg.clone()
             };
             tracing::info!(%url, "benchmarking against the reference site");
+            self.cancel = Arc::new(AtomicBool::new(false));
+            let cancel = self.cancel.clone();
             self.task = Some(tokio::task::spawn_blocking(move || {
-                run(&url, &cfg, &AtomicBool::new(false), &mut |_| {
-                    if !throttle.is_zero() {
+                let mut paid = 0u64;
+                run(&url, &cfg, &cancel, &mut |p| {
+                    if let Some(b) = &bandwidth {
+                        b.pay(p.bytes.saturating_sub(paid), &cancel);
+                        paid = p.bytes;
+                    }
+                    if !throttle.is_zero() && !cancel.load(Ordering::Relaxed) {
                         std::thread::sleep(throttle);
                     }
                 })
             }));
         }
         self.pending.clone()
+    }
+
+    /// Cancel a running benchmark (the work loop exits): its thread stops
+    /// at its next request or wait, and nobody waits for it.
+    pub fn stop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        self.task = None;
+    }
+
+    /// Whether a benchmark is running.
+    pub fn running(&self) -> bool {
+        self.task.as_ref().is_some_and(|t| !t.is_finished())
     }
 
     /// The server acknowledged `record`: remember it, so the next is a week away.
@@ -333,9 +359,12 @@ mod tests {
             connect_timeout: Duration::from_millis(500),
             ..CrawlerConfig::default()
         };
-        assert_eq!(bg.poll(&home, &cfg, false, Duration::ZERO).await, None);
+        assert_eq!(
+            bg.poll(&home, &cfg, false, Duration::ZERO, None).await,
+            None
+        );
         assert!(bg.task.is_none(), "not started while busy");
-        assert_eq!(bg.poll(&home, &cfg, true, Duration::ZERO).await, None);
+        assert_eq!(bg.poll(&home, &cfg, true, Duration::ZERO, None).await, None);
         assert!(bg.task.is_some(), "started when idle");
         for _ in 0..200 {
             if bg.task.as_ref().is_some_and(|t| t.is_finished()) {
@@ -343,7 +372,7 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        assert_eq!(bg.poll(&home, &cfg, true, Duration::ZERO).await, None);
+        assert_eq!(bg.poll(&home, &cfg, true, Duration::ZERO, None).await, None);
         assert!(bg.task.is_none(), "no new try right after a failure");
         assert!(bg.not_before.is_some());
         assert_eq!(load(&home), None);

@@ -160,6 +160,10 @@ pub struct ScanStatus {
     pub pages: u64,
     pub links: u64,
     pub pages_per_s: f64,
+    /// The unit's deadline on the local clock (Unix ms), as the server last
+    /// extended it: it finds dead hosts, it does not stop the scan.
+    #[serde(default)]
+    pub deadline_ms: Option<u64>,
 }
 
 /// What the running client writes for `beebot status`.

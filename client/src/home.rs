@@ -5,7 +5,10 @@
 //! CONFIG/host.key          ed25519 host key, hex (0600)
 //! CONFIG/enrolment.json    server address, pinned certificate, project key, host id
 //! DATA/spool/units/N.unit  signed work units as received (verified again on load)
-//! DATA/spool/results/N.lf  finished link files waiting for upload, N.summary beside
+//! DATA/spool/units/N.deadline  the unit's deadline as the server last extended it (ms)
+//! DATA/spool/results/N.lf  finished link files waiting for upload, N.summary beside,
+//!                          N.state beside when the scan stopped early (its frontier)
+//! DATA/spool/scans/N.ckpt  a running scan's checkpoint (state, records, summary so far)
 //! ```
 //! With `--home DIR` (or `BEEBOT_HOME`) both CONFIG and DATA are DIR.
 
@@ -18,9 +21,11 @@ use ed25519_dalek::{SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
 use beebot_shared::codec;
-use beebot_shared::limits::{MAX_LINK_FILE_BYTES, MAX_UNIT_BYTES};
+use beebot_shared::limits::{MAX_LINK_FILE_BYTES, MAX_SCAN_STATE_BYTES, MAX_UNIT_BYTES};
 use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::sign::{self, SignedUnit, WorkUnit};
+
+use crate::checkpoint::{Checkpoint, MAX_CHECKPOINT_BYTES};
 
 /// Most units kept in the spool: more than any buffer the client asks for.
 pub const MAX_SPOOLED_UNITS: usize = 1024;
@@ -75,6 +80,15 @@ pub struct DayTotals {
 /// Today's local date as `YYYY-MM-DD`.
 pub fn today_date() -> String {
     chrono::Local::now().format("%Y-%m-%d").to_string()
+}
+
+/// A finished result waiting for upload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpooledResult {
+    pub link_file: Vec<u8>,
+    pub summary: ScanSummary,
+    /// The encoded scan state, when the scan stopped before its natural end.
+    pub state: Option<Vec<u8>>,
 }
 
 /// A unit read back from the spool, verified.
@@ -156,6 +170,12 @@ impl Home {
     }
     fn results_dir(&self) -> PathBuf {
         self.data.join("spool").join("results")
+    }
+    fn scans_dir(&self) -> PathBuf {
+        self.data.join("spool").join("scans")
+    }
+    fn checkpoint_path(&self, unit_id: u64) -> PathBuf {
+        self.scans_dir().join(format!("{unit_id}.ckpt"))
     }
 
     /// The host key, made (mode 0600) when there is none. A key file other
@@ -260,24 +280,84 @@ impl Home {
 
     pub fn remove_unit(&self, unit_id: u64) {
         let _ = fs::remove_file(self.units_dir().join(format!("{unit_id}.unit")));
+        let _ = fs::remove_file(self.units_dir().join(format!("{unit_id}.deadline")));
         let _ = fs::remove_file(self.results_dir().join(format!("{unit_id}.lf")));
         let _ = fs::remove_file(self.results_dir().join(format!("{unit_id}.summary")));
+        let _ = fs::remove_file(self.results_dir().join(format!("{unit_id}.state")));
+        self.remove_checkpoint(unit_id);
+    }
+
+    /// Remember a unit's deadline as the server extended it (Unix ms).
+    pub fn save_deadline(&self, unit_id: u64, deadline_ms: u64) -> Result<()> {
+        write_atomic(
+            &self.units_dir().join(format!("{unit_id}.deadline")),
+            deadline_ms.to_string().as_bytes(),
+            false,
+        )
+    }
+
+    /// A unit's extended deadline, if the server extended it (an unreadable
+    /// file counts as none: the signed deadline stands).
+    pub fn deadline(&self, unit_id: u64) -> Option<u64> {
+        let text = fs::read_to_string(self.units_dir().join(format!("{unit_id}.deadline"))).ok()?;
+        text.trim().parse().ok()
+    }
+
+    /// Keep a running scan's checkpoint (durably: temporary name, fsync, rename).
+    pub fn save_checkpoint(&self, unit_id: u64, c: &Checkpoint) -> Result<()> {
+        let bytes = c
+            .encode(unit_id)
+            .with_context(|| format!("cannot encode the checkpoint of unit {unit_id}"))?;
+        write_atomic(&self.checkpoint_path(unit_id), &bytes, false)
+    }
+
+    /// A unit's checkpoint, if one is spooled. A damaged one is an error
+    /// naming the file (the caller starts the scan over).
+    pub fn checkpoint(&self, unit_id: u64) -> Result<Option<Checkpoint>> {
+        let path = self.checkpoint_path(unit_id);
+        let meta = match fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        };
+        if meta.len() > MAX_CHECKPOINT_BYTES as u64 {
+            bail!("{} is larger than a checkpoint may be", path.display());
+        }
+        let bytes = fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let c = Checkpoint::decode(&bytes, unit_id)
+            .with_context(|| format!("{} is damaged", path.display()))?;
+        Ok(Some(c))
+    }
+
+    pub fn has_checkpoint(&self, unit_id: u64) -> bool {
+        self.checkpoint_path(unit_id).exists()
+    }
+
+    pub fn remove_checkpoint(&self, unit_id: u64) {
+        let _ = fs::remove_file(self.checkpoint_path(unit_id));
     }
 
     /// Keep a finished result until the server acknowledges it. The summary is
-    /// written last: a result counts as present only when both files are.
-    pub fn save_result(&self, unit_id: u64, link_file: &[u8], summary: &ScanSummary) -> Result<()> {
+    /// written last: a result counts as present only when all its files are.
+    pub fn save_result(&self, unit_id: u64, result: &SpooledResult) -> Result<()> {
         let dir = self.results_dir();
-        write_atomic(&dir.join(format!("{unit_id}.lf")), link_file, false)?;
+        write_atomic(&dir.join(format!("{unit_id}.lf")), &result.link_file, false)?;
+        let state_path = dir.join(format!("{unit_id}.state"));
+        match &result.state {
+            Some(state) => write_atomic(&state_path, state, false)?,
+            None => {
+                let _ = fs::remove_file(&state_path);
+            }
+        }
         write_atomic(
             &dir.join(format!("{unit_id}.summary")),
-            serde_json::to_string(summary)?.as_bytes(),
+            serde_json::to_string(&result.summary)?.as_bytes(),
             false,
         )
     }
 
     /// A finished result of a unit, if one is spooled.
-    pub fn result(&self, unit_id: u64) -> Result<Option<(Vec<u8>, ScanSummary)>> {
+    pub fn result(&self, unit_id: u64) -> Result<Option<SpooledResult>> {
         let dir = self.results_dir();
         let spath = dir.join(format!("{unit_id}.summary"));
         let summary = match fs::read_to_string(&spath) {
@@ -293,13 +373,28 @@ impl Home {
             bail!("{} is larger than a link file may be", lpath.display());
         }
         let bytes = fs::read(&lpath).with_context(|| format!("cannot read {}", lpath.display()))?;
-        Ok(Some((bytes, summary)))
+        let spath = dir.join(format!("{unit_id}.state"));
+        let state = match fs::metadata(&spath) {
+            Ok(m) if m.len() > MAX_SCAN_STATE_BYTES as u64 => {
+                bail!("{} is larger than a scan state may be", spath.display())
+            }
+            Ok(_) => {
+                Some(fs::read(&spath).with_context(|| format!("cannot read {}", spath.display()))?)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", spath.display())),
+        };
+        Ok(Some(SpooledResult {
+            link_file: bytes,
+            summary,
+            state,
+        }))
     }
 
     /// Bytes the spool's units and results take (bounded listing).
     pub fn spool_bytes(&self) -> u64 {
         let mut total = 0u64;
-        for dir in [self.units_dir(), self.results_dir()] {
+        for dir in [self.units_dir(), self.results_dir(), self.scans_dir()] {
             if let Ok(entries) = fs::read_dir(&dir) {
                 for e in entries.flatten().take(MAX_SPOOLED_UNITS * 4) {
                     total += e.metadata().map(|m| m.len()).unwrap_or(0);
@@ -444,6 +539,61 @@ mod tests {
         fs::create_dir_all(target.join("inside")).expect("mkdir");
         assert!(write_atomic(&target, b"x", false).is_err());
         assert!(!target.with_extension("tmp").exists());
+    }
+
+    #[test]
+    fn checkpoints_results_and_deadlines_round_trip_through_the_spool() {
+        use beebot_shared::extract::LinkTag;
+        use beebot_shared::linkfile::LinkRecord;
+        use beebot_shared::scanstate::{url_digest, QueuedUrl, ScanState};
+        let (_d, h) = home();
+        assert!(h.checkpoint(9).expect("none").is_none());
+        let c = Checkpoint {
+            state: ScanState {
+                site: "a.test".into(),
+                pages_done: 2,
+                queue: vec![QueuedUrl {
+                    url: "http://a.test/b".into(),
+                    depth: 1,
+                }],
+                seen: vec![url_digest("http://a.test/"), url_digest("http://a.test/b")],
+                robots: Vec::new(),
+            },
+            records: vec![LinkRecord {
+                source_url: "http://a.test/".into(),
+                target_url: "http://c.test/".into(),
+                tag: LinkTag::A,
+                nofollow: true,
+                anchor_text: "c".into(),
+            }],
+            summary: ScanSummary {
+                pages: 2,
+                links: 1,
+                ..ScanSummary::default()
+            },
+        };
+        h.save_checkpoint(9, &c).expect("save");
+        assert!(h.has_checkpoint(9));
+        assert_eq!(h.checkpoint(9).expect("read"), Some(c));
+        // A checkpoint of another unit under this name is refused, not used.
+        fs::copy(h.checkpoint_path(9), h.checkpoint_path(10)).expect("copy");
+        assert!(h.checkpoint(10).is_err());
+        h.save_deadline(9, 1_700_000_000_123).expect("deadline");
+        assert_eq!(h.deadline(9), Some(1_700_000_000_123));
+        let r = SpooledResult {
+            link_file: vec![1, 2, 3],
+            summary: ScanSummary::default(),
+            state: Some(vec![4, 5]),
+        };
+        h.save_result(9, &r).expect("result");
+        assert_eq!(h.result(9).expect("read"), Some(r.clone()));
+        let r2 = SpooledResult { state: None, ..r };
+        h.save_result(9, &r2).expect("result");
+        assert_eq!(h.result(9).expect("read"), Some(r2));
+        h.remove_unit(9);
+        assert!(!h.has_checkpoint(9));
+        assert_eq!(h.deadline(9), None);
+        assert!(h.result(9).expect("read").is_none());
     }
 
     proptest! {

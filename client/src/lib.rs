@@ -4,6 +4,7 @@
 
 pub mod bandwidth;
 pub mod benchmark;
+pub mod checkpoint;
 pub mod control;
 pub mod crawler;
 pub mod display;

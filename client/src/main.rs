@@ -288,7 +288,10 @@ fn run(cli: Cli) -> Result<()> {
                 let (dir, stop) = (home.data.clone(), stop_display.clone());
                 std::thread::spawn(move || display::run(dir, stop))
             });
-            let stats = runtime()?.block_on(worker::run(home, opts, shutdown_signal()));
+            // Scan threads stuck in a request are not waited for: their
+            // scans are checkpointed already.
+            let stats =
+                beebot_client::rt::block_on_then_exit(worker::run(home, opts, shutdown_signal()))?;
             stop_display.store(true, std::sync::atomic::Ordering::Relaxed);
             if let Some(d) = display {
                 let _ = d.join();
@@ -430,11 +433,11 @@ fn run(cli: Cli) -> Result<()> {
                 max_crawl_delay: crawler::robots::MAX_CRAWL_DELAY,
                 max_page_bytes: 2 * 1024 * 1024,
                 max_duration: Duration::from_secs(24 * 3600),
-                deadline: None,
                 user_agent: format!(
                     "BeeBot/{} (+https://example.invalid/beebot)",
                     env!("CARGO_PKG_VERSION")
                 ),
+                resume: None,
             };
             let cfg = net.crawler_config()?;
             let cancel = AtomicBool::new(false);
@@ -533,8 +536,14 @@ fn status(home: &Home, json: bool) -> Result<()> {
                 .unwrap_or_default();
             println!("state     {}{until} (pid {})", l.state, l.pid);
             for s in &l.scans {
+                // The deadline only says when the server would think this
+                // host gone; the server moves it while the scan reports.
+                let deadline = s
+                    .deadline_ms
+                    .map(|d| format!("  deadline in {}s", d.saturating_sub(now) / 1000))
+                    .unwrap_or_default();
                 println!(
-                    "  scanning {}  {} pages  {} links  {:.1} pages/s",
+                    "  scanning {}  {} pages  {} links  {:.1} pages/s{deadline}",
                     s.site, s.pages, s.links, s.pages_per_s
                 );
             }

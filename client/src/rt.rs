@@ -1,7 +1,15 @@
 //! Process plumbing shared by both command lines: the async runtime and the
 //! shutdown signal (Ctrl-C, or SIGTERM from a service manager).
 
+use std::future::Future;
+use std::time::Duration;
+
 use anyhow::{Context, Result};
+
+/// Longest the runtime waits at exit for its blocking threads (a crawl stuck
+/// in a request of up to 60 s, a benchmark): their work is checkpointed or
+/// given up before, and a stop must take seconds, not a request timeout.
+pub const EXIT_WAIT: Duration = Duration::from_millis(250);
 
 /// A multi-threaded tokio runtime.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -9,6 +17,16 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")
+}
+
+/// Run `f` on a fresh runtime, then shut the runtime down without waiting
+/// more than [`EXIT_WAIT`] for blocking threads (dropping a runtime waits for
+/// them all).
+pub fn block_on_then_exit<F: Future>(f: F) -> Result<F::Output> {
+    let rt = runtime()?;
+    let out = rt.block_on(f);
+    rt.shutdown_timeout(EXIT_WAIT);
+    Ok(out)
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

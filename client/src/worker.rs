@@ -3,6 +3,16 @@
 //! server acknowledges it, and report progress. Network trouble never stops
 //! the scans in hand: the loop reconnects with exponential backoff and full
 //! jitter, honouring the server's `retry_after`.
+//!
+//! A unit's deadline never stops its scan: the server's `Extend` moves it
+//! (shown by `beebot status`); the scan stops early only on the server's
+//! `Abort`, the round's time budget, or the client stopping. Each running
+//! scan checkpoints to the spool (see [`crate::checkpoint`]); a restarted
+//! client resumes from there, and a continuation unit (`resume`) starts from
+//! the state the server keeps (`FetchState`), checked against its signed
+//! digest. A scan that stopped early uploads its state with its records.
+//! On SIGTERM or Ctrl-C every scan is checkpointed and the loop returns
+//! within [`SHUTDOWN_GRACE`] plus the writes, whatever requests are in flight.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,14 +25,16 @@ use tokio::sync::mpsc;
 use url::Url;
 
 use beebot_shared::limits::{MAX_RETRY_AFTER_SECS, MAX_SLOTS};
-use beebot_shared::linkfile::{self, LinkFileHeader, ScanSummary, LINK_FILE_VERSION};
+use beebot_shared::linkfile::{self, LinkFileHeader, StopReason, LINK_FILE_VERSION};
 use beebot_shared::proto::{Request, Response};
-use beebot_shared::sign::{self, WorkUnit};
+use beebot_shared::scanstate::{state_sha256, ScanState, ScanStateError};
+use beebot_shared::sign::{self, ResumeFrom, WorkUnit};
 
 use crate::bandwidth::Bandwidth;
+use crate::checkpoint::{Checkpoint, CheckpointSlot};
 use crate::control::{self, Gate, Hold, LiveStatus, ScanStatus};
 use crate::crawler::{self, CrawlSpec, CrawlerConfig};
-use crate::home::{today_date, Enrolment, Home, SpooledUnit, MAX_SPOOLED_UNITS};
+use crate::home::{today_date, Enrolment, Home, SpooledResult, SpooledUnit, MAX_SPOOLED_UNITS};
 use crate::net::{Link, NetError, ServerId};
 
 /// Settings of the work loop.
@@ -84,6 +96,11 @@ pub const DEFAULT_BUFFER_MAX_S: u64 = 3600;
 pub const MAX_UNITS_PER_SLOT: usize = 4;
 /// Weight of the newest figure in the client's running averages (scan time, round trip).
 const AVERAGE_WEIGHT: f64 = 0.3;
+/// Longest a stopping client waits for its scans to reach a page boundary
+/// and checkpoint there; a scan still in a request (timeouts up to 60 s) is
+/// checkpointed from its last snapshot instead. Well inside the 5 s a stop
+/// may take (systemd's stop timeout is far longer).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// Units to hold per slot: the one scanning plus enough to cover a round
 /// trip to the server, `ceil(round_trip / job_time) + 1`, at least two.
@@ -167,6 +184,10 @@ fn now_ms() -> u64 {
 struct Held {
     unit: SpooledUnit,
     state: HeldState,
+    /// The unit's deadline on the server's clock, as last extended (Unix ms).
+    deadline_ms: u64,
+    /// A continuation unit whose state is not fetched yet (`FetchState`).
+    needs_state: bool,
 }
 
 enum HeldState {
@@ -177,6 +198,8 @@ enum HeldState {
         links: Arc<AtomicU64>,
         last_progress: Instant,
         started: Instant,
+        /// Its checkpoints, shared with its thread.
+        slot: Arc<CheckpointSlot>,
     },
     /// Result spooled, waiting for the server's acknowledgement.
     Finished,
@@ -187,13 +210,78 @@ enum HeldState {
 /// A scan's end, sent from the crawl thread.
 struct ScanDone {
     unit_id: u64,
-    result: Result<(Vec<u8>, ScanSummary), String>,
+    result: ScanEnd,
 }
 
-/// Build the crawl of a unit. `clock_offset_ms` = server time − local time.
-pub fn crawl_spec(unit: &WorkUnit, clock_offset_ms: i64) -> Result<CrawlSpec> {
+/// How a scan thread ended.
+enum ScanEnd {
+    /// A result to upload (the state beside it when it stopped early).
+    Finished(Box<SpooledResult>),
+    /// Cancelled (the client stops, or the server aborted): its checkpoint
+    /// is in the spool.
+    Checkpointed,
+    /// The scan could not produce a result.
+    Failed(String),
+}
+
+/// A unit's deadline (server clock, Unix ms) on the local clock.
+/// `clock_offset_ms` = server time − local time.
+pub fn local_deadline(deadline_ms: u64, clock_offset_ms: i64) -> SystemTime {
+    let local_ms = (deadline_ms as i64 - clock_offset_ms).max(0) as u64;
+    UNIX_EPOCH + Duration::from_millis(local_ms)
+}
+
+/// Why the state a continuation unit names was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StateRefused {
+    #[error("the state is {got} bytes, the unit names {want}")]
+    Length { got: u64, want: u64 },
+    #[error("the state's SHA-256 is not the one the unit names")]
+    Digest,
+    #[error("the state cannot be read: {0}")]
+    Decode(#[from] ScanStateError),
+    #[error("the state is of site {got:?}, the unit of {want:?}")]
+    Site { got: String, want: String },
+}
+
+/// Check the state the server sent for a continuation unit against what the
+/// unit names (signed: length and SHA-256), then decode it. The pages the
+/// job took are the signed figure.
+pub fn check_state(
+    unit: &WorkUnit,
+    resume: &ResumeFrom,
+    bytes: &[u8],
+) -> Result<ScanState, StateRefused> {
+    if bytes.len() as u64 != resume.state_bytes {
+        return Err(StateRefused::Length {
+            got: bytes.len() as u64,
+            want: resume.state_bytes,
+        });
+    }
+    if state_sha256(bytes) != resume.state_sha256 {
+        return Err(StateRefused::Digest);
+    }
+    let mut state = ScanState::decode(bytes)?;
+    if state.site != unit.site {
+        return Err(StateRefused::Site {
+            got: state.site,
+            want: unit.site.clone(),
+        });
+    }
+    state.pages_done = resume.pages_done;
+    Ok(state)
+}
+
+/// Build the crawl of a unit: from `resume` (a checkpoint or the state of a
+/// continuation unit) when given, with the round's time budget less the
+/// `spent` time of the unit's earlier parts. No deadline: deadlines never
+/// cut a live scan.
+pub fn crawl_spec(
+    unit: &WorkUnit,
+    resume: Option<ScanState>,
+    spent: Duration,
+) -> Result<CrawlSpec> {
     let seed = Url::parse(&unit.seed_url).context("unit has a bad seed URL")?;
-    let local_deadline_ms = (unit.deadline_ms as i64 - clock_offset_ms).max(0) as u64;
     Ok(CrawlSpec {
         site: unit.site.clone(),
         seed,
@@ -205,9 +293,9 @@ pub fn crawl_spec(unit: &WorkUnit, clock_offset_ms: i64) -> Result<CrawlSpec> {
         max_crawl_delay: Duration::from_millis(unit.limits.max_crawl_delay_ms)
             .min(crawler::robots::MAX_CRAWL_DELAY),
         max_page_bytes: unit.limits.max_page_bytes,
-        max_duration: Duration::from_secs(unit.limits.max_seconds),
-        deadline: Some(UNIX_EPOCH + Duration::from_millis(local_deadline_ms)),
+        max_duration: Duration::from_secs(unit.limits.max_seconds).saturating_sub(spent),
         user_agent: unit.user_agent.clone(),
+        resume,
     })
 }
 
@@ -222,22 +310,31 @@ struct ScanHooks {
     throttle: Duration,
     /// The client's shared bandwidth cap.
     bandwidth: Option<Arc<Bandwidth>>,
+    /// The scan's checkpoints.
+    slot: Arc<CheckpointSlot>,
+    /// Pages and links of the unit's earlier parts (progress counts the unit's).
+    pages_before: u64,
+    links_before: u64,
+    home: Home,
 }
 
-/// Run a unit's scan and encode its link file (blocking).
-fn scan(
-    unit: &WorkUnit,
-    spec: &CrawlSpec,
-    cfg: &CrawlerConfig,
-    hooks: &ScanHooks,
-) -> Result<(Vec<u8>, ScanSummary), String> {
+/// Run a unit's scan (blocking): checkpoint it as it goes, and end with its
+/// link file (all parts together) or, when cancelled, a final checkpoint.
+fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHooks) -> ScanEnd {
     let cancel = &*hooks.cancel;
+    let slot = &*hooks.slot;
+    let write = |c: &Checkpoint| hooks.home.save_checkpoint(unit.unit_id, c);
     let mut paid_bytes = 0u64;
-    let out = crawler::crawl_with_progress(spec, cfg, cancel, &mut |p| {
-        hooks.pages.store(p.pages, Ordering::Relaxed);
-        hooks.links.store(p.links, Ordering::Relaxed);
-        // A page boundary: pay for the bytes read, then hold while paused or
-        // outside the window.
+    let out = crawler::crawl_resumable(spec, cfg, cancel, &mut |p, snapshot| {
+        hooks
+            .pages
+            .store(hooks.pages_before + p.pages, Ordering::Relaxed);
+        hooks
+            .links
+            .store(hooks.links_before + p.links, Ordering::Relaxed);
+        // A page boundary: pay for the bytes read, keep a snapshot (written
+        // to the spool every CHECKPOINT_INTERVAL and before the gate holds
+        // the scan), then hold while paused or outside the window.
         if let Some(b) = &hooks.bandwidth {
             b.pay(p.bytes.saturating_sub(paid_bytes), cancel);
             paid_bytes = p.bytes;
@@ -245,22 +342,51 @@ fn scan(
         if !hooks.throttle.is_zero() && !cancel.load(Ordering::Relaxed) {
             std::thread::sleep(hooks.throttle);
         }
+        let held = hooks.gate.as_ref().is_some_and(|g| !g.is_open());
+        let write_now = held || slot.write_due();
+        if write_now || cancel.load(Ordering::Relaxed) || slot.snapshot_due() {
+            slot.keep(snapshot(slot.records_from()));
+        }
+        if write_now {
+            if let Err(e) = slot.write_latest(&write) {
+                tracing::warn!(unit_id = unit.unit_id, "cannot write a checkpoint: {e:#}");
+            }
+        }
         if let Some(g) = &hooks.gate {
             g.wait_open(cancel);
         }
     });
-    let mut summary = out.summary;
-    summary.links = out.records.len() as u64;
+    let stopped_by = out.summary.stopped_by;
+    let state = out.state;
+    let mut whole = slot.close(out.records, &out.summary);
+    if stopped_by == Some(StopReason::Cancelled) {
+        whole.state = state.unwrap_or_default();
+        return match hooks.home.save_checkpoint(unit.unit_id, &whole) {
+            Ok(()) => ScanEnd::Checkpointed,
+            Err(e) => ScanEnd::Failed(format!("cannot write the checkpoint: {e:#}")),
+        };
+    }
     let header = LinkFileHeader {
         format_version: LINK_FILE_VERSION,
         round_id: unit.round_id,
         unit_id: unit.unit_id,
         site: unit.site.clone(),
-        pages: summary.pages,
-        records: out.records.len() as u64,
+        pages: whole.summary.pages,
+        records: whole.records.len() as u64,
     };
-    let bytes = linkfile::encode(&header, &out.records).map_err(|e| e.to_string())?;
-    Ok((bytes, summary))
+    let link_file = match linkfile::encode(&header, &whole.records) {
+        Ok(b) => b,
+        Err(e) => return ScanEnd::Failed(e.to_string()),
+    };
+    let state = match state.map(|s| s.encode()).transpose() {
+        Ok(s) => s,
+        Err(e) => return ScanEnd::Failed(format!("cannot encode the scan state: {e}")),
+    };
+    ScanEnd::Finished(Box::new(SpooledResult {
+        link_file,
+        summary: whole.summary,
+        state,
+    }))
 }
 
 /// The running client.
@@ -292,6 +418,8 @@ struct Worker {
     round_trip_s: f64,
     /// The reference-site benchmark, run on first start and weekly.
     bench: crate::benchmark::Background,
+    /// The client is stopping: cancelled scans stay in the spool, checkpointed.
+    stopping: bool,
 }
 
 impl Worker {
@@ -335,6 +463,10 @@ impl Worker {
                         pages: p,
                         links: links.load(Ordering::Relaxed),
                         pages_per_s: p as f64 / started.elapsed().as_secs_f64().max(0.001),
+                        deadline_ms: Some(control::unix_ms(local_deadline(
+                            h.deadline_ms,
+                            self.clock_offset_ms,
+                        ))),
                     })
                 }
                 _ => None,
@@ -435,7 +567,12 @@ impl Worker {
     async fn upload_finished(&mut self) -> Result<bool> {
         let ids = self.units_where(|s| matches!(s, HeldState::Finished));
         for unit_id in ids {
-            let Some((link_file, summary)) = self.home.result(unit_id)? else {
+            let Some(SpooledResult {
+                link_file,
+                summary,
+                state,
+            }) = self.home.result(unit_id)?
+            else {
                 // Lost its result file: scan again.
                 if let Some(h) = self.held.get_mut(&unit_id) {
                     h.state = HeldState::Waiting;
@@ -448,7 +585,7 @@ impl Worker {
                 unit_id,
                 summary,
                 link_file,
-                state: None,
+                state,
             };
             match self.request(&req).await {
                 Ok(Response::Accepted) => {
@@ -523,6 +660,17 @@ impl Worker {
                         cancel.store(true, Ordering::Relaxed);
                     }
                     h.state = HeldState::Aborted;
+                }
+                Ok(Response::Extend { deadline_ms }) => {
+                    // The host is alive: its deadline moves; the scan goes on.
+                    h.deadline_ms = deadline_ms;
+                    if let HeldState::Crawling { last_progress, .. } = &mut h.state {
+                        *last_progress = Instant::now();
+                    }
+                    tracing::debug!(unit_id, deadline_ms, "deadline extended");
+                    if let Err(e) = self.home.save_deadline(unit_id, deadline_ms) {
+                        tracing::warn!(unit_id, "cannot spool the extended deadline: {e:#}");
+                    }
                 }
                 Ok(_) => {
                     if let HeldState::Crawling { last_progress, .. } = &mut h.state {
@@ -610,6 +758,8 @@ impl Worker {
                             self.held.insert(
                                 s.unit.unit_id,
                                 Held {
+                                    deadline_ms: s.unit.deadline_ms,
+                                    needs_state: s.unit.resume.is_some(),
                                     unit: s,
                                     state: HeldState::Waiting,
                                 },
@@ -678,27 +828,53 @@ impl Worker {
             let Some(h) = self.held.get_mut(&unit_id) else {
                 continue;
             };
+            if h.needs_state {
+                continue; // its state comes first (`fetch_states`)
+            }
+            // The unit's checkpoint: its own earlier run, or the state of a
+            // continuation unit. A damaged one starts the scan over (a
+            // continuation unit fetches its state again).
+            let checkpoint = match self.home.checkpoint(unit_id) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(unit_id, "checkpoint unreadable, not used: {e:#}");
+                    self.home.remove_checkpoint(unit_id);
+                    if h.unit.unit.resume.is_some() {
+                        h.needs_state = true;
+                        continue;
+                    }
+                    None
+                }
+            };
             let unit = h.unit.unit.clone();
-            let spec = match crawl_spec(&unit, self.clock_offset_ms) {
+            let spent =
+                Duration::from_millis(checkpoint.as_ref().map_or(0, |c| c.summary.elapsed_ms));
+            let spec = match crawl_spec(&unit, checkpoint.as_ref().map(|c| c.state.clone()), spent)
+            {
                 Ok(s) => s,
                 Err(e) => {
                     let _ = self.done_tx.try_send(ScanDone {
                         unit_id,
-                        result: Err(e.to_string()),
+                        result: ScanEnd::Failed(e.to_string()),
                     });
                     h.state = HeldState::Aborted;
                     continue;
                 }
             };
+            let (pages_before, links_before) = checkpoint
+                .as_ref()
+                .map_or((0, 0), |c| (c.summary.pages, c.records.len() as u64));
             let cancel = Arc::new(AtomicBool::new(false));
-            let pages = Arc::new(AtomicU64::new(0));
-            let links = Arc::new(AtomicU64::new(0));
+            let pages = Arc::new(AtomicU64::new(pages_before));
+            let links = Arc::new(AtomicU64::new(links_before));
+            let slot = Arc::new(CheckpointSlot::new(checkpoint.as_ref()));
             h.state = HeldState::Crawling {
                 cancel: cancel.clone(),
                 pages: pages.clone(),
                 links: links.clone(),
                 last_progress: Instant::now(),
                 started: Instant::now(),
+                slot: slot.clone(),
             };
             let cfg = self.opts.crawler.clone();
             let hooks = ScanHooks {
@@ -708,14 +884,106 @@ impl Worker {
                 gate: self.opts.gate.clone(),
                 throttle: self.opts.throttle,
                 bandwidth: self.bandwidth.clone(),
+                slot,
+                pages_before,
+                links_before,
+                home: self.home.clone(),
             };
             let tx = self.done_tx.clone();
-            tracing::info!(unit_id, site = %unit.site, "scan started");
+            match &checkpoint {
+                Some(c) => tracing::info!(
+                    unit_id,
+                    site = %unit.site,
+                    pages_done = c.state.pages_done,
+                    queued = c.state.queue.len(),
+                    "scan resumed from its checkpoint"
+                ),
+                None => tracing::info!(unit_id, site = %unit.site, "scan started"),
+            }
             tokio::task::spawn_blocking(move || {
                 let result = scan(&unit, &spec, &cfg, &hooks);
                 let _ = tx.blocking_send(ScanDone { unit_id, result });
             });
             running += 1;
+        }
+    }
+
+    /// Fetch the state of each continuation unit not started yet, check it
+    /// against the unit's signed digest and length, and keep it as the
+    /// unit's checkpoint; a state refused gives the unit back (`Fail`).
+    /// Returns false when the network failed.
+    async fn fetch_states(&mut self) -> Result<bool> {
+        let due: Vec<(u64, WorkUnit, ResumeFrom)> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.needs_state && matches!(h.state, HeldState::Waiting))
+            .filter_map(|(id, h)| {
+                let unit = h.unit.unit.clone();
+                unit.resume.clone().map(|r| (*id, unit, r))
+            })
+            .collect();
+        for (unit_id, unit, resume) in due {
+            if self.home.has_checkpoint(unit_id) {
+                // Resumed after a restart: its own checkpoint is newer.
+                if let Some(h) = self.held.get_mut(&unit_id) {
+                    h.needs_state = false;
+                }
+                continue;
+            }
+            let refused = match self.request(&Request::FetchState { unit_id }).await {
+                Ok(Response::State { bytes }) => match check_state(&unit, &resume, &bytes) {
+                    Ok(state) => {
+                        let c = Checkpoint {
+                            state,
+                            records: Vec::new(),
+                            summary: Default::default(),
+                        };
+                        self.home.save_checkpoint(unit_id, &c)?;
+                        if let Some(h) = self.held.get_mut(&unit_id) {
+                            h.needs_state = false;
+                        }
+                        tracing::info!(
+                            unit_id,
+                            pages_done = resume.pages_done,
+                            "continuation state fetched"
+                        );
+                        continue;
+                    }
+                    Err(e) => format!("refused the state of the continuation unit: {e}"),
+                },
+                Ok(other) => {
+                    format!("the server gave no state for the continuation unit: {other:?}")
+                }
+                Err(e) if e.is_permanent() => {
+                    return Err(e).context("the server refused this host")
+                }
+                Err(e) => {
+                    self.net_failed(&e);
+                    return Ok(false);
+                }
+            };
+            tracing::error!(unit_id, "{refused}");
+            self.last_error = Some(format!("unit {unit_id}: {refused}"));
+            self.give_back(unit_id, refused).await?;
+        }
+        Ok(true)
+    }
+
+    /// Give a unit back without a result (`Fail`) and forget it.
+    async fn give_back(&mut self, unit_id: u64, reason: String) -> Result<()> {
+        let req = Request::Fail { unit_id, reason };
+        let r = self.request(&req).await;
+        // Forgotten either way: unanswered, the unit goes back when the
+        // server sees this host no longer holds it.
+        self.held.remove(&unit_id);
+        self.home.remove_unit(unit_id);
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_permanent() => Err(e).context("the server refused this host"),
+            Err(e) => {
+                self.net_failed(&e);
+                Ok(())
+            }
         }
     }
 
@@ -730,7 +998,20 @@ impl Worker {
             return Ok(());
         }
         match done.result {
-            Ok((bytes, summary)) => {
+            ScanEnd::Checkpointed => {
+                // Cancelled without an abort: the client stops; it resumes
+                // from the checkpoint next time.
+                h.state = HeldState::Waiting;
+            }
+            ScanEnd::Finished(result) if self.stopping => {
+                // Finished as the client stops: uploaded next time.
+                self.home.save_result(done.unit_id, &result)?;
+                self.home.remove_checkpoint(done.unit_id);
+                h.state = HeldState::Finished;
+            }
+            ScanEnd::Failed(_) if self.stopping => h.state = HeldState::Waiting,
+            ScanEnd::Finished(result) => {
+                let summary = &result.summary;
                 self.stats.scans_finished += 1;
                 let took = summary.elapsed_ms as f64 / 1000.0;
                 self.job_s = Some(match self.job_s {
@@ -742,36 +1023,61 @@ impl Worker {
                     pages = summary.pages,
                     links = summary.links,
                     stopped_by = summary.stopped_by.map(|s| s.as_str()).unwrap_or("-"),
+                    early = result.state.is_some(),
                     "scan finished"
                 );
-                self.home.save_result(done.unit_id, &bytes, &summary)?;
+                self.home.save_result(done.unit_id, &result)?;
+                self.home.remove_checkpoint(done.unit_id);
                 h.state = HeldState::Finished;
             }
-            Err(reason) => {
+            ScanEnd::Failed(reason) => {
                 tracing::warn!(unit_id = done.unit_id, "scan failed: {reason}");
                 self.last_error = Some(format!("scan of unit {} failed: {reason}", done.unit_id));
-                let req = Request::Fail {
-                    unit_id: done.unit_id,
-                    reason,
-                };
-                match self.request(&req).await {
-                    Ok(_) => {
-                        self.held.remove(&done.unit_id);
-                        self.home.remove_unit(done.unit_id);
-                    }
-                    Err(e) if e.is_permanent() => {
-                        return Err(e).context("the server refused this host")
-                    }
-                    Err(e) => {
-                        // Keep it: the unit goes back when the server sees we no longer hold it.
-                        self.held.remove(&done.unit_id);
-                        self.home.remove_unit(done.unit_id);
-                        self.net_failed(&e);
-                    }
-                }
+                self.give_back(done.unit_id, reason).await?;
             }
         }
         Ok(())
+    }
+
+    /// Stop every scan with a checkpoint: cancel them, give them
+    /// [`SHUTDOWN_GRACE`] to reach a page boundary (their threads write the
+    /// checkpoint there), and write the newest snapshot of those still in a
+    /// request. Nothing here waits for the network.
+    async fn stop_scans(&mut self, done_rx: &mut mpsc::Receiver<ScanDone>) {
+        self.stopping = true;
+        for h in self.held.values() {
+            if let HeldState::Crawling { cancel, .. } = &h.state {
+                cancel.store(true, Ordering::Relaxed);
+            }
+        }
+        let until = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while self.crawling() > 0 {
+            match tokio::time::timeout_at(until, done_rx.recv()).await {
+                Ok(Some(done)) => {
+                    let unit_id = done.unit_id;
+                    if let Err(e) = self.scan_done(done).await {
+                        tracing::warn!(unit_id, "cannot keep the scan's end: {e:#}");
+                        if let Some(h) = self.held.get_mut(&unit_id) {
+                            h.state = HeldState::Waiting;
+                        }
+                    }
+                }
+                _ => break,
+            }
+        }
+        for (unit_id, h) in &self.held {
+            if let HeldState::Crawling { slot, .. } = &h.state {
+                let write = |c: &Checkpoint| self.home.save_checkpoint(*unit_id, c);
+                match slot.write_latest(&write) {
+                    Ok(true) => tracing::info!(
+                        unit_id,
+                        "checkpointed at its last snapshot (a request was in flight)"
+                    ),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(unit_id, "cannot write a checkpoint: {e:#}"),
+                }
+            }
+        }
     }
 
     /// One pass of talking to the server, when the backoff allows.
@@ -785,6 +1091,9 @@ impl Worker {
         if !self.report_progress().await? {
             return Ok(());
         }
+        if !self.fetch_states().await? {
+            return Ok(());
+        }
         self.fetch_work().await?;
         self.send_benchmark().await;
         Ok(())
@@ -794,10 +1103,18 @@ impl Worker {
     /// work (and is not paused), and send its result once in; a failed send
     /// is retried next contact.
     async fn send_benchmark(&mut self) {
-        let idle = self.held.is_empty() && self.gate_open();
+        // Never when `--once` is about to exit.
+        let exiting = self.opts.once && self.server_idle;
+        let idle = self.held.is_empty() && self.gate_open() && !exiting;
         let Some(record) = self
             .bench
-            .poll(&self.home, &self.opts.crawler, idle, self.opts.throttle)
+            .poll(
+                &self.home,
+                &self.opts.crawler,
+                idle,
+                self.opts.throttle,
+                self.bandwidth.clone(),
+            )
             .await
         else {
             return;
@@ -855,6 +1172,7 @@ pub async fn run(
         job_s: None,
         round_trip_s: 0.0,
         bench: Default::default(),
+        stopping: false,
     };
     // The control socket, for `beebot pause` / `beebot resume`.
     let control_task = w.opts.gate.clone().map(|gate| {
@@ -876,39 +1194,56 @@ pub async fn run(
             w.home.remove_unit(u.unit.unit_id);
             continue;
         }
-        let state = if w.home.result(u.unit.unit_id)?.is_some() {
+        let id = u.unit.unit_id;
+        let state = if w.home.result(id)?.is_some() {
             HeldState::Finished
         } else {
             HeldState::Waiting
         };
-        if !w.held.is_empty() || matches!(state, HeldState::Waiting | HeldState::Finished) {
-            tracing::info!(unit_id = u.unit.unit_id, "resuming spooled unit");
-        }
-        w.held.insert(u.unit.unit_id, Held { unit: u, state });
+        tracing::info!(
+            unit_id = id,
+            checkpoint = w.home.has_checkpoint(id),
+            "resuming spooled unit"
+        );
+        let held = Held {
+            deadline_ms: w.home.deadline(id).unwrap_or(u.unit.deadline_ms),
+            needs_state: u.unit.resume.is_some() && !w.home.has_checkpoint(id),
+            unit: u,
+            state,
+        };
+        w.held.insert(id, held);
     }
 
     tokio::pin!(shutdown);
     let mut tick = tokio::time::interval(Duration::from_millis(500));
-    loop {
-        w.contact().await?;
+    // A stop (SIGTERM, Ctrl-C) is heard even while a request is in flight.
+    let stopped = loop {
+        tokio::select! {
+            biased;
+            _ = &mut shutdown => break true,
+            r = w.contact() => r?,
+        }
         w.start_scans();
         w.write_status();
         if w.opts.once && w.server_idle && w.held.is_empty() {
-            break;
+            break false;
         }
         tokio::select! {
-            _ = &mut shutdown => {
-                tracing::info!("stopping; unfinished units stay in the spool");
-                for h in w.held.values() {
-                    if let HeldState::Crawling { cancel, .. } = &h.state {
-                        cancel.store(true, Ordering::Relaxed);
-                    }
+            biased;
+            _ = &mut shutdown => break true,
+            r = async {
+                match done_rx.recv().await {
+                    Some(done) => w.scan_done(done).await,
+                    None => Ok(()),
                 }
-                break;
-            }
-            Some(done) = done_rx.recv() => w.scan_done(done).await?,
+            } => r?,
             _ = tick.tick() => {}
         }
+    };
+    w.bench.stop();
+    if stopped {
+        tracing::info!("stopping; scans are checkpointed, unfinished units stay in the spool");
+        w.stop_scans(&mut done_rx).await;
     }
     if let Some(l) = w.link.take() {
         l.close();
@@ -1040,9 +1375,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn deadlines_follow_the_server_clock_whatever_the_skew() {
-        let unit = WorkUnit {
+    fn unit() -> WorkUnit {
+        WorkUnit {
             unit_id: 1,
             round_id: 1,
             job_id: 1,
@@ -1062,13 +1396,17 @@ mod tests {
             deadline_ms: 1_700_000_600_000,
             user_agent: "t".into(),
             resume: None,
-        };
+        }
+    }
+
+    #[test]
+    fn deadlines_follow_the_server_clock_whatever_the_skew() {
+        let unit = unit();
         const HOUR_MS: i64 = 3_600_000;
         // offset = server clock − client clock, learned from `Welcome`.
         for skew_hours in [-7i64, -1, 0, 2, 9] {
             let offset = -skew_hours * HOUR_MS;
-            let spec = crawl_spec(&unit, offset).expect("spec");
-            let local = spec.deadline.expect("deadline");
+            let local = local_deadline(unit.deadline_ms, offset);
             let want = UNIX_EPOCH
                 + Duration::from_millis((unit.deadline_ms as i64 + skew_hours * HOUR_MS) as u64);
             assert_eq!(local, want, "client clock {skew_hours} h off");
@@ -1079,6 +1417,73 @@ mod tests {
                 .expect("after issue");
             assert_eq!(left, Duration::from_secs(600));
         }
+    }
+
+    #[test]
+    fn a_crawl_has_no_deadline_only_the_budget_left() {
+        let spec = crawl_spec(&unit(), None, Duration::from_secs(15)).expect("spec");
+        assert_eq!(spec.max_duration, Duration::from_secs(45));
+        assert!(spec.resume.is_none());
+        let spec =
+            crawl_spec(&unit(), Some(ScanState::default()), Duration::from_secs(90)).expect("spec");
+        assert_eq!(spec.max_duration, Duration::ZERO);
+        assert!(spec.resume.is_some());
+    }
+
+    #[test]
+    fn a_continuation_state_is_checked_against_the_signed_unit() {
+        let state = ScanState {
+            site: "a.test".into(),
+            pages_done: 12,
+            queue: vec![beebot_shared::scanstate::QueuedUrl {
+                url: "http://a.test/x".into(),
+                depth: 1,
+            }],
+            seen: vec![1, 2, 3],
+            robots: Vec::new(),
+        };
+        let bytes = state.encode().expect("encode");
+        let resume = ResumeFrom {
+            state_sha256: state_sha256(&bytes),
+            state_bytes: bytes.len() as u64,
+            pages_done: 12,
+        };
+        let u = unit();
+        assert_eq!(check_state(&u, &resume, &bytes), Ok(state.clone()));
+        // Another length, another digest, bytes that do not decode, another site.
+        let longer = ResumeFrom {
+            state_bytes: resume.state_bytes + 1,
+            ..resume.clone()
+        };
+        assert!(matches!(
+            check_state(&u, &longer, &bytes),
+            Err(StateRefused::Length { .. })
+        ));
+        let mut flipped = bytes.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert_eq!(
+            check_state(&u, &resume, &flipped),
+            Err(StateRefused::Digest)
+        );
+        let junk = vec![7u8; 40];
+        let junk_resume = ResumeFrom {
+            state_sha256: state_sha256(&junk),
+            state_bytes: 40,
+            pages_done: 0,
+        };
+        assert!(matches!(
+            check_state(&u, &junk_resume, &junk),
+            Err(StateRefused::Decode(_))
+        ));
+        let other = WorkUnit {
+            site: "b.test".into(),
+            ..u
+        };
+        assert!(matches!(
+            check_state(&other, &resume, &bytes),
+            Err(StateRefused::Site { .. })
+        ));
     }
 
     #[test]

@@ -152,9 +152,10 @@ enum Cmd {
         /// The round's page cap per site (the server's default).
         #[arg(long, default_value_t = 1000)]
         max_pages: u32,
-        /// The round's time budget per scan, seconds (the server's default).
-        #[arg(long, default_value_t = 6 * 3600)]
-        max_seconds: u64,
+        /// The round's time budget of one scan (the server's default); a scan
+        /// that reaches it goes on in a continuation unit.
+        #[arg(long, default_value = "6h", value_parser = parse_duration)]
+        max_scan_time: Duration,
         /// Print every run as JSON instead of the table.
         #[arg(long)]
         json: bool,
@@ -204,9 +205,15 @@ enum RoundCmd {
         delay_ms: Option<u64>,
         #[arg(long, value_parser = ["host", "subdomains", "domain"])]
         scope: Option<String>,
-        /// Longest deadline a unit gets (e.g. 2h).
+        /// Longest deadline a unit gets (e.g. 2h). Deadlines find hosts that
+        /// went silent; a scan that reports progress is extended.
         #[arg(long, value_parser = parse_duration)]
         max_deadline: Option<Duration>,
+        /// Time budget of one scan (e.g. 2h; default 6h). A scan that reaches
+        /// it returns its records and frontier, and its site continues from
+        /// there in another scan: a site is never cut short by it.
+        #[arg(long, value_parser = parse_duration)]
+        max_scan_time: Option<Duration>,
         /// Failed or expired attempts before a job is marked failed.
         #[arg(long)]
         max_attempts: Option<u32>,
@@ -455,6 +462,20 @@ fn run(cli: Cli) -> Result<i32> {
                     "jobs         {} queued, {} running, {} done, {} failed",
                     s.grid.jobs_queued, s.grid.jobs_running, s.grid.jobs_done, s.grid.jobs_failed
                 );
+                if let Some(last) = &s.grid.last_round {
+                    println!(
+                        "last round   {} {}: {} of {} sites complete{}",
+                        last.id,
+                        last.state,
+                        last.complete,
+                        last.sites,
+                        if last.incomplete > 0 {
+                            format!(", {} INCOMPLETE", last.incomplete)
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
             }
         }
         Cmd::Export { round, format, out } => {
@@ -486,7 +507,7 @@ fn run(cli: Cli) -> Result<i32> {
             availability,
             delay_ms,
             max_pages,
-            max_seconds,
+            max_scan_time,
             json,
         } => simulate_cmd(
             sites,
@@ -506,7 +527,7 @@ fn run(cli: Cli) -> Result<i32> {
                     .unwrap_or(simulate::Availability::Desktops),
                 delay_ms,
                 max_pages,
-                max_seconds,
+                max_seconds: max_scan_time.as_secs(),
                 first_seed,
                 ..Default::default()
             },
@@ -554,7 +575,7 @@ fn simulate_cmd(
         );
     }
     if opts.max_pages == 0 || opts.max_seconds == 0 {
-        bail!("--max-pages and --max-seconds must be positive");
+        bail!("--max-pages and --max-scan-time must be positive");
     }
     let read = |p: &PathBuf| {
         std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))
@@ -612,7 +633,7 @@ fn simulate_cmd(
     );
     println!(
         "{}, {}; {seeds} seeds{}, noise {}, benchmark noise {:.2}, dropout {}, vanish {}, unknown {}, \
-         scan failures {}, {:?} hosts, delay {} ms, max pages {}, max seconds {} ({:.1}s)",
+         scan failures {}, {} hosts, delay {} ms, max pages {}, max scan time {} s ({:.1}s)",
         describe(ns, matches!(site_input, Input::Given(_)), "sites"),
         describe(nh, matches!(host_input, Input::Given(_)), "hosts"),
         if opts.first_seed > 0 {
@@ -626,7 +647,7 @@ fn simulate_cmd(
         opts.vanish,
         opts.unknown,
         opts.scan_failures,
-        opts.availability,
+        opts.availability.as_str(),
         opts.delay_ms,
         opts.max_pages,
         opts.max_seconds,
@@ -669,6 +690,7 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
             delay_ms,
             scope,
             max_deadline,
+            max_scan_time,
             max_attempts,
             max_crawl_delay,
             every,
@@ -682,6 +704,7 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                     delay_ms,
                     scope,
                     deadline_max_s: max_deadline.map(|d| d.as_secs()),
+                    max_seconds: max_scan_time.map(|d| d.as_secs()),
                     max_attempts,
                     max_crawl_delay_ms: max_crawl_delay.map(|d| d.as_millis() as u64),
                     every_s: every.map(|d| d.as_secs()),
@@ -733,29 +756,29 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                     d.counts.pages,
                     d.counts.links
                 );
-                println!("site\tstate\tattempts\tpages\tlinks\thost\treasons");
-                for j in &d.jobs {
-                    let (pages, links, host) = j
-                        .result
-                        .as_ref()
-                        .map(|r| {
-                            (
-                                r.summary.pages.to_string(),
-                                r.summary.links.to_string(),
-                                r.host_id.to_string(),
-                            )
-                        })
-                        .unwrap_or(("-".into(), "-".into(), "-".into()));
+                println!("site\tstate\tattempts\tscans\tpages\tlinks\thost\tcomplete\treasons");
+                for (line, j) in d.sites.iter().zip(&d.jobs) {
+                    let c = &line.completeness;
+                    let complete = match (&c.why_not, c.natural_end) {
+                        (_, true) => "yes".to_string(),
+                        (Some(why), false) => format!("no: {why}"),
+                        (None, false) => "-".to_string(),
+                    };
                     println!(
-                        "{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                        j.site,
-                        j.state.as_str(),
-                        j.attempts.len(),
-                        pages,
-                        links,
-                        host,
+                        "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                        line.site,
+                        line.state.as_str(),
+                        line.attempts,
+                        c.scans,
+                        c.pages,
+                        c.links,
+                        line.host.map_or("-".into(), |h| h.to_string()),
+                        complete,
                         j.reasons.join("; ")
                     );
+                }
+                if d.round.state != RoundState::Running {
+                    println!("round {}: {}", d.round.id, d.counts.verdict());
                 }
             }
         }
@@ -765,11 +788,12 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                 let d: RoundDetail = c.get(&format!("/api/rounds/{id}"))?;
                 if d.round.state != RoundState::Running {
                     println!(
-                        "round {id} {}: {} done, {} failed of {} jobs",
+                        "round {id} {}: {} done, {} failed of {} jobs; {}",
                         d.round.state.as_str(),
                         d.counts.done,
                         d.counts.failed,
-                        d.counts.total
+                        d.counts.total,
+                        d.counts.verdict()
                     );
                     return Ok(0);
                 }

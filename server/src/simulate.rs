@@ -144,6 +144,13 @@ pub enum Availability {
 }
 
 impl Availability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Availability::Always => "always",
+            Availability::Desktops => "desktops",
+        }
+    }
+
     pub fn parse(s: &str) -> Option<Availability> {
         match s {
             "always" => Some(Availability::Always),
@@ -840,10 +847,7 @@ impl Sim<'_> {
             if unit.resume.is_some() {
                 self.continuations += 1;
             }
-            self.at(
-                unit.deadline_ms.saturating_sub(SIM_START_MS) + 1,
-                Ev::Tick,
-            );
+            self.at(unit.deadline_ms.saturating_sub(SIM_START_MS) + 1, Ev::Tick);
             self.clients[h].held.push(Held {
                 unit,
                 site,
@@ -892,12 +896,8 @@ impl Sim<'_> {
                 let unit_id = c.held[i].unit.unit_id;
                 let host_id = c.host_id;
                 self.clients[h].held.remove(i);
-                self.grid.fail(
-                    host_id,
-                    unit_id,
-                    "simulated scan failure",
-                    self.grid_now(),
-                )?;
+                self.grid
+                    .fail(host_id, unit_id, "simulated scan failure", self.grid_now())?;
                 self.check_round();
                 continue;
             }
@@ -1173,19 +1173,21 @@ impl Sim<'_> {
     }
 }
 
-/// The last two upload steps as `serve` runs them, but for the write.
+/// The last two upload steps as `serve` runs them, but for the write
+/// (`UploadPlan::write`): the grid never reads link files or states back
+/// while it schedules.
 fn finish_upload(
     grid: &mut Grid,
     plan: &UploadPlan,
     summary: ScanSummary,
     link_file: &[u8],
-    _state: Option<Vec<u8>>,
+    state: Option<Vec<u8>>,
     now: u64,
 ) -> Result<UploadOutcome, SimError> {
-    if let Err(reason) = plan.verify(&summary, link_file) {
-        return Ok(grid.upload_refused(plan, reason, now)?);
+    match plan.verify(&summary, link_file, state.as_deref()) {
+        Ok(info) => Ok(grid.upload_finish(plan, summary, info, now)?),
+        Err(reason) => Ok(grid.upload_refused(plan, reason, now)?),
     }
-    Ok(grid.upload_finish(plan, summary, now)?)
 }
 
 /// Derive 32 key bytes from a seed.
@@ -1238,7 +1240,12 @@ pub fn run(
         .map(|h| {
             truths
                 .iter()
-                .map(|t| t.page_ends(0, h.pages_per_s, delay_s).last().copied().unwrap_or(0.0))
+                .map(|t| {
+                    t.page_ends(0, h.pages_per_s, delay_s)
+                        .last()
+                        .copied()
+                        .unwrap_or(0.0)
+                })
                 .collect()
         })
         .collect();
@@ -1259,8 +1266,8 @@ pub fn run(
             };
             windows.push(window);
             // The first host stays, so that every round can end.
-            let gone = (i > 0 && rng.unit() < opts.vanish)
-                .then(|| (rng.unit() * vanish_within_ms) as u64);
+            let gone =
+                (i > 0 && rng.unit() < opts.vanish).then(|| (rng.unit() * vanish_within_ms) as u64);
             timeline(base, closed, opts.dropout.clamp(0.0, 0.9), gone, &mut rng)
         })
         .collect();
@@ -1269,15 +1276,16 @@ pub fn run(
     // The grid, over a store in memory: the sites with their last scans.
     let store = Store::memory();
     for (s, _) in sites.iter().zip(&truths) {
-        store.put_site(&SiteRecord {
-            host: s.name.clone(),
-            added_ms: SIM_START_MS,
-            last_scan: s.pages.map(|p| SiteStats {
-                pages: p.round() as u64,
-                ..Default::default()
-            }),
-        })
-        .map_err(GridError::from)?;
+        store
+            .put_site(&SiteRecord {
+                host: s.name.clone(),
+                added_ms: SIM_START_MS,
+                last_scan: s.pages.map(|p| SiteStats {
+                    pages: p.round() as u64,
+                    ..Default::default()
+                }),
+            })
+            .map_err(GridError::from)?;
     }
     let key = SigningKey::from_bytes(&key_bytes(&mut rng));
     let settings = GridSettings {
@@ -1286,11 +1294,7 @@ pub fn run(
         deadline_grace_s: opts.deadline_grace_s,
     };
     let mut grid = Grid::open(store, PathBuf::from(NO_LINKS_DIR), key.clone(), settings)?;
-    let token = grid.create_invite(
-        hosts.len() as u32,
-        SIM_START_MS + HORIZON_MS,
-        SIM_START_MS,
-    )?;
+    let token = grid.create_invite(hosts.len() as u32, SIM_START_MS + HORIZON_MS, SIM_START_MS)?;
     let mut clients = Vec::with_capacity(hosts.len());
     for (h, window) in hosts.iter().zip(windows) {
         let host_key = SigningKey::from_bytes(&key_bytes(&mut rng));
@@ -1542,7 +1546,9 @@ pub fn run_all(
                             }
                         }
                     }
-                    Err(_) => error = Some(SimError::Invalid("a simulation thread panicked".into())),
+                    Err(_) => {
+                        error = Some(SimError::Invalid("a simulation thread panicked".into()))
+                    }
                 }
             }
         });
@@ -1744,7 +1750,10 @@ mod tests {
         let t = timeline(&office, Avail::Off, 0.2, Some(30 * 3_600_000), &mut rng);
         assert_eq!(t.changes[0].0, 0);
         assert_eq!(t.changes.last().map(|c| c.1), Some(Avail::Gone));
-        assert!(t.changes.iter().any(|c| c.1 == Avail::Off && !c.2), "a spell");
+        assert!(
+            t.changes.iter().any(|c| c.1 == Avail::Off && !c.2),
+            "a spell"
+        );
         assert!(t.on_ms(HORIZON_MS) <= 9 * 3_600_000 + 10 * 3_600_000);
         let back = t.reach_ms(3_600_000.0).unwrap();
         assert!(back >= 3_600_000.0);

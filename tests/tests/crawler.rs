@@ -4,14 +4,17 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use beebot_client::crawler::{
-    crawl, crawl_with_progress, CrawlOutput, CrawlProgress, CrawlSpec, CrawlerConfig,
+    crawl, crawl_resumable, crawl_with_progress, CrawlOutput, CrawlProgress, CrawlSpec,
+    CrawlerConfig,
 };
 use beebot_server::web::{LoggedRequest, SynthWebServer};
 use beebot_shared::linkfile::{LinkRecord, StopReason};
+use beebot_shared::scanstate::{url_digest, ScanState};
 use beebot_shared::scope::Scope;
 use beebot_shared::synth::{SynthConfig, SynthWeb};
 
@@ -43,7 +46,6 @@ fn open_spec(host: &str) -> CrawlSpec {
         delay: Duration::ZERO,
         max_page_bytes: 1024 * 1024,
         max_duration: Duration::from_secs(120),
-        deadline: None,
         user_agent: USER_AGENT.to_string(),
         ..CrawlSpec::new(host, Scope::Host)
     }
@@ -403,14 +405,10 @@ fn time_limits_stop_the_scan() {
         out.summary
     );
     assert!(out.summary.elapsed_ms < 2000);
-
-    let spec = CrawlSpec {
-        deadline: Some(SystemTime::now() - Duration::from_secs(1)),
-        ..open_spec(&host)
-    };
-    let out = run(&spec, &loopback_config(&server));
-    assert_eq!(out.summary.stopped_by, Some(StopReason::Deadline));
-    assert_eq!(out.summary.pages, 0);
+    // Stopped early: its state comes back, so the scan can go on.
+    let state = out.state.expect("a scan out of time returns its state");
+    assert_eq!(state.pages_done, out.summary.pages);
+    assert!(!state.queue.is_empty());
 }
 
 #[test]
@@ -592,4 +590,199 @@ fn a_proxy_carries_the_crawl_and_is_trusted_on_a_private_address() {
     want.sort_by(|a, b| (&a.source_url, &a.target_url).cmp(&(&b.source_url, &b.target_url)));
     assert_eq!(got, want, "summary: {:?}", out.summary);
     assert!(tunnels.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+}
+
+// ---- resuming a scan from its state ----
+
+/// Crawl `host` in parts: each part is cancelled after `stop_after[i]` pages
+/// of its own (the last part runs to its end) and the next resumes from the
+/// state the previous returned. Returns every part's output.
+fn crawl_in_parts(spec: &CrawlSpec, cfg: &CrawlerConfig, stop_after: &[u64]) -> Vec<CrawlOutput> {
+    let mut outs: Vec<CrawlOutput> = Vec::new();
+    let mut resume: Option<ScanState> = None;
+    for i in 0..=stop_after.len() {
+        let cancel = AtomicBool::new(false);
+        let spec = CrawlSpec {
+            resume: resume.clone(),
+            ..spec.clone()
+        };
+        let out = crawl(&spec, cfg, &cancel, &mut |pages, _| {
+            if stop_after.get(i).is_some_and(|&n| pages >= n) {
+                cancel.store(true, Ordering::SeqCst);
+            }
+        });
+        let stopped_early = out.summary.stopped_by == Some(StopReason::Cancelled);
+        assert_eq!(
+            stopped_early,
+            out.state.is_some(),
+            "a state comes back exactly when the scan stopped early: {:?}",
+            out.summary
+        );
+        resume = out.state.clone();
+        outs.push(out);
+        if resume.is_none() {
+            break;
+        }
+    }
+    outs
+}
+
+/// No URL of `host` requested twice (robots.txt included), per the server's log.
+fn assert_nothing_requested_twice(server: &SynthWebServer, host: &str) -> usize {
+    let log = requests_to(&server.request_log(), host);
+    let mut paths: Vec<_> = log.iter().map(|r| r.path.clone()).collect();
+    paths.sort();
+    let n = paths.len();
+    paths.dedup();
+    assert_eq!(paths.len(), n, "{host}: a URL was requested twice");
+    n
+}
+
+#[test]
+fn a_scan_cancelled_and_resumed_equals_one_scan_and_requests_nothing_twice() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let host = biggest_site(&web);
+    let truth = web.site_truth(&host).expect("known site");
+    let pages = web.site_pages(&host).expect("pages") as u64;
+    assert!(pages >= 20, "the biggest site is big enough: {pages}");
+    // Stop after the seed, early, midway, and in three parts.
+    for stops in [vec![1], vec![3], vec![pages / 2], vec![2, 5, pages / 3]] {
+        let server = start(&web);
+        let cfg = loopback_config(&server);
+        let outs = crawl_in_parts(&open_spec(&host), &cfg, &stops);
+        assert_eq!(outs.len(), stops.len() + 1, "{stops:?}: parts");
+        let last = outs.last().expect("a part");
+        assert_eq!(
+            last.summary.stopped_by, None,
+            "{stops:?}: {:?}",
+            last.summary
+        );
+        let records: Vec<LinkRecord> = outs.iter().flat_map(|o| o.records.clone()).collect();
+        let diff = differences(&records, &truth);
+        assert!(diff.is_empty(), "{stops:?}:\n  {}", diff.join("\n  "));
+        let requested = assert_nothing_requested_twice(&server, &host);
+        assert_eq!(
+            requested,
+            web.site_urls(&host).expect("urls") + 1,
+            "{stops:?}: every URL and robots.txt once"
+        );
+        let total: u64 = outs.iter().map(|o| o.summary.pages).sum();
+        assert!(total >= pages, "{stops:?}: {total} pages");
+    }
+}
+
+#[test]
+fn a_scan_out_of_budget_resumes_at_its_politeness_pace_to_the_same_records() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let host = biggest_site(&web);
+    let server = start(&web);
+    let cfg = loopback_config(&server);
+    let spec = CrawlSpec {
+        delay: Duration::from_millis(20),
+        max_duration: Duration::from_millis(150),
+        ..open_spec(&host)
+    };
+    let mut records = Vec::new();
+    let mut resume = None;
+    let mut parts = 0;
+    loop {
+        parts += 1;
+        assert!(parts < 500, "the scan ends");
+        let out = run(
+            &CrawlSpec {
+                resume: resume.take(),
+                ..spec.clone()
+            },
+            &cfg,
+        );
+        records.extend(out.records);
+        match out.state {
+            Some(state) => {
+                assert_eq!(out.summary.stopped_by, Some(StopReason::MaxTime));
+                resume = Some(state);
+            }
+            None => {
+                assert_eq!(out.summary.stopped_by, None, "{:?}", out.summary);
+                break;
+            }
+        }
+    }
+    assert!(parts >= 2, "the budget cut the scan at least once");
+    let diff = differences(&records, &web.site_truth(&host).expect("truth"));
+    assert!(diff.is_empty(), "{}", diff.join("\n"));
+    let requested = assert_nothing_requested_twice(&server, &host);
+    assert_eq!(requested, web.site_urls(&host).expect("urls") + 1);
+}
+
+#[test]
+fn the_page_cap_is_the_jobs_across_resumed_parts() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let server = start(&web);
+    let host = biggest_site(&web);
+    let spec = CrawlSpec {
+        max_pages: 12,
+        ..open_spec(&host)
+    };
+    let outs = crawl_in_parts(&spec, &loopback_config(&server), &[5]);
+    assert_eq!(outs.len(), 2);
+    assert_eq!(outs[0].summary.pages, 5);
+    assert_eq!(outs[1].summary.pages, 7, "{:?}", outs[1].summary);
+    assert_eq!(outs[1].summary.stopped_by, Some(StopReason::MaxPages));
+    assert_nothing_requested_twice(&server, &host);
+}
+
+#[test]
+fn a_snapshot_at_a_page_boundary_resumes_like_the_final_state() {
+    // A checkpoint taken mid-scan (then the process "dies"): resuming from
+    // it fetches only what the snapshot had not, and the records of the
+    // snapshot plus those of the resumed scan are the site's.
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let host = biggest_site(&web);
+    let server = start(&web);
+    let cfg = loopback_config(&server);
+    let cancel = AtomicBool::new(false);
+    let mut snap = None;
+    let first = crawl_resumable(&open_spec(&host), &cfg, &cancel, &mut |p, take| {
+        if p.pages == 6 {
+            snap = Some(take(0));
+        }
+        if p.pages >= 9 {
+            cancel.store(true, Ordering::SeqCst);
+        }
+    });
+    assert_eq!(first.summary.pages, 9);
+    let snap = snap.expect("a snapshot at page 6");
+    assert_eq!(snap.summary.pages, 6);
+    assert_eq!(snap.state.pages_done, 6);
+    let before: std::collections::HashSet<u64> = snap.state.seen.iter().copied().collect();
+    let queued: std::collections::HashSet<u64> = snap
+        .state
+        .queue
+        .iter()
+        .map(|q| url_digest(&q.url))
+        .collect();
+    assert!(queued.is_subset(&before));
+    let log_len = server.request_log().len();
+    let second = run(
+        &CrawlSpec {
+            resume: Some(snap.state.clone()),
+            ..open_spec(&host)
+        },
+        &cfg,
+    );
+    assert_eq!(second.summary.stopped_by, None);
+    // Pages 7 to 9 are fetched again (after the checkpoint), nothing before it.
+    let fetched_before: Vec<u64> = before.difference(&queued).copied().collect();
+    for r in &server.request_log()[log_len..] {
+        let url = format!("http://{}{}", r.host, r.path);
+        assert!(
+            !fetched_before.contains(&url_digest(&url)),
+            "{url} was fetched before the checkpoint and again after it"
+        );
+        assert_ne!(r.path, "/robots.txt", "robots.txt comes from the state");
+    }
+    let mut records = snap.new_records.clone();
+    records.extend(second.records);
+    let diff = differences(&records, &web.site_truth(&host).expect("truth"));
+    assert!(diff.is_empty(), "{}", diff.join("\n"));
 }

@@ -14,10 +14,17 @@
 //!
 //! Every bound is explicit and counted in the summary when it bites: pages,
 //! depth, bytes per page (the part read is still parsed), HTML content types
-//! only, connect/read/whole-request timeouts, total time and the deadline, URL
+//! only, connect/read/whole-request timeouts, the time budget, URL
 //! length, trap paths, links kept per page, frontier size, link records, and
 //! robots.txt size. Character encodings other than UTF-8 are decoded
 //! ([`beebot_shared::extract::extract_page_links`]).
+//!
+//! A crawl never stops at a unit's deadline (deadlines find dead hosts, they
+//! do not cut live scans): the only early stops are a cancel and the time
+//! budget. A crawl stopped early returns its [`ScanState`] (queue, digests of
+//! the URLs seen, robots.txt answers, pages taken), and a crawl given one
+//! ([`CrawlSpec::resume`]) goes on from there without requesting a URL twice.
+//! At every page boundary the caller may take a [`Snapshot`] (a checkpoint).
 //!
 //! Counting: a *page* is one URL taken from the frontier and answered with any
 //! HTTP status (its in-scope redirect hops included); the page cap counts those
@@ -36,13 +43,15 @@ pub mod trap;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use beebot_shared::extract::{extract_page_links, LinkTag};
 use beebot_shared::limits::{
-    MAX_DELAY_MS, MAX_LINKS_PER_PAGE, MAX_LINK_RECORDS, MAX_PAGES_PER_SITE, MAX_URL_LEN,
+    MAX_DELAY_MS, MAX_LINKS_PER_PAGE, MAX_LINK_RECORDS, MAX_PAGES_PER_SITE, MAX_STATE_ROBOTS,
+    MAX_STATE_ROBOTS_BYTES, MAX_URL_LEN,
 };
 use beebot_shared::linkfile::{LinkRecord, ScanSummary, StopReason};
+use beebot_shared::scanstate::{url_digest, RobotsAnswer, ScanState};
 use beebot_shared::scope::{canonical_url, seed_url, Scope, SiteScope};
 use url::Url;
 
@@ -91,17 +100,19 @@ pub struct CrawlSpec {
     pub max_crawl_delay: Duration,
     /// Body bytes read per page; the rest is ignored, the part read still parsed.
     pub max_page_bytes: u64,
-    /// Wall time of the whole crawl.
+    /// Wall time of the whole crawl (the round's per-unit time budget).
     pub max_duration: Duration,
-    /// The unit's deadline, if any.
-    pub deadline: Option<SystemTime>,
     pub user_agent: String,
+    /// Where an earlier scan of the site stopped: the crawl starts from its
+    /// queue (not the seed), skips what it saw, obeys its robots.txt answers
+    /// without asking again, and counts its pages against `max_pages`.
+    pub resume: Option<ScanState>,
 }
 
 impl CrawlSpec {
     /// A spec for `site` (as [`beebot_shared::scope::parse_site`] gives it) with
     /// the defaults of an interactive crawl: 1000 pages, depth 20, 1 s delay,
-    /// 1 MiB pages, one hour, no deadline.
+    /// 1 MiB pages, one hour, from the seed.
     pub fn new(site: &str, scope: Scope) -> CrawlSpec {
         CrawlSpec {
             site: site.to_string(),
@@ -113,8 +124,8 @@ impl CrawlSpec {
             max_crawl_delay: MAX_CRAWL_DELAY,
             max_page_bytes: 1024 * 1024,
             max_duration: Duration::from_secs(3600),
-            deadline: None,
             user_agent: DEFAULT_USER_AGENT.to_string(),
+            resume: None,
         }
     }
 }
@@ -158,6 +169,27 @@ pub struct CrawlOutput {
     /// the order found.
     pub records: Vec<LinkRecord>,
     pub summary: ScanSummary,
+    /// Where the crawl stopped, when it stopped early (cancelled, or out of
+    /// its time budget): another crawl resumes from it.
+    pub state: Option<ScanState>,
+}
+
+/// Takes a [`Snapshot`] of the crawl at this page boundary, with the
+/// records after the first `records_from`.
+pub type TakeSnapshot<'a> = &'a dyn Fn(usize) -> Snapshot;
+
+/// Called after each page with the progress and a way to take a snapshot.
+pub type OnPage<'a> = &'a mut dyn FnMut(&CrawlProgress, TakeSnapshot<'_>);
+
+/// A crawl at a page boundary: what a checkpoint keeps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    /// Where the crawl stands (pages taken include the resumed state's).
+    pub state: ScanState,
+    /// The records found since the first `records_from` (see [`crawl_resumable`]).
+    pub new_records: Vec<LinkRecord>,
+    /// This crawl's summary so far (`stopped_by` empty).
+    pub summary: ScanSummary,
 }
 
 /// Where a crawl stands, reported after each page.
@@ -193,8 +225,21 @@ pub fn crawl_with_progress(
     cancel: &AtomicBool,
     on_progress: &mut dyn FnMut(&CrawlProgress),
 ) -> CrawlOutput {
+    crawl_resumable(spec, cfg, cancel, &mut |p, _| on_progress(p))
+}
+
+/// [`crawl_with_progress`], also handing the caller, after each page, a way to
+/// take a [`Snapshot`] of the crawl there: `snapshot(records_from)` returns
+/// the state and the records after the first `records_from` (so a caller
+/// that keeps them pays only for the new ones).
+pub fn crawl_resumable(
+    spec: &CrawlSpec,
+    cfg: &CrawlerConfig,
+    cancel: &AtomicBool,
+    on_page: OnPage<'_>,
+) -> CrawlOutput {
     let mut crawler = Crawler::new(spec, cfg, cancel);
-    let stopped_by = crawler.run(on_progress);
+    let stopped_by = crawler.run(on_page);
     crawler.finish(stopped_by)
 }
 
@@ -208,10 +253,17 @@ struct Crawler<'a> {
     agent_token: String,
     started: Instant,
     frontier: Frontier,
-    /// URLs requested (as page or redirect hop): never requested again.
-    fetched: HashSet<String>,
+    /// Digests of the URLs requested (as page or redirect hop), by this crawl
+    /// or the one it resumes: never requested again.
+    fetched: HashSet<u64>,
     /// robots.txt policy per origin (`http://host:port`).
     robots: HashMap<String, Robots>,
+    /// The robots.txt answers behind `robots`, for the scan state (bodies up
+    /// to [`MAX_STATE_ROBOTS_BYTES`] in all; beyond, a resumed scan asks again).
+    robots_answers: Vec<RobotsAnswer>,
+    robots_answer_bytes: usize,
+    /// Pages the resumed state had taken already (they count against the cap).
+    pages_before: u64,
     /// When the last request to each origin finished.
     last_request: HashMap<String, Instant>,
     records: Vec<LinkRecord>,
@@ -247,16 +299,47 @@ enum PageResult {
 
 impl<'a> Crawler<'a> {
     fn new(spec: &'a CrawlSpec, cfg: &CrawlerConfig, cancel: &'a AtomicBool) -> Crawler<'a> {
+        let agent_token = robots::agent_token(&spec.user_agent).to_string();
+        let mut frontier = Frontier::new(MAX_FRONTIER_URLS);
+        let mut fetched = HashSet::new();
+        let mut robots = HashMap::new();
+        let mut robots_answers = Vec::new();
+        let mut robots_answer_bytes = 0;
+        let mut pages_before = 0;
+        if let Some(state) = &spec.resume {
+            frontier = Frontier::resume(MAX_FRONTIER_URLS, &state.queue, &state.seen);
+            // Seen and not queued: requested by an earlier scan (or skipped
+            // by its robots.txt rules, which still hold).
+            let queued: HashSet<u64> = state.queue.iter().map(|q| url_digest(&q.url)).collect();
+            fetched = state
+                .seen
+                .iter()
+                .copied()
+                .filter(|d| !queued.contains(d))
+                .collect();
+            for a in state.robots.iter().take(MAX_ROBOTS_HOSTS) {
+                robots.insert(
+                    a.origin.clone(),
+                    Robots::from_response(a.status, &a.body, &agent_token),
+                );
+                robots_answer_bytes += a.body.len();
+                robots_answers.push(a.clone());
+            }
+            pages_before = state.pages_done;
+        }
         Crawler {
             spec,
             cancel,
             scope: SiteScope::new(&spec.site, spec.scope),
             fetcher: Fetcher::new(cfg, &spec.user_agent),
-            agent_token: robots::agent_token(&spec.user_agent).to_string(),
+            agent_token,
             started: Instant::now(),
-            frontier: Frontier::new(MAX_FRONTIER_URLS),
-            fetched: HashSet::new(),
-            robots: HashMap::new(),
+            frontier,
+            fetched,
+            robots,
+            robots_answers,
+            robots_answer_bytes,
+            pages_before,
             last_request: HashMap::new(),
             records: Vec::new(),
             target_hosts: HashSet::new(),
@@ -276,12 +359,22 @@ impl<'a> Crawler<'a> {
         }
     }
 
+    /// Frontier entries taken by this crawl and the scans it resumes.
+    fn pages_taken(&self) -> u64 {
+        self.pages_before + self.pages + self.failed_pages
+    }
+
     /// The crawl loop; returns the limit that stopped it, if any.
-    fn run(&mut self, on_progress: &mut dyn FnMut(&CrawlProgress)) -> Option<StopReason> {
+    fn run(&mut self, on_page: OnPage<'_>) -> Option<StopReason> {
         let seed = canonical_url(&self.spec.seed);
         if !matches!(seed.scheme(), "http" | "https") || seed.as_str().len() > MAX_URL_LEN {
             self.errors += 1;
             return Some(StopReason::SeedUnreachable);
+        }
+        // A fresh crawl starts at the seed; a resumed one where it stopped.
+        let mut first = self.spec.resume.is_none();
+        if first {
+            self.frontier.push(seed.clone(), 0);
         }
         if let Some(stop) = self.limit_reached() {
             return Some(stop);
@@ -293,21 +386,23 @@ impl<'a> Crawler<'a> {
         if self.robots_for(&seed).is_none_or(Robots::is_unavailable) {
             return Some(StopReason::RobotsUnavailable);
         }
-        self.frontier.push(seed, 0);
-        let mut first = true;
         // Each turn takes one URL off the bounded frontier, which never hands out
-        // a URL twice; the page cap bounds the turns that fetch.
+        // a URL twice; the page cap bounds the turns that fetch. A turn that
+        // stops before its request puts its URL back, so the state keeps it.
         while let Some((url, depth)) = self.frontier.pop() {
             if let Some(stop) = self.limit_reached() {
+                self.frontier.unpop(url, depth);
                 return Some(stop);
             }
-            if self.fetched.contains(url.as_str()) {
+            if self.fetched.contains(&url_digest(url.as_str())) {
                 continue; // already reached through a redirect
             }
-            if self.pages + self.failed_pages >= self.max_pages {
+            if self.pages_taken() >= self.max_pages {
+                self.frontier.unpop(url, depth);
                 return Some(StopReason::MaxPages);
             }
             if let Err(stop) = self.ensure_robots(&url) {
+                self.frontier.unpop(url, depth);
                 return Some(stop);
             }
             match self.robots_for(&url) {
@@ -320,13 +415,14 @@ impl<'a> Crawler<'a> {
                 _ => continue,
             }
             let result = self.fetch_page(url, depth);
-            on_progress(&CrawlProgress {
+            let progress = CrawlProgress {
                 pages: self.pages,
                 links: self.records.len() as u64,
                 queued: self.frontier.len() as u64,
                 bytes: self.bytes,
                 errors: self.errors,
-            });
+            };
+            on_page(&progress, &|from| self.snapshot(from));
             match result {
                 PageResult::Answered => {}
                 PageResult::Failed if first => return Some(StopReason::SeedUnreachable),
@@ -341,6 +437,52 @@ impl<'a> Crawler<'a> {
         None
     }
 
+    /// The summary so far.
+    fn summary(&self, stopped_by: Option<StopReason>) -> ScanSummary {
+        ScanSummary {
+            pages: self.pages,
+            bytes: self.bytes,
+            links: self.records.len() as u64,
+            distinct_target_hosts: self.target_hosts.len() as u64,
+            errors: self.errors,
+            elapsed_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            stopped_by,
+            status_counts: self.status_counts.iter().map(|(k, v)| (*k, *v)).collect(),
+            robots_disallowed: self.robots_disallowed,
+            frontier_dropped: self.frontier.dropped(),
+            records_dropped: self.records_dropped,
+            ..self.bounds.clone()
+        }
+    }
+
+    /// Where the crawl stands, between two pages.
+    fn state(&self) -> ScanState {
+        ScanState {
+            site: self.spec.site.clone(),
+            pages_done: self.pages_taken(),
+            queue: self.frontier.queued(),
+            seen: self.frontier.seen_digests(),
+            robots: self
+                .robots_answers
+                .iter()
+                .take(MAX_STATE_ROBOTS)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    fn snapshot(&self, records_from: usize) -> Snapshot {
+        Snapshot {
+            state: self.state(),
+            new_records: self
+                .records
+                .get(records_from..)
+                .map(<[LinkRecord]>::to_vec)
+                .unwrap_or_default(),
+            summary: self.summary(None),
+        }
+    }
+
     fn finish(self, stopped_by: Option<StopReason>) -> CrawlOutput {
         if self.records_dropped > 0 {
             tracing::warn!(
@@ -349,35 +491,30 @@ impl<'a> Crawler<'a> {
                 "link records beyond the link-file limit were dropped"
             );
         }
-        let summary = ScanSummary {
-            pages: self.pages,
-            bytes: self.bytes,
-            links: self.records.len() as u64,
-            distinct_target_hosts: self.target_hosts.len() as u64,
-            errors: self.errors,
-            elapsed_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            stopped_by,
-            status_counts: self.status_counts.into_iter().collect(),
-            robots_disallowed: self.robots_disallowed,
-            frontier_dropped: self.frontier.dropped(),
-            records_dropped: self.records_dropped,
-            ..self.bounds
-        };
+        let summary = self.summary(stopped_by);
+        let state = stopped_by
+            .filter(|s| !s.is_natural_end())
+            .map(|_| self.state());
         CrawlOutput {
             records: self.records,
             summary,
+            state,
         }
     }
 
     /// Fetch one frontier entry, following in-scope redirects, and take its links.
     fn fetch_page(&mut self, url: Url, depth: u32) -> PageResult {
-        self.fetched.insert(url.as_str().to_string());
+        self.fetched.insert(url_digest(url.as_str()));
         let mut chain = vec![url.clone()];
         let mut current = url;
         // One request per turn: the entry, then at most MAX_REDIRECTS hops
         // (`redirect::next_step` refuses the hop after that).
         for hop in 0..=MAX_REDIRECTS {
             if let Err(stop) = self.wait_turn(&current) {
+                // Not requested: the state keeps it queued (a redirect's
+                // target as a page of its own).
+                self.fetched.remove(&url_digest(current.as_str()));
+                self.frontier.unpop(current, depth);
                 return PageResult::Stopped(stop);
             }
             let timeout = self.request_timeout();
@@ -385,6 +522,13 @@ impl<'a> Crawler<'a> {
                 .fetcher
                 .get(&current, self.max_page_bytes, BodyWanted::Html, timeout);
             self.last_request.insert(origin(&current), Instant::now());
+            if self.cut_by_budget(&result) {
+                // Not the page's answer: it goes back to the queue, for the
+                // scan that continues this one.
+                self.fetched.remove(&url_digest(current.as_str()));
+                self.frontier.unpop(current, depth);
+                return PageResult::Stopped(StopReason::MaxTime);
+            }
             let response = match result {
                 Ok(response) => response,
                 Err(e) => {
@@ -415,7 +559,7 @@ impl<'a> Crawler<'a> {
                 };
                 match redirect::next_step(&current, location, &chain, &self.scope) {
                     RedirectStep::Follow(next) => {
-                        if self.fetched.contains(next.as_str()) {
+                        if self.fetched.contains(&url_digest(next.as_str())) {
                             return PageResult::Answered;
                         }
                         if let Err(stop) = self.ensure_robots(&next) {
@@ -429,7 +573,7 @@ impl<'a> Crawler<'a> {
                             }
                             _ => return PageResult::Answered,
                         }
-                        self.fetched.insert(next.as_str().to_string());
+                        self.fetched.insert(url_digest(next.as_str()));
                         self.frontier.mark_seen(&next);
                         chain.push(next.clone());
                         current = next;
@@ -528,39 +672,40 @@ impl<'a> Crawler<'a> {
         tracing::debug!(url = %url, error = %error, "request failed");
     }
 
-    /// Cancel, the crawl's time budget, or the deadline.
+    /// Cancel, or the crawl's time budget (the only early stops).
     fn limit_reached(&self) -> Option<StopReason> {
         if self.cancel.load(Ordering::Relaxed) {
             return Some(StopReason::Cancelled);
         }
-        let (left, reason) = self.time_left();
-        if left.is_zero() {
-            return Some(reason);
+        if self.time_left().is_zero() {
+            return Some(StopReason::MaxTime);
         }
         None
     }
 
-    /// Time left before the budget or the deadline runs out, and which one it is.
-    fn time_left(&self) -> (Duration, StopReason) {
-        let budget = self
-            .spec
+    /// Time left before the budget runs out.
+    fn time_left(&self) -> Duration {
+        self.spec
             .max_duration
-            .saturating_sub(self.started.elapsed());
-        let deadline = self.spec.deadline.map(|d| {
-            d.duration_since(SystemTime::now())
-                .unwrap_or(Duration::ZERO)
-        });
-        match deadline {
-            Some(d) if d < budget => (d, StopReason::Deadline),
-            _ => (budget, StopReason::MaxTime),
-        }
+            .saturating_sub(self.started.elapsed())
+    }
+
+    /// Whether a request timed out because the crawl's time budget ran out
+    /// (its timeout was cut to the time left), not because of the site.
+    fn cut_by_budget(&self, result: &Result<fetch::Fetched, FetchError>) -> bool {
+        let timed_out = match result {
+            Err(FetchError::Timeout(_)) => true,
+            Ok(r) => r.timed_out,
+            Err(_) => false,
+        };
+        timed_out && self.time_left().is_zero()
     }
 
     /// Timeout of the next request: the configured one, or less when the crawl's
     /// time runs out sooner.
     fn request_timeout(&self) -> Duration {
         self.request_timeout
-            .min(self.time_left().0)
+            .min(self.time_left())
             .max(Duration::from_millis(1))
     }
 
@@ -585,9 +730,8 @@ impl<'a> Crawler<'a> {
         if ready <= now {
             return Ok(());
         }
-        let (left, reason) = self.time_left();
-        if ready - now > left {
-            return Err(reason); // the wait alone would outlast the crawl
+        if ready - now > self.time_left() {
+            return Err(StopReason::MaxTime); // the wait alone would outlast the crawl
         }
         // The delay is at most a minute, so this is at most MAX_WAIT_SLICES turns.
         for _ in 0..MAX_WAIT_SLICES {
@@ -620,6 +764,8 @@ impl<'a> Crawler<'a> {
         };
         let mut chain: Vec<Url> = Vec::new();
         let mut policy = Robots::Unavailable;
+        // The final answer (status 0: no answer), kept for the scan state.
+        let mut answer: (u16, Vec<u8>) = (0, Vec::new());
         // robots.txt redirects are followed to any host (it is one small file),
         // at most MAX_REDIRECTS hops; when the hops run out it counts as missing.
         for _ in 0..=MAX_REDIRECTS {
@@ -629,6 +775,9 @@ impl<'a> Crawler<'a> {
                 .fetcher
                 .get(&current, MAX_ROBOTS_BYTES, BodyWanted::Any2xx, timeout);
             self.last_request.insert(origin(&current), Instant::now());
+            if self.cut_by_budget(&result) {
+                return Err(StopReason::MaxTime); // asked again by the next scan
+            }
             chain.push(current.clone());
             let response = match result {
                 Ok(response) => response,
@@ -649,6 +798,7 @@ impl<'a> Crawler<'a> {
             match next {
                 Some(next) => {
                     policy = Robots::AllowAll;
+                    answer = (response.status, Vec::new());
                     current = next;
                 }
                 None => {
@@ -657,11 +807,20 @@ impl<'a> Crawler<'a> {
                     }
                     policy =
                         Robots::from_response(response.status, &response.body, &self.agent_token);
+                    answer = (response.status, response.body);
                     break;
                 }
             }
         }
-        self.robots.insert(key, policy);
+        self.robots.insert(key.clone(), policy);
+        if self.robots_answer_bytes + answer.1.len() <= MAX_STATE_ROBOTS_BYTES {
+            self.robots_answer_bytes += answer.1.len();
+            self.robots_answers.push(RobotsAnswer {
+                origin: key,
+                status: answer.0,
+                body: answer.1,
+            });
+        }
         Ok(())
     }
 }
