@@ -1296,7 +1296,14 @@ pub fn run(
     let mut grid = Grid::open(store, PathBuf::from(NO_LINKS_DIR), key.clone(), settings)?;
     let token = grid.create_invite(hosts.len() as u32, SIM_START_MS + HORIZON_MS, SIM_START_MS)?;
     let mut clients = Vec::with_capacity(hosts.len());
-    for (h, window) in hosts.iter().zip(windows) {
+    for ((h, window), tl) in hosts.iter().zip(windows).zip(&timelines) {
+        // A host that is not on at the start was last heard from before it
+        // (the grid counts it offline until it asks); the others just enrolled.
+        let seen = if tl.changes.first().is_some_and(|c| c.1 == Avail::On) {
+            SIM_START_MS
+        } else {
+            SIM_START_MS - scheduler::ONLINE_WINDOW_MS - 1000
+        };
         let host_key = SigningKey::from_bytes(&key_bytes(&mut rng));
         let info = HostInfo {
             name: h.name.clone(),
@@ -1304,21 +1311,10 @@ pub fn run(
             client_version: env!("CARGO_PKG_VERSION").into(),
             cores: h.slots,
         };
-        let id = grid.enrol(
-            &token,
-            host_key.verifying_key().to_bytes(),
-            info,
-            SIM_START_MS,
-        )?;
+        let id = grid.enrol(&token, host_key.verifying_key().to_bytes(), info, seen)?;
         // The first-start benchmark: the reference site at delay 0.
         let bench = h.pages_per_s * rng.around_one(opts.benchmark_noise.clamp(0.0, 0.95));
-        grid.benchmark(
-            id,
-            bench,
-            bench * (PAGE_BYTES / 1024) as f64,
-            h.slots,
-            SIM_START_MS,
-        )?;
+        grid.benchmark(id, bench, bench * (PAGE_BYTES / 1024) as f64, h.slots, seen)?;
         clients.push(Client {
             host_id: id,
             avail: Avail::Off,
