@@ -80,6 +80,9 @@ struct Durability {
     failure: Mutex<Option<String>>,
 }
 
+/// A stored record: its key and its encoded value.
+type Entry = (Vec<u8>, Vec<u8>);
+
 /// One tree of records: a sled tree, or a map in memory.
 #[derive(Clone)]
 enum Tree {
@@ -110,7 +113,7 @@ impl Tree {
     }
 
     /// Every `(key, value)`, in key order.
-    fn entries(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>, sled::Error> {
+    fn entries(&self) -> Result<Vec<Entry>, sled::Error> {
         match self {
             Tree::Sled(t) => t
                 .iter()
