@@ -1,6 +1,6 @@
 //! The scheduler: for this host, now, which jobs? Pure code: no I/O, time is an
-//! argument. Policies sit behind [`Policy`]; the grid (and the simulator, with
-//! the very same code) builds the views, the policy decides.
+//! argument. Policies sit behind [`Policy`]; the grid builds the views (the
+//! simulator drives the grid itself), the policy decides.
 //!
 //! The model: a job's size is its expected page count (its last scan, or
 //! [`DEFAULT_SITE_PAGES`]); a host's cost is seconds per page on one slot
