@@ -12,7 +12,6 @@ use serde::Deserialize;
 
 use beebot_shared::export::{ExportWriter, Format};
 use beebot_shared::limits::MAX_SITES;
-use beebot_shared::linkfile;
 use beebot_shared::scope::{parse_site, Scope};
 
 use crate::api::*;
@@ -272,6 +271,7 @@ async fn round_show(
     let (round, jobs) = s.with_grid(move |g| g.round(id)).await.map_err(grid_fail)?;
     Ok(Json(RoundDetail {
         counts: JobCounts::of(&jobs),
+        sites: jobs.iter().map(SiteLine::of).collect(),
         round,
         jobs,
     }))
@@ -314,17 +314,12 @@ async fn round_export(
         let mut w = ExportWriter::new(Vec::new(), format).map_err(|e| e.to_string())?;
         let mut done: Vec<_> = jobs
             .iter()
-            .filter(|j| j.state == JobState::Done)
-            .filter_map(|j| j.result.as_ref().map(|r| (j, r)))
+            .filter(|j| j.state == JobState::Done && j.result.is_some())
             .collect();
-        done.sort_by(|a, b| a.0.site.cmp(&b.0.site));
-        for (job, result) in done {
-            let path = links_dir.join(&result.file);
-            let bytes =
-                std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            let (_, records) =
-                linkfile::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-            for r in &records {
+        done.sort_by(|a, b| a.site.cmp(&b.site));
+        for job in done {
+            // A site scanned in several scans (continuations) is their union.
+            for r in &crate::grid::job_links(&links_dir, job)? {
                 w.write(&job.site, r).map_err(|e| e.to_string())?;
             }
         }
@@ -403,12 +398,12 @@ async fn dashboard(State(s): State<Arc<Shared>>, Query(q): Query<DashQuery>) -> 
         status.sites, status.hosts, status.hosts_revoked, status.rounds_running,
         status.jobs_queued, status.jobs_running, status.jobs_done, status.jobs_failed
     ));
-    html.push_str("<h2>Rounds</h2><table><tr><th>id</th><th>state</th><th>policy</th><th>jobs</th><th>done</th><th>failed</th><th>running</th><th>pages</th><th>links</th></tr>");
+    html.push_str("<h2>Rounds</h2><table><tr><th>id</th><th>state</th><th>policy</th><th>jobs</th><th>done</th><th>failed</th><th>running</th><th>complete</th><th>incomplete</th><th>pages</th><th>links</th></tr>");
     for (r, jobs) in &rounds {
         let c = JobCounts::of(jobs);
         html.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            r.id, r.state.as_str(), esc(&r.params.policy), c.total, c.done, c.failed, c.running, c.pages, c.links
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            r.id, r.state.as_str(), esc(&r.params.policy), c.total, c.done, c.failed, c.running, c.complete, c.incomplete, c.pages, c.links
         ));
     }
     html.push_str("</table><h2>Hosts</h2><table><tr><th>id</th><th>name</th><th>last seen (s ago)</th><th>jobs</th><th>pages</th><th>missed deadlines</th><th>revoked</th></tr>");

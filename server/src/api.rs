@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::grid::GridStatus;
-use crate::model::{HostRecord, JobRecord, RoundRecord, SiteRecord};
+use crate::model::{Completeness, HostRecord, JobRecord, JobState, RoundRecord, SiteRecord};
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct InviteRequest {
@@ -61,6 +61,12 @@ pub struct JobCounts {
     pub running: usize,
     pub done: usize,
     pub failed: usize,
+    /// Done jobs whose scans reached the site's natural end.
+    pub complete: usize,
+    /// Jobs over (done or failed) that did not: failed, robots unavailable,
+    /// seed unreachable, frontier full.
+    pub incomplete: usize,
+    /// Pages and links of every accepted scan (continuations included).
     pub pages: u64,
     pub links: u64,
 }
@@ -79,12 +85,57 @@ impl JobCounts {
                 Done => c.done += 1,
                 Failed => c.failed += 1,
             }
-            if let Some(r) = &j.result {
-                c.pages += r.summary.pages;
-                c.links += r.summary.links;
+            let done = j.completeness();
+            c.pages += done.pages;
+            c.links += done.links;
+            if done.natural_end {
+                c.complete += 1;
+            } else if j.state.is_final() {
+                c.incomplete += 1;
             }
         }
         c
+    }
+
+    /// The line a finished round ends with: counts, and whether every site
+    /// was scanned to its natural end.
+    pub fn verdict(&self) -> String {
+        if self.incomplete == 0 {
+            format!("all {} sites complete", self.complete)
+        } else {
+            format!(
+                "{} of {} sites INCOMPLETE (see `round show`)",
+                self.incomplete, self.total
+            )
+        }
+    }
+}
+
+/// One site of a round: its job's state and how much of it was scanned.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SiteLine {
+    pub site: String,
+    pub state: JobState,
+    pub attempts: usize,
+    /// The host of the last accepted scan, if any.
+    pub host: Option<u64>,
+    #[serde(flatten)]
+    pub completeness: Completeness,
+}
+
+impl SiteLine {
+    pub fn of(j: &JobRecord) -> SiteLine {
+        SiteLine {
+            site: j.site.clone(),
+            state: j.state,
+            attempts: j.attempts.len(),
+            host: j
+                .result
+                .as_ref()
+                .map(|r| r.host_id)
+                .or_else(|| j.segments.last().map(|s| s.host_id)),
+            completeness: j.completeness(),
+        }
     }
 }
 
@@ -98,6 +149,8 @@ pub struct RoundSummary {
 pub struct RoundDetail {
     pub round: RoundRecord,
     pub counts: JobCounts,
+    /// Each site's completeness, in the round's order.
+    pub sites: Vec<SiteLine>,
     pub jobs: Vec<JobRecord>,
 }
 

@@ -14,7 +14,6 @@ use beebot_client::crawler::{CrawlerConfig, ResolveRule};
 use beebot_client::home::Home;
 use beebot_client::worker::{self, RunOptions};
 use beebot_shared::export::{ExportWriter, Format};
-use beebot_shared::linkfile;
 use beebot_shared::synth::SynthWeb;
 
 use crate::api::JobCounts;
@@ -215,9 +214,11 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
         let mut jobs = jobs;
         jobs.sort_by(|a, b| a.site.cmp(&b.site));
         for job in &jobs {
-            let Some(res) = &job.result else { continue };
-            let bytes = std::fs::read(dir.links().join(&res.file))?;
-            let (_, records) = linkfile::decode(&bytes)?;
+            if job.result.is_none() {
+                continue;
+            }
+            let records =
+                crate::grid::job_links(&dir.links(), job).map_err(|e| anyhow::anyhow!(e))?;
             for r in &records {
                 w.write(&job.site, r)?;
                 exported.insert((job.site.clone(), r.source_url.clone(), r.target_url.clone()));

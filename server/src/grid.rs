@@ -12,14 +12,16 @@ use std::path::{Path, PathBuf};
 
 use ed25519_dalek::SigningKey;
 
+use beebot_shared::limits::MAX_SCANS_PER_JOB;
 use beebot_shared::limits::{
     INVITE_TOKEN_LEN, MAX_DELAY_MS, MAX_PAGES_PER_SITE, MAX_REASONS_PER_JOB, MAX_SITES,
     MAX_TEXT_LEN, MAX_UNITS_PER_REPLY,
 };
 use beebot_shared::linkfile::{self, ScanSummary};
 use beebot_shared::proto::HostInfo;
+use beebot_shared::scanstate::{state_sha256, ScanState};
 use beebot_shared::scope::Scope;
-use beebot_shared::sign::{self, SignedUnit, UnitLimits, WorkUnit};
+use beebot_shared::sign::{self, ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
 use beebot_shared::util::sha256;
 
 use crate::model::*;
@@ -108,6 +110,22 @@ pub struct UploadPlan {
     path: PathBuf,
     /// The same, relative to the links directory (kept in the job's result).
     rel: String,
+    /// Where the scan state goes when the scan ended early, and relative.
+    state_path: PathBuf,
+    state_rel: String,
+    /// The job's scans this unit continued from (its attempt's `resume_seq`).
+    resume_seq: u32,
+    /// Pages the job's earlier scans took.
+    pages_before: u64,
+}
+
+/// A verified scan state uploaded with a scan that ended early.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateInfo {
+    pub sha256: [u8; 32],
+    pub bytes: u64,
+    /// Pages the job's scans took up to this state.
+    pub pages_done: u64,
 }
 
 impl UploadPlan {
@@ -115,7 +133,17 @@ impl UploadPlan {
     /// decodes (bounded), its header names this unit, round and site, every
     /// record's source is on the site, and the summary counts its links.
     /// `Err` holds the reason it is refused.
-    pub fn verify(&self, summary: &ScanSummary, link_file: &[u8]) -> Result<(), String> {
+    ///
+    /// A scan that stopped before its natural end must bring its frontier
+    /// (`state`): it is decoded (bounded) and checked against the site and
+    /// the pages the job already took; its digest comes back for the
+    /// continuation unit to name.
+    pub fn verify(
+        &self,
+        summary: &ScanSummary,
+        link_file: &[u8],
+        state: Option<&[u8]>,
+    ) -> Result<Option<StateInfo>, String> {
         let (header, records) =
             linkfile::decode(link_file).map_err(|e| format!("link file refused: {e}"))?;
         if header.unit_id != self.unit_id
@@ -143,12 +171,74 @@ impl UploadPlan {
                 records.len()
             ));
         }
-        Ok(())
+        if !stopped_early(summary) {
+            return Ok(None);
+        }
+        let Some(bytes) = state else {
+            return Err(format!(
+                "the scan stopped early ({}) without its frontier, so the job cannot go on from it",
+                summary.stopped_by.map_or("-", |s| s.as_str())
+            ));
+        };
+        let st = ScanState::decode(bytes).map_err(|e| format!("scan state refused: {e}"))?;
+        if st.site != self.site {
+            return Err("scan state is of another site".into());
+        }
+        let least = self.pages_before.saturating_add(summary.pages);
+        if st.pages_done < least {
+            return Err(format!(
+                "scan state counts {} pages done, fewer than the job's {} so far",
+                st.pages_done, least
+            ));
+        }
+        Ok(Some(StateInfo {
+            sha256: state_sha256(bytes),
+            bytes: bytes.len() as u64,
+            pages_done: st.pages_done,
+        }))
     }
 
-    /// Make the link file durable at its place (outside the grid lock).
-    pub fn write(&self, link_file: &[u8]) -> std::io::Result<()> {
+    /// Make the link file (and the scan state of a scan that ended early)
+    /// durable at their places (outside the grid lock).
+    pub fn write(&self, link_file: &[u8], state: Option<&[u8]>) -> std::io::Result<()> {
+        if let Some(st) = state {
+            write_durable(&self.state_path, st)?;
+        }
         write_durable(&self.path, link_file)
+    }
+
+    /// Remove what [`UploadPlan::write`] wrote (a loser's or a refused file).
+    fn remove_files(&self) {
+        let _ = fs::remove_file(&self.path);
+        let _ = fs::remove_file(&self.state_path);
+    }
+}
+
+/// Whether a scan stopped before its natural end (so its job goes on).
+pub fn stopped_early(summary: &ScanSummary) -> bool {
+    summary.stopped_by.is_some_and(|s| !s.is_natural_end())
+}
+
+/// Expected seconds of a job's next scan on a host of `speed`: what is left
+/// of its expected pages at the host's cost (never faster than the pace its
+/// last scan showed, Crawl-delay included); for a site never scanned before,
+/// what the round's limits allow (the page cap at that cost), not a guess.
+/// Never more than the round's time budget, which ends any scan.
+fn scan_expected_s(job: &JobRecord, p: &RoundParams, speed: Option<f64>) -> f64 {
+    let mut cost = scheduler::seconds_per_page(speed, p.delay_ms as f64 / 1000.0);
+    if let Some(seg) = job.segments.last().filter(|s| s.summary.pages > 0) {
+        cost = cost.max(seg.summary.elapsed_ms as f64 / 1000.0 / seg.summary.pages as f64);
+    }
+    let pages = if job.size_known {
+        job.est_pages
+    } else {
+        (f64::from(p.max_pages) - job.pages_done() as f64).max(1.0)
+    };
+    let s = pages * cost;
+    if p.max_seconds > 0 {
+        s.min(p.max_seconds as f64)
+    } else {
+        s
     }
 }
 
@@ -179,6 +269,20 @@ pub struct GridStatus {
     pub jobs_running: usize,
     pub jobs_done: usize,
     pub jobs_failed: usize,
+    /// The newest round that is over, and how completely it scanned its sites.
+    pub last_round: Option<RoundOutcome>,
+}
+
+/// How completely a finished round scanned its sites.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct RoundOutcome {
+    pub id: u64,
+    pub state: String,
+    pub sites: usize,
+    /// Sites scanned to their natural end.
+    pub complete: usize,
+    /// Sites that were not (failed, robots unavailable, ...): `round show` says why.
+    pub incomplete: usize,
 }
 
 /// The grid: all state, written through to the store.
@@ -253,6 +357,25 @@ pub fn write_durable(path: &Path, data: &[u8]) -> std::io::Result<()> {
     fs::rename(&tmp, path)?;
     fs::File::open(dir)?.sync_all()?;
     Ok(())
+}
+
+/// The link records of a job: the union of its scans' link files (segments
+/// and the final scan), each (source, target) once, in scan order.
+pub fn job_links(links_dir: &Path, job: &JobRecord) -> Result<Vec<linkfile::LinkRecord>, String> {
+    let mut seen: std::collections::HashSet<(String, String)> = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for file in job.link_files() {
+        let path = links_dir.join(file);
+        let bytes = fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let (_, records) =
+            linkfile::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        for r in records {
+            if seen.insert((r.source_url.clone(), r.target_url.clone())) {
+                out.push(r);
+            }
+        }
+    }
+    Ok(out)
 }
 
 impl Grid {
@@ -358,17 +481,19 @@ impl Grid {
         } else {
             open.running.remove(&job_id);
         }
-        for a in &job.attempts {
-            if matches!(a.state, AttemptState::Expired | AttemptState::Failed(_)) {
-                open.failed_by.entry(a.host_id).or_default().insert(job_id);
+        // An attempt's state may change back (an expired scan's late result
+        // is accepted), so this job's failures are counted afresh.
+        for jobs in open.failed_by.values_mut() {
+            jobs.remove(&job_id);
+        }
+        if !job.state.is_final() {
+            for a in &job.attempts {
+                if matches!(a.state, AttemptState::Expired | AttemptState::Failed(_)) {
+                    open.failed_by.entry(a.host_id).or_default().insert(job_id);
+                }
             }
         }
-        if job.state.is_final() {
-            for jobs in open.failed_by.values_mut() {
-                jobs.remove(&job_id);
-            }
-            open.failed_by.retain(|_, jobs| !jobs.is_empty());
-        }
+        open.failed_by.retain(|_, jobs| !jobs.is_empty());
     }
 
     /// Debug builds check that the index of open jobs equals one built
@@ -705,6 +830,11 @@ impl Grid {
                 "delay must be at most {MAX_DELAY_MS} ms"
             )));
         }
+        if params.max_seconds == 0 {
+            return Err(GridError::Invalid(
+                "the scan time budget (max scan time) must be positive".into(),
+            ));
+        }
         if params.max_attempts == 0 || params.deadline_min_s == 0 {
             return Err(GridError::Invalid(
                 "max attempts and minimum deadline must be positive".into(),
@@ -731,7 +861,9 @@ impl Grid {
                 result: None,
                 reasons: Vec::new(),
                 est_pages: scheduler::site_pages(site.last_scan.as_ref(), params.max_pages),
+                size_known: site.last_scan.is_some(),
                 batch_host: None,
+                segments: Vec::new(),
             });
         }
         // A round-start plan (batch) over the hosts heard from lately.
@@ -1178,8 +1310,13 @@ impl Grid {
             .get(&job.round_id)
             .ok_or(GridError::UnknownRound(job.round_id))?;
         let p = &round.params;
-        let expected =
-            job.est_pages * scheduler::seconds_per_page(speed, p.delay_ms as f64 / 1000.0);
+        let expected = scan_expected_s(job, p, speed);
+        let resume = job.segments.last().map(|seg| ResumeFrom {
+            state_sha256: seg.state_sha256,
+            state_bytes: seg.state_bytes,
+            pages_done: seg.pages_done,
+        });
+        let resume_seq = job.segments.len() as u32;
         let rule = DeadlineRule {
             slack: self.settings.deadline_slack,
             grace_s: self.settings.deadline_grace_s,
@@ -1206,7 +1343,7 @@ impl Grid {
             issued_ms: now_ms,
             deadline_ms: deadline,
             user_agent: self.settings.user_agent.clone(),
-            resume: None,
+            resume,
         };
         let signed = sign::sign_unit(&self.project_key, &unit)
             .map_err(|e| GridError::Sign(e.to_string()))?;
@@ -1227,6 +1364,7 @@ impl Grid {
             first_report_ms: 0,
             first_report_pages: 0,
             last_report_ms: 0,
+            resume_seq,
         });
         job.state = JobState::Running;
         let job = job.clone();
@@ -1278,10 +1416,16 @@ impl Grid {
                 "unit belongs to another host".into(),
             ));
         };
+        if a.state == AttemptState::Aborted {
+            return Ok(ProgressOutcome::Abort(
+                "another copy's scan went on further".into(),
+            ));
+        }
         if a.first_report_ms == 0 {
             a.first_report_ms = now_ms;
             a.first_report_pages = pages;
         }
+        let progressed = pages > a.pages || a.last_report_ms == 0;
         a.last_report_ms = a.last_report_ms.max(now_ms);
         a.pages = pages;
         a.links = links;
@@ -1289,10 +1433,10 @@ impl Grid {
             // Expired or released, but the job is still open: a late result is welcome.
             return Ok(ProgressOutcome::Continue);
         }
-        // Extend a unit that is still making progress in the last half of its window,
-        // up to four windows in all.
+        // Extend a unit whose scan still makes progress in the last half of its
+        // window: deadlines find silent hosts, they never cut a live scan.
         if let Some(d) =
-            scheduler::extended_deadline(a.issued_ms, a.deadline_ms, a.window_ms, now_ms)
+            scheduler::extended_deadline(a.deadline_ms, a.window_ms, now_ms, progressed)
         {
             a.deadline_ms = d;
             let job = job.clone();
@@ -1410,17 +1554,19 @@ impl Grid {
         unit_id: u64,
         summary: ScanSummary,
         link_file: &[u8],
+        state: Option<&[u8]>,
         now_ms: u64,
     ) -> Result<UploadOutcome, GridError> {
         let plan = match self.upload_begin(host_id, unit_id, now_ms)? {
             UploadStep::Answer(o) => return Ok(o),
             UploadStep::Plan(p) => p,
         };
-        if let Err(reason) = plan.verify(&summary, link_file) {
-            return self.upload_refused(&plan, reason, now_ms);
-        }
-        plan.write(link_file)?;
-        self.upload_finish(&plan, summary, now_ms)
+        let info = match plan.verify(&summary, link_file, state) {
+            Ok(info) => info,
+            Err(reason) => return self.upload_refused(&plan, reason, now_ms),
+        };
+        plan.write(link_file, info.as_ref().and(state))?;
+        self.upload_finish(&plan, summary, info, now_ms)
     }
 
     /// First step of an upload: is this unit the host's, and is its job
@@ -1441,6 +1587,15 @@ impl Grid {
             .get(&job.round_id)
             .map(|r| r.params.scope)
             .unwrap_or_default();
+        let resume_seq = job
+            .attempts
+            .iter()
+            .find(|a| a.unit_id == unit_id)
+            .map_or(0, |a| a.resume_seq);
+        let pages_before = job
+            .segments
+            .get((resume_seq as usize).wrapping_sub(1))
+            .map_or(0, |s| s.pages_done);
         Ok(UploadStep::Plan(UploadPlan {
             host_id,
             unit_id,
@@ -1453,6 +1608,13 @@ impl Grid {
                 .join(job.round_id.to_string())
                 .join(format!("{}-{unit_id}.lf", job.id)),
             rel: format!("{}/{}-{unit_id}.lf", job.round_id, job.id),
+            state_path: self
+                .links_dir
+                .join(job.round_id.to_string())
+                .join(format!("{}-{unit_id}.state", job.id)),
+            state_rel: format!("{}/{}-{unit_id}.state", job.round_id, job.id),
+            resume_seq,
+            pages_before,
         }))
     }
 
@@ -1493,13 +1655,17 @@ impl Grid {
         Ok(UploadOutcome::Rejected(reason))
     }
 
-    /// Last step of an upload whose link file is verified and durable: the
-    /// job is done, unless another copy finished it (or its round ended)
-    /// meanwhile; then the file written for this one is removed.
+    /// Last step of an upload whose link file is verified and durable. A
+    /// scan that reached its natural end finishes the job; one that stopped
+    /// early (with its frontier, `state`) becomes a segment of the job,
+    /// which goes back to the queue to continue from there. Unless another
+    /// copy finished the job or went further meanwhile (or its round ended):
+    /// then the files written for this one are removed.
     pub fn upload_finish(
         &mut self,
         plan: &UploadPlan,
         summary: ScanSummary,
+        state: Option<StateInfo>,
         now_ms: u64,
     ) -> Result<UploadOutcome, GridError> {
         let (host_id, unit_id) = (plan.host_id, plan.unit_id);
@@ -1509,14 +1675,96 @@ impl Grid {
             let kept = self
                 .jobs
                 .get(&plan.job_id)
-                .and_then(|j| j.result.as_ref())
-                .is_some_and(|r| r.file == plan.rel);
+                .is_some_and(|j| j.link_files().any(|f| f == plan.rel));
             if !kept {
-                let _ = fs::remove_file(&plan.path);
+                plan.remove_files();
             }
             return Ok(o);
         }
         let (job_id, round_id, site) = (plan.job_id, plan.round_id, plan.site.clone());
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
+        };
+        if job.segments.iter().any(|s| s.unit_id == unit_id) {
+            // This unit's segment, uploaded again.
+            return Ok(UploadOutcome::Duplicate);
+        }
+        if (plan.resume_seq as usize) < job.segments.len() {
+            // Another copy's scan went on from the same place first.
+            plan.remove_files();
+            for a in job.attempts.iter_mut() {
+                if a.unit_id == unit_id && a.state == AttemptState::Running {
+                    a.state = AttemptState::Aborted;
+                }
+            }
+            let job = job.clone();
+            self.store.put_job(&job)?;
+            self.reindex(job_id);
+            self.after_attempt_ended(job_id, now_ms)?;
+            self.store.flush()?;
+            return Ok(UploadOutcome::Duplicate);
+        }
+        let delay_s = self
+            .rounds
+            .get(&round_id)
+            .map(|r| r.params.delay_ms as f64 / 1000.0)
+            .unwrap_or(0.0);
+        let seconds = summary.elapsed_ms as f64 / 1000.0;
+        let (pages, bytes) = (summary.pages, summary.bytes);
+        if let Some(info) = state.filter(|_| stopped_early(&summary)) {
+            if summary.pages == 0 {
+                // Nothing gained: an attempt that failed, not a segment.
+                plan.remove_files();
+                let reason = format!(
+                    "scan stopped early ({}) without a page",
+                    summary.stopped_by.map_or("-", |s| s.as_str())
+                );
+                self.fail(host_id, unit_id, &reason, now_ms)?;
+                return Ok(UploadOutcome::Rejected(reason));
+            }
+            let Some(job) = self.jobs.get_mut(&job_id) else {
+                return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
+            };
+            for a in job.attempts.iter_mut() {
+                if a.unit_id == unit_id {
+                    a.state = AttemptState::Partial;
+                    a.pages = summary.pages;
+                    a.links = summary.links;
+                } else if a.state == AttemptState::Running {
+                    // Its scan started where this one did: it would redo it.
+                    a.state = AttemptState::Aborted;
+                }
+            }
+            job.segments.push(Segment {
+                unit_id,
+                host_id,
+                summary,
+                file: plan.rel.clone(),
+                state_file: plan.state_rel.clone(),
+                state_sha256: info.sha256,
+                state_bytes: info.bytes,
+                pages_done: info.pages_done,
+                accepted_ms: now_ms,
+            });
+            job.est_pages = (job.est_pages - pages as f64).max(1.0);
+            if job.segments.len() >= MAX_SCANS_PER_JOB {
+                job.state = JobState::Failed;
+                push_reason(
+                    job,
+                    format!("the site needed more than {MAX_SCANS_PER_JOB} scans"),
+                );
+            } else {
+                job.state = JobState::Queued;
+            }
+            let job = job.clone();
+            self.store.put_job(&job)?;
+            self.learn_from(host_id, pages, bytes, seconds, delay_s, false)?;
+            self.reindex(job_id);
+            self.check_round_done(round_id, now_ms)?;
+            self.store.flush()?;
+            self.check_open();
+            return Ok(UploadOutcome::Accepted);
+        }
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
         };
@@ -1530,21 +1778,19 @@ impl Grid {
             }
         }
         job.state = JobState::Done;
-        let seconds = summary.elapsed_ms as f64 / 1000.0;
+        // The site's figures for the next round: all of the job's scans.
         let stats = SiteStats {
             round_id,
-            pages: summary.pages,
-            bytes: summary.bytes,
-            links: summary.links,
-            seconds,
+            pages: pages + job.segments.iter().map(|s| s.summary.pages).sum::<u64>(),
+            bytes: bytes + job.segments.iter().map(|s| s.summary.bytes).sum::<u64>(),
+            links: summary.links + job.segments.iter().map(|s| s.summary.links).sum::<u64>(),
+            seconds: seconds
+                + job
+                    .segments
+                    .iter()
+                    .map(|s| s.summary.elapsed_ms as f64 / 1000.0)
+                    .sum::<f64>(),
         };
-        let pages = summary.pages;
-        let bytes = summary.bytes;
-        let delay_s = self
-            .rounds
-            .get(&round_id)
-            .map(|r| r.params.delay_ms as f64 / 1000.0)
-            .unwrap_or(0.0);
         job.result = Some(JobResult {
             unit_id,
             host_id,
@@ -1552,6 +1798,10 @@ impl Grid {
             file: plan.rel.clone(),
             accepted_ms: now_ms,
         });
+        // The frontiers are of no more use.
+        for seg in &job.segments {
+            let _ = fs::remove_file(self.links_dir.join(&seg.state_file));
+        }
         let job = job.clone();
         self.store.put_job(&job)?;
         if let Some(s) = self.sites.get_mut(&site) {
@@ -1559,8 +1809,28 @@ impl Grid {
             let s = s.clone();
             self.store.put_site(&s)?;
         }
+        self.learn_from(host_id, pages, bytes, seconds, delay_s, true)?;
+        self.reindex(job_id);
+        self.check_round_done(round_id, now_ms)?;
+        self.store.flush()?;
+        self.check_open();
+        Ok(UploadOutcome::Accepted)
+    }
+
+    /// A host's figures after one of its scans was accepted.
+    fn learn_from(
+        &mut self,
+        host_id: u64,
+        pages: u64,
+        bytes: u64,
+        seconds: f64,
+        delay_s: f64,
+        job_done: bool,
+    ) -> Result<(), GridError> {
         if let Some(h) = self.hosts.get_mut(&host_id) {
-            h.jobs_done += 1;
+            if job_done {
+                h.jobs_done += 1;
+            }
             h.pages_done += pages;
             h.seconds_done += seconds;
             h.bytes_done = h.bytes_done.saturating_add(bytes);
@@ -1569,11 +1839,40 @@ impl Grid {
             let h = h.clone();
             self.store.put_host(&h)?;
         }
-        self.reindex(job_id);
-        self.check_round_done(round_id, now_ms)?;
-        self.store.flush()?;
-        self.check_open();
-        Ok(UploadOutcome::Accepted)
+        Ok(())
+    }
+
+    /// Where the scan state a continuation unit of `host_id` starts from
+    /// is (read outside the grid lock), with its expected SHA-256.
+    pub fn state_of_unit(
+        &self,
+        host_id: u64,
+        unit_id: u64,
+    ) -> Result<(PathBuf, [u8; 32]), GridError> {
+        let job = self
+            .job_of_unit(unit_id)
+            .ok_or_else(|| GridError::Invalid(format!("unknown unit {unit_id}")))?;
+        let a = job
+            .attempts
+            .iter()
+            .find(|a| a.unit_id == unit_id && a.host_id == host_id)
+            .ok_or_else(|| {
+                GridError::Invalid(format!("unit {unit_id} was not issued to host {host_id}"))
+            })?;
+        let seg = (a.resume_seq as usize)
+            .checked_sub(1)
+            .and_then(|i| job.segments.get(i))
+            .ok_or_else(|| {
+                GridError::Invalid(format!(
+                    "unit {unit_id} starts from the seed, not a scan state"
+                ))
+            })?;
+        if job.state.is_final() {
+            return Err(GridError::Invalid(format!(
+                "the job of unit {unit_id} is over"
+            )));
+        }
+        Ok((self.links_dir.join(&seg.state_file), seg.state_sha256))
     }
 
     pub fn status(&self) -> GridStatus {
@@ -1602,6 +1901,27 @@ impl Grid {
                 }
             }
         }
+        s.last_round = self
+            .rounds
+            .values()
+            .rev()
+            .find(|r| r.state != RoundState::Running)
+            .map(|r| {
+                let mut o = RoundOutcome {
+                    id: r.id,
+                    state: r.state.as_str().to_string(),
+                    sites: r.job_ids.len(),
+                    ..Default::default()
+                };
+                for j in r.job_ids.iter().filter_map(|j| self.jobs.get(j)) {
+                    if j.completeness().natural_end {
+                        o.complete += 1;
+                    } else {
+                        o.incomplete += 1;
+                    }
+                }
+                o
+            });
         s
     }
 }
@@ -1620,7 +1940,8 @@ mod tests {
     const T0: u64 = 1_700_000_000_000;
     const HOUR_MS: u64 = 3_600_000;
     /// The deadline window of a never-scanned site on a host with no speed figure
-    /// under [`params`]: 50 pages at 5 pages/s = 10 s, × slack 3 + grace 10 s = 40 s.
+    /// under [`params`]: what the round allows, its 50-page cap at 5 pages/s =
+    /// 10 s, × slack 3 + grace 10 s = 40 s.
     const WINDOW_MS: u64 = 40_000;
 
     struct Fx {
@@ -1707,7 +2028,7 @@ mod tests {
         fn upload(&mut self, host: u64, unit: &WorkUnit, n: usize, now: u64) -> UploadOutcome {
             let (summary, file) = result_for(unit, n);
             self.grid
-                .upload(host, unit.unit_id, summary, &file, now)
+                .upload(host, unit.unit_id, summary, &file, None, now)
                 .unwrap()
         }
 
@@ -1736,7 +2057,7 @@ mod tests {
     fn params(max_attempts: u32) -> RoundParams {
         RoundParams {
             policy: "round-robin".into(),
-            max_pages: 100,
+            max_pages: 50,
             max_depth: 3,
             delay_ms: 0,
             scope: Scope::Host,
@@ -2363,7 +2684,7 @@ mod tests {
         let (sum_a, file_a) = result_for(&u, 4);
         assert_eq!(
             fx.grid
-                .upload(a, u.unit_id, sum_a.clone(), &file_a, late)
+                .upload(a, u.unit_id, sum_a.clone(), &file_a, None, late)
                 .unwrap(),
             UploadOutcome::Accepted
         );
@@ -2398,7 +2719,7 @@ mod tests {
         for t in [late + 2, late + 3] {
             assert_eq!(
                 fx.grid
-                    .upload(b, v.unit_id, sum_b.clone(), &file_b, t)
+                    .upload(b, v.unit_id, sum_b.clone(), &file_b, None, t)
                     .unwrap(),
                 UploadOutcome::Duplicate
             );
@@ -2423,7 +2744,7 @@ mod tests {
         let (sum, file) = result_for(&u, 5);
         assert_eq!(
             fx.grid
-                .upload(a, u.unit_id, sum.clone(), &file, T0 + 1)
+                .upload(a, u.unit_id, sum.clone(), &file, None, T0 + 1)
                 .unwrap(),
             UploadOutcome::Accepted
         );
@@ -2434,7 +2755,9 @@ mod tests {
         // The same upload again (a retry after a lost answer), then a different file
         // for the same unit: both acknowledged, neither changes anything.
         assert_eq!(
-            fx.grid.upload(a, u.unit_id, sum, &file, T0 + 2).unwrap(),
+            fx.grid
+                .upload(a, u.unit_id, sum, &file, None, T0 + 2)
+                .unwrap(),
             UploadOutcome::Duplicate
         );
         assert_eq!(fx.upload(a, &u, 7, T0 + 3), UploadOutcome::Duplicate);
@@ -2460,7 +2783,7 @@ mod tests {
         let mut expect_rejected =
             |fx: &mut Fx, host: u64, unit_id: u64, sum: ScanSummary, file: &[u8]| match fx
                 .grid
-                .upload(host, unit_id, sum, file, now)
+                .upload(host, unit_id, sum, file, None, now)
                 .unwrap()
             {
                 UploadOutcome::Rejected(reason) => {
@@ -2530,7 +2853,9 @@ mod tests {
         let (sum, file) = result_for(&u, 12);
         assert!(!lf_path(&fx, &u).exists());
         assert_eq!(
-            fx.grid.upload(a, u.unit_id, sum, &file, T0 + 1).unwrap(),
+            fx.grid
+                .upload(a, u.unit_id, sum, &file, None, T0 + 1)
+                .unwrap(),
             UploadOutcome::Accepted
         );
         assert_eq!(fx.grid.links_dir(), fx.links().as_path());
@@ -2608,39 +2933,39 @@ mod tests {
         assert_eq!(fx.attempt(u.unit_id).deadline_ms, d);
     }
 
-    /// Regression: the cap was once computed from the already extended window,
-    /// so the deadline doubled without bound.
+    /// Regression: extensions once stopped four windows after issue, so a
+    /// live polite scan of a large site expired (and was cut) while it still
+    /// made progress. Now a scan is extended for as long as its pages grow,
+    /// and one that stalls expires a window after its last extension.
     #[test]
-    fn extensions_never_pass_four_windows_after_issue() {
+    fn a_scan_that_makes_progress_is_extended_for_as_long_as_it_runs() {
         let (mut fx, _) = Fx::with_round(1, 3);
         let a = fx.host();
         let u = fx.one(a, &[], T0);
         let window = u.deadline_ms - u.issued_ms;
-        let cap = u.issued_ms + 4 * window;
         let mut deadline = u.deadline_ms;
-        let mut extensions = 0;
-        // Report progress just before each deadline for as long as extensions come.
-        for _ in 0..20 {
-            match fx.grid.progress(a, u.unit_id, 1, 1, deadline - 1).unwrap() {
+        // Twenty windows of a scan that keeps finding pages.
+        for pages in 1..=20 {
+            match fx
+                .grid
+                .progress(a, u.unit_id, pages, 1, deadline - 1)
+                .unwrap()
+            {
                 ProgressOutcome::Extend(d) => {
-                    assert!(d > deadline, "an extension moves the deadline later");
-                    assert!(
-                        d <= cap,
-                        "extension {} to {} ms after issue passes 4 windows ({} ms)",
-                        extensions + 1,
-                        d - u.issued_ms,
-                        4 * window
-                    );
+                    assert_eq!(d, deadline - 1 + window);
                     deadline = d;
-                    extensions += 1;
                 }
-                ProgressOutcome::Continue => break,
-                other => panic!("unexpected {other:?}"),
+                other => panic!("progress {pages}: expected Extend, got {other:?}"),
             }
+            assert_eq!(fx.grid.tick(deadline - 1).unwrap(), 0);
         }
-        assert!(extensions >= 1);
-        assert!(extensions < 20, "extensions must stop");
-        assert_eq!(fx.grid.tick(cap).unwrap(), 1);
+        assert!(deadline > u.issued_ms + 20 * window);
+        // It stalls: the same page count is no progress, so no extension.
+        assert_eq!(
+            fx.grid.progress(a, u.unit_id, 20, 1, deadline - 1).unwrap(),
+            ProgressOutcome::Continue
+        );
+        assert_eq!(fx.grid.tick(deadline).unwrap(), 1);
     }
 
     #[test]
@@ -2749,7 +3074,8 @@ mod tests {
         ));
         let (sum, file) = result_for(&units[0], 1);
         assert!(matches!(
-            fx.grid.upload(a, units[0].unit_id, sum, &file, T0 + 6),
+            fx.grid
+                .upload(a, units[0].unit_id, sum, &file, None, T0 + 6),
             Err(GridError::Revoked(_))
         ));
         assert!(files_under(&fx.links()).is_empty());
@@ -2982,13 +3308,15 @@ mod tests {
             (&pv, &sum_v, &file_v),
             (&pv2, &sum_v, &file_v),
         ] {
-            p.verify(sum, file).unwrap();
-            p.write(file).unwrap();
+            p.verify(sum, file, None).unwrap();
+            p.write(file, None).unwrap();
         }
         // A file that lies is refused by `verify`, before anything is written.
-        assert!(pu.verify(&sum_v, &file_v).is_err());
+        assert!(pu.verify(&sum_v, &file_v, None).is_err());
         let done = |fx: &mut Fx, p: &UploadPlan, sum: &ScanSummary| {
-            fx.grid.upload_finish(p, sum.clone(), t + 3000).unwrap()
+            fx.grid
+                .upload_finish(p, sum.clone(), None, t + 3000)
+                .unwrap()
         };
         assert_eq!(done(&mut fx, &pv, &sum_v), UploadOutcome::Accepted);
         assert_eq!(done(&mut fx, &pu, &sum_u), UploadOutcome::Duplicate);
@@ -3112,5 +3440,208 @@ mod tests {
             .repeat_due_rounds(T0 + 10 * HOUR_MS)
             .unwrap()
             .is_empty());
+    }
+
+    // ---- continuations ----
+
+    /// A scan that stopped early: `n` records, its summary saying why, and
+    /// its frontier with `pages_done` pages of the job behind it.
+    fn partial_for(unit: &WorkUnit, n: usize, pages_done: u64) -> (ScanSummary, Vec<u8>, Vec<u8>) {
+        let (mut sum, file) = result_for(unit, n);
+        sum.stopped_by = Some(linkfile::StopReason::MaxTime);
+        let state = ScanState {
+            site: unit.site.clone(),
+            pages_done,
+            queue: vec![beebot_shared::scanstate::QueuedUrl {
+                url: format!("http://{}/next", unit.site),
+                depth: 1,
+            }],
+            seen: vec![1, 2, 3],
+            robots: Vec::new(),
+        }
+        .encode()
+        .unwrap();
+        (sum, file, state)
+    }
+
+    #[test]
+    fn a_scan_cut_by_the_time_budget_continues_from_its_frontier_until_the_natural_end() {
+        let (mut fx, round) = Fx::with_round(1, 2);
+        let a = fx.host();
+        let b = fx.host();
+        let u = fx.one(a, &[], T0);
+        assert!(u.resume.is_none(), "the first scan starts from the seed");
+        // Cut by the budget after 3 pages (summary(3) counts 3 pages).
+        let (sum, file, state) = partial_for(&u, 3, 3);
+        assert_eq!(
+            fx.grid
+                .upload(a, u.unit_id, sum.clone(), &file, Some(&state), T0 + 10)
+                .unwrap(),
+            UploadOutcome::Accepted
+        );
+        let job = fx.job(u.job_id);
+        assert_eq!(job.state, JobState::Queued, "a cut scan never ends its job");
+        assert_eq!(job.segments.len(), 1);
+        assert!(job.result.is_none());
+        assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Partial);
+        assert_eq!(fx.round_state(round), RoundState::Running);
+        let state_path = fx.links().join(&job.segments[0].state_file);
+        assert_eq!(fs::read(&state_path).unwrap(), state);
+        // The same upload again is a duplicate, not a second segment.
+        assert_eq!(
+            fx.grid
+                .upload(a, u.unit_id, sum, &file, Some(&state), T0 + 11)
+                .unwrap(),
+            UploadOutcome::Duplicate
+        );
+        assert_eq!(fx.job(u.job_id).segments.len(), 1);
+        // The continuation goes to any host, and names the frontier by its hash.
+        let v = fx.one(b, &[], T0 + 20);
+        assert_eq!(v.job_id, u.job_id);
+        let r = v.resume.clone().expect("a continuation unit");
+        assert_eq!(r.state_sha256, state_sha256(&state));
+        assert_eq!(r.state_bytes, state.len() as u64);
+        assert_eq!(r.pages_done, 3);
+        assert_eq!(
+            fx.grid.state_of_unit(b, v.unit_id).unwrap(),
+            (state_path.clone(), state_sha256(&state))
+        );
+        assert!(fx.grid.state_of_unit(a, v.unit_id).is_err(), "not a's unit");
+        assert!(
+            fx.grid.state_of_unit(a, u.unit_id).is_err(),
+            "u starts from the seed"
+        );
+        // The continuation reaches the natural end: the job is done, the
+        // export is both link files, and the frontier is removed.
+        assert_eq!(fx.upload(b, &v, 4, T0 + 30), UploadOutcome::Accepted);
+        let job = fx.job(u.job_id);
+        assert_eq!(job.state, JobState::Done);
+        let files: Vec<&str> = job.link_files().collect();
+        assert_eq!(files.len(), 2);
+        assert!(files.iter().all(|f| fx.links().join(f).exists()));
+        assert!(!state_path.exists());
+        let c = job.completeness();
+        // (`summary` counts 3 pages a scan.)
+        assert_eq!((c.pages, c.links, c.scans), (3 + 3, 3 + 4, 2));
+        assert!(c.natural_end && c.why_not.is_none());
+        assert_eq!(fx.round_state(round), RoundState::Done);
+        // The site's size for the next round is the whole job's.
+        assert_eq!(fx.grid.sites()[0].last_scan.as_ref().unwrap().pages, 6);
+        // Segments are no failures: the budget is a choice, not a fault.
+        assert_eq!(job.failed_attempts(), 0);
+        assert_eq!(fx.host_rec(a).failures, 0);
+    }
+
+    #[test]
+    fn a_scan_that_stops_early_without_its_frontier_or_a_page_is_refused() {
+        let (mut fx, _) = Fx::with_round(1, 5);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        let (sum, file, _) = partial_for(&u, 3, 3);
+        let o = fx
+            .grid
+            .upload(a, u.unit_id, sum, &file, None, T0 + 1)
+            .unwrap();
+        assert!(
+            matches!(&o, UploadOutcome::Rejected(r) if r.contains("without its frontier")),
+            "{o:?}"
+        );
+        assert!(files_under(&fx.links()).is_empty(), "nothing kept");
+        let job = fx.job(u.job_id);
+        assert_eq!(job.state, JobState::Queued);
+        assert!(job.segments.is_empty() && job.result.is_none());
+        // A frontier with no page gained is a failed attempt, not a segment.
+        let v = fx.one(a, &[], T0 + 2);
+        let (mut sum, file, state) = partial_for(&v, 0, 0);
+        sum.pages = 0;
+        let o = fx
+            .grid
+            .upload(a, v.unit_id, sum, &file, Some(&state), T0 + 3)
+            .unwrap();
+        assert!(matches!(&o, UploadOutcome::Rejected(r) if r.contains("without a page")));
+        assert!(files_under(&fx.links()).is_empty());
+        assert_eq!(fx.job(u.job_id).failed_attempts(), 2);
+        // A frontier of another site, or one that counts fewer pages than
+        // the job already took, is refused.
+        let w = fx.one(a, &[], T0 + 4);
+        let (sum, file, _) = partial_for(&w, 3, 3);
+        let mut other = ScanState::decode(&partial_for(&w, 3, 3).2).unwrap();
+        other.site = "elsewhere.test".into();
+        let o = fx
+            .grid
+            .upload(
+                a,
+                w.unit_id,
+                sum.clone(),
+                &file,
+                Some(&other.encode().unwrap()),
+                T0 + 5,
+            )
+            .unwrap();
+        assert!(matches!(&o, UploadOutcome::Rejected(r) if r.contains("another site")));
+        let x = fx.one(a, &[], T0 + 6);
+        let (sum, file, state) = partial_for(&x, 3, 2);
+        let o = fx
+            .grid
+            .upload(a, x.unit_id, sum, &file, Some(&state), T0 + 7)
+            .unwrap();
+        assert!(matches!(&o, UploadOutcome::Rejected(r) if r.contains("fewer than")));
+    }
+
+    #[test]
+    fn a_copy_overtaken_by_another_copys_segment_is_aborted_and_dropped() {
+        let (mut fx, _) = Fx::with_round(1, 3);
+        let a = fx.host();
+        let b = fx.host();
+        let u = fx.one(a, &[], T0);
+        // A second copy from the same start (a late host's reissue, say).
+        assert_eq!(fx.grid.tick(u.deadline_ms).unwrap(), 1);
+        let v = fx.one(b, &[], u.deadline_ms + 1);
+        assert_eq!(v.job_id, u.job_id);
+        let t = v.issued_ms + 10;
+        // b's scan is cut first: a's running scan would redo it.
+        let (sum, file, state) = partial_for(&v, 2, 3);
+        assert_eq!(
+            fx.grid
+                .upload(b, v.unit_id, sum, &file, Some(&state), t)
+                .unwrap(),
+            UploadOutcome::Accepted
+        );
+        // a's late complete result from the seed is acknowledged and dropped.
+        assert_eq!(fx.upload(a, &u, 5, t + 1), UploadOutcome::Duplicate);
+        assert!(!lf_path(&fx, &u).exists());
+        let job = fx.job(u.job_id);
+        assert_eq!(job.segments.len(), 1);
+        assert!(job.result.is_none());
+        // The continuation finishes it.
+        let w = fx.one(a, &[], t + 2);
+        assert_eq!(w.resume.as_ref().unwrap().pages_done, 3);
+        assert_eq!(fx.upload(a, &w, 1, t + 3), UploadOutcome::Accepted);
+        assert_eq!(fx.job(u.job_id).state, JobState::Done);
+    }
+
+    #[test]
+    fn a_running_copy_hears_abort_once_another_copy_went_further() {
+        let (mut fx, _) = Fx::with_round(1, 3);
+        let a = fx.host();
+        let b = fx.host();
+        // adaptive's tail replica: a second running copy of the one job.
+        let u = fx.one(a, &[], T0);
+        assert_eq!(fx.grid.tick(u.deadline_ms).unwrap(), 1);
+        let v = fx.one(b, &[], u.deadline_ms + 1);
+        let t = v.issued_ms + 10;
+        let (sum, file, state) = partial_for(&u, 2, 3);
+        // a's late cut scan is still welcome: the job is open at its start.
+        assert_eq!(
+            fx.grid
+                .upload(a, u.unit_id, sum, &file, Some(&state), t)
+                .unwrap(),
+            UploadOutcome::Accepted
+        );
+        assert!(matches!(
+            fx.grid.progress(b, v.unit_id, 3, 3, t + 1).unwrap(),
+            ProgressOutcome::Abort(_)
+        ));
+        assert_eq!(fx.attempt(v.unit_id).state, AttemptState::Aborted);
     }
 }

@@ -185,9 +185,15 @@ enum RoundCmd {
         delay_ms: Option<u64>,
         #[arg(long, value_parser = ["host", "subdomains", "domain"])]
         scope: Option<String>,
-        /// Longest deadline a unit gets (e.g. 2h).
+        /// Longest deadline a unit gets (e.g. 2h). Deadlines find hosts that
+        /// went silent; a scan that reports progress is extended.
         #[arg(long, value_parser = parse_duration)]
         max_deadline: Option<Duration>,
+        /// Time budget of one scan (e.g. 2h; default 6h). A scan that reaches
+        /// it returns its records and frontier, and its site continues from
+        /// there in another scan: a site is never cut short by it.
+        #[arg(long, value_parser = parse_duration)]
+        max_scan_time: Option<Duration>,
         /// Failed or expired attempts before a job is marked failed.
         #[arg(long)]
         max_attempts: Option<u32>,
@@ -436,6 +442,20 @@ fn run(cli: Cli) -> Result<i32> {
                     "jobs         {} queued, {} running, {} done, {} failed",
                     s.grid.jobs_queued, s.grid.jobs_running, s.grid.jobs_done, s.grid.jobs_failed
                 );
+                if let Some(last) = &s.grid.last_round {
+                    println!(
+                        "last round   {} {}: {} of {} sites complete{}",
+                        last.id,
+                        last.state,
+                        last.complete,
+                        last.sites,
+                        if last.incomplete > 0 {
+                            format!(", {} INCOMPLETE", last.incomplete)
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
             }
         }
         Cmd::Export { round, format, out } => {
@@ -621,6 +641,7 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
             delay_ms,
             scope,
             max_deadline,
+            max_scan_time,
             max_attempts,
             max_crawl_delay,
             every,
@@ -634,6 +655,7 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                     delay_ms,
                     scope,
                     deadline_max_s: max_deadline.map(|d| d.as_secs()),
+                    max_seconds: max_scan_time.map(|d| d.as_secs()),
                     max_attempts,
                     max_crawl_delay_ms: max_crawl_delay.map(|d| d.as_millis() as u64),
                     every_s: every.map(|d| d.as_secs()),
@@ -685,29 +707,29 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                     d.counts.pages,
                     d.counts.links
                 );
-                println!("site\tstate\tattempts\tpages\tlinks\thost\treasons");
-                for j in &d.jobs {
-                    let (pages, links, host) = j
-                        .result
-                        .as_ref()
-                        .map(|r| {
-                            (
-                                r.summary.pages.to_string(),
-                                r.summary.links.to_string(),
-                                r.host_id.to_string(),
-                            )
-                        })
-                        .unwrap_or(("-".into(), "-".into(), "-".into()));
+                println!("site\tstate\tattempts\tscans\tpages\tlinks\thost\tcomplete\treasons");
+                for (line, j) in d.sites.iter().zip(&d.jobs) {
+                    let c = &line.completeness;
+                    let complete = match (&c.why_not, c.natural_end) {
+                        (_, true) => "yes".to_string(),
+                        (Some(why), false) => format!("no: {why}"),
+                        (None, false) => "-".to_string(),
+                    };
                     println!(
-                        "{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                        j.site,
-                        j.state.as_str(),
-                        j.attempts.len(),
-                        pages,
-                        links,
-                        host,
+                        "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                        line.site,
+                        line.state.as_str(),
+                        line.attempts,
+                        c.scans,
+                        c.pages,
+                        c.links,
+                        line.host.map_or("-".into(), |h| h.to_string()),
+                        complete,
                         j.reasons.join("; ")
                     );
+                }
+                if d.round.state != RoundState::Running {
+                    println!("round {}: {}", d.round.id, d.counts.verdict());
                 }
             }
         }
@@ -717,11 +739,12 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                 let d: RoundDetail = c.get(&format!("/api/rounds/{id}"))?;
                 if d.round.state != RoundState::Running {
                     println!(
-                        "round {id} {}: {} done, {} failed of {} jobs",
+                        "round {id} {}: {} done, {} failed of {} jobs; {}",
                         d.round.state.as_str(),
                         d.counts.done,
                         d.counts.failed,
-                        d.counts.total
+                        d.counts.total,
+                        d.counts.verdict()
                     );
                     return Ok(0);
                 }

@@ -111,6 +111,10 @@ pub enum AttemptState {
     Released,
     /// Another copy finished first, or the round was cancelled.
     Aborted,
+    /// The scan ended before its natural end (the round's time budget, a
+    /// stop) and returned its records and frontier: the job continues from
+    /// there in a continuation unit.
+    Partial,
 }
 
 /// One work unit: a job as sent to one host.
@@ -132,6 +136,9 @@ pub struct Attempt {
     pub first_report_ms: u64,
     pub first_report_pages: u64,
     pub last_report_ms: u64,
+    /// The job's scans this unit continues from: the number of its
+    /// segments when it was issued (0: a scan from the seed).
+    pub resume_seq: u32,
 }
 
 /// The accepted result of a job.
@@ -145,6 +152,39 @@ pub struct JobResult {
     pub accepted_ms: u64,
 }
 
+/// A scan that ended before its job's natural end: its records (a link
+/// file) and its frontier (a scan state file), from which the job continues.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    pub unit_id: u64,
+    pub host_id: u64,
+    pub summary: ScanSummary,
+    /// Link file path relative to the links dir.
+    pub file: String,
+    /// Scan state path relative to the links dir (removed once the job is done).
+    pub state_file: String,
+    pub state_sha256: [u8; 32],
+    pub state_bytes: u64,
+    /// Pages the job's scans took up to the end of this one.
+    pub pages_done: u64,
+    pub accepted_ms: u64,
+}
+
+/// How much of a site a job scanned, and why not all of it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completeness {
+    /// Pages the job's accepted scans fetched (the running scan's last report included).
+    pub pages: u64,
+    /// Link records of the accepted scans.
+    pub links: u64,
+    /// Scans accepted (the first and its continuations).
+    pub scans: u32,
+    /// The scans together reached the site's natural end (frontier empty or the page cap).
+    pub natural_end: bool,
+    /// Why the site is not complete (`None` when it is, or while it runs).
+    pub why_not: Option<String>,
+}
+
 /// One site in one round.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
@@ -156,10 +196,16 @@ pub struct JobRecord {
     pub result: Option<JobResult>,
     /// Why attempts failed, newest last (bounded).
     pub reasons: Vec<String>,
-    /// Expected pages, fixed at round start from the site's last scan.
+    /// Expected pages, fixed at round start from the site's last scan (and
+    /// lowered by what continuations already did).
     pub est_pages: f64,
+    /// The site had been scanned before this round: without that, a scan's
+    /// length is bounded only by the round's page cap and delay.
+    pub size_known: bool,
     /// `batch` policy: the host whose batch holds this job.
     pub batch_host: Option<u64>,
+    /// Scans that ended early, in order: the job continues from the last one's frontier.
+    pub segments: Vec<Segment>,
 }
 
 impl JobRecord {
@@ -174,6 +220,63 @@ impl JobRecord {
             .iter()
             .filter(|a| matches!(a.state, AttemptState::Expired | AttemptState::Failed(_)))
             .count()
+    }
+
+    /// Pages the job's accepted scans took so far (what the page cap counts).
+    pub fn pages_done(&self) -> u64 {
+        self.segments.last().map_or(0, |s| s.pages_done)
+    }
+
+    /// Link files of the job's accepted scans, in order (segments, then the final scan).
+    pub fn link_files(&self) -> impl Iterator<Item = &str> {
+        self.segments
+            .iter()
+            .map(|s| s.file.as_str())
+            .chain(self.result.iter().map(|r| r.file.as_str()))
+    }
+
+    /// How much of its site the job scanned, and why not all of it.
+    pub fn completeness(&self) -> Completeness {
+        let mut pages: u64 = self.segments.iter().map(|s| s.summary.pages).sum();
+        let mut links: u64 = self.segments.iter().map(|s| s.summary.links).sum();
+        let mut scans = self.segments.len() as u32;
+        if let Some(r) = &self.result {
+            pages += r.summary.pages;
+            links += r.summary.links;
+            scans += 1;
+        } else {
+            // The running scan's last report.
+            pages += self
+                .running_attempts()
+                .filter(|a| a.resume_seq as usize == self.segments.len())
+                .map(|a| a.pages)
+                .max()
+                .unwrap_or(0);
+        }
+        let stop = self.result.as_ref().and_then(|r| r.summary.stopped_by);
+        let natural_end = self.state == JobState::Done
+            && matches!(
+                stop,
+                None | Some(beebot_shared::linkfile::StopReason::MaxPages)
+            );
+        let why_not = match self.state {
+            JobState::Done if natural_end => None,
+            JobState::Done => Some(stop.map_or("unknown", |s| s.as_str()).to_string()),
+            JobState::Failed => Some(format!(
+                "failed: {}",
+                self.reasons
+                    .last()
+                    .map_or("attempts ran out", |r| r.as_str())
+            )),
+            JobState::Queued | JobState::Running => None,
+        };
+        Completeness {
+            pages,
+            links,
+            scans,
+            natural_end,
+            why_not,
+        }
     }
 }
 

@@ -57,8 +57,9 @@ pub const MAX_CONNECTIONS_PER_HOST: usize = 4;
 /// largest such request: a key, a token, a proof and a few short texts).
 pub const MAX_UNAUTHENTICATED_FRAME_BYTES: usize = 16 * 1024;
 /// Bytes of request frames held in memory at once, over all connections:
-/// uploads wait for room rather than grow the heap (eight largest uploads).
-pub const MAX_INFLIGHT_REQUEST_BYTES: usize = 8 * MAX_FRAME_BYTES;
+/// uploads wait for room rather than grow the heap (five of the largest
+/// uploads, link file and scan state; typical ones are a few hundred KB).
+pub const MAX_INFLIGHT_REQUEST_BYTES: usize = 256 * 1024 * 1024;
 /// Application close code for a connection closed by a limit.
 const CLOSE_LIMIT: u32 = 2;
 
@@ -437,6 +438,7 @@ async fn upload(
     unit_id: u64,
     summary: ScanSummary,
     link_file: Vec<u8>,
+    state: Option<Vec<u8>>,
 ) -> Result<UploadOutcome, GridError> {
     let plan = match shared
         .with_grid(move |g| g.upload_begin(host_id, unit_id, now_ms()))
@@ -446,8 +448,11 @@ async fn upload(
         UploadStep::Plan(p) => p,
     };
     let checked = tokio::task::spawn_blocking(move || {
-        let checked = match plan.verify(&summary, &link_file) {
-            Ok(()) => plan.write(&link_file).map(|()| Ok(())),
+        let checked = match plan.verify(&summary, &link_file, state.as_deref()) {
+            Ok(info) => {
+                let st = info.as_ref().and(state.as_deref());
+                plan.write(&link_file, st).map(|()| Ok(info))
+            }
             Err(reason) => Ok(Err(reason)),
         };
         (plan, summary, checked)
@@ -458,9 +463,9 @@ async fn upload(
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     };
     match checked? {
-        Ok(()) => {
+        Ok(info) => {
             shared
-                .with_grid(move |g| g.upload_finish(&plan, summary, now_ms()))
+                .with_grid(move |g| g.upload_finish(&plan, summary, info, now_ms()))
                 .await
         }
         Err(reason) => {
@@ -469,6 +474,20 @@ async fn upload(
                 .await
         }
     }
+}
+
+/// A continuation's scan state, read outside the grid lock and checked
+/// against the digest its unit names.
+async fn read_state(path: std::path::PathBuf, sha: [u8; 32]) -> Result<Response, GridError> {
+    let bytes = tokio::task::spawn_blocking(move || std::fs::read(&path))
+        .await
+        .map_err(|e| GridError::Io(std::io::Error::other(e.to_string())))??;
+    if beebot_shared::scanstate::state_sha256(&bytes) != sha {
+        return Err(GridError::Invalid(
+            "the stored scan state does not match its unit".into(),
+        ));
+    }
+    Ok(Response::State { bytes })
 }
 
 /// Read exactly `len` payload bytes, growing the buffer as data arrives.
@@ -628,8 +647,8 @@ async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
             unit_id,
             summary,
             link_file,
-            state: _,
-        } => upload(shared, host_id, unit_id, summary, link_file)
+            state,
+        } => upload(shared, host_id, unit_id, summary, link_file, state)
             .await
             .map(|o| match o {
                 UploadOutcome::Accepted => Response::Accepted,
@@ -647,8 +666,14 @@ async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
             .with_grid(move |g| g.leave(host_id, now_ms()))
             .await
             .map(|_| Response::Ack),
-        Request::FetchState { .. } => {
-            return error(ErrorCode::BadRequest, "no scan state for this unit");
+        Request::FetchState { unit_id } => {
+            match shared
+                .with_grid(move |g| g.state_of_unit(host_id, unit_id))
+                .await
+            {
+                Ok((path, sha)) => read_state(path, sha).await,
+                Err(e) => Err(e),
+            }
         }
         Request::Challenge | Request::Enrol { .. } | Request::Hello { .. } => {
             return error(ErrorCode::BadRequest, "already authenticated");

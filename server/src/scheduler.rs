@@ -368,21 +368,19 @@ pub fn fits_windows(windows: &[(u64, u64)], expected_s: f64, rule: &DeadlineRule
     open as f64 >= expected_s
 }
 
-/// Extensions stop this many first windows after issue.
-pub const MAX_DEADLINE_WINDOWS: u64 = 4;
-
-/// The new deadline of a unit still making progress in the last half of its
-/// window (`None`: keep the deadline). Extensions add one window, up to
-/// [`MAX_DEADLINE_WINDOWS`] windows after issue.
+/// The new deadline of a unit whose scan is still making progress (its
+/// pages grew since the last report) in the last half of its window: one
+/// window from now (`None`: keep the deadline). A deadline finds a host that
+/// went silent or stalled; it never cuts a scan that goes on, so there is no
+/// cap here: the scan itself is bounded by the round's time budget.
 pub fn extended_deadline(
-    issued_ms: u64,
     deadline_ms: u64,
     window_ms: u64,
     now_ms: u64,
+    progressed: bool,
 ) -> Option<u64> {
-    let cap = issued_ms.saturating_add(window_ms.saturating_mul(MAX_DEADLINE_WINDOWS));
-    if window_ms > 0 && now_ms > deadline_ms.saturating_sub(window_ms / 2) && deadline_ms < cap {
-        Some(now_ms.saturating_add(window_ms).min(cap))
+    if progressed && window_ms > 0 && now_ms > deadline_ms.saturating_sub(window_ms / 2) {
+        Some(now_ms.saturating_add(window_ms).max(deadline_ms))
     } else {
         None
     }
@@ -1092,13 +1090,16 @@ mod tests {
     }
 
     #[test]
-    fn extensions_come_in_the_last_half_and_stop_at_the_cap() {
-        // Issued at 0, window 100, deadline 100.
-        assert_eq!(extended_deadline(0, 100, 100, 50), None);
-        assert_eq!(extended_deadline(0, 100, 100, 51), Some(151));
-        assert_eq!(extended_deadline(0, 390, 100, 380), Some(400));
-        assert_eq!(extended_deadline(0, 400, 100, 399), None);
-        assert_eq!(extended_deadline(0, 100, 0, 99), None);
+    fn extensions_come_in_the_last_half_while_the_scan_progresses() {
+        // Window 100, deadline 100.
+        assert_eq!(extended_deadline(100, 100, 50, true), None);
+        assert_eq!(extended_deadline(100, 100, 51, true), Some(151));
+        // No cap: a scan that goes on is extended again and again.
+        assert_eq!(extended_deadline(390, 100, 380, true), Some(480));
+        assert_eq!(extended_deadline(10_000, 100, 9_990, true), Some(10_090));
+        // A scan that made no page since its last report is not.
+        assert_eq!(extended_deadline(100, 100, 99, false), None);
+        assert_eq!(extended_deadline(100, 0, 99, true), None);
     }
 
     #[test]

@@ -801,10 +801,11 @@ impl Sim<'_> {
         if a.first_report.0 == 0 {
             a.first_report = (self.now, pages);
         }
+        let progressed = pages > a.last_report.1;
         a.last_report = (self.now, pages);
         if a.state == AState::Running {
             if let Some(d) =
-                scheduler::extended_deadline(a.issued_ms, a.deadline_ms, a.window_ms, self.now)
+                scheduler::extended_deadline(a.deadline_ms, a.window_ms, self.now, progressed)
             {
                 a.deadline_ms = d;
                 self.at(d, Ev::Deadline(unit));

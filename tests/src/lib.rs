@@ -264,9 +264,16 @@ impl Grid {
             lines.next(),
             Some("site\tsource_url\ttarget_url\ttarget_host\ttag\tnofollow\tanchor_text")
         );
-        lines
+        let rows: Vec<Vec<String>> = lines
             .map(|l| l.split('\t').map(str::to_string).collect())
-            .collect()
+            .collect();
+        let distinct: BTreeSet<Vec<String>> = rows.iter().cloned().collect();
+        assert_eq!(
+            distinct.len(),
+            rows.len(),
+            "the export of round {round} repeats rows"
+        );
+        distinct
     }
 
     /// The synthetic web's truth as export rows.
@@ -300,6 +307,55 @@ impl Grid {
         );
     }
 
+    /// An invite code for `uses` hosts, valid for an hour.
+    pub fn invite(&self, uses: u32) -> String {
+        let o = self.admin_ok(&["invite", "--uses", &uses.to_string(), "--expires", "1h"]);
+        let code = last_line(&o);
+        assert!(code.starts_with("beebot1-"), "invite code: {code}");
+        code
+    }
+
+    /// `beebot join` for client `name`; returns its host id.
+    pub fn join(&self, name: &str, code: &str) -> u64 {
+        let o = self.client(name, &["join", code, "--name", name]);
+        assert!(o.status.success(), "join {name} failed: {}", stderr(&o));
+        // "joined ADDR as host N (NAME)"
+        stdout(&o)
+            .split(" as host ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .expect("host id in join output")
+    }
+
+    /// Start `beebot run --once` for client `name` with `slots` and the
+    /// crawl flags; its stderr goes to a file (a pipe nobody reads could
+    /// fill and stall it).
+    pub fn run_once(&self, name: &str, slots: u32, extra: &[&str]) -> ClientProc {
+        let slots = slots.to_string();
+        let mut args = vec!["run", "--once", "--slots", &slots];
+        let flags = self.crawl_flags();
+        args.extend(flags.iter().map(String::as_str));
+        args.extend(extra);
+        let log = self.dir.path().join(format!("client-{name}.stderr"));
+        let child = self
+            .client_cmd(name, &args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn client");
+        ClientProc {
+            child: Some(child),
+            log,
+        }
+    }
+
+    /// `round show ID --json`.
+    pub fn round_json(&self, id: &str) -> serde_json::Value {
+        let o = self.admin_ok(&["round", "show", id, "--json"]);
+        serde_json::from_str(&stdout(&o)).expect("round json")
+    }
+
     /// Kill the server process now (SIGKILL).
     pub fn kill_server(&mut self) {
         if let Some(mut c) = self.server.take() {
@@ -327,4 +383,46 @@ pub fn assert_same_rows(got: &BTreeSet<Vec<String>>, want: &BTreeSet<Vec<String>
         got.len(),
         want.len()
     );
+}
+
+/// A running `beebot` process; killed when dropped (a failed test leaves
+/// nothing running).
+pub struct ClientProc {
+    pub child: Option<Child>,
+    /// Its stderr.
+    pub log: PathBuf,
+}
+
+impl ClientProc {
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait for it to exit, asserting success.
+    pub fn wait_ok(mut self, what: &str) {
+        let mut child = self.child.take().expect("running client");
+        let status = child.wait().expect("client");
+        assert!(
+            status.success(),
+            "{what} failed ({status}):\n{}",
+            self.log_text()
+        );
+    }
+
+    /// SIGKILL it now.
+    pub fn kill(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for ClientProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
