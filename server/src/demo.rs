@@ -261,7 +261,8 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
         .into_iter()
         .map(|(site, r)| (site, r.source_url, r.target_url))
         .collect();
-    let c = JobCounts::of(&shared.with_grid(move |g| g.round(round_id)).await?.1);
+    let (round, jobs) = shared.with_grid(move |g| g.round(round_id)).await?;
+    let c = JobCounts::of_round(&round, &jobs);
     println!(
         "\nround {round_id}: {} jobs ({} done, {} failed), {} pages, {} outbound links in {:.1}s; {}",
         c.total,

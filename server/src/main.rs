@@ -241,6 +241,8 @@ enum HostsCmd {
 
 /// Exit code of `round wait` on timeout.
 const EXIT_TIMEOUT: i32 = 3;
+/// `round wait` on a round that was cancelled.
+const EXIT_CANCELLED: i32 = 4;
 
 fn main() {
     let cli = Cli::parse();
@@ -763,7 +765,12 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                         d.counts.total,
                         d.counts.verdict()
                     );
-                    return Ok(0);
+                    // A cancelled round did not end: its open jobs never will.
+                    return Ok(if d.round.state == RoundState::Cancelled {
+                        EXIT_CANCELLED
+                    } else {
+                        0
+                    });
                 }
                 if start.elapsed() >= timeout {
                     let open = d
