@@ -1812,30 +1812,37 @@ impl Grid {
             .unwrap_or(0.0);
         let seconds = summary.elapsed_ms as f64 / 1000.0;
         let (pages, bytes) = (summary.pages, summary.bytes);
-        if let Some(info) = state.filter(|_| stopped_early(&summary)) {
-            if summary.pages == 0 {
-                // Nothing gained: an attempt that failed, not a segment.
-                plan.remove_files();
-                let reason = format!(
-                    "scan stopped early ({}) without a page",
-                    summary.stopped_by.map_or("-", |s| s.as_str())
-                );
-                self.fail(host_id, unit_id, &reason, now_ms)?;
-                return Ok(UploadOutcome::Rejected(reason));
+        let early = state.filter(|_| stopped_early(&summary));
+        if early.is_some() && summary.pages == 0 {
+            // Nothing gained: an attempt that failed, not a segment.
+            plan.remove_files();
+            let reason = format!(
+                "scan stopped early ({}) without a page",
+                summary.stopped_by.map_or("-", |s| s.as_str())
+            );
+            self.fail(host_id, unit_id, &reason, now_ms)?;
+            return Ok(UploadOutcome::Rejected(reason));
+        }
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
+        };
+        let mine = if early.is_some() {
+            AttemptState::Partial
+        } else {
+            AttemptState::Done
+        };
+        for a in job.attempts.iter_mut() {
+            if a.unit_id == unit_id {
+                a.state = mine.clone();
+                a.pages = summary.pages;
+                a.links = summary.links;
+            } else if a.state == AttemptState::Running {
+                // A copy from the same start: it would redo what this one did.
+                a.state = AttemptState::Aborted;
             }
-            let Some(job) = self.jobs.get_mut(&job_id) else {
-                return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
-            };
-            for a in job.attempts.iter_mut() {
-                if a.unit_id == unit_id {
-                    a.state = AttemptState::Partial;
-                    a.pages = summary.pages;
-                    a.links = summary.links;
-                } else if a.state == AttemptState::Running {
-                    // Its scan started where this one did: it would redo it.
-                    a.state = AttemptState::Aborted;
-                }
-            }
+        }
+        let mut site_stats = None;
+        if let Some(info) = &early {
             job.segments.push(Segment {
                 unit_id,
                 host_id,
@@ -1857,61 +1864,42 @@ impl Grid {
             } else {
                 job.state = JobState::Queued;
             }
-            let job = job.clone();
-            self.store.put_job(&job)?;
-            if job.state.is_final() {
-                self.drop_states(&job);
-            }
-            self.learn_from(host_id, pages, bytes, seconds, delay_s, false)?;
-            self.reindex(job_id);
-            self.check_round_done(round_id, now_ms)?;
-            self.store.flush()?;
-            self.check_open();
-            return Ok(UploadOutcome::Accepted);
+        } else {
+            job.state = JobState::Done;
+            // The site's figures for the next round: all of the job's scans.
+            let segs = &job.segments;
+            site_stats = Some(SiteStats {
+                round_id,
+                pages: pages + segs.iter().map(|s| s.summary.pages).sum::<u64>(),
+                bytes: bytes + segs.iter().map(|s| s.summary.bytes).sum::<u64>(),
+                links: summary.links + segs.iter().map(|s| s.summary.links).sum::<u64>(),
+                seconds: seconds
+                    + segs
+                        .iter()
+                        .map(|s| s.summary.elapsed_ms as f64 / 1000.0)
+                        .sum::<f64>(),
+            });
+            job.result = Some(JobResult {
+                unit_id,
+                host_id,
+                summary,
+                file: plan.rel.clone(),
+                accepted_ms: now_ms,
+            });
         }
-        let Some(job) = self.jobs.get_mut(&job_id) else {
-            return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
-        };
-        for a in job.attempts.iter_mut() {
-            if a.unit_id == unit_id {
-                a.state = AttemptState::Done;
-                a.pages = summary.pages;
-                a.links = summary.links;
-            } else if a.state == AttemptState::Running {
-                a.state = AttemptState::Aborted;
-            }
-        }
-        job.state = JobState::Done;
-        // The site's figures for the next round: all of the job's scans.
-        let stats = SiteStats {
-            round_id,
-            pages: pages + job.segments.iter().map(|s| s.summary.pages).sum::<u64>(),
-            bytes: bytes + job.segments.iter().map(|s| s.summary.bytes).sum::<u64>(),
-            links: summary.links + job.segments.iter().map(|s| s.summary.links).sum::<u64>(),
-            seconds: seconds
-                + job
-                    .segments
-                    .iter()
-                    .map(|s| s.summary.elapsed_ms as f64 / 1000.0)
-                    .sum::<f64>(),
-        };
-        job.result = Some(JobResult {
-            unit_id,
-            host_id,
-            summary,
-            file: plan.rel.clone(),
-            accepted_ms: now_ms,
-        });
         let job = job.clone();
-        // The frontiers are of no more use.
-        self.drop_states(&job);
         self.store.put_job(&job)?;
-        if let Some(s) = self.sites.get_mut(&site) {
+        if job.state.is_final() {
+            // The frontiers are of no more use.
+            self.drop_states(&job);
+        }
+        if let (Some(stats), Some(s)) = (site_stats, self.sites.get_mut(&site)) {
             s.last_scan = Some(stats);
             let s = s.clone();
             self.store.put_site(&s)?;
         }
-        self.learn_from(host_id, pages, bytes, seconds, delay_s, true)?;
+        let job_done = job.state == JobState::Done;
+        self.learn_from(host_id, pages, bytes, seconds, delay_s, job_done)?;
         self.reindex(job_id);
         self.check_round_done(round_id, now_ms)?;
         self.store.flush()?;
