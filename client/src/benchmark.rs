@@ -287,11 +287,6 @@ impl Background {
         self.task = None;
     }
 
-    /// Whether a benchmark is running.
-    pub fn running(&self) -> bool {
-        self.task.as_ref().is_some_and(|t| !t.is_finished())
-    }
-
     /// The server acknowledged `record`: remember it, so the next is a week away.
     pub fn sent(&mut self, home: &Home, record: &BenchmarkRecord) {
         self.pending = None;

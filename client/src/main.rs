@@ -513,6 +513,9 @@ fn status(home: &Home, json: bool) -> Result<()> {
             "units_held": units.iter().map(|u| serde_json::json!({
                 "unit_id": u.unit.unit_id, "site": u.unit.site,
                 "finished": pending.contains(&u.unit.unit_id),
+                // Server clock, as last extended.
+                "deadline_ms": home.deadline(u.unit.unit_id).unwrap_or(u.unit.deadline_ms),
+                "checkpoint": home.has_checkpoint(u.unit.unit_id),
             })).collect::<Vec<_>>(),
             "pending_uploads": pending.len(),
             "last_error": live.as_ref().and_then(|l| l.last_error.clone()),

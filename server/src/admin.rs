@@ -200,7 +200,7 @@ async fn rounds_list(
                 .into_iter()
                 .filter_map(|r| g.round(r.id).ok())
                 .map(|(round, jobs)| RoundSummary {
-                    counts: JobCounts::of(&jobs),
+                    counts: JobCounts::of_round(&round, &jobs),
                     round,
                 })
                 .collect()
@@ -270,7 +270,7 @@ async fn round_show(
     authorized(&s, &h)?;
     let (round, jobs) = s.with_grid(move |g| g.round(id)).await.map_err(grid_fail)?;
     Ok(Json(RoundDetail {
-        counts: JobCounts::of(&jobs),
+        counts: JobCounts::of_round(&round, &jobs),
         sites: jobs.iter().map(SiteLine::of).collect(),
         round,
         jobs,
@@ -400,7 +400,7 @@ async fn dashboard(State(s): State<Arc<Shared>>, Query(q): Query<DashQuery>) -> 
     ));
     html.push_str("<h2>Rounds</h2><table><tr><th>id</th><th>state</th><th>policy</th><th>jobs</th><th>done</th><th>failed</th><th>running</th><th>complete</th><th>incomplete</th><th>pages</th><th>links</th></tr>");
     for (r, jobs) in &rounds {
-        let c = JobCounts::of(jobs);
+        let c = JobCounts::of_round(r, jobs);
         html.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             r.id, r.state.as_str(), esc(&r.params.policy), c.total, c.done, c.failed, c.running, c.complete, c.incomplete, c.pages, c.links

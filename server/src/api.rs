@@ -72,6 +72,17 @@ pub struct JobCounts {
 }
 
 impl JobCounts {
+    /// Counts of a round's jobs; once the round is over (done or
+    /// cancelled), a job that did not reach its site's natural end is
+    /// incomplete, whatever its state.
+    pub fn of_round(round: &RoundRecord, jobs: &[JobRecord]) -> JobCounts {
+        let mut c = JobCounts::of(jobs);
+        if round.state != crate::model::RoundState::Running {
+            c.incomplete = c.total - c.complete;
+        }
+        c
+    }
+
     pub fn of(jobs: &[JobRecord]) -> JobCounts {
         use crate::model::JobState::*;
         let mut c = JobCounts {

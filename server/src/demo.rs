@@ -23,7 +23,8 @@ use crate::{now_ms, Server};
 
 /// The demo's synthetic web seed: the same web every run.
 const DEMO_SEED: u64 = 2026;
-/// The demo stops waiting after this long.
+/// The demo stops waiting after this long, plus the round's pages at its
+/// politeness delay spread over the clients' slots, twice over.
 const DEMO_TIMEOUT: Duration = Duration::from_secs(300);
 /// Most sites and clients the demo runs (it is a demo, on one machine).
 const MAX_DEMO_SITES: usize = 2000;
@@ -33,6 +34,13 @@ pub struct DemoOptions {
     pub sites: usize,
     pub clients: usize,
     pub keep: Option<PathBuf>,
+    /// The round's politeness delay (0: as fast as loopback allows).
+    pub delay_ms: u64,
+    /// Sites each client scans at once.
+    pub slots: u32,
+    /// The round's scan time budget (a scan that reaches it continues in
+    /// another unit), seconds; `None`: the server's default.
+    pub max_scan_s: Option<u64>,
 }
 
 /// Run the demo; returns the export path.
@@ -42,6 +50,18 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
     }
     if opts.clients == 0 || opts.clients > MAX_DEMO_CLIENTS {
         bail!("--clients must be between 1 and {MAX_DEMO_CLIENTS}");
+    }
+    if opts.slots == 0 || opts.slots > beebot_shared::limits::MAX_SLOTS {
+        bail!(
+            "--slots must be between 1 and {}",
+            beebot_shared::limits::MAX_SLOTS
+        );
+    }
+    if opts.delay_ms > beebot_shared::limits::MAX_DELAY_MS {
+        bail!(
+            "--delay-ms must be at most {}",
+            beebot_shared::limits::MAX_DELAY_MS
+        );
     }
     let started = Instant::now();
     let (_tmp, root) = match &opts.keep {
@@ -104,13 +124,22 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
     // Target set and round.
     let hosts = web.site_hosts();
     let now = now_ms();
+    let (delay_ms, max_scan_s) = (opts.delay_ms, opts.max_scan_s);
+    let timeout = DEMO_TIMEOUT
+        + Duration::from_millis(
+            2 * web.total_pages() as u64 * delay_ms
+                / (opts.clients as u64 * u64::from(opts.slots.max(1))),
+        );
     let round_id = shared
         .with_grid(move |g| -> Result<u64> {
             g.add_sites(&hosts, now)?;
             let mut p = config::RoundDefaults::default().params();
-            p.delay_ms = 0;
+            p.delay_ms = delay_ms;
             p.max_pages = 10_000;
             p.deadline_min_s = 60;
+            if let Some(s) = max_scan_s {
+                p.max_seconds = s;
+            }
             Ok(g.start_round(p, now)?)
         })
         .await?;
@@ -137,7 +166,7 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
         let run_opts = RunOptions {
             // The demo stops its clients when the round is over.
             once: false,
-            slots: 4,
+            slots: opts.slots,
             buffer_seconds: 30,
             progress_interval: Duration::from_secs(2),
             crawler: CrawlerConfig {
@@ -181,26 +210,27 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
         if round.state != RoundState::Running {
             break;
         }
-        if started.elapsed() > DEMO_TIMEOUT {
+        if started.elapsed() > timeout {
             bail!(
                 "the demo round did not finish within {}s",
-                DEMO_TIMEOUT.as_secs()
+                timeout.as_secs()
             );
         }
         tokio::time::sleep(Duration::from_millis(1000)).await;
     }
 
-    println!("\nclient        jobs   pages   links  seconds");
+    println!("\nclient        scans   pages   links  seconds  pages/hour");
     let _ = clients_stop_tx.send(true);
     for c in clients {
         let (i, elapsed, r) = c.await?;
         let stats = r.with_context(|| format!("client {i} failed"))?;
         println!(
-            "demo-client-{i:<2} {:>4} {:>7} {:>7} {:>8.1}",
+            "demo-client-{i:<2} {:>5} {:>7} {:>7} {:>8.1} {:>11.0}",
             stats.uploads_accepted,
             stats.pages,
             stats.links,
-            elapsed.as_secs_f64()
+            elapsed.as_secs_f64(),
+            stats.pages as f64 * 3600.0 / elapsed.as_secs_f64().max(0.001)
         );
     }
 
@@ -231,15 +261,17 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
         .into_iter()
         .map(|(site, r)| (site, r.source_url, r.target_url))
         .collect();
-    let c = JobCounts::of(&shared.with_grid(move |g| g.round(round_id)).await?.1);
+    let (round, jobs) = shared.with_grid(move |g| g.round(round_id)).await?;
+    let c = JobCounts::of_round(&round, &jobs);
     println!(
-        "\nround {round_id}: {} jobs ({} done, {} failed), {} pages, {} outbound links in {:.1}s",
+        "\nround {round_id}: {} jobs ({} done, {} failed), {} pages, {} outbound links in {:.1}s; {}",
         c.total,
         c.done,
         c.failed,
         c.pages,
         c.links,
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        c.verdict()
     );
     if exported == truth {
         println!(

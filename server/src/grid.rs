@@ -117,15 +117,31 @@ pub struct UploadPlan {
     resume_seq: u32,
     /// Pages the job's earlier scans took.
     pages_before: u64,
+    /// The round's depth limit: a state's queue may not go deeper.
+    max_depth: u32,
 }
 
-/// A verified scan state uploaded with a scan that ended early.
+/// A verified scan state uploaded with a scan that ended early, as the
+/// server keeps it: only queued URLs inside the site's scope and depth, and
+/// no robots.txt answers (the next scan asks the site itself, rather than
+/// trust what one host said of it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateInfo {
     pub sha256: [u8; 32],
     pub bytes: u64,
     /// Pages the job's scans took up to this state.
     pub pages_done: u64,
+    /// The state as stored and served to the continuation.
+    pub encoded: Vec<u8>,
+}
+
+/// What [`Grid::state_of_unit`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StateAnswer {
+    /// The state file to send, and the SHA-256 the unit names.
+    Read(PathBuf, [u8; 32]),
+    /// The unit is not wanted any more: the client drops it.
+    Abort(String),
 }
 
 impl UploadPlan {
@@ -180,7 +196,7 @@ impl UploadPlan {
                 summary.stopped_by.map_or("-", |s| s.as_str())
             ));
         };
-        let st = ScanState::decode(bytes).map_err(|e| format!("scan state refused: {e}"))?;
+        let mut st = ScanState::decode(bytes).map_err(|e| format!("scan state refused: {e}"))?;
         if st.site != self.site {
             return Err("scan state is of another site".into());
         }
@@ -191,18 +207,37 @@ impl UploadPlan {
                 st.pages_done, least
             ));
         }
+        // Another host continues from this: it gets only URLs of this site,
+        // within the round's depth, and asks robots.txt itself.
+        let site_scope = beebot_shared::scope::SiteScope::new(&self.site, self.scope);
+        if let Some(q) = st.queue.iter().find(|q| {
+            q.depth > self.max_depth
+                || !url::Url::parse(&q.url).is_ok_and(|u| site_scope.contains(&u))
+        }) {
+            return Err(format!(
+                "scan state queues {} (depth {}), outside site {} or its depth limit",
+                q.url.chars().take(200).collect::<String>(),
+                q.depth,
+                self.site
+            ));
+        }
+        st.robots.clear();
+        let encoded = st
+            .encode()
+            .map_err(|e| format!("scan state refused: {e}"))?;
         Ok(Some(StateInfo {
-            sha256: state_sha256(bytes),
-            bytes: bytes.len() as u64,
+            sha256: state_sha256(&encoded),
+            bytes: encoded.len() as u64,
             pages_done: st.pages_done,
+            encoded,
         }))
     }
 
     /// Make the link file (and the scan state of a scan that ended early)
     /// durable at their places (outside the grid lock).
-    pub fn write(&self, link_file: &[u8], state: Option<&[u8]>) -> std::io::Result<()> {
+    pub fn write(&self, link_file: &[u8], state: Option<&StateInfo>) -> std::io::Result<()> {
         if let Some(st) = state {
-            write_durable(&self.state_path, st)?;
+            write_durable(&self.state_path, &st.encoded)?;
         }
         write_durable(&self.path, link_file)
     }
@@ -946,6 +981,8 @@ impl Grid {
                 job.state = JobState::Queued;
                 self.store.put_job(job)?;
             }
+            let job = job.clone();
+            self.drop_states(&job);
         }
         self.open.remove(&round_id);
         self.store.flush()?;
@@ -1407,19 +1444,72 @@ impl Grid {
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(ProgressOutcome::Abort("unknown unit".into()));
         };
-        let Some(a) = job
+        let segments = job.segments.len();
+        let Some(i) = job
             .attempts
-            .iter_mut()
-            .find(|a| a.unit_id == unit_id && a.host_id == host_id)
+            .iter()
+            .position(|a| a.unit_id == unit_id && a.host_id == host_id)
         else {
             return Ok(ProgressOutcome::Abort(
                 "unit belongs to another host".into(),
             ));
         };
-        if a.state == AttemptState::Aborted {
-            return Ok(ProgressOutcome::Abort(
-                "another copy's scan went on further".into(),
-            ));
+        let seq = job.attempts[i].resume_seq;
+        let other_copy = job
+            .attempts
+            .iter()
+            .enumerate()
+            .any(|(j, o)| j != i && o.state == AttemptState::Running && o.resume_seq == seq);
+        let a = &mut job.attempts[i];
+        match &a.state {
+            AttemptState::Aborted | AttemptState::Partial | AttemptState::Done => {
+                return Ok(ProgressOutcome::Abort(
+                    "another copy's scan went on further".into(),
+                ))
+            }
+            AttemptState::Failed(_) => {
+                return Ok(ProgressOutcome::Abort("the unit was given back".into()))
+            }
+            _ if (seq as usize) < segments => {
+                // Another copy's scan already went on from where this one started.
+                let was_running = a.state == AttemptState::Running;
+                a.state = AttemptState::Aborted;
+                let job = job.clone();
+                self.store.put_job(&job)?;
+                if was_running {
+                    self.after_attempt_ended(job_id, now_ms)?;
+                }
+                self.reindex(job_id);
+                self.store.flush()?;
+                return Ok(ProgressOutcome::Abort(
+                    "another copy's scan went on further".into(),
+                ));
+            }
+            AttemptState::Expired | AttemptState::Released if other_copy => {
+                // The job went to another host while this one was away: one
+                // scan of a site at a time.
+                return Ok(ProgressOutcome::Abort(
+                    "the scan was given to another host while this one was away".into(),
+                ));
+            }
+            AttemptState::Expired | AttemptState::Released => {
+                // Back from sleep or a lost connection, and nobody took the
+                // job over: the scan goes on, with a fresh deadline.
+                a.state = AttemptState::Running;
+                a.pages = pages;
+                a.links = links;
+                a.last_report_ms = now_ms;
+                let d = now_ms.saturating_add(a.window_ms).max(a.deadline_ms);
+                a.deadline_ms = d;
+                job.state = JobState::Running;
+                let job = job.clone();
+                self.store.put_job(&job)?;
+                self.reindex(job_id);
+                self.store.flush()?;
+                self.check_open();
+                return Ok(ProgressOutcome::Extend(d));
+            }
+            AttemptState::Running => {}
         }
         if a.first_report_ms == 0 {
             a.first_report_ms = now_ms;
@@ -1429,10 +1519,6 @@ impl Grid {
         a.last_report_ms = a.last_report_ms.max(now_ms);
         a.pages = pages;
         a.links = links;
-        if a.state != AttemptState::Running {
-            // Expired or released, but the job is still open: a late result is welcome.
-            return Ok(ProgressOutcome::Continue);
-        }
         // Extend a unit whose scan still makes progress in the last half of its
         // window: deadlines find silent hosts, they never cut a live scan.
         if let Some(d) =
@@ -1505,6 +1591,9 @@ impl Grid {
         let round_id = job.round_id;
         let job = job.clone();
         self.store.put_job(&job)?;
+        if job.state.is_final() {
+            self.drop_states(&job);
+        }
         self.reindex(job_id);
         self.check_round_done(round_id, now_ms)
     }
@@ -1565,7 +1654,7 @@ impl Grid {
             Ok(info) => info,
             Err(reason) => return self.upload_refused(&plan, reason, now_ms),
         };
-        plan.write(link_file, info.as_ref().and(state))?;
+        plan.write(link_file, info.as_ref())?;
         self.upload_finish(&plan, summary, info, now_ms)
     }
 
@@ -1592,10 +1681,21 @@ impl Grid {
             .iter()
             .find(|a| a.unit_id == unit_id)
             .map_or(0, |a| a.resume_seq);
+        if job.segments.iter().any(|s| s.unit_id == unit_id)
+            || (resume_seq as usize) < job.segments.len()
+        {
+            // Its segment is kept already, or another copy went further from
+            // where it started: nothing of it is written again.
+            return Ok(UploadStep::Answer(UploadOutcome::Duplicate));
+        }
         let pages_before = job
             .segments
             .get((resume_seq as usize).wrapping_sub(1))
             .map_or(0, |s| s.pages_done);
+        let max_depth = self
+            .rounds
+            .get(&job.round_id)
+            .map_or(0, |r| r.params.max_depth);
         Ok(UploadStep::Plan(UploadPlan {
             host_id,
             unit_id,
@@ -1615,6 +1715,7 @@ impl Grid {
             state_rel: format!("{}/{}-{unit_id}.state", job.round_id, job.id),
             resume_seq,
             pages_before,
+            max_depth,
         }))
     }
 
@@ -1711,30 +1812,37 @@ impl Grid {
             .unwrap_or(0.0);
         let seconds = summary.elapsed_ms as f64 / 1000.0;
         let (pages, bytes) = (summary.pages, summary.bytes);
-        if let Some(info) = state.filter(|_| stopped_early(&summary)) {
-            if summary.pages == 0 {
-                // Nothing gained: an attempt that failed, not a segment.
-                plan.remove_files();
-                let reason = format!(
-                    "scan stopped early ({}) without a page",
-                    summary.stopped_by.map_or("-", |s| s.as_str())
-                );
-                self.fail(host_id, unit_id, &reason, now_ms)?;
-                return Ok(UploadOutcome::Rejected(reason));
+        let early = state.filter(|_| stopped_early(&summary));
+        if early.is_some() && summary.pages == 0 {
+            // Nothing gained: an attempt that failed, not a segment.
+            plan.remove_files();
+            let reason = format!(
+                "scan stopped early ({}) without a page",
+                summary.stopped_by.map_or("-", |s| s.as_str())
+            );
+            self.fail(host_id, unit_id, &reason, now_ms)?;
+            return Ok(UploadOutcome::Rejected(reason));
+        }
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
+        };
+        let mine = if early.is_some() {
+            AttemptState::Partial
+        } else {
+            AttemptState::Done
+        };
+        for a in job.attempts.iter_mut() {
+            if a.unit_id == unit_id {
+                a.state = mine.clone();
+                a.pages = summary.pages;
+                a.links = summary.links;
+            } else if a.state == AttemptState::Running {
+                // A copy from the same start: it would redo what this one did.
+                a.state = AttemptState::Aborted;
             }
-            let Some(job) = self.jobs.get_mut(&job_id) else {
-                return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
-            };
-            for a in job.attempts.iter_mut() {
-                if a.unit_id == unit_id {
-                    a.state = AttemptState::Partial;
-                    a.pages = summary.pages;
-                    a.links = summary.links;
-                } else if a.state == AttemptState::Running {
-                    // Its scan started where this one did: it would redo it.
-                    a.state = AttemptState::Aborted;
-                }
-            }
+        }
+        let mut site_stats = None;
+        if let Some(info) = &early {
             job.segments.push(Segment {
                 unit_id,
                 host_id,
@@ -1756,60 +1864,42 @@ impl Grid {
             } else {
                 job.state = JobState::Queued;
             }
-            let job = job.clone();
-            self.store.put_job(&job)?;
-            self.learn_from(host_id, pages, bytes, seconds, delay_s, false)?;
-            self.reindex(job_id);
-            self.check_round_done(round_id, now_ms)?;
-            self.store.flush()?;
-            self.check_open();
-            return Ok(UploadOutcome::Accepted);
-        }
-        let Some(job) = self.jobs.get_mut(&job_id) else {
-            return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
-        };
-        for a in job.attempts.iter_mut() {
-            if a.unit_id == unit_id {
-                a.state = AttemptState::Done;
-                a.pages = summary.pages;
-                a.links = summary.links;
-            } else if a.state == AttemptState::Running {
-                a.state = AttemptState::Aborted;
-            }
-        }
-        job.state = JobState::Done;
-        // The site's figures for the next round: all of the job's scans.
-        let stats = SiteStats {
-            round_id,
-            pages: pages + job.segments.iter().map(|s| s.summary.pages).sum::<u64>(),
-            bytes: bytes + job.segments.iter().map(|s| s.summary.bytes).sum::<u64>(),
-            links: summary.links + job.segments.iter().map(|s| s.summary.links).sum::<u64>(),
-            seconds: seconds
-                + job
-                    .segments
-                    .iter()
-                    .map(|s| s.summary.elapsed_ms as f64 / 1000.0)
-                    .sum::<f64>(),
-        };
-        job.result = Some(JobResult {
-            unit_id,
-            host_id,
-            summary,
-            file: plan.rel.clone(),
-            accepted_ms: now_ms,
-        });
-        // The frontiers are of no more use.
-        for seg in &job.segments {
-            let _ = fs::remove_file(self.links_dir.join(&seg.state_file));
+        } else {
+            job.state = JobState::Done;
+            // The site's figures for the next round: all of the job's scans.
+            let segs = &job.segments;
+            site_stats = Some(SiteStats {
+                round_id,
+                pages: pages + segs.iter().map(|s| s.summary.pages).sum::<u64>(),
+                bytes: bytes + segs.iter().map(|s| s.summary.bytes).sum::<u64>(),
+                links: summary.links + segs.iter().map(|s| s.summary.links).sum::<u64>(),
+                seconds: seconds
+                    + segs
+                        .iter()
+                        .map(|s| s.summary.elapsed_ms as f64 / 1000.0)
+                        .sum::<f64>(),
+            });
+            job.result = Some(JobResult {
+                unit_id,
+                host_id,
+                summary,
+                file: plan.rel.clone(),
+                accepted_ms: now_ms,
+            });
         }
         let job = job.clone();
         self.store.put_job(&job)?;
-        if let Some(s) = self.sites.get_mut(&site) {
+        if job.state.is_final() {
+            // The frontiers are of no more use.
+            self.drop_states(&job);
+        }
+        if let (Some(stats), Some(s)) = (site_stats, self.sites.get_mut(&site)) {
             s.last_scan = Some(stats);
             let s = s.clone();
             self.store.put_site(&s)?;
         }
-        self.learn_from(host_id, pages, bytes, seconds, delay_s, true)?;
+        let job_done = job.state == JobState::Done;
+        self.learn_from(host_id, pages, bytes, seconds, delay_s, job_done)?;
         self.reindex(job_id);
         self.check_round_done(round_id, now_ms)?;
         self.store.flush()?;
@@ -1843,36 +1933,53 @@ impl Grid {
     }
 
     /// Where the scan state a continuation unit of `host_id` starts from
-    /// is (read outside the grid lock), with its expected SHA-256.
-    pub fn state_of_unit(
-        &self,
-        host_id: u64,
-        unit_id: u64,
-    ) -> Result<(PathBuf, [u8; 32]), GridError> {
-        let job = self
-            .job_of_unit(unit_id)
-            .ok_or_else(|| GridError::Invalid(format!("unknown unit {unit_id}")))?;
-        let a = job
+    /// is (read outside the grid lock), with its expected SHA-256; or why
+    /// the unit is not wanted any more (its job is over, or went on from
+    /// another copy), so the host drops it.
+    pub fn state_of_unit(&self, host_id: u64, unit_id: u64) -> Result<StateAnswer, GridError> {
+        let Some(job) = self.job_of_unit(unit_id) else {
+            return Ok(StateAnswer::Abort(format!("unknown unit {unit_id}")));
+        };
+        let Some(a) = job
             .attempts
             .iter()
             .find(|a| a.unit_id == unit_id && a.host_id == host_id)
-            .ok_or_else(|| {
-                GridError::Invalid(format!("unit {unit_id} was not issued to host {host_id}"))
-            })?;
-        let seg = (a.resume_seq as usize)
-            .checked_sub(1)
-            .and_then(|i| job.segments.get(i))
-            .ok_or_else(|| {
-                GridError::Invalid(format!(
-                    "unit {unit_id} starts from the seed, not a scan state"
-                ))
-            })?;
-        if job.state.is_final() {
-            return Err(GridError::Invalid(format!(
+        else {
+            return Ok(StateAnswer::Abort(format!(
+                "unit {unit_id} was not issued to host {host_id}"
+            )));
+        };
+        if job.state.is_final()
+            || self.rounds.get(&job.round_id).map(|r| r.state) != Some(RoundState::Running)
+        {
+            return Ok(StateAnswer::Abort(format!(
                 "the job of unit {unit_id} is over"
             )));
         }
-        Ok((self.links_dir.join(&seg.state_file), seg.state_sha256))
+        if (a.resume_seq as usize) < job.segments.len() || a.state == AttemptState::Aborted {
+            return Ok(StateAnswer::Abort(
+                "another copy's scan went on further".into(),
+            ));
+        }
+        let Some(seg) = (a.resume_seq as usize)
+            .checked_sub(1)
+            .and_then(|i| job.segments.get(i))
+        else {
+            return Ok(StateAnswer::Abort(format!(
+                "unit {unit_id} starts from the seed, not a scan state"
+            )));
+        };
+        Ok(StateAnswer::Read(
+            self.links_dir.join(&seg.state_file),
+            seg.state_sha256,
+        ))
+    }
+
+    /// Remove the scan states a job kept (it is over: nothing continues).
+    fn drop_states(&self, job: &JobRecord) {
+        for seg in &job.segments {
+            let _ = fs::remove_file(self.links_dir.join(&seg.state_file));
+        }
     }
 
     pub fn status(&self) -> GridStatus {
@@ -2924,13 +3031,39 @@ mod tests {
         assert_eq!(fx.grid.tick(u.deadline_ms).unwrap(), 0);
         assert_eq!(fx.grid.tick(d - 1).unwrap(), 0);
         assert_eq!(fx.grid.tick(d).unwrap(), 1);
-        // An expired attempt of an open job may keep going: its late result is welcome.
+        assert_eq!(fx.job(u.job_id).state, JobState::Queued);
+        // Back from sleep, nobody took the job over: the scan goes on, its
+        // attempt running again with a fresh deadline.
+        let back = d + 1;
         assert_eq!(
-            fx.grid.progress(a, u.unit_id, 6, 10, d + 1).unwrap(),
+            fx.grid.progress(a, u.unit_id, 6, 10, back).unwrap(),
+            ProgressOutcome::Extend(back + WINDOW_MS)
+        );
+        assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Running);
+        assert_eq!(fx.job(u.job_id).state, JobState::Running);
+        assert_eq!(fx.job(u.job_id).failed_attempts(), 0);
+    }
+
+    #[test]
+    fn a_host_back_from_sleep_is_told_to_stop_when_its_job_went_to_another() {
+        let (mut fx, _) = Fx::with_round(1, 3);
+        let a = fx.host();
+        let b = fx.host();
+        let u = fx.one(a, &[], T0);
+        assert_eq!(fx.grid.tick(u.deadline_ms).unwrap(), 1);
+        let v = fx.one(b, &[], u.deadline_ms + 1);
+        assert_eq!(v.job_id, u.job_id);
+        // a wakes up: one scan of a site at a time, so a stops.
+        assert!(matches!(
+            fx.grid.progress(a, u.unit_id, 9, 9, v.issued_ms + 5).unwrap(),
+            ProgressOutcome::Abort(r) if r.contains("another host")
+        ));
+        assert_eq!(
+            fx.grid
+                .progress(b, v.unit_id, 1, 1, v.issued_ms + 6)
+                .unwrap(),
             ProgressOutcome::Continue
         );
-        assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Expired);
-        assert_eq!(fx.attempt(u.unit_id).deadline_ms, d);
     }
 
     /// Regression: extensions once stopped four windows after issue, so a
@@ -3504,13 +3637,16 @@ mod tests {
         assert_eq!(r.pages_done, 3);
         assert_eq!(
             fx.grid.state_of_unit(b, v.unit_id).unwrap(),
-            (state_path.clone(), state_sha256(&state))
+            StateAnswer::Read(state_path.clone(), r.state_sha256)
         );
-        assert!(fx.grid.state_of_unit(a, v.unit_id).is_err(), "not a's unit");
-        assert!(
-            fx.grid.state_of_unit(a, u.unit_id).is_err(),
-            "u starts from the seed"
-        );
+        assert!(matches!(
+            fx.grid.state_of_unit(a, v.unit_id).unwrap(),
+            StateAnswer::Abort(_)
+        ));
+        assert!(matches!(
+            fx.grid.state_of_unit(a, u.unit_id).unwrap(),
+            StateAnswer::Abort(_)
+        ));
         // The continuation reaches the natural end: the job is done, the
         // export is both link files, and the frontier is removed.
         assert_eq!(fx.upload(b, &v, 4, T0 + 30), UploadOutcome::Accepted);
@@ -3643,5 +3779,145 @@ mod tests {
             ProgressOutcome::Abort(_)
         ));
         assert_eq!(fx.attempt(v.unit_id).state, AttemptState::Aborted);
+    }
+
+    #[test]
+    fn a_kept_frontier_holds_only_the_sites_urls_and_no_robots_answers() {
+        let (mut fx, _) = Fx::with_round(1, 3);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        let (sum, file, state) = partial_for(&u, 2, 3);
+        // A frontier sending the next host elsewhere is refused.
+        let mut st = ScanState::decode(&state).unwrap();
+        st.queue.push(beebot_shared::scanstate::QueuedUrl {
+            url: "http://victim.test/".into(),
+            depth: 1,
+        });
+        let o = fx
+            .grid
+            .upload(
+                a,
+                u.unit_id,
+                sum.clone(),
+                &file,
+                Some(&st.encode().unwrap()),
+                T0 + 1,
+            )
+            .unwrap();
+        assert!(
+            matches!(&o, UploadOutcome::Rejected(r) if r.contains("victim.test")),
+            "{o:?}"
+        );
+        // So is one deeper than the round allows (params: depth 3).
+        let v = fx.one(a, &[], T0 + 2);
+        let (sum, file, state) = partial_for(&v, 2, 3);
+        let mut st = ScanState::decode(&state).unwrap();
+        st.queue[0].depth = 4;
+        let o = fx
+            .grid
+            .upload(
+                a,
+                v.unit_id,
+                sum,
+                &file,
+                Some(&st.encode().unwrap()),
+                T0 + 3,
+            )
+            .unwrap();
+        assert!(matches!(&o, UploadOutcome::Rejected(r) if r.contains("depth")));
+        // A host's robots.txt answers are not passed on: the next scan asks.
+        let w = fx.one(a, &[], T0 + 4);
+        let (sum, file, state) = partial_for(&w, 2, 3);
+        let mut st = ScanState::decode(&state).unwrap();
+        st.robots.push(beebot_shared::scanstate::RobotsAnswer {
+            origin: format!("http://{}", w.site),
+            status: 404,
+            body: Vec::new(),
+        });
+        assert_eq!(
+            fx.grid
+                .upload(
+                    a,
+                    w.unit_id,
+                    sum,
+                    &file,
+                    Some(&st.encode().unwrap()),
+                    T0 + 5
+                )
+                .unwrap(),
+            UploadOutcome::Accepted
+        );
+        let job = fx.job(w.job_id);
+        let kept = fs::read(fx.links().join(&job.segments[0].state_file)).unwrap();
+        let kept = ScanState::decode(&kept).unwrap();
+        assert!(kept.robots.is_empty());
+        assert_eq!(kept.queue, st.queue);
+        assert_eq!(
+            job.segments[0].state_sha256,
+            state_sha256(&kept.encode().unwrap())
+        );
+        // Sent again, the unit's segment is acknowledged before anything is
+        // written: its stored files stay as they were.
+        let before = fs::read(fx.links().join(&job.segments[0].file)).unwrap();
+        assert!(matches!(
+            fx.grid.upload_begin(a, w.unit_id, T0 + 6).unwrap(),
+            UploadStep::Answer(UploadOutcome::Duplicate)
+        ));
+        assert_eq!(
+            fs::read(fx.links().join(&job.segments[0].file)).unwrap(),
+            before
+        );
+    }
+
+    #[test]
+    fn attempts_are_counted_since_the_last_segment_and_a_failed_job_keeps_no_frontier() {
+        let (mut fx, round) = Fx::with_round(1, 2);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        // One deadline missed before the first segment...
+        assert_eq!(fx.grid.tick(u.deadline_ms).unwrap(), 1);
+        let v = fx.one(a, &[], u.deadline_ms + 1);
+        let (sum, file, state) = partial_for(&v, 2, 3);
+        let t = v.issued_ms + 10;
+        assert_eq!(
+            fx.grid
+                .upload(a, v.unit_id, sum, &file, Some(&state), t)
+                .unwrap(),
+            UploadOutcome::Accepted
+        );
+        let seg_state = fx.links().join(&fx.job(u.job_id).segments[0].state_file);
+        assert!(seg_state.exists());
+        // ...and one after it: two in all, but one since the segment, so the
+        // job (at most 2 attempts) goes on.
+        let w = fx.one(a, &[], t + 1);
+        fx.grid.fail(a, w.unit_id, "boom", t + 2).unwrap();
+        assert_eq!(fx.job(u.job_id).state, JobState::Queued);
+        assert_eq!(fx.job(u.job_id).failed_attempts(), 1);
+        // A second failure since the segment fails it; its frontier goes.
+        let x = fx.one(a, &[], t + 3);
+        fx.grid.fail(a, x.unit_id, "boom again", t + 4).unwrap();
+        let job = fx.job(u.job_id);
+        assert_eq!(job.state, JobState::Failed);
+        assert!(!seg_state.exists());
+        assert_eq!(fx.round_state(round), RoundState::Done);
+        let c = job.completeness();
+        assert!(!c.natural_end);
+        assert!(c.why_not.unwrap().starts_with("failed"));
+        let counts = crate::api::JobCounts::of_round(&fx.grid.rounds[&round], &[job]);
+        assert_eq!((counts.complete, counts.incomplete), (0, 1));
+        assert!(counts.verdict().contains("INCOMPLETE"));
+    }
+
+    #[test]
+    fn a_cancelled_round_counts_its_open_sites_incomplete() {
+        let (mut fx, round) = Fx::with_round(3, 2);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        assert_eq!(fx.upload(a, &u, 1, T0 + 1), UploadOutcome::Accepted);
+        fx.grid.cancel_round(round, T0 + 2).unwrap();
+        let (r, jobs) = fx.grid.round(round).unwrap();
+        let c = crate::api::JobCounts::of_round(&r, &jobs);
+        assert_eq!((c.complete, c.incomplete), (1, 2));
+        assert_eq!(fx.grid.status().last_round.unwrap().incomplete, 2);
     }
 }

@@ -169,6 +169,17 @@ enum Cmd {
         /// Keep the demo's data dir here instead of a temporary one.
         #[arg(long)]
         keep: Option<PathBuf>,
+        /// Politeness delay between two requests to one site (1000 is what a
+        /// real round uses; 0 runs as fast as loopback allows).
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u64,
+        /// Sites each client scans at once.
+        #[arg(long, default_value_t = 4)]
+        slots: u32,
+        /// Time budget of one scan (e.g. 30s): longer sites continue in
+        /// further scans from their frontier.
+        #[arg(long, value_parser = parse_duration)]
+        max_scan_time: Option<Duration>,
     },
 }
 
@@ -250,6 +261,8 @@ enum HostsCmd {
 
 /// Exit code of `round wait` on timeout.
 const EXIT_TIMEOUT: i32 = 3;
+/// `round wait` on a round that was cancelled.
+const EXIT_CANCELLED: i32 = 4;
 
 fn main() {
     let cli = Cli::parse();
@@ -537,12 +550,18 @@ fn run(cli: Cli) -> Result<i32> {
             sites,
             clients,
             keep,
+            delay_ms,
+            slots,
+            max_scan_time,
         } => {
             let rt = runtime()?;
             rt.block_on(demo::run(demo::DemoOptions {
                 sites,
                 clients,
                 keep,
+                delay_ms,
+                slots,
+                max_scan_s: max_scan_time.map(|d| d.as_secs()),
             }))?;
         }
     }
@@ -795,7 +814,12 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                         d.counts.total,
                         d.counts.verdict()
                     );
-                    return Ok(0);
+                    // A cancelled round did not end: its open jobs never will.
+                    return Ok(if d.round.state == RoundState::Cancelled {
+                        EXIT_CANCELLED
+                    } else {
+                        0
+                    });
                 }
                 if start.elapsed() >= timeout {
                     let open = d

@@ -214,10 +214,14 @@ impl JobRecord {
             .iter()
             .filter(|a| a.state == AttemptState::Running)
     }
-    /// Attempts that ended without a result.
+    /// Attempts that ended without a result since the job's last segment
+    /// (what `max_attempts` counts: a site scanned over many nights in many
+    /// continuations may see a host go quiet now and then).
     pub fn failed_attempts(&self) -> usize {
+        let seq = self.segments.len();
         self.attempts
             .iter()
+            .filter(|a| a.resume_seq as usize == seq)
             .filter(|a| matches!(a.state, AttemptState::Expired | AttemptState::Failed(_)))
             .count()
     }

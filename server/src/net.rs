@@ -33,7 +33,9 @@ use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::proto::{ErrorCode, PolicyHints, Request, Response, ALPN};
 use beebot_shared::sign;
 
-use crate::grid::{GridError, ProgressOutcome, UploadOutcome, UploadStep, WorkRequest};
+use crate::grid::{
+    GridError, ProgressOutcome, StateAnswer, UploadOutcome, UploadStep, WorkRequest,
+};
 use crate::{now_ms, Shared};
 
 /// Streams one connection may have open at once.
@@ -449,10 +451,7 @@ async fn upload(
     };
     let checked = tokio::task::spawn_blocking(move || {
         let checked = match plan.verify(&summary, &link_file, state.as_deref()) {
-            Ok(info) => {
-                let st = info.as_ref().and(state.as_deref());
-                plan.write(&link_file, st).map(|()| Ok(info))
-            }
+            Ok(info) => plan.write(&link_file, info.as_ref()).map(|()| Ok(info)),
             Err(reason) => Ok(Err(reason)),
         };
         (plan, summary, checked)
@@ -477,17 +476,23 @@ async fn upload(
 }
 
 /// A continuation's scan state, read outside the grid lock and checked
-/// against the digest its unit names.
+/// against the digest its unit names. A state that is gone or damaged
+/// cannot be continued from: the host is told to drop the unit (and the
+/// server's log says why).
 async fn read_state(path: std::path::PathBuf, sha: [u8; 32]) -> Result<Response, GridError> {
-    let bytes = tokio::task::spawn_blocking(move || std::fs::read(&path))
+    let shown = path.display().to_string();
+    let read = tokio::task::spawn_blocking(move || std::fs::read(&path))
         .await
-        .map_err(|e| GridError::Io(std::io::Error::other(e.to_string())))??;
-    if beebot_shared::scanstate::state_sha256(&bytes) != sha {
-        return Err(GridError::Invalid(
-            "the stored scan state does not match its unit".into(),
-        ));
-    }
-    Ok(Response::State { bytes })
+        .map_err(|e| GridError::Io(std::io::Error::other(e.to_string())))?;
+    let reason = match read {
+        Ok(bytes) if beebot_shared::scanstate::state_sha256(&bytes) == sha => {
+            return Ok(Response::State { bytes })
+        }
+        Ok(_) => "the stored scan state does not match its unit".to_string(),
+        Err(e) => format!("the stored scan state cannot be read: {e}"),
+    };
+    tracing::error!(state = %shown, "{reason}");
+    Ok(Response::Abort { reason })
 }
 
 /// Read exactly `len` payload bytes, growing the buffer as data arrives.
@@ -671,7 +676,8 @@ async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
                 .with_grid(move |g| g.state_of_unit(host_id, unit_id))
                 .await
             {
-                Ok((path, sha)) => read_state(path, sha).await,
+                Ok(StateAnswer::Read(path, sha)) => read_state(path, sha).await,
+                Ok(StateAnswer::Abort(reason)) => Ok(Response::Abort { reason }),
                 Err(e) => Err(e),
             }
         }

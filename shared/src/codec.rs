@@ -190,8 +190,9 @@ mod tests {
 
     #[test]
     fn large_limits_decode_what_a_frame_limit_refuses() {
-        // 5 million small numbers: 5 MB encoded, 40 MB in memory.
-        let v: Vec<u64> = vec![7; 5_000_000];
+        // 8 million small numbers: 8 MB encoded, 64 MB in memory (more
+        // than a frame may hold, now that frames carry a scan state too).
+        let v: Vec<u64> = vec![7; 8_000_000];
         let bytes = encode(&v, usize::MAX).unwrap();
         assert!(decode::<Vec<u64>>(&bytes, MAX_FRAME_BYTES).is_err());
         let back: Vec<u64> = decode(&bytes, 256 * 1024 * 1024).unwrap();

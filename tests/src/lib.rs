@@ -118,8 +118,13 @@ pub struct Grid {
 impl Grid {
     /// Init and start a server, and serve a synthetic web of `sites` sites.
     pub fn start(seed: u64, sites: usize) -> Grid {
+        Grid::start_with(SynthWeb::generate(seed, sites))
+    }
+
+    /// Init and start a server, and serve `web` (e.g. sites of chosen sizes).
+    pub fn start_with(web: SynthWeb) -> Grid {
         let dir = tempfile::tempdir().expect("tempdir");
-        let web = Arc::new(SynthWeb::generate(seed, sites));
+        let web = Arc::new(web);
         let web_server = SynthWebServer::start(web.clone()).expect("synthetic web");
         let mut g = Grid {
             dir,

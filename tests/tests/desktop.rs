@@ -63,9 +63,32 @@ fn pause_and_resume_a_running_client_mid_scan() {
     let before = g.web_server.requests();
     std::thread::sleep(Duration::from_millis(1200));
     assert_eq!(g.web_server.requests(), before, "no request while paused");
+    // Held at the gate, the scan is checkpointed at once (not in 30 s).
+    let checkpoints = || {
+        std::fs::read_dir(g.home("a").join("spool").join("scans"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "ckpt"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    wait_for(
+        "the held scan's checkpoint",
+        Duration::from_secs(10),
+        || checkpoints() == 1,
+    );
     wait_for("paused state", Duration::from_secs(10), || {
         status_json(&g, "a")["state"] == "paused"
     });
+    // The scan's deadline is shown (it finds dead hosts, it stops nothing).
+    assert!(
+        status_json(&g, "a")["scans"][0]["deadline_ms"]
+            .as_u64()
+            .is_some(),
+        "{}",
+        status_json(&g, "a")
+    );
     let text = stdout(&g.client("a", &["status"]));
     assert!(text.contains("state     paused"), "{text}");
     assert!(text.contains("scanning site"), "{text}");
@@ -84,6 +107,7 @@ fn pause_and_resume_a_running_client_mid_scan() {
     }
     let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "fetched more than once: {twice:?}");
+    assert_eq!(checkpoints(), 0, "checkpoints go with their units");
 
     // Not running: status comes from the spool.
     let s = status_json(&g, "a");

@@ -117,8 +117,10 @@ fn refusals_are_clear_and_the_server_keeps_serving() {
             }
             other => panic!("oversized frame: {other:?}"),
         }
+        // This build's version, then a body that does not decode.
         let mut junk = 6u32.to_le_bytes().to_vec();
-        junk.extend_from_slice(&[1, 0, 0xff, 0xff, 0xff, 0xff]);
+        junk.extend_from_slice(&codec::PROTOCOL_VERSION.to_le_bytes());
+        junk.extend_from_slice(&[0xff, 0xff, 0xff, 0xff]);
         match link.raw_request(&junk).await {
             Ok(Response::Error {
                 code: ErrorCode::BadRequest,

@@ -371,9 +371,10 @@ impl<'a> Crawler<'a> {
             self.errors += 1;
             return Some(StopReason::SeedUnreachable);
         }
-        // A fresh crawl starts at the seed; a resumed one where it stopped.
-        let mut first = self.spec.resume.is_none();
-        if first {
+        // A fresh crawl starts at the seed; a resumed one where it stopped
+        // (its first page is the seed when it stopped before any).
+        let mut first = self.pages_before == 0;
+        if self.spec.resume.is_none() {
             self.frontier.push(seed.clone(), 0);
         }
         if let Some(stop) = self.limit_reached() {
@@ -563,6 +564,8 @@ impl<'a> Crawler<'a> {
                             return PageResult::Answered;
                         }
                         if let Err(stop) = self.ensure_robots(&next) {
+                            // The target is a page of its own for the next scan.
+                            self.frontier.unpop(next, depth);
                             return PageResult::Stopped(stop);
                         }
                         match self.robots_for(&next) {

@@ -1,0 +1,365 @@
+//! Desktops stop, sleep and get killed: the real client against a real server
+//! and the synthetic web on loopback. `run --once` exits as soon as its work
+//! is delivered; SIGTERM stops a client mid-scan within 5 s with the scan
+//! checkpointed; after SIGTERM or SIGKILL a restarted client resumes each
+//! scan from its checkpoint (the web's request log shows no page fetched
+//! before the checkpoint fetched again) and the round's export is the truth.
+//!
+//! Rounds here get a long `--max-deadline` and the server's default first
+//! deadline (minutes): nothing is reissued while a client is down, so what
+//! these tests see is the client's own resume.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use beebot_client::checkpoint::Checkpoint;
+use beebot_client::home::Home;
+use beebot_server::web::LoggedRequest;
+use beebot_shared::scanstate::url_digest;
+use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_tests::*;
+
+/// How fast a client must stop or exit (the issue's figure).
+const EXIT_WITHIN: Duration = Duration::from_secs(5);
+/// Longest a test waits for any one thing to happen.
+const WAIT: Duration = Duration::from_secs(120);
+
+fn invite(g: &Grid) -> String {
+    last_line(&g.admin_ok(&["invite", "--uses", "1", "--expires", "1h"]))
+}
+
+fn join(g: &Grid, name: &str) {
+    let o = g.client(name, &["join", &invite(g), "--name", name]);
+    assert!(o.status.success(), "join {name}: {}", stderr(&o));
+}
+
+/// `beebot run [--once]` for `name`, its log appended to `log`.
+fn spawn_client(g: &Grid, name: &str, log: &Path, once: bool) -> Child {
+    let mut args = vec!["run", "--slots", "2"];
+    if once {
+        args.push("--once");
+    }
+    let flags = g.crawl_flags();
+    args.extend(flags.iter().map(String::as_str));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("client log");
+    g.client_cmd(name, &args)
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("spawn client")
+}
+
+fn read(log: &Path) -> String {
+    std::fs::read_to_string(log).unwrap_or_default()
+}
+
+/// Wait for `child` to exit, at most `within`; returns how long it took.
+fn wait_exit(child: &mut Child, within: Duration, what: &str, log: &Path) -> Duration {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("status") {
+            assert!(status.success(), "{what}: exit {status}\n{}", read(log));
+            return start.elapsed();
+        }
+        if start.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {within:?}\n{}", read(log));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn poll(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < WAIT, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn home(g: &Grid, name: &str) -> Home {
+    Home {
+        config: g.home(name),
+        data: g.home(name),
+    }
+}
+
+/// The checkpoints in a client's spool, by unit.
+fn checkpoints(g: &Grid, name: &str) -> BTreeMap<u64, Checkpoint> {
+    let h = home(g, name);
+    let dir = g.home(name).join("spool").join("scans");
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "ckpt") {
+            continue;
+        }
+        let Some(id) = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse().ok())
+        else {
+            continue;
+        };
+        if let Ok(Some(c)) = h.checkpoint(id) {
+            out.insert(id, c);
+        }
+    }
+    out
+}
+
+fn request_url(r: &LoggedRequest) -> String {
+    format!("http://{}{}", r.host, r.path)
+}
+
+/// Pages of the sites with a checkpoint, requested before it: the seen
+/// digests that are not queued.
+fn fetched_before(c: &Checkpoint) -> HashSet<u64> {
+    let queued: HashSet<u64> = c.state.queue.iter().map(|q| url_digest(&q.url)).collect();
+    c.state
+        .seen
+        .iter()
+        .copied()
+        .filter(|d| !queued.contains(d))
+        .collect()
+}
+
+/// Sites of `pages` pages each (within a few), so a scan lasts as long as
+/// the test needs at its politeness delay.
+fn web_of(seed: u64, sites: usize, pages: usize) -> SynthWeb {
+    SynthWeb::with_config(
+        seed,
+        sites,
+        SynthConfig {
+            min_pages_per_site: pages,
+            max_pages_per_site: pages + pages / 10,
+            ..SynthConfig::default()
+        },
+    )
+}
+
+fn start_round(g: &Grid, delay_ms: u64) -> String {
+    g.import_sites();
+    last_line(&g.admin_ok(&[
+        "round",
+        "start",
+        "--delay-ms",
+        &delay_ms.to_string(),
+        "--max-deadline",
+        "2h",
+    ]))
+}
+
+#[test]
+fn run_once_on_a_fresh_home_exits_within_5s_of_its_last_upload() {
+    // A fresh home: the reference-site benchmark is due, and must neither
+    // start when the loop is about to exit nor hold the exit.
+    let g = Grid::start(5, 3);
+    join(&g, "a");
+    let round = start_round(&g, 0);
+    let log = g.dir.path().join("client-a.log");
+    let mut c = spawn_client(&g, "a", &log, true);
+    let mut last_upload = None;
+    poll("three accepted results", || {
+        let n = read(&log).matches("result accepted").count();
+        if n >= 3 && last_upload.is_none() {
+            last_upload = Some(Instant::now());
+        }
+        last_upload.is_some() || c.try_wait().expect("status").is_some()
+    });
+    let last_upload = last_upload.expect("uploads seen before the exit");
+    wait_exit(
+        &mut c,
+        EXIT_WITHIN + Duration::from_secs(1),
+        "run --once",
+        &log,
+    );
+    let after = last_upload.elapsed();
+    assert!(
+        after < EXIT_WITHIN,
+        "exited {after:?} after its last upload:\n{}",
+        read(&log)
+    );
+    g.wait_round(&round, "10s");
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+}
+
+/// Stop a client mid-scan with `signal`, restart it, and check the resume.
+/// `wait_checkpoint`: kill only once a checkpoint is in the spool (SIGKILL
+/// leaves no time to write one).
+fn stop_mid_scan_and_resume(signal: &str, delay_ms: u64, pages: usize, wait_checkpoint: bool) {
+    let mut g = Grid::start_with(web_of(31, 2, pages));
+    join(&g, "a");
+    let round = start_round(&g, delay_ms);
+    let log = g.dir.path().join("client-a.log");
+    let mut c = spawn_client(&g, "a", &log, false);
+    let web_log = || g.web_server.request_log();
+    if wait_checkpoint {
+        poll("a periodic checkpoint", || !checkpoints(&g, "a").is_empty());
+        // A few pages past it, which the restarted client fetches again.
+        let n = web_log().len();
+        poll("pages past the checkpoint", || web_log().len() >= n + 3);
+    } else {
+        poll("a scan under way", || web_log().len() >= 12);
+    }
+    let pid = c.id().to_string();
+    let sent = Instant::now();
+    let o = run(
+        std::process::Command::new("kill").args([signal, &pid]),
+        Duration::from_secs(10),
+    );
+    assert!(o.status.success(), "kill {signal}: {}", stderr(&o));
+    if signal == "-KILL" {
+        let _ = c.wait();
+    } else {
+        let took = wait_exit(&mut c, EXIT_WITHIN + Duration::from_secs(5), signal, &log);
+        assert!(
+            took < EXIT_WITHIN,
+            "stopped {took:?} after {signal}:\n{}",
+            read(&log)
+        );
+    }
+    let stop_took = sent.elapsed();
+    let stopped_at = web_log().len();
+    let ckpts = checkpoints(&g, "a");
+    assert!(
+        !ckpts.is_empty(),
+        "a scan was checkpointed ({signal}, {stop_took:?}):\n{}",
+        read(&log)
+    );
+    // What each checkpoint says was fetched, and a positive control: the
+    // requests before the stop do map onto those digests.
+    let mut before: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
+    for c in ckpts.values() {
+        assert!(c.state.pages_done > 0, "{:?}", c.summary);
+        assert_eq!(c.summary.links, c.records.len() as u64);
+        before.insert(c.state.site.clone(), fetched_before(c));
+    }
+    let matched = web_log()[..stopped_at]
+        .iter()
+        .filter(|r| {
+            before
+                .get(&r.host)
+                .is_some_and(|d| d.contains(&url_digest(&request_url(r))))
+        })
+        .count();
+    assert!(matched > 0, "the checkpoints name pages the web served");
+
+    // Second life: resume, finish, deliver.
+    let mut c = spawn_client(&g, "a", &log, true);
+    g.wait_round(&round, "240s");
+    wait_exit(&mut c, WAIT, "second life", &log);
+    let text = read(&log);
+    assert!(
+        text.contains("scan resumed from its checkpoint"),
+        "the restarted client resumed its scans:\n{text}"
+    );
+    let after = &web_log()[stopped_at..];
+    for r in after {
+        let Some(done) = before.get(&r.host) else {
+            continue;
+        };
+        assert_ne!(
+            r.path, "/robots.txt",
+            "{}: robots.txt is in the checkpoint",
+            r.host
+        );
+        assert!(
+            !done.contains(&url_digest(&request_url(r))),
+            "{} was fetched before the checkpoint and again after the restart",
+            request_url(r)
+        );
+    }
+    eprintln!(
+        "{signal}: stopped in {stop_took:?}; {} checkpoints ({} pages before them); \
+         {stopped_at} requests before the stop, {} after",
+        before.len(),
+        ckpts.values().map(|c| c.state.pages_done).sum::<u64>(),
+        after.len()
+    );
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+    assert!(
+        checkpoints(&g, "a").is_empty(),
+        "checkpoints go with their units"
+    );
+    g.kill_server();
+}
+
+#[test]
+fn a_client_stopped_by_sigterm_mid_scan_exits_within_5s_and_resumes_from_its_checkpoint() {
+    stop_mid_scan_and_resume("-TERM", 100, 60, false);
+}
+
+#[test]
+fn a_client_sigkilled_mid_scan_resumes_from_its_last_periodic_checkpoint() {
+    // Scans long enough (about 40 s at this delay) for the 30 s checkpoint.
+    stop_mid_scan_and_resume("-KILL", 250, 160, true);
+}
+
+#[test]
+fn a_request_in_flight_does_not_hold_a_sigterm() {
+    // A page that drips a byte a second holds its request for a minute (the
+    // request timeout): a stop must not wait for it, and the checkpoint is
+    // the scan at its last page boundary, the dripping page still queued.
+    let g = Grid::start(3, 1);
+    join(&g, "a");
+    g.admin_ok(&["sites", "add", "drip.hostile.test"]);
+    g.admin_ok(&["round", "start", "--delay-ms", "0", "--max-deadline", "2h"]);
+    let log = g.dir.path().join("client-a.log");
+    let mut args = vec!["run", "--slots", "1"];
+    let mut flags = g.crawl_flags();
+    flags.push("--resolve".into());
+    flags.push(format!("*.hostile.test={}", g.web_server.addr()));
+    args.extend(flags.iter().map(String::as_str));
+    let file = std::fs::File::create(&log).expect("client log");
+    let mut c = g
+        .client_cmd("a", &args)
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("spawn client");
+    poll("the dripping page requested", || {
+        g.web_server
+            .request_log()
+            .iter()
+            .any(|r| r.path == "/slow.html")
+    });
+    // Well inside the drip: the request is in flight.
+    std::thread::sleep(Duration::from_millis(500));
+    let o = run(
+        std::process::Command::new("kill").args(["-TERM", &c.id().to_string()]),
+        Duration::from_secs(10),
+    );
+    assert!(o.status.success());
+    let took = wait_exit(&mut c, EXIT_WITHIN + Duration::from_secs(5), "-TERM", &log);
+    assert!(
+        took < EXIT_WITHIN,
+        "stopped {took:?} after SIGTERM with a request in flight:\n{}",
+        read(&log)
+    );
+    let ckpts = checkpoints(&g, "a");
+    let drip = ckpts
+        .values()
+        .find(|c| c.state.site == "drip.hostile.test")
+        .unwrap_or_else(|| panic!("the drip scan was checkpointed:\n{}", read(&log)));
+    assert_eq!(drip.state.pages_done, 1, "{:?}", drip.state);
+    assert!(
+        drip.state
+            .queue
+            .iter()
+            .any(|q| q.url == "http://drip.hostile.test/slow.html"),
+        "the page in flight stays queued: {:?}",
+        drip.state.queue
+    );
+}
