@@ -504,6 +504,7 @@ impl Grid {
                 order,
                 pages: job.est_pages,
                 failed_here: false,
+                size_known: job.size_known,
                 // A batch stays with its host unless that host failed the job.
                 assigned: job.batch_host.filter(|h| !failed_by(job, *h)),
             };
@@ -910,6 +911,7 @@ impl Grid {
                 order: i as u32,
                 pages: j.est_pages,
                 failed_here: false,
+                size_known: j.size_known,
                 assigned: None,
             })
             .collect();

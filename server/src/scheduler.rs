@@ -69,6 +69,9 @@ pub struct JobView {
     pub pages: f64,
     /// The asking host already failed this job (expired or gave it back).
     pub failed_here: bool,
+    /// `pages` comes from a last scan (false: a site never scanned, whose
+    /// true size may be anything up to the page cap).
+    pub size_known: bool,
     /// `batch`: the host whose batch holds this job (`None`: anyone's).
     pub assigned: Option<u64>,
 }
@@ -391,6 +394,16 @@ pub fn extended_deadline(
 /// Index of the largest job (ties: list order) among those `ok` accepts,
 /// preferring jobs the asker has not failed.
 fn largest_where(queue: &[JobView], taken: &[u64], ok: impl Fn(&JobView) -> bool) -> Option<usize> {
+    largest_by(queue, taken, ok, |j| j.pages)
+}
+
+/// [`largest_where`] with sizes given by `size`.
+fn largest_by(
+    queue: &[JobView],
+    taken: &[u64],
+    ok: impl Fn(&JobView) -> bool,
+    size: impl Fn(&JobView) -> f64,
+) -> Option<usize> {
     let mut best: Option<usize> = None;
     for (i, j) in queue.iter().enumerate() {
         if !ok(j) || taken.contains(&j.job_id) {
@@ -401,7 +414,7 @@ fn largest_where(queue: &[JobView], taken: &[u64], ok: impl Fn(&JobView) -> bool
             Some(b) => {
                 let cur = &queue[b];
                 let better = (cur.failed_here && !j.failed_here)
-                    || (cur.failed_here == j.failed_here && j.pages > cur.pages);
+                    || (cur.failed_here == j.failed_here && size(j) > size(cur));
                 Some(if better { i } else { b })
             }
         };
@@ -857,13 +870,27 @@ impl Policy for Adaptive {
         let mut out = Vec::new();
         let mut total = 0.0;
         let mut left = ctx.queue.iter().filter(|j| !j.failed_here).count();
+        // A site never scanned may be as large as the page cap allows: it is
+        // placed like the largest queued job (early, on a host that would
+        // finish that soonest), and counted at its expected size.
+        let largest = ctx.queue.iter().map(|j| j.pages).fold(0.0, f64::max);
+        let place = |j: &JobView| {
+            if j.size_known {
+                j.pages
+            } else {
+                j.pages.max(largest)
+            }
+        };
         while out.len() < ask.free_slots as usize
             && (out.is_empty() || total < ask.want_seconds as f64)
         {
             let (lo, hi) = Self::winning_sizes(ctx, start, cost);
-            let mut pick = largest_where(ctx.queue, &out, |j| {
-                !j.failed_here && j.pages >= lo * 0.999_999 && j.pages <= hi * 1.000_001
-            });
+            let mut pick = largest_by(
+                ctx.queue,
+                &out,
+                |j| !j.failed_here && place(j) >= lo * 0.999_999 && place(j) <= hi * 1.000_001,
+                place,
+            );
             // A job this host failed comes back to it only when nothing else is left.
             if pick.is_none() && left == 0 && idle > 0 {
                 pick = largest_where(ctx.queue, &out, |j| j.failed_here);
@@ -927,6 +954,7 @@ mod tests {
                 order: i as u32,
                 pages,
                 failed_here: false,
+                size_known: true,
                 assigned: None,
             })
             .collect()
@@ -1228,6 +1256,25 @@ mod tests {
         hosts3[0].online = false;
         let c = ctx(&queue, &hosts3, 1);
         assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![2]);
+    }
+
+    #[test]
+    fn adaptive_places_a_site_never_scanned_like_the_largest_job() {
+        // Job 3 was never scanned: 50 pages expected, but it may be huge.
+        let mut queue = q(&[(1, 500.0), (2, 100.0), (3, 50.0)]);
+        queue[2].size_known = false;
+        let mut hosts = [host(1, 10.0), host(2, 1.0)];
+        hosts[0].slots = 2;
+        // The fast host takes the largest job and the unknown one, not job 2.
+        let c = ctx(&queue, &hosts, 0);
+        assert_eq!(Adaptive.choose(&c, &ask(10_000, 2)).jobs, vec![1, 3]);
+        // The slow host, which wins only small jobs, does not get it.
+        let c = ctx(&queue, &hosts, 1);
+        assert!(!Adaptive.choose(&c, &ask(10_000, 1)).jobs.contains(&3));
+        // Known, the same job would come last.
+        queue[2].size_known = true;
+        let c = ctx(&queue, &hosts, 0);
+        assert_eq!(Adaptive.choose(&c, &ask(10_000, 2)).jobs, vec![1, 2]);
     }
 
     #[test]
