@@ -137,8 +137,8 @@ pub struct SimHost {
 pub enum Availability {
     /// Always on, but for random offline spells.
     Always,
-    /// Per host at random: a third always on, a third on in office hours
-    /// ([`OFFICE_HOURS`]), a third crawling nights and weekends
+    /// Each host at random, one chance in three each: always on, on in
+    /// office hours ([`OFFICE_HOURS`]), or crawling nights and weekends
     /// ([`NIGHTS_AND_WEEKENDS`]); random offline spells on top.
     Desktops,
 }
