@@ -22,7 +22,7 @@ use beebot_shared::proto::HostInfo;
 use beebot_shared::scanstate::{state_sha256, ScanState};
 use beebot_shared::scope::Scope;
 use beebot_shared::sign::{self, ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
-use beebot_shared::util::sha256;
+use beebot_shared::util::{sha256, truncate_on_char};
 
 use crate::model::*;
 use crate::scheduler::{self, DeadlineRule, HeldUnit, HostView, JobView, RunningView, WorkAsk};
@@ -361,7 +361,7 @@ fn failed_by(job: &JobRecord, host_id: u64) -> bool {
 
 fn push_reason(job: &mut JobRecord, reason: String) {
     let mut r = reason;
-    r.truncate(MAX_TEXT_LEN);
+    truncate_on_char(&mut r, MAX_TEXT_LEN);
     if job.reasons.len() >= MAX_REASONS_PER_JOB {
         job.reasons.remove(0);
     }
@@ -664,9 +664,9 @@ impl Grid {
         }
         let mut inv = inv.clone();
         inv.uses_left -= 1;
-        info.name.truncate(MAX_TEXT_LEN);
-        info.os.truncate(MAX_TEXT_LEN);
-        info.client_version.truncate(MAX_TEXT_LEN);
+        truncate_on_char(&mut info.name, MAX_TEXT_LEN);
+        truncate_on_char(&mut info.os, MAX_TEXT_LEN);
+        truncate_on_char(&mut info.client_version, MAX_TEXT_LEN);
         let id = self.store.next_id()?;
         let host = HostRecord {
             id,
@@ -3921,5 +3921,22 @@ mod tests {
         let c = crate::api::JobCounts::of_round(&r, &jobs);
         assert_eq!((c.complete, c.incomplete), (1, 2));
         assert_eq!(fx.grid.status().last_round.unwrap().incomplete, 2);
+    }
+
+    /// Regression: a failure reason of multi-byte characters was cut inside
+    /// a character, which panicked after the attempt failed in memory but
+    /// before it was stored, wedging the job until a restart.
+    #[test]
+    fn a_reason_of_multi_byte_characters_is_kept_whole() {
+        let (mut fx, _) = Fx::with_round(1, 3);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        let reason: String = "é".repeat(MAX_TEXT_LEN);
+        fx.grid.fail(a, u.unit_id, &reason, T0 + 1).unwrap();
+        let job = fx.job(u.job_id);
+        assert_eq!(job.state, JobState::Queued);
+        let kept = job.reasons.last().unwrap();
+        assert!(kept.len() <= MAX_TEXT_LEN && kept.starts_with("host "));
+        assert_eq!(fx.grid.store.jobs().unwrap()[0].reasons, job.reasons);
     }
 }

@@ -81,9 +81,47 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
 }
 
+/// Cut `s` to at most `max_bytes` bytes, on a character boundary (a
+/// `String::truncate` inside a multi-byte character panics).
+pub fn truncate_on_char(s: &mut String, max_bytes: usize) {
+    if s.len() <= max_bytes {
+        return;
+    }
+    let mut end = max_bytes;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn truncation_never_splits_a_character() {
+        for text in [
+            "",
+            "abc",
+            "é",
+            "日本語のテキスト",
+            "a😀b😀c",
+            "ß".repeat(600).as_str(),
+        ] {
+            for max in 0..text.len() + 2 {
+                let mut s = text.to_string();
+                truncate_on_char(&mut s, max);
+                assert!(
+                    s.len() <= max.max(0) && text.starts_with(&s),
+                    "{text:?} at {max}"
+                );
+                assert!(
+                    s.len() + 4 > max.min(text.len()),
+                    "cut too much: {text:?} at {max}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn durations() {
