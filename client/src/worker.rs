@@ -26,7 +26,7 @@ use url::Url;
 
 use beebot_shared::limits::{MAX_RETRY_AFTER_SECS, MAX_SLOTS};
 use beebot_shared::linkfile::{self, LinkFileHeader, StopReason, LINK_FILE_VERSION};
-use beebot_shared::proto::{Request, Response};
+use beebot_shared::proto::{ErrorCode, Request, Response};
 use beebot_shared::scanstate::{state_sha256, ScanState, ScanStateError};
 use beebot_shared::sign::{self, ResumeFrom, WorkUnit};
 
@@ -270,6 +270,79 @@ pub fn check_state(
     }
     state.pages_done = resume.pages_done;
     Ok(state)
+}
+
+/// What to do with the server's answer to a continuation unit's `FetchState`.
+#[derive(Debug)]
+pub enum StateAnswer {
+    /// The state, checked: the unit's first checkpoint.
+    Use(ScanState),
+    /// The server ended the unit (`Abort`, `Rejected`): forget it.
+    Drop(String),
+    /// No usable state (refused by the server, or by the signed digest):
+    /// give the unit back (`Fail`) and forget it.
+    GiveBack(String),
+    /// The network failed: back off and ask again.
+    Retry(NetError),
+    /// This host may not talk to the server any more.
+    Fatal(NetError),
+}
+
+/// Decide what a `FetchState` answer means for the unit. Only a network
+/// failure keeps the unit waiting for its state: a unit whose state the
+/// server will not give (its job is over, the state is gone or does not
+/// match) is forgotten, so it never holds the client.
+pub fn state_answer(
+    unit: &WorkUnit,
+    resume: &ResumeFrom,
+    answer: Result<Response, NetError>,
+) -> StateAnswer {
+    match answer {
+        Ok(Response::State { bytes }) => match check_state(unit, resume, &bytes) {
+            Ok(state) => StateAnswer::Use(state),
+            Err(e) => {
+                StateAnswer::GiveBack(format!("refused the state of the continuation unit: {e}"))
+            }
+        },
+        Ok(Response::Abort { reason }) | Ok(Response::Rejected { reason }) => {
+            StateAnswer::Drop(reason)
+        }
+        Ok(other) => StateAnswer::GiveBack(format!(
+            "the server gave no state for the continuation unit: {other:?}"
+        )),
+        Err(e) if e.is_permanent() => StateAnswer::Fatal(e),
+        Err(NetError::Refused { code, message })
+            if matches!(code, ErrorCode::BadRequest | ErrorCode::Internal) =>
+        {
+            StateAnswer::GiveBack(format!(
+                "the server refused the continuation unit's state ({code:?}): {message}"
+            ))
+        }
+        Err(e) => StateAnswer::Retry(e),
+    }
+}
+
+/// Where a unit's scan starts.
+#[derive(Debug)]
+pub enum StartFrom {
+    /// A fresh scan, from the seed.
+    Seed,
+    /// The unit's checkpoint (its own earlier run, or a continuation's state).
+    Checkpoint(Box<Checkpoint>),
+    /// A continuation unit without a usable state: fetch it (`FetchState`).
+    FetchState,
+}
+
+/// Where a unit starts, given what reading its checkpoint gave. A damaged
+/// checkpoint starts a unit over from the seed; a continuation unit never
+/// starts from the seed (that would scan its job's earlier segments again):
+/// without its checkpoint it fetches its state again.
+pub fn start_from(continuation: bool, read: Result<Option<Checkpoint>>) -> StartFrom {
+    match read {
+        Ok(Some(c)) => StartFrom::Checkpoint(Box::new(c)),
+        _ if continuation => StartFrom::FetchState,
+        _ => StartFrom::Seed,
+    }
 }
 
 /// Build the crawl of a unit: from `resume` (a checkpoint or the state of a
@@ -840,16 +913,18 @@ impl Worker {
             // The unit's checkpoint: its own earlier run, or the state of a
             // continuation unit. A damaged one starts the scan over (a
             // continuation unit fetches its state again).
-            let checkpoint = match self.home.checkpoint(unit_id) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(unit_id, "checkpoint unreadable, not used: {e:#}");
-                    self.home.remove_checkpoint(unit_id);
-                    if h.unit.unit.resume.is_some() {
-                        h.needs_state = true;
-                        continue;
-                    }
-                    None
+            let read = self.home.checkpoint(unit_id);
+            if let Err(e) = &read {
+                tracing::warn!(unit_id, "checkpoint unreadable, not used: {e:#}");
+                self.home.remove_checkpoint(unit_id);
+            }
+            let checkpoint = match start_from(h.unit.unit.resume.is_some(), read) {
+                StartFrom::Seed => None,
+                StartFrom::Checkpoint(c) => Some(*c),
+                StartFrom::FetchState => {
+                    tracing::warn!(unit_id, "continuation unit without its state: fetching it");
+                    h.needs_state = true;
+                    continue;
                 }
             };
             let unit = h.unit.unit.clone();
@@ -936,37 +1011,39 @@ impl Worker {
                 }
                 continue;
             }
-            let refused = match self.request(&Request::FetchState { unit_id }).await {
-                Ok(Response::State { bytes }) => match check_state(&unit, &resume, &bytes) {
-                    Ok(state) => {
-                        let c = Checkpoint {
-                            state,
-                            records: Vec::new(),
-                            summary: Default::default(),
-                        };
-                        self.home.save_checkpoint(unit_id, &c)?;
-                        if let Some(h) = self.held.get_mut(&unit_id) {
-                            h.needs_state = false;
-                        }
-                        tracing::info!(
-                            unit_id,
-                            pages_done = resume.pages_done,
-                            "continuation state fetched"
-                        );
-                        continue;
+            let answer = self.request(&Request::FetchState { unit_id }).await;
+            let refused = match state_answer(&unit, &resume, answer) {
+                StateAnswer::Use(state) => {
+                    let c = Checkpoint {
+                        state,
+                        records: Vec::new(),
+                        summary: Default::default(),
+                    };
+                    self.home.save_checkpoint(unit_id, &c)?;
+                    if let Some(h) = self.held.get_mut(&unit_id) {
+                        h.needs_state = false;
                     }
-                    Err(e) => format!("refused the state of the continuation unit: {e}"),
-                },
-                Ok(other) => {
-                    format!("the server gave no state for the continuation unit: {other:?}")
+                    tracing::info!(
+                        unit_id,
+                        pages_done = resume.pages_done,
+                        "continuation state fetched"
+                    );
+                    continue;
                 }
-                Err(e) if e.is_permanent() => {
-                    return Err(e).context("the server refused this host")
+                StateAnswer::Drop(reason) => {
+                    // The job is over (or the unit no longer this host's):
+                    // nothing to give back, nothing to scan.
+                    tracing::info!(unit_id, "continuation unit dropped: {reason}");
+                    self.held.remove(&unit_id);
+                    self.home.remove_unit(unit_id);
+                    continue;
                 }
-                Err(e) => {
+                StateAnswer::GiveBack(reason) => reason,
+                StateAnswer::Retry(e) => {
                     self.net_failed(&e);
                     return Ok(false);
                 }
+                StateAnswer::Fatal(e) => return Err(e).context("the server refused this host"),
             };
             tracing::error!(unit_id, "{refused}");
             self.last_error = Some(format!("unit {unit_id}: {refused}"));
@@ -1489,6 +1566,103 @@ mod tests {
         assert!(matches!(
             check_state(&other, &resume, &bytes),
             Err(StateRefused::Site { .. })
+        ));
+    }
+
+    #[test]
+    fn a_refused_state_never_holds_the_client() {
+        let state = ScanState {
+            site: "a.test".into(),
+            pages_done: 3,
+            ..ScanState::default()
+        };
+        let bytes = state.encode().expect("encode");
+        let resume = ResumeFrom {
+            state_sha256: state_sha256(&bytes),
+            state_bytes: bytes.len() as u64,
+            pages_done: 3,
+        };
+        let u = unit();
+        let ok = state_answer(&u, &resume, Ok(Response::State { bytes }));
+        assert!(matches!(ok, StateAnswer::Use(s) if s.pages_done == 3));
+        // The job is over: the unit is dropped, not retried.
+        for r in [
+            Response::Abort {
+                reason: "job done".into(),
+            },
+            Response::Rejected {
+                reason: "no such unit".into(),
+            },
+        ] {
+            assert!(matches!(
+                state_answer(&u, &resume, Ok(r)),
+                StateAnswer::Drop(_)
+            ));
+        }
+        // Refusals of the request (the server before `Abort`, a state gone,
+        // a failing store) and a state that does not match: given back.
+        for code in [ErrorCode::BadRequest, ErrorCode::Internal] {
+            let e = NetError::Refused {
+                code,
+                message: "no state".into(),
+            };
+            assert!(matches!(
+                state_answer(&u, &resume, Err(e)),
+                StateAnswer::GiveBack(_)
+            ));
+        }
+        let wrong = Response::State {
+            bytes: vec![1, 2, 3],
+        };
+        assert!(matches!(
+            state_answer(&u, &resume, Ok(wrong)),
+            StateAnswer::GiveBack(_)
+        ));
+        assert!(matches!(
+            state_answer(&u, &resume, Ok(Response::Ack)),
+            StateAnswer::GiveBack(_)
+        ));
+        // Only the network backs off; a revoked host stops.
+        for e in [NetError::Timeout, NetError::Lost("reset".into())] {
+            assert!(matches!(
+                state_answer(&u, &resume, Err(e)),
+                StateAnswer::Retry(_)
+            ));
+        }
+        let revoked = NetError::Refused {
+            code: ErrorCode::Revoked,
+            message: String::new(),
+        };
+        assert!(matches!(
+            state_answer(&u, &resume, Err(revoked)),
+            StateAnswer::Fatal(_)
+        ));
+    }
+
+    #[test]
+    fn a_continuation_unit_without_its_checkpoint_fetches_its_state() {
+        let c = Checkpoint {
+            state: ScanState::default(),
+            records: Vec::new(),
+            summary: Default::default(),
+        };
+        assert!(matches!(start_from(false, Ok(None)), StartFrom::Seed));
+        assert!(matches!(start_from(true, Ok(None)), StartFrom::FetchState));
+        assert!(matches!(
+            start_from(true, Err(anyhow::anyhow!("damaged"))),
+            StartFrom::FetchState
+        ));
+        assert!(matches!(
+            start_from(false, Err(anyhow::anyhow!("damaged"))),
+            StartFrom::Seed
+        ));
+        assert!(matches!(
+            start_from(true, Ok(Some(c.clone()))),
+            StartFrom::Checkpoint(_)
+        ));
+        assert!(matches!(
+            start_from(false, Ok(Some(c))),
+            StartFrom::Checkpoint(_)
         ));
     }
 
