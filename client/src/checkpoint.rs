@@ -82,11 +82,16 @@ impl Checkpoint {
             pages: self.summary.pages,
             records: self.records.len() as u64,
         };
+        // Fitted to its limits: a checkpoint is never lost for its size.
+        let mut state = self.state.clone();
+        let (state, cut) = crate::crawler::encode_state(&mut state)?;
+        let mut summary = self.summary.clone();
+        summary.frontier_dropped += cut;
         let file = CheckpointFile {
             unit_id,
-            state: self.state.encode()?,
+            state,
             link_file: linkfile::encode(&header, &self.records)?,
-            summary: self.summary.clone(),
+            summary,
         };
         Ok(codec::encode(&file, MAX_CHECKPOINT_BYTES)?)
     }

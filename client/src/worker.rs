@@ -101,6 +101,12 @@ const AVERAGE_WEIGHT: f64 = 0.3;
 /// checkpointed from its last snapshot instead. Well inside the 5 s a stop
 /// may take (systemd's stop timeout is far longer).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+/// Back-off after a scan stopped because its site stopped answering
+/// ([`StopReason::Offline`]): no scan starts (or resumes) for a random wait
+/// up to this base doubled per offline stop in a row, at most
+/// [`OFFLINE_BACKOFF_CAP`]. A scan that ends reachable resets it.
+pub const OFFLINE_BACKOFF_BASE: Duration = Duration::from_secs(5);
+pub const OFFLINE_BACKOFF_CAP: Duration = Duration::from_secs(600);
 
 /// Units to hold per slot: the one scanning plus enough to cover a round
 /// trip to the server, `ceil(round_trip / job_time) + 1`, at least two.
@@ -220,6 +226,9 @@ enum ScanEnd {
     /// Cancelled (the client stops, or the server aborted): its checkpoint
     /// is in the spool.
     Checkpointed,
+    /// The site stopped answering (this host is offline, or the site):
+    /// its checkpoint is in the spool; it resumes after a back-off.
+    Offline,
     /// The scan could not produce a result.
     Failed(String),
 }
@@ -432,9 +441,12 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
     let stopped_by = out.summary.stopped_by;
     let state = out.state;
     let mut whole = slot.close(out.records, &out.summary);
-    if stopped_by == Some(StopReason::Cancelled) {
+    if let Some(stop @ (StopReason::Cancelled | StopReason::Offline)) = stopped_by {
+        // Kept, to go on from its checkpoint: after the client restarts,
+        // or once the site answers again.
         whole.state = state.unwrap_or_default();
         return match hooks.home.save_checkpoint(unit.unit_id, &whole) {
+            Ok(()) if stop == StopReason::Offline => ScanEnd::Offline,
             Ok(()) => ScanEnd::Checkpointed,
             Err(e) => ScanEnd::Failed(format!("cannot write the checkpoint: {e:#}")),
         };
@@ -451,8 +463,12 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
         Ok(b) => b,
         Err(e) => return ScanEnd::Failed(e.to_string()),
     };
-    let state = match state.map(|s| s.encode()).transpose() {
-        Ok(s) => s,
+    let state = match state.map(|mut s| crawler::encode_state(&mut s)).transpose() {
+        Ok(Some((bytes, cut))) => {
+            whole.summary.frontier_dropped += cut;
+            Some(bytes)
+        }
+        Ok(None) => None,
         Err(e) => return ScanEnd::Failed(format!("cannot encode the scan state: {e}")),
     };
     ScanEnd::Finished(Box::new(SpooledResult {
@@ -493,6 +509,10 @@ struct Worker {
     bench: crate::benchmark::Background,
     /// The client is stopping: cancelled scans stay in the spool, checkpointed.
     stopping: bool,
+    /// Scans stopped offline in a row (the offline back-off's exponent).
+    offline_stops: u32,
+    /// No scan starts before this (a scan found its site offline).
+    scans_resume_at: Option<Instant>,
 }
 
 impl Worker {
@@ -511,6 +531,12 @@ impl Worker {
             Some(Hold::Paused(u)) => ("paused", u),
             Some(Hold::OutsideWindow(u)) => ("outside-window", u),
             Some(Hold::OnBattery) => ("on-battery", None),
+            _ if self.scans_resume_at.is_some_and(|t| Instant::now() < t) => {
+                let wait = self
+                    .scans_resume_at
+                    .map_or(Duration::ZERO, |t| t - Instant::now());
+                ("offline", Some(now + wait))
+            }
             _ if Instant::now() < self.next_contact => {
                 let wait = self.next_contact - Instant::now();
                 ("backing-off", Some(now + wait))
@@ -897,6 +923,9 @@ impl Worker {
         if !self.gate_open() {
             return;
         }
+        if self.scans_resume_at.is_some_and(|t| Instant::now() < t) {
+            return; // offline: the back-off first
+        }
         let slots = self.opts.slots.clamp(1, MAX_SLOTS) as usize;
         let mut running = self.crawling();
         let waiting = self.units_where(|s| matches!(s, HeldState::Waiting));
@@ -1086,6 +1115,28 @@ impl Worker {
                 // from the checkpoint next time.
                 h.state = HeldState::Waiting;
             }
+            ScanEnd::Offline => {
+                // Nothing lost: the unit waits with its checkpoint, and no
+                // scan starts until the back-off has passed.
+                h.state = HeldState::Waiting;
+                self.offline_stops = self.offline_stops.saturating_add(1);
+                let wait = backoff_delay(
+                    self.offline_stops,
+                    OFFLINE_BACKOFF_BASE,
+                    OFFLINE_BACKOFF_CAP,
+                    rand::random::<f64>(),
+                );
+                tracing::warn!(
+                    unit_id = done.unit_id,
+                    "the site stopped answering (offline?); scans resume in {:.1}s",
+                    wait.as_secs_f64()
+                );
+                self.last_error = Some(format!(
+                    "unit {}: the site stopped answering (offline?)",
+                    done.unit_id
+                ));
+                self.scans_resume_at = Some(Instant::now() + wait);
+            }
             ScanEnd::Finished(result) if self.stopping => {
                 // Finished as the client stops: uploaded next time.
                 self.home.save_result(done.unit_id, &result)?;
@@ -1096,6 +1147,7 @@ impl Worker {
             ScanEnd::Finished(result) => {
                 let summary = &result.summary;
                 self.stats.scans_finished += 1;
+                self.offline_stops = 0;
                 let took = summary.elapsed_ms as f64 / 1000.0;
                 self.job_s = Some(match self.job_s {
                     None => took,
@@ -1256,6 +1308,8 @@ pub async fn run(
         round_trip_s: 0.0,
         bench: Default::default(),
         stopping: false,
+        offline_stops: 0,
+        scans_resume_at: None,
     };
     // The control socket, for `beebot pause` / `beebot resume`.
     let control_task = w.opts.gate.clone().map(|gate| {
