@@ -1008,3 +1008,85 @@ fn is_unanswered(e: &FetchError) -> bool {
 fn origin(url: &Url) -> String {
     url.origin().ascii_serialization()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use beebot_shared::scanstate::QueuedUrl;
+
+    fn url(s: &str) -> Url {
+        Url::parse(s).expect("test URL")
+    }
+
+    #[test]
+    fn an_oversized_state_is_cut_to_fit_and_always_encodes() {
+        // A queue whose URLs pass the raw bytes a state may hold, and a
+        // seen set past its count limit.
+        let long = "x".repeat(1900);
+        let queue: Vec<QueuedUrl> = (0..40_000)
+            .map(|i| QueuedUrl {
+                url: format!("http://a.test/{i}/{long}"),
+                depth: 3,
+            })
+            .collect();
+        let fetched: HashSet<u64> = (0..1000u64).collect();
+        let mut state = ScanState {
+            site: "a.test".into(),
+            pages_done: 1000,
+            queue: queue.clone(),
+            seen: (0..MAX_SEEN_DIGESTS as u64 + 10).collect(),
+            robots: Vec::new(),
+        };
+        assert!(state.encode().is_err(), "over its limits as it is");
+        let cut = fit_state(&mut state, Some(&fetched));
+        assert!(cut > 0 && cut < 40_000, "{cut}");
+        assert_eq!(state.queue.len() as u64 + cut, 40_000);
+        // The head of the queue is kept, the tail cut.
+        assert_eq!(state.queue[..], queue[..state.queue.len()]);
+        // Only the URLs requested are kept in the seen set.
+        assert_eq!(state.seen.len(), 1000);
+        let bytes = state.encode().expect("fits");
+        let back = ScanState::decode(&bytes).expect("decodes");
+        assert_eq!(back.queue.len(), state.queue.len());
+        // Without a set to keep, encoding still always succeeds.
+        let mut state = ScanState {
+            site: "a.test".into(),
+            pages_done: 1000,
+            queue,
+            seen: (0..MAX_SEEN_DIGESTS as u64 + 10).collect(),
+            robots: Vec::new(),
+        };
+        let (bytes, cut) = encode_state(&mut state).expect("always encodes");
+        assert!(cut > 0);
+        assert_eq!(state.seen.len(), MAX_SEEN_DIGESTS);
+        assert!(ScanState::decode(&bytes).is_ok());
+    }
+
+    #[test]
+    fn a_page_reached_by_a_redirect_is_not_queued_in_the_state() {
+        let spec = CrawlSpec::new("a.test", Scope::Host);
+        let cfg = CrawlerConfig::default();
+        let cancel = AtomicBool::new(false);
+        let mut c = Crawler::new(&spec, &cfg, &cancel);
+        for u in ["http://a.test/", "http://a.test/b", "http://a.test/c"] {
+            c.frontier.push(url(u), 1);
+        }
+        c.frontier.pop();
+        c.fetched.insert(url_digest("http://a.test/"));
+        // /b was requested as the target of a redirect while still queued.
+        c.fetched.insert(url_digest("http://a.test/b"));
+        let (state, cut) = c.state();
+        assert_eq!(cut, 0);
+        let queued: Vec<&str> = state.queue.iter().map(|q| q.url.as_str()).collect();
+        assert_eq!(queued, vec!["http://a.test/c"]);
+        // The resumed crawl knows /b was requested: it never requests it again.
+        let resumed = CrawlSpec {
+            resume: Some(state),
+            ..spec.clone()
+        };
+        let r = Crawler::new(&resumed, &cfg, &cancel);
+        assert!(r.fetched.contains(&url_digest("http://a.test/b")));
+        assert!(!r.fetched.contains(&url_digest("http://a.test/c")));
+        assert_eq!(r.frontier.len(), 1);
+    }
+}
