@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use beebot_shared::codec;
 use beebot_shared::export::target_host;
 use beebot_shared::limits::{MAX_LINK_FILE_BYTES, MAX_LINK_RECORDS, MAX_SCAN_STATE_BYTES};
-use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary, LINK_FILE_VERSION};
+use beebot_shared::linkfile::{
+    self, LinkFileHeader, LinkRecord, ScanSummary, StopReason, LINK_FILE_VERSION,
+};
 use beebot_shared::scanstate::ScanState;
 
 use crate::crawler::Snapshot;
@@ -290,6 +292,11 @@ impl CheckpointSlot {
         join_records(&mut all, records, &mut dropped);
         let mut summary = add_summaries(&s.earlier, summary, &all);
         summary.records_dropped += dropped;
+        if summary.stopped_by.is_none() && summary.frontier_dropped > 0 {
+            // An earlier part's frontier dropped URLs: the whole unit's scan
+            // did not reach every page, though this part's queue ran out.
+            summary.stopped_by = Some(StopReason::FrontierFull);
+        }
         Checkpoint {
             state: ScanState::default(),
             records: all,
@@ -302,7 +309,6 @@ impl CheckpointSlot {
 mod tests {
     use super::*;
     use beebot_shared::extract::LinkTag;
-    use beebot_shared::linkfile::StopReason;
     use beebot_shared::scanstate::{url_digest, QueuedUrl, RobotsAnswer};
 
     fn rec(source: &str, target: &str) -> LinkRecord {
@@ -442,5 +448,40 @@ mod tests {
             summary: ScanSummary::default(),
         });
         assert!(!slot.write_latest(&write).expect("closed"));
+    }
+
+    #[test]
+    fn urls_an_earlier_part_dropped_make_the_unit_end_frontier_full() {
+        // The first part's frontier was full (its state could not keep
+        // every URL); the resumed part's queue runs out: the unit did not
+        // reach its natural end.
+        let mut earlier = checkpoint();
+        earlier.summary.frontier_dropped = 7;
+        let slot = CheckpointSlot::new(Some(&earlier));
+        let end = slot.close(
+            Vec::new(),
+            &ScanSummary {
+                pages: 2,
+                stopped_by: None,
+                ..ScanSummary::default()
+            },
+        );
+        assert_eq!(end.summary.frontier_dropped, 7);
+        assert_eq!(end.summary.stopped_by, Some(StopReason::FrontierFull));
+        // A later part's own stop stands; nothing dropped, a natural end.
+        let slot = CheckpointSlot::new(Some(&earlier));
+        let end = slot.close(
+            Vec::new(),
+            &ScanSummary {
+                stopped_by: Some(StopReason::MaxPages),
+                frontier_dropped: 1,
+                ..ScanSummary::default()
+            },
+        );
+        assert_eq!(end.summary.frontier_dropped, 8);
+        assert_eq!(end.summary.stopped_by, Some(StopReason::MaxPages));
+        let slot = CheckpointSlot::new(Some(&checkpoint()));
+        let end = slot.close(Vec::new(), &ScanSummary::default());
+        assert_eq!(end.summary.stopped_by, None);
     }
 }

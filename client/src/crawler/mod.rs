@@ -46,12 +46,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use beebot_shared::extract::{extract_page_links, LinkTag};
+use beebot_shared::limits::MAX_SCAN_STATE_DECOMPRESSED_BYTES;
 use beebot_shared::limits::{
     MAX_DELAY_MS, MAX_LINKS_PER_PAGE, MAX_LINK_RECORDS, MAX_PAGES_PER_SITE, MAX_STATE_ROBOTS,
     MAX_STATE_ROBOTS_BYTES, MAX_URL_LEN,
 };
 use beebot_shared::linkfile::{LinkRecord, ScanSummary, StopReason};
-use beebot_shared::limits::MAX_SCAN_STATE_DECOMPRESSED_BYTES;
 use beebot_shared::scanstate::{
     url_digest, RobotsAnswer, ScanState, ScanStateError, MAX_SEEN_DIGESTS, MAX_STATE_ROBOTS_BODY,
 };
