@@ -1320,7 +1320,9 @@ pub async fn run(
             }
         })
     });
-    // Resume from the spool: units verified again, finished results queued for upload.
+    // Resume from the spool: units verified again, finished results queued
+    // for upload; what a kill left half-written or orphaned swept first.
+    w.home.sweep_spool();
     let (units, refused) = w.home.spooled_units(&w.project_key)?;
     for r in refused {
         tracing::error!("refused a spooled unit: {r}");
