@@ -354,6 +354,16 @@ pub fn start_from(continuation: bool, read: Result<Option<Checkpoint>>) -> Start
     }
 }
 
+/// The order in which waiting units start: those whose deadline has not
+/// passed first, then the expired ones (the server may well have issued
+/// their job to another host, and aborts this copy at its first progress if
+/// so), each group by unit id. `waiting` holds `(unit_id, deadline_ms)`, on
+/// the server's clock like `server_now_ms`.
+pub fn start_order(mut waiting: Vec<(u64, u64)>, server_now_ms: u64) -> Vec<u64> {
+    waiting.sort_by_key(|&(id, deadline_ms)| (deadline_ms <= server_now_ms, id));
+    waiting.into_iter().map(|(id, _)| id).collect()
+}
+
 /// Build the crawl of a unit: from `resume` (a checkpoint or the state of a
 /// continuation unit) when given, with the round's time budget less the
 /// `spent` time of the unit's earlier parts. No deadline: deadlines never
@@ -928,8 +938,14 @@ impl Worker {
         }
         let slots = self.opts.slots.clamp(1, MAX_SLOTS) as usize;
         let mut running = self.crawling();
-        let waiting = self.units_where(|s| matches!(s, HeldState::Waiting));
-        for unit_id in waiting {
+        let waiting: Vec<(u64, u64)> = self
+            .held
+            .iter()
+            .filter(|(_, h)| matches!(h.state, HeldState::Waiting))
+            .map(|(id, h)| (*id, h.deadline_ms))
+            .collect();
+        let server_now_ms = (now_ms() as i64 + self.clock_offset_ms).max(0) as u64;
+        for unit_id in start_order(waiting, server_now_ms) {
             if running >= slots {
                 break;
             }
@@ -1720,6 +1736,15 @@ mod tests {
             start_from(false, Ok(Some(c))),
             StartFrom::Checkpoint(_)
         ));
+    }
+
+    #[test]
+    fn units_past_their_deadline_start_last() {
+        let now = 1_700_000_000_000;
+        let waiting = vec![(1, now - 1), (2, now + 60_000), (3, now), (4, now + 1)];
+        assert_eq!(start_order(waiting, now), vec![2, 4, 1, 3]);
+        // Nothing else waits: an expired unit still starts.
+        assert_eq!(start_order(vec![(5, now - 10)], now), vec![5]);
     }
 
     #[test]
