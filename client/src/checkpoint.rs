@@ -223,6 +223,11 @@ impl CheckpointSlot {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether the scan closed the slot (it is writing, or wrote, its end).
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// Whether a snapshot is due at this page boundary.
     pub fn snapshot_due(&self) -> bool {
         self.lock()

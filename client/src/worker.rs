@@ -101,6 +101,10 @@ const AVERAGE_WEIGHT: f64 = 0.3;
 /// checkpointed from its last snapshot instead. Well inside the 5 s a stop
 /// may take (systemd's stop timeout is far longer).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+/// Longest a stopping client then spends writing checkpoints (in parallel)
+/// and waiting for scans writing their own end: with the grace and the
+/// runtime's exit wait, a stop stays under 5 s.
+pub const SHUTDOWN_WRITES: Duration = Duration::from_millis(1500);
 /// Back-off after a scan stopped because its site stopped answering
 /// ([`StopReason::Offline`]): no scan starts (or resumes) for a random wait
 /// up to this base doubled per offline stop in a row, at most
@@ -1216,16 +1220,55 @@ impl Worker {
                 _ => break,
             }
         }
+        // Scans still in a request: their newest snapshots, written at once
+        // on blocking threads (each encodes and fsyncs its own file), while
+        // scans that reached their end finish writing theirs; all of it
+        // within SHUTDOWN_WRITES.
+        let until = tokio::time::Instant::now() + SHUTDOWN_WRITES;
+        let mut writers = tokio::task::JoinSet::new();
         for (unit_id, h) in &self.held {
             if let HeldState::Crawling { slot, .. } = &h.state {
-                let write = |c: &Checkpoint| self.home.save_checkpoint(*unit_id, c);
-                match slot.write_latest(&write) {
-                    Ok(true) => tracing::info!(
+                let (unit_id, slot, home) = (*unit_id, slot.clone(), self.home.clone());
+                writers.spawn_blocking(move || {
+                    let write = |c: &Checkpoint| home.save_checkpoint(unit_id, c);
+                    (unit_id, slot.write_latest(&write))
+                });
+            }
+        }
+        loop {
+            // A scan whose slot is closed is writing its own end.
+            let closing = self
+                .held
+                .values()
+                .any(|h| matches!(&h.state, HeldState::Crawling { slot, .. } if slot.is_closed()));
+            if writers.is_empty() && !closing {
+                break;
+            }
+            tokio::select! {
+                Some(joined) = writers.join_next(), if !writers.is_empty() => match joined {
+                    Ok((unit_id, Ok(true))) => tracing::info!(
                         unit_id,
                         "checkpointed at its last snapshot (a request was in flight)"
                     ),
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(unit_id, "cannot write a checkpoint: {e:#}"),
+                    Ok((_, Ok(false))) => {}
+                    Ok((unit_id, Err(e))) => {
+                        tracing::warn!(unit_id, "cannot write a checkpoint: {e:#}")
+                    }
+                    Err(e) => tracing::warn!("a checkpoint writer failed: {e}"),
+                },
+                done = done_rx.recv(), if closing => {
+                    let Some(done) = done else { break };
+                    let unit_id = done.unit_id;
+                    if let Err(e) = self.scan_done(done).await {
+                        tracing::warn!(unit_id, "cannot keep the scan's end: {e:#}");
+                        if let Some(h) = self.held.get_mut(&unit_id) {
+                            h.state = HeldState::Waiting;
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(until) => {
+                    tracing::warn!("checkpoints not all written within {SHUTDOWN_WRITES:?}");
+                    break;
                 }
             }
         }
