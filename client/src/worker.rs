@@ -104,7 +104,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 /// Longest a stopping client then spends writing checkpoints (in parallel)
 /// and waiting for scans writing their own end: with the grace and the
 /// runtime's exit wait, a stop stays under 5 s.
-pub const SHUTDOWN_WRITES: Duration = Duration::from_millis(1500);
+pub const SHUTDOWN_WRITES: Duration = Duration::from_millis(1250);
 /// Back-off after a scan stopped because its site stopped answering
 /// ([`StopReason::Offline`]): no scan starts (or resumes) for a random wait
 /// up to this base doubled per offline stop in a row, at most
