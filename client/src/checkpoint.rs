@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use beebot_shared::codec;
 use beebot_shared::export::target_host;
 use beebot_shared::limits::{MAX_LINK_FILE_BYTES, MAX_LINK_RECORDS, MAX_SCAN_STATE_BYTES};
-use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary, LINK_FILE_VERSION};
+use beebot_shared::linkfile::{
+    self, LinkFileHeader, LinkRecord, ScanSummary, StopReason, LINK_FILE_VERSION,
+};
 use beebot_shared::scanstate::ScanState;
 
 use crate::crawler::Snapshot;
@@ -82,11 +84,16 @@ impl Checkpoint {
             pages: self.summary.pages,
             records: self.records.len() as u64,
         };
+        // Fitted to its limits: a checkpoint is never lost for its size.
+        let mut state = self.state.clone();
+        let (state, cut) = crate::crawler::encode_state(&mut state)?;
+        let mut summary = self.summary.clone();
+        summary.frontier_dropped += cut;
         let file = CheckpointFile {
             unit_id,
-            state: self.state.encode()?,
+            state,
             link_file: linkfile::encode(&header, &self.records)?,
-            summary: self.summary.clone(),
+            summary,
         };
         Ok(codec::encode(&file, MAX_CHECKPOINT_BYTES)?)
     }
@@ -216,6 +223,11 @@ impl CheckpointSlot {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether the scan closed the slot (it is writing, or wrote, its end).
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// Whether a snapshot is due at this page boundary.
     pub fn snapshot_due(&self) -> bool {
         self.lock()
@@ -285,6 +297,11 @@ impl CheckpointSlot {
         join_records(&mut all, records, &mut dropped);
         let mut summary = add_summaries(&s.earlier, summary, &all);
         summary.records_dropped += dropped;
+        if summary.stopped_by.is_none() && summary.frontier_dropped > 0 {
+            // An earlier part's frontier dropped URLs: the whole unit's scan
+            // did not reach every page, though this part's queue ran out.
+            summary.stopped_by = Some(StopReason::FrontierFull);
+        }
         Checkpoint {
             state: ScanState::default(),
             records: all,
@@ -297,7 +314,6 @@ impl CheckpointSlot {
 mod tests {
     use super::*;
     use beebot_shared::extract::LinkTag;
-    use beebot_shared::linkfile::StopReason;
     use beebot_shared::scanstate::{url_digest, QueuedUrl, RobotsAnswer};
 
     fn rec(source: &str, target: &str) -> LinkRecord {
@@ -437,5 +453,40 @@ mod tests {
             summary: ScanSummary::default(),
         });
         assert!(!slot.write_latest(&write).expect("closed"));
+    }
+
+    #[test]
+    fn urls_an_earlier_part_dropped_make_the_unit_end_frontier_full() {
+        // The first part's frontier was full (its state could not keep
+        // every URL); the resumed part's queue runs out: the unit did not
+        // reach its natural end.
+        let mut earlier = checkpoint();
+        earlier.summary.frontier_dropped = 7;
+        let slot = CheckpointSlot::new(Some(&earlier));
+        let end = slot.close(
+            Vec::new(),
+            &ScanSummary {
+                pages: 2,
+                stopped_by: None,
+                ..ScanSummary::default()
+            },
+        );
+        assert_eq!(end.summary.frontier_dropped, 7);
+        assert_eq!(end.summary.stopped_by, Some(StopReason::FrontierFull));
+        // A later part's own stop stands; nothing dropped, a natural end.
+        let slot = CheckpointSlot::new(Some(&earlier));
+        let end = slot.close(
+            Vec::new(),
+            &ScanSummary {
+                stopped_by: Some(StopReason::MaxPages),
+                frontier_dropped: 1,
+                ..ScanSummary::default()
+            },
+        );
+        assert_eq!(end.summary.frontier_dropped, 8);
+        assert_eq!(end.summary.stopped_by, Some(StopReason::MaxPages));
+        let slot = CheckpointSlot::new(Some(&checkpoint()));
+        let end = slot.close(Vec::new(), &ScanSummary::default());
+        assert_eq!(end.summary.stopped_by, None);
     }
 }

@@ -391,6 +391,57 @@ impl Home {
         }))
     }
 
+    /// Remove what a kill or a power cut can leave behind: temporary files
+    /// (`*.tmp`, never complete) anywhere in the spool, and checkpoints,
+    /// results and deadlines whose unit is gone (a death inside
+    /// [`Home::remove_unit`]). Call at startup, before any scan runs.
+    /// Returns the files removed.
+    pub fn sweep_spool(&self) -> usize {
+        let spool = self.data.join("spool");
+        let listing = |dir: &Path| -> Vec<PathBuf> {
+            fs::read_dir(dir)
+                .map(|es| {
+                    es.flatten()
+                        .take(MAX_SPOOLED_UNITS * 8)
+                        .map(|e| e.path())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let id_of = |p: &Path| -> Option<u64> { p.file_stem()?.to_str()?.parse().ok() };
+        let ext_of = |p: &Path| p.extension().and_then(|e| e.to_str()).map(str::to_string);
+        let units: std::collections::HashSet<u64> = listing(&self.units_dir())
+            .iter()
+            .filter(|p| ext_of(p).as_deref() == Some("unit"))
+            .filter_map(|p| id_of(p))
+            .collect();
+        let mut removed = 0;
+        for dir in [
+            spool,
+            self.units_dir(),
+            self.results_dir(),
+            self.scans_dir(),
+        ] {
+            for path in listing(&dir) {
+                if !path.is_file() {
+                    continue;
+                }
+                let orphan = match ext_of(&path).as_deref() {
+                    Some("tmp") => true,
+                    Some("ckpt" | "lf" | "summary" | "state" | "deadline") => {
+                        id_of(&path).is_some_and(|id| !units.contains(&id))
+                    }
+                    _ => false,
+                };
+                if orphan && fs::remove_file(&path).is_ok() {
+                    tracing::info!(file = %path.display(), "removed a leftover spool file");
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+
     /// Bytes the spool's units and results take (bounded listing).
     pub fn spool_bytes(&self) -> u64 {
         let mut total = 0u64;
@@ -594,6 +645,54 @@ mod tests {
         assert!(!h.has_checkpoint(9));
         assert_eq!(h.deadline(9), None);
         assert!(h.result(9).expect("read").is_none());
+    }
+
+    #[test]
+    fn leftovers_of_a_kill_are_swept_at_startup() {
+        let (_d, h) = home();
+        let key = sign::generate_key();
+        let signed = sign::sign_unit(&key, &unit(4)).expect("sign");
+        h.spool_unit(&SpooledUnit {
+            signed,
+            unit: unit(4),
+        })
+        .expect("spool");
+        fs::create_dir_all(h.scans_dir()).expect("mkdir");
+        fs::create_dir_all(h.results_dir()).expect("mkdir");
+        let kept = [
+            h.units_dir().join("4.unit"),
+            h.scans_dir().join("4.ckpt"),
+            h.results_dir().join("4.lf"),
+            h.units_dir().join("4.deadline"),
+            h.data.join("spool").join("today.json"),
+        ];
+        let swept = [
+            // A checkpoint being written when the power went.
+            h.scans_dir().join("4.tmp"),
+            h.results_dir().join("9.tmp"),
+            h.data.join("spool").join("today.tmp"),
+            // A unit removed, its checkpoint and result not yet.
+            h.scans_dir().join("7.ckpt"),
+            h.results_dir().join("7.lf"),
+            h.results_dir().join("7.summary"),
+            h.results_dir().join("7.state"),
+            h.units_dir().join("7.deadline"),
+        ];
+        for p in kept.iter().chain(&swept) {
+            if !p.exists() {
+                fs::write(p, b"x").expect("write");
+            }
+        }
+        let before = h.spool_bytes();
+        assert_eq!(h.sweep_spool(), swept.len());
+        for p in &kept {
+            assert!(p.exists(), "{} kept", p.display());
+        }
+        for p in &swept {
+            assert!(!p.exists(), "{} swept", p.display());
+        }
+        assert!(h.spool_bytes() < before);
+        assert_eq!(h.sweep_spool(), 0);
     }
 
     proptest! {

@@ -26,7 +26,7 @@ use url::Url;
 
 use beebot_shared::limits::{MAX_RETRY_AFTER_SECS, MAX_SLOTS};
 use beebot_shared::linkfile::{self, LinkFileHeader, StopReason, LINK_FILE_VERSION};
-use beebot_shared::proto::{Request, Response};
+use beebot_shared::proto::{ErrorCode, Request, Response};
 use beebot_shared::scanstate::{state_sha256, ScanState, ScanStateError};
 use beebot_shared::sign::{self, ResumeFrom, WorkUnit};
 
@@ -101,6 +101,16 @@ const AVERAGE_WEIGHT: f64 = 0.3;
 /// checkpointed from its last snapshot instead. Well inside the 5 s a stop
 /// may take (systemd's stop timeout is far longer).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+/// Longest a stopping client then spends writing checkpoints (in parallel)
+/// and waiting for scans writing their own end: with the grace and the
+/// runtime's exit wait, a stop stays under 5 s.
+pub const SHUTDOWN_WRITES: Duration = Duration::from_millis(1250);
+/// Back-off after a scan stopped because its site stopped answering
+/// ([`StopReason::Offline`]): no scan starts (or resumes) for a random wait
+/// up to this base doubled per offline stop in a row, at most
+/// [`OFFLINE_BACKOFF_CAP`]. A scan that ends reachable resets it.
+pub const OFFLINE_BACKOFF_BASE: Duration = Duration::from_secs(5);
+pub const OFFLINE_BACKOFF_CAP: Duration = Duration::from_secs(600);
 
 /// Units to hold per slot: the one scanning plus enough to cover a round
 /// trip to the server, `ceil(round_trip / job_time) + 1`, at least two.
@@ -220,6 +230,9 @@ enum ScanEnd {
     /// Cancelled (the client stops, or the server aborted): its checkpoint
     /// is in the spool.
     Checkpointed,
+    /// The site stopped answering (this host is offline, or the site):
+    /// its checkpoint is in the spool; it resumes after a back-off.
+    Offline,
     /// The scan could not produce a result.
     Failed(String),
 }
@@ -270,6 +283,89 @@ pub fn check_state(
     }
     state.pages_done = resume.pages_done;
     Ok(state)
+}
+
+/// What to do with the server's answer to a continuation unit's `FetchState`.
+#[derive(Debug)]
+pub enum StateAnswer {
+    /// The state, checked: the unit's first checkpoint.
+    Use(ScanState),
+    /// The server ended the unit (`Abort`, `Rejected`): forget it.
+    Drop(String),
+    /// No usable state (refused by the server, or by the signed digest):
+    /// give the unit back (`Fail`) and forget it.
+    GiveBack(String),
+    /// The network failed: back off and ask again.
+    Retry(NetError),
+    /// This host may not talk to the server any more.
+    Fatal(NetError),
+}
+
+/// Decide what a `FetchState` answer means for the unit. Only a network
+/// failure keeps the unit waiting for its state: a unit whose state the
+/// server will not give (its job is over, the state is gone or does not
+/// match) is forgotten, so it never holds the client.
+pub fn state_answer(
+    unit: &WorkUnit,
+    resume: &ResumeFrom,
+    answer: Result<Response, NetError>,
+) -> StateAnswer {
+    match answer {
+        Ok(Response::State { bytes }) => match check_state(unit, resume, &bytes) {
+            Ok(state) => StateAnswer::Use(state),
+            Err(e) => {
+                StateAnswer::GiveBack(format!("refused the state of the continuation unit: {e}"))
+            }
+        },
+        Ok(Response::Abort { reason }) | Ok(Response::Rejected { reason }) => {
+            StateAnswer::Drop(reason)
+        }
+        Ok(other) => StateAnswer::GiveBack(format!(
+            "the server gave no state for the continuation unit: {other:?}"
+        )),
+        Err(e) if e.is_permanent() => StateAnswer::Fatal(e),
+        Err(NetError::Refused { code, message })
+            if matches!(code, ErrorCode::BadRequest | ErrorCode::Internal) =>
+        {
+            StateAnswer::GiveBack(format!(
+                "the server refused the continuation unit's state ({code:?}): {message}"
+            ))
+        }
+        Err(e) => StateAnswer::Retry(e),
+    }
+}
+
+/// Where a unit's scan starts.
+#[derive(Debug)]
+pub enum StartFrom {
+    /// A fresh scan, from the seed.
+    Seed,
+    /// The unit's checkpoint (its own earlier run, or a continuation's state).
+    Checkpoint(Box<Checkpoint>),
+    /// A continuation unit without a usable state: fetch it (`FetchState`).
+    FetchState,
+}
+
+/// Where a unit starts, given what reading its checkpoint gave. A damaged
+/// checkpoint starts a unit over from the seed; a continuation unit never
+/// starts from the seed (that would scan its job's earlier segments again):
+/// without its checkpoint it fetches its state again.
+pub fn start_from(continuation: bool, read: Result<Option<Checkpoint>>) -> StartFrom {
+    match read {
+        Ok(Some(c)) => StartFrom::Checkpoint(Box::new(c)),
+        _ if continuation => StartFrom::FetchState,
+        _ => StartFrom::Seed,
+    }
+}
+
+/// The order in which waiting units start: those whose deadline has not
+/// passed first, then the expired ones (the server may well have issued
+/// their job to another host, and aborts this copy at its first progress if
+/// so), each group by unit id. `waiting` holds `(unit_id, deadline_ms)`, on
+/// the server's clock like `server_now_ms`.
+pub fn start_order(mut waiting: Vec<(u64, u64)>, server_now_ms: u64) -> Vec<u64> {
+    waiting.sort_by_key(|&(id, deadline_ms)| (deadline_ms <= server_now_ms, id));
+    waiting.into_iter().map(|(id, _)| id).collect()
 }
 
 /// Build the crawl of a unit: from `resume` (a checkpoint or the state of a
@@ -359,9 +455,12 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
     let stopped_by = out.summary.stopped_by;
     let state = out.state;
     let mut whole = slot.close(out.records, &out.summary);
-    if stopped_by == Some(StopReason::Cancelled) {
+    if let Some(stop @ (StopReason::Cancelled | StopReason::Offline)) = stopped_by {
+        // Kept, to go on from its checkpoint: after the client restarts,
+        // or once the site answers again.
         whole.state = state.unwrap_or_default();
         return match hooks.home.save_checkpoint(unit.unit_id, &whole) {
+            Ok(()) if stop == StopReason::Offline => ScanEnd::Offline,
             Ok(()) => ScanEnd::Checkpointed,
             Err(e) => ScanEnd::Failed(format!("cannot write the checkpoint: {e:#}")),
         };
@@ -378,8 +477,12 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
         Ok(b) => b,
         Err(e) => return ScanEnd::Failed(e.to_string()),
     };
-    let state = match state.map(|s| s.encode()).transpose() {
-        Ok(s) => s,
+    let state = match state.map(|mut s| crawler::encode_state(&mut s)).transpose() {
+        Ok(Some((bytes, cut))) => {
+            whole.summary.frontier_dropped += cut;
+            Some(bytes)
+        }
+        Ok(None) => None,
         Err(e) => return ScanEnd::Failed(format!("cannot encode the scan state: {e}")),
     };
     ScanEnd::Finished(Box::new(SpooledResult {
@@ -420,6 +523,10 @@ struct Worker {
     bench: crate::benchmark::Background,
     /// The client is stopping: cancelled scans stay in the spool, checkpointed.
     stopping: bool,
+    /// Scans stopped offline in a row (the offline back-off's exponent).
+    offline_stops: u32,
+    /// No scan starts before this (a scan found its site offline).
+    scans_resume_at: Option<Instant>,
 }
 
 impl Worker {
@@ -438,6 +545,12 @@ impl Worker {
             Some(Hold::Paused(u)) => ("paused", u),
             Some(Hold::OutsideWindow(u)) => ("outside-window", u),
             Some(Hold::OnBattery) => ("on-battery", None),
+            _ if self.scans_resume_at.is_some_and(|t| Instant::now() < t) => {
+                let wait = self
+                    .scans_resume_at
+                    .map_or(Duration::ZERO, |t| t - Instant::now());
+                ("offline", Some(now + wait))
+            }
             _ if Instant::now() < self.next_contact => {
                 let wait = self.next_contact - Instant::now();
                 ("backing-off", Some(now + wait))
@@ -824,10 +937,19 @@ impl Worker {
         if !self.gate_open() {
             return;
         }
+        if self.scans_resume_at.is_some_and(|t| Instant::now() < t) {
+            return; // offline: the back-off first
+        }
         let slots = self.opts.slots.clamp(1, MAX_SLOTS) as usize;
         let mut running = self.crawling();
-        let waiting = self.units_where(|s| matches!(s, HeldState::Waiting));
-        for unit_id in waiting {
+        let waiting: Vec<(u64, u64)> = self
+            .held
+            .iter()
+            .filter(|(_, h)| matches!(h.state, HeldState::Waiting))
+            .map(|(id, h)| (*id, h.deadline_ms))
+            .collect();
+        let server_now_ms = (now_ms() as i64 + self.clock_offset_ms).max(0) as u64;
+        for unit_id in start_order(waiting, server_now_ms) {
             if running >= slots {
                 break;
             }
@@ -840,16 +962,18 @@ impl Worker {
             // The unit's checkpoint: its own earlier run, or the state of a
             // continuation unit. A damaged one starts the scan over (a
             // continuation unit fetches its state again).
-            let checkpoint = match self.home.checkpoint(unit_id) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(unit_id, "checkpoint unreadable, not used: {e:#}");
-                    self.home.remove_checkpoint(unit_id);
-                    if h.unit.unit.resume.is_some() {
-                        h.needs_state = true;
-                        continue;
-                    }
-                    None
+            let read = self.home.checkpoint(unit_id);
+            if let Err(e) = &read {
+                tracing::warn!(unit_id, "checkpoint unreadable, not used: {e:#}");
+                self.home.remove_checkpoint(unit_id);
+            }
+            let checkpoint = match start_from(h.unit.unit.resume.is_some(), read) {
+                StartFrom::Seed => None,
+                StartFrom::Checkpoint(c) => Some(*c),
+                StartFrom::FetchState => {
+                    tracing::warn!(unit_id, "continuation unit without its state: fetching it");
+                    h.needs_state = true;
+                    continue;
                 }
             };
             let unit = h.unit.unit.clone();
@@ -936,37 +1060,39 @@ impl Worker {
                 }
                 continue;
             }
-            let refused = match self.request(&Request::FetchState { unit_id }).await {
-                Ok(Response::State { bytes }) => match check_state(&unit, &resume, &bytes) {
-                    Ok(state) => {
-                        let c = Checkpoint {
-                            state,
-                            records: Vec::new(),
-                            summary: Default::default(),
-                        };
-                        self.home.save_checkpoint(unit_id, &c)?;
-                        if let Some(h) = self.held.get_mut(&unit_id) {
-                            h.needs_state = false;
-                        }
-                        tracing::info!(
-                            unit_id,
-                            pages_done = resume.pages_done,
-                            "continuation state fetched"
-                        );
-                        continue;
+            let answer = self.request(&Request::FetchState { unit_id }).await;
+            let refused = match state_answer(&unit, &resume, answer) {
+                StateAnswer::Use(state) => {
+                    let c = Checkpoint {
+                        state,
+                        records: Vec::new(),
+                        summary: Default::default(),
+                    };
+                    self.home.save_checkpoint(unit_id, &c)?;
+                    if let Some(h) = self.held.get_mut(&unit_id) {
+                        h.needs_state = false;
                     }
-                    Err(e) => format!("refused the state of the continuation unit: {e}"),
-                },
-                Ok(other) => {
-                    format!("the server gave no state for the continuation unit: {other:?}")
+                    tracing::info!(
+                        unit_id,
+                        pages_done = resume.pages_done,
+                        "continuation state fetched"
+                    );
+                    continue;
                 }
-                Err(e) if e.is_permanent() => {
-                    return Err(e).context("the server refused this host")
+                StateAnswer::Drop(reason) => {
+                    // The job is over (or the unit no longer this host's):
+                    // nothing to give back, nothing to scan.
+                    tracing::info!(unit_id, "continuation unit dropped: {reason}");
+                    self.held.remove(&unit_id);
+                    self.home.remove_unit(unit_id);
+                    continue;
                 }
-                Err(e) => {
+                StateAnswer::GiveBack(reason) => reason,
+                StateAnswer::Retry(e) => {
                     self.net_failed(&e);
                     return Ok(false);
                 }
+                StateAnswer::Fatal(e) => return Err(e).context("the server refused this host"),
             };
             tracing::error!(unit_id, "{refused}");
             self.last_error = Some(format!("unit {unit_id}: {refused}"));
@@ -1009,6 +1135,28 @@ impl Worker {
                 // from the checkpoint next time.
                 h.state = HeldState::Waiting;
             }
+            ScanEnd::Offline => {
+                // Nothing lost: the unit waits with its checkpoint, and no
+                // scan starts until the back-off has passed.
+                h.state = HeldState::Waiting;
+                self.offline_stops = self.offline_stops.saturating_add(1);
+                let wait = backoff_delay(
+                    self.offline_stops,
+                    OFFLINE_BACKOFF_BASE,
+                    OFFLINE_BACKOFF_CAP,
+                    rand::random::<f64>(),
+                );
+                tracing::warn!(
+                    unit_id = done.unit_id,
+                    "the site stopped answering (offline?); scans resume in {:.1}s",
+                    wait.as_secs_f64()
+                );
+                self.last_error = Some(format!(
+                    "unit {}: the site stopped answering (offline?)",
+                    done.unit_id
+                ));
+                self.scans_resume_at = Some(Instant::now() + wait);
+            }
             ScanEnd::Finished(result) if self.stopping => {
                 // Finished as the client stops: uploaded next time.
                 self.home.save_result(done.unit_id, &result)?;
@@ -1019,6 +1167,7 @@ impl Worker {
             ScanEnd::Finished(result) => {
                 let summary = &result.summary;
                 self.stats.scans_finished += 1;
+                self.offline_stops = 0;
                 let took = summary.elapsed_ms as f64 / 1000.0;
                 self.job_s = Some(match self.job_s {
                     None => took,
@@ -1071,16 +1220,55 @@ impl Worker {
                 _ => break,
             }
         }
+        // Scans still in a request: their newest snapshots, written at once
+        // on blocking threads (each encodes and fsyncs its own file), while
+        // scans that reached their end finish writing theirs; all of it
+        // within SHUTDOWN_WRITES.
+        let until = tokio::time::Instant::now() + SHUTDOWN_WRITES;
+        let mut writers = tokio::task::JoinSet::new();
         for (unit_id, h) in &self.held {
             if let HeldState::Crawling { slot, .. } = &h.state {
-                let write = |c: &Checkpoint| self.home.save_checkpoint(*unit_id, c);
-                match slot.write_latest(&write) {
-                    Ok(true) => tracing::info!(
+                let (unit_id, slot, home) = (*unit_id, slot.clone(), self.home.clone());
+                writers.spawn_blocking(move || {
+                    let write = |c: &Checkpoint| home.save_checkpoint(unit_id, c);
+                    (unit_id, slot.write_latest(&write))
+                });
+            }
+        }
+        loop {
+            // A scan whose slot is closed is writing its own end.
+            let closing = self
+                .held
+                .values()
+                .any(|h| matches!(&h.state, HeldState::Crawling { slot, .. } if slot.is_closed()));
+            if writers.is_empty() && !closing {
+                break;
+            }
+            tokio::select! {
+                Some(joined) = writers.join_next(), if !writers.is_empty() => match joined {
+                    Ok((unit_id, Ok(true))) => tracing::info!(
                         unit_id,
                         "checkpointed at its last snapshot (a request was in flight)"
                     ),
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(unit_id, "cannot write a checkpoint: {e:#}"),
+                    Ok((_, Ok(false))) => {}
+                    Ok((unit_id, Err(e))) => {
+                        tracing::warn!(unit_id, "cannot write a checkpoint: {e:#}")
+                    }
+                    Err(e) => tracing::warn!("a checkpoint writer failed: {e}"),
+                },
+                done = done_rx.recv(), if closing => {
+                    let Some(done) = done else { break };
+                    let unit_id = done.unit_id;
+                    if let Err(e) = self.scan_done(done).await {
+                        tracing::warn!(unit_id, "cannot keep the scan's end: {e:#}");
+                        if let Some(h) = self.held.get_mut(&unit_id) {
+                            h.state = HeldState::Waiting;
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(until) => {
+                    tracing::warn!("checkpoints not all written within {SHUTDOWN_WRITES:?}");
+                    break;
                 }
             }
         }
@@ -1179,6 +1367,8 @@ pub async fn run(
         round_trip_s: 0.0,
         bench: Default::default(),
         stopping: false,
+        offline_stops: 0,
+        scans_resume_at: None,
     };
     // The control socket, for `beebot pause` / `beebot resume`.
     let control_task = w.opts.gate.clone().map(|gate| {
@@ -1189,7 +1379,9 @@ pub async fn run(
             }
         })
     });
-    // Resume from the spool: units verified again, finished results queued for upload.
+    // Resume from the spool: units verified again, finished results queued
+    // for upload; what a kill left half-written or orphaned swept first.
+    w.home.sweep_spool();
     let (units, refused) = w.home.spooled_units(&w.project_key)?;
     for r in refused {
         tracing::error!("refused a spooled unit: {r}");
@@ -1490,6 +1682,112 @@ mod tests {
             check_state(&other, &resume, &bytes),
             Err(StateRefused::Site { .. })
         ));
+    }
+
+    #[test]
+    fn a_refused_state_never_holds_the_client() {
+        let state = ScanState {
+            site: "a.test".into(),
+            pages_done: 3,
+            ..ScanState::default()
+        };
+        let bytes = state.encode().expect("encode");
+        let resume = ResumeFrom {
+            state_sha256: state_sha256(&bytes),
+            state_bytes: bytes.len() as u64,
+            pages_done: 3,
+        };
+        let u = unit();
+        let ok = state_answer(&u, &resume, Ok(Response::State { bytes }));
+        assert!(matches!(ok, StateAnswer::Use(s) if s.pages_done == 3));
+        // The job is over: the unit is dropped, not retried.
+        for r in [
+            Response::Abort {
+                reason: "job done".into(),
+            },
+            Response::Rejected {
+                reason: "no such unit".into(),
+            },
+        ] {
+            assert!(matches!(
+                state_answer(&u, &resume, Ok(r)),
+                StateAnswer::Drop(_)
+            ));
+        }
+        // Refusals of the request (the server before `Abort`, a state gone,
+        // a failing store) and a state that does not match: given back.
+        for code in [ErrorCode::BadRequest, ErrorCode::Internal] {
+            let e = NetError::Refused {
+                code,
+                message: "no state".into(),
+            };
+            assert!(matches!(
+                state_answer(&u, &resume, Err(e)),
+                StateAnswer::GiveBack(_)
+            ));
+        }
+        let wrong = Response::State {
+            bytes: vec![1, 2, 3],
+        };
+        assert!(matches!(
+            state_answer(&u, &resume, Ok(wrong)),
+            StateAnswer::GiveBack(_)
+        ));
+        assert!(matches!(
+            state_answer(&u, &resume, Ok(Response::Ack)),
+            StateAnswer::GiveBack(_)
+        ));
+        // Only the network backs off; a revoked host stops.
+        for e in [NetError::Timeout, NetError::Lost("reset".into())] {
+            assert!(matches!(
+                state_answer(&u, &resume, Err(e)),
+                StateAnswer::Retry(_)
+            ));
+        }
+        let revoked = NetError::Refused {
+            code: ErrorCode::Revoked,
+            message: String::new(),
+        };
+        assert!(matches!(
+            state_answer(&u, &resume, Err(revoked)),
+            StateAnswer::Fatal(_)
+        ));
+    }
+
+    #[test]
+    fn a_continuation_unit_without_its_checkpoint_fetches_its_state() {
+        let c = Checkpoint {
+            state: ScanState::default(),
+            records: Vec::new(),
+            summary: Default::default(),
+        };
+        assert!(matches!(start_from(false, Ok(None)), StartFrom::Seed));
+        assert!(matches!(start_from(true, Ok(None)), StartFrom::FetchState));
+        assert!(matches!(
+            start_from(true, Err(anyhow::anyhow!("damaged"))),
+            StartFrom::FetchState
+        ));
+        assert!(matches!(
+            start_from(false, Err(anyhow::anyhow!("damaged"))),
+            StartFrom::Seed
+        ));
+        assert!(matches!(
+            start_from(true, Ok(Some(c.clone()))),
+            StartFrom::Checkpoint(_)
+        ));
+        assert!(matches!(
+            start_from(false, Ok(Some(c))),
+            StartFrom::Checkpoint(_)
+        ));
+    }
+
+    #[test]
+    fn units_past_their_deadline_start_last() {
+        let now = 1_700_000_000_000;
+        let waiting = vec![(1, now - 1), (2, now + 60_000), (3, now), (4, now + 1)];
+        assert_eq!(start_order(waiting, now), vec![2, 4, 1, 3]);
+        // Nothing else waits: an expired unit still starts.
+        assert_eq!(start_order(vec![(5, now - 10)], now), vec![5]);
     }
 
     #[test]

@@ -54,6 +54,9 @@ pub enum StopReason {
     RobotsUnavailable,
     /// The seed page itself could not be fetched.
     SeedUnreachable,
+    /// The site stopped answering mid-scan (this host went offline, or the
+    /// site did): the pages not fetched wait in the scan's state.
+    Offline,
 }
 
 impl StopReason {
@@ -67,7 +70,10 @@ impl StopReason {
             | StopReason::FrontierFull
             | StopReason::RobotsUnavailable
             | StopReason::SeedUnreachable => true,
-            StopReason::MaxTime | StopReason::Deadline | StopReason::Cancelled => false,
+            StopReason::MaxTime
+            | StopReason::Deadline
+            | StopReason::Cancelled
+            | StopReason::Offline => false,
         }
     }
 
@@ -80,6 +86,7 @@ impl StopReason {
             StopReason::Cancelled => "cancelled",
             StopReason::RobotsUnavailable => "robots-unavailable",
             StopReason::SeedUnreachable => "seed-unreachable",
+            StopReason::Offline => "offline",
         }
     }
 }

@@ -786,3 +786,111 @@ fn a_snapshot_at_a_page_boundary_resumes_like_the_final_state() {
     let diff = differences(&records, &web.site_truth(&host).expect("truth"));
     assert!(diff.is_empty(), "{}", diff.join("\n"));
 }
+
+#[test]
+fn a_site_that_stops_answering_mid_scan_stops_it_offline_and_loses_nothing() {
+    // The host goes offline (here: the web server stops) in the middle of
+    // a scan: the scan does not fail its whole queue and end as if at its
+    // natural end; it stops `Offline` with the unanswered URLs back in its
+    // queue, and a resume once the site answers again ends at the truth.
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let host = biggest_site(&web);
+    let truth = web.site_truth(&host).expect("truth");
+    let server = std::sync::Mutex::new(Some(start(&web)));
+    let cfg = loopback_config(server.lock().unwrap().as_ref().expect("server"));
+    let first_log = std::sync::Mutex::new(Vec::new());
+    let cancel = AtomicBool::new(false);
+    let first = crawl_with_progress(&open_spec(&host), &cfg, &cancel, &mut |p| {
+        if p.pages == 5 {
+            if let Some(s) = server.lock().unwrap().take() {
+                *first_log.lock().unwrap() = s.request_log();
+                s.stop().expect("stop the web");
+            }
+        }
+    });
+    assert_eq!(
+        first.summary.stopped_by,
+        Some(StopReason::Offline),
+        "{:?}",
+        first.summary
+    );
+    assert!(!StopReason::Offline.is_natural_end());
+    assert_eq!(first.summary.pages, 5);
+    let state = first
+        .state
+        .clone()
+        .expect("an offline scan returns its state");
+    assert_eq!(
+        state.pages_done, 5,
+        "unanswered URLs are not counted as taken"
+    );
+    assert!(
+        !state.queue.is_empty(),
+        "the unanswered URLs wait in the queue"
+    );
+    // The site answers again (at another port): the scan resumes there.
+    let server = start(&web);
+    let cfg = loopback_config(&server);
+    let second = run(
+        &CrawlSpec {
+            resume: Some(state),
+            ..open_spec(&host)
+        },
+        &cfg,
+    );
+    assert_eq!(second.summary.stopped_by, None, "{:?}", second.summary);
+    let whole = run(&open_spec(&host), &loopback_config(&start(&web)));
+    assert_eq!(
+        first.summary.pages + second.summary.pages,
+        whole.summary.pages,
+        "every page once"
+    );
+    let mut records = first.records.clone();
+    records.extend(second.records);
+    let diff = differences(&records, &truth);
+    assert!(diff.is_empty(), "{}", diff.join("\n"));
+    // Nothing answered before is requested again.
+    let before: Vec<String> = first_log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.path != "/robots.txt")
+        .map(|r| r.path.clone())
+        .collect();
+    for r in requests_to(&server.request_log(), &host) {
+        assert!(!before.contains(&r.path), "{} requested again", r.path);
+    }
+}
+
+#[test]
+fn a_resumed_scan_whose_site_does_not_answer_stays_offline_with_its_queue() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let host = biggest_site(&web);
+    let server = start(&web);
+    let cfg = loopback_config(&server);
+    let outs = crawl_in_parts(&open_spec(&host), &cfg, &[3]);
+    let state = outs[0].state.clone().expect("a state");
+    drop(outs);
+    server.stop().expect("stop");
+    // The state's robots.txt answer is not used: a server's continuation
+    // state carries none, so the robots.txt request gets no answer.
+    let out = run(
+        &CrawlSpec {
+            resume: Some(ScanState {
+                robots: Vec::new(),
+                ..state.clone()
+            }),
+            ..open_spec(&host)
+        },
+        &cfg,
+    );
+    assert_eq!(
+        out.summary.stopped_by,
+        Some(StopReason::Offline),
+        "{:?}",
+        out.summary
+    );
+    let back = out.state.expect("its state");
+    assert_eq!(back.queue, state.queue);
+    assert_eq!(back.pages_done, state.pages_done);
+}

@@ -363,3 +363,63 @@ fn a_request_in_flight_does_not_hold_a_sigterm() {
         drip.state.queue
     );
 }
+
+#[test]
+fn a_continuation_unit_whose_state_is_refused_does_not_hold_run_once() {
+    // A continuation unit (signed by the project's key, issued to this
+    // host) whose state the server does not give: its job is over, or the
+    // state is gone. The client forgets it and goes on with its work;
+    // `run --once` ends instead of asking for that state forever.
+    use beebot_client::home::SpooledUnit;
+    use beebot_shared::sign::{self, ResumeFrom, UnitLimits, WorkUnit};
+    let g = Grid::start(5, 2);
+    join(&g, "a");
+    let round = start_round(&g, 0);
+    let h = home(&g, "a");
+    let host_id = h.require_enrolment().expect("enrolled").host_id;
+    let key = beebot_server::config::DataDir(g.data_dir())
+        .load_project_key()
+        .expect("project key");
+    let site = g.web.site_hosts()[0].clone();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let unit = WorkUnit {
+        unit_id: 987_654,
+        round_id: 1,
+        job_id: 1,
+        host_id,
+        seed_url: format!("http://{site}/"),
+        site,
+        scope: beebot_shared::scope::Scope::Host,
+        limits: UnitLimits {
+            max_pages: 100,
+            max_depth: 10,
+            delay_ms: 0,
+            max_page_bytes: 1 << 20,
+            max_seconds: 600,
+            max_crawl_delay_ms: 1000,
+        },
+        issued_ms: now,
+        deadline_ms: now + 3_600_000,
+        user_agent: "BeeBot/test".into(),
+        resume: Some(ResumeFrom {
+            state_sha256: [7; 32],
+            state_bytes: 100,
+            pages_done: 3,
+        }),
+    };
+    let signed = sign::sign_unit(&key, &unit).expect("sign");
+    h.spool_unit(&SpooledUnit { signed, unit })
+        .expect("spool the unit");
+    let log = g.dir.path().join("client-a.log");
+    let mut c = spawn_client(&g, "a", &log, true);
+    wait_exit(&mut c, WAIT, "run --once", &log);
+    let text = read(&log);
+    assert!(text.contains("987654"), "the unit was seen:\n{text}");
+    let spooled = g.home("a").join("spool").join("units").join("987654.unit");
+    assert!(!spooled.exists(), "the unit is forgotten:\n{text}");
+    g.wait_round(&round, "10s");
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+}

@@ -46,12 +46,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use beebot_shared::extract::{extract_page_links, LinkTag};
+use beebot_shared::limits::MAX_SCAN_STATE_DECOMPRESSED_BYTES;
 use beebot_shared::limits::{
     MAX_DELAY_MS, MAX_LINKS_PER_PAGE, MAX_LINK_RECORDS, MAX_PAGES_PER_SITE, MAX_STATE_ROBOTS,
     MAX_STATE_ROBOTS_BYTES, MAX_URL_LEN,
 };
 use beebot_shared::linkfile::{LinkRecord, ScanSummary, StopReason};
-use beebot_shared::scanstate::{url_digest, RobotsAnswer, ScanState};
+use beebot_shared::scanstate::{
+    url_digest, RobotsAnswer, ScanState, ScanStateError, MAX_SEEN_DIGESTS, MAX_STATE_ROBOTS_BODY,
+};
 use beebot_shared::scope::{canonical_url, seed_url, Scope, SiteScope};
 use url::Url;
 
@@ -76,6 +79,13 @@ pub const MAX_PAGE_BYTES_CAP: u64 = 64 * 1024 * 1024;
 /// Hosts whose robots.txt one crawl keeps (scopes wider than a host): beyond
 /// this, URLs on new hosts are skipped.
 pub const MAX_ROBOTS_HOSTS: usize = 1024;
+
+/// Connection-level failures in a row (no answer at all: connection refused
+/// or reset, host not found, timeouts) after which the crawl asks whether the
+/// site still answers at all (its robots.txt); if not, this host or the site
+/// went offline, and the scan stops with [`StopReason::Offline`], the failed
+/// URLs back at the head of its queue, instead of failing its whole queue.
+pub const MAX_CONSECUTIVE_CONN_FAILURES: usize = 5;
 
 /// Granularity of waits: cancel and time limits are checked this often.
 const WAIT_SLICE: Duration = Duration::from_millis(20);
@@ -279,6 +289,12 @@ struct Crawler<'a> {
     records_dropped: u64,
     /// What the bounds did: the summary's bound counters (`timeouts` and on).
     bounds: ScanSummary,
+    /// The requests that got no answer since the last one that did: URL,
+    /// depth, and whether it counted as a failed page (a frontier entry,
+    /// not a redirect hop). Put back in the queue when the site is offline.
+    unanswered: Vec<(Url, u32, bool)>,
+    /// Whether the last robots.txt fetch got no answer at all.
+    robots_unanswered: bool,
     /// The spec's limits, capped.
     max_pages: u64,
     delay: Duration,
@@ -351,6 +367,8 @@ impl<'a> Crawler<'a> {
             robots_disallowed: 0,
             records_dropped: 0,
             bounds: ScanSummary::default(),
+            unanswered: Vec::new(),
+            robots_unanswered: false,
             max_pages: u64::from(spec.max_pages.min(MAX_PAGES_PER_SITE)),
             delay: spec.delay.min(Duration::from_millis(MAX_DELAY_MS)),
             max_crawl_delay: spec.max_crawl_delay.min(MAX_CRAWL_DELAY),
@@ -385,6 +403,13 @@ impl<'a> Crawler<'a> {
             return Some(stop);
         }
         if self.robots_for(&seed).is_none_or(Robots::is_unavailable) {
+            if self.spec.resume.is_some() && self.robots_unanswered {
+                // The site answered the scans this one resumes: no answer
+                // now means it (or this host) is offline, not that its
+                // robots.txt forbids a scan. The queue waits.
+                self.robots.remove(&origin(&seed));
+                return Some(StopReason::Offline);
+            }
             return Some(StopReason::RobotsUnavailable);
         }
         // Each turn takes one URL off the bounded frontier, which never hands out
@@ -415,7 +440,20 @@ impl<'a> Crawler<'a> {
                 // Another host of the scope without usable robots.txt.
                 _ => continue,
             }
-            let result = self.fetch_page(url, depth);
+            let mut result = self.fetch_page(url, depth);
+            if self.unanswered.len() >= MAX_CONSECUTIVE_CONN_FAILURES {
+                match self.still_online(&seed) {
+                    Ok(true) => self.unanswered.clear(), // those pages fail alone
+                    Ok(false) => {
+                        self.put_back_unanswered();
+                        result = PageResult::Stopped(StopReason::Offline);
+                    }
+                    Err(stop) => {
+                        self.put_back_unanswered();
+                        result = PageResult::Stopped(stop);
+                    }
+                }
+            }
             let progress = CrawlProgress {
                 pages: self.pages,
                 links: self.records.len() as u64,
@@ -456,12 +494,57 @@ impl<'a> Crawler<'a> {
         }
     }
 
-    /// Where the crawl stands, between two pages.
-    fn state(&self) -> ScanState {
-        ScanState {
+    /// Whether the site answers at all (any HTTP status for its robots.txt),
+    /// after [`MAX_CONSECUTIVE_CONN_FAILURES`] requests got no answer.
+    fn still_online(&mut self, seed: &Url) -> Result<bool, StopReason> {
+        let Ok(probe) = seed.join("/robots.txt") else {
+            return Ok(false);
+        };
+        self.wait_turn(&probe)?;
+        let timeout = self.request_timeout();
+        let result = self
+            .fetcher
+            .get(&probe, MAX_ROBOTS_BYTES, BodyWanted::Any2xx, timeout);
+        self.last_request.insert(origin(&probe), Instant::now());
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                self.count_error(&probe, &e);
+                if self.cut_by_budget(&Err(e)) {
+                    return Err(StopReason::MaxTime);
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    /// Put the requests that got no answer back at the head of the queue,
+    /// in their order, no longer counted as taken: the scan that continues
+    /// this one requests them.
+    fn put_back_unanswered(&mut self) {
+        for (url, depth, counted) in std::mem::take(&mut self.unanswered).into_iter().rev() {
+            self.fetched.remove(&url_digest(url.as_str()));
+            if counted {
+                self.failed_pages = self.failed_pages.saturating_sub(1);
+            }
+            self.frontier.unpop(url, depth);
+        }
+    }
+
+    /// Where the crawl stands, between two pages, fitted to what a state
+    /// may hold ([`fit_state`]), and the queued URLs the fit cut.
+    fn state(&self) -> (ScanState, u64) {
+        let mut state = ScanState {
             site: self.spec.site.clone(),
             pages_done: self.pages_taken(),
-            queue: self.frontier.queued(),
+            // A queued URL requested already (reached by a redirect) is not
+            // queued in the state: the resumed scan would request it again.
+            queue: self
+                .frontier
+                .queued()
+                .into_iter()
+                .filter(|q| !self.fetched.contains(&url_digest(&q.url)))
+                .collect(),
             seen: self.frontier.seen_digests(),
             robots: self
                 .robots_answers
@@ -469,18 +552,23 @@ impl<'a> Crawler<'a> {
                 .take(MAX_STATE_ROBOTS)
                 .cloned()
                 .collect(),
-        }
+        };
+        let cut = fit_state(&mut state, Some(&self.fetched));
+        (state, cut)
     }
 
     fn snapshot(&self, records_from: usize) -> Snapshot {
+        let (state, cut) = self.state();
+        let mut summary = self.summary(None);
+        summary.frontier_dropped += cut;
         Snapshot {
-            state: self.state(),
+            state,
             new_records: self
                 .records
                 .get(records_from..)
                 .map(<[LinkRecord]>::to_vec)
                 .unwrap_or_default(),
-            summary: self.summary(None),
+            summary,
         }
     }
 
@@ -492,10 +580,14 @@ impl<'a> Crawler<'a> {
                 "link records beyond the link-file limit were dropped"
             );
         }
-        let summary = self.summary(stopped_by);
+        let mut summary = self.summary(stopped_by);
         let state = stopped_by
             .filter(|s| !s.is_natural_end())
-            .map(|_| self.state());
+            .map(|_| self.state())
+            .map(|(state, cut)| {
+                summary.frontier_dropped += cut;
+                state
+            });
         CrawlOutput {
             records: self.records,
             summary,
@@ -531,9 +623,15 @@ impl<'a> Crawler<'a> {
                 return PageResult::Stopped(StopReason::MaxTime);
             }
             let response = match result {
-                Ok(response) => response,
+                Ok(response) => {
+                    self.unanswered.clear();
+                    response
+                }
                 Err(e) => {
                     self.count_error(&current, &e);
+                    if is_unanswered(&e) {
+                        self.unanswered.push((current.clone(), depth, hop == 0));
+                    }
                     if hop > 0 {
                         return PageResult::Answered;
                     }
@@ -816,7 +914,9 @@ impl<'a> Crawler<'a> {
             }
         }
         self.robots.insert(key.clone(), policy);
-        if self.robots_answer_bytes + answer.1.len() <= MAX_STATE_ROBOTS_BYTES {
+        self.robots_unanswered = answer.0 == 0;
+        // No answer at all is not kept for the state: the next scan asks.
+        if answer.0 != 0 && self.robots_answer_bytes + answer.1.len() <= MAX_STATE_ROBOTS_BYTES {
             self.robots_answer_bytes += answer.1.len();
             self.robots_answers.push(RobotsAnswer {
                 origin: key,
@@ -832,7 +932,161 @@ impl<'a> Crawler<'a> {
 const MAX_WAIT_SLICES: u64 =
     2 + robots::MAX_CRAWL_DELAY.as_millis() as u64 / WAIT_SLICE.as_millis() as u64;
 
+/// Fit a state within what its encoding allows, so that encoding it never
+/// fails and a stopped scan never loses its work for being too large: URLs
+/// longer than [`MAX_URL_LEN`] and the queue beyond [`MAX_FRONTIER_URLS`] are
+/// cut; a seen set over [`MAX_SEEN_DIGESTS`] keeps only the digests in `keep`
+/// (the URLs requested: the others, robots-disallowed or queued, need not be
+/// kept), then the first ones; and the queue's tail is cut until the state's
+/// raw bytes fit [`MAX_SCAN_STATE_DECOMPRESSED_BYTES`]. Returns the queued
+/// URLs cut (to be counted in `frontier_dropped`).
+pub fn fit_state(state: &mut ScanState, keep: Option<&HashSet<u64>>) -> u64 {
+    let queued = state.queue.len();
+    state.queue.retain(|q| q.url.len() <= MAX_URL_LEN);
+    state.queue.truncate(MAX_FRONTIER_URLS);
+    if state.seen.len() > MAX_SEEN_DIGESTS {
+        if let Some(keep) = keep {
+            state.seen.retain(|d| keep.contains(d));
+        }
+        state.seen.truncate(MAX_SEEN_DIGESTS);
+    }
+    // The encoding's bytes, robots answers over-counted (see `ScanState::encode`).
+    let robots: usize = state
+        .robots
+        .iter()
+        .take(MAX_STATE_ROBOTS)
+        .map(|r| 8 + r.origin.len() + r.body.len().min(MAX_STATE_ROBOTS_BODY))
+        .sum();
+    let fixed = 8 + 2 + 2 + state.site.len() + 8 + 4 + robots + 4 + 4 + 8 * state.seen.len();
+    let budget = MAX_SCAN_STATE_DECOMPRESSED_BYTES.saturating_sub(fixed);
+    let mut used = 0usize;
+    let mut fits = 0usize;
+    for q in &state.queue {
+        used += 6 + q.url.len();
+        if used > budget {
+            break;
+        }
+        fits += 1;
+    }
+    state.queue.truncate(fits);
+    (queued - state.queue.len()) as u64
+}
+
+/// Encode a state, fitted first ([`fit_state`]); should the compressed
+/// bytes still be over their limit, the queue's tail is halved until they
+/// fit. Returns the bytes and the queued URLs cut.
+pub fn encode_state(state: &mut ScanState) -> Result<(Vec<u8>, u64), ScanStateError> {
+    let mut cut = fit_state(state, None);
+    loop {
+        match state.encode() {
+            Ok(bytes) => return Ok((bytes, cut)),
+            Err(_) if !state.queue.is_empty() => {
+                let keep = state.queue.len() / 2;
+                cut += (state.queue.len() - keep) as u64;
+                state.queue.truncate(keep);
+            }
+            Err(_) if !state.robots.is_empty() => state.robots.clear(),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether a request failed without any answer from the site (the network,
+/// DNS, or the site's host being down), as opposed to an address refused by
+/// policy.
+fn is_unanswered(e: &FetchError) -> bool {
+    matches!(
+        e,
+        FetchError::Timeout(_)
+            | FetchError::HostNotFound
+            | FetchError::Network(_)
+            | FetchError::Body(_)
+    )
+}
+
 /// `http://host:port` of a URL: politeness and robots.txt are per origin.
 fn origin(url: &Url) -> String {
     url.origin().ascii_serialization()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use beebot_shared::scanstate::QueuedUrl;
+
+    fn url(s: &str) -> Url {
+        Url::parse(s).expect("test URL")
+    }
+
+    #[test]
+    fn an_oversized_state_is_cut_to_fit_and_always_encodes() {
+        // A queue whose URLs pass the raw bytes a state may hold, and a
+        // seen set past its count limit.
+        let long = "x".repeat(1900);
+        let queue: Vec<QueuedUrl> = (0..40_000)
+            .map(|i| QueuedUrl {
+                url: format!("http://a.test/{i}/{long}"),
+                depth: 3,
+            })
+            .collect();
+        let fetched: HashSet<u64> = (0..1000u64).collect();
+        let mut state = ScanState {
+            site: "a.test".into(),
+            pages_done: 1000,
+            queue: queue.clone(),
+            seen: (0..MAX_SEEN_DIGESTS as u64 + 10).collect(),
+            robots: Vec::new(),
+        };
+        assert!(state.encode().is_err(), "over its limits as it is");
+        let cut = fit_state(&mut state, Some(&fetched));
+        assert!(cut > 0 && cut < 40_000, "{cut}");
+        assert_eq!(state.queue.len() as u64 + cut, 40_000);
+        // The head of the queue is kept, the tail cut.
+        assert_eq!(state.queue[..], queue[..state.queue.len()]);
+        // Only the URLs requested are kept in the seen set.
+        assert_eq!(state.seen.len(), 1000);
+        let bytes = state.encode().expect("fits");
+        let back = ScanState::decode(&bytes).expect("decodes");
+        assert_eq!(back.queue.len(), state.queue.len());
+        // Without a set to keep, encoding still always succeeds.
+        let mut state = ScanState {
+            site: "a.test".into(),
+            pages_done: 1000,
+            queue,
+            seen: (0..MAX_SEEN_DIGESTS as u64 + 10).collect(),
+            robots: Vec::new(),
+        };
+        let (bytes, cut) = encode_state(&mut state).expect("always encodes");
+        assert!(cut > 0);
+        assert_eq!(state.seen.len(), MAX_SEEN_DIGESTS);
+        assert!(ScanState::decode(&bytes).is_ok());
+    }
+
+    #[test]
+    fn a_page_reached_by_a_redirect_is_not_queued_in_the_state() {
+        let spec = CrawlSpec::new("a.test", Scope::Host);
+        let cfg = CrawlerConfig::default();
+        let cancel = AtomicBool::new(false);
+        let mut c = Crawler::new(&spec, &cfg, &cancel);
+        for u in ["http://a.test/", "http://a.test/b", "http://a.test/c"] {
+            c.frontier.push(url(u), 1);
+        }
+        c.frontier.pop();
+        c.fetched.insert(url_digest("http://a.test/"));
+        // /b was requested as the target of a redirect while still queued.
+        c.fetched.insert(url_digest("http://a.test/b"));
+        let (state, cut) = c.state();
+        assert_eq!(cut, 0);
+        let queued: Vec<&str> = state.queue.iter().map(|q| q.url.as_str()).collect();
+        assert_eq!(queued, vec!["http://a.test/c"]);
+        // The resumed crawl knows /b was requested: it never requests it again.
+        let resumed = CrawlSpec {
+            resume: Some(state),
+            ..spec.clone()
+        };
+        let r = Crawler::new(&resumed, &cfg, &cancel);
+        assert!(r.fetched.contains(&url_digest("http://a.test/b")));
+        assert!(!r.fetched.contains(&url_digest("http://a.test/c")));
+        assert_eq!(r.frontier.len(), 1);
+    }
 }
