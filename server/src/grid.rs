@@ -3928,15 +3928,80 @@ mod tests {
     /// before it was stored, wedging the job until a restart.
     #[test]
     fn a_reason_of_multi_byte_characters_is_kept_whole() {
-        let (mut fx, _) = Fx::with_round(1, 3);
+        let (mut fx, _) = Fx::with_round(1, 10);
         let a = fx.host();
-        let u = fx.one(a, &[], T0);
-        let reason: String = "é".repeat(MAX_TEXT_LEN);
-        fx.grid.fail(a, u.unit_id, &reason, T0 + 1).unwrap();
-        let job = fx.job(u.job_id);
-        assert_eq!(job.state, JobState::Queued);
-        let kept = job.reasons.last().unwrap();
-        assert!(kept.len() <= MAX_TEXT_LEN && kept.starts_with("host "));
-        assert_eq!(fx.grid.store.jobs().unwrap()[0].reasons, job.reasons);
+        // Whatever the prefix, some cut falls inside a character.
+        for (i, lead) in ["", "x", "xy"].into_iter().enumerate() {
+            let u = fx.one(a, &[], T0 + 10 * i as u64);
+            let reason = format!("{lead}{}", "é".repeat(MAX_TEXT_LEN));
+            fx.grid
+                .fail(a, u.unit_id, &reason, T0 + 10 * i as u64 + 1)
+                .unwrap();
+            let job = fx.job(u.job_id);
+            assert_eq!(job.state, JobState::Queued);
+            let kept = job.reasons.last().unwrap();
+            assert!(kept.len() <= MAX_TEXT_LEN && kept.starts_with("host "));
+            assert_eq!(fx.grid.store.jobs().unwrap()[0].reasons, job.reasons);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Every text a host sends (its name, OS and version at enrolment, a
+        /// failure reason) in arbitrary Unicode: no panic, stored whole
+        /// characters within the text limit.
+        #[test]
+        fn every_text_a_host_sends_is_bounded_and_never_panics(
+            name in ".{0,700}",
+            os in ".{0,700}",
+            version in ".{0,700}",
+            reason in ".{0,1200}",
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut g = Grid::open(
+                Store::memory(),
+                dir.path().join("links"),
+                sign::generate_key(),
+                settings(),
+            )
+            .unwrap();
+            let token = g.create_invite(1, T0 + HOUR_MS, T0).unwrap();
+            let key = sign::generate_key();
+            let info = HostInfo {
+                name: name.clone(),
+                os,
+                client_version: version,
+                cores: 4,
+            };
+            let h = g.enrol(&token, key.verifying_key().to_bytes(), info, T0).unwrap();
+            let rec = g.hosts()[0].clone();
+            for text in [&rec.info.name, &rec.info.os, &rec.info.client_version] {
+                proptest::prop_assert!(text.len() <= MAX_TEXT_LEN);
+            }
+            proptest::prop_assert!(name.starts_with(&rec.info.name));
+            g.add_sites(&site_names(1), T0).unwrap();
+            g.start_round(params(3), T0).unwrap();
+            let reply = g
+                .request_work(
+                    h,
+                    &WorkRequest {
+                        want_seconds: 60,
+                        free_slots: 1,
+                        units_held: vec![],
+                        open_windows: None,
+                    },
+                    T0,
+                )
+                .unwrap();
+            let pk = VerifyingKey::from_bytes(&g.project_public_key()).unwrap();
+            let u = sign::verify_unit(&pk, &reply.units[0]).unwrap();
+            g.fail(h, u.unit_id, &reason, T0 + 1).unwrap();
+            let job = g.round(u.round_id).unwrap().1.remove(0);
+            proptest::prop_assert_eq!(job.state, JobState::Queued);
+            for r in &job.reasons {
+                proptest::prop_assert!(r.len() <= MAX_TEXT_LEN);
+            }
+        }
     }
 }
