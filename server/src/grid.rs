@@ -696,6 +696,12 @@ impl Grid {
     }
 
     /// The key of an active host, for checking its proof.
+    /// The key a host enrolled with, revoked or not (`Hello` checks the
+    /// proof before it says anything else about the host).
+    pub fn enrolled_key(&self, host_id: u64) -> Option<[u8; 32]> {
+        self.hosts.get(&host_id).map(|h| h.key)
+    }
+
     pub fn host_key(&self, host_id: u64) -> Result<[u8; 32], GridError> {
         let h = self
             .hosts

@@ -573,12 +573,20 @@ async fn dispatch(
             let Some(nonce) = state.lock().await.nonce.take() else {
                 return error(ErrorCode::NotAuthenticated, "ask for a challenge first");
             };
-            let key = match shared.with_grid(move |g| g.host_key(host_id)).await {
-                Ok(k) => k,
-                Err(e) => return grid_error(e),
+            // An unknown id and a bad proof get the same answer, and only a
+            // host that proves its key hears that it is revoked: ids cannot
+            // be enumerated before authentication.
+            let unknown = || {
+                error(
+                    ErrorCode::UnknownHost,
+                    format!("unknown host {host_id}, or the host proof does not verify"),
+                )
+            };
+            let Some(key) = shared.with_grid(move |g| g.enrolled_key(host_id)).await else {
+                return unknown();
             };
             if sign::check_proof(&key, &nonce, &fp, &proof).is_err() {
-                return error(ErrorCode::UnknownHost, "the host proof does not verify");
+                return unknown();
             }
             if let Err(e) = shared.with_grid(move |g| g.hello(host_id, now_ms())).await {
                 return grid_error(e);

@@ -99,6 +99,21 @@ fn refusals_are_clear_and_the_server_keeps_serving() {
     g.admin_ok(&["hosts", "revoke", &r.to_string()]);
     let o = g.client("r", &args);
     assert_fails_with(&o, "revoked");
+    // Only the host itself learns that: another key claiming its id hears
+    // what an unknown id hears, so ids cannot be enumerated.
+    let impostor = g.home("impostor");
+    std::fs::create_dir_all(&impostor).expect("mkdir");
+    std::fs::copy(g.home("a").join("host.key"), impostor.join("host.key")).expect("copy");
+    std::fs::copy(
+        g.home("r").join("enrolment.json"),
+        impostor.join("enrolment.json"),
+    )
+    .expect("copy");
+    let o = g.client("impostor", &args);
+    assert_fails_with(
+        &o,
+        &format!("unknown host {r}, or the host proof does not verify"),
+    );
     assert!(stdout(&g.admin_ok(&["hosts", "list"])).contains("revoked"));
 
     // Frames: oversized, malformed, another version, unauthenticated.
