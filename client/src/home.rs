@@ -111,7 +111,8 @@ pub use beebot_shared::util::check_private;
 /// full, read-only) the temporary file is removed: nothing half-written stays.
 pub fn write_atomic(path: &Path, data: &[u8], private: bool) -> Result<()> {
     let dir = path.parent().context("path without parent")?;
-    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    beebot_shared::util::create_private_dir(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
     let tmp = path.with_extension("tmp");
     {
         let mut opts = fs::OpenOptions::new();

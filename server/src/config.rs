@@ -304,7 +304,8 @@ pub fn init(dir: &DataDir, opts: &InitOptions) -> Result<ServerConfig> {
     if !opts.public_addr.contains(':') {
         bail!("--public-addr `{}` is not HOST:PORT", opts.public_addr);
     }
-    fs::create_dir_all(&dir.0).with_context(|| format!("cannot create {}", dir.0.display()))?;
+    beebot_shared::util::create_private_dir(&dir.0)
+        .with_context(|| format!("cannot create {}", dir.0.display()))?;
     let mut cfg = ServerConfig::new(&opts.public_addr, &opts.listen, &opts.admin_listen);
     cfg.reference_listen = default_reference_listen(&opts.listen);
 

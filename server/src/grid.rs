@@ -376,7 +376,7 @@ pub fn write_durable(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| std::io::Error::other("path has no parent"))?;
-    fs::create_dir_all(dir)?;
+    beebot_shared::util::create_private_dir(dir)?;
     let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = path.with_extension(format!("{}-{n}.tmp", std::process::id()));
     let written = (|| {

@@ -76,6 +76,16 @@ pub fn check_private(path: &std::path::Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Create `dir` and its missing parents readable by the owner only (0700 on
+/// Unix, whatever the umask): data dirs hold results, keys and spools.
+pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(dir)
+}
+
 /// SHA-256 of `data`.
 pub fn sha256(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
@@ -118,6 +128,21 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn private_dirs_are_the_owners_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("beebot-private-{}", std::process::id()));
+        let d = root.join("a").join("b");
+        create_private_dir(&d).unwrap();
+        for p in [root.join("a"), d.clone()] {
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", p.display());
+        }
+        create_private_dir(&d).unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
