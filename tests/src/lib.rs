@@ -350,6 +350,27 @@ impl Grid {
         }
     }
 
+    /// Start `beebot run` with `run_args` and the crawl flags for client
+    /// `name`, at info level without colours, its stderr appended to `log`.
+    pub fn spawn_run(&self, name: &str, run_args: &[&str], log: &Path) -> Child {
+        let mut args = vec!["run"];
+        args.extend(run_args);
+        let flags = self.crawl_flags();
+        args.extend(flags.iter().map(String::as_str));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("client log");
+        self.client_cmd(name, &args)
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("spawn client")
+    }
+
     /// `round show ID --json`.
     pub fn round_json(&self, id: &str) -> serde_json::Value {
         let o = self.admin_ok(&["round", "show", id, "--json"]);

@@ -30,21 +30,7 @@ fn join(g: &Grid, name: &str, code: &str) {
 
 /// Start `beebot run --once` for `name`, logging to `log` (appended).
 fn spawn_client(g: &Grid, name: &str, log: &Path, slots: &str) -> Child {
-    let mut args = vec!["run", "--once", "--slots", slots];
-    let flags = g.crawl_flags();
-    args.extend(flags.iter().map(String::as_str));
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("client log");
-    g.client_cmd(name, &args)
-        .env("NO_COLOR", "1")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(file)
-        .spawn()
-        .expect("spawn client")
+    g.spawn_run(name, &["--once", "--slots", slots], log)
 }
 
 /// Strip ANSI escapes, should a log have them anyway.

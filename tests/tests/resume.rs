@@ -37,24 +37,12 @@ fn join(g: &Grid, name: &str) {
 
 /// `beebot run [--once]` for `name`, its log appended to `log`.
 fn spawn_client(g: &Grid, name: &str, log: &Path, once: bool) -> Child {
-    let mut args = vec!["run", "--slots", "2"];
-    if once {
-        args.push("--once");
-    }
-    let flags = g.crawl_flags();
-    args.extend(flags.iter().map(String::as_str));
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("client log");
-    g.client_cmd(name, &args)
-        .env("NO_COLOR", "1")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(file)
-        .spawn()
-        .expect("spawn client")
+    let args: &[&str] = if once {
+        &["--slots", "2", "--once"]
+    } else {
+        &["--slots", "2"]
+    };
+    g.spawn_run(name, args, log)
 }
 
 fn read(log: &Path) -> String {
