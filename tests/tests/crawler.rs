@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use beebot_client::crawler::{
     crawl, crawl_resumable, crawl_with_progress, CrawlOutput, CrawlProgress, CrawlSpec,
-    CrawlerConfig,
+    CrawlerConfig, Lookup,
 };
 use beebot_server::web::{LoggedRequest, SynthWebServer};
 use beebot_shared::linkfile::{LinkRecord, StopReason};
@@ -35,6 +35,8 @@ fn loopback_config(server: &SynthWebServer) -> CrawlerConfig {
         read_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
         proxy: None,
+        // Names without a rule resolve to nothing: no DNS query leaves the machine.
+        lookup: Lookup::Fixed(Vec::new()),
     }
 }
 
@@ -579,6 +581,9 @@ fn a_proxy_carries_the_crawl_and_is_trusted_on_a_private_address() {
         connect_timeout: Duration::from_secs(5),
         read_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
+        // The site's name does not resolve here: it goes to the proxy (and no
+        // DNS query leaves the machine).
+        lookup: Lookup::Fixed(Vec::new()),
         ..CrawlerConfig::default()
     };
     let mut spec = CrawlSpec::new(&host, Scope::Host);
