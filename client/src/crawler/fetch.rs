@@ -280,10 +280,10 @@ mod tests {
                 "{url}"
             );
         }
-        for url in ["http://public.example/", "http://8.8.8.8/"] {
-            let err = get(&cfg, url).expect_err("nothing listens on the proxy's port");
-            assert!(!matches!(err, FetchError::Refused(_)), "{url}: {err}");
-        }
+        // A name that does not resolve here goes to the proxy.
+        let err =
+            get(&cfg, "http://public.example/").expect_err("nothing listens on the proxy's port");
+        assert!(!matches!(err, FetchError::Refused(_)), "{err}");
         let open = CrawlerConfig {
             allow_private: true,
             ..cfg

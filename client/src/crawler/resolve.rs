@@ -342,6 +342,10 @@ impl Lookup {
     fn fixed(&self, host: &str) -> Option<Vec<IpAddr>> {
         match self {
             Lookup::System => None,
+            // An IP address is itself, as with the system resolver.
+            Lookup::Fixed(_) if host.parse::<IpAddr>().is_ok() => {
+                host.parse::<IpAddr>().ok().map(|ip| vec![ip])
+            }
             Lookup::Fixed(table) => {
                 let host = normalize_host(host);
                 Some(
@@ -918,6 +922,12 @@ mod tests {
             .resolve(&uri, &config, NextTimeout::default())
             .expect("allowed");
         assert_eq!(addrs.to_vec(), vec!["10.0.0.5:8080".parse().expect("addr")]);
+        // An IP address needs no lookup.
+        let literal: Uri = "http://[::1]:9/".parse().expect("uri");
+        let addrs = open
+            .resolve(&literal, &config, NextTimeout::default())
+            .expect("an address");
+        assert_eq!(addrs.to_vec(), vec!["[::1]:9".parse().expect("addr")]);
         let unknown: Uri = "http://elsewhere.example/".parse().expect("uri");
         assert!(matches!(
             open.resolve(&unknown, &config, NextTimeout::default()),
