@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use beebot_client::crawler::{
     crawl, crawl_resumable, crawl_with_progress, CrawlOutput, CrawlProgress, CrawlSpec,
-    CrawlerConfig,
+    CrawlerConfig, Lookup,
 };
 use beebot_server::web::{LoggedRequest, SynthWebServer};
 use beebot_shared::linkfile::{LinkRecord, StopReason};
@@ -35,6 +35,8 @@ fn loopback_config(server: &SynthWebServer) -> CrawlerConfig {
         read_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
         proxy: None,
+        // Names without a rule resolve to nothing: no DNS query leaves the machine.
+        lookup: Lookup::Fixed(Vec::new()),
     }
 }
 
@@ -512,27 +514,48 @@ fn beebot_crawl_piped_prints_records_and_one_summary_line() {
     assert!(err.contains("[HTTP 200×"), "{err}");
 }
 
+/// What a test proxy did: the tunnels it opened, and the target (`host:port`
+/// of the CONNECT line) of every request it got.
+#[derive(Default)]
+struct ProxyLog {
+    tunnels: std::sync::atomic::AtomicUsize,
+    asked: std::sync::Mutex<Vec<String>>,
+}
+
+impl ProxyLog {
+    fn tunnels(&self) -> usize {
+        self.tunnels.load(Ordering::SeqCst)
+    }
+
+    fn asked(&self) -> Vec<String> {
+        self.asked.lock().expect("proxy log").clone()
+    }
+}
+
 /// A minimal HTTP CONNECT proxy on loopback that sends every tunnel to `target`
-/// and counts the tunnels it opened (bounded: it serves `max` of them).
+/// (whatever it is asked for) and logs what it did (bounded: it serves `max`
+/// connections).
 fn connect_proxy(
     target: std::net::SocketAddr,
     max: usize,
-) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+) -> (std::net::SocketAddr, Arc<ProxyLog>) {
     use std::io::{BufRead, BufReader, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
     let addr = listener.local_addr().expect("addr");
-    let tunnels = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let count = tunnels.clone();
+    let log = Arc::new(ProxyLog::default());
+    let shared = log.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming().take(max) {
             let Ok(client) = stream else { continue };
-            let count = count.clone();
+            let log = shared.clone();
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(client.try_clone().expect("clone"));
                 let mut line = String::new();
                 if reader.read_line(&mut line).is_err() || !line.starts_with("CONNECT ") {
                     return;
                 }
+                let asked = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                log.asked.lock().expect("proxy log").push(asked);
                 loop {
                     let mut h = String::new();
                     if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
@@ -542,7 +565,7 @@ fn connect_proxy(
                 let Ok(upstream) = std::net::TcpStream::connect(target) else {
                     return;
                 };
-                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                log.tunnels.fetch_add(1, Ordering::SeqCst);
                 let mut c = client;
                 if c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
                     .is_err()
@@ -563,14 +586,14 @@ fn connect_proxy(
             });
         }
     });
-    (addr, tunnels)
+    (addr, log)
 }
 
 #[test]
 fn a_proxy_carries_the_crawl_and_is_trusted_on_a_private_address() {
     let web = Arc::new(SynthWeb::generate(7, 2));
     let server = start(&web);
-    let (proxy, tunnels) = connect_proxy(server.addr(), 1000);
+    let (proxy, proxy_log) = connect_proxy(server.addr(), 1000);
     let host = web.site_hosts()[0].clone();
     // No --allow-private and no --resolve: the proxy (on loopback) is trusted
     // and resolves the target itself.
@@ -579,6 +602,9 @@ fn a_proxy_carries_the_crawl_and_is_trusted_on_a_private_address() {
         connect_timeout: Duration::from_secs(5),
         read_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
+        // The site's name does not resolve here: it goes to the proxy (and no
+        // DNS query leaves the machine).
+        lookup: Lookup::Fixed(Vec::new()),
         ..CrawlerConfig::default()
     };
     let mut spec = CrawlSpec::new(&host, Scope::Host);
@@ -589,7 +615,183 @@ fn a_proxy_carries_the_crawl_and_is_trusted_on_a_private_address() {
     got.sort_by(|a, b| (&a.source_url, &a.target_url).cmp(&(&b.source_url, &b.target_url)));
     want.sort_by(|a, b| (&a.source_url, &a.target_url).cmp(&(&b.source_url, &b.target_url)));
     assert_eq!(got, want, "summary: {:?}", out.summary);
-    assert!(tunnels.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    assert!(proxy_log.tunnels() >= 1);
+}
+
+/// Through a proxy, with `hostile.test` names unknown here (they go to the
+/// proxy, which sends every tunnel to `server`), `names` mapped to private
+/// addresses by `--resolve` rules and `db.ssrf.hostile.test` by the lookup.
+fn proxied_config(proxy: std::net::SocketAddr, allow_private: bool) -> CrawlerConfig {
+    CrawlerConfig {
+        allow_private,
+        proxy: Some(format!("http://{proxy}")),
+        resolve: vec!["intranet.ssrf.hostile.test=10.0.0.5".parse().expect("rule")],
+        lookup: Lookup::Fixed(vec![(
+            "db.ssrf.hostile.test".into(),
+            vec!["192.168.7.7".parse().expect("ip")],
+        )]),
+        connect_timeout: Duration::from_secs(5),
+        read_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(10),
+    }
+}
+
+#[test]
+fn through_a_proxy_private_targets_are_refused_and_never_asked_for() {
+    use beebot_shared::synth::hostile::{SSRF_LOOPBACK_LINKS, SSRF_PRIVATE_NAMES};
+    let web = Arc::new(SynthWeb::generate(1, 1));
+    let server = start(&web);
+    let (proxy, proxy_log) = connect_proxy(server.addr(), 1000);
+    let ssrf = CrawlSpec {
+        delay: Duration::ZERO,
+        max_duration: Duration::from_secs(60),
+        ..CrawlSpec::new("ssrf.hostile.test", Scope::Subdomains)
+    };
+    // A loopback port nothing should reach: the proxy sends it to the server.
+    let literals = [
+        format!("127.0.0.1:{}", server.addr().port()),
+        format!("[::ffff:127.0.0.1]:{}", server.addr().port()),
+    ];
+    let literal_spec = |site: &str| CrawlSpec {
+        delay: Duration::ZERO,
+        max_duration: Duration::from_secs(60),
+        ..CrawlSpec::new(site, Scope::Host)
+    };
+
+    // Private addresses not allowed: the site's own pages go through the
+    // proxy; its private subdomains (a rule, the lookup) and IP-literal
+    // sites on loopback are refused before the proxy is asked.
+    let cfg = proxied_config(proxy, false);
+    let out = run(&ssrf, &cfg);
+    let s = &out.summary;
+    // The robots.txt of each private subdomain, refused: its pages (linked,
+    // and the target of /go-intranet) are not asked for after that.
+    assert_eq!(s.refused_addresses, 2, "{s:?}");
+    assert_eq!(s.pages, 2, "/ and /go-intranet: {s:?}");
+    assert_eq!(s.stopped_by, None, "{s:?}");
+    let targets: Vec<&str> = out.records.iter().map(|r| r.target_url.as_str()).collect();
+    assert!(targets.contains(&SSRF_LOOPBACK_LINKS[0]), "{targets:?}");
+    assert!(
+        targets.contains(&"http://[::ffff:7f00:1]:9/"),
+        "{targets:?}"
+    );
+    for site in &literals {
+        let out = run(&literal_spec(site), &cfg);
+        assert_eq!(
+            out.summary.refused_addresses, 1,
+            "{site}: {:?}",
+            out.summary
+        );
+        assert_eq!(out.summary.pages, 0, "{site}: {:?}", out.summary);
+        assert_eq!(
+            out.summary.stopped_by,
+            Some(StopReason::RobotsUnavailable),
+            "{site}"
+        );
+    }
+    let asked = proxy_log.asked();
+    assert!(!asked.is_empty());
+    assert!(
+        asked.iter().all(|a| a == "ssrf.hostile.test:80"),
+        "the proxy was asked for {asked:?}"
+    );
+    let log = server.request_log();
+    assert!(
+        log.iter().all(|r| r.host == "ssrf.hostile.test"),
+        "{:?}",
+        log.iter().map(|r| (&r.host, &r.path)).collect::<Vec<_>>()
+    );
+
+    // Private addresses allowed: the same targets are asked of the proxy and fetched.
+    let open = proxied_config(proxy, true);
+    let out = run(&ssrf, &open);
+    assert_eq!(out.summary.refused_addresses, 0, "{:?}", out.summary);
+    assert_eq!(
+        out.summary.pages, 4,
+        "/, /go-intranet, two subdomains: {:?}",
+        out.summary
+    );
+    for site in &literals {
+        let out = run(&literal_spec(site), &open);
+        assert_eq!(
+            out.summary.refused_addresses, 0,
+            "{site}: {:?}",
+            out.summary
+        );
+        assert_eq!(out.summary.pages, 1, "{site}: {:?}", out.summary);
+    }
+    let asked = proxy_log.asked();
+    for name in SSRF_PRIVATE_NAMES {
+        assert!(asked.contains(&format!("{name}:80")), "{name}: {asked:?}");
+    }
+    let port = server.addr().port();
+    for literal in [
+        format!("127.0.0.1:{port}"),
+        format!("[::ffff:7f00:1]:{port}"),
+    ] {
+        assert!(asked.contains(&literal), "{literal}: {asked:?}");
+    }
+    let log = server.request_log();
+    let fetched = |host: &str, path: &str| log.iter().any(|r| r.host == host && r.path == path);
+    assert!(fetched("intranet.ssrf.hostile.test", "/admin"));
+    assert!(fetched("intranet.ssrf.hostile.test", "/"));
+    assert!(fetched("db.ssrf.hostile.test", "/"));
+}
+
+/// Loopback allowed, every `*.hostile.test` host sent to the server.
+fn hostile_config(server: &SynthWebServer) -> CrawlerConfig {
+    CrawlerConfig {
+        resolve: vec![format!("*.hostile.test=127.0.0.1:{}", server.addr().port())
+            .parse()
+            .expect("resolve rule")],
+        ..loopback_config(server)
+    }
+}
+
+#[test]
+fn a_robots_txt_redirect_is_followed_only_within_the_site() {
+    let web = Arc::new(SynthWeb::generate(1, 1));
+    let server = start(&web);
+    let cfg = hostile_config(&server);
+    // Off the site: robots.txt counts as unavailable, nothing is crawled,
+    // and the other site is never asked.
+    let out = run(&open_spec("offsiterobots.hostile.test"), &cfg);
+    assert_eq!(
+        out.summary.stopped_by,
+        Some(StopReason::RobotsUnavailable),
+        "{:?}",
+        out.summary
+    );
+    assert_eq!(out.summary.pages, 0, "{:?}", out.summary);
+    let log = server.request_log();
+    let requested: Vec<(&str, &str)> = log
+        .iter()
+        .map(|r| (r.host.as_str(), r.path.as_str()))
+        .collect();
+    assert_eq!(
+        requested,
+        vec![("offsiterobots.hostile.test", "/robots.txt")],
+        "only the site's own robots.txt"
+    );
+    // Within the site (to its www. host): followed, and its rules obeyed.
+    let out = run(&open_spec("movedrobots.hostile.test"), &cfg);
+    assert_eq!(out.summary.stopped_by, None, "{:?}", out.summary);
+    assert_eq!(out.summary.robots_disallowed, 1, "{:?}", out.summary);
+    assert_eq!(out.summary.pages, 2, "/ and /open.html: {:?}", out.summary);
+    let log = server.request_log();
+    let requested: Vec<(&str, &str)> = log[1..]
+        .iter()
+        .map(|r| (r.host.as_str(), r.path.as_str()))
+        .collect();
+    assert_eq!(
+        requested,
+        vec![
+            ("movedrobots.hostile.test", "/robots.txt"),
+            ("www.movedrobots.hostile.test", "/robots.txt"),
+            ("movedrobots.hostile.test", "/"),
+            ("movedrobots.hostile.test", "/open.html"),
+        ]
+    );
 }
 
 // ---- resuming a scan from its state ----
@@ -633,8 +835,12 @@ fn assert_nothing_requested_twice(server: &SynthWebServer, host: &str) -> usize 
     let mut paths: Vec<_> = log.iter().map(|r| r.path.clone()).collect();
     paths.sort();
     let n = paths.len();
-    paths.dedup();
-    assert_eq!(paths.len(), n, "{host}: a URL was requested twice");
+    let twice: Vec<_> = paths
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| &w[0])
+        .collect();
+    assert!(twice.is_empty(), "{host}: requested twice: {twice:?}");
     n
 }
 

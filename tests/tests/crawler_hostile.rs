@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use beebot_client::crawler::{crawl, CrawlOutput, CrawlSpec, CrawlerConfig};
+use beebot_client::crawler::{crawl, CrawlOutput, CrawlSpec, CrawlerConfig, Lookup};
 use beebot_server::web::{LoggedRequest, SynthWebServer};
 use beebot_shared::linkfile::StopReason;
 use beebot_shared::scope::Scope;
@@ -34,6 +34,8 @@ fn config(server: &SynthWebServer) -> CrawlerConfig {
         read_timeout: Duration::from_millis(1500),
         request_timeout: Duration::from_secs(2),
         proxy: None,
+        // Names without a rule resolve to nothing: no DNS query leaves the machine.
+        lookup: Lookup::Fixed(Vec::new()),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The crawler's HTTP shell: one ureq agent per crawl with the guarded resolver,
-//! no automatic redirects, no proxy, timeouts set, bodies read up to a limit.
+//! no automatic redirects, the configured proxy only (each target checked by
+//! the proxy guard first), timeouts set, bodies read up to a limit.
 //! https goes through rustls (ring) with the webpki root certificates.
 
 use std::io::Read;
@@ -9,7 +10,7 @@ use ureq::unversioned::transport::DefaultConnector;
 use ureq::Agent;
 use url::Url;
 
-use super::resolve::{AddressRefused, GuardedResolver};
+use super::resolve::{AddressRefused, GuardedResolver, ProxyGuard};
 use super::CrawlerConfig;
 
 /// What we accept, in order of preference.
@@ -90,14 +91,20 @@ pub enum BodyWanted {
 /// Issues the crawl's requests.
 pub struct Fetcher {
     agent: Agent,
+    /// Through a proxy, private addresses not allowed: checks each target
+    /// (the resolver sees only the proxy).
+    proxy_guard: Option<ProxyGuard>,
 }
 
 impl Fetcher {
     pub fn new(cfg: &CrawlerConfig, user_agent: &str) -> Fetcher {
+        let proxy = cfg.proxy.as_deref().and_then(|p| ureq::Proxy::new(p).ok());
+        let proxy_guard = (proxy.is_some() && !cfg.allow_private)
+            .then(|| ProxyGuard::new(cfg.resolve.clone(), cfg.lookup.clone(), cfg.connect_timeout));
         let config = Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
-            .proxy(cfg.proxy.as_deref().and_then(|p| ureq::Proxy::new(p).ok()))
+            .proxy(proxy)
             .user_agent(user_agent)
             .accept(ACCEPT)
             .timeout_connect(Some(cfg.connect_timeout))
@@ -112,10 +119,12 @@ impl Fetcher {
             .as_deref()
             .and_then(|p| url::Url::parse(p).ok())
             .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_string()));
-        let resolver =
-            GuardedResolver::new(cfg.resolve.clone(), cfg.allow_private).trusting(proxy_host);
+        let resolver = GuardedResolver::new(cfg.resolve.clone(), cfg.allow_private)
+            .with_lookup(cfg.lookup.clone())
+            .trusting(proxy_host);
         Fetcher {
             agent: Agent::with_parts(config, DefaultConnector::new(), resolver),
+            proxy_guard,
         }
     }
 
@@ -128,6 +137,9 @@ impl Fetcher {
         wanted: BodyWanted,
         timeout: Duration,
     ) -> Result<Fetched, FetchError> {
+        if let Some(guard) = &self.proxy_guard {
+            guard.check(url).map_err(FetchError::Refused)?;
+        }
         let response = self
             .agent
             .get(url.as_str())
@@ -233,5 +245,50 @@ mod tests {
         assert!(!is_html_mime(Some("application/pdf")));
         assert!(!is_html_mime(Some("text/plain")));
         assert!(!is_html_mime(None));
+    }
+
+    /// Through a proxy (on loopback port 1, where nothing listens), a
+    /// target on a non-public address is refused before any connection;
+    /// other targets go to the proxy (and fail there, unanswered).
+    #[test]
+    fn through_a_proxy_private_targets_are_refused_before_any_connection() {
+        use super::super::resolve::Lookup;
+        let cfg = CrawlerConfig {
+            proxy: Some("http://127.0.0.1:1".into()),
+            resolve: vec!["intranet.test=10.0.0.5".parse().expect("rule")],
+            lookup: Lookup::Fixed(Vec::new()),
+            connect_timeout: Duration::from_secs(2),
+            ..CrawlerConfig::default()
+        };
+        let get = |cfg: &CrawlerConfig, url: &str| {
+            Fetcher::new(cfg, "BeeBot-test").get(
+                &Url::parse(url).expect("url"),
+                1024,
+                BodyWanted::Html,
+                Duration::from_secs(2),
+            )
+        };
+        for url in [
+            "http://127.0.0.1:8080/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://10.0.0.5/",
+            "http://intranet.test/",
+            "http://localhost/",
+        ] {
+            assert!(
+                matches!(get(&cfg, url), Err(FetchError::Refused(_))),
+                "{url}"
+            );
+        }
+        // A name that does not resolve here goes to the proxy.
+        let err =
+            get(&cfg, "http://public.example/").expect_err("nothing listens on the proxy's port");
+        assert!(!matches!(err, FetchError::Refused(_)), "{err}");
+        let open = CrawlerConfig {
+            allow_private: true,
+            ..cfg
+        };
+        let err = get(&open, "http://10.0.0.5/").expect_err("nothing listens");
+        assert!(!matches!(err, FetchError::Refused(_)), "{err}");
     }
 }

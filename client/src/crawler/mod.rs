@@ -8,7 +8,8 @@
 //! - [`frontier`]: bounded queue, each canonical URL at most once;
 //! - [`redirect`]: redirect decisions (pure);
 //! - [`robots`]: robots.txt policy (pure);
-//! - [`resolve`]: `--resolve` rules and the private-address guard;
+//! - [`resolve`]: `--resolve` rules and the private-address guard (of the
+//!   resolver, and of targets sent through a proxy);
 //! - [`trap`]: crawler-trap rules (repeated path segments);
 //! - [`fetch`]: the HTTP shell.
 //!
@@ -63,7 +64,9 @@ use frontier::{Frontier, Pushed, MAX_FRONTIER_URLS};
 use redirect::{RedirectStep, MAX_REDIRECTS};
 use robots::{Robots, MAX_CRAWL_DELAY, MAX_ROBOTS_BYTES};
 
-pub use resolve::{classify_address, AddressClass, AddressRefused, ResolveRule, ResolveRuleError};
+pub use resolve::{
+    classify_address, AddressClass, AddressRefused, Lookup, ResolveRule, ResolveRuleError,
+};
 
 /// The User-Agent of BeeBot: product token (matched against robots.txt groups)
 /// and a contact URL.
@@ -155,8 +158,14 @@ pub struct CrawlerConfig {
     pub request_timeout: Duration,
     /// HTTP proxy for every request (`http://host:port`). The proxy's own
     /// address is trusted even when private; through a proxy the target names
-    /// are resolved, and their addresses chosen, by the proxy.
+    /// are resolved, and their addresses chosen, by the proxy, so unless
+    /// `allow_private` each target is checked here first: IP addresses and
+    /// names that resolve here (rules, `lookup`) to a non-public address are
+    /// refused, names that do not resolve here go to the proxy.
     pub proxy: Option<String>,
+    /// How names without a `--resolve` rule are looked up here: the system
+    /// resolver, or a fixed table (tests).
+    pub lookup: Lookup,
 }
 
 impl Default for CrawlerConfig {
@@ -168,6 +177,7 @@ impl Default for CrawlerConfig {
             read_timeout: Duration::from_secs(20),
             request_timeout: Duration::from_secs(60),
             proxy: None,
+            lookup: Lookup::System,
         }
     }
 }
@@ -865,10 +875,19 @@ impl<'a> Crawler<'a> {
         };
         let mut chain: Vec<Url> = Vec::new();
         let mut policy = Robots::Unavailable;
-        // The final answer (status 0: no answer), kept for the scan state.
+        // The final answer (status 0: no answer), kept for the scan state
+        // unless `keep` is cleared.
         let mut answer: (u16, Vec<u8>) = (0, Vec::new());
-        // robots.txt redirects are followed to any host (it is one small file),
-        // at most MAX_REDIRECTS hops; when the hops run out it counts as missing.
+        let mut keep = true;
+        // robots.txt redirects are followed within the site's scope, at most
+        // MAX_REDIRECTS hops (RFC 9309 asks for at least five); when the hops
+        // run out it counts as missing. A redirect out of the scope is not
+        // followed: the site would have us request a host that is not its own
+        // (anyone's, or a private one the guard cannot see behind a proxy),
+        // and its rules for us would come from there. RFC 9309 lets a crawler
+        // treat a robots.txt it cannot reach as unavailable, so it is: nothing
+        // is crawled on that origin, the safe side when we cannot read the
+        // rules (allowing all could crawl what the site forbids).
         for _ in 0..=MAX_REDIRECTS {
             self.wait_turn(&current)?;
             let timeout = self.request_timeout();
@@ -897,6 +916,14 @@ impl<'a> Crawler<'a> {
                 _ => None,
             };
             match next {
+                Some(next) if !self.scope.contains(&next) => {
+                    tracing::debug!(url = %current, to = %next, "robots.txt redirect out of the scope: unavailable");
+                    policy = Robots::Unavailable;
+                    // Answered, but not kept: a resumed scan asks again.
+                    answer = (response.status, Vec::new());
+                    keep = false;
+                    break;
+                }
                 Some(next) => {
                     policy = Robots::AllowAll;
                     answer = (response.status, Vec::new());
@@ -916,7 +943,10 @@ impl<'a> Crawler<'a> {
         self.robots.insert(key.clone(), policy);
         self.robots_unanswered = answer.0 == 0;
         // No answer at all is not kept for the state: the next scan asks.
-        if answer.0 != 0 && self.robots_answer_bytes + answer.1.len() <= MAX_STATE_ROBOTS_BYTES {
+        if keep
+            && answer.0 != 0
+            && self.robots_answer_bytes + answer.1.len() <= MAX_STATE_ROBOTS_BYTES
+        {
             self.robots_answer_bytes += answer.1.len();
             self.robots_answers.push(RobotsAnswer {
                 origin: key,

@@ -1,17 +1,23 @@
 //! The crawler's address policy: `--resolve` rules, the classification of IP
 //! addresses, and the ureq resolver that applies both, so every request (redirect
 //! hops included) goes only to public addresses unless private ones are allowed.
+//! Through a proxy the resolver sees only the proxy, so [`ProxyGuard`] checks
+//! each target before it is handed to the proxy.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::str::FromStr;
+use std::sync::{mpsc, Mutex};
+use std::time::Duration;
 
 use beebot_shared::limits::MAX_HOST_LEN;
 use ureq::config::Config;
 use ureq::http::Uri;
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::NextTimeout;
+use url::{Host, Url};
 
 /// What kind of network an IP address belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -319,6 +325,69 @@ fn parse_port(s: &str) -> Result<u16, ResolveRuleError> {
     }
 }
 
+/// How names without a `--resolve` rule are looked up on this machine.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Lookup {
+    /// The system resolver (`getaddrinfo`).
+    #[default]
+    System,
+    /// These names (lower case, no trailing dot) have these addresses, and no
+    /// other name resolves: tests, so that no DNS query leaves the machine.
+    Fixed(Vec<(String, Vec<IpAddr>)>),
+}
+
+impl Lookup {
+    /// The fixed addresses of `host`, for [`Lookup::Fixed`] (empty when it
+    /// does not list the name); `None` for the system resolver.
+    fn fixed(&self, host: &str) -> Option<Vec<IpAddr>> {
+        match self {
+            Lookup::System => None,
+            // An IP address is itself, as with the system resolver.
+            Lookup::Fixed(_) if host.parse::<IpAddr>().is_ok() => {
+                host.parse::<IpAddr>().ok().map(|ip| vec![ip])
+            }
+            Lookup::Fixed(table) => {
+                let host = normalize_host(host);
+                Some(
+                    table
+                        .iter()
+                        .filter(|(name, _)| normalize_host(name) == host)
+                        .flat_map(|(_, ips)| ips.iter().copied())
+                        .collect(),
+                )
+            }
+        }
+    }
+
+    /// The addresses `host` resolves to here, within `timeout`; empty when it
+    /// does not resolve (no such name, no answer in time, a failing resolver).
+    fn addresses(&self, host: &str, timeout: Duration) -> Vec<IpAddr> {
+        if let Some(ips) = self.fixed(host) {
+            return ips;
+        }
+        let name = host.to_string();
+        let (tx, rx) = mpsc::sync_channel(1);
+        // On a thread of its own, as ureq does: getaddrinfo has no timeout. A
+        // lookup that outlives the timeout ends on its own, its answer dropped.
+        let spawned = std::thread::Builder::new()
+            .name("beebot-lookup".into())
+            .spawn(move || {
+                let _ = tx.send(system_addresses(&name));
+            });
+        match spawned {
+            Ok(_) => rx.recv_timeout(timeout).unwrap_or_default(),
+            Err(_) => system_addresses(host),
+        }
+    }
+}
+
+fn system_addresses(host: &str) -> Vec<IpAddr> {
+    (host, 0u16)
+        .to_socket_addrs()
+        .map(|addrs| addrs.map(|a| a.ip()).collect())
+        .unwrap_or_default()
+}
+
 /// A request refused because its host resolves only to addresses the crawler
 /// may not contact.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -337,6 +406,8 @@ pub(crate) struct GuardedResolver {
     rules: Vec<ResolveRule>,
     allow_private: bool,
     system: DefaultResolver,
+    /// Replaces the system resolver when fixed (tests).
+    lookup: Lookup,
     /// A host whose addresses are never filtered: the configured proxy.
     trusted_host: Option<String>,
 }
@@ -347,8 +418,15 @@ impl GuardedResolver {
             rules,
             allow_private,
             system: DefaultResolver::default(),
+            lookup: Lookup::System,
             trusted_host: None,
         }
+    }
+
+    /// Look names without a rule up with `lookup`.
+    pub(crate) fn with_lookup(mut self, lookup: Lookup) -> GuardedResolver {
+        self.lookup = lookup;
+        self
     }
 
     /// Trust `host` (the configured proxy): its addresses are not filtered.
@@ -381,7 +459,19 @@ impl Resolver for GuardedResolver {
                 addrs.push(rule.socket_addr(port));
                 addrs
             }
-            None => self.system.resolve(uri, config, timeout)?,
+            None => match self.lookup.fixed(host) {
+                None => self.system.resolve(uri, config, timeout)?,
+                Some(ips) if ips.is_empty() => return Err(ureq::Error::HostNotFound),
+                Some(ips) => {
+                    let mut addrs = self.empty();
+                    for ip in ips {
+                        if addrs.try_push(SocketAddr::new(ip, port)).is_err() {
+                            break;
+                        }
+                    }
+                    addrs
+                }
+            },
         };
         if self.allow_private
             || self
@@ -419,6 +509,109 @@ impl Resolver for GuardedResolver {
             ))),
         }
     }
+}
+
+/// Names whose decision one [`ProxyGuard`] keeps (a crawl asks about a few
+/// hosts again and again; a wide scope touches at most `MAX_ROBOTS_HOSTS`):
+/// past this the cache starts afresh, so its memory stays bounded whatever a
+/// site links to.
+const MAX_PROXY_GUARD_NAMES: usize = 1024;
+
+/// The private-address guard of requests sent through a proxy. The proxy
+/// resolves each target and connects to it, so [`GuardedResolver`] only ever
+/// sees the proxy (trusted, even on a private address): every target is
+/// checked here instead, before it is handed to the proxy, by
+/// [`proxied_target`].
+#[derive(Debug)]
+pub(crate) struct ProxyGuard {
+    rules: Vec<ResolveRule>,
+    lookup: Lookup,
+    /// Longest wait for the local lookup of one name.
+    timeout: Duration,
+    /// The decision per name (lower case, no trailing dot).
+    decided: Mutex<HashMap<String, Result<(), AddressRefused>>>,
+}
+
+impl ProxyGuard {
+    pub(crate) fn new(rules: Vec<ResolveRule>, lookup: Lookup, timeout: Duration) -> ProxyGuard {
+        ProxyGuard {
+            rules,
+            lookup,
+            timeout,
+            decided: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether `url` may be requested through the proxy.
+    pub(crate) fn check(&self, url: &Url) -> Result<(), AddressRefused> {
+        let Some(host) = url.host() else {
+            return Ok(()); // no host, no request: ureq refuses the URL itself
+        };
+        let Host::Domain(name) = host else {
+            return proxied_target(host, &self.rules, |_| Vec::new());
+        };
+        let key = normalize_host(name);
+        let mut decided = self.decided.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(decision) = decided.get(&key) {
+            return decision.clone();
+        }
+        let decision = proxied_target(host, &self.rules, |name| {
+            self.lookup.addresses(name, self.timeout)
+        });
+        if decided.len() >= MAX_PROXY_GUARD_NAMES {
+            decided.clear();
+        }
+        decided.insert(key, decision.clone());
+        decision
+    }
+}
+
+/// Whether a request for `host` may be handed to a proxy when private
+/// addresses are not allowed, decided on what this machine knows:
+/// - an IP address must be public (the `url` crate has already turned every
+///   spelling of an IPv4 address, `0x7f.1` or `2130706433`, into its dotted
+///   form, and IPv6 forms that carry an IPv4 address are classified by it);
+/// - `localhost` and `*.localhost` are loopback (RFC 6761), whoever resolves them;
+/// - a name with a `--resolve` rule must map to a public address;
+/// - otherwise every address `resolve` finds for the name here must be public:
+///   the proxy, not we, picks which one it connects to.
+///
+/// A name that does not resolve here (`resolve` finds nothing: no such name,
+/// no answer in time, or no DNS beyond the proxy, as on some corporate
+/// networks) goes to the proxy, which resolves it: refusing would stop every
+/// crawl where only the proxy can resolve names. Such a name, and one whose
+/// DNS answers the proxy differently than us, is kept off private addresses
+/// only by the proxy's own policy.
+pub(crate) fn proxied_target(
+    host: Host<&str>,
+    rules: &[ResolveRule],
+    resolve: impl FnOnce(&str) -> Vec<IpAddr>,
+) -> Result<(), AddressRefused> {
+    let public = |ip: IpAddr| -> Result<(), AddressRefused> {
+        let class = classify_address(ip);
+        if class.is_public() {
+            Ok(())
+        } else {
+            Err(AddressRefused {
+                host: host.to_string(),
+                ip,
+                class,
+            })
+        }
+    };
+    let name = match host {
+        Host::Ipv4(ip) => return public(IpAddr::V4(ip)),
+        Host::Ipv6(ip) => return public(IpAddr::V6(ip)),
+        Host::Domain(name) => name,
+    };
+    let normalized = normalize_host(name);
+    if normalized == "localhost" || normalized.ends_with(".localhost") {
+        return public(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    if let Some(rule) = rules.iter().find(|rule| rule.matches(name)) {
+        return public(rule.ip());
+    }
+    resolve(&normalized).into_iter().try_for_each(public)
 }
 
 #[cfg(test)]
@@ -565,5 +758,180 @@ mod tests {
         assert!(GuardedResolver::new(Vec::new(), false)
             .resolve(&literal, &config, NextTimeout::default())
             .is_err());
+    }
+
+    fn host_of(url: &str) -> Url {
+        Url::parse(url).expect("test URL")
+    }
+
+    /// The proxy decision for `url`'s host with `rules`; names are looked up
+    /// in `dns` (a name it does not list does not resolve).
+    fn proxied(url: &str, rules: &[&str], dns: &[(&str, &[&str])]) -> Result<(), AddressRefused> {
+        let rules: Vec<ResolveRule> = rules.iter().map(|r| r.parse().expect("rule")).collect();
+        let url = host_of(url);
+        let host = url.host().expect("host");
+        let is_ip = !matches!(host, Host::Domain(_));
+        proxied_target(host, &rules, |name| {
+            assert!(!is_ip, "an IP address is never looked up");
+            dns.iter()
+                .filter(|(n, _)| *n == name)
+                .flat_map(|(_, ips)| ips.iter().map(|ip| ip.parse::<IpAddr>().expect("ip")))
+                .collect()
+        })
+    }
+
+    fn refused_class(url: &str, rules: &[&str], dns: &[(&str, &[&str])]) -> AddressClass {
+        match proxied(url, rules, dns) {
+            Err(refused) => refused.class,
+            Ok(()) => panic!("{url} was allowed through the proxy"),
+        }
+    }
+
+    #[test]
+    fn proxied_ip_literals_must_be_public() {
+        use AddressClass::*;
+        let cases = [
+            ("http://127.0.0.1:8080/", Loopback),
+            ("http://127.1/", Loopback),
+            ("http://0x7f.0.0.1/", Loopback),
+            ("http://0177.0.0.1/", Loopback),
+            ("http://2130706433/", Loopback),
+            ("http://0.0.0.0/", Unspecified),
+            ("http://10.0.0.5/", Private),
+            ("http://192.168.1.1/", Private),
+            ("http://100.64.0.1/", Shared),
+            ("http://169.254.169.254/latest/meta-data/", LinkLocal),
+            ("http://224.0.0.1/", Multicast),
+            ("http://255.255.255.255/", Broadcast),
+            ("http://192.0.2.1/", Documentation),
+            ("http://[::1]:8080/", Loopback),
+            ("http://[::]/", Unspecified),
+            ("http://[::ffff:127.0.0.1]/", Loopback),
+            ("http://[::ffff:7f00:1]/", Loopback),
+            ("http://[::ffff:10.0.0.5]/", Private),
+            ("http://[::ffff:a9fe:a9fe]/", LinkLocal),
+            ("http://[::127.0.0.1]/", Loopback),
+            ("http://[64:ff9b::a9fe:a9fe]/", LinkLocal),
+            ("http://[2002:7f00:1::1]/", Loopback),
+            ("http://[fe80::1]/", LinkLocal),
+            ("http://[fd00::5]/", Private),
+            ("http://[ff02::1]/", Multicast),
+        ];
+        for (url, class) in cases {
+            assert_eq!(refused_class(url, &[], &[]), class, "{url}");
+        }
+        let refused = proxied("http://[::ffff:127.0.0.1]:9/", &[], &[]).expect_err("refused");
+        assert_eq!(
+            refused.ip,
+            "::ffff:127.0.0.1".parse::<IpAddr>().expect("ip")
+        );
+        assert_eq!(refused.host, "[::ffff:7f00:1]");
+        // Public addresses go to the proxy (nothing is contacted here).
+        for url in [
+            "http://8.8.8.8/",
+            "http://[2606:4700:4700::1111]/",
+            "http://[::ffff:8.8.8.8]/",
+        ] {
+            assert_eq!(proxied(url, &[], &[]), Ok(()), "{url}");
+        }
+    }
+
+    #[test]
+    fn proxied_names_are_checked_on_their_rules_and_local_addresses() {
+        use AddressClass::*;
+        let rules = [
+            "intranet.test=10.0.0.5",
+            "*.corp.test=[fd00::1]:8080",
+            "mapped.test=[::ffff:127.0.0.1]",
+            "public.test=8.8.8.8",
+        ];
+        assert_eq!(refused_class("http://intranet.test/", &rules, &[]), Private);
+        assert_eq!(
+            refused_class("http://INTRANET.test./x", &rules, &[]),
+            Private
+        );
+        assert_eq!(refused_class("http://db.corp.test/", &rules, &[]), Private);
+        assert_eq!(refused_class("http://mapped.test/", &rules, &[]), Loopback);
+        // A rule wins over what the name resolves to.
+        let dns: &[(&str, &[&str])] = &[
+            ("public.test", &["127.0.0.1"]),
+            ("db.example", &["10.1.2.3"]),
+            ("v6.example", &["::1"]),
+            ("both.example", &["8.8.8.8", "192.168.0.10"]),
+            ("site.example", &["8.8.8.8", "2606:4700:4700::1111"]),
+        ];
+        assert_eq!(proxied("http://public.test/", &rules, dns), Ok(()));
+        // Without a rule, every local address of the name must be public.
+        assert_eq!(refused_class("http://db.example/", &rules, dns), Private);
+        assert_eq!(refused_class("http://v6.example/", &rules, dns), Loopback);
+        assert_eq!(refused_class("http://both.example/", &rules, dns), Private);
+        assert_eq!(proxied("http://site.example/", &rules, dns), Ok(()));
+        // A name that does not resolve here goes to the proxy.
+        assert_eq!(proxied("http://unknown.example/", &rules, dns), Ok(()));
+        assert_eq!(proxied("http://corp.test/", &rules, dns), Ok(()));
+        // localhost is loopback whatever resolves it (RFC 6761).
+        for url in [
+            "http://localhost/",
+            "http://LOCALHOST.:8080/",
+            "http://api.localhost/",
+        ] {
+            assert_eq!(refused_class(url, &rules, &[]), Loopback, "{url}");
+        }
+    }
+
+    #[test]
+    fn proxy_guard_looks_names_up_once_with_its_lookup() {
+        let lookup = Lookup::Fixed(vec![
+            ("db.example".into(), vec!["10.0.0.5".parse().expect("ip")]),
+            ("WWW.Example.".into(), vec!["8.8.4.4".parse().expect("ip")]),
+        ]);
+        let rules = vec!["intranet.test=192.168.0.1:80".parse().expect("rule")];
+        let guard = ProxyGuard::new(rules, lookup, Duration::from_secs(1));
+        let refused = guard
+            .check(&host_of("http://db.example/a"))
+            .expect_err("private");
+        assert_eq!(refused.class, AddressClass::Private);
+        assert_eq!(refused.host, "db.example");
+        assert!(guard.check(&host_of("http://db.example/b")).is_err());
+        assert!(guard.check(&host_of("http://intranet.test/")).is_err());
+        assert!(guard.check(&host_of("http://127.0.0.1:1/")).is_err());
+        assert!(guard.check(&host_of("http://www.example/")).is_ok());
+        assert!(guard.check(&host_of("http://nowhere.example/")).is_ok());
+        let cached = guard.decided.lock().expect("lock");
+        assert_eq!(cached.len(), 4, "one decision per name: {cached:?}");
+    }
+
+    #[test]
+    fn a_fixed_lookup_replaces_the_system_resolver() {
+        let lookup = Lookup::Fixed(vec![(
+            "db.example".into(),
+            vec!["10.0.0.5".parse().expect("ip")],
+        )]);
+        let config = Config::default();
+        let guarded = GuardedResolver::new(Vec::new(), false).with_lookup(lookup.clone());
+        let uri: Uri = "http://db.example:8080/".parse().expect("uri");
+        match guarded.resolve(&uri, &config, NextTimeout::default()) {
+            Err(ureq::Error::Other(e)) => {
+                let refused = e.downcast_ref::<AddressRefused>().expect("AddressRefused");
+                assert_eq!(refused.class, AddressClass::Private);
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        let open = GuardedResolver::new(Vec::new(), true).with_lookup(lookup);
+        let addrs = open
+            .resolve(&uri, &config, NextTimeout::default())
+            .expect("allowed");
+        assert_eq!(addrs.to_vec(), vec!["10.0.0.5:8080".parse().expect("addr")]);
+        // An IP address needs no lookup.
+        let literal: Uri = "http://[::1]:9/".parse().expect("uri");
+        let addrs = open
+            .resolve(&literal, &config, NextTimeout::default())
+            .expect("an address");
+        assert_eq!(addrs.to_vec(), vec!["[::1]:9".parse().expect("addr")]);
+        let unknown: Uri = "http://elsewhere.example/".parse().expect("uri");
+        assert!(matches!(
+            open.resolve(&unknown, &config, NextTimeout::default()),
+            Err(ureq::Error::HostNotFound)
+        ));
     }
 }

@@ -12,6 +12,9 @@
 //! | `calendar.hostile.test` | endless calendars: `/calendar/Y/M/` with a relative "next" link that nests a level deeper each month, and `/events?month=N` linking to `N+1` |
 //! | `bigrobots.hostile.test` | a 10 MB robots.txt: `Disallow: /secret/` first, `Disallow: /` after 500 KiB of comments |
 //! | `latin1.hostile.test` | `/` in ISO-8859-1 by its `Content-Type` header, non-ASCII in a link's host, path and query |
+//! | `ssrf.hostile.test` | `/` links to its subdomains [`SSRF_PRIVATE_NAMES`] (a test maps them to private addresses), to `/go-intranet` (a redirect to one of them), and to loopback IP addresses ([`SSRF_LOOPBACK_LINKS`]); the subdomains answer `/` and `/admin` |
+//! | `offsiterobots.hostile.test` | robots.txt redirects to [`OFFSITE_ROBOTS`], another site |
+//! | `movedrobots.hostile.test` | robots.txt redirects to `www.movedrobots.hostile.test` (the same site), which forbids `/private/`; `/` links to `/private/secret.html` and `/open.html` |
 //!
 //! Every home page also links to [`HOSTILE_OK_LINK`], an outbound link a crawl
 //! must find whatever else happens. A site's other paths answer 404.
@@ -23,6 +26,16 @@ pub const HOSTILE_DOMAIN: &str = "hostile.test";
 
 /// Outbound link on every hostile home page.
 pub const HOSTILE_OK_LINK: &str = "http://survivor.example.org/";
+
+/// Subdomains of `ssrf.hostile.test` its home page links to: names a test
+/// maps to private addresses.
+pub const SSRF_PRIVATE_NAMES: [&str; 2] = ["intranet.ssrf.hostile.test", "db.ssrf.hostile.test"];
+
+/// Loopback IP addresses the home page of `ssrf.hostile.test` links to.
+pub const SSRF_LOOPBACK_LINKS: [&str; 2] = ["http://127.0.0.1:9/", "http://[::ffff:127.0.0.1]:9/"];
+
+/// Where the robots.txt of `offsiterobots.hostile.test` redirects: another site.
+pub const OFFSITE_ROBOTS: &str = "http://elsewhere.hostile.test/robots.txt";
 
 /// Nesting depth of the deep page.
 pub const DEEP_NESTING: u64 = 200_000;
@@ -99,6 +112,9 @@ pub fn hostile_hosts() -> Vec<String> {
         "calendar",
         "bigrobots",
         "latin1",
+        "ssrf",
+        "offsiterobots",
+        "movedrobots",
     ]
     .iter()
     .map(|name| format!("{name}.{HOSTILE_DOMAIN}"))
@@ -127,10 +143,11 @@ pub fn respond(host: &str, path_and_query: &str) -> Option<HostileResponse> {
         .unwrap_or("")
         .to_string();
     if path_and_query == "/robots.txt" {
-        return Some(if name == "bigrobots" {
-            big_robots()
-        } else {
-            text(200, "text/plain", "User-agent: *\nDisallow: /private/\n")
+        return Some(match name.as_str() {
+            "bigrobots" => big_robots(),
+            "offsiterobots" => redirect(OFFSITE_ROBOTS),
+            "movedrobots" => redirect("http://www.movedrobots.hostile.test/robots.txt"),
+            _ => text(200, "text/plain", "User-agent: *\nDisallow: /private/\n"),
         });
     }
     let answer = match (name.as_str(), path_and_query) {
@@ -194,6 +211,27 @@ pub fn respond(host: &str, path_and_query: &str) -> Option<HostileResponse> {
                 .concat(),
             ),
         },
+        ("ssrf", "/") => {
+            let mut links: Vec<String> = SSRF_PRIVATE_NAMES
+                .iter()
+                .map(|n| format!("http://{n}/"))
+                .collect();
+            links.push("/go-intranet".into());
+            links.extend(SSRF_LOOPBACK_LINKS.iter().map(|l| l.to_string()));
+            home(&links.iter().map(String::as_str).collect::<Vec<_>>())
+        }
+        ("ssrf", "/go-intranet") => redirect(&format!("http://{}/admin", SSRF_PRIVATE_NAMES[0])),
+        (sub, "/" | "/admin")
+            if SSRF_PRIVATE_NAMES.contains(&format!("{sub}.{HOSTILE_DOMAIN}").as_str()) =>
+        {
+            text(200, "text/html", "<p>an intranet page</p>")
+        }
+        ("offsiterobots", "/") => home(&["/page.html"]),
+        ("offsiterobots", "/page.html") => text(200, "text/html", "<p>a page</p>"),
+        ("movedrobots" | "www.movedrobots", "/") => home(&["/private/secret.html", "/open.html"]),
+        ("movedrobots" | "www.movedrobots", "/open.html" | "/private/secret.html") => {
+            text(200, "text/html", "<p>a page</p>")
+        }
         ("bigrobots", "/") => home(&["/secret/members.html", "/open.html"]),
         ("bigrobots", "/open.html" | "/secret/members.html") => {
             text(200, "text/html", "<p>a page</p>")
@@ -365,6 +403,32 @@ mod tests {
         )
         .expect("end");
         assert_eq!(last.status, 200);
+    }
+
+    #[test]
+    fn ssrf_and_robots_redirects() {
+        let HostileBody::Bytes(body) = respond("ssrf.hostile.test", "/").expect("ssrf").body else {
+            panic!("small page");
+        };
+        let body = String::from_utf8(body).expect("utf-8");
+        for link in SSRF_LOOPBACK_LINKS {
+            assert!(body.contains(link), "{body}");
+        }
+        for name in SSRF_PRIVATE_NAMES {
+            assert!(body.contains(&format!("http://{name}/")), "{body}");
+            assert_eq!(respond(name, "/admin").map(|r| r.status), Some(200));
+        }
+        let go = respond("ssrf.hostile.test", "/go-intranet").expect("redirect");
+        assert_eq!(
+            go.location.as_deref(),
+            Some("http://intranet.ssrf.hostile.test/admin")
+        );
+        let away = respond("offsiterobots.hostile.test", "/robots.txt").expect("robots");
+        assert_eq!(away.location.as_deref(), Some(OFFSITE_ROBOTS));
+        let moved = respond("movedrobots.hostile.test", "/robots.txt").expect("robots");
+        assert_eq!(moved.status, 302);
+        let there = respond("www.movedrobots.hostile.test", "/robots.txt").expect("robots");
+        assert_eq!(there.status, 200);
     }
 
     #[test]
