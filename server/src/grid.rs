@@ -160,31 +160,43 @@ impl UploadPlan {
         link_file: &[u8],
         state: Option<&[u8]>,
     ) -> Result<Option<StateInfo>, String> {
-        let (header, records) =
-            linkfile::decode(link_file).map_err(|e| format!("link file refused: {e}"))?;
+        // Records are checked as they are decoded, one at a time: none is
+        // kept, so a file's size in memory costs nothing here.
+        let site_scope = beebot_shared::scope::SiteScope::new(&self.site, self.scope);
+        let mut records = 0u64;
+        // A page's records come together: its source is checked once.
+        let mut last_source = String::new();
+        let header = linkfile::for_each_record(link_file, |r| {
+            if records > 0 && r.source_url == last_source {
+                records += 1;
+                return Ok(());
+            }
+            // A file claiming links from other sites lies about what was scanned.
+            if !url::Url::parse(&r.source_url).is_ok_and(|u| site_scope.contains(&u)) {
+                return Err(linkfile::LinkFileError::Refused(format!(
+                    "link file holds a record whose source {} is not on site {}",
+                    r.source_url.chars().take(200).collect::<String>(),
+                    self.site
+                )));
+            }
+            records += 1;
+            last_source = r.source_url;
+            Ok(())
+        })
+        .map_err(|e| match e {
+            linkfile::LinkFileError::Refused(why) => why,
+            e => format!("link file refused: {e}"),
+        })?;
         if header.unit_id != self.unit_id
             || header.round_id != self.round_id
             || header.site != self.site
         {
             return Err("link file header does not match the unit".into());
         }
-        // A file claiming links from other sites lies about what was scanned.
-        let site_scope = beebot_shared::scope::SiteScope::new(&self.site, self.scope);
-        if let Some(r) = records
-            .iter()
-            .find(|r| !url::Url::parse(&r.source_url).is_ok_and(|u| site_scope.contains(&u)))
-        {
+        if summary.links != records {
             return Err(format!(
-                "link file holds a record whose source {} is not on site {}",
-                r.source_url.chars().take(200).collect::<String>(),
-                self.site
-            ));
-        }
-        if summary.links != records.len() as u64 {
-            return Err(format!(
-                "summary says {} links but the link file holds {}",
+                "summary says {} links but the link file holds {records}",
                 summary.links,
-                records.len()
             ));
         }
         if !stopped_early(summary) {
@@ -246,6 +258,30 @@ impl UploadPlan {
     fn remove_files(&self) {
         let _ = fs::remove_file(&self.path);
         let _ = fs::remove_file(&self.state_path);
+    }
+}
+
+/// The answer to an upload of `unit_id` whose attempt is no longer wanted,
+/// given before anything of it is decoded: its result is in already
+/// (`Done`, `Partial`) or another copy's went on (`Aborted`): `Duplicate`;
+/// the host gave it back, its result was refused, or the host no longer
+/// held it (`Failed`, `Released`): `Rejected`. A `Running` attempt is
+/// wanted, and so is an `Expired` one: a late result for a job still open
+/// (at the same position, which the caller checks) is accepted, so a host
+/// that slept keeps its work.
+fn unwanted_upload(job: &JobRecord, unit_id: u64) -> Option<UploadOutcome> {
+    let a = job.attempts.iter().find(|a| a.unit_id == unit_id)?;
+    match &a.state {
+        AttemptState::Running | AttemptState::Expired => None,
+        AttemptState::Done | AttemptState::Partial | AttemptState::Aborted => {
+            Some(UploadOutcome::Duplicate)
+        }
+        AttemptState::Failed(_) => Some(UploadOutcome::Rejected(format!(
+            "unit {unit_id} was given back or its result refused: it is not wanted any more"
+        ))),
+        AttemptState::Released => Some(UploadOutcome::Rejected(format!(
+            "unit {unit_id} was released (the host no longer held it): it is not wanted any more"
+        ))),
     }
 }
 
@@ -1684,6 +1720,10 @@ impl Grid {
             .get(&job.round_id)
             .map(|r| r.params.scope)
             .unwrap_or_default();
+        if let Some(o) = unwanted_upload(job, unit_id) {
+            // Refused before anything of it is decoded.
+            return Ok(UploadStep::Answer(o));
+        }
         let resume_seq = job
             .attempts
             .iter()
@@ -1794,6 +1834,11 @@ impl Grid {
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
         };
+        if let Some(o @ UploadOutcome::Rejected(_)) = unwanted_upload(job, unit_id) {
+            // Given back or released while its file was checked.
+            plan.remove_files();
+            return Ok(o);
+        }
         if job.segments.iter().any(|s| s.unit_id == unit_id) {
             // This unit's segment, uploaded again.
             return Ok(UploadOutcome::Duplicate);
@@ -2781,6 +2826,65 @@ mod tests {
     }
 
     // ---- uploads ----
+
+    #[test]
+    fn uploads_of_attempts_no_longer_wanted_are_refused_before_decoding() {
+        let (mut fx, _) = Fx::with_round(4, 3);
+        let a = fx.host();
+        let not_wanted = |step: UploadStep| matches!(step, UploadStep::Answer(UploadOutcome::Rejected(r)) if r.contains("not wanted"));
+        // Given back (Failed).
+        let u = fx.one(a, &[], T0);
+        fx.grid.fail(a, u.unit_id, "gave up", T0 + 1).unwrap();
+        assert!(matches!(
+            fx.attempt(u.unit_id).state,
+            AttemptState::Failed(_)
+        ));
+        assert!(not_wanted(
+            fx.grid.upload_begin(a, u.unit_id, T0 + 2).unwrap()
+        ));
+        // Released: a work request that does not list it.
+        let v = fx.one(a, &[], T0 + 3);
+        let (w, _) = fx.ask(a, 1, &[], T0 + 4);
+        assert_eq!(fx.attempt(v.unit_id).state, AttemptState::Released);
+        assert!(not_wanted(
+            fx.grid.upload_begin(a, v.unit_id, T0 + 5).unwrap()
+        ));
+        // Expired, its job still open at the same place: a late result is wanted.
+        let w = &w[0];
+        fx.grid.tick(w.deadline_ms).unwrap();
+        assert_eq!(fx.attempt(w.unit_id).state, AttemptState::Expired);
+        assert!(matches!(
+            fx.grid
+                .upload_begin(a, w.unit_id, w.deadline_ms + 1)
+                .unwrap(),
+            UploadStep::Plan(_)
+        ));
+        assert_eq!(
+            fx.upload(a, w, 2, w.deadline_ms + 2),
+            UploadOutcome::Accepted
+        );
+        // Done: answered `Duplicate` at once.
+        assert!(matches!(
+            fx.grid
+                .upload_begin(a, w.unit_id, w.deadline_ms + 3)
+                .unwrap(),
+            UploadStep::Answer(UploadOutcome::Duplicate)
+        ));
+        // A refused result fails the attempt: the next upload is not decoded.
+        let x = fx.one(a, &[], w.deadline_ms + 4);
+        let (sum, _) = result_for(&x, 2);
+        assert!(matches!(
+            fx.grid
+                .upload(a, x.unit_id, sum.clone(), b"junk", None, w.deadline_ms + 5)
+                .unwrap(),
+            UploadOutcome::Rejected(_)
+        ));
+        assert!(not_wanted(
+            fx.grid
+                .upload_begin(a, x.unit_id, w.deadline_ms + 6)
+                .unwrap()
+        ));
+    }
 
     #[test]
     fn a_late_result_for_an_open_job_is_accepted_once() {

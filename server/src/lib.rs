@@ -17,6 +17,7 @@ pub mod simulate;
 pub mod store;
 pub mod web;
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,6 +52,57 @@ pub struct Shared {
     /// A handle to the grid's store, with flushes deferred: [`Shared::with_grid`]
     /// syncs it after releasing the grid lock (group commit).
     store: store::Store,
+    /// Units with an upload being verified or written: one at a time each.
+    uploads: Arc<UploadsInFlight>,
+}
+
+/// The units with an upload being verified or written.
+#[derive(Default)]
+pub struct UploadsInFlight(Mutex<HashSet<u64>>);
+
+impl UploadsInFlight {
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Take `unit_id`'s slot; `None` while another upload of it is in flight.
+    pub fn take(self: &Arc<Self>, unit_id: u64) -> Option<UploadSlot> {
+        self.set().insert(unit_id).then(|| UploadSlot {
+            uploads: self.clone(),
+            unit_id,
+        })
+    }
+
+    /// Units with an upload in flight now.
+    pub fn len(&self) -> usize {
+        self.set().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A unit's upload in flight: while it lives, another upload of the unit is
+/// answered at once without being decoded. Dropped on every path (answer,
+/// refusal, error, panic, a cancelled request), which frees the unit.
+pub struct UploadSlot {
+    uploads: Arc<UploadsInFlight>,
+    unit_id: u64,
+}
+
+impl Drop for UploadSlot {
+    fn drop(&mut self) {
+        self.uploads.set().remove(&self.unit_id);
+    }
+}
+
+impl Shared {
+    /// Take `unit_id`'s upload slot; `None` while another upload of it is
+    /// in flight.
+    pub fn upload_slot(&self, unit_id: u64) -> Option<UploadSlot> {
+        self.uploads.take(unit_id)
+    }
 }
 
 impl Shared {
@@ -184,6 +236,7 @@ impl Server {
             admin_token: token,
             public_addr,
             store: store_handle,
+            uploads: Arc::default(),
         });
         Ok(Server {
             shared,
@@ -287,5 +340,37 @@ impl Server {
         let _ = tokio::time::timeout(Duration::from_secs(5), quic).await;
         let _ = std::fs::remove_file(&rt_path);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_upload_in_flight_per_unit_freed_on_every_path() {
+        let uploads = Arc::new(UploadsInFlight::default());
+        let first = uploads.take(7).expect("free");
+        assert!(uploads.take(7).is_none(), "a second upload of unit 7");
+        let other = uploads.take(8).expect("another unit is free");
+        assert_eq!(uploads.len(), 2);
+        drop(first);
+        drop(other);
+        assert!(uploads.is_empty());
+        // Shared with blocking work: freed when the last holder ends.
+        let slot = Arc::new(uploads.take(7).expect("free again"));
+        let held = slot.clone();
+        drop(slot);
+        assert!(uploads.take(7).is_none());
+        drop(held);
+        // A panic while it is held frees it too.
+        let u = uploads.clone();
+        let r = std::thread::spawn(move || {
+            let _slot = u.take(7).expect("free");
+            panic!("decoding blew up");
+        })
+        .join();
+        assert!(r.is_err());
+        assert!(uploads.take(7).is_some());
     }
 }

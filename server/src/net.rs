@@ -441,19 +441,33 @@ async fn upload(
     summary: ScanSummary,
     link_file: Vec<u8>,
     state: Option<Vec<u8>>,
-) -> Result<UploadOutcome, GridError> {
+) -> Result<Response, GridError> {
     let plan = match shared
         .with_grid(move |g| g.upload_begin(host_id, unit_id, now_ms()))
         .await?
     {
-        UploadStep::Answer(o) => return Ok(o),
+        UploadStep::Answer(o) => return Ok(upload_response(o)),
         UploadStep::Plan(p) => p,
     };
+    // One upload of a unit in flight: a repeat (a flood, or a client that
+    // timed out and sent it again) is answered at once, undecoded, with an
+    // answer the client retries later (by then the first one has decided).
+    let Some(slot) = shared.upload_slot(unit_id) else {
+        return Ok(error(
+            ErrorCode::Internal,
+            format!("an upload of unit {unit_id} is in progress: try again later"),
+        ));
+    };
+    // Held by the blocking work too: a request dropped mid-way frees the
+    // unit only once its decoding has stopped.
+    let slot = Arc::new(slot);
+    let held = slot.clone();
     let checked = tokio::task::spawn_blocking(move || {
         let checked = match plan.verify(&summary, &link_file, state.as_deref()) {
             Ok(info) => plan.write(&link_file, info.as_ref()).map(|()| Ok(info)),
             Err(reason) => Ok(Err(reason)),
         };
+        drop(held);
         (plan, summary, checked)
     })
     .await;
@@ -461,7 +475,7 @@ async fn upload(
         Ok(x) => x,
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     };
-    match checked? {
+    let outcome = match checked? {
         Ok(info) => {
             shared
                 .with_grid(move |g| g.upload_finish(&plan, summary, info, now_ms()))
@@ -472,6 +486,16 @@ async fn upload(
                 .with_grid(move |g| g.upload_refused(&plan, reason, now_ms()))
                 .await
         }
+    };
+    drop(slot);
+    outcome.map(upload_response)
+}
+
+fn upload_response(o: UploadOutcome) -> Response {
+    match o {
+        UploadOutcome::Accepted => Response::Accepted,
+        UploadOutcome::Duplicate => Response::Duplicate,
+        UploadOutcome::Rejected(reason) => Response::Rejected { reason },
     }
 }
 
@@ -661,13 +685,7 @@ async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
             summary,
             link_file,
             state,
-        } => upload(shared, host_id, unit_id, summary, link_file, state)
-            .await
-            .map(|o| match o {
-                UploadOutcome::Accepted => Response::Accepted,
-                UploadOutcome::Duplicate => Response::Duplicate,
-                UploadOutcome::Rejected(reason) => Response::Rejected { reason },
-            }),
+        } => upload(shared, host_id, unit_id, summary, link_file, state).await,
         Request::Fail { unit_id, reason } => {
             let reason: String = reason.chars().take(MAX_TEXT_LEN).collect();
             shared

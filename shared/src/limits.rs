@@ -35,6 +35,12 @@ pub const MAX_LINK_FILE_BYTES: usize = 32 * 1024 * 1024;
 /// Largest decompressed link file: zstd bombs stop here, not in the allocator.
 pub const MAX_LINK_FILE_DECOMPRESSED_BYTES: usize = 256 * 1024 * 1024;
 
+/// Memory a link file's records may take when decoded: their texts' bytes
+/// plus the size of a record each. bincode charges only what it reads, and an
+/// empty record is 5 bytes on the wire but 80 in memory, so this is counted
+/// while decoding, record by record; honest files are far below it.
+pub const MAX_LINK_FILE_MEMORY_BYTES: usize = 256 * 1024 * 1024;
+
 /// Most records in one link file (pages × links kept per page, with headroom).
 pub const MAX_LINK_RECORDS: usize = 2_000_000;
 

@@ -3,7 +3,10 @@
 //!
 //! Layout before compression: the magic `BEEBOTLF`, then one codec value
 //! `(LinkFileHeader, Vec<LinkRecord>)`. Decompression is bounded by
-//! [`MAX_LINK_FILE_DECOMPRESSED_BYTES`], so a zstd bomb is an error.
+//! [`MAX_LINK_FILE_DECOMPRESSED_BYTES`], so a zstd bomb is an error; records
+//! are decoded one at a time with a running count and memory budget
+//! ([`MAX_LINK_FILE_MEMORY_BYTES`]), so a record bomb (a few KB of zeros
+//! after a huge count) is refused at the first record over a limit.
 
 use std::io::Read;
 
@@ -11,7 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec;
 use crate::extract::LinkTag;
-use crate::limits::{MAX_LINK_FILE_BYTES, MAX_LINK_FILE_DECOMPRESSED_BYTES, MAX_LINK_RECORDS};
+use crate::limits::{
+    MAX_LINK_FILE_BYTES, MAX_LINK_FILE_DECOMPRESSED_BYTES, MAX_LINK_FILE_MEMORY_BYTES,
+    MAX_LINK_RECORDS,
+};
 
 /// Current link-file format version.
 pub const LINK_FILE_VERSION: u16 = 1;
@@ -153,12 +159,20 @@ pub enum LinkFileError {
     Version(u16),
     #[error("link file header says {claimed} records but holds {actual}")]
     CountMismatch { claimed: u64, actual: usize },
+    #[error("link file records take more than {0} bytes in memory")]
+    TooMuchMemory(usize),
+    /// A record refused by the caller of [`for_each_record`].
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Compress a header and its records into a link file.
 pub fn encode(header: &LinkFileHeader, records: &[LinkRecord]) -> Result<Vec<u8>, LinkFileError> {
     if records.len() > MAX_LINK_RECORDS {
         return Err(LinkFileError::TooManyRecords(records.len()));
+    }
+    if records_memory(records) > MAX_LINK_FILE_MEMORY_BYTES {
+        return Err(LinkFileError::TooMuchMemory(MAX_LINK_FILE_MEMORY_BYTES));
     }
     let mut raw = MAGIC.to_vec();
     let body = codec::encode(&(header, records), MAX_LINK_FILE_DECOMPRESSED_BYTES)
@@ -185,8 +199,57 @@ pub fn encode(header: &LinkFileHeader, records: &[LinkRecord]) -> Result<Vec<u8>
 }
 
 /// Decompress (bounded) and decode a link file, checking its checksum, magic,
-/// version and record count.
+/// version, record count and the memory its records take (see
+/// [`for_each_record`]).
 pub fn decode(bytes: &[u8]) -> Result<(LinkFileHeader, Vec<LinkRecord>), LinkFileError> {
+    let mut records = Vec::new();
+    let header = for_each_record(bytes, |r| {
+        records.push(r);
+        Ok(())
+    })?;
+    Ok((header, records))
+}
+
+/// Memory one record is charged besides its texts: its own size in a `Vec`.
+pub const LINK_RECORD_OVERHEAD_BYTES: usize = std::mem::size_of::<LinkRecord>();
+
+/// Largest header a link file may carry (a site name and six numbers).
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// The memory `records` take when decoded, as [`for_each_record`] counts it:
+/// their texts' bytes plus [`LINK_RECORD_OVERHEAD_BYTES`] each.
+pub fn records_memory(records: &[LinkRecord]) -> usize {
+    records.iter().map(record_memory).sum()
+}
+
+fn record_memory(r: &LinkRecord) -> usize {
+    LINK_RECORD_OVERHEAD_BYTES + r.source_url.len() + r.target_url.len() + r.anchor_text.len()
+}
+
+/// Decode a link file as a stream, handing each record to `f` as it is read:
+/// the header first (its version and count checked), then the records one
+/// at a time from the decompressing reader, with a running count (refused
+/// at the first record past [`MAX_LINK_RECORDS`] or past the header's
+/// count) and a running charge of decoded memory (texts plus
+/// [`LINK_RECORD_OVERHEAD_BYTES`] per record, at most
+/// [`MAX_LINK_FILE_MEMORY_BYTES`]; a text's length is checked against what
+/// is left before it is allocated). Nothing is allocated for a claimed
+/// count. The stream is read to its end, so the zstd checksum and trailing
+/// bytes are checked before `Ok`. An `Err` from `f` stops the decoding
+/// and is returned as it is.
+pub fn for_each_record(
+    bytes: &[u8],
+    f: impl FnMut(LinkRecord) -> Result<(), LinkFileError>,
+) -> Result<LinkFileHeader, LinkFileError> {
+    stream(bytes, MAX_LINK_FILE_MEMORY_BYTES, f)
+}
+
+/// [`for_each_record`] with a memory budget of `budget` bytes.
+fn stream(
+    bytes: &[u8],
+    budget: usize,
+    mut f: impl FnMut(LinkRecord) -> Result<(), LinkFileError>,
+) -> Result<LinkFileHeader, LinkFileError> {
     if bytes.len() > MAX_LINK_FILE_BYTES {
         return Err(LinkFileError::TooLarge {
             got: bytes.len(),
@@ -195,35 +258,150 @@ pub fn decode(bytes: &[u8]) -> Result<(LinkFileHeader, Vec<LinkRecord>), LinkFil
     }
     let decoder =
         zstd::stream::Decoder::new(bytes).map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
-    let mut raw = Vec::new();
-    decoder
-        .take(MAX_LINK_FILE_DECOMPRESSED_BYTES as u64 + 1)
-        .read_to_end(&mut raw)
-        .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
-    if raw.len() > MAX_LINK_FILE_DECOMPRESSED_BYTES {
-        return Err(LinkFileError::DecompressedTooLarge(
-            MAX_LINK_FILE_DECOMPRESSED_BYTES,
-        ));
+    let mut r = std::io::BufReader::with_capacity(
+        64 * 1024,
+        Bounded {
+            inner: decoder,
+            left: MAX_LINK_FILE_DECOMPRESSED_BYTES as u64,
+            over: false,
+        },
+    );
+    let header = read_body(&mut r, budget, &mut f).map_err(|e| {
+        if r.get_ref().over {
+            LinkFileError::DecompressedTooLarge(MAX_LINK_FILE_DECOMPRESSED_BYTES)
+        } else {
+            e
+        }
+    })?;
+    Ok(header)
+}
+
+/// The decompressed stream, refused past [`MAX_LINK_FILE_DECOMPRESSED_BYTES`].
+struct Bounded<R> {
+    inner: R,
+    left: u64,
+    over: bool,
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            // One byte more means the limit is passed.
+            let mut one = [0u8; 1];
+            return match self.inner.read(&mut one)? {
+                0 => Ok(0),
+                _ => {
+                    self.over = true;
+                    Err(std::io::Error::other("decompressed size limit passed"))
+                }
+            };
+        }
+        let cap = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..cap])?;
+        self.left -= n as u64;
+        Ok(n)
     }
-    if raw.len() < MAGIC.len() || &raw[..MAGIC.len()] != MAGIC {
+}
+
+fn corrupt(e: impl std::fmt::Display) -> LinkFileError {
+    LinkFileError::Corrupt(e.to_string())
+}
+
+fn bincode_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_HEADER_BYTES>()
+}
+
+/// One small value of the stream (the header, a length, a tag, a flag).
+fn read_value<T: serde::de::DeserializeOwned>(r: &mut impl Read) -> Result<T, LinkFileError> {
+    bincode::serde::decode_from_std_read(r, bincode_config()).map_err(corrupt)
+}
+
+/// A text, its length checked against the memory `budget` left before
+/// anything is allocated.
+fn read_text(r: &mut impl Read, budget: &mut usize) -> Result<String, LinkFileError> {
+    let len: u64 = read_value(r)?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&n| n <= *budget)
+        .ok_or(LinkFileError::TooMuchMemory(MAX_LINK_FILE_MEMORY_BYTES))?;
+    *budget -= len;
+    // Allocated only as the text arrives: a length claimed by a short file
+    // costs what the file holds, not what it claims.
+    let mut buf = Vec::new();
+    let got = r.take(len as u64).read_to_end(&mut buf).map_err(corrupt)?;
+    if got != len {
+        return Err(LinkFileError::Corrupt("truncated text".into()));
+    }
+    String::from_utf8(buf).map_err(corrupt)
+}
+
+fn read_body(
+    r: &mut impl Read,
+    mut budget: usize,
+    f: &mut impl FnMut(LinkRecord) -> Result<(), LinkFileError>,
+) -> Result<LinkFileHeader, LinkFileError> {
+    let mut magic = [0u8; MAGIC.len()];
+    if r.read_exact(&mut magic).is_err() || &magic != MAGIC {
         return Err(LinkFileError::Corrupt("bad magic".into()));
     }
-    let (header, records): (LinkFileHeader, Vec<LinkRecord>) =
-        codec::decode(&raw[MAGIC.len()..], MAX_LINK_FILE_DECOMPRESSED_BYTES)
-            .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
+    let header: LinkFileHeader = read_value(r)?;
     if header.format_version != LINK_FILE_VERSION {
         return Err(LinkFileError::Version(header.format_version));
     }
-    if records.len() > MAX_LINK_RECORDS {
-        return Err(LinkFileError::TooManyRecords(records.len()));
+    if header.records > MAX_LINK_RECORDS as u64 {
+        return Err(LinkFileError::TooManyRecords(
+            usize::try_from(header.records).unwrap_or(usize::MAX),
+        ));
     }
-    if header.records != records.len() as u64 {
+    // The records' sequence length: a claim, checked, never allocated for.
+    let claimed: u64 = read_value(r)?;
+    let mut count: u64 = 0;
+    loop {
+        if count == claimed {
+            break;
+        }
+        if count >= MAX_LINK_RECORDS as u64 {
+            return Err(LinkFileError::TooManyRecords(count as usize + 1));
+        }
+        if count >= header.records {
+            return Err(LinkFileError::CountMismatch {
+                claimed: header.records,
+                actual: count as usize + 1,
+            });
+        }
+        budget = budget
+            .checked_sub(LINK_RECORD_OVERHEAD_BYTES)
+            .ok_or(LinkFileError::TooMuchMemory(MAX_LINK_FILE_MEMORY_BYTES))?;
+        let source_url = read_text(r, &mut budget)?;
+        let target_url = read_text(r, &mut budget)?;
+        let tag: LinkTag = read_value(r)?;
+        let nofollow: bool = read_value(r)?;
+        let anchor_text = read_text(r, &mut budget)?;
+        f(LinkRecord {
+            source_url,
+            target_url,
+            tag,
+            nofollow,
+            anchor_text,
+        })?;
+        count += 1;
+    }
+    if count != header.records {
         return Err(LinkFileError::CountMismatch {
             claimed: header.records,
-            actual: records.len(),
+            actual: count as usize,
         });
     }
-    Ok((header, records))
+    // To the end: the zstd checksum is checked there, and nothing may follow.
+    let mut rest = [0u8; 1];
+    match r.read(&mut rest).map_err(corrupt)? {
+        0 => Ok(header),
+        _ => Err(LinkFileError::Corrupt(
+            "trailing bytes after the records".into(),
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -274,10 +452,185 @@ mod tests {
         let zeros = vec![0u8; MAX_LINK_FILE_DECOMPRESSED_BYTES + 1024];
         let bomb = zstd::encode_all(&zeros[..], 19).unwrap();
         assert!(bomb.len() < MAX_LINK_FILE_BYTES);
+        // Refused at its first bytes (no magic), not after decompressing it.
+        let t = std::time::Instant::now();
+        assert!(matches!(decode(&bomb), Err(LinkFileError::Corrupt(_))));
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+    }
+
+    #[test]
+    fn decompression_past_the_limit_is_an_error() {
+        let mut r = Bounded {
+            inner: std::io::repeat(0),
+            left: 1000,
+            over: false,
+        };
+        let mut buf = Vec::new();
+        assert!(r.by_ref().read_to_end(&mut buf).is_err());
+        assert!(r.over);
+        assert_eq!(buf.len(), 1000);
+        let mut r = Bounded {
+            inner: &[0u8; 1000][..],
+            left: 1000,
+            over: false,
+        };
+        buf.clear();
+        assert_eq!(r.read_to_end(&mut buf).unwrap(), 1000);
+        assert!(!r.over);
+    }
+
+    /// A link file written by hand: magic, `header`, the records' sequence
+    /// length `claimed`, then `body`, and `zeros` zero bytes streamed after it.
+    fn raw_file(header: &LinkFileHeader, claimed: u64, body: &[u8], zeros: usize) -> Vec<u8> {
+        use std::io::Write;
+        let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+        enc.include_checksum(true).unwrap();
+        enc.write_all(MAGIC).unwrap();
+        enc.write_all(&codec::encode(header, usize::MAX).unwrap())
+            .unwrap();
+        enc.write_all(&codec::encode(&claimed, usize::MAX).unwrap())
+            .unwrap();
+        enc.write_all(body).unwrap();
+        let chunk = vec![0u8; 1 << 20];
+        let mut left = zeros;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            enc.write_all(&chunk[..n]).unwrap();
+            left -= n;
+        }
+        enc.finish().unwrap()
+    }
+
+    #[test]
+    fn a_hand_written_file_decodes_like_an_encoded_one() {
+        let (h, r) = sample(3);
+        let body = codec::encode(&r, usize::MAX).unwrap();
+        // `body` starts with the records' length; `raw_file` writes its own.
+        let (_, rest) = body.split_at(1);
+        let bytes = raw_file(&h, 3, rest, 0);
+        assert_eq!(decode(&bytes).unwrap(), (h, r));
+    }
+
+    #[test]
+    fn record_bomb_of_zeros_after_a_huge_count_is_refused_at_once() {
+        // A few KB of zstd: 200 MB of zeros, each 5 of them an empty record,
+        // after a claimed count of 2^60 records.
+        let (mut h, _) = sample(0);
+        h.records = 10;
+        let bomb = raw_file(&h, 1 << 60, &[], 200 << 20);
+        assert!(bomb.len() < 64 * 1024, "{} bytes", bomb.len());
+        // A header claiming more than the limit is refused before any record.
+        h.records = MAX_LINK_RECORDS as u64 + 1;
+        let big = raw_file(&h, 1 << 60, &[], 200 << 20);
+        let t = std::time::Instant::now();
+        // Past the header's own count: the 11th record.
         assert!(matches!(
             decode(&bomb),
-            Err(LinkFileError::DecompressedTooLarge(_))
+            Err(LinkFileError::CountMismatch {
+                claimed: 10,
+                actual: 11
+            })
         ));
+        assert!(matches!(
+            decode(&big),
+            Err(LinkFileError::TooManyRecords(_))
+        ));
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+    }
+
+    #[test]
+    fn record_bomb_at_the_record_limit_stops_at_the_first_record_past_it() {
+        // The header claims the most records allowed, the stream holds more:
+        // each record is handed on and dropped, so memory stays one record.
+        let (mut h, _) = sample(0);
+        h.records = MAX_LINK_RECORDS as u64;
+        let bomb = raw_file(&h, 1 << 60, &[], 200 << 20);
+        assert!(bomb.len() < 64 * 1024, "{} bytes", bomb.len());
+        let mut seen = 0u64;
+        let r = for_each_record(&bomb, |_| {
+            seen += 1;
+            Ok(())
+        });
+        assert!(
+            matches!(r, Err(LinkFileError::TooManyRecords(n)) if n == MAX_LINK_RECORDS + 1),
+            "{r:?}"
+        );
+        assert_eq!(seen, MAX_LINK_RECORDS as u64);
+    }
+
+    #[test]
+    fn a_text_claiming_more_than_the_memory_budget_is_refused_before_allocation() {
+        let (mut h, _) = sample(0);
+        h.records = 1;
+        // One record whose source claims 1 GiB (more than the budget).
+        let len = codec::encode(&(1u64 << 30), usize::MAX).unwrap();
+        let bytes = raw_file(&h, 1, &len, 1024);
+        assert!(matches!(
+            decode(&bytes),
+            Err(LinkFileError::TooMuchMemory(MAX_LINK_FILE_MEMORY_BYTES))
+        ));
+        // One that claims less than the budget but more than the file holds:
+        // an error, after allocating only what arrived.
+        let len = codec::encode(&(100u64 << 20), usize::MAX).unwrap();
+        let bytes = raw_file(&h, 1, &len, 1024);
+        assert!(matches!(decode(&bytes), Err(LinkFileError::Corrupt(_))));
+    }
+
+    #[test]
+    fn records_over_the_memory_budget_are_refused() {
+        let (h, r) = sample(100);
+        let bytes = encode(&h, &r).unwrap();
+        let need = records_memory(&r);
+        assert!(stream(&bytes, need, |_| Ok(())).is_ok());
+        assert!(matches!(
+            stream(&bytes, need - 1, |_| Ok(())),
+            Err(LinkFileError::TooMuchMemory(_))
+        ));
+        // Records of empty texts are charged their size in memory: 2,000
+        // of them pass a budget of 2,000 records and not one of 1,999.
+        let empty = vec![
+            LinkRecord {
+                source_url: String::new(),
+                target_url: String::new(),
+                tag: LinkTag::A,
+                nofollow: false,
+                anchor_text: String::new(),
+            };
+            2000
+        ];
+        let (mut h, _) = sample(0);
+        h.records = 2000;
+        let bytes = encode(&h, &empty).unwrap();
+        assert!(stream(&bytes, 2000 * LINK_RECORD_OVERHEAD_BYTES, |_| Ok(())).is_ok());
+        assert!(matches!(
+            stream(&bytes, 1999 * LINK_RECORD_OVERHEAD_BYTES, |_| Ok(())),
+            Err(LinkFileError::TooMuchMemory(_))
+        ));
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused() {
+        let (h, r) = sample(2);
+        let body = codec::encode(&r, usize::MAX).unwrap();
+        let bytes = raw_file(&h, 2, &body[1..], 1);
+        assert!(matches!(decode(&bytes), Err(LinkFileError::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_callers_refusal_stops_the_decoding() {
+        let (h, r) = sample(10);
+        let bytes = encode(&h, &r).unwrap();
+        let mut seen = 0;
+        let got = for_each_record(&bytes, |_| {
+            seen += 1;
+            if seen == 3 {
+                Err(LinkFileError::Refused("no".into()))
+            } else {
+                Ok(())
+            }
+        });
+        assert!(matches!(got, Err(LinkFileError::Refused(_))));
+        assert_eq!(seen, 3);
     }
 
     #[test]

@@ -97,7 +97,8 @@ pub enum ErrorCode {
     BadInvite,
     /// The request was malformed or too large.
     BadRequest,
-    /// The server failed (storage): try again later.
+    /// The server cannot answer now (its storage failed, or an upload of
+    /// the same unit is in progress): try again later.
     Internal,
 }
 

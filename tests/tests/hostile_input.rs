@@ -18,6 +18,7 @@ use beebot_shared::proto::{ErrorCode, HostInfo, Request, Response};
 use beebot_shared::sign::{self, WorkUnit};
 use beebot_tests::*;
 use ed25519_dalek::SigningKey;
+use std::sync::Arc;
 
 /// Longest a test waits for the server to close connections by itself.
 const CLOSE_WAIT: Duration = Duration::from_secs(30);
@@ -91,11 +92,16 @@ fn rejected(r: Result<Response, NetError>, needle: &str) {
 
 /// Ask for one unit of the open round.
 async fn take_unit(link: &Link, j: &Joined) -> WorkUnit {
+    take_another_unit(link, j, vec![]).await
+}
+
+/// Ask for one more unit of the open round, still holding `held`.
+async fn take_another_unit(link: &Link, j: &Joined, held: Vec<u64>) -> WorkUnit {
     match link
         .request(&Request::RequestWork {
             want_seconds: 60,
             free_slots: 1,
-            units_held: vec![],
+            units_held: held,
             open_windows: None,
         })
         .await
@@ -150,17 +156,22 @@ fn upload(unit: &WorkUnit, file: Vec<u8>, links: u64) -> Request {
 /// A zstd frame that claims no size and expands to `blocks` × 128 KiB: the
 /// link-file magic in a raw block, then RLE blocks of zeros (4 bytes each).
 fn zstd_bomb(blocks: usize) -> Vec<u8> {
+    zstd_bomb_after(b"BEEBOTLF", blocks)
+}
+
+/// A zstd frame of `prefix` in a raw block, then `blocks` RLE blocks of
+/// 128 KiB of zeros (4 bytes each).
+fn zstd_bomb_after(prefix: &[u8], blocks: usize) -> Vec<u8> {
     const BLOCK: u32 = 128 * 1024;
     let mut out = vec![0x28, 0xb5, 0x2f, 0xfd];
     // Frame header: no content size, no checksum, not single-segment;
     // window descriptor exponent 11: a 2 MiB window.
     out.push(0x00);
     out.push(0x58);
-    let raw = b"BEEBOTLF";
-    // Raw block: last=0, type=0, size=8.
-    let h = (raw.len() as u32) << 3;
+    // Raw block: last=0, type=0.
+    let h = (prefix.len() as u32) << 3;
     out.extend_from_slice(&h.to_le_bytes()[..3]);
-    out.extend_from_slice(raw);
+    out.extend_from_slice(prefix);
     for i in 0..blocks {
         let last = u32::from(i + 1 == blocks);
         let h = last | (1 << 1) | (BLOCK << 3);
@@ -168,6 +179,65 @@ fn zstd_bomb(blocks: usize) -> Vec<u8> {
         out.push(0);
     }
     out
+}
+
+/// What a record bomb for `unit` starts with: the magic, a header naming the
+/// unit and the most records allowed, then a records' count of 2^60.
+fn record_bomb_prefix(unit: &WorkUnit) -> Vec<u8> {
+    let header = LinkFileHeader {
+        format_version: LINK_FILE_VERSION,
+        round_id: unit.round_id,
+        unit_id: unit.unit_id,
+        site: unit.site.clone(),
+        pages: 1,
+        records: beebot_shared::limits::MAX_LINK_RECORDS as u64,
+    };
+    let mut out = b"BEEBOTLF".to_vec();
+    out.extend(codec::encode(&header, usize::MAX).expect("header"));
+    out.extend(codec::encode(&(1u64 << 60), usize::MAX).expect("count"));
+    out
+}
+
+/// Record bombs for `unit`, a few KB each: (1) 256 MiB of zeros (an empty
+/// record every 5 bytes) after the count, as RLE blocks; (2) records on
+/// the unit's site, more than allowed, that compress to almost nothing.
+fn record_bombs(unit: &WorkUnit) -> [Vec<u8>; 2] {
+    let prefix = record_bomb_prefix(unit);
+    let zeros = zstd_bomb_after(&prefix, 2048);
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).expect("zstd");
+    std::io::Write::write_all(&mut enc, &prefix).expect("zstd");
+    let one = codec::encode(
+        &LinkRecord {
+            source_url: format!("http://{}/", unit.site),
+            target_url: "http://x.test/".into(),
+            tag: LinkTag::A,
+            nofollow: false,
+            anchor_text: String::new(),
+        },
+        usize::MAX,
+    )
+    .expect("record");
+    let chunk = one.repeat(64 * 1024);
+    for _ in 0..(beebot_shared::limits::MAX_LINK_RECORDS / (64 * 1024) + 2) {
+        std::io::Write::write_all(&mut enc, &chunk).expect("zstd");
+    }
+    let many = enc.finish().expect("zstd");
+    [zeros, many]
+}
+
+/// Peak resident memory of process `pid` (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM");
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("VmHWM kB");
+    kb * 1024
 }
 
 #[test]
@@ -611,4 +681,135 @@ fn a_server_presenting_another_certificate_is_refused_by_name() {
     );
     // The codec is not fooled by the server's frames either way.
     assert!(codec::decode_frame::<Response>(&[0, 0, 0]).is_err());
+}
+
+/// A flood of record bombs: a few KB of zstd each that decode into more
+/// records than allowed (2^60 claimed, empty ones from RLE zeros, or ones on
+/// the site), uploaded for held units from every connection a host may
+/// have, 8 streams each, over and over. Each unit's first bomb is decoded
+/// as a stream and refused at its first record over a limit; repeats while
+/// it runs are answered at once (one upload in flight per unit), and later
+/// ones are refused undecoded (the attempt failed). The server's peak
+/// memory stays under 300 MB and it goes on serving.
+#[test]
+fn a_flood_of_record_bombs_keeps_server_memory_bounded() {
+    const PEAK_LIMIT: u64 = 300 * 1000 * 1000;
+    const STREAMS: usize = 8;
+    const REPEATS: usize = 3;
+    let mut g = Grid::start(71, 8);
+    let code = invite(&g, 1, "1h");
+    let a = join(&g, "a", &code);
+    g.import_sites();
+    g.admin_ok(&["round", "start", "--delay-ms", "0"]);
+    let pid = g.server.as_ref().expect("server").id();
+    let before = peak_rss(pid);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let counts = rt.block_on(async {
+        let mut links = Vec::new();
+        for _ in 0..MAX_CONNECTIONS_PER_HOST {
+            links.push(Arc::new(hello(&a).await));
+        }
+        let first = take_unit(&links[0], &a).await;
+        let second = take_another_unit(&links[0], &a, vec![first.unit_id]).await;
+        let units = [first, second];
+        let mut tasks = tokio::task::JoinSet::new();
+        let bombs: Vec<_> = units.iter().map(|u| Arc::new(record_bombs(u))).collect();
+        assert!(bombs
+            .iter()
+            .flat_map(|b| b.iter())
+            .all(|b| b.len() < 64 * 1024));
+        // First the bomb of records on the site (2 million decoded before
+        // the first one past the limit), then the flood while it decodes.
+        let started = Instant::now();
+        for (u, bombs) in units.iter().zip(&bombs) {
+            let (link, bomb, u) = (links[0].clone(), bombs[1].clone(), u.clone());
+            tasks.spawn(async move { vec![link.request(&upload(&u, bomb, 0)).await] });
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for (u, bombs) in units.iter().zip(&bombs) {
+            for (c, link) in links.iter().enumerate() {
+                for s in 0..STREAMS {
+                    let (link, bombs, u) = (link.clone(), bombs.clone(), u.clone());
+                    tasks.spawn(async move {
+                        let mut answers = Vec::new();
+                        for r in 0..REPEATS {
+                            let bomb = bombs[(c + s + r) % 2].clone();
+                            answers.push(link.request(&upload(&u, bomb, 0)).await);
+                        }
+                        answers
+                    });
+                }
+            }
+        }
+        // (decoded and refused, answered at once, refused undecoded)
+        let mut counts = (0, 0, 0);
+        while let Some(answers) = tasks.join_next().await {
+            for r in answers.expect("task") {
+                match r {
+                    Ok(Response::Rejected { reason }) if reason.contains("link file") => {
+                        counts.0 += 1
+                    }
+                    Err(NetError::Refused {
+                        code: ErrorCode::Internal,
+                        message,
+                    }) if message.contains("in progress") => counts.1 += 1,
+                    Ok(Response::Rejected { reason }) if reason.contains("not wanted") => {
+                        counts.2 += 1
+                    }
+                    other => panic!("a record bomb got {other:?}"),
+                }
+            }
+        }
+        let held = units.iter().map(|u| u.unit_id).collect();
+        eprintln!("flood answered in {:.1}s", started.elapsed().as_secs_f64());
+        // Each unit's attempt failed with its first bomb: what comes after
+        // is refused before anything of it is decoded.
+        for (u, bombs) in units.iter().zip(&bombs) {
+            for bomb in bombs.iter() {
+                rejected(
+                    links[2].request(&upload(u, bomb.clone(), 0)).await,
+                    "not wanted",
+                );
+                counts.2 += 1;
+            }
+        }
+        // Still serving: work, and an honest upload of a new unit.
+        let u = take_another_unit(&links[1], &a, held).await;
+        let honest = upload(&u, link_file(&u, &u.site, &records_of(&u.site)), 1);
+        assert!(matches!(
+            links[1].request(&honest).await,
+            Ok(Response::Accepted)
+        ));
+        for l in &links {
+            l.close();
+        }
+        counts
+    });
+    let peak = peak_rss(pid);
+    eprintln!(
+        "record bombs: {} decoded and refused, {} answered in flight, {} refused undecoded; \
+         server peak RSS {:.1} MB (before the flood {:.1} MB)",
+        counts.0,
+        counts.1,
+        counts.2,
+        peak as f64 / 1e6,
+        before as f64 / 1e6
+    );
+    // Each unit's bombs: one decoded, the rest refused without decoding.
+    assert_eq!(
+        counts.0 + counts.1 + counts.2,
+        2 * (3 + MAX_CONNECTIONS_PER_HOST * STREAMS * REPEATS)
+    );
+    assert_eq!(counts.0, 2, "{counts:?}");
+    assert!(counts.1 > 0, "{counts:?}");
+    assert!(counts.2 > 0, "{counts:?}");
+    assert!(
+        peak < PEAK_LIMIT,
+        "server peak RSS {peak} bytes under the flood:\n{}",
+        g.server_log()
+    );
+    let mut server = g.server.take().expect("server");
+    assert!(server.try_wait().expect("status").is_none(), "server died");
+    let _ = server.kill();
+    let _ = server.wait();
 }
