@@ -90,6 +90,11 @@ pub const MAX_ROBOTS_HOSTS: usize = 1024;
 /// URLs back at the head of its queue, instead of failing its whole queue.
 pub const MAX_CONSECUTIVE_CONN_FAILURES: usize = 5;
 
+/// How long a request sent within the crawl's time budget may run past it
+/// (within the request timeout): cutting a request the site is answering
+/// would make the continuing scan ask for that page again.
+pub const REQUEST_GRACE: Duration = Duration::from_secs(5);
+
 /// Granularity of waits: cancel and time limits are checked this often.
 const WAIT_SLICE: Duration = Duration::from_millis(20);
 
@@ -812,11 +817,13 @@ impl<'a> Crawler<'a> {
         timed_out && self.time_left().is_zero()
     }
 
-    /// Timeout of the next request: the configured one, or less when the crawl's
-    /// time runs out sooner.
+    /// Timeout of the next request: the configured one, or less when the
+    /// crawl's time runs out sooner, plus [`REQUEST_GRACE`]: a request sent
+    /// within the budget may finish, since one cut after the site answered
+    /// is asked again by the scan that continues.
     fn request_timeout(&self) -> Duration {
         self.request_timeout
-            .min(self.time_left())
+            .min(self.time_left() + REQUEST_GRACE)
             .max(Duration::from_millis(1))
     }
 
