@@ -319,9 +319,9 @@ async fn round_export(
         done.sort_by(|a, b| a.site.cmp(&b.site));
         for job in done {
             // A site scanned in several scans (continuations) is their union.
-            for r in &crate::grid::job_links(&links_dir, job)? {
-                w.write(&job.site, r).map_err(|e| e.to_string())?;
-            }
+            crate::grid::for_each_job_link(&links_dir, job, |r| {
+                w.write(&job.site, r).map_err(|e| e.to_string())
+            })?;
         }
         w.finish().map_err(|e| e.to_string())
     })

@@ -247,12 +247,12 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
             if job.result.is_none() {
                 continue;
             }
-            let records =
-                crate::grid::job_links(&dir.links(), job).map_err(|e| anyhow::anyhow!(e))?;
-            for r in &records {
-                w.write(&job.site, r)?;
+            crate::grid::for_each_job_link(&dir.links(), job, |r| {
+                w.write(&job.site, r).map_err(|e| e.to_string())?;
                 exported.insert((job.site.clone(), r.source_url.clone(), r.target_url.clone()));
-            }
+                Ok(())
+            })
+            .map_err(|e| anyhow::anyhow!(e))?;
         }
         w.finish()?;
     }

@@ -430,23 +430,42 @@ pub fn write_durable(path: &Path, data: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The link records of a job: the union of its scans' link files (segments
-/// and the final scan), each (source, target) once, in scan order.
-pub fn job_links(links_dir: &Path, job: &JobRecord) -> Result<Vec<linkfile::LinkRecord>, String> {
-    let mut seen: std::collections::HashSet<(String, String)> = std::collections::HashSet::new();
-    let mut out = Vec::new();
+/// Visit the link records of a job: the union of its scans' link files
+/// (segments and the final scan), each (source, target) once, in scan order.
+/// Records stream from each file (bounded by the link-file decoder), and the
+/// pairs already seen are kept as 8-byte digests, not strings: a job of many
+/// continuations costs its record count × 8 bytes, not its text.
+pub fn for_each_job_link(
+    links_dir: &Path,
+    job: &JobRecord,
+    mut f: impl FnMut(&linkfile::LinkRecord) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut seen: std::collections::HashSet<u64> = std::collections::HashSet::new();
     for file in job.link_files() {
         let path = links_dir.join(file);
         let bytes = fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let (_, records) =
-            linkfile::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        for r in records {
-            if seen.insert((r.source_url.clone(), r.target_url.clone())) {
-                out.push(r);
+        let mut failed = None;
+        let decoded = linkfile::for_each_record(&bytes, |r| {
+            let key = sha256(format!("{}\n{}", r.source_url, r.target_url).as_bytes());
+            let digest = u64::from_le_bytes([
+                key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7],
+            ]);
+            if seen.insert(digest) {
+                if let Err(e) = f(&r) {
+                    failed = Some(e);
+                    return Err(linkfile::LinkFileError::Refused(
+                        "the export stopped".into(),
+                    ));
+                }
             }
+            Ok(())
+        });
+        if let Some(e) = failed {
+            return Err(e);
         }
+        decoded.map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    Ok(out)
+    Ok(())
 }
 
 impl Grid {
@@ -736,17 +755,6 @@ impl Grid {
     /// proof before it says anything else about the host).
     pub fn enrolled_key(&self, host_id: u64) -> Option<[u8; 32]> {
         self.hosts.get(&host_id).map(|h| h.key)
-    }
-
-    pub fn host_key(&self, host_id: u64) -> Result<[u8; 32], GridError> {
-        let h = self
-            .hosts
-            .get(&host_id)
-            .ok_or(GridError::UnknownHost(host_id))?;
-        if h.revoked {
-            return Err(GridError::Revoked(host_id));
-        }
-        Ok(h.key)
     }
 
     fn active_host(&mut self, host_id: u64, now_ms: u64) -> Result<&mut HostRecord, GridError> {
@@ -2329,7 +2337,7 @@ mod tests {
         let key = sign::generate_key().verifying_key().to_bytes();
         let id = fx.grid.enrol(&token, key, info("pc-1"), T0 + 5).unwrap();
         assert!(id > 0);
-        assert_eq!(fx.grid.host_key(id).unwrap(), key);
+        assert_eq!(fx.grid.enrolled_key(id), Some(key));
         let h = fx.host_rec(id);
         assert_eq!(h.info, info("pc-1"));
         assert_eq!(h.enrolled_ms, T0 + 5);
@@ -2337,10 +2345,7 @@ mod tests {
         assert_eq!((h.jobs_done, h.deadlines_missed, h.failures), (0, 0, 0));
         assert_eq!(fx.grid.invites[&sha256(&token)].uses_left, 0);
         assert_eq!(fx.grid.status().hosts, 1);
-        assert!(matches!(
-            fx.grid.host_key(id + 1000),
-            Err(GridError::UnknownHost(_))
-        ));
+        assert_eq!(fx.grid.enrolled_key(id + 1000), None);
         assert!(matches!(
             fx.grid.create_invite(0, T0 + HOUR_MS, T0),
             Err(GridError::Invalid(_))
@@ -3158,13 +3163,7 @@ mod tests {
 
     #[test]
     fn a_host_back_from_sleep_is_told_to_stop_when_its_job_went_to_another() {
-        let (mut fx, _) = Fx::with_round(1, 3);
-        let a = fx.host();
-        let b = fx.host();
-        let u = fx.one(a, &[], T0);
-        assert_eq!(fx.grid.tick(u.deadline_ms).unwrap(), 1);
-        let v = fx.one(b, &[], u.deadline_ms + 1);
-        assert_eq!(v.job_id, u.job_id);
+        let (mut fx, a, b, u, v) = two_copies();
         // a wakes up: one scan of a site at a time, so a stops.
         assert!(matches!(
             fx.grid.progress(a, u.unit_id, 9, 9, v.issued_ms + 5).unwrap(),
@@ -3308,7 +3307,7 @@ mod tests {
             fx.grid.request_work(a, &req, T0 + 6),
             Err(GridError::Revoked(id)) if id == a
         ));
-        assert!(matches!(fx.grid.host_key(a), Err(GridError::Revoked(_))));
+        assert!(fx.host_rec(a).revoked);
         assert!(matches!(
             fx.grid.hello(a, T0 + 6),
             Err(GridError::Revoked(_))
@@ -3324,7 +3323,7 @@ mod tests {
             Err(GridError::Revoked(_))
         ));
         assert!(files_under(&fx.links()).is_empty());
-        assert!(fx.grid.host_key(b).is_ok());
+        assert!(!fx.host_rec(b).revoked);
 
         // The queue is whole again for the others; A's old deadlines do not count.
         let (got, _) = fx.ask(b, 4, &[], T0 + 7);
@@ -3689,6 +3688,19 @@ mod tests {
 
     // ---- continuations ----
 
+    /// One site, two hosts, and two copies of its job from the same start:
+    /// `a`'s unit `u` passed its deadline (a host asleep) and went to `b` as `v`.
+    fn two_copies() -> (Fx, u64, u64, WorkUnit, WorkUnit) {
+        let (mut fx, _) = Fx::with_round(1, 3);
+        let a = fx.host();
+        let b = fx.host();
+        let u = fx.one(a, &[], T0);
+        assert_eq!(fx.grid.tick(u.deadline_ms).unwrap(), 1);
+        let v = fx.one(b, &[], u.deadline_ms + 1);
+        assert_eq!(v.job_id, u.job_id);
+        (fx, a, b, u, v)
+    }
+
     /// A scan that stopped early: `n` records, its summary saying why, and
     /// its frontier with `pages_done` pages of the job behind it.
     fn partial_for(unit: &WorkUnit, n: usize, pages_done: u64) -> (ScanSummary, Vec<u8>, Vec<u8>) {
@@ -3767,6 +3779,24 @@ mod tests {
         let files: Vec<&str> = job.link_files().collect();
         assert_eq!(files.len(), 2);
         assert!(files.iter().all(|f| fx.links().join(f).exists()));
+        // The export's union: the two scans' files share three pairs (the
+        // fixture's records repeat), and each pair comes once.
+        let mut pairs = Vec::new();
+        for_each_job_link(&fx.links(), &job, |r| {
+            pairs.push((r.source_url.clone(), r.target_url.clone()));
+            Ok(())
+        })
+        .unwrap();
+        let expected: Vec<(String, String)> = records(&u.site, 4)
+            .into_iter()
+            .map(|r| (r.source_url, r.target_url))
+            .collect();
+        assert_eq!(pairs, expected);
+        // A visitor's error stops the export and comes back as it is.
+        assert_eq!(
+            for_each_job_link(&fx.links(), &job, |_| Err("disk full".into())),
+            Err("disk full".to_string())
+        );
         assert!(!state_path.exists());
         let c = job.completeness();
         // (`summary` counts 3 pages a scan.)
@@ -3838,14 +3868,7 @@ mod tests {
 
     #[test]
     fn a_copy_overtaken_by_another_copys_segment_is_aborted_and_dropped() {
-        let (mut fx, _) = Fx::with_round(1, 3);
-        let a = fx.host();
-        let b = fx.host();
-        let u = fx.one(a, &[], T0);
-        // A second copy from the same start (a late host's reissue, say).
-        assert_eq!(fx.grid.tick(u.deadline_ms).unwrap(), 1);
-        let v = fx.one(b, &[], u.deadline_ms + 1);
-        assert_eq!(v.job_id, u.job_id);
+        let (mut fx, a, b, u, v) = two_copies();
         let t = v.issued_ms + 10;
         // b's scan is cut first: a's running scan would redo it.
         let (sum, file, state) = partial_for(&v, 2, 3);
@@ -3870,13 +3893,7 @@ mod tests {
 
     #[test]
     fn a_running_copy_hears_abort_once_another_copy_went_further() {
-        let (mut fx, _) = Fx::with_round(1, 3);
-        let a = fx.host();
-        let b = fx.host();
-        // adaptive's tail replica: a second running copy of the one job.
-        let u = fx.one(a, &[], T0);
-        assert_eq!(fx.grid.tick(u.deadline_ms).unwrap(), 1);
-        let v = fx.one(b, &[], u.deadline_ms + 1);
+        let (mut fx, a, b, u, v) = two_copies();
         let t = v.issued_ms + 10;
         let (sum, file, state) = partial_for(&u, 2, 3);
         // a's late cut scan is still welcome: the job is open at its start.
