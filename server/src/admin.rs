@@ -17,6 +17,7 @@ use beebot_shared::scope::{parse_site, Scope};
 use crate::api::*;
 use crate::grid::GridError;
 use crate::model::JobState;
+use crate::validate::ValidateMode;
 use crate::{now_ms, Shared};
 
 /// Largest admin request body (a big `sites import`).
@@ -236,6 +237,11 @@ async fn round_start(
     if let Some(v) = req.max_crawl_delay_ms {
         p.max_crawl_delay_ms = v;
     }
+    if let Some(v) = req.validate {
+        p.validate = v
+            .parse::<ValidateMode>()
+            .map_err(|e| fail(StatusCode::BAD_REQUEST, e))?;
+    }
     if let Some(v) = req.max_seconds {
         p.max_seconds = v;
     }
@@ -337,7 +343,7 @@ async fn round_export(
 
 async fn hosts_list(State(s): State<Arc<Shared>>, h: HeaderMap) -> ApiResult<Json<HostsList>> {
     authorized(&s, &h)?;
-    Ok(Json(s.with_grid(|g| g.hosts()).await))
+    Ok(Json(s.with_grid(|g| g.host_lines()).await))
 }
 
 async fn host_revoke(

@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::grid::GridStatus;
-use crate::model::{Completeness, HostRecord, JobRecord, JobState, RoundRecord, SiteRecord};
+use crate::model::{
+    Completeness, HostRecord, JobRecord, JobState, JobValidation, RoundRecord, SiteRecord, Verdict,
+};
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct InviteRequest {
@@ -46,6 +48,9 @@ pub struct RoundStart {
     /// Repeat period, seconds (`round start --every`).
     #[serde(default)]
     pub every_s: Option<u64>,
+    /// Validation: off, adaptive or all.
+    #[serde(default)]
+    pub validate: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -69,6 +74,16 @@ pub struct JobCounts {
     /// Pages and links of every accepted scan (continuations included).
     pub pages: u64,
     pub links: u64,
+    /// Jobs whose result waits for another host's scan to compare with.
+    pub pending: usize,
+    /// Jobs whose result agreed with another host's.
+    pub valid: usize,
+    /// Jobs whose result was taken unchecked from a trusted host.
+    pub trusted: usize,
+    /// Results found invalid (disagreeing with the ones that agree).
+    pub invalid: usize,
+    /// Pages of results scanned to check others (the cost of validation).
+    pub check_pages: u64,
 }
 
 impl JobCounts {
@@ -99,6 +114,27 @@ impl JobCounts {
             let done = j.completeness();
             c.pages += done.pages;
             c.links += done.links;
+            match j.validation {
+                JobValidation::Pending => c.pending += 1,
+                JobValidation::Valid => c.valid += 1,
+                JobValidation::Trusted => c.trusted += 1,
+                _ => {}
+            }
+            c.invalid += j
+                .candidates
+                .iter()
+                .filter(|r| r.verdict == Verdict::Invalid)
+                .count();
+            let all: u64 = j.candidates.iter().map(|r| r.pages()).sum();
+            // What the job would have cost unchecked: the result it kept,
+            // or while it waits, its first.
+            let kept = j
+                .candidates
+                .iter()
+                .find(|r| Some(r.result.unit_id) == j.result.as_ref().map(|k| k.unit_id))
+                .or(j.candidates.first())
+                .map_or(0, |r| r.pages());
+            c.check_pages += all.saturating_sub(kept);
             if done.natural_end {
                 c.complete += 1;
             } else if j.state.is_final() {
@@ -122,6 +158,17 @@ impl JobCounts {
     }
 }
 
+/// One complete result of a site, as validation judged it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ResultLine {
+    pub hosts: Vec<u64>,
+    pub pages: u64,
+    pub links: u64,
+    pub verdict: Verdict,
+    /// Similarity to the result kept (Jaccard of link pairs), once decided.
+    pub similarity: Option<f64>,
+}
+
 /// One site of a round: its job's state and how much of it was scanned.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SiteLine {
@@ -130,6 +177,10 @@ pub struct SiteLine {
     pub attempts: usize,
     /// The host of the last accepted scan, if any.
     pub host: Option<u64>,
+    /// pending, valid, trusted, off or invalid.
+    pub validation: String,
+    /// Its complete results compared by validation.
+    pub results: Vec<ResultLine>,
     #[serde(flatten)]
     pub completeness: Completeness,
 }
@@ -145,6 +196,18 @@ impl SiteLine {
                 .as_ref()
                 .map(|r| r.host_id)
                 .or_else(|| j.segments.last().map(|s| s.host_id)),
+            validation: j.validation.as_str().to_string(),
+            results: j
+                .candidates
+                .iter()
+                .map(|c| ResultLine {
+                    hosts: c.authors(),
+                    pages: c.pages(),
+                    links: c.links(),
+                    verdict: c.verdict,
+                    similarity: c.similarity,
+                })
+                .collect(),
             completeness: j.completeness(),
         }
     }
@@ -174,7 +237,16 @@ pub struct StatusResponse {
 }
 
 pub type SitesList = Vec<SiteRecord>;
-pub type HostsList = Vec<HostRecord>;
+/// One host as `hosts list` shows it: its record and whether it is trusted.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HostLine {
+    #[serde(flatten)]
+    pub host: HostRecord,
+    /// Enough valid results in a row: only spot checks of its results.
+    pub trusted: bool,
+}
+
+pub type HostsList = Vec<HostLine>;
 
 /// Error body of every failed admin call.
 #[derive(Debug, Serialize, Deserialize)]

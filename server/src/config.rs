@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use beebot_shared::scope::Scope;
 
 use crate::model::RoundParams;
+use crate::validate::{ValidateMode, DEFAULT_SPOT_CHECK_PERCENT, DEFAULT_TRUST_AFTER};
 
 /// Round defaults an admin can override per round.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -39,6 +40,8 @@ pub struct RoundDefaults {
     pub deadline_max_s: u64,
     pub max_attempts: u32,
     pub max_crawl_delay_ms: u64,
+    /// How results are validated: off, adaptive or all.
+    pub validate: ValidateMode,
 }
 
 impl Default for RoundDefaults {
@@ -55,6 +58,7 @@ impl Default for RoundDefaults {
             deadline_max_s: 2 * 24 * 3600,
             max_attempts: 5,
             max_crawl_delay_ms: 30_000,
+            validate: ValidateMode::Adaptive,
         }
     }
 }
@@ -73,6 +77,7 @@ impl RoundDefaults {
             deadline_max_s: self.deadline_max_s,
             max_attempts: self.max_attempts,
             max_crawl_delay_ms: self.max_crawl_delay_ms,
+            validate: self.validate,
         }
     }
 }
@@ -106,6 +111,28 @@ pub struct ServerConfig {
     pub deadline_grace_s: u64,
     #[serde(default)]
     pub round: RoundDefaults,
+    #[serde(default)]
+    pub validation: ValidationConfig,
+}
+
+/// `[validation]`: when a host is trusted, and how often a trusted host's
+/// results are still checked.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ValidationConfig {
+    /// Consecutive valid results after which a host is trusted.
+    pub trust_after: u32,
+    /// Share of a trusted host's results still checked (spot checks), percent.
+    pub spot_check_percent: u32,
+}
+
+impl Default for ValidationConfig {
+    fn default() -> Self {
+        ValidationConfig {
+            trust_after: DEFAULT_TRUST_AFTER,
+            spot_check_percent: DEFAULT_SPOT_CHECK_PERCENT,
+        }
+    }
 }
 
 impl ServerConfig {
@@ -125,6 +152,7 @@ impl ServerConfig {
             deadline_slack: 3.0,
             deadline_grace_s: 60,
             round: RoundDefaults::default(),
+            validation: ValidationConfig::default(),
         }
     }
 
@@ -214,7 +242,17 @@ impl DataDir {
                 self.config().display()
             )
         })?;
-        toml::from_str(&text).with_context(|| format!("{} is not valid", self.config().display()))
+        let cfg: ServerConfig = toml::from_str(&text)
+            .with_context(|| format!("{} is not valid", self.config().display()))?;
+        if cfg.validation.spot_check_percent > crate::validate::MAX_SPOT_CHECK_PERCENT {
+            anyhow::bail!(
+                "{}: validation.spot_check_percent is {}, at most {}",
+                self.config().display(),
+                cfg.validation.spot_check_percent,
+                crate::validate::MAX_SPOT_CHECK_PERCENT
+            );
+        }
+        Ok(cfg)
     }
 
     /// Write the config back (durably).

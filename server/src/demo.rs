@@ -125,15 +125,25 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
     let hosts = web.site_hosts();
     let now = now_ms();
     let (delay_ms, max_scan_s) = (opts.delay_ms, opts.max_scan_s);
+    // New hosts' results are scanned twice (validation).
     let timeout = DEMO_TIMEOUT
         + Duration::from_millis(
-            2 * web.total_pages() as u64 * delay_ms
+            4 * web.total_pages() as u64 * delay_ms
                 / (opts.clients as u64 * u64::from(opts.slots.max(1))),
         );
+    // Every result of a new host is checked by another host's scan: one
+    // client alone has nobody to check it.
+    let validate = if opts.clients >= 2 {
+        crate::validate::ValidateMode::Adaptive
+    } else {
+        println!("one client: results are not validated (that takes two hosts)");
+        crate::validate::ValidateMode::Off
+    };
     let round_id = shared
         .with_grid(move |g| -> Result<u64> {
             g.add_sites(&hosts, now)?;
             let mut p = config::RoundDefaults::default().params();
+            p.validate = validate;
             p.delay_ms = delay_ms;
             p.max_pages = 10_000;
             p.deadline_min_s = 60;
@@ -272,6 +282,10 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
         c.links,
         started.elapsed().as_secs_f64(),
         c.verdict()
+    );
+    println!(
+        "validation: {} sites valid (two hosts agree), {} taken from trusted hosts, {} results invalid, {} pages scanned to check",
+        c.valid, c.trusted, c.invalid, c.check_pages
     );
     if exported == truth {
         println!(

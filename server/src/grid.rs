@@ -27,6 +27,7 @@ use beebot_shared::util::{sha256, truncate_on_char};
 use crate::model::*;
 use crate::scheduler::{self, DeadlineRule, HeldUnit, HostView, JobView, RunningView, WorkAsk};
 use crate::store::{Store, StoreError};
+use crate::validate::{self, SketchBuilder, ValidateMode};
 
 /// How long a host with nothing to do waits before asking again while a round
 /// is open (jobs may come back after a deadline, or wait for this host).
@@ -115,6 +116,8 @@ pub struct UploadPlan {
     state_rel: String,
     /// The job's scans this unit continued from (its attempt's `resume_seq`).
     resume_seq: u32,
+    /// The job's chain of scans the unit belongs to (its attempt's `chain`).
+    chain: u32,
     /// Pages the job's earlier scans took.
     pages_before: u64,
     /// The round's depth limit: a state's queue may not go deeper.
@@ -133,6 +136,15 @@ pub struct StateInfo {
     pub pages_done: u64,
     /// The state as stored and served to the continuation.
     pub encoded: Vec<u8>,
+}
+
+/// What [`UploadPlan::verify`] found in an upload it accepts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verified {
+    /// The frontier of a scan that stopped early.
+    pub state: Option<StateInfo>,
+    /// Sketch of the link file's pairs, for validation.
+    pub sketch: Vec<u64>,
 }
 
 /// What [`Grid::state_of_unit`] found.
@@ -159,14 +171,16 @@ impl UploadPlan {
         summary: &ScanSummary,
         link_file: &[u8],
         state: Option<&[u8]>,
-    ) -> Result<Option<StateInfo>, String> {
+    ) -> Result<Verified, String> {
         // Records are checked as they are decoded, one at a time: none is
         // kept, so a file's size in memory costs nothing here.
         let site_scope = beebot_shared::scope::SiteScope::new(&self.site, self.scope);
         let mut records = 0u64;
+        let mut sketch = SketchBuilder::default();
         // A page's records come together: its source is checked once.
         let mut last_source = String::new();
         let header = linkfile::for_each_record(link_file, |r| {
+            sketch.add(validate::pair_digest(&r.source_url, &r.target_url));
             if records > 0 && r.source_url == last_source {
                 records += 1;
                 return Ok(());
@@ -199,8 +213,12 @@ impl UploadPlan {
                 summary.links,
             ));
         }
+        let sketch = sketch.finish();
         if !stopped_early(summary) {
-            return Ok(None);
+            return Ok(Verified {
+                state: None,
+                sketch,
+            });
         }
         let Some(bytes) = state else {
             return Err(format!(
@@ -237,12 +255,15 @@ impl UploadPlan {
         let encoded = st
             .encode()
             .map_err(|e| format!("scan state refused: {e}"))?;
-        Ok(Some(StateInfo {
-            sha256: state_sha256(&encoded),
-            bytes: encoded.len() as u64,
-            pages_done: st.pages_done,
-            encoded,
-        }))
+        Ok(Verified {
+            state: Some(StateInfo {
+                sha256: state_sha256(&encoded),
+                bytes: encoded.len() as u64,
+                pages_done: st.pages_done,
+                encoded,
+            }),
+            sketch,
+        })
     }
 
     /// Make the link file (and the scan state of a scan that ended early)
@@ -327,6 +348,10 @@ pub struct GridSettings {
     pub user_agent: String,
     pub deadline_slack: f64,
     pub deadline_grace_s: u64,
+    /// Consecutive valid results after which a host is trusted.
+    pub trust_after: u32,
+    /// Share of a trusted host's results still checked, percent.
+    pub spot_check_percent: u32,
 }
 
 /// Counters for `status`.
@@ -386,6 +411,9 @@ struct OpenJobs {
     running: BTreeSet<u64>,
     /// Open jobs each host failed (an attempt expired or given back).
     failed_by: HashMap<u64, BTreeSet<u64>>,
+    /// Open jobs whose results are being checked, with the hosts that may
+    /// not take them (the results' authors).
+    checks: BTreeMap<u64, Vec<u64>>,
 }
 
 /// The host had an attempt of `job` that expired or failed.
@@ -585,6 +613,11 @@ impl Grid {
             }
         }
         open.failed_by.retain(|_, jobs| !jobs.is_empty());
+        if job.state.is_final() || job.candidates.is_empty() {
+            open.checks.remove(&job_id);
+        } else {
+            open.checks.insert(job_id, job.authors());
+        }
     }
 
     /// Debug builds check that the index of open jobs equals one built
@@ -741,6 +774,9 @@ impl Grid {
             bytes_done: 0,
             offline_ms: 0,
             last_missed_ms: 0,
+            consecutive_valid: 0,
+            valid_results: 0,
+            invalid_results: 0,
         };
         self.store.put_invite(&inv)?;
         self.store.put_host(&host)?;
@@ -831,6 +867,29 @@ impl Grid {
         self.active_host(host_id, now_ms)?;
         tracing::info!(host_id, "host left the project");
         self.revoke(host_id, now_ms)
+    }
+
+    /// Count a host as trusted from now on, as if it had returned enough
+    /// valid results in a row (the simulator's steady state).
+    pub fn set_trusted(&mut self, host_id: u64) -> Result<(), GridError> {
+        let trust_after = self.settings.trust_after;
+        if let Some(h) = self.hosts.get_mut(&host_id) {
+            h.consecutive_valid = h.consecutive_valid.max(trust_after);
+            let h = h.clone();
+            self.store.put_host(&h)?;
+        }
+        Ok(())
+    }
+
+    /// Every host with whether it is trusted (`hosts list`).
+    pub fn host_lines(&self) -> Vec<crate::api::HostLine> {
+        self.hosts
+            .values()
+            .map(|h| crate::api::HostLine {
+                host: h.clone(),
+                trusted: h.consecutive_valid >= self.settings.trust_after,
+            })
+            .collect()
     }
 
     pub fn hosts(&self) -> Vec<HostRecord> {
@@ -950,6 +1009,10 @@ impl Grid {
                 size_known: site.last_scan.is_some(),
                 batch_host: None,
                 segments: Vec::new(),
+                chain_sketch: Vec::new(),
+                chain: 0,
+                candidates: Vec::new(),
+                validation: JobValidation::None,
             });
         }
         // A round-start plan (batch) over the hosts heard from lately.
@@ -1255,6 +1318,18 @@ impl Grid {
             self.host_views(now_ms)
         };
         let asker = hosts.iter().position(|h| h.host_id == host_id);
+        // A result is checked by another host than its authors: a trusted
+        // one, while one that is not among them is online.
+        let trusted_online: Vec<u64> = hosts
+            .iter()
+            .filter(|h| h.online && self.is_trusted(h.host_id))
+            .map(|h| h.host_id)
+            .collect();
+        let asker_trusted = self.is_trusted(host_id);
+        let may_check = |authors: &[u64]| {
+            !authors.contains(&host_id)
+                && (asker_trusted || trusted_online.iter().all(|t| authors.contains(t)))
+        };
         for (round_id, params, started_ms) in &running {
             let Some(asker) = asker else { break };
             if free == 0 {
@@ -1273,6 +1348,17 @@ impl Grid {
             for id in open.failed_by.get(&host_id).into_iter().flatten() {
                 if let Ok(p) = queue.binary_search_by_key(id, |v| v.job_id) {
                     queue.to_mut()[p].failed_here = true;
+                }
+            }
+            let barred: BTreeSet<u64> = open
+                .checks
+                .iter()
+                .filter(|(_, authors)| !may_check(authors))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in &barred {
+                if let Ok(p) = queue.binary_search_by_key(id, |v| v.job_id) {
+                    queue.to_mut().remove(p);
                 }
             }
             let mut running_jobs: Vec<RunningView> = Vec::new();
@@ -1337,9 +1423,10 @@ impl Grid {
                 if free == 0 {
                     break;
                 }
-                let ok = running_jobs
-                    .iter()
-                    .any(|r| r.job_id == id && r.copies < scheduler::MAX_COPIES && !r.on_asker);
+                let ok = !barred.contains(&id)
+                    && running_jobs
+                        .iter()
+                        .any(|r| r.job_id == id && r.copies < scheduler::MAX_COPIES && !r.on_asker);
                 if ok && chosen.iter().all(|c| c.0 != id) {
                     chosen.push((id, true));
                     free -= 1;
@@ -1454,6 +1541,7 @@ impl Grid {
             first_report_pages: 0,
             last_report_ms: 0,
             resume_seq,
+            chain: job.chain,
         });
         job.state = JobState::Running;
         let job = job.clone();
@@ -1496,7 +1584,6 @@ impl Grid {
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(ProgressOutcome::Abort("unknown unit".into()));
         };
-        let segments = job.segments.len();
         let Some(i) = job
             .attempts
             .iter()
@@ -1506,12 +1593,11 @@ impl Grid {
                 "unit belongs to another host".into(),
             ));
         };
-        let seq = job.attempts[i].resume_seq;
-        let other_copy = job
-            .attempts
-            .iter()
-            .enumerate()
-            .any(|(j, o)| j != i && o.state == AttemptState::Running && o.resume_seq == seq);
+        let (seq, chain) = (job.attempts[i].resume_seq, job.attempts[i].chain);
+        let behind = job.is_behind(&job.attempts[i]);
+        let other_copy = job.attempts.iter().enumerate().any(|(j, o)| {
+            j != i && o.state == AttemptState::Running && o.resume_seq == seq && o.chain == chain
+        });
         let a = &mut job.attempts[i];
         match &a.state {
             AttemptState::Aborted | AttemptState::Partial | AttemptState::Done => {
@@ -1522,7 +1608,7 @@ impl Grid {
             AttemptState::Failed(_) => {
                 return Ok(ProgressOutcome::Abort("the unit was given back".into()))
             }
-            _ if (seq as usize) < segments => {
+            _ if behind => {
                 // Another copy's scan already went on from where this one started.
                 let was_running = a.state == AttemptState::Running;
                 a.state = AttemptState::Aborted;
@@ -1702,12 +1788,12 @@ impl Grid {
             UploadStep::Answer(o) => return Ok(o),
             UploadStep::Plan(p) => p,
         };
-        let info = match plan.verify(&summary, link_file, state) {
-            Ok(info) => info,
+        let verified = match plan.verify(&summary, link_file, state) {
+            Ok(v) => v,
             Err(reason) => return self.upload_refused(&plan, reason, now_ms),
         };
-        plan.write(link_file, info.as_ref())?;
-        self.upload_finish(&plan, summary, info, now_ms)
+        plan.write(link_file, verified.state.as_ref())?;
+        self.upload_finish(&plan, summary, verified, now_ms)
     }
 
     /// First step of an upload: is this unit the host's, and is its job
@@ -1732,14 +1818,13 @@ impl Grid {
             // Refused before anything of it is decoded.
             return Ok(UploadStep::Answer(o));
         }
-        let resume_seq = job
-            .attempts
-            .iter()
-            .find(|a| a.unit_id == unit_id)
-            .map_or(0, |a| a.resume_seq);
-        if job.segments.iter().any(|s| s.unit_id == unit_id)
-            || (resume_seq as usize) < job.segments.len()
-        {
+        let Some(attempt) = job.attempts.iter().find(|a| a.unit_id == unit_id) else {
+            return Ok(UploadStep::Answer(UploadOutcome::Rejected(format!(
+                "unknown unit {unit_id}"
+            ))));
+        };
+        let resume_seq = attempt.resume_seq;
+        if job.segments.iter().any(|s| s.unit_id == unit_id) || job.is_behind(attempt) {
             // Its segment is kept already, or another copy went further from
             // where it started: nothing of it is written again.
             return Ok(UploadStep::Answer(UploadOutcome::Duplicate));
@@ -1770,6 +1855,7 @@ impl Grid {
                 .join(format!("{}-{unit_id}.state", job.id)),
             state_rel: format!("{}/{}-{unit_id}.state", job.round_id, job.id),
             resume_seq,
+            chain: attempt.chain,
             pages_before,
             max_depth,
         }))
@@ -1822,7 +1908,7 @@ impl Grid {
         &mut self,
         plan: &UploadPlan,
         summary: ScanSummary,
-        state: Option<StateInfo>,
+        verified: Verified,
         now_ms: u64,
     ) -> Result<UploadOutcome, GridError> {
         let (host_id, unit_id) = (plan.host_id, plan.unit_id);
@@ -1838,7 +1924,7 @@ impl Grid {
             }
             return Ok(o);
         }
-        let (job_id, round_id, site) = (plan.job_id, plan.round_id, plan.site.clone());
+        let (job_id, round_id) = (plan.job_id, plan.round_id);
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
         };
@@ -1851,8 +1937,9 @@ impl Grid {
             // This unit's segment, uploaded again.
             return Ok(UploadOutcome::Duplicate);
         }
-        if (plan.resume_seq as usize) < job.segments.len() {
-            // Another copy's scan went on from the same place first.
+        if (plan.resume_seq as usize) < job.segments.len() || plan.chain != job.chain {
+            // Another copy's scan went on from the same place first (or the
+            // job started over).
             plan.remove_files();
             for a in job.attempts.iter_mut() {
                 if a.unit_id == unit_id && a.state == AttemptState::Running {
@@ -1866,13 +1953,7 @@ impl Grid {
             self.store.flush()?;
             return Ok(UploadOutcome::Duplicate);
         }
-        let delay_s = self
-            .rounds
-            .get(&round_id)
-            .map(|r| r.params.delay_ms as f64 / 1000.0)
-            .unwrap_or(0.0);
-        let seconds = summary.elapsed_ms as f64 / 1000.0;
-        let (pages, bytes) = (summary.pages, summary.bytes);
+        let Verified { state, sketch } = verified;
         let early = state.filter(|_| stopped_early(&summary));
         if early.is_some() && summary.pages == 0 {
             // Nothing gained: an attempt that failed, not a segment.
@@ -1902,8 +1983,9 @@ impl Grid {
                 a.state = AttemptState::Aborted;
             }
         }
-        let mut site_stats = None;
+        let chain_sketch = validate::merge(&job.chain_sketch, &sketch);
         if let Some(info) = &early {
+            let pages = summary.pages;
             job.segments.push(Segment {
                 unit_id,
                 host_id,
@@ -1915,6 +1997,7 @@ impl Grid {
                 pages_done: info.pages_done,
                 accepted_ms: now_ms,
             });
+            job.chain_sketch = chain_sketch;
             job.est_pages = (job.est_pages - pages as f64).max(1.0);
             if job.segments.len() >= MAX_SCANS_PER_JOB {
                 job.state = JobState::Failed;
@@ -1925,42 +2008,30 @@ impl Grid {
             } else {
                 job.state = JobState::Queued;
             }
+            let job = job.clone();
+            self.store.put_job(&job)?;
+            if job.state.is_final() {
+                // The frontiers are of no more use.
+                self.drop_states(&job);
+            }
         } else {
-            job.state = JobState::Done;
-            // The site's figures for the next round: all of the job's scans.
-            let segs = &job.segments;
-            site_stats = Some(SiteStats {
-                round_id,
-                pages: pages + segs.iter().map(|s| s.summary.pages).sum::<u64>(),
-                bytes: bytes + segs.iter().map(|s| s.summary.bytes).sum::<u64>(),
-                links: summary.links + segs.iter().map(|s| s.summary.links).sum::<u64>(),
-                seconds: seconds
-                    + segs
-                        .iter()
-                        .map(|s| s.summary.elapsed_ms as f64 / 1000.0)
-                        .sum::<f64>(),
-            });
-            job.result = Some(JobResult {
-                unit_id,
-                host_id,
-                summary,
-                file: plan.rel.clone(),
-                accepted_ms: now_ms,
-            });
+            // The chain reached the site's natural end: a complete result.
+            let candidate = Candidate {
+                segments: std::mem::take(&mut job.segments),
+                result: JobResult {
+                    unit_id,
+                    host_id,
+                    summary,
+                    file: plan.rel.clone(),
+                    accepted_ms: now_ms,
+                },
+                sketch: chain_sketch,
+                verdict: Verdict::Pending,
+                similarity: None,
+            };
+            job.chain_sketch = Vec::new();
+            self.conclude(job_id, candidate)?;
         }
-        let job = job.clone();
-        self.store.put_job(&job)?;
-        if job.state.is_final() {
-            // The frontiers are of no more use.
-            self.drop_states(&job);
-        }
-        if let (Some(stats), Some(s)) = (site_stats, self.sites.get_mut(&site)) {
-            s.last_scan = Some(stats);
-            let s = s.clone();
-            self.store.put_site(&s)?;
-        }
-        let job_done = job.state == JobState::Done;
-        self.learn_from(host_id, pages, bytes, seconds, delay_s, job_done)?;
         self.reindex(job_id);
         self.check_round_done(round_id, now_ms)?;
         self.store.flush()?;
@@ -1968,16 +2039,306 @@ impl Grid {
         Ok(UploadOutcome::Accepted)
     }
 
-    /// A host's figures after one of its scans was accepted.
+    /// Whether a host is trusted: enough valid results in a row.
+    pub fn is_trusted(&self, host_id: u64) -> bool {
+        self.hosts
+            .get(&host_id)
+            .is_some_and(|h| h.consecutive_valid >= self.settings.trust_after)
+    }
+
+    /// A job's chain of scans reached its natural end with `candidate`:
+    /// take it (validation off, or a trusted host not drawn for a spot
+    /// check), or compare it with the job's other results, and decide.
+    fn conclude(&mut self, job_id: u64, candidate: Candidate) -> Result<(), GridError> {
+        let Some(job) = self.jobs.get(&job_id) else {
+            return Ok(());
+        };
+        let mode = self
+            .rounds
+            .get(&job.round_id)
+            .map_or(ValidateMode::Off, |r| r.params.validate);
+        let authors = candidate.authors();
+        let needs_check = match mode {
+            ValidateMode::Off => false,
+            ValidateMode::All => true,
+            ValidateMode::Adaptive => {
+                !job.candidates.is_empty()
+                    || !authors.iter().all(|h| self.is_trusted(*h))
+                    || validate::spot_check(
+                        self.project_key.as_bytes(),
+                        job_id,
+                        candidate.result.unit_id,
+                        self.settings.spot_check_percent,
+                    )
+            }
+        };
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Ok(());
+        };
+        job.candidates.push(candidate);
+        let new = job.candidates.len() - 1;
+        if !needs_check {
+            job.candidates[new].verdict = Verdict::Unchecked;
+            job.validation = if mode == ValidateMode::Off {
+                JobValidation::Off
+            } else {
+                JobValidation::Trusted
+            };
+            return self.keep_result(job_id, new, &[]);
+        }
+        // The first earlier result this one agrees with (results found
+        // invalid are not compared again).
+        let agree = job.candidates[..new].iter().position(|c| {
+            c.verdict != Verdict::Invalid
+                && validate::similarity(&c.sketch, &job.candidates[new].sketch)
+                    >= validate::MIN_SIMILARITY
+        });
+        if let Some(w) = agree {
+            // The results that agree with the kept one are valid, the others
+            // (the minority) invalid.
+            let keep_sketch = job.candidates[w].sketch.clone();
+            let mut liars = Vec::new();
+            for (i, c) in job.candidates.iter_mut().enumerate() {
+                let sim = if i == w {
+                    1.0
+                } else {
+                    validate::similarity(&c.sketch, &keep_sketch)
+                };
+                c.similarity = Some(sim);
+                c.verdict = if i == w
+                    || (c.verdict != Verdict::Invalid && sim >= validate::MIN_SIMILARITY)
+                {
+                    Verdict::Valid
+                } else {
+                    if c.verdict != Verdict::Invalid {
+                        liars.extend(c.authors());
+                    }
+                    Verdict::Invalid
+                };
+            }
+            job.validation = JobValidation::Valid;
+            liars.sort_unstable();
+            liars.dedup();
+            return self.keep_result(job_id, w, &liars);
+        }
+        if job.candidates.len() >= validate::MAX_RESULTS_PER_JOB {
+            let n = job.candidates.len();
+            job.state = JobState::Failed;
+            job.validation = JobValidation::Invalid;
+            push_reason(
+                job,
+                format!("the results of {n} scans by different hosts never agreed"),
+            );
+            let job = job.clone();
+            self.remove_candidate_files(&job, None);
+            self.store.put_job(&job)?;
+            return Ok(());
+        }
+        // Another host scans the site afresh to compare with.
+        job.validation = JobValidation::Pending;
+        job.chain += 1;
+        job.state = JobState::Queued;
+        job.batch_host = None;
+        job.est_pages = job.candidates[new].pages().max(1) as f64;
+        let job = job.clone();
+        self.store.put_job(&job)?;
+        Ok(())
+    }
+
+    /// The job is done with its result `keep`: the figures of the result's
+    /// scans are learned, hosts whose results were found valid gain trust,
+    /// and `liars` (authors of invalid results) lose it.
+    fn keep_result(&mut self, job_id: u64, keep: usize, liars: &[u64]) -> Result<(), GridError> {
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Ok(());
+        };
+        let kept = job.candidates[keep].clone();
+        job.segments = kept.segments.clone();
+        job.result = Some(kept.result.clone());
+        job.state = JobState::Done;
+        for c in job.candidates.iter_mut() {
+            c.sketch = Vec::new();
+        }
+        let round_id = job.round_id;
+        let valid: Vec<Candidate> = if job.validation == JobValidation::Valid {
+            job.candidates
+                .iter()
+                .filter(|c| c.verdict == Verdict::Valid)
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let job = job.clone();
+        self.remove_candidate_files(&job, Some(keep));
+        self.store.put_job(&job)?;
+        // The frontiers are of no more use.
+        self.drop_states(&job);
+        let delay_s = self
+            .rounds
+            .get(&round_id)
+            .map(|r| r.params.delay_ms as f64 / 1000.0)
+            .unwrap_or(0.0);
+        // The site's figures for the next round: all of the kept result's scans.
+        let pieces: Vec<(u64, &ScanSummary)> = kept
+            .segments
+            .iter()
+            .map(|s| (s.host_id, &s.summary))
+            .chain([(kept.result.host_id, &kept.result.summary)])
+            .collect();
+        if let Some(s) = self.sites.get_mut(&job.site) {
+            s.last_scan = Some(SiteStats {
+                round_id,
+                pages: pieces.iter().map(|(_, p)| p.pages).sum(),
+                bytes: pieces.iter().map(|(_, p)| p.bytes).sum(),
+                links: pieces.iter().map(|(_, p)| p.links).sum(),
+                seconds: pieces
+                    .iter()
+                    .map(|(_, p)| p.elapsed_ms as f64 / 1000.0)
+                    .sum(),
+            });
+            let s = s.clone();
+            self.store.put_site(&s)?;
+        }
+        // Speeds are learned from results found valid or taken from trusted
+        // hosts only, never from a result that waits for its check.
+        let last = pieces.len() - 1;
+        for (i, (host, summary)) in pieces.iter().enumerate() {
+            self.learn_from(*host, summary, delay_s, i == last)?;
+        }
+        // The checks found valid are real work of their hosts too.
+        for c in valid
+            .iter()
+            .filter(|c| c.result.unit_id != kept.result.unit_id)
+        {
+            for seg in &c.segments {
+                self.learn_from(seg.host_id, &seg.summary, delay_s, false)?;
+            }
+            self.learn_from(c.result.host_id, &c.result.summary, delay_s, false)?;
+        }
+        for c in &valid {
+            for host in c.authors() {
+                if let Some(h) = self.hosts.get_mut(&host) {
+                    h.consecutive_valid = h.consecutive_valid.saturating_add(1);
+                    h.valid_results += 1;
+                    let h = h.clone();
+                    self.store.put_host(&h)?;
+                }
+            }
+        }
+        self.reindex(job_id);
+        for &host in liars {
+            self.distrust(host)?;
+        }
+        Ok(())
+    }
+
+    /// Remove the link and state files of a job's results but `keep`.
+    fn remove_candidate_files(&self, job: &JobRecord, keep: Option<usize>) {
+        for (i, c) in job.candidates.iter().enumerate() {
+            if Some(i) == keep {
+                continue;
+            }
+            self.remove_chain_files(&c.segments, Some(&c.result));
+        }
+    }
+
+    fn remove_chain_files(&self, segments: &[Segment], result: Option<&JobResult>) {
+        for seg in segments {
+            let _ = fs::remove_file(self.links_dir.join(&seg.file));
+            let _ = fs::remove_file(self.links_dir.join(&seg.state_file));
+        }
+        if let Some(r) = result {
+            let _ = fs::remove_file(self.links_dir.join(&r.file));
+        }
+    }
+
+    /// A result of `host_id` was found invalid: its trust is reset, and
+    /// every result of it not validated yet is dropped: results waiting for
+    /// their check, and the scans of open jobs that continue from its
+    /// segments (those jobs start over from their seed).
+    fn distrust(&mut self, host_id: u64) -> Result<(), GridError> {
+        if let Some(h) = self.hosts.get_mut(&host_id) {
+            h.consecutive_valid = 0;
+            h.invalid_results += 1;
+            let h = h.clone();
+            self.store.put_host(&h)?;
+        }
+        let open: Vec<u64> = self
+            .open
+            .values()
+            .flat_map(|o| {
+                o.queue
+                    .iter()
+                    .map(|v| v.job_id)
+                    .chain(o.running.iter().copied())
+            })
+            .collect();
+        for job_id in open {
+            let Some(job) = self.jobs.get(&job_id) else {
+                continue;
+            };
+            let pending_by_host = job
+                .candidates
+                .iter()
+                .any(|c| c.verdict == Verdict::Pending && c.authors().contains(&host_id));
+            let chain_by_host = job.segments.iter().any(|s| s.host_id == host_id);
+            if !pending_by_host && !chain_by_host {
+                continue;
+            }
+            let mut job = job.clone();
+            if pending_by_host {
+                let (dropped, kept): (Vec<Candidate>, Vec<Candidate>) =
+                    std::mem::take(&mut job.candidates)
+                        .into_iter()
+                        .partition(|c| {
+                            c.verdict == Verdict::Pending && c.authors().contains(&host_id)
+                        });
+                for c in &dropped {
+                    self.remove_chain_files(&c.segments, Some(&c.result));
+                }
+                job.candidates = kept;
+                push_reason(
+                    &mut job,
+                    format!("host {host_id} was found lying: its result here is dropped"),
+                );
+            }
+            if chain_by_host {
+                self.remove_chain_files(&job.segments, None);
+                job.segments.clear();
+                job.chain_sketch.clear();
+                job.chain += 1;
+                for a in job.attempts.iter_mut() {
+                    if a.state == AttemptState::Running {
+                        a.state = AttemptState::Aborted;
+                    }
+                }
+                job.state = JobState::Queued;
+                push_reason(
+                    &mut job,
+                    format!("host {host_id} was found lying: the scan starts over"),
+                );
+            }
+            if job.candidates.is_empty() && job.validation == JobValidation::Pending {
+                job.validation = JobValidation::None;
+            }
+            self.store.put_job(&job)?;
+            self.jobs.insert(job_id, job);
+            self.reindex(job_id);
+        }
+        Ok(())
+    }
+
+    /// A host's figures from one of its scans, in a result taken.
     fn learn_from(
         &mut self,
         host_id: u64,
-        pages: u64,
-        bytes: u64,
-        seconds: f64,
+        summary: &ScanSummary,
         delay_s: f64,
         job_done: bool,
     ) -> Result<(), GridError> {
+        let (pages, bytes) = (summary.pages, summary.bytes);
+        let seconds = summary.elapsed_ms as f64 / 1000.0;
         if let Some(h) = self.hosts.get_mut(&host_id) {
             if job_done {
                 h.jobs_done += 1;
@@ -2017,7 +2378,7 @@ impl Grid {
                 "the job of unit {unit_id} is over"
             )));
         }
-        if (a.resume_seq as usize) < job.segments.len() || a.state == AttemptState::Aborted {
+        if job.is_behind(a) || a.state == AttemptState::Aborted {
             return Ok(StateAnswer::Abort(
                 "another copy's scan went on further".into(),
             ));
@@ -2123,6 +2484,8 @@ mod tests {
             user_agent: "BeeBot/test (+http://example.test/bot)".into(),
             deadline_slack: 3.0,
             deadline_grace_s: 10,
+            trust_after: 2,
+            spot_check_percent: 0,
         }
     }
 
@@ -2235,6 +2598,8 @@ mod tests {
             deadline_max_s: 600,
             max_attempts,
             max_crawl_delay_ms: 10_000,
+            // Validation has its own tests: these take the first result.
+            validate: ValidateMode::Off,
         }
     }
 
@@ -3559,7 +3924,7 @@ mod tests {
         assert!(pu.verify(&sum_v, &file_v, None).is_err());
         let done = |fx: &mut Fx, p: &UploadPlan, sum: &ScanSummary| {
             fx.grid
-                .upload_finish(p, sum.clone(), None, t + 3000)
+                .upload_finish(p, sum.clone(), Verified::default(), t + 3000)
                 .unwrap()
         };
         assert_eq!(done(&mut fx, &pv, &sum_v), UploadOutcome::Accepted);
@@ -4130,5 +4495,228 @@ mod tests {
                 proptest::prop_assert!(r.len() <= MAX_TEXT_LEN);
             }
         }
+    }
+
+    // ---- validation ----
+
+    /// A grid with `sites` sites, `hosts` hosts and a round validating `mode`.
+    fn validating(sites: usize, hosts: usize, mode: ValidateMode) -> (Fx, Vec<u64>) {
+        let mut fx = Fx::new();
+        fx.grid.add_sites(&site_names(sites), T0).unwrap();
+        let ids = (0..hosts).map(|_| fx.host()).collect();
+        let p = RoundParams {
+            validate: mode,
+            ..params(3)
+        };
+        fx.grid.start_round(p, T0).unwrap();
+        (fx, ids)
+    }
+
+    /// Upload a natural-end result of `records` for `unit`.
+    fn upload_records(
+        fx: &mut Fx,
+        host: u64,
+        unit: &WorkUnit,
+        records: &[LinkRecord],
+        now: u64,
+    ) -> UploadOutcome {
+        let file = linkfile::encode(&header_for(unit, records.len()), records).unwrap();
+        fx.grid
+            .upload(host, unit.unit_id, summary(records.len()), &file, None, now)
+            .unwrap()
+    }
+
+    /// What a liar returns for `site`: links that do not exist.
+    fn fabricated(site: &str, n: usize) -> Vec<LinkRecord> {
+        (0..n)
+            .map(|i| LinkRecord {
+                source_url: format!("http://{site}/made-up{i}"),
+                target_url: format!("http://{site}/nowhere{i}"),
+                tag: LinkTag::A,
+                nofollow: false,
+                anchor_text: String::new(),
+            })
+            .collect()
+    }
+
+    /// No unit for `host` now.
+    fn nothing_for(fx: &mut Fx, host: u64, now: u64) {
+        let (units, _) = fx.ask(host, 4, &[], now);
+        assert!(units.is_empty(), "host {host} got {units:?}");
+    }
+
+    #[test]
+    fn an_untrusted_hosts_result_is_checked_by_another_hosts_scan() {
+        let (mut fx, h) = validating(1, 2, ValidateMode::Adaptive);
+        let u = fx.one(h[0], &[], T0);
+        assert_eq!(fx.upload(h[0], &u, 6, T0 + 1000), UploadOutcome::Accepted);
+        let job = fx.job(u.job_id);
+        // Not done: it waits for another host's scan, which the author may not make.
+        assert_eq!(job.state, JobState::Queued);
+        assert_eq!(job.validation, JobValidation::Pending);
+        assert!(job.result.is_none());
+        assert_eq!(job.candidates.len(), 1);
+        nothing_for(&mut fx, h[0], T0 + 2000);
+        // Its speed is not learned from a result not yet validated.
+        assert_eq!(fx.host_rec(h[0]).avg_pages_per_s, None);
+        assert_eq!(fx.host_rec(h[0]).jobs_done, 0);
+        let v = fx.one(h[1], &[], T0 + 3000);
+        assert_eq!(v.job_id, u.job_id);
+        assert!(v.resume.is_none(), "a check scans the site afresh");
+        assert_eq!(fx.upload(h[1], &v, 6, T0 + 4000), UploadOutcome::Accepted);
+        let job = fx.job(u.job_id);
+        assert_eq!(job.state, JobState::Done);
+        assert_eq!(job.validation, JobValidation::Valid);
+        assert!(job.candidates.iter().all(|c| c.verdict == Verdict::Valid));
+        // The first result is kept; the check's file is removed.
+        assert_eq!(job.result.as_ref().unwrap().unit_id, u.unit_id);
+        assert!(lf_path(&fx, &u).exists());
+        assert!(!lf_path(&fx, &v).exists());
+        for id in &h {
+            let rec = fx.host_rec(*id);
+            assert_eq!((rec.consecutive_valid, rec.valid_results), (1, 1));
+            assert!(rec.avg_pages_per_s.is_some(), "learned once valid");
+        }
+        assert_eq!(fx.host_rec(h[0]).jobs_done, 1);
+        assert_eq!(fx.round_state(job.round_id), RoundState::Done);
+        // Trust is stored.
+        let (dir, key) = (fx.dir.path().to_path_buf(), fx.key.clone());
+        drop(fx.grid);
+        let g = open_grid(&dir, &key);
+        assert_eq!(g.hosts[&h[1]].consecutive_valid, 1);
+    }
+
+    #[test]
+    fn a_result_that_disagrees_gets_a_third_copy_and_the_liar_loses_its_trust() {
+        let (mut fx, h) = validating(2, 3, ValidateMode::All);
+        let (liar, honest, third) = (h[0], h[1], h[2]);
+        // The liar earned some trust before.
+        fx.grid.hosts.get_mut(&liar).unwrap().consecutive_valid = 5;
+        let u = fx.one(liar, &[], T0);
+        let u2 = fx.one(liar, &[u.unit_id], T0);
+        let fake = fabricated(&u.site, 6);
+        assert_eq!(
+            upload_records(&mut fx, liar, &u, &fake, T0 + 1000),
+            UploadOutcome::Accepted
+        );
+        // Its second result waits for its check too.
+        assert_eq!(fx.upload(liar, &u2, 6, T0 + 1000), UploadOutcome::Accepted);
+        assert_eq!(fx.job(u2.job_id).validation, JobValidation::Pending);
+        let v = fx.one(honest, &[], T0 + 2000);
+        assert_eq!(v.job_id, u.job_id);
+        assert_eq!(fx.upload(honest, &v, 6, T0 + 3000), UploadOutcome::Accepted);
+        // They disagree: a third host scans the site.
+        let job = fx.job(u.job_id);
+        assert_eq!(job.state, JobState::Queued);
+        assert_eq!(job.candidates.len(), 2);
+        nothing_for(&mut fx, liar, T0 + 3500);
+        let w = fx.one(third, &[], T0 + 4000);
+        assert_eq!(w.job_id, u.job_id);
+        assert_eq!(fx.upload(third, &w, 6, T0 + 5000), UploadOutcome::Accepted);
+        let job = fx.job(u.job_id);
+        assert_eq!(job.state, JobState::Done);
+        assert_eq!(job.validation, JobValidation::Valid);
+        let verdicts: Vec<Verdict> = job.candidates.iter().map(|c| c.verdict).collect();
+        assert_eq!(
+            verdicts,
+            [Verdict::Invalid, Verdict::Valid, Verdict::Valid],
+            "the minority is invalid"
+        );
+        assert_eq!(job.candidates[0].similarity, Some(0.0));
+        assert_eq!(job.result.as_ref().unwrap().unit_id, v.unit_id);
+        assert!(!lf_path(&fx, &u).exists(), "an invalid result's file goes");
+        let rec = fx.host_rec(liar);
+        assert_eq!((rec.consecutive_valid, rec.invalid_results), (0, 1));
+        assert_eq!(rec.avg_pages_per_s, None, "nothing learned from a liar");
+        // The liar's other result, not validated yet, is dropped and its
+        // job scanned afresh by someone else.
+        let job2 = fx.job(u2.job_id);
+        assert!(job2.candidates.is_empty());
+        assert_eq!(job2.state, JobState::Queued);
+        assert_eq!(job2.validation, JobValidation::None);
+        assert!(!lf_path(&fx, &u2).exists());
+        assert!(job2.reasons.iter().any(|r| r.contains("found lying")));
+    }
+
+    #[test]
+    fn a_trusted_host_is_checked_only_when_drawn_for_a_spot_check() {
+        // trust_after is 2 in these tests, spot checks 0%.
+        let (mut fx, h) = validating(5, 2, ValidateMode::Adaptive);
+        fx.grid.hosts.get_mut(&h[0]).unwrap().consecutive_valid = 2;
+        assert!(fx.grid.is_trusted(h[0]));
+        let u = fx.one(h[0], &[], T0);
+        assert_eq!(fx.upload(h[0], &u, 6, T0 + 1000), UploadOutcome::Accepted);
+        let job = fx.job(u.job_id);
+        assert_eq!(
+            (job.state, job.validation),
+            (JobState::Done, JobValidation::Trusted)
+        );
+        assert_eq!(
+            fx.host_rec(h[0]).jobs_done,
+            1,
+            "a trusted result is learned at once"
+        );
+        // Every result drawn: the trusted host's result waits for its check,
+        // which goes to a host that is not its author.
+        fx.grid.settings.spot_check_percent = 100;
+        let u = fx.one(h[0], &[], T0 + 2000);
+        assert_eq!(fx.upload(h[0], &u, 6, T0 + 3000), UploadOutcome::Accepted);
+        assert_eq!(fx.job(u.job_id).validation, JobValidation::Pending);
+        let v = fx.one(h[1], &[], T0 + 4000);
+        assert_eq!(v.job_id, u.job_id, "the check comes first in list order");
+        // With validation off, nothing is ever checked.
+        let (mut fx, h) = validating(1, 1, ValidateMode::Off);
+        let u = fx.one(h[0], &[], T0);
+        assert_eq!(fx.upload(h[0], &u, 6, T0 + 1000), UploadOutcome::Accepted);
+        assert_eq!(fx.job(u.job_id).validation, JobValidation::Off);
+        assert_eq!(fx.job(u.job_id).state, JobState::Done);
+    }
+
+    #[test]
+    fn a_check_goes_to_a_trusted_host_while_one_is_online() {
+        let (mut fx, h) = validating(2, 3, ValidateMode::Adaptive);
+        let (author, untrusted, trusted) = (h[0], h[1], h[2]);
+        fx.grid.hosts.get_mut(&trusted).unwrap().consecutive_valid = 2;
+        let u = fx.one(author, &[], T0);
+        assert_eq!(fx.upload(author, &u, 6, T0 + 1000), UploadOutcome::Accepted);
+        // The untrusted host gets the other site, not the check.
+        let (units, _) = fx.ask(untrusted, 4, &[], T0 + 1500);
+        assert!(units.iter().all(|x| x.job_id != u.job_id), "{units:?}");
+        let v = fx.one(trusted, &[], T0 + 2000);
+        assert_eq!(v.job_id, u.job_id);
+    }
+
+    #[test]
+    fn results_that_never_agree_fail_the_job_and_nobody_loses_trust() {
+        let (mut fx, h) = validating(1, validate::MAX_RESULTS_PER_JOB, ValidateMode::All);
+        let mut t = T0;
+        for (i, host) in h.iter().enumerate() {
+            let u = fx.one(*host, &[], t);
+            let mine = fabricated(&format!("{}/{i}", u.site), 5);
+            let mine: Vec<LinkRecord> = mine
+                .into_iter()
+                .map(|mut r| {
+                    r.source_url = format!("http://{}/p{i}", u.site);
+                    r
+                })
+                .collect();
+            assert_eq!(
+                upload_records(&mut fx, *host, &u, &mine, t + 500),
+                UploadOutcome::Accepted
+            );
+            t += 1000;
+        }
+        let job = fx.job(fx.grid.jobs.keys().copied().next().unwrap());
+        assert_eq!(
+            (job.state, job.validation),
+            (JobState::Failed, JobValidation::Invalid)
+        );
+        assert!(
+            job.reasons.last().unwrap().contains("never agreed"),
+            "{:?}",
+            job.reasons
+        );
+        assert!(h.iter().all(|id| fx.host_rec(*id).invalid_results == 0));
+        assert_eq!(fx.round_state(job.round_id), RoundState::Done);
     }
 }

@@ -15,6 +15,7 @@ pub mod reference;
 pub mod scheduler;
 pub mod simulate;
 pub mod store;
+pub mod validate;
 pub mod web;
 
 use std::collections::HashSet;
@@ -192,6 +193,8 @@ impl Server {
             user_agent: config.user_agent(),
             deadline_slack: config.deadline_slack,
             deadline_grace_s: config.deadline_grace_s,
+            trust_after: config.validation.trust_after,
+            spot_check_percent: config.validation.spot_check_percent,
         };
         let store_handle = store.clone();
         store_handle.defer_flushes();

@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 use beebot_server::api::*;
 use beebot_server::cli_util::{parse_duration, AdminClient};
 use beebot_server::config::{self, DataDir, InitOptions};
-use beebot_server::model::{HostRecord, JobState, RoundState, SiteRecord};
+use beebot_server::model::{JobState, RoundState, SiteRecord};
 use beebot_server::{demo, simulate, Server};
 use beebot_shared::scope::parse_site;
 
@@ -156,6 +156,13 @@ enum Cmd {
         /// that reaches it goes on in a continuation unit.
         #[arg(long, default_value = "6h", value_parser = parse_duration)]
         max_scan_time: Duration,
+        /// The round's validation: off (the default here: policies compared
+        /// alone), adaptive or all. The `checks` column is its cost.
+        #[arg(long, default_value = "off", value_parser = ["off", "adaptive", "all"])]
+        validate: String,
+        /// Hosts start trusted (validation at steady state) instead of new.
+        #[arg(long)]
+        trusted: bool,
         /// Print every run as JSON instead of the table.
         #[arg(long)]
         json: bool,
@@ -235,6 +242,11 @@ enum RoundCmd {
         /// has passed since it started (e.g. 7d).
         #[arg(long, value_parser = parse_duration)]
         every: Option<Duration>,
+        /// Result validation: `adaptive` (default: an untrusted host's
+        /// results are checked by another host's scan, a trusted host's at
+        /// random), `all` (every result checked) or `off`.
+        #[arg(long, value_parser = ["off", "adaptive", "all"])]
+        validate: Option<String>,
     },
     List,
     Show {
@@ -255,8 +267,16 @@ enum RoundCmd {
 
 #[derive(Subcommand)]
 enum HostsCmd {
-    List,
-    Revoke { id: u64 },
+    /// Every host: state, trust (valid results in a row), results found
+    /// valid and invalid, work done, speed.
+    List {
+        /// Print the hosts as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    Revoke {
+        id: u64,
+    },
 }
 
 /// Exit code of `round wait` on timeout.
@@ -420,11 +440,15 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Hosts { cmd } => {
             let c = AdminClient::new(&dir)?;
             match cmd {
-                HostsCmd::List => {
-                    let hosts: Vec<HostRecord> = c.get("/api/hosts")?;
-                    println!("id\tname\tstate\tjobs\tpages\tmissed\tpages/s\tbenchmark\tlast seen");
+                HostsCmd::List { json } => {
+                    let hosts: Vec<HostLine> = c.get("/api/hosts")?;
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&hosts)?);
+                        return Ok(0);
+                    }
+                    println!("id\tname\tstate\ttrust\tvalid\tinvalid\tjobs\tpages\tmissed\tpages/s\tbenchmark\tlast seen");
                     let now = beebot_server::now_ms();
-                    for h in hosts {
+                    for HostLine { host: h, trusted } in hosts {
                         let speed = if h.seconds_done > 0.0 {
                             format!("{:.1}", h.pages_done as f64 / h.seconds_done)
                         } else {
@@ -437,11 +461,20 @@ fn run(cli: Cli) -> Result<i32> {
                         let bench = h.benchmark.as_ref().map_or("-".into(), |b| {
                             format!("{:.1} p/s {:.0} KB/s", b.pages_per_s, b.kb_per_s)
                         });
+                        // Trust: its valid results in a row.
+                        let trust = format!(
+                            "{} ({} in a row)",
+                            if trusted { "trusted" } else { "untrusted" },
+                            h.consecutive_valid
+                        );
                         println!(
-                            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}s ago",
+                            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}s ago",
                             h.id,
                             h.info.name,
                             if h.revoked { "revoked" } else { "active" },
+                            trust,
+                            h.valid_results,
+                            h.invalid_results,
                             h.jobs_done,
                             h.pages_done,
                             h.deadlines_missed,
@@ -521,6 +554,8 @@ fn run(cli: Cli) -> Result<i32> {
             delay_ms,
             max_pages,
             max_scan_time,
+            validate,
+            trusted,
             json,
         } => simulate_cmd(
             sites,
@@ -542,6 +577,8 @@ fn run(cli: Cli) -> Result<i32> {
                 max_pages,
                 max_seconds: max_scan_time.as_secs(),
                 first_seed,
+                validate: validate.parse().map_err(anyhow::Error::msg)?,
+                trusted,
                 ..Default::default()
             },
             json,
@@ -713,6 +750,7 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
             max_attempts,
             max_crawl_delay,
             every,
+            validate,
         } => {
             let r: RoundStarted = c.post(
                 "/api/rounds",
@@ -727,6 +765,7 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                     max_attempts,
                     max_crawl_delay_ms: max_crawl_delay.map(|d| d.as_millis() as u64),
                     every_s: every.map(|d| d.as_secs()),
+                    validate,
                     ..Default::default()
                 },
             )?;
@@ -757,13 +796,14 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
             } else {
                 let p = &d.round.params;
                 println!(
-                    "round {} ({}), policy {}, scope {:?}, max {} pages, delay {} ms",
+                    "round {} ({}), policy {}, scope {:?}, max {} pages, delay {} ms, validation {}",
                     d.round.id,
                     d.round.state.as_str(),
                     p.policy,
                     p.scope,
                     p.max_pages,
-                    p.delay_ms
+                    p.delay_ms,
+                    p.validate.as_str()
                 );
                 println!(
                     "jobs: {} total, {} queued, {} running, {} done, {} failed; {} pages, {} links",
@@ -775,7 +815,15 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                     d.counts.pages,
                     d.counts.links
                 );
-                println!("site\tstate\tattempts\tscans\tpages\tlinks\thost\tcomplete\treasons");
+                println!(
+                    "validation: {} pending, {} valid, {} trusted; {} results invalid; {} pages scanned to check",
+                    d.counts.pending,
+                    d.counts.valid,
+                    d.counts.trusted,
+                    d.counts.invalid,
+                    d.counts.check_pages
+                );
+                println!("site\tstate\tattempts\tscans\tpages\tlinks\thost\tvalidation\tcomplete\treasons");
                 for (line, j) in d.sites.iter().zip(&d.jobs) {
                     let c = &line.completeness;
                     let complete = match (&c.why_not, c.natural_end) {
@@ -783,8 +831,23 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                         (Some(why), false) => format!("no: {why}"),
                         (None, false) => "-".to_string(),
                     };
+                    // Each result compared: its hosts and verdict.
+                    let results: Vec<String> = line
+                        .results
+                        .iter()
+                        .map(|r| {
+                            let hosts: Vec<String> =
+                                r.hosts.iter().map(|h| h.to_string()).collect();
+                            format!("{} by {}", r.verdict.as_str(), hosts.join("+"))
+                        })
+                        .collect();
+                    let validation = if results.is_empty() {
+                        line.validation.clone()
+                    } else {
+                        format!("{} ({})", line.validation, results.join(", "))
+                    };
                     println!(
-                        "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                        "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                         line.site,
                         line.state.as_str(),
                         line.attempts,
@@ -792,6 +855,7 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                         c.pages,
                         c.links,
                         line.host.map_or("-".into(), |h| h.to_string()),
+                        validation,
                         complete,
                         j.reasons.join("; ")
                     );

@@ -1,6 +1,7 @@
 //! The server's records: sites, rounds, jobs (with their attempts), hosts and
 //! invites. Plain data, stored by [`crate::store`] and changed by [`crate::grid`].
 
+use crate::validate::ValidateMode;
 use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::proto::HostInfo;
 use beebot_shared::scope::Scope;
@@ -42,6 +43,8 @@ pub struct RoundParams {
     pub max_attempts: u32,
     /// Longest robots.txt Crawl-delay the round honours, ms.
     pub max_crawl_delay_ms: u64,
+    /// How the round's results are validated.
+    pub validate: ValidateMode,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,6 +142,9 @@ pub struct Attempt {
     /// The job's scans this unit continues from: the number of its
     /// segments when it was issued (0: a scan from the seed).
     pub resume_seq: u32,
+    /// The job's chain of scans this unit belongs to ([`JobRecord::chain`]
+    /// when it was issued).
+    pub chain: u32,
 }
 
 /// The accepted result of a job.
@@ -168,6 +174,101 @@ pub struct Segment {
     /// Pages the job's scans took up to the end of this one.
     pub pages_done: u64,
     pub accepted_ms: u64,
+}
+
+/// Where a complete result of a job stands in its validation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Waits for another host's scan to compare with.
+    Pending,
+    /// Taken without a check (validation off, or a trusted host's result
+    /// not drawn for a spot check).
+    Unchecked,
+    /// Agrees with another host's result.
+    Valid,
+    /// Disagrees with the results that agree with each other (or its host
+    /// was found lying elsewhere before it was compared).
+    Invalid,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pending => "pending",
+            Verdict::Unchecked => "unchecked",
+            Verdict::Valid => "valid",
+            Verdict::Invalid => "invalid",
+        }
+    }
+}
+
+/// One complete result of a job (a chain of scans from the seed to the
+/// site's natural end), as validation compares it with the others.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// Its scans that ended early, in order.
+    pub segments: Vec<Segment>,
+    /// Its last scan.
+    pub result: JobResult,
+    /// Bottom-k digests of its link pairs ([`crate::validate`]); emptied
+    /// once the job's validation is decided.
+    pub sketch: Vec<u64>,
+    pub verdict: Verdict,
+    /// Similarity to the result the job kept, once decided.
+    pub similarity: Option<f64>,
+}
+
+impl Candidate {
+    /// The hosts whose scans make this result.
+    pub fn authors(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .segments
+            .iter()
+            .map(|s| s.host_id)
+            .chain([self.result.host_id])
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+    pub fn pages(&self) -> u64 {
+        self.result.summary.pages + self.segments.iter().map(|s| s.summary.pages).sum::<u64>()
+    }
+    pub fn links(&self) -> u64 {
+        self.result.summary.links + self.segments.iter().map(|s| s.summary.links).sum::<u64>()
+    }
+}
+
+/// Where a job stands in validation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobValidation {
+    /// No complete result yet.
+    #[default]
+    None,
+    /// A result waits for another host's scan.
+    Pending,
+    /// Two hosts' results agree: the job keeps one of them.
+    Valid,
+    /// Taken unchecked from a trusted host (not drawn for a spot check).
+    Trusted,
+    /// The round does not validate.
+    Off,
+    /// The results never agreed: the job failed.
+    Invalid,
+}
+
+impl JobValidation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobValidation::None | JobValidation::Pending => "pending",
+            JobValidation::Valid => "valid",
+            JobValidation::Trusted => "trusted",
+            JobValidation::Off => "off",
+            JobValidation::Invalid => "invalid",
+        }
+    }
 }
 
 /// How much of a site a job scanned, and why not all of it.
@@ -206,6 +307,15 @@ pub struct JobRecord {
     pub batch_host: Option<u64>,
     /// Scans that ended early, in order: the job continues from the last one's frontier.
     pub segments: Vec<Segment>,
+    /// Sketch of the link pairs of `segments` (what validation compares).
+    pub chain_sketch: Vec<u64>,
+    /// The chain of scans running now: 0 for the first, one more each time
+    /// the job starts over from its seed (a check of a complete result, or a
+    /// chain dropped because a host in it lied).
+    pub chain: u32,
+    /// Complete results compared by validation (the kept one included).
+    pub candidates: Vec<Candidate>,
+    pub validation: JobValidation,
 }
 
 impl JobRecord {
@@ -218,12 +328,32 @@ impl JobRecord {
     /// (what `max_attempts` counts: a site scanned over many nights in many
     /// continuations may see a host go quiet now and then).
     pub fn failed_attempts(&self) -> usize {
-        let seq = self.segments.len();
         self.attempts
             .iter()
-            .filter(|a| a.resume_seq as usize == seq)
+            .filter(|a| self.is_current(a))
             .filter(|a| matches!(a.state, AttemptState::Expired | AttemptState::Failed(_)))
             .count()
+    }
+
+    /// The attempt starts where the job stands now (its chain, after its
+    /// last segment).
+    pub fn is_current(&self, a: &Attempt) -> bool {
+        a.chain == self.chain && a.resume_seq as usize == self.segments.len()
+    }
+
+    /// The job went on without this attempt: another copy added a segment
+    /// from where it started, or the job started a new chain.
+    pub fn is_behind(&self, a: &Attempt) -> bool {
+        a.chain != self.chain || (a.resume_seq as usize) < self.segments.len()
+    }
+
+    /// Hosts that may not scan this job now: the authors of its results
+    /// under comparison (a check is another host's scan).
+    pub fn authors(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.candidates.iter().flat_map(|c| c.authors()).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// Pages the job's accepted scans took so far (what the page cap counts).
@@ -252,7 +382,7 @@ impl JobRecord {
             // The running scan's last report.
             pages += self
                 .running_attempts()
-                .filter(|a| a.resume_seq as usize == self.segments.len())
+                .filter(|a| self.is_current(a))
                 .map(|a| a.pages)
                 .max()
                 .unwrap_or(0);
@@ -316,6 +446,11 @@ pub struct HostRecord {
     pub offline_ms: u64,
     /// When one of its units last passed its deadline.
     pub last_missed_ms: u64,
+    /// Results found valid in a row (reset by an invalid one): trusted from
+    /// the grid's `trust_after` on.
+    pub consecutive_valid: u32,
+    pub valid_results: u64,
+    pub invalid_results: u64,
 }
 
 /// An invite: only the token's SHA-256 is kept.

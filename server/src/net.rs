@@ -464,7 +464,9 @@ async fn upload(
     let held = slot.clone();
     let checked = tokio::task::spawn_blocking(move || {
         let checked = match plan.verify(&summary, &link_file, state.as_deref()) {
-            Ok(info) => plan.write(&link_file, info.as_ref()).map(|()| Ok(info)),
+            Ok(info) => plan
+                .write(&link_file, info.state.as_ref())
+                .map(|()| Ok(info)),
             Err(reason) => Ok(Err(reason)),
         };
         drop(held);

@@ -52,6 +52,7 @@ use crate::grid::{
 use crate::model::{RoundState, SiteRecord, SiteStats};
 use crate::scheduler;
 use crate::store::Store;
+use crate::validate::ValidateMode;
 
 /// Most sites one simulation takes.
 pub const MAX_SIM_SITES: usize = 200_000;
@@ -192,6 +193,11 @@ pub struct SimOptions {
     pub buffer_max_s: u64,
     /// The first seed: runs use seeds `first_seed..first_seed + seeds`.
     pub first_seed: u64,
+    /// The round's validation (`off` compares policies alone).
+    pub validate: ValidateMode,
+    /// Hosts start trusted (validation at steady state: spot checks only),
+    /// rather than new (every result checked until trusted).
+    pub trusted: bool,
 }
 
 impl Default for SimOptions {
@@ -218,6 +224,8 @@ impl Default for SimOptions {
             buffer_min_s: DEFAULT_BUFFER_MIN_S,
             buffer_max_s: DEFAULT_BUFFER_MAX_S,
             first_seed: 0,
+            validate: ValidateMode::Off,
+            trusted: false,
         }
     }
 }
@@ -248,6 +256,9 @@ pub struct RunResult {
     pub wasted_s: f64,
     /// False when the run hit its event bound or horizon before the round ended.
     pub finished: bool,
+    /// Pages of the results kept, and pages scanned to check results.
+    pub result_pages: u64,
+    pub check_pages: u64,
 }
 
 /// A policy's runs over the seeds, summarised.
@@ -266,6 +277,8 @@ pub struct PolicySummary {
     pub replicated_mean: f64,
     pub failed_total: u64,
     pub unfinished: usize,
+    /// Pages scanned to check results over the pages of the results kept.
+    pub check_overhead: f64,
 }
 
 // ---- inputs ----
@@ -1292,6 +1305,8 @@ pub fn run(
         user_agent: "BeeBot/simulated (+https://example.invalid/beebot)".into(),
         deadline_slack: opts.deadline_slack,
         deadline_grace_s: opts.deadline_grace_s,
+        trust_after: crate::validate::DEFAULT_TRUST_AFTER,
+        spot_check_percent: crate::validate::DEFAULT_SPOT_CHECK_PERCENT,
     };
     let mut grid = Grid::open(store, PathBuf::from(NO_LINKS_DIR), key.clone(), settings)?;
     let token = grid.create_invite(hosts.len() as u32, SIM_START_MS + HORIZON_MS, SIM_START_MS)?;
@@ -1312,6 +1327,9 @@ pub fn run(
             cores: h.slots,
         };
         let id = grid.enrol(&token, host_key.verifying_key().to_bytes(), info, seen)?;
+        if opts.trusted {
+            grid.set_trusted(id)?;
+        }
         // The first-start benchmark: the reference site at delay 0.
         let bench = h.pages_per_s * rng.around_one(opts.benchmark_noise.clamp(0.0, 0.95));
         grid.benchmark(id, bench, bench * (PAGE_BYTES / 1024) as f64, h.slots, seen)?;
@@ -1328,6 +1346,7 @@ pub fn run(
     }
     let defaults = RoundDefaults::default();
     let params = crate::model::RoundParams {
+        validate: opts.validate,
         policy: policy.to_string(),
         max_pages: opts.max_pages,
         delay_ms: opts.delay_ms,
@@ -1421,9 +1440,16 @@ pub fn run(
     for j in &jobs {
         let copies = j.attempts.iter().filter(|a| a.replica).count() as u64;
         replicated += copies;
-        reissued += (j.attempts.len() as u64 - copies).saturating_sub(1);
+        // Checks of a result (later chains) are not reissues.
+        let checks = j
+            .attempts
+            .iter()
+            .filter(|a| a.chain > 0 && !a.replica)
+            .count() as u64;
+        reissued += (j.attempts.len() as u64 - copies - checks).saturating_sub(1);
         failed += u64::from(j.state == crate::model::JobState::Failed);
     }
+    let counts = crate::api::JobCounts::of(&jobs);
     let slot_total: f64 = hosts.iter().map(|h| f64::from(h.slots.max(1))).sum();
     Ok(RunResult {
         seed,
@@ -1443,6 +1469,8 @@ pub fn run(
         failed,
         wasted_s: sim.wasted_s,
         finished,
+        result_pages: counts.pages,
+        check_pages: counts.check_pages,
     })
 }
 
@@ -1594,17 +1622,19 @@ pub fn summarise(policy: &str, runs: &[RunResult]) -> PolicySummary {
         replicated_mean: runs.iter().map(|r| r.replicated as f64).sum::<f64>() / n,
         failed_total: runs.iter().map(|r| r.failed).sum(),
         unfinished: runs.iter().filter(|r| !r.finished).count(),
+        check_overhead: runs.iter().map(|r| r.check_pages).sum::<u64>() as f64
+            / runs.iter().map(|r| r.result_pages).sum::<u64>().max(1) as f64,
     }
 }
 
 /// The table printed by `simulate`.
 pub fn table(rows: &[PolicySummary]) -> String {
     let mut s = String::from(
-        "policy        makespan med    worst   /LB med   worst   util  lost  continued  reissued  replicated  failed\n",
+        "policy        makespan med    worst   /LB med   worst   util  lost  continued  reissued  replicated  failed  checks\n",
     );
     for r in rows {
         s.push_str(&format!(
-            "{:<12} {:>11.0}s {:>8.0}s {:>9.3} {:>7.3} {:>5.0}% {:>5} {:>10.1} {:>9.1} {:>11.1} {:>7}{}\n",
+            "{:<12} {:>11.0}s {:>8.0}s {:>9.3} {:>7.3} {:>5.0}% {:>5} {:>10.1} {:>9.1} {:>11.1} {:>7} {:>6.1}%{}\n",
             r.policy,
             r.makespan_median_s,
             r.makespan_worst_s,
@@ -1616,6 +1646,7 @@ pub fn table(rows: &[PolicySummary]) -> String {
             r.reissued_mean,
             r.replicated_mean,
             r.failed_total,
+            r.check_overhead * 100.0,
             if r.unfinished > 0 {
                 format!("  ({} runs unfinished)", r.unfinished)
             } else {

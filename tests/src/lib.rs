@@ -142,6 +142,13 @@ impl Grid {
             "127.0.0.1:0",
         ]);
         assert!(o.status.success(), "init failed: {}", stderr(&o));
+        // Most tests run one client, and a result is validated by another
+        // host's scan: validation is on per round (`--validate`) where a
+        // test is about it.
+        let dir = beebot_server::config::DataDir(g.data_dir());
+        let mut cfg = dir.load_config().expect("config");
+        cfg.round.validate = beebot_server::validate::ValidateMode::Off;
+        dir.save_config(&cfg).expect("save config");
         g.start_server();
         // Pin the ports the server picked, so a restarted server is where the
         // clients' enrolments say it is.

@@ -1,0 +1,244 @@
+//! Result validation by adaptive replication (BOINC's, for link graphs).
+//! Pure: no I/O, no grid state.
+//!
+//! Two honest scans of one site differ a little (pages change, a request
+//! times out), so results are compared, not matched: the similarity of
+//! their sets of (source, target) pairs (Jaccard). Each result is reduced to
+//! a sketch, the [`SKETCH_PAIRS`] smallest 64-bit digests of its pairs
+//! (bottom-k): the sketch of a union is the bottom-k of the sketches' union,
+//! so a scan in several segments is sketched piece by piece, and two
+//! sketches estimate the Jaccard similarity of their sets (exactly when both
+//! sets have fewer pairs than the sketch holds; otherwise with a standard
+//! error of about √(J(1−J)/k), under 0.01 at J = 0.9).
+
+use beebot_shared::util::sha256;
+use serde::{Deserialize, Serialize};
+
+/// Pair digests a sketch keeps: 8 KiB per result while it waits for its
+/// check; Jaccard estimated within ±0.01 (one standard error) near the
+/// threshold.
+pub const SKETCH_PAIRS: usize = 1024;
+
+/// Two results of one site agree when the Jaccard similarity of their link
+/// pairs is at least this. Honest pairs measured on the synthetic web (with
+/// and without politeness delay, hostile sites included) agree at 1.0; the
+/// threshold leaves room for pages that change between two scans, and a
+/// result that fabricates or drops a tenth of its links fails it.
+pub const MIN_SIMILARITY: f64 = 0.9;
+
+/// Complete results of one job compared before it is given up as
+/// inconclusive (the first, its check, a third copy on disagreement, one more).
+pub const MAX_RESULTS_PER_JOB: usize = 4;
+
+/// Consecutive valid results after which a host is trusted (BOINC's
+/// adaptive replication uses about ten).
+pub const DEFAULT_TRUST_AFTER: u32 = 10;
+
+/// Share of a trusted host's results still checked (spot checks), percent.
+pub const DEFAULT_SPOT_CHECK_PERCENT: u32 = 5;
+
+/// Highest spot-check share an admin may set, percent (100: check everything).
+pub const MAX_SPOT_CHECK_PERCENT: u32 = 100;
+
+/// How a round validates its results.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValidateMode {
+    /// Every result is taken as it comes.
+    Off,
+    /// A result of an untrusted host is checked by another host's scan; a
+    /// trusted host's only at random (spot checks).
+    #[default]
+    Adaptive,
+    /// Every result is checked.
+    All,
+}
+
+impl ValidateMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ValidateMode::Off => "off",
+            ValidateMode::Adaptive => "adaptive",
+            ValidateMode::All => "all",
+        }
+    }
+}
+
+impl std::str::FromStr for ValidateMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(ValidateMode::Off),
+            "adaptive" => Ok(ValidateMode::Adaptive),
+            "all" => Ok(ValidateMode::All),
+            other => Err(format!(
+                "unknown validation mode {other:?}: use off, adaptive or all"
+            )),
+        }
+    }
+}
+
+/// The digest of one link pair (the export's key of a pair too).
+pub fn pair_digest(source: &str, target: &str) -> u64 {
+    let key = sha256(format!("{source}\n{target}").as_bytes());
+    u64::from_le_bytes([
+        key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7],
+    ])
+}
+
+/// A result's sketch as it is built: the smallest digests seen so far.
+#[derive(Clone, Debug, Default)]
+pub struct SketchBuilder {
+    /// A max-heap: the largest kept digest is dropped first.
+    heap: std::collections::BinaryHeap<u64>,
+    kept: std::collections::HashSet<u64>,
+}
+
+impl SketchBuilder {
+    pub fn add(&mut self, digest: u64) {
+        if self.kept.contains(&digest) {
+            return;
+        }
+        if self.heap.len() < SKETCH_PAIRS {
+            self.heap.push(digest);
+            self.kept.insert(digest);
+        } else if self.heap.peek().is_some_and(|&top| digest < top) {
+            if let Some(top) = self.heap.pop() {
+                self.kept.remove(&top);
+            }
+            self.heap.push(digest);
+            self.kept.insert(digest);
+        }
+    }
+
+    /// The sketch: sorted, distinct, at most [`SKETCH_PAIRS`].
+    pub fn finish(self) -> Vec<u64> {
+        let mut v = self.heap.into_vec();
+        v.sort_unstable();
+        v
+    }
+}
+
+/// The sketch of the union of two results' pairs.
+pub fn merge(a: &[u64], b: &[u64]) -> Vec<u64> {
+    let mut v: Vec<u64> = a.iter().chain(b).copied().collect();
+    v.sort_unstable();
+    v.dedup();
+    v.truncate(SKETCH_PAIRS);
+    v
+}
+
+/// Estimated Jaccard similarity of the two sets sketched (1.0 for two empty
+/// results: a site with no links scanned twice agrees with itself).
+pub fn similarity(a: &[u64], b: &[u64]) -> f64 {
+    let union = merge(a, b);
+    if union.is_empty() {
+        return 1.0;
+    }
+    let both = union
+        .iter()
+        .filter(|d| a.binary_search(d).is_ok() && b.binary_search(d).is_ok())
+        .count();
+    both as f64 / union.len() as f64
+}
+
+/// Whether a trusted host's result is spot-checked: a share of
+/// `percent` of results, drawn from a secret (the project key) so that a
+/// host cannot tell in advance which of its results will be checked.
+pub fn spot_check(secret: &[u8; 32], job_id: u64, unit_id: u64, percent: u32) -> bool {
+    let mut msg = Vec::with_capacity(48);
+    msg.extend_from_slice(secret);
+    msg.extend_from_slice(&job_id.to_le_bytes());
+    msg.extend_from_slice(&unit_id.to_le_bytes());
+    let h = sha256(&msg);
+    let draw = u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]) % 100;
+    draw < u64::from(percent.min(MAX_SPOT_CHECK_PERCENT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sketch_of(pairs: impl IntoIterator<Item = u64>) -> Vec<u64> {
+        let mut b = SketchBuilder::default();
+        for p in pairs {
+            b.add(p);
+        }
+        b.finish()
+    }
+
+    fn digests(range: std::ops::Range<u32>) -> Vec<u64> {
+        range
+            .map(|i| pair_digest(&format!("http://a.test/{i}"), "http://a.test/"))
+            .collect()
+    }
+
+    #[test]
+    fn small_results_are_compared_exactly() {
+        let a = sketch_of(digests(0..100));
+        let b = sketch_of(digests(10..100));
+        assert_eq!(similarity(&a, &a), 1.0);
+        assert!((similarity(&a, &b) - 0.9).abs() < 1e-12);
+        assert_eq!(similarity(&a, &sketch_of(digests(100..200))), 0.0);
+        assert_eq!(similarity(&[], &[]), 1.0);
+        assert_eq!(similarity(&a, &[]), 0.0);
+    }
+
+    #[test]
+    fn large_results_are_estimated_closely() {
+        // 20 000 pairs against the same with 10% dropped and 5% fabricated.
+        let a = sketch_of(digests(0..20_000));
+        let b = sketch_of(digests(2_000..21_000));
+        let exact = 18_000.0 / 21_000.0;
+        let est = similarity(&a, &b);
+        assert!(
+            (est - exact).abs() < 0.04,
+            "estimate {est} vs exact {exact}"
+        );
+        assert_eq!(a.len(), SKETCH_PAIRS);
+    }
+
+    #[test]
+    fn a_union_sketched_in_pieces_equals_the_whole() {
+        let whole = sketch_of(digests(0..5_000));
+        let pieces = merge(
+            &sketch_of(digests(0..3_000)),
+            &sketch_of(digests(2_000..5_000)),
+        );
+        assert_eq!(whole, pieces);
+    }
+
+    #[test]
+    fn spot_checks_take_about_their_share() {
+        let secret = [7u8; 32];
+        let n = (0..10_000)
+            .filter(|i| spot_check(&secret, *i, i + 1, 5))
+            .count();
+        assert!((350..650).contains(&n), "{n} of 10000 checked at 5%");
+        assert!((0..1000).all(|i| !spot_check(&secret, i, i, 0)));
+        assert!((0..1000).all(|i| spot_check(&secret, i, i, 100)));
+        assert!((0..1000).all(|i| spot_check(&secret, i, i, 1000)));
+    }
+
+    #[test]
+    fn modes_parse_and_print() {
+        for m in [ValidateMode::Off, ValidateMode::Adaptive, ValidateMode::All] {
+            assert_eq!(m.as_str().parse::<ValidateMode>(), Ok(m));
+        }
+        assert!("sometimes".parse::<ValidateMode>().is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn similarity_is_symmetric_and_bounded(
+            a in proptest::collection::vec(any::<u64>(), 0..300),
+            b in proptest::collection::vec(any::<u64>(), 0..300),
+        ) {
+            let (sa, sb) = (sketch_of(a), sketch_of(b));
+            let s = similarity(&sa, &sb);
+            prop_assert!((0.0..=1.0).contains(&s));
+            prop_assert_eq!(s, similarity(&sb, &sa));
+        }
+    }
+}

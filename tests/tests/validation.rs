@@ -1,0 +1,109 @@
+//! Validation with honest hosts, end to end: every result of a first round
+//! is checked by another host's scan, honest results agree (the similarity
+//! of honest pairs on the synthetic web), hosts earn trust, and once they
+//! are trusted their results are taken as they come. At a politeness delay
+//! above zero and at zero.
+
+use beebot_tests::*;
+
+const SITES: usize = 10;
+
+/// Two rounds over the synthetic web with three honest clients: the first
+/// validates every result, the second is adaptive, with a host trusted
+/// after one valid result and spot checks at 0% (so a trusted host's result
+/// is never checked).
+fn two_rounds(seed: u64, delay_ms: &str) {
+    let mut g = Grid::start(seed, SITES);
+    g.kill_server();
+    let dir = beebot_server::config::DataDir(g.data_dir());
+    let mut cfg = dir.load_config().expect("config");
+    cfg.validation.trust_after = 1;
+    cfg.validation.spot_check_percent = 0;
+    dir.save_config(&cfg).expect("save config");
+    g.start_server();
+    let code = g.invite(3);
+    for name in ["a", "b", "c"] {
+        g.join(name, &code);
+    }
+    g.import_sites();
+    let truth = g.truth_rows();
+    let mut check_pages = Vec::new();
+    for (n, mode) in [(1, "all"), (2, "adaptive")] {
+        let o = g.admin_ok(&[
+            "round",
+            "start",
+            "--validate",
+            mode,
+            "--delay-ms",
+            delay_ms,
+            "--policy",
+            "round-robin",
+        ]);
+        let round = last_line(&o);
+        let clients: Vec<ClientProc> = ["a", "b", "c"]
+            .iter()
+            .map(|name| g.run_once(name, 2, &[]))
+            .collect();
+        g.wait_round(&round, "300s");
+        for c in clients {
+            c.wait_ok("client");
+        }
+        assert_same_rows(&g.export_rows(&round), &truth);
+        let d = g.round_json(&round);
+        let counts = &d["counts"];
+        assert_eq!(counts["invalid"], 0, "round {n}: {counts:#}");
+        assert_eq!(counts["pending"], 0, "round {n}: {counts:#}");
+        assert_eq!(
+            counts["valid"].as_u64().expect("valid") + counts["trusted"].as_u64().expect("trusted"),
+            SITES as u64,
+            "round {n}: {counts:#}"
+        );
+        // Honest pairs agree: the similarity of every checked result.
+        let mut least = 1.0f64;
+        for s in d["sites"].as_array().expect("sites") {
+            for r in s["results"].as_array().expect("results") {
+                if s["validation"] == "trusted" {
+                    assert_eq!(r["verdict"], "unchecked", "{s:#}");
+                    continue;
+                }
+                assert_eq!(r["verdict"], "valid", "{s:#}");
+                least = least.min(r["similarity"].as_f64().expect("similarity"));
+            }
+        }
+        eprintln!("delay {delay_ms} ms, round {n}: {counts}; least honest similarity {least}");
+        assert!(least >= beebot_server::validate::MIN_SIMILARITY);
+        check_pages.push((
+            counts["check_pages"].as_u64().expect("check pages"),
+            counts["pages"].as_u64().expect("pages"),
+        ));
+        if n == 1 {
+            // New hosts: every site was checked by a second host.
+            assert_eq!(counts["valid"], SITES as u64, "{counts:#}");
+            assert!(check_pages[0].0 >= check_pages[0].1 / 2, "{check_pages:?}");
+            let hosts: serde_json::Value =
+                serde_json::from_str(&stdout(&g.admin_ok(&["hosts", "list", "--json"])))
+                    .expect("hosts json");
+            let trusted = hosts
+                .as_array()
+                .expect("hosts")
+                .iter()
+                .filter(|h| h["trusted"] == true && h["consecutive_valid"].as_u64() >= Some(1))
+                .count();
+            assert_eq!(trusted, 3, "{hosts:#}");
+        } else {
+            // Trusted hosts' results are taken as they come.
+            assert_eq!(counts["trusted"], SITES as u64, "{counts:#}");
+            assert_eq!(counts["check_pages"], 0, "{counts:#}");
+        }
+    }
+}
+
+#[test]
+fn honest_results_agree_and_trusted_hosts_cost_few_checks_at_a_polite_delay() {
+    two_rounds(41, "20");
+}
+
+#[test]
+fn honest_results_agree_and_trusted_hosts_cost_few_checks_at_delay_zero() {
+    two_rounds(42, "0");
+}
