@@ -7,6 +7,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod hostile;
+
 use beebot_server::web::SynthWebServer;
 use beebot_shared::synth::SynthWeb;
 
