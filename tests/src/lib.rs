@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod hostile;
+pub mod liar;
 
 use beebot_server::web::SynthWebServer;
 use beebot_shared::synth::SynthWeb;
