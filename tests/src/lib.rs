@@ -7,6 +7,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod hostile;
+pub mod liar;
+
 use beebot_server::web::SynthWebServer;
 use beebot_shared::synth::SynthWeb;
 

@@ -7,8 +7,7 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use beebot_client::home::Home;
-use beebot_client::net::{Link, NetError, ServerId};
+use beebot_client::net::{Link, NetError};
 use beebot_server::net::{MAX_CONNECTIONS_PER_HOST, MAX_UNAUTHENTICATED_PER_ADDRESS};
 use beebot_shared::codec;
 use beebot_shared::extract::LinkTag;
@@ -16,8 +15,8 @@ use beebot_shared::invite::Invite;
 use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary, LINK_FILE_VERSION};
 use beebot_shared::proto::{ErrorCode, HostInfo, Request, Response};
 use beebot_shared::sign::{self, WorkUnit};
+use beebot_tests::hostile::*;
 use beebot_tests::*;
-use ed25519_dalek::SigningKey;
 use std::sync::Arc;
 
 /// Longest a test waits for the server to close connections by itself.
@@ -27,38 +26,8 @@ fn invite(g: &Grid, uses: u32, expires: &str) -> String {
     last_line(&g.admin_ok(&["invite", "--uses", &uses.to_string(), "--expires", expires]))
 }
 
-/// A host joined with the real client: its server id, host id and key.
-struct Joined {
-    server: ServerId,
-    id: u64,
-    key: SigningKey,
-    project_key: ed25519_dalek::VerifyingKey,
-}
-
-fn join(g: &Grid, name: &str, code: &str) -> Joined {
-    let o = g.client(name, &["join", code]);
-    assert!(o.status.success(), "join {name}: {}", stderr(&o));
-    let home = Home {
-        config: g.home(name),
-        data: g.home(name),
-    };
-    let e = home.require_enrolment().expect("enrolment");
-    Joined {
-        server: ServerId {
-            addr: e.server_addr.clone(),
-            server_name: e.server_name.clone(),
-            cert_sha256: e.cert_fingerprint().expect("fingerprint"),
-        },
-        id: e.host_id,
-        key: home.host_key(false).expect("key"),
-        project_key: e.project_verifying_key().expect("project key"),
-    }
-}
-
 async fn hello(j: &Joined) -> Link {
-    let link = Link::connect(&j.server).await.expect("connect");
-    link.hello(j.id, &j.key).await.expect("hello");
-    link
+    j.hello().await.expect("hello")
 }
 
 async fn nonce(link: &Link) -> [u8; 32] {
@@ -153,99 +122,12 @@ fn upload(unit: &WorkUnit, file: Vec<u8>, links: u64) -> Request {
     }
 }
 
-/// A zstd frame that claims no size and expands to `blocks` × 128 KiB: the
-/// link-file magic in a raw block, then RLE blocks of zeros (4 bytes each).
-fn zstd_bomb(blocks: usize) -> Vec<u8> {
-    zstd_bomb_after(b"BEEBOTLF", blocks)
-}
-
-/// A zstd frame of `prefix` in a raw block, then `blocks` RLE blocks of
-/// 128 KiB of zeros (4 bytes each).
-fn zstd_bomb_after(prefix: &[u8], blocks: usize) -> Vec<u8> {
-    const BLOCK: u32 = 128 * 1024;
-    let mut out = vec![0x28, 0xb5, 0x2f, 0xfd];
-    // Frame header: no content size, no checksum, not single-segment;
-    // window descriptor exponent 11: a 2 MiB window.
-    out.push(0x00);
-    out.push(0x58);
-    // Raw block: last=0, type=0.
-    let h = (prefix.len() as u32) << 3;
-    out.extend_from_slice(&h.to_le_bytes()[..3]);
-    out.extend_from_slice(prefix);
-    for i in 0..blocks {
-        let last = u32::from(i + 1 == blocks);
-        let h = last | (1 << 1) | (BLOCK << 3);
-        out.extend_from_slice(&h.to_le_bytes()[..3]);
-        out.push(0);
-    }
-    out
-}
-
-/// What a record bomb for `unit` starts with: the magic, a header naming the
-/// unit and the most records allowed, then a records' count of 2^60.
-fn record_bomb_prefix(unit: &WorkUnit) -> Vec<u8> {
-    let header = LinkFileHeader {
-        format_version: LINK_FILE_VERSION,
-        round_id: unit.round_id,
-        unit_id: unit.unit_id,
-        site: unit.site.clone(),
-        pages: 1,
-        records: beebot_shared::limits::MAX_LINK_RECORDS as u64,
-    };
-    let mut out = b"BEEBOTLF".to_vec();
-    out.extend(codec::encode(&header, usize::MAX).expect("header"));
-    out.extend(codec::encode(&(1u64 << 60), usize::MAX).expect("count"));
-    out
-}
-
-/// Record bombs for `unit`, a few KB each: (1) 256 MiB of zeros (an empty
-/// record every 5 bytes) after the count, as RLE blocks; (2) records on
-/// the unit's site, more than allowed, that compress to almost nothing.
-fn record_bombs(unit: &WorkUnit) -> [Vec<u8>; 2] {
-    let prefix = record_bomb_prefix(unit);
-    let zeros = zstd_bomb_after(&prefix, 2048);
-    let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).expect("zstd");
-    std::io::Write::write_all(&mut enc, &prefix).expect("zstd");
-    let one = codec::encode(
-        &LinkRecord {
-            source_url: format!("http://{}/", unit.site),
-            target_url: "http://x.test/".into(),
-            tag: LinkTag::A,
-            nofollow: false,
-            anchor_text: String::new(),
-        },
-        usize::MAX,
-    )
-    .expect("record");
-    let chunk = one.repeat(64 * 1024);
-    for _ in 0..(beebot_shared::limits::MAX_LINK_RECORDS / (64 * 1024) + 2) {
-        std::io::Write::write_all(&mut enc, &chunk).expect("zstd");
-    }
-    let many = enc.finish().expect("zstd");
-    [zeros, many]
-}
-
-/// Peak resident memory of process `pid` (VmHWM), in bytes.
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .expect("VmHWM");
-    let kb: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .expect("VmHWM kB");
-    kb * 1024
-}
-
 #[test]
 fn hostile_requests_get_clear_refusals_and_the_server_keeps_serving() {
     let mut g = Grid::start(53, 8);
     let code = invite(&g, 2, "1h");
-    let a = join(&g, "a", &code);
-    let b = join(&g, "b", &code);
+    let a = join_raw(&g, "a", &code);
+    let b = join_raw(&g, "b", &code);
     g.import_sites();
     g.admin_ok(&["round", "start", "--delay-ms", "0"]);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -599,7 +481,7 @@ fn replace_server_files(g: &mut Grid, files: &[&str]) {
 fn a_server_signing_with_another_key_gets_nothing_crawled() {
     let mut g = Grid::start(59, 3);
     let code = invite(&g, 1, "1h");
-    join(&g, "a", &code);
+    join_raw(&g, "a", &code);
     g.import_sites();
     // The server now signs units with a project key the client never joined.
     replace_server_files(&mut g, &["project.key"]);
@@ -659,7 +541,7 @@ fn a_server_signing_with_another_key_gets_nothing_crawled() {
 fn a_server_presenting_another_certificate_is_refused_by_name() {
     let mut g = Grid::start(61, 1);
     let code = invite(&g, 1, "1h");
-    join(&g, "a", &code);
+    join_raw(&g, "a", &code);
     replace_server_files(&mut g, &["cert.pem", "key.pem"]);
     let mut args = vec!["run".to_string(), "--once".into()];
     args.extend(g.crawl_flags());
@@ -698,7 +580,7 @@ fn a_flood_of_record_bombs_keeps_server_memory_bounded() {
     const REPEATS: usize = 3;
     let mut g = Grid::start(71, 8);
     let code = invite(&g, 1, "1h");
-    let a = join(&g, "a", &code);
+    let a = join_raw(&g, "a", &code);
     g.import_sites();
     g.admin_ok(&["round", "start", "--delay-ms", "0"]);
     let pid = g.server.as_ref().expect("server").id();
