@@ -14,8 +14,10 @@ use ed25519_dalek::SigningKey;
 
 use beebot_shared::limits::MAX_SCANS_PER_JOB;
 use beebot_shared::limits::{
-    INVITE_TOKEN_LEN, MAX_DELAY_MS, MAX_PAGES_PER_SITE, MAX_REASONS_PER_JOB, MAX_SITES,
-    MAX_TEXT_LEN, MAX_UNITS_PER_REPLY,
+    INVITE_TOKEN_LEN, MAX_BENCHMARK_KB_PER_S, MAX_BENCHMARK_PAGES_PER_S, MAX_DELAY_MS,
+    MAX_HOST_PAGES_PER_S, MAX_LINK_RECORDS, MAX_PAGES_PER_SITE, MAX_REASONS_PER_JOB, MAX_SITES,
+    MAX_TEXT_LEN, MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_REPLY, MAX_UNITS_PER_SLOT,
+    PACE_FREE_PAGES, PACE_TOLERANCE,
 };
 use beebot_shared::linkfile::{self, ScanSummary};
 use beebot_shared::proto::HostInfo;
@@ -119,6 +121,10 @@ pub struct UploadPlan {
     pages_before: u64,
     /// The round's depth limit: a state's queue may not go deeper.
     max_depth: u32,
+    /// The round's page cap (the job's, all its scans together).
+    max_pages: u64,
+    /// The round's politeness delay: a scan's elapsed time covers it.
+    delay_ms: u64,
 }
 
 /// A verified scan state uploaded with a scan that ended early, as the
@@ -148,7 +154,8 @@ impl UploadPlan {
     /// Check the link file against the unit, outside the grid lock: it
     /// decodes (bounded), its header names this unit, round and site, every
     /// record's source is on the site, and the summary counts its links.
-    /// `Err` holds the reason it is refused.
+    /// The summary must fit what the unit allowed and the file holds (see
+    /// [`UploadPlan::check_summary`]). `Err` holds the reason it is refused.
     ///
     /// A scan that stopped before its natural end must bring its frontier
     /// (`state`): it is decoded (bounded) and checked against the site and
@@ -160,25 +167,43 @@ impl UploadPlan {
         link_file: &[u8],
         state: Option<&[u8]>,
     ) -> Result<Option<StateInfo>, String> {
+        self.check_summary(summary)?;
         // Records are checked as they are decoded, one at a time: none is
         // kept, so a file's size in memory costs nothing here.
         let site_scope = beebot_shared::scope::SiteScope::new(&self.site, self.scope);
         let mut records = 0u64;
         // A page's records come together: its source is checked once.
         let mut last_source = String::new();
+        // Digests of the pages the records come from (one source per page,
+        // so never more than the summary's pages: the set stops there) and
+        // their origins (each keeps its own politeness pace).
+        let mut sources: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        let mut origins: std::collections::HashSet<String> = std::collections::HashSet::new();
         let header = linkfile::for_each_record(link_file, |r| {
             if records > 0 && r.source_url == last_source {
                 records += 1;
                 return Ok(());
             }
             // A file claiming links from other sites lies about what was scanned.
-            if !url::Url::parse(&r.source_url).is_ok_and(|u| site_scope.contains(&u)) {
+            let Some(u) = url::Url::parse(&r.source_url)
+                .ok()
+                .filter(|u| site_scope.contains(u))
+            else {
                 return Err(linkfile::LinkFileError::Refused(format!(
                     "link file holds a record whose source {} is not on site {}",
                     r.source_url.chars().take(200).collect::<String>(),
                     self.site
                 )));
+            };
+            if sources.insert(beebot_shared::scanstate::url_digest(&r.source_url))
+                && sources.len() as u64 > summary.pages
+            {
+                return Err(linkfile::LinkFileError::Refused(format!(
+                    "summary says {} pages but the link file holds records of more pages",
+                    summary.pages
+                )));
             }
+            origins.insert(u.origin().ascii_serialization());
             records += 1;
             last_source = r.source_url;
             Ok(())
@@ -199,6 +224,7 @@ impl UploadPlan {
                 summary.links,
             ));
         }
+        self.check_pace(summary, origins.len() as u64)?;
         if !stopped_early(summary) {
             return Ok(None);
         }
@@ -217,6 +243,12 @@ impl UploadPlan {
             return Err(format!(
                 "scan state counts {} pages done, fewer than the job's {} so far",
                 st.pages_done, least
+            ));
+        }
+        if st.pages_done > self.max_pages {
+            return Err(format!(
+                "scan state counts {} pages done, more than the round's cap of {}",
+                st.pages_done, self.max_pages
             ));
         }
         // Another host continues from this: it gets only URLs of this site,
@@ -243,6 +275,64 @@ impl UploadPlan {
             pages_done: st.pages_done,
             encoded,
         }))
+    }
+
+    /// The summary's counts against what the unit allowed and against each
+    /// other, before the file is decoded: no more pages than the page cap
+    /// leaves after the job's earlier scans, and no count that is a part of
+    /// another larger than it.
+    fn check_summary(&self, summary: &ScanSummary) -> Result<(), String> {
+        let allowed = self.max_pages.saturating_sub(self.pages_before);
+        if summary.pages > allowed {
+            return Err(format!(
+                "summary says {} pages but the unit allowed {allowed} (page cap {}, {} done before)",
+                summary.pages, self.max_pages, self.pages_before
+            ));
+        }
+        if summary.links > MAX_LINK_RECORDS as u64 {
+            return Err(format!(
+                "summary says {} links, more than a link file may hold ({MAX_LINK_RECORDS})",
+                summary.links
+            ));
+        }
+        if summary.distinct_target_hosts > summary.links {
+            return Err(format!(
+                "summary says {} target hosts but only {} links",
+                summary.distinct_target_hosts, summary.links
+            ));
+        }
+        // Counted once per page at most (a page's redirect hops are not pages).
+        for (what, n) in [
+            ("pages whose links were capped", summary.link_capped_pages),
+            ("non-HTML pages", summary.non_html),
+        ] {
+            if n > summary.pages {
+                return Err(format!(
+                    "summary says {n} {what} but only {} pages",
+                    summary.pages
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A scan waits the round's delay between two requests to one origin:
+    /// its elapsed time covers the delays of its pages, spread over the
+    /// `origins` its records come from (at least one), the first
+    /// [`PACE_FREE_PAGES`] of each free, within [`PACE_TOLERANCE`]. A
+    /// summary claiming more pages than that is a lie about the scan (or a
+    /// host that ignored the politeness delay).
+    fn check_pace(&self, summary: &ScanSummary, origins: u64) -> Result<(), String> {
+        let per_origin = summary.pages.div_ceil(origins.max(1));
+        let delays = per_origin.saturating_sub(PACE_FREE_PAGES);
+        let least_ms = delays as f64 * self.delay_ms as f64 * PACE_TOLERANCE;
+        if (summary.elapsed_ms as f64) < least_ms {
+            return Err(format!(
+                "summary says {} pages in {} ms, faster than the round's delay of {} ms allows (at least {} ms)",
+                summary.pages, summary.elapsed_ms, self.delay_ms, least_ms as u64
+            ));
+        }
+        Ok(())
     }
 
     /// Make the link file (and the scan state of a scan that ended early)
@@ -283,6 +373,15 @@ fn unwanted_upload(job: &JobRecord, unit_id: u64) -> Option<UploadOutcome> {
             "unit {unit_id} was released (the host no longer held it): it is not wanted any more"
         ))),
     }
+}
+
+/// Most units a host of `slots` (as learned: its benchmark's, bounded) may
+/// hold at once: a scanning unit and a buffer per slot, at most
+/// [`MAX_UNITS_HELD_PER_HOST`].
+pub fn held_cap(slots: u32) -> usize {
+    (slots.max(1) as usize)
+        .saturating_mul(MAX_UNITS_PER_SLOT)
+        .min(MAX_UNITS_HELD_PER_HOST)
 }
 
 /// Whether a scan stopped before its natural end (so its job goes on).
@@ -782,6 +881,10 @@ impl Grid {
         Ok(())
     }
 
+    /// Note a host's reference-site benchmark. Figures that are not finite
+    /// or are negative are refused; figures past [`MAX_BENCHMARK_PAGES_PER_S`],
+    /// [`MAX_BENCHMARK_KB_PER_S`] and [`MAX_SLOTS`](beebot_shared::limits::MAX_SLOTS)
+    /// are clamped to them.
     pub fn benchmark(
         &mut self,
         host_id: u64,
@@ -800,9 +903,12 @@ impl Grid {
             ));
         }
         let h = self.active_host(host_id, now_ms)?;
+        // Claims past what any host reaches are clamped, not refused: an
+        // honest fast host keeps its benchmark, a liar gains nothing beyond
+        // the bounds.
         h.benchmark = Some(Benchmark {
-            pages_per_s,
-            kb_per_s,
+            pages_per_s: pages_per_s.min(MAX_BENCHMARK_PAGES_PER_S),
+            kb_per_s: kb_per_s.min(MAX_BENCHMARK_KB_PER_S),
             slots: slots.min(beebot_shared::limits::MAX_SLOTS),
             measured_ms: now_ms,
         });
@@ -1100,12 +1206,11 @@ impl Grid {
     /// jobs, else its reference-site benchmark.
     fn host_speed(&self, host_id: u64) -> Option<f64> {
         let h = self.hosts.get(&host_id)?;
-        h.avg_pages_per_s.or_else(|| {
-            h.benchmark
-                .as_ref()
-                .map(|b| b.pages_per_s)
-                .filter(|s| s.is_finite() && *s > 0.0)
-        })
+        h.avg_pages_per_s
+            .or_else(|| h.benchmark.as_ref().map(|b| b.pages_per_s))
+            .filter(|s| s.is_finite() && *s > 0.0)
+            // What a host says of itself is believed up to a bound.
+            .map(|s| s.min(MAX_HOST_PAGES_PER_S))
     }
 
     /// Start the next scan of every repeating round that is over and whose
@@ -1255,6 +1360,13 @@ impl Grid {
             self.host_views(now_ms)
         };
         let asker = hosts.iter().position(|h| h.host_id == host_id);
+        // Never more units held at once than the host's slots keep busy
+        // (and its buffer), whatever it says is free.
+        if let Some(i) = asker {
+            let holds = held.get(&host_id).map_or(0, Vec::len);
+            let room = held_cap(hosts[i].slots).saturating_sub(holds);
+            free = free.min(u32::try_from(room).unwrap_or(u32::MAX));
+        }
         for (round_id, params, started_ms) in &running {
             let Some(asker) = asker else { break };
             if free == 0 {
@@ -1493,6 +1605,10 @@ impl Grid {
             JobState::Queued | JobState::Running => {}
         }
         let job_id = job.id;
+        let max_pages = self
+            .rounds
+            .get(&job.round_id)
+            .map_or(0, |r| u64::from(r.params.max_pages));
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(ProgressOutcome::Abort("unknown unit".into()));
         };
@@ -1507,6 +1623,19 @@ impl Grid {
             ));
         };
         let seq = job.attempts[i].resume_seq;
+        // What the host says is bounded by what the unit allows (the page
+        // cap left after the scans it continues from), and a count going
+        // backwards is not believed.
+        let pages_before = (seq as usize)
+            .checked_sub(1)
+            .and_then(|k| job.segments.get(k))
+            .map_or(0, |s| s.pages_done);
+        let pages = pages
+            .min(max_pages.saturating_sub(pages_before))
+            .max(job.attempts[i].pages);
+        let links = links
+            .min(MAX_LINK_RECORDS as u64)
+            .max(job.attempts[i].links);
         let other_copy = job
             .attempts
             .iter()
@@ -1748,10 +1877,11 @@ impl Grid {
             .segments
             .get((resume_seq as usize).wrapping_sub(1))
             .map_or(0, |s| s.pages_done);
-        let max_depth = self
-            .rounds
-            .get(&job.round_id)
-            .map_or(0, |r| r.params.max_depth);
+        let (max_depth, max_pages, delay_ms) =
+            self.rounds.get(&job.round_id).map_or((0, 0, 0), |r| {
+                let p = &r.params;
+                (p.max_depth, u64::from(p.max_pages), p.delay_ms)
+            });
         Ok(UploadStep::Plan(UploadPlan {
             host_id,
             unit_id,
@@ -1772,6 +1902,8 @@ impl Grid {
             resume_seq,
             pages_before,
             max_depth,
+            max_pages,
+            delay_ms,
         }))
     }
 
@@ -2534,8 +2666,276 @@ mod tests {
     fn a_reply_holds_at_most_the_unit_cap() {
         let (mut fx, _) = Fx::with_round(MAX_UNITS_PER_REPLY + 6, 3);
         let a = fx.host();
+        let slots = beebot_shared::limits::MAX_SLOTS;
+        fx.grid.benchmark(a, 5.0, 100.0, slots, T0).unwrap();
+        assert!(held_cap(slots) > MAX_UNITS_PER_REPLY);
         let (units, _) = fx.ask(a, u32::MAX, &[], T0);
         assert_eq!(units.len(), MAX_UNITS_PER_REPLY);
+    }
+
+    /// Units of `host` running now, across rounds.
+    fn running_units_of(fx: &Fx, host: u64) -> usize {
+        fx.grid
+            .jobs
+            .values()
+            .flat_map(|j| j.running_attempts())
+            .filter(|a| a.host_id == host)
+            .count()
+    }
+
+    /// Ask with `free_slots` 64 over and over, holding everything and
+    /// returning nothing; returns the units held in the end.
+    fn hoard(fx: &mut Fx, host: u64, asks: u64) -> Vec<u64> {
+        let mut held: Vec<u64> = Vec::new();
+        for i in 0..asks {
+            let (units, _) = fx.ask(host, 64, &held, T0 + i * 1000);
+            held.extend(units.iter().map(|u| u.unit_id));
+        }
+        held
+    }
+
+    #[test]
+    fn a_host_asking_for_every_slot_over_and_over_holds_at_most_its_cap() {
+        let (mut fx, round) = Fx::with_round(3 * MAX_UNITS_HELD_PER_HOST, 3);
+        // Without a benchmark: the default slots, a buffer each.
+        let a = fx.host();
+        let held = hoard(&mut fx, a, 10);
+        let cap = held_cap(scheduler::DEFAULT_HOST_SLOTS);
+        assert_eq!(held.len(), cap);
+        assert_eq!(running_units_of(&fx, a), cap);
+        // A second round does not raise it: the cap is across rounds.
+        let second = fx.grid.start_round(params(3), T0 + 20_000).unwrap();
+        assert_ne!(second, round);
+        let (more, r) = fx.ask(a, 64, &held, T0 + 21_000);
+        assert!(more.is_empty(), "nothing beyond the cap");
+        assert!(r.rounds_open);
+        // Claiming every slot there is (and more): the named limit holds.
+        let b = fx.host();
+        fx.grid.benchmark(b, 5.0, 100.0, u32::MAX, T0).unwrap();
+        let held = hoard(&mut fx, b, 10);
+        assert_eq!(held.len(), MAX_UNITS_HELD_PER_HOST);
+        assert_eq!(running_units_of(&fx, b), MAX_UNITS_HELD_PER_HOST);
+        // Returning one makes room for one.
+        fx.grid
+            .fail(b, held[0], "gave it back", T0 + 31_000)
+            .unwrap();
+        let (units, _) = fx.ask(b, 64, &held[1..], T0 + 32_000);
+        assert_eq!(units.len(), 1);
+        assert_eq!(running_units_of(&fx, b), MAX_UNITS_HELD_PER_HOST);
+    }
+
+    #[test]
+    fn absurd_benchmark_claims_are_clamped_and_broken_ones_refused() {
+        let mut fx = Fx::new();
+        let a = fx.host();
+        fx.grid.benchmark(a, 1e300, f64::MAX, u32::MAX, T0).unwrap();
+        let b = fx.host_rec(a).benchmark.unwrap();
+        assert_eq!(b.pages_per_s, MAX_BENCHMARK_PAGES_PER_S);
+        assert_eq!(b.kb_per_s, MAX_BENCHMARK_KB_PER_S);
+        assert_eq!(b.slots, beebot_shared::limits::MAX_SLOTS);
+        assert_eq!(fx.grid.host_speed(a), Some(MAX_HOST_PAGES_PER_S));
+        for (p, k) in [
+            (f64::NAN, 1.0),
+            (1.0, f64::INFINITY),
+            (-1.0, 1.0),
+            (1.0, -0.5),
+        ] {
+            let e = fx.grid.benchmark(a, p, k, 4, T0).unwrap_err();
+            assert!(matches!(e, GridError::Invalid(_)), "{e}");
+        }
+        // A learned speed past the bound is bounded too.
+        fx.grid.hosts.get_mut(&a).unwrap().avg_pages_per_s = Some(1e12);
+        assert_eq!(fx.grid.host_speed(a), Some(MAX_HOST_PAGES_PER_S));
+        fx.grid.hosts.get_mut(&a).unwrap().avg_pages_per_s = Some(f64::NAN);
+        assert_eq!(fx.grid.host_speed(a), None);
+    }
+
+    /// Upload `sum` with the link file of `records` for `unit`; the reason
+    /// it is rejected (`None`: accepted).
+    fn upload_with(
+        fx: &mut Fx,
+        host: u64,
+        unit: &WorkUnit,
+        sum: ScanSummary,
+        recs: &[LinkRecord],
+        now: u64,
+    ) -> Option<String> {
+        let mut h = header_for(unit, recs.len());
+        h.pages = sum.pages;
+        let file = linkfile::encode(&h, recs).unwrap();
+        match fx
+            .grid
+            .upload(host, unit.unit_id, sum, &file, None, now)
+            .unwrap()
+        {
+            UploadOutcome::Accepted => None,
+            UploadOutcome::Rejected(why) => Some(why),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_summary_claiming_more_pages_than_the_unit_allowed_is_rejected() {
+        let (mut fx, _) = Fx::with_round(1, 5);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        let mut sum = summary(3);
+        sum.pages = u64::from(params(5).max_pages) + 1;
+        let why = upload_with(&mut fx, a, &u, sum, &records(&u.site, 3), T0 + 1).unwrap();
+        assert!(why.contains("unit allowed 50"), "{why}");
+        // A continuation may take only what the earlier scans left.
+        let u = fx.one(a, &[], T0 + 2);
+        let (sum, file, state) = partial_for(&u, 3, 45);
+        let mut sum45 = sum.clone();
+        sum45.pages = 45;
+        assert_eq!(
+            fx.grid
+                .upload(a, u.unit_id, sum45, &file, Some(&state), T0 + 3)
+                .unwrap(),
+            UploadOutcome::Accepted
+        );
+        let v = fx.one(a, &[], T0 + 4);
+        assert_eq!(v.job_id, u.job_id);
+        let mut sum = summary(3);
+        sum.pages = 6;
+        let why = upload_with(&mut fx, a, &v, sum.clone(), &records(&v.site, 3), T0 + 5).unwrap();
+        assert!(
+            why.contains("unit allowed 5 (page cap 50, 45 done before)"),
+            "{why}"
+        );
+        // What is left is fine.
+        let w = fx.one(a, &[], T0 + 6);
+        sum.pages = 5;
+        assert_eq!(
+            upload_with(&mut fx, a, &w, sum, &records(&w.site, 3), T0 + 7),
+            None
+        );
+        // A frontier counting more pages than the cap is refused.
+        let (mut fx, _) = Fx::with_round(1, 5);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        let (sum, file, state) = partial_for(&u, 3, 51);
+        match fx
+            .grid
+            .upload(a, u.unit_id, sum, &file, Some(&state), T0 + 1)
+            .unwrap()
+        {
+            UploadOutcome::Rejected(why) => assert!(why.contains("cap of 50"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_summary_faster_than_the_politeness_delay_is_rejected() {
+        let mut fx = Fx::new();
+        fx.grid.add_sites(&site_names(4), T0).unwrap();
+        let mut p = params(5);
+        p.delay_ms = 1000;
+        fx.grid.start_round(p, T0).unwrap();
+        let a = fx.host();
+        let one_source = |site: &str, n: usize| -> Vec<LinkRecord> {
+            records(site, n)
+                .into_iter()
+                .map(|mut r| {
+                    r.source_url = format!("http://{site}/");
+                    r
+                })
+                .collect()
+        };
+        // Ten pages on one origin: nine delays, the first two pages free.
+        let least = ((10 - PACE_FREE_PAGES) as f64 * 1000.0 * PACE_TOLERANCE) as u64;
+        let u = fx.one(a, &[], T0);
+        let mut sum = summary(3);
+        sum.pages = 10;
+        sum.elapsed_ms = 1000;
+        let why = upload_with(&mut fx, a, &u, sum.clone(), &one_source(&u.site, 3), T0 + 1);
+        assert!(why.unwrap().contains("faster than the round's delay"));
+        let u = fx.one(a, &[], T0 + 2);
+        sum.elapsed_ms = least - 1;
+        assert!(
+            upload_with(&mut fx, a, &u, sum.clone(), &one_source(&u.site, 3), T0 + 3).is_some()
+        );
+        let u = fx.one(a, &[], T0 + 4);
+        sum.elapsed_ms = least;
+        assert_eq!(
+            upload_with(&mut fx, a, &u, sum.clone(), &one_source(&u.site, 3), T0 + 5),
+            None
+        );
+        // Two origins (http and https of the site) each keep their own pace.
+        let u = fx.one(a, &[], T0 + 6);
+        let mut recs = one_source(&u.site, 4);
+        recs[2].source_url = format!("https://{}/", u.site);
+        recs[3].source_url = format!("https://{}/", u.site);
+        sum.links = 4;
+        sum.distinct_target_hosts = 4;
+        sum.elapsed_ms = ((5 - PACE_FREE_PAGES) as f64 * 1000.0 * PACE_TOLERANCE) as u64;
+        assert_eq!(upload_with(&mut fx, a, &u, sum, &recs, T0 + 7), None);
+    }
+
+    #[test]
+    fn summary_counts_that_do_not_fit_the_file_are_rejected() {
+        let (mut fx, _) = Fx::with_round(8, 5);
+        let a = fx.host();
+        let (units, _) = fx.ask(a, 8, &[], T0);
+        let cases: Vec<(fn(&mut ScanSummary), &str)> = vec![
+            // Records exist, yet no page was scanned.
+            (|s| s.pages = 0, "0 pages"),
+            // Records of three pages (p0, p1, p2), two pages claimed.
+            (|s| s.pages = 2, "more pages"),
+            (|s| s.links += 1, "links"),
+            (|s| s.distinct_target_hosts = s.links + 1, "target hosts"),
+            (|s| s.link_capped_pages = s.pages + 1, "capped"),
+            (|s| s.non_html = s.pages + 1, "non-HTML"),
+            (|s| s.links = u64::MAX, "links"),
+        ];
+        for ((change, what), u) in cases.into_iter().zip(&units) {
+            let mut sum = summary(6);
+            change(&mut sum);
+            let why = upload_with(&mut fx, a, u, sum, &records(&u.site, 6), T0 + 1)
+                .unwrap_or_else(|| panic!("{what}: accepted"));
+            assert!(why.contains(what), "{what}: {why}");
+        }
+        // The honest summary of the same file is accepted.
+        let u = &units[7];
+        assert_eq!(
+            upload_with(&mut fx, a, u, summary(6), &records(&u.site, 6), T0 + 2),
+            None
+        );
+    }
+
+    #[test]
+    fn progress_counts_are_bounded_by_the_unit_and_never_go_back() {
+        let (mut fx, _) = Fx::with_round(1, 5);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        fx.grid
+            .progress(a, u.unit_id, u64::MAX, u64::MAX, T0 + 1000)
+            .unwrap();
+        let at = fx.attempt(u.unit_id);
+        assert_eq!(at.pages, 50, "the page cap");
+        assert_eq!(at.links, MAX_LINK_RECORDS as u64);
+        assert!(fx.job(u.job_id).completeness().pages <= 50);
+        // Backwards is not believed.
+        fx.grid.progress(a, u.unit_id, 3, 2, T0 + 2000).unwrap();
+        let at = fx.attempt(u.unit_id);
+        assert_eq!((at.pages, at.links), (50, MAX_LINK_RECORDS as u64));
+        // A continuation is bounded by what its job's earlier scans left.
+        let (mut fx, _) = Fx::with_round(1, 5);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        fx.grid.progress(a, u.unit_id, 10, 5, T0 + 1000).unwrap();
+        fx.grid.progress(a, u.unit_id, 7, 5, T0 + 2000).unwrap();
+        assert_eq!(fx.attempt(u.unit_id).pages, 10);
+        let (sum, file, state) = partial_for(&u, 3, 40);
+        assert_eq!(
+            fx.grid
+                .upload(a, u.unit_id, sum, &file, Some(&state), T0 + 3000)
+                .unwrap(),
+            UploadOutcome::Accepted
+        );
+        let v = fx.one(a, &[], T0 + 4000);
+        fx.grid.progress(a, v.unit_id, 1000, 5, T0 + 5000).unwrap();
+        assert_eq!(fx.attempt(v.unit_id).pages, 10);
     }
 
     #[test]
