@@ -53,6 +53,8 @@ pub enum GridError {
     Revoked(u64),
     #[error("invite is unknown, expired or used up")]
     BadInvite,
+    #[error("no invite has the id {0} (see `invite list`)")]
+    UnknownInvite(String),
     #[error("this host key is already enrolled as host {0}")]
     KeyEnrolled(u64),
     #[error("unknown round {0}")]
@@ -382,6 +384,17 @@ pub fn held_cap(slots: u32) -> usize {
     (slots.max(1) as usize)
         .saturating_mul(MAX_UNITS_PER_SLOT)
         .min(MAX_UNITS_HELD_PER_HOST)
+}
+
+/// Hex digits of an invite's id: the start of its token's SHA-256, enough to
+/// tell invites apart and nothing of the token itself.
+pub const INVITE_ID_LEN: usize = 16;
+/// Fewest hex digits `invite revoke` takes (a prefix of the id).
+pub const MIN_INVITE_ID_LEN: usize = 6;
+
+/// An invite's id: the first [`INVITE_ID_LEN`] hex digits of its token's hash.
+pub fn invite_id(token_sha256: &[u8; 32]) -> String {
+    hex::encode(&token_sha256[..INVITE_ID_LEN / 2])
 }
 
 /// Whether a scan stopped before its natural end (so its job goes on).
@@ -798,6 +811,45 @@ impl Grid {
         self.store.flush()?;
         self.invites.insert(rec.token_sha256, rec);
         Ok(token)
+    }
+
+    /// Every invite, oldest first, each with its id (never the token: the
+    /// grid keeps only the token's hash).
+    pub fn invites(&self) -> Vec<(String, InviteRecord)> {
+        let mut all: Vec<(String, InviteRecord)> = self
+            .invites
+            .values()
+            .map(|i| (invite_id(&i.token_sha256), i.clone()))
+            .collect();
+        all.sort_by(|a, b| (a.1.created_ms, &a.0).cmp(&(b.1.created_ms, &b.0)));
+        all
+    }
+
+    /// Revoke the invite whose id starts with `id` (at least
+    /// [`MIN_INVITE_ID_LEN`] hex digits, naming one invite): it is deleted, so
+    /// nobody joins with it any more. Returns the revoked invite's full id.
+    pub fn revoke_invite(&mut self, id: &str) -> Result<String, GridError> {
+        let id = id.trim().to_ascii_lowercase();
+        if id.len() < MIN_INVITE_ID_LEN || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(GridError::Invalid(format!(
+                "an invite id is at least {MIN_INVITE_ID_LEN} hex digits (see `invite list`)"
+            )));
+        }
+        let mut found = self
+            .invites
+            .keys()
+            .filter(|h| invite_id(h).starts_with(&id))
+            .copied();
+        let hash = found.next().ok_or(GridError::UnknownInvite(id.clone()))?;
+        if found.next().is_some() {
+            return Err(GridError::Invalid(format!(
+                "invite id {id} names more than one invite: give more digits"
+            )));
+        }
+        self.store.remove_invite(&hash)?;
+        self.store.flush()?;
+        self.invites.remove(&hash);
+        Ok(invite_id(&hash))
     }
 
     /// Enrol a host whose key proof was already checked by the caller.
@@ -2540,6 +2592,90 @@ mod tests {
             fx.grid.enrol(&[], k2, info("b"), T0),
             Err(GridError::BadInvite)
         ));
+    }
+
+    #[test]
+    fn invites_are_listed_without_their_tokens_and_a_revoked_one_cannot_be_used() {
+        let mut fx = Fx::new();
+        let t1 = fx.grid.create_invite(2, T0 + HOUR_MS, T0).unwrap();
+        let t2 = fx.grid.create_invite(1, T0 + 2 * HOUR_MS, T0 + 5).unwrap();
+        let listed = fx.grid.invites();
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed[0].0, invite_id(&sha256(&t1)));
+        assert_eq!(listed[0].0.len(), INVITE_ID_LEN);
+        assert_eq!(
+            (
+                listed[0].1.uses_left,
+                listed[0].1.expires_ms,
+                listed[0].1.created_ms
+            ),
+            (2, T0 + HOUR_MS, T0)
+        );
+        assert_eq!(listed[1].1.created_ms, T0 + 5);
+        for (id, _) in &listed {
+            for t in [&t1, &t2] {
+                assert!(!id.contains(&hex::encode(t)), "an id never shows the token");
+            }
+        }
+        // Revoked by a prefix of its id: it is gone, and joining with it fails.
+        let id1 = listed[0].0.clone();
+        assert_eq!(
+            fx.grid.revoke_invite(&id1[..8].to_uppercase()).unwrap(),
+            id1
+        );
+        assert_eq!(fx.grid.invites().len(), 1);
+        let k = sign::generate_key().verifying_key().to_bytes();
+        assert!(matches!(
+            fx.grid.enrol(&t1, k, info("a"), T0 + 10),
+            Err(GridError::BadInvite)
+        ));
+        assert!(matches!(
+            fx.grid.revoke_invite(&id1),
+            Err(GridError::UnknownInvite(_))
+        ));
+        // Ids too short or not hex are refused; the other invite still works.
+        for bad in ["", "ab", "zzzzzzzz", &listed[1].0[..MIN_INVITE_ID_LEN - 1]] {
+            assert!(matches!(
+                fx.grid.revoke_invite(bad),
+                Err(GridError::Invalid(_))
+            ));
+        }
+        fx.grid.enrol(&t2, k, info("a"), T0 + 10).unwrap();
+        // A revocation is durable.
+        let dir = fx.dir;
+        drop(fx.grid);
+        let g = open_grid(dir.path(), &fx.key);
+        assert_eq!(g.invites().len(), 1);
+        assert_eq!(g.invites()[0].0, listed[1].0);
+    }
+
+    #[test]
+    fn an_ambiguous_invite_id_revokes_nothing() {
+        let mut fx = Fx::new();
+        // Two invites whose hashes share their first four bytes.
+        for last in [1u8, 2] {
+            let mut h = [0xab; 32];
+            h[4] = last;
+            let rec = InviteRecord {
+                token_sha256: h,
+                uses_left: 1,
+                expires_ms: T0 + HOUR_MS,
+                created_ms: T0,
+            };
+            fx.grid.store.put_invite(&rec).unwrap();
+            fx.grid.invites.insert(h, rec);
+        }
+        assert!(matches!(
+            fx.grid.revoke_invite("abababab"),
+            Err(GridError::Invalid(why)) if why.contains("more than one")
+        ));
+        assert_eq!(fx.grid.invites().len(), 2);
+        // One more digit names one.
+        assert_eq!(
+            fx.grid.revoke_invite("abababab02").unwrap(),
+            "abababab02ababab"
+        );
+        assert_eq!(fx.grid.invites().len(), 1);
     }
 
     #[test]
