@@ -377,6 +377,16 @@ fn unwanted_upload(job: &JobRecord, unit_id: u64) -> Option<UploadOutcome> {
     }
 }
 
+/// A host's slots as learned: its benchmark's (bounded when stored), else
+/// the default.
+fn host_slots(h: &HostRecord) -> u32 {
+    h.benchmark
+        .as_ref()
+        .map(|b| b.slots)
+        .filter(|s| *s > 0)
+        .unwrap_or(scheduler::DEFAULT_HOST_SLOTS)
+}
+
 /// Most units a host of `slots` (as learned: its benchmark's, bounded) may
 /// hold at once: a scanning unit and a buffer per slot, at most
 /// [`MAX_UNITS_HELD_PER_HOST`].
@@ -1351,12 +1361,7 @@ impl Grid {
         for h in self.hosts.values().filter(|h| !h.revoked) {
             let mut units = held.remove(&h.id).unwrap_or_default();
             units.sort_by_key(|(key, _)| *key);
-            let slots = h
-                .benchmark
-                .as_ref()
-                .map(|b| b.slots)
-                .filter(|s| *s > 0)
-                .unwrap_or(scheduler::DEFAULT_HOST_SLOTS);
+            let slots = host_slots(h);
             let plain: Vec<HeldUnit> = units.iter().map(|(_, u)| *u).collect();
             let sched = scheduler::slot_schedule(&plain, slots, now_ms);
             let online =
@@ -1627,6 +1632,16 @@ impl Grid {
         Ok((signed, expected))
     }
 
+    /// Running attempts of `host_id`, across rounds.
+    fn running_units_of(&self, host_id: u64) -> usize {
+        self.running_job_ids()
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
+            .flat_map(|j| j.running_attempts())
+            .filter(|a| a.host_id == host_id)
+            .count()
+    }
+
     fn job_of_unit(&self, unit_id: u64) -> Option<&JobRecord> {
         self.units.get(&unit_id).and_then(|j| self.jobs.get(j))
     }
@@ -1661,6 +1676,16 @@ impl Grid {
             .rounds
             .get(&job.round_id)
             .map_or(0, |r| u64::from(r.params.max_pages));
+        // A unit back from sleep runs again only within the host's cap.
+        let asleep = job.attempts.iter().any(|a| {
+            a.unit_id == unit_id
+                && matches!(a.state, AttemptState::Expired | AttemptState::Released)
+        });
+        let at_cap = asleep
+            && self
+                .hosts
+                .get(&host_id)
+                .is_some_and(|h| self.running_units_of(host_id) >= held_cap(host_slots(h)));
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(ProgressOutcome::Abort("unknown unit".into()));
         };
@@ -1723,6 +1748,11 @@ impl Grid {
                 // scan of a site at a time.
                 return Ok(ProgressOutcome::Abort(
                     "the scan was given to another host while this one was away".into(),
+                ));
+            }
+            AttemptState::Expired | AttemptState::Released if at_cap => {
+                return Ok(ProgressOutcome::Abort(
+                    "the host holds as many units as its slots allow: this one was given up".into(),
                 ));
             }
             AttemptState::Expired | AttemptState::Released => {
@@ -2861,6 +2891,38 @@ mod tests {
     }
 
     #[test]
+    fn a_unit_back_from_sleep_does_not_run_past_the_hosts_cap() {
+        let (mut fx, _) = Fx::with_round(3 * MAX_UNITS_HELD_PER_HOST, 3);
+        let a = fx.host();
+        let cap = held_cap(scheduler::DEFAULT_HOST_SLOTS);
+        let old = hoard(&mut fx, a, 1);
+        assert_eq!(old.len(), cap);
+        // All expire; the host takes a full load again, then reports on an old one.
+        let late = T0 + 10 * HOUR_MS;
+        fx.grid.tick(late).unwrap();
+        assert_eq!(running_units_of(&fx, a), 0);
+        let (new, _) = fx.ask(a, 64, &old, late + 1);
+        assert_eq!(new.len(), cap);
+        let held: Vec<u64> = old
+            .iter()
+            .chain(new.iter().map(|u| &u.unit_id))
+            .copied()
+            .collect();
+        let o = fx.grid.progress(a, old[0], 1, 1, late + 2).unwrap();
+        assert!(matches!(o, ProgressOutcome::Abort(why) if why.contains("slots")));
+        assert_eq!(running_units_of(&fx, a), cap);
+        // Below the cap it runs again.
+        fx.grid
+            .fail(a, new[0].unit_id, "gave it back", late + 3)
+            .unwrap();
+        let o = fx.grid.progress(a, old[0], 1, 1, late + 4).unwrap();
+        assert!(matches!(o, ProgressOutcome::Extend(_)), "{o:?}");
+        assert_eq!(running_units_of(&fx, a), cap);
+        let (none, _) = fx.ask(a, 64, &held, late + 5);
+        assert!(none.is_empty());
+    }
+
+    #[test]
     fn absurd_benchmark_claims_are_clamped_and_broken_ones_refused() {
         let mut fx = Fx::new();
         let a = fx.host();
@@ -3037,6 +3099,240 @@ mod tests {
             upload_with(&mut fx, a, u, summary(6), &records(&u.site, 6), T0 + 2),
             None
         );
+    }
+
+    /// One thing a host does, with arbitrary numbers.
+    #[derive(Clone, Debug)]
+    enum HostAct {
+        Bench(usize, f64, f64, u32),
+        /// Host, want_seconds, free_slots, units held (`None`: all it got), windows.
+        Ask(usize, u64, u32, Option<Vec<u64>>, Option<Vec<(u64, u64)>>),
+        /// Host, unit (an index into those issued), pages, links.
+        Progress(usize, usize, u64, u64),
+        /// Host, unit, summary, records in the file, the frontier's pages done.
+        Upload(usize, usize, Box<ScanSummary>, usize, Option<u64>),
+        Wait(u32),
+    }
+
+    /// A number a host might send: small (to reach the paths that accept)
+    /// or anything.
+    fn host_number() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![0u64..64, any::<u64>(), Just(u64::MAX)]
+    }
+
+    fn any_summary() -> impl proptest::strategy::Strategy<Value = ScanSummary> {
+        use linkfile::StopReason as S;
+        use proptest::prelude::*;
+        let stop = prop_oneof![
+            Just(None),
+            proptest::sample::select(vec![
+                S::MaxPages,
+                S::MaxTime,
+                S::Deadline,
+                S::FrontierFull,
+                S::Cancelled,
+                S::RobotsUnavailable,
+                S::SeedUnreachable,
+                S::Offline,
+            ])
+            .prop_map(Some),
+        ];
+        (
+            proptest::collection::vec(host_number(), 14),
+            proptest::collection::vec((any::<u16>(), host_number()), 0..4),
+            stop,
+        )
+            .prop_map(|(n, status_counts, stopped_by)| ScanSummary {
+                pages: n[0],
+                bytes: n[1],
+                links: n[2],
+                distinct_target_hosts: n[3],
+                errors: n[4],
+                elapsed_ms: n[5],
+                stopped_by,
+                status_counts,
+                robots_disallowed: n[6],
+                timeouts: n[7],
+                truncated_pages: n[8],
+                non_html: n[9],
+                link_capped_pages: n[10],
+                frontier_dropped: n[11],
+                records_dropped: n[12],
+                beyond_depth: n[13],
+                ..ScanSummary::default()
+            })
+    }
+
+    fn any_act() -> impl proptest::strategy::Strategy<Value = HostAct> {
+        use proptest::prelude::*;
+        let windows = proptest::option::of(proptest::collection::vec(
+            (host_number(), host_number()),
+            0..beebot_shared::limits::MAX_WINDOW_INTERVALS,
+        ));
+        let held = proptest::option::of(proptest::collection::vec(host_number(), 0..8));
+        prop_oneof![
+            (
+                0usize..2,
+                proptest::num::f64::ANY,
+                proptest::num::f64::ANY,
+                any::<u32>()
+            )
+                .prop_map(|(h, p, k, s)| HostAct::Bench(h, p, k, s)),
+            (0usize..2, host_number(), any::<u32>(), held, windows)
+                .prop_map(|(h, w, f, u, o)| HostAct::Ask(h, w, f, u, o)),
+            (0usize..2, any::<usize>(), host_number(), host_number())
+                .prop_map(|(h, u, p, l)| HostAct::Progress(h, u, p, l)),
+            (
+                0usize..2,
+                any::<usize>(),
+                any_summary(),
+                0usize..6,
+                proptest::option::of(host_number())
+            )
+                .prop_map(|(h, u, s, n, st)| HostAct::Upload(h, u, Box::new(s), n, st)),
+            (0u32..4_000_000).prop_map(HostAct::Wait),
+        ]
+    }
+
+    /// What must hold whatever the hosts sent: the open-job index matches
+    /// the jobs, no host holds more than its cap (unless it held them
+    /// before, e.g. its benchmark lowered its slots), every count is within
+    /// the round's page cap, at most two copies of a job run, and speeds and
+    /// benchmarks are within their bounds.
+    fn check_consistent(g: &Grid, before: &HashMap<u64, usize>, max_pages: u64) {
+        g.check_open();
+        let mut running: HashMap<u64, usize> = HashMap::new();
+        for job in g.jobs.values() {
+            let copies = job.running_attempts().count();
+            assert!(
+                copies <= scheduler::MAX_COPIES as usize,
+                "job {}: {copies} copies",
+                job.id
+            );
+            for a in job.running_attempts() {
+                *running.entry(a.host_id).or_default() += 1;
+            }
+            for a in &job.attempts {
+                assert!(
+                    a.pages <= max_pages,
+                    "attempt {} reports {} pages",
+                    a.unit_id,
+                    a.pages
+                );
+                assert!(a.links <= MAX_LINK_RECORDS as u64);
+            }
+            for seg in &job.segments {
+                assert!(seg.pages_done <= max_pages && seg.summary.pages <= max_pages);
+            }
+            if let Some(r) = &job.result {
+                assert!(r.summary.pages <= max_pages);
+            }
+            assert!(job.completeness().pages <= max_pages);
+        }
+        for h in g.hosts.values() {
+            let n = running.get(&h.id).copied().unwrap_or(0);
+            let was = before.get(&h.id).copied().unwrap_or(0);
+            assert!(
+                n <= held_cap(host_slots(h)).max(was),
+                "host {} holds {n} units (cap {}, {was} before)",
+                h.id,
+                held_cap(host_slots(h))
+            );
+            if let Some(b) = &h.benchmark {
+                assert!(
+                    b.pages_per_s.is_finite()
+                        && (0.0..=MAX_BENCHMARK_PAGES_PER_S).contains(&b.pages_per_s)
+                );
+                assert!(
+                    b.kb_per_s.is_finite() && (0.0..=MAX_BENCHMARK_KB_PER_S).contains(&b.kb_per_s)
+                );
+                assert!(b.slots <= beebot_shared::limits::MAX_SLOTS);
+            }
+            if let Some(s) = g.host_speed(h.id) {
+                assert!(
+                    s.is_finite() && s > 0.0 && s <= MAX_HOST_PAGES_PER_S,
+                    "speed {s}"
+                );
+            }
+        }
+    }
+
+    fn running_by_host(g: &Grid) -> HashMap<u64, usize> {
+        let mut running: HashMap<u64, usize> = HashMap::new();
+        for a in g.jobs.values().flat_map(|j| j.running_attempts()) {
+            *running.entry(a.host_id).or_default() += 1;
+        }
+        running
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Every number a host sends (benchmark figures, work requests,
+        /// progress reports, scan summaries), arbitrary and in any order
+        /// under every policy: no panic, and the grid stays consistent.
+        #[test]
+        fn every_number_a_host_sends_is_bounded_and_never_panics(
+            policy in proptest::sample::select(vec![
+                "adaptive", "round-robin", "batch", "level", "pack", "size-aware",
+            ]),
+            acts in proptest::collection::vec(any_act(), 1..40),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let key = sign::generate_key();
+            let mut g = Grid::open(Store::memory(), dir.path().join("links"), key.clone(), settings())
+                .unwrap();
+            let pk = key.verifying_key();
+            let hosts = [enrol_host(&mut g, T0), enrol_host(&mut g, T0)];
+            g.add_sites(&site_names(12), T0).unwrap();
+            let mut p = params(3);
+            p.policy = policy.to_string();
+            p.delay_ms = 100;
+            let max_pages = u64::from(p.max_pages);
+            g.start_round(p, T0).unwrap();
+            let mut now = T0;
+            let mut issued: Vec<(usize, WorkUnit)> = Vec::new();
+            for act in acts {
+                now += 1;
+                let before = running_by_host(&g);
+                let unit_of = |i: usize| (!issued.is_empty()).then(|| issued[i % issued.len()].1.clone());
+                match act {
+                    HostAct::Bench(h, p, k, s) => match g.benchmark(hosts[h], p, k, s, now) {
+                        Ok(()) | Err(GridError::Invalid(_)) => {}
+                        Err(e) => panic!("benchmark: {e}"),
+                    },
+                    HostAct::Ask(h, want_seconds, free_slots, held, open_windows) => {
+                        let units_held = held.unwrap_or_else(|| {
+                            issued.iter().filter(|(o, _)| *o == h).map(|(_, u)| u.unit_id).collect()
+                        });
+                        let req = WorkRequest { want_seconds, free_slots, units_held, open_windows };
+                        let reply = g.request_work(hosts[h], &req, now).unwrap();
+                        for su in &reply.units {
+                            issued.push((h, sign::verify_unit(&pk, su).unwrap()));
+                        }
+                    }
+                    HostAct::Progress(h, i, pages, links) => {
+                        if let Some(u) = unit_of(i) {
+                            g.progress(hosts[h], u.unit_id, pages, links, now).unwrap();
+                        }
+                    }
+                    HostAct::Upload(h, i, summary, n, pages_done) => {
+                        if let Some(u) = unit_of(i) {
+                            let file = linkfile::encode(&header_for(&u, n), &records(&u.site, n)).unwrap();
+                            let state = pages_done.map(|d| partial_for(&u, n, d).2);
+                            g.upload(hosts[h], u.unit_id, *summary, &file, state.as_deref(), now)
+                                .unwrap();
+                        }
+                    }
+                    HostAct::Wait(ms) => {
+                        now += u64::from(ms);
+                        g.tick(now).unwrap();
+                    }
+                }
+                check_consistent(&g, &before, max_pages);
+            }
+        }
     }
 
     #[test]
