@@ -3075,7 +3075,8 @@ mod tests {
         let (mut fx, _) = Fx::with_round(8, 5);
         let a = fx.host();
         let (units, _) = fx.ask(a, 8, &[], T0);
-        let cases: Vec<(fn(&mut ScanSummary), &str)> = vec![
+        type Change = fn(&mut ScanSummary);
+        let cases: Vec<(Change, &str)> = vec![
             // Records exist, yet no page was scanned.
             (|s| s.pages = 0, "0 pages"),
             // Records of three pages (p0, p1, p2), two pages claimed.
