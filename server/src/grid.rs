@@ -178,9 +178,10 @@ impl UploadPlan {
         let mut last_source = String::new();
         // Digests of the pages the records come from (one source per page,
         // so never more than the summary's pages: the set stops there) and
-        // their origins (each keeps its own politeness pace).
+        // of their origins (each keeps its own politeness pace): 8 bytes
+        // each, whatever the URLs' lengths.
         let mut sources: std::collections::HashSet<u64> = std::collections::HashSet::new();
-        let mut origins: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut origins: std::collections::HashSet<u64> = std::collections::HashSet::new();
         let header = linkfile::for_each_record(link_file, |r| {
             if records > 0 && r.source_url == last_source {
                 records += 1;
@@ -205,7 +206,9 @@ impl UploadPlan {
                     summary.pages
                 )));
             }
-            origins.insert(u.origin().ascii_serialization());
+            origins.insert(beebot_shared::scanstate::url_digest(
+                &u.origin().ascii_serialization(),
+            ));
             records += 1;
             last_source = r.source_url;
             Ok(())
