@@ -38,9 +38,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Join a project with the invite code from its admin.
+    /// Join a project with the invite code from its admin. The code is
+    /// secret: rather than on the command line (shell history, `ps`), give
+    /// `-` and pipe it in, or set BEEBOT_INVITE; with no code and stdin not a
+    /// terminal, it is read from stdin.
     Join {
-        code: String,
+        /// The invite code, or `-` to read it from stdin.
+        code: Option<String>,
         /// Name shown to the admin (default: this machine's host name).
         #[arg(long)]
         name: Option<String>,
@@ -231,11 +235,60 @@ fn main() {
     }
 }
 
+/// The environment variable `beebot join` takes the invite code from.
+const INVITE_ENV: &str = "BEEBOT_INVITE";
+
+/// The invite code `beebot join` uses: the argument (`-`: stdin), else
+/// [`INVITE_ENV`], else stdin when it is not a terminal. What is read from
+/// stdin is bounded and its first non-blank line is the code.
+fn invite_code(
+    arg: Option<&str>,
+    env: Option<String>,
+    stdin_is_terminal: bool,
+    stdin: impl std::io::Read,
+) -> Result<String> {
+    match arg {
+        Some("-") => invite_from(stdin),
+        Some(code) => Ok(code.to_string()),
+        None => match env.map(|e| e.trim().to_string()).filter(|e| !e.is_empty()) {
+            Some(code) => Ok(code),
+            None if !stdin_is_terminal => invite_from(stdin),
+            None => {
+                anyhow::bail!("no invite code: pipe it in (`beebot join -`), or set {INVITE_ENV}")
+            }
+        },
+    }
+}
+
+/// The first non-blank line of `input`, of at most an invite code's length
+/// (what is read is bounded).
+fn invite_from(input: impl std::io::Read) -> Result<String> {
+    use std::io::Read;
+    let limit = beebot_shared::invite::MAX_INVITE_CODE_LEN as u64 + 2;
+    let mut text = String::new();
+    input
+        .take(limit)
+        .read_to_string(&mut text)
+        .context("cannot read the invite code from stdin")?;
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
+        .context("no invite code on stdin")
+}
+
 fn run(cli: Cli) -> Result<()> {
     let home_flag = cli.home.clone();
     let home = Home::resolve(cli.home)?;
     match cli.cmd {
         Cmd::Join { code, name } => {
+            let stdin = std::io::stdin();
+            let code = invite_code(
+                code.as_deref(),
+                std::env::var(INVITE_ENV).ok(),
+                stdin.is_terminal(),
+                stdin.lock(),
+            )?;
             let e = runtime()?.block_on(worker::join(&home, &code, name))?;
             println!(
                 "joined {} as host {} ({})",
@@ -575,4 +628,40 @@ fn status(home: &Home, json: bool) -> Result<()> {
         println!("refused   {r}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_invite_code_comes_from_the_argument_stdin_or_the_environment() {
+        let code = |arg: Option<&str>, env: Option<&str>, tty: bool, input: &str| {
+            invite_code(arg, env.map(str::to_string), tty, input.as_bytes())
+        };
+        assert_eq!(
+            code(Some("beebot1-a"), Some("beebot1-e"), true, "").unwrap(),
+            "beebot1-a"
+        );
+        assert_eq!(
+            code(Some("-"), Some("beebot1-e"), true, "\n  beebot1-s \nx\n").unwrap(),
+            "beebot1-s"
+        );
+        assert_eq!(
+            code(None, Some(" beebot1-e\n"), false, "beebot1-s").unwrap(),
+            "beebot1-e"
+        );
+        assert_eq!(
+            code(None, Some(""), false, "beebot1-s\r\n").unwrap(),
+            "beebot1-s"
+        );
+        assert_eq!(code(None, None, false, "beebot1-s").unwrap(), "beebot1-s");
+        let e = code(None, None, true, "beebot1-s").unwrap_err().to_string();
+        assert!(e.contains("BEEBOT_INVITE") && e.contains("join -"), "{e}");
+        assert!(code(Some("-"), None, true, " \n\n").is_err());
+        // What is read is bounded.
+        let long = "x".repeat(10 * beebot_shared::invite::MAX_INVITE_CODE_LEN);
+        let got = code(Some("-"), None, false, &long).unwrap();
+        assert!(got.len() <= beebot_shared::invite::MAX_INVITE_CODE_LEN + 2);
+    }
 }

@@ -92,8 +92,8 @@ pub const DEFAULT_BUFFER_MIN_S: u64 = 600;
 /// Default most seconds of work held (BOINC's "store up to an additional").
 pub const DEFAULT_BUFFER_MAX_S: u64 = 3600;
 /// Most units held per slot, whatever the buffer asks: a hoarding host makes
-/// the round wait for it.
-pub const MAX_UNITS_PER_SLOT: usize = 4;
+/// the round wait for it (the server gives no more either).
+pub use beebot_shared::limits::MAX_UNITS_PER_SLOT;
 /// Weight of the newest figure in the client's running averages (scan time, round trip).
 const AVERAGE_WEIGHT: f64 = 0.3;
 /// Longest a stopping client waits for its scans to reach a page boundary

@@ -33,7 +33,9 @@ fn fail(status: StatusCode, msg: impl Into<String>) -> (StatusCode, Json<ApiErro
 
 fn grid_fail(e: GridError) -> (StatusCode, Json<ApiError>) {
     let status = match e {
-        GridError::UnknownRound(_) | GridError::UnknownHost(_) => StatusCode::NOT_FOUND,
+        GridError::UnknownRound(_) | GridError::UnknownHost(_) | GridError::UnknownInvite(_) => {
+            StatusCode::NOT_FOUND
+        }
         GridError::Invalid(_) | GridError::BadInvite | GridError::KeyEnrolled(_) => {
             StatusCode::BAD_REQUEST
         }
@@ -87,7 +89,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/", get(dashboard))
         .route("/api/status", get(status))
-        .route("/api/invites", post(invite))
+        .route("/api/invites", get(invites_list).post(invite))
+        .route("/api/invites/{id}/revoke", post(invite_revoke))
         .route("/api/sites", get(sites_list).post(sites_add))
         .route("/api/sites/{host}", delete(sites_remove))
         .route("/api/rounds", get(rounds_list).post(round_start))
@@ -129,6 +132,39 @@ async fn invite(
         .map_err(grid_fail)?;
     durable(&s)?;
     Ok(Json(InviteResponse { code, expires_ms }))
+}
+
+/// Every invite: its id, uses left, expiry and creation (never the token,
+/// which the server does not keep).
+async fn invites_list(State(s): State<Arc<Shared>>, h: HeaderMap) -> ApiResult<Json<InvitesList>> {
+    authorized(&s, &h)?;
+    let all = s.with_grid(|g| g.invites()).await;
+    Ok(Json(
+        all.into_iter()
+            .map(|(id, i)| InviteListed {
+                id,
+                uses_left: i.uses_left,
+                expires_ms: i.expires_ms,
+                created_ms: i.created_ms,
+            })
+            .collect(),
+    ))
+}
+
+/// Revoke an invite by its id (or a prefix naming one): nobody joins with it any more.
+async fn invite_revoke(
+    State(s): State<Arc<Shared>>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<InviteRevoked>> {
+    authorized(&s, &h)?;
+    let id = s
+        .with_grid(move |g| g.revoke_invite(&id))
+        .await
+        .map_err(grid_fail)?;
+    durable(&s)?;
+    tracing::info!(invite = %id, "invite revoked");
+    Ok(Json(InviteRevoked { id }))
 }
 
 async fn sites_list(State(s): State<Arc<Shared>>, h: HeaderMap) -> ApiResult<Json<SitesList>> {

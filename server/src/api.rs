@@ -19,6 +19,23 @@ pub struct InviteResponse {
     pub expires_ms: u64,
 }
 
+/// One invite as `invite list` shows it: never its token.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct InviteListed {
+    /// The start of the token's SHA-256, in hex (what `invite revoke` takes).
+    pub id: String,
+    pub uses_left: u32,
+    pub expires_ms: u64,
+    pub created_ms: u64,
+}
+
+pub type InvitesList = Vec<InviteListed>;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct InviteRevoked {
+    pub id: String,
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub struct SitesAdd {
     pub sites: Vec<String>,

@@ -14,8 +14,10 @@ use ed25519_dalek::SigningKey;
 
 use beebot_shared::limits::MAX_SCANS_PER_JOB;
 use beebot_shared::limits::{
-    INVITE_TOKEN_LEN, MAX_DELAY_MS, MAX_PAGES_PER_SITE, MAX_REASONS_PER_JOB, MAX_SITES,
-    MAX_TEXT_LEN, MAX_UNITS_PER_REPLY,
+    INVITE_TOKEN_LEN, MAX_BENCHMARK_KB_PER_S, MAX_BENCHMARK_PAGES_PER_S, MAX_DELAY_MS,
+    MAX_HOST_PAGES_PER_S, MAX_LINK_RECORDS, MAX_PAGES_PER_SITE, MAX_REASONS_PER_JOB, MAX_SITES,
+    MAX_TEXT_LEN, MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_REPLY, MAX_UNITS_PER_SLOT,
+    PACE_FREE_PAGES, PACE_TOLERANCE,
 };
 use beebot_shared::linkfile::{self, ScanSummary};
 use beebot_shared::proto::HostInfo;
@@ -52,6 +54,8 @@ pub enum GridError {
     Revoked(u64),
     #[error("invite is unknown, expired or used up")]
     BadInvite,
+    #[error("no invite has the id {0} (see `invite list`)")]
+    UnknownInvite(String),
     #[error("this host key is already enrolled as host {0}")]
     KeyEnrolled(u64),
     #[error("unknown round {0}")]
@@ -122,6 +126,10 @@ pub struct UploadPlan {
     pages_before: u64,
     /// The round's depth limit: a state's queue may not go deeper.
     max_depth: u32,
+    /// The round's page cap (the job's, all its scans together).
+    max_pages: u64,
+    /// The round's politeness delay: a scan's elapsed time covers it.
+    delay_ms: u64,
 }
 
 /// A verified scan state uploaded with a scan that ended early, as the
@@ -160,7 +168,8 @@ impl UploadPlan {
     /// Check the link file against the unit, outside the grid lock: it
     /// decodes (bounded), its header names this unit, round and site, every
     /// record's source is on the site, and the summary counts its links.
-    /// `Err` holds the reason it is refused.
+    /// The summary must fit what the unit allowed and the file holds (see
+    /// [`UploadPlan::check_summary`]). `Err` holds the reason it is refused.
     ///
     /// A scan that stopped before its natural end must bring its frontier
     /// (`state`): it is decoded (bounded) and checked against the site and
@@ -172,6 +181,7 @@ impl UploadPlan {
         link_file: &[u8],
         state: Option<&[u8]>,
     ) -> Result<Verified, String> {
+        self.check_summary(summary)?;
         // Records are checked as they are decoded, one at a time: none is
         // kept, so a file's size in memory costs nothing here.
         let site_scope = beebot_shared::scope::SiteScope::new(&self.site, self.scope);
@@ -179,6 +189,12 @@ impl UploadPlan {
         let mut sketch = SketchBuilder::default();
         // A page's records come together: its source is checked once.
         let mut last_source = String::new();
+        // Digests of the pages the records come from (one source per page,
+        // so never more than the summary's pages: the set stops there) and
+        // of their origins (each keeps its own politeness pace): 8 bytes
+        // each, whatever the URLs' lengths.
+        let mut sources: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        let mut origins: std::collections::HashSet<u64> = std::collections::HashSet::new();
         let header = linkfile::for_each_record(link_file, |r| {
             sketch.add(validate::pair_digest(&r.source_url, &r.target_url));
             if records > 0 && r.source_url == last_source {
@@ -186,13 +202,27 @@ impl UploadPlan {
                 return Ok(());
             }
             // A file claiming links from other sites lies about what was scanned.
-            if !url::Url::parse(&r.source_url).is_ok_and(|u| site_scope.contains(&u)) {
+            let Some(u) = url::Url::parse(&r.source_url)
+                .ok()
+                .filter(|u| site_scope.contains(u))
+            else {
                 return Err(linkfile::LinkFileError::Refused(format!(
                     "link file holds a record whose source {} is not on site {}",
                     r.source_url.chars().take(200).collect::<String>(),
                     self.site
                 )));
+            };
+            if sources.insert(beebot_shared::scanstate::url_digest(&r.source_url))
+                && sources.len() as u64 > summary.pages
+            {
+                return Err(linkfile::LinkFileError::Refused(format!(
+                    "summary says {} pages but the link file holds records of more pages",
+                    summary.pages
+                )));
             }
+            origins.insert(beebot_shared::scanstate::url_digest(
+                &u.origin().ascii_serialization(),
+            ));
             records += 1;
             last_source = r.source_url;
             Ok(())
@@ -213,6 +243,7 @@ impl UploadPlan {
                 summary.links,
             ));
         }
+        self.check_pace(summary, origins.len() as u64)?;
         let sketch = sketch.finish();
         if !stopped_early(summary) {
             return Ok(Verified {
@@ -235,6 +266,12 @@ impl UploadPlan {
             return Err(format!(
                 "scan state counts {} pages done, fewer than the job's {} so far",
                 st.pages_done, least
+            ));
+        }
+        if st.pages_done > self.max_pages {
+            return Err(format!(
+                "scan state counts {} pages done, more than the round's cap of {}",
+                st.pages_done, self.max_pages
             ));
         }
         // Another host continues from this: it gets only URLs of this site,
@@ -264,6 +301,64 @@ impl UploadPlan {
             }),
             sketch,
         })
+    }
+
+    /// The summary's counts against what the unit allowed and against each
+    /// other, before the file is decoded: no more pages than the page cap
+    /// leaves after the job's earlier scans, and no count that is a part of
+    /// another larger than it.
+    fn check_summary(&self, summary: &ScanSummary) -> Result<(), String> {
+        let allowed = self.max_pages.saturating_sub(self.pages_before);
+        if summary.pages > allowed {
+            return Err(format!(
+                "summary says {} pages but the unit allowed {allowed} (page cap {}, {} done before)",
+                summary.pages, self.max_pages, self.pages_before
+            ));
+        }
+        if summary.links > MAX_LINK_RECORDS as u64 {
+            return Err(format!(
+                "summary says {} links, more than a link file may hold ({MAX_LINK_RECORDS})",
+                summary.links
+            ));
+        }
+        if summary.distinct_target_hosts > summary.links {
+            return Err(format!(
+                "summary says {} target hosts but only {} links",
+                summary.distinct_target_hosts, summary.links
+            ));
+        }
+        // Counted once per page at most (a page's redirect hops are not pages).
+        for (what, n) in [
+            ("pages whose links were capped", summary.link_capped_pages),
+            ("non-HTML pages", summary.non_html),
+        ] {
+            if n > summary.pages {
+                return Err(format!(
+                    "summary says {n} {what} but only {} pages",
+                    summary.pages
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A scan waits the round's delay between two requests to one origin:
+    /// its elapsed time covers the delays of its pages, spread over the
+    /// `origins` its records come from (at least one), the first
+    /// [`PACE_FREE_PAGES`] of each free, within [`PACE_TOLERANCE`]. A
+    /// summary claiming more pages than that is a lie about the scan (or a
+    /// host that ignored the politeness delay).
+    fn check_pace(&self, summary: &ScanSummary, origins: u64) -> Result<(), String> {
+        let per_origin = summary.pages.div_ceil(origins.max(1));
+        let delays = per_origin.saturating_sub(PACE_FREE_PAGES);
+        let least_ms = delays as f64 * self.delay_ms as f64 * PACE_TOLERANCE;
+        if (summary.elapsed_ms as f64) < least_ms {
+            return Err(format!(
+                "summary says {} pages in {} ms, faster than the round's delay of {} ms allows (at least {} ms)",
+                summary.pages, summary.elapsed_ms, self.delay_ms, least_ms as u64
+            ));
+        }
+        Ok(())
     }
 
     /// Make the link file (and the scan state of a scan that ended early)
@@ -304,6 +399,36 @@ fn unwanted_upload(job: &JobRecord, unit_id: u64) -> Option<UploadOutcome> {
             "unit {unit_id} was released (the host no longer held it): it is not wanted any more"
         ))),
     }
+}
+
+/// A host's slots as learned: its benchmark's (bounded when stored), else
+/// the default.
+fn host_slots(h: &HostRecord) -> u32 {
+    h.benchmark
+        .as_ref()
+        .map(|b| b.slots)
+        .filter(|s| *s > 0)
+        .unwrap_or(scheduler::DEFAULT_HOST_SLOTS)
+}
+
+/// Most units a host of `slots` (as learned: its benchmark's, bounded) may
+/// hold at once: a scanning unit and a buffer per slot, at most
+/// [`MAX_UNITS_HELD_PER_HOST`].
+pub fn held_cap(slots: u32) -> usize {
+    (slots.max(1) as usize)
+        .saturating_mul(MAX_UNITS_PER_SLOT)
+        .min(MAX_UNITS_HELD_PER_HOST)
+}
+
+/// Hex digits of an invite's id: the start of its token's SHA-256, enough to
+/// tell invites apart and nothing of the token itself.
+pub const INVITE_ID_LEN: usize = 16;
+/// Fewest hex digits `invite revoke` takes (a prefix of the id).
+pub const MIN_INVITE_ID_LEN: usize = 6;
+
+/// An invite's id: the first [`INVITE_ID_LEN`] hex digits of its token's hash.
+pub fn invite_id(token_sha256: &[u8; 32]) -> String {
+    hex::encode(&token_sha256[..INVITE_ID_LEN / 2])
 }
 
 /// Whether a scan stopped before its natural end (so its job goes on).
@@ -734,6 +859,45 @@ impl Grid {
         Ok(token)
     }
 
+    /// Every invite, oldest first, each with its id (never the token: the
+    /// grid keeps only the token's hash).
+    pub fn invites(&self) -> Vec<(String, InviteRecord)> {
+        let mut all: Vec<(String, InviteRecord)> = self
+            .invites
+            .values()
+            .map(|i| (invite_id(&i.token_sha256), i.clone()))
+            .collect();
+        all.sort_by(|a, b| (a.1.created_ms, &a.0).cmp(&(b.1.created_ms, &b.0)));
+        all
+    }
+
+    /// Revoke the invite whose id starts with `id` (at least
+    /// [`MIN_INVITE_ID_LEN`] hex digits, naming one invite): it is deleted, so
+    /// nobody joins with it any more. Returns the revoked invite's full id.
+    pub fn revoke_invite(&mut self, id: &str) -> Result<String, GridError> {
+        let id = id.trim().to_ascii_lowercase();
+        if id.len() < MIN_INVITE_ID_LEN || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(GridError::Invalid(format!(
+                "an invite id is at least {MIN_INVITE_ID_LEN} hex digits (see `invite list`)"
+            )));
+        }
+        let mut found = self
+            .invites
+            .keys()
+            .filter(|h| invite_id(h).starts_with(&id))
+            .copied();
+        let hash = found.next().ok_or(GridError::UnknownInvite(id.clone()))?;
+        if found.next().is_some() {
+            return Err(GridError::Invalid(format!(
+                "invite id {id} names more than one invite: give more digits"
+            )));
+        }
+        self.store.remove_invite(&hash)?;
+        self.store.flush()?;
+        self.invites.remove(&hash);
+        Ok(invite_id(&hash))
+    }
+
     /// Enrol a host whose key proof was already checked by the caller.
     pub fn enrol(
         &mut self,
@@ -818,6 +982,10 @@ impl Grid {
         Ok(())
     }
 
+    /// Note a host's reference-site benchmark. Figures that are not finite
+    /// or are negative are refused; figures past [`MAX_BENCHMARK_PAGES_PER_S`],
+    /// [`MAX_BENCHMARK_KB_PER_S`] and [`MAX_SLOTS`](beebot_shared::limits::MAX_SLOTS)
+    /// are clamped to them.
     pub fn benchmark(
         &mut self,
         host_id: u64,
@@ -836,9 +1004,12 @@ impl Grid {
             ));
         }
         let h = self.active_host(host_id, now_ms)?;
+        // Claims past what any host reaches are clamped, not refused: an
+        // honest fast host keeps its benchmark, a liar gains nothing beyond
+        // the bounds.
         h.benchmark = Some(Benchmark {
-            pages_per_s,
-            kb_per_s,
+            pages_per_s: pages_per_s.min(MAX_BENCHMARK_PAGES_PER_S),
+            kb_per_s: kb_per_s.min(MAX_BENCHMARK_KB_PER_S),
             slots: slots.min(beebot_shared::limits::MAX_SLOTS),
             measured_ms: now_ms,
         });
@@ -1163,12 +1334,11 @@ impl Grid {
     /// jobs, else its reference-site benchmark.
     fn host_speed(&self, host_id: u64) -> Option<f64> {
         let h = self.hosts.get(&host_id)?;
-        h.avg_pages_per_s.or_else(|| {
-            h.benchmark
-                .as_ref()
-                .map(|b| b.pages_per_s)
-                .filter(|s| s.is_finite() && *s > 0.0)
-        })
+        h.avg_pages_per_s
+            .or_else(|| h.benchmark.as_ref().map(|b| b.pages_per_s))
+            .filter(|s| s.is_finite() && *s > 0.0)
+            // What a host says of itself is believed up to a bound.
+            .map(|s| s.min(MAX_HOST_PAGES_PER_S))
     }
 
     /// Start the next scan of every repeating round that is over and whose
@@ -1257,12 +1427,7 @@ impl Grid {
         for h in self.hosts.values().filter(|h| !h.revoked) {
             let mut units = held.remove(&h.id).unwrap_or_default();
             units.sort_by_key(|(key, _)| *key);
-            let slots = h
-                .benchmark
-                .as_ref()
-                .map(|b| b.slots)
-                .filter(|s| *s > 0)
-                .unwrap_or(scheduler::DEFAULT_HOST_SLOTS);
+            let slots = host_slots(h);
             let plain: Vec<HeldUnit> = units.iter().map(|(_, u)| *u).collect();
             let sched = scheduler::slot_schedule(&plain, slots, now_ms);
             let online =
@@ -1318,6 +1483,13 @@ impl Grid {
             self.host_views(now_ms)
         };
         let asker = hosts.iter().position(|h| h.host_id == host_id);
+        // Never more units held at once than the host's slots keep busy
+        // (and its buffer), whatever it says is free.
+        if asker.is_some() {
+            let holds = held.get(&host_id).map_or(0, Vec::len);
+            let room = self.units_cap(host_id).saturating_sub(holds);
+            free = free.min(u32::try_from(room).unwrap_or(u32::MAX));
+        }
         // A result is checked by another host than its authors: a trusted
         // one, while one that is not among them is online.
         let trusted_online: Vec<u64> = hosts
@@ -1551,6 +1723,16 @@ impl Grid {
         Ok((signed, expected))
     }
 
+    /// Running attempts of `host_id`, across rounds.
+    fn running_units_of(&self, host_id: u64) -> usize {
+        self.running_job_ids()
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
+            .flat_map(|j| j.running_attempts())
+            .filter(|a| a.host_id == host_id)
+            .count()
+    }
+
     fn job_of_unit(&self, unit_id: u64) -> Option<&JobRecord> {
         self.units.get(&unit_id).and_then(|j| self.jobs.get(j))
     }
@@ -1581,6 +1763,20 @@ impl Grid {
             JobState::Queued | JobState::Running => {}
         }
         let job_id = job.id;
+        let max_pages = self
+            .rounds
+            .get(&job.round_id)
+            .map_or(0, |r| u64::from(r.params.max_pages));
+        // A unit back from sleep runs again only within the host's cap.
+        let asleep = job.attempts.iter().any(|a| {
+            a.unit_id == unit_id
+                && matches!(a.state, AttemptState::Expired | AttemptState::Released)
+        });
+        let at_cap = asleep
+            && self
+                .hosts
+                .get(&host_id)
+                .is_some_and(|_| self.running_units_of(host_id) >= self.units_cap(host_id));
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(ProgressOutcome::Abort("unknown unit".into()));
         };
@@ -1595,6 +1791,19 @@ impl Grid {
         };
         let (seq, chain) = (job.attempts[i].resume_seq, job.attempts[i].chain);
         let behind = job.is_behind(&job.attempts[i]);
+        // What the host says is bounded by what the unit allows (the page
+        // cap left after the scans it continues from), and a count going
+        // backwards is not believed.
+        let pages_before = (seq as usize)
+            .checked_sub(1)
+            .and_then(|k| job.segments.get(k))
+            .map_or(0, |s| s.pages_done);
+        let pages = pages
+            .min(max_pages.saturating_sub(pages_before))
+            .max(job.attempts[i].pages);
+        let links = links
+            .min(MAX_LINK_RECORDS as u64)
+            .max(job.attempts[i].links);
         let other_copy = job.attempts.iter().enumerate().any(|(j, o)| {
             j != i && o.state == AttemptState::Running && o.resume_seq == seq && o.chain == chain
         });
@@ -1628,6 +1837,11 @@ impl Grid {
                 // scan of a site at a time.
                 return Ok(ProgressOutcome::Abort(
                     "the scan was given to another host while this one was away".into(),
+                ));
+            }
+            AttemptState::Expired | AttemptState::Released if at_cap => {
+                return Ok(ProgressOutcome::Abort(
+                    "the host holds as many units as its slots allow: this one was given up".into(),
                 ));
             }
             AttemptState::Expired | AttemptState::Released => {
@@ -1833,10 +2047,11 @@ impl Grid {
             .segments
             .get((resume_seq as usize).wrapping_sub(1))
             .map_or(0, |s| s.pages_done);
-        let max_depth = self
-            .rounds
-            .get(&job.round_id)
-            .map_or(0, |r| r.params.max_depth);
+        let (max_depth, max_pages, delay_ms) =
+            self.rounds.get(&job.round_id).map_or((0, 0, 0), |r| {
+                let p = &r.params;
+                (p.max_depth, u64::from(p.max_pages), p.delay_ms)
+            });
         Ok(UploadStep::Plan(UploadPlan {
             host_id,
             unit_id,
@@ -1858,6 +2073,8 @@ impl Grid {
             chain: attempt.chain,
             pages_before,
             max_depth,
+            max_pages,
+            delay_ms,
         }))
     }
 
@@ -2037,6 +2254,21 @@ impl Grid {
         self.store.flush()?;
         self.check_open();
         Ok(UploadOutcome::Accepted)
+    }
+
+    /// Most units `host_id` may hold at once: its slots' worth
+    /// ([`held_cap`]); a host not trusted yet is taken to have at most
+    /// [`validate::UNTRUSTED_MAX_SLOTS`], whatever its benchmark claims.
+    fn units_cap(&self, host_id: u64) -> usize {
+        let slots = self
+            .hosts
+            .get(&host_id)
+            .map_or(scheduler::DEFAULT_HOST_SLOTS, host_slots);
+        if self.is_trusted(host_id) {
+            held_cap(slots)
+        } else {
+            held_cap(slots.min(validate::UNTRUSTED_MAX_SLOTS))
+        }
     }
 
     /// Whether a host is trusted: enough valid results in a row.
@@ -2776,6 +3008,90 @@ mod tests {
     }
 
     #[test]
+    fn invites_are_listed_without_their_tokens_and_a_revoked_one_cannot_be_used() {
+        let mut fx = Fx::new();
+        let t1 = fx.grid.create_invite(2, T0 + HOUR_MS, T0).unwrap();
+        let t2 = fx.grid.create_invite(1, T0 + 2 * HOUR_MS, T0 + 5).unwrap();
+        let listed = fx.grid.invites();
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed[0].0, invite_id(&sha256(&t1)));
+        assert_eq!(listed[0].0.len(), INVITE_ID_LEN);
+        assert_eq!(
+            (
+                listed[0].1.uses_left,
+                listed[0].1.expires_ms,
+                listed[0].1.created_ms
+            ),
+            (2, T0 + HOUR_MS, T0)
+        );
+        assert_eq!(listed[1].1.created_ms, T0 + 5);
+        for (id, _) in &listed {
+            for t in [&t1, &t2] {
+                assert!(!id.contains(&hex::encode(t)), "an id never shows the token");
+            }
+        }
+        // Revoked by a prefix of its id: it is gone, and joining with it fails.
+        let id1 = listed[0].0.clone();
+        assert_eq!(
+            fx.grid.revoke_invite(&id1[..8].to_uppercase()).unwrap(),
+            id1
+        );
+        assert_eq!(fx.grid.invites().len(), 1);
+        let k = sign::generate_key().verifying_key().to_bytes();
+        assert!(matches!(
+            fx.grid.enrol(&t1, k, info("a"), T0 + 10),
+            Err(GridError::BadInvite)
+        ));
+        assert!(matches!(
+            fx.grid.revoke_invite(&id1),
+            Err(GridError::UnknownInvite(_))
+        ));
+        // Ids too short or not hex are refused; the other invite still works.
+        for bad in ["", "ab", "zzzzzzzz", &listed[1].0[..MIN_INVITE_ID_LEN - 1]] {
+            assert!(matches!(
+                fx.grid.revoke_invite(bad),
+                Err(GridError::Invalid(_))
+            ));
+        }
+        fx.grid.enrol(&t2, k, info("a"), T0 + 10).unwrap();
+        // A revocation is durable.
+        let dir = fx.dir;
+        drop(fx.grid);
+        let g = open_grid(dir.path(), &fx.key);
+        assert_eq!(g.invites().len(), 1);
+        assert_eq!(g.invites()[0].0, listed[1].0);
+    }
+
+    #[test]
+    fn an_ambiguous_invite_id_revokes_nothing() {
+        let mut fx = Fx::new();
+        // Two invites whose hashes share their first four bytes.
+        for last in [1u8, 2] {
+            let mut h = [0xab; 32];
+            h[4] = last;
+            let rec = InviteRecord {
+                token_sha256: h,
+                uses_left: 1,
+                expires_ms: T0 + HOUR_MS,
+                created_ms: T0,
+            };
+            fx.grid.store.put_invite(&rec).unwrap();
+            fx.grid.invites.insert(h, rec);
+        }
+        assert!(matches!(
+            fx.grid.revoke_invite("abababab"),
+            Err(GridError::Invalid(why)) if why.contains("more than one")
+        ));
+        assert_eq!(fx.grid.invites().len(), 2);
+        // One more digit names one.
+        assert_eq!(
+            fx.grid.revoke_invite("abababab02").unwrap(),
+            "abababab02ababab"
+        );
+        assert_eq!(fx.grid.invites().len(), 1);
+    }
+
+    #[test]
     fn key_enrolled_twice_is_refused() {
         let mut fx = Fx::new();
         let tok = fx.grid.create_invite(3, T0 + HOUR_MS, T0).unwrap();
@@ -2899,8 +3215,551 @@ mod tests {
     fn a_reply_holds_at_most_the_unit_cap() {
         let (mut fx, _) = Fx::with_round(MAX_UNITS_PER_REPLY + 6, 3);
         let a = fx.host();
+        let slots = beebot_shared::limits::MAX_SLOTS;
+        fx.grid.benchmark(a, 5.0, 100.0, slots, T0).unwrap();
+        fx.grid.set_trusted(a).unwrap();
+        assert!(held_cap(slots) > MAX_UNITS_PER_REPLY);
         let (units, _) = fx.ask(a, u32::MAX, &[], T0);
         assert_eq!(units.len(), MAX_UNITS_PER_REPLY);
+    }
+
+    /// Units of `host` running now, across rounds.
+    fn running_units_of(fx: &Fx, host: u64) -> usize {
+        fx.grid
+            .jobs
+            .values()
+            .flat_map(|j| j.running_attempts())
+            .filter(|a| a.host_id == host)
+            .count()
+    }
+
+    /// Ask with `free_slots` 64 over and over, holding everything and
+    /// returning nothing; returns the units held in the end.
+    fn hoard(fx: &mut Fx, host: u64, asks: u64) -> Vec<u64> {
+        let mut held: Vec<u64> = Vec::new();
+        for i in 0..asks {
+            let (units, _) = fx.ask(host, 64, &held, T0 + i * 1000);
+            held.extend(units.iter().map(|u| u.unit_id));
+        }
+        held
+    }
+
+    #[test]
+    fn a_host_asking_for_every_slot_over_and_over_holds_at_most_its_cap() {
+        let (mut fx, round) = Fx::with_round(3 * MAX_UNITS_HELD_PER_HOST, 3);
+        // Without a benchmark: the default slots, a buffer each.
+        let a = fx.host();
+        let held = hoard(&mut fx, a, 10);
+        let cap = held_cap(scheduler::DEFAULT_HOST_SLOTS);
+        assert_eq!(held.len(), cap);
+        assert_eq!(running_units_of(&fx, a), cap);
+        // A second round does not raise it: the cap is across rounds.
+        let second = fx.grid.start_round(params(3), T0 + 20_000).unwrap();
+        assert_ne!(second, round);
+        let (more, r) = fx.ask(a, 64, &held, T0 + 21_000);
+        assert!(more.is_empty(), "nothing beyond the cap");
+        assert!(r.rounds_open);
+        // Claiming every slot there is (and more), not trusted yet: a few
+        // slots' worth.
+        let c = fx.host();
+        fx.grid.benchmark(c, 5.0, 100.0, u32::MAX, T0).unwrap();
+        let held = hoard(&mut fx, c, 10);
+        assert_eq!(held.len(), held_cap(validate::UNTRUSTED_MAX_SLOTS));
+        // Trusted: the named limit holds.
+        let b = fx.host();
+        fx.grid.benchmark(b, 5.0, 100.0, u32::MAX, T0).unwrap();
+        fx.grid.set_trusted(b).unwrap();
+        let held = hoard(&mut fx, b, 10);
+        assert_eq!(held.len(), MAX_UNITS_HELD_PER_HOST);
+        assert_eq!(running_units_of(&fx, b), MAX_UNITS_HELD_PER_HOST);
+        // Returning one makes room for one.
+        fx.grid
+            .fail(b, held[0], "gave it back", T0 + 31_000)
+            .unwrap();
+        let (units, _) = fx.ask(b, 64, &held[1..], T0 + 32_000);
+        assert_eq!(units.len(), 1);
+        assert_eq!(running_units_of(&fx, b), MAX_UNITS_HELD_PER_HOST);
+    }
+
+    #[test]
+    fn a_unit_back_from_sleep_does_not_run_past_the_hosts_cap() {
+        let (mut fx, _) = Fx::with_round(3 * MAX_UNITS_HELD_PER_HOST, 3);
+        let a = fx.host();
+        let cap = held_cap(scheduler::DEFAULT_HOST_SLOTS);
+        let old = hoard(&mut fx, a, 1);
+        assert_eq!(old.len(), cap);
+        // All expire; the host takes a full load again, then reports on an old one.
+        let late = T0 + 10 * HOUR_MS;
+        fx.grid.tick(late).unwrap();
+        assert_eq!(running_units_of(&fx, a), 0);
+        let (new, _) = fx.ask(a, 64, &old, late + 1);
+        assert_eq!(new.len(), cap);
+        let held: Vec<u64> = old
+            .iter()
+            .chain(new.iter().map(|u| &u.unit_id))
+            .copied()
+            .collect();
+        let o = fx.grid.progress(a, old[0], 1, 1, late + 2).unwrap();
+        assert!(matches!(o, ProgressOutcome::Abort(why) if why.contains("slots")));
+        assert_eq!(running_units_of(&fx, a), cap);
+        // Below the cap it runs again.
+        fx.grid
+            .fail(a, new[0].unit_id, "gave it back", late + 3)
+            .unwrap();
+        let o = fx.grid.progress(a, old[0], 1, 1, late + 4).unwrap();
+        assert!(matches!(o, ProgressOutcome::Extend(_)), "{o:?}");
+        assert_eq!(running_units_of(&fx, a), cap);
+        let (none, _) = fx.ask(a, 64, &held, late + 5);
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn absurd_benchmark_claims_are_clamped_and_broken_ones_refused() {
+        let mut fx = Fx::new();
+        let a = fx.host();
+        fx.grid.benchmark(a, 1e300, f64::MAX, u32::MAX, T0).unwrap();
+        let b = fx.host_rec(a).benchmark.unwrap();
+        assert_eq!(b.pages_per_s, MAX_BENCHMARK_PAGES_PER_S);
+        assert_eq!(b.kb_per_s, MAX_BENCHMARK_KB_PER_S);
+        assert_eq!(b.slots, beebot_shared::limits::MAX_SLOTS);
+        assert_eq!(fx.grid.host_speed(a), Some(MAX_HOST_PAGES_PER_S));
+        for (p, k) in [
+            (f64::NAN, 1.0),
+            (1.0, f64::INFINITY),
+            (-1.0, 1.0),
+            (1.0, -0.5),
+        ] {
+            let e = fx.grid.benchmark(a, p, k, 4, T0).unwrap_err();
+            assert!(matches!(e, GridError::Invalid(_)), "{e}");
+        }
+        // A learned speed past the bound is bounded too.
+        fx.grid.hosts.get_mut(&a).unwrap().avg_pages_per_s = Some(1e12);
+        assert_eq!(fx.grid.host_speed(a), Some(MAX_HOST_PAGES_PER_S));
+        fx.grid.hosts.get_mut(&a).unwrap().avg_pages_per_s = Some(f64::NAN);
+        assert_eq!(fx.grid.host_speed(a), None);
+    }
+
+    /// Upload `sum` with the link file of `records` for `unit`; the reason
+    /// it is rejected (`None`: accepted).
+    fn upload_with(
+        fx: &mut Fx,
+        host: u64,
+        unit: &WorkUnit,
+        sum: ScanSummary,
+        recs: &[LinkRecord],
+        now: u64,
+    ) -> Option<String> {
+        let mut h = header_for(unit, recs.len());
+        h.pages = sum.pages;
+        let file = linkfile::encode(&h, recs).unwrap();
+        match fx
+            .grid
+            .upload(host, unit.unit_id, sum, &file, None, now)
+            .unwrap()
+        {
+            UploadOutcome::Accepted => None,
+            UploadOutcome::Rejected(why) => Some(why),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_summary_claiming_more_pages_than_the_unit_allowed_is_rejected() {
+        let (mut fx, _) = Fx::with_round(1, 5);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        let mut sum = summary(3);
+        sum.pages = u64::from(params(5).max_pages) + 1;
+        let why = upload_with(&mut fx, a, &u, sum, &records(&u.site, 3), T0 + 1).unwrap();
+        assert!(why.contains("unit allowed 50"), "{why}");
+        // A continuation may take only what the earlier scans left.
+        let u = fx.one(a, &[], T0 + 2);
+        let (sum, file, state) = partial_for(&u, 3, 45);
+        let mut sum45 = sum.clone();
+        sum45.pages = 45;
+        assert_eq!(
+            fx.grid
+                .upload(a, u.unit_id, sum45, &file, Some(&state), T0 + 3)
+                .unwrap(),
+            UploadOutcome::Accepted
+        );
+        let v = fx.one(a, &[], T0 + 4);
+        assert_eq!(v.job_id, u.job_id);
+        let mut sum = summary(3);
+        sum.pages = 6;
+        let why = upload_with(&mut fx, a, &v, sum.clone(), &records(&v.site, 3), T0 + 5).unwrap();
+        assert!(
+            why.contains("unit allowed 5 (page cap 50, 45 done before)"),
+            "{why}"
+        );
+        // What is left is fine.
+        let w = fx.one(a, &[], T0 + 6);
+        sum.pages = 5;
+        assert_eq!(
+            upload_with(&mut fx, a, &w, sum, &records(&w.site, 3), T0 + 7),
+            None
+        );
+        // A frontier counting more pages than the cap is refused.
+        let (mut fx, _) = Fx::with_round(1, 5);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        let (sum, file, state) = partial_for(&u, 3, 51);
+        match fx
+            .grid
+            .upload(a, u.unit_id, sum, &file, Some(&state), T0 + 1)
+            .unwrap()
+        {
+            UploadOutcome::Rejected(why) => assert!(why.contains("cap of 50"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_summary_faster_than_the_politeness_delay_is_rejected() {
+        let mut fx = Fx::new();
+        fx.grid.add_sites(&site_names(4), T0).unwrap();
+        let mut p = params(5);
+        p.delay_ms = 1000;
+        fx.grid.start_round(p, T0).unwrap();
+        let a = fx.host();
+        let one_source = |site: &str, n: usize| -> Vec<LinkRecord> {
+            records(site, n)
+                .into_iter()
+                .map(|mut r| {
+                    r.source_url = format!("http://{site}/");
+                    r
+                })
+                .collect()
+        };
+        // Ten pages on one origin: nine delays, the first two pages free.
+        let least = ((10 - PACE_FREE_PAGES) as f64 * 1000.0 * PACE_TOLERANCE) as u64;
+        let u = fx.one(a, &[], T0);
+        let mut sum = summary(3);
+        sum.pages = 10;
+        sum.elapsed_ms = 1000;
+        let why = upload_with(&mut fx, a, &u, sum.clone(), &one_source(&u.site, 3), T0 + 1);
+        assert!(why.unwrap().contains("faster than the round's delay"));
+        let u = fx.one(a, &[], T0 + 2);
+        sum.elapsed_ms = least - 1;
+        assert!(
+            upload_with(&mut fx, a, &u, sum.clone(), &one_source(&u.site, 3), T0 + 3).is_some()
+        );
+        let u = fx.one(a, &[], T0 + 4);
+        sum.elapsed_ms = least;
+        assert_eq!(
+            upload_with(&mut fx, a, &u, sum.clone(), &one_source(&u.site, 3), T0 + 5),
+            None
+        );
+        // Two origins (http and https of the site) each keep their own pace.
+        let u = fx.one(a, &[], T0 + 6);
+        let mut recs = one_source(&u.site, 4);
+        recs[2].source_url = format!("https://{}/", u.site);
+        recs[3].source_url = format!("https://{}/", u.site);
+        sum.links = 4;
+        sum.distinct_target_hosts = 4;
+        sum.elapsed_ms = ((5 - PACE_FREE_PAGES) as f64 * 1000.0 * PACE_TOLERANCE) as u64;
+        assert_eq!(upload_with(&mut fx, a, &u, sum, &recs, T0 + 7), None);
+    }
+
+    #[test]
+    fn summary_counts_that_do_not_fit_the_file_are_rejected() {
+        let (mut fx, _) = Fx::with_round(8, 5);
+        let a = fx.host();
+        let (units, _) = fx.ask(a, 8, &[], T0);
+        type Change = fn(&mut ScanSummary);
+        let cases: Vec<(Change, &str)> = vec![
+            // Records exist, yet no page was scanned.
+            (|s| s.pages = 0, "0 pages"),
+            // Records of three pages (p0, p1, p2), two pages claimed.
+            (|s| s.pages = 2, "more pages"),
+            (|s| s.links += 1, "links"),
+            (|s| s.distinct_target_hosts = s.links + 1, "target hosts"),
+            (|s| s.link_capped_pages = s.pages + 1, "capped"),
+            (|s| s.non_html = s.pages + 1, "non-HTML"),
+            (|s| s.links = u64::MAX, "links"),
+        ];
+        for ((change, what), u) in cases.into_iter().zip(&units) {
+            let mut sum = summary(6);
+            change(&mut sum);
+            let why = upload_with(&mut fx, a, u, sum, &records(&u.site, 6), T0 + 1)
+                .unwrap_or_else(|| panic!("{what}: accepted"));
+            assert!(why.contains(what), "{what}: {why}");
+        }
+        // The honest summary of the same file is accepted.
+        let u = &units[7];
+        assert_eq!(
+            upload_with(&mut fx, a, u, summary(6), &records(&u.site, 6), T0 + 2),
+            None
+        );
+    }
+
+    /// One thing a host does, with arbitrary numbers.
+    #[derive(Clone, Debug)]
+    enum HostAct {
+        Bench(usize, f64, f64, u32),
+        /// Host, want_seconds, free_slots, units held (`None`: all it got), windows.
+        Ask(usize, u64, u32, Option<Vec<u64>>, Option<Vec<(u64, u64)>>),
+        /// Host, unit (an index into those issued), pages, links.
+        Progress(usize, usize, u64, u64),
+        /// Host, unit, summary, records in the file, the frontier's pages done.
+        Upload(usize, usize, Box<ScanSummary>, usize, Option<u64>),
+        Wait(u32),
+    }
+
+    /// A number a host might send: small (to reach the paths that accept)
+    /// or anything.
+    fn host_number() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![0u64..64, any::<u64>(), Just(u64::MAX)]
+    }
+
+    fn any_summary() -> impl proptest::strategy::Strategy<Value = ScanSummary> {
+        use linkfile::StopReason as S;
+        use proptest::prelude::*;
+        let stop = prop_oneof![
+            Just(None),
+            proptest::sample::select(vec![
+                S::MaxPages,
+                S::MaxTime,
+                S::Deadline,
+                S::FrontierFull,
+                S::Cancelled,
+                S::RobotsUnavailable,
+                S::SeedUnreachable,
+                S::Offline,
+            ])
+            .prop_map(Some),
+        ];
+        (
+            proptest::collection::vec(host_number(), 14),
+            proptest::collection::vec((any::<u16>(), host_number()), 0..4),
+            stop,
+        )
+            .prop_map(|(n, status_counts, stopped_by)| ScanSummary {
+                pages: n[0],
+                bytes: n[1],
+                links: n[2],
+                distinct_target_hosts: n[3],
+                errors: n[4],
+                elapsed_ms: n[5],
+                stopped_by,
+                status_counts,
+                robots_disallowed: n[6],
+                timeouts: n[7],
+                truncated_pages: n[8],
+                non_html: n[9],
+                link_capped_pages: n[10],
+                frontier_dropped: n[11],
+                records_dropped: n[12],
+                beyond_depth: n[13],
+                ..ScanSummary::default()
+            })
+    }
+
+    fn any_act() -> impl proptest::strategy::Strategy<Value = HostAct> {
+        use proptest::prelude::*;
+        let windows = proptest::option::of(proptest::collection::vec(
+            (host_number(), host_number()),
+            0..beebot_shared::limits::MAX_WINDOW_INTERVALS,
+        ));
+        let held = proptest::option::of(proptest::collection::vec(host_number(), 0..8));
+        prop_oneof![
+            (
+                0usize..2,
+                proptest::num::f64::ANY,
+                proptest::num::f64::ANY,
+                any::<u32>()
+            )
+                .prop_map(|(h, p, k, s)| HostAct::Bench(h, p, k, s)),
+            (0usize..2, host_number(), any::<u32>(), held, windows)
+                .prop_map(|(h, w, f, u, o)| HostAct::Ask(h, w, f, u, o)),
+            (0usize..2, any::<usize>(), host_number(), host_number())
+                .prop_map(|(h, u, p, l)| HostAct::Progress(h, u, p, l)),
+            (
+                0usize..2,
+                any::<usize>(),
+                any_summary(),
+                0usize..6,
+                proptest::option::of(host_number())
+            )
+                .prop_map(|(h, u, s, n, st)| HostAct::Upload(h, u, Box::new(s), n, st)),
+            (0u32..4_000_000).prop_map(HostAct::Wait),
+        ]
+    }
+
+    /// What must hold whatever the hosts sent: the open-job index matches
+    /// the jobs, no host holds more than its cap (unless it held them
+    /// before, e.g. its benchmark lowered its slots), every count is within
+    /// the round's page cap, at most two copies of a job run, and speeds and
+    /// benchmarks are within their bounds.
+    fn check_consistent(g: &Grid, before: &HashMap<u64, usize>, max_pages: u64) {
+        g.check_open();
+        let mut running: HashMap<u64, usize> = HashMap::new();
+        for job in g.jobs.values() {
+            let copies = job.running_attempts().count();
+            assert!(
+                copies <= scheduler::MAX_COPIES as usize,
+                "job {}: {copies} copies",
+                job.id
+            );
+            for a in job.running_attempts() {
+                *running.entry(a.host_id).or_default() += 1;
+            }
+            for a in &job.attempts {
+                assert!(
+                    a.pages <= max_pages,
+                    "attempt {} reports {} pages",
+                    a.unit_id,
+                    a.pages
+                );
+                assert!(a.links <= MAX_LINK_RECORDS as u64);
+            }
+            for seg in &job.segments {
+                assert!(seg.pages_done <= max_pages && seg.summary.pages <= max_pages);
+            }
+            if let Some(r) = &job.result {
+                assert!(r.summary.pages <= max_pages);
+            }
+            assert!(job.completeness().pages <= max_pages);
+        }
+        for h in g.hosts.values() {
+            let n = running.get(&h.id).copied().unwrap_or(0);
+            let was = before.get(&h.id).copied().unwrap_or(0);
+            assert!(
+                n <= held_cap(host_slots(h)).max(was),
+                "host {} holds {n} units (cap {}, {was} before)",
+                h.id,
+                held_cap(host_slots(h))
+            );
+            if let Some(b) = &h.benchmark {
+                assert!(
+                    b.pages_per_s.is_finite()
+                        && (0.0..=MAX_BENCHMARK_PAGES_PER_S).contains(&b.pages_per_s)
+                );
+                assert!(
+                    b.kb_per_s.is_finite() && (0.0..=MAX_BENCHMARK_KB_PER_S).contains(&b.kb_per_s)
+                );
+                assert!(b.slots <= beebot_shared::limits::MAX_SLOTS);
+            }
+            if let Some(s) = g.host_speed(h.id) {
+                assert!(
+                    s.is_finite() && s > 0.0 && s <= MAX_HOST_PAGES_PER_S,
+                    "speed {s}"
+                );
+            }
+        }
+    }
+
+    fn running_by_host(g: &Grid) -> HashMap<u64, usize> {
+        let mut running: HashMap<u64, usize> = HashMap::new();
+        for a in g.jobs.values().flat_map(|j| j.running_attempts()) {
+            *running.entry(a.host_id).or_default() += 1;
+        }
+        running
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Every number a host sends (benchmark figures, work requests,
+        /// progress reports, scan summaries), arbitrary and in any order
+        /// under every policy: no panic, and the grid stays consistent.
+        #[test]
+        fn every_number_a_host_sends_is_bounded_and_never_panics(
+            policy in proptest::sample::select(vec![
+                "adaptive", "round-robin", "batch", "level", "pack", "size-aware",
+            ]),
+            acts in proptest::collection::vec(any_act(), 1..40),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let key = sign::generate_key();
+            let mut g = Grid::open(Store::memory(), dir.path().join("links"), key.clone(), settings())
+                .unwrap();
+            let pk = key.verifying_key();
+            let hosts = [enrol_host(&mut g, T0), enrol_host(&mut g, T0)];
+            g.add_sites(&site_names(12), T0).unwrap();
+            let mut p = params(3);
+            p.policy = policy.to_string();
+            p.delay_ms = 100;
+            let max_pages = u64::from(p.max_pages);
+            g.start_round(p, T0).unwrap();
+            let mut now = T0;
+            let mut issued: Vec<(usize, WorkUnit)> = Vec::new();
+            for act in acts {
+                now += 1;
+                let before = running_by_host(&g);
+                let unit_of = |i: usize| (!issued.is_empty()).then(|| issued[i % issued.len()].1.clone());
+                match act {
+                    HostAct::Bench(h, p, k, s) => match g.benchmark(hosts[h], p, k, s, now) {
+                        Ok(()) | Err(GridError::Invalid(_)) => {}
+                        Err(e) => panic!("benchmark: {e}"),
+                    },
+                    HostAct::Ask(h, want_seconds, free_slots, held, open_windows) => {
+                        let units_held = held.unwrap_or_else(|| {
+                            issued.iter().filter(|(o, _)| *o == h).map(|(_, u)| u.unit_id).collect()
+                        });
+                        let req = WorkRequest { want_seconds, free_slots, units_held, open_windows };
+                        let reply = g.request_work(hosts[h], &req, now).unwrap();
+                        for su in &reply.units {
+                            issued.push((h, sign::verify_unit(&pk, su).unwrap()));
+                        }
+                    }
+                    HostAct::Progress(h, i, pages, links) => {
+                        if let Some(u) = unit_of(i) {
+                            g.progress(hosts[h], u.unit_id, pages, links, now).unwrap();
+                        }
+                    }
+                    HostAct::Upload(h, i, summary, n, pages_done) => {
+                        if let Some(u) = unit_of(i) {
+                            let file = linkfile::encode(&header_for(&u, n), &records(&u.site, n)).unwrap();
+                            let state = pages_done.map(|d| partial_for(&u, n, d).2);
+                            g.upload(hosts[h], u.unit_id, *summary, &file, state.as_deref(), now)
+                                .unwrap();
+                        }
+                    }
+                    HostAct::Wait(ms) => {
+                        now += u64::from(ms);
+                        g.tick(now).unwrap();
+                    }
+                }
+                check_consistent(&g, &before, max_pages);
+            }
+        }
+    }
+
+    #[test]
+    fn progress_counts_are_bounded_by_the_unit_and_never_go_back() {
+        let (mut fx, _) = Fx::with_round(1, 5);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        fx.grid
+            .progress(a, u.unit_id, u64::MAX, u64::MAX, T0 + 1000)
+            .unwrap();
+        let at = fx.attempt(u.unit_id);
+        assert_eq!(at.pages, 50, "the page cap");
+        assert_eq!(at.links, MAX_LINK_RECORDS as u64);
+        assert!(fx.job(u.job_id).completeness().pages <= 50);
+        // Backwards is not believed.
+        fx.grid.progress(a, u.unit_id, 3, 2, T0 + 2000).unwrap();
+        let at = fx.attempt(u.unit_id);
+        assert_eq!((at.pages, at.links), (50, MAX_LINK_RECORDS as u64));
+        // A continuation is bounded by what its job's earlier scans left.
+        let (mut fx, _) = Fx::with_round(1, 5);
+        let a = fx.host();
+        let u = fx.one(a, &[], T0);
+        fx.grid.progress(a, u.unit_id, 10, 5, T0 + 1000).unwrap();
+        fx.grid.progress(a, u.unit_id, 7, 5, T0 + 2000).unwrap();
+        assert_eq!(fx.attempt(u.unit_id).pages, 10);
+        let (sum, file, state) = partial_for(&u, 3, 40);
+        assert_eq!(
+            fx.grid
+                .upload(a, u.unit_id, sum, &file, Some(&state), T0 + 3000)
+                .unwrap(),
+            UploadOutcome::Accepted
+        );
+        let v = fx.one(a, &[], T0 + 4000);
+        fx.grid.progress(a, v.unit_id, 1000, 5, T0 + 5000).unwrap();
+        assert_eq!(fx.attempt(v.unit_id).pages, 10);
     }
 
     #[test]
@@ -4530,7 +5389,7 @@ mod tests {
     fn fabricated(site: &str, n: usize) -> Vec<LinkRecord> {
         (0..n)
             .map(|i| LinkRecord {
-                source_url: format!("http://{site}/made-up{i}"),
+                source_url: format!("http://{site}/made-up{}", i % 3),
                 target_url: format!("http://{site}/nowhere{i}"),
                 tag: LinkTag::A,
                 nofollow: false,

@@ -61,8 +61,12 @@ enum Cmd {
     },
     /// Serve clients (QUIC) and the admin API until Ctrl-C or SIGTERM.
     Serve,
-    /// Print an invite code (alone on the last line).
+    /// Print an invite code (alone on the last line); `invite list` and
+    /// `invite revoke ID` manage the invites made.
+    #[command(args_conflicts_with_subcommands = true)]
     Invite {
+        #[command(subcommand)]
+        cmd: Option<InviteCmd>,
         /// How many hosts may join with it.
         #[arg(long, default_value_t = 1)]
         uses: u32,
@@ -266,6 +270,15 @@ enum RoundCmd {
 }
 
 #[derive(Subcommand)]
+enum InviteCmd {
+    /// Every invite: id, uses left, expiry, creation (never the code).
+    List,
+    /// Revoke an invite by its id from `invite list` (or a prefix naming one):
+    /// nobody joins with it any more.
+    Revoke { id: String },
+}
+
+#[derive(Subcommand)]
 enum HostsCmd {
     /// Every host: state, trust (valid results in a row), results found
     /// valid and invalid, work done, speed.
@@ -385,7 +398,45 @@ fn run(cli: Cli) -> Result<i32> {
                 server.run(shutdown_signal()).await
             })?;
         }
-        Cmd::Invite { uses, expires } => {
+        Cmd::Invite {
+            cmd: Some(InviteCmd::List),
+            ..
+        } => {
+            let c = AdminClient::new(&dir)?;
+            let invites: InvitesList = c.get("/api/invites")?;
+            let now = beebot_server::now_ms();
+            println!("id\tuses left\texpires\tcreated");
+            for i in invites {
+                let expires = if i.expires_ms <= now {
+                    "expired".to_string()
+                } else {
+                    format!("in {}s", (i.expires_ms - now) / 1000)
+                };
+                println!(
+                    "{}\t{}\t{}\t{}s ago",
+                    i.id,
+                    i.uses_left,
+                    expires,
+                    now.saturating_sub(i.created_ms) / 1000
+                );
+            }
+        }
+        Cmd::Invite {
+            cmd: Some(InviteCmd::Revoke { id }),
+            ..
+        } => {
+            let c = AdminClient::new(&dir)?;
+            if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                bail!("`{id}` is not an invite id: use an id from `beebot-server invite list`");
+            }
+            let r: InviteRevoked = c.post(&format!("/api/invites/{id}/revoke"), &())?;
+            println!("invite {} revoked", r.id);
+        }
+        Cmd::Invite {
+            cmd: None,
+            uses,
+            expires,
+        } => {
             let c = AdminClient::new(&dir)?;
             let r: InviteResponse = c.post(
                 "/api/invites",

@@ -548,9 +548,10 @@ fn grid_error(e: GridError) -> Response {
         GridError::UnknownHost(_) => error(ErrorCode::UnknownHost, e.to_string()),
         GridError::Revoked(_) => error(ErrorCode::Revoked, e.to_string()),
         GridError::BadInvite => error(ErrorCode::BadInvite, e.to_string()),
-        GridError::KeyEnrolled(_) | GridError::Invalid(_) | GridError::UnknownRound(_) => {
-            error(ErrorCode::BadRequest, e.to_string())
-        }
+        GridError::KeyEnrolled(_)
+        | GridError::Invalid(_)
+        | GridError::UnknownRound(_)
+        | GridError::UnknownInvite(_) => error(ErrorCode::BadRequest, e.to_string()),
         GridError::Store(_) | GridError::Io(_) | GridError::Sign(_) => {
             tracing::error!("request failed: {e}");
             error(ErrorCode::Internal, format!("server error: {e}"))

@@ -355,7 +355,9 @@ pub struct DeadlineRule {
 
 /// `issued + expected × slack + grace`, bounded to `[min, max]` after issue.
 pub fn deadline_ms(issued_ms: u64, expected_s: f64, rule: &DeadlineRule) -> u64 {
-    let span = (expected_s.max(0.0) * rule.slack) as u64 + rule.grace_s;
+    // A host's speed is its own claim: a tiny one makes `expected_s` vast
+    // (the cast saturates, and so does the sum).
+    let span = ((expected_s.max(0.0) * rule.slack) as u64).saturating_add(rule.grace_s);
     let span = span.clamp(rule.min_s, rule.max_s.max(rule.min_s));
     issued_ms.saturating_add(span.saturating_mul(1000))
 }
@@ -1115,6 +1117,11 @@ mod tests {
         assert_eq!(deadline_ms(1000, 1.0, &rule), 1000 + 60_000);
         assert_eq!(deadline_ms(1000, 100.0, &rule), 1000 + 310_000);
         assert_eq!(deadline_ms(1000, 1e9, &rule), 1000 + 600_000);
+        // A host claiming a speed near zero: an expected time past u64 (found
+        // by the grid's property test: the sum overflowed).
+        assert_eq!(deadline_ms(1000, 1e300, &rule), 1000 + 600_000);
+        assert_eq!(deadline_ms(1000, f64::INFINITY, &rule), 1000 + 600_000);
+        assert!(!fits_windows(&[(0, u64::MAX)], 1e300, &rule));
     }
 
     #[test]

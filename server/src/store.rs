@@ -359,6 +359,14 @@ impl Store {
     pub fn invites(&self) -> Result<Vec<InviteRecord>, StoreError> {
         Self::all(&self.invites, "invites")
     }
+    pub fn remove_invite(&self, token_sha256: &[u8; 32]) -> Result<bool, StoreError> {
+        self.check()?;
+        self.durability.written.fetch_add(1, Ordering::SeqCst);
+        match self.invites.remove(token_sha256) {
+            Ok(removed) => Ok(removed),
+            Err(e) => self.failed(e),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -404,6 +412,16 @@ mod tests {
         assert!(!s.remove_site("b.test").unwrap());
         assert_eq!(s.sites().unwrap().len(), 1);
         assert_eq!(s.invites().unwrap()[0].uses_left, 2);
+        s.put_invite(&InviteRecord {
+            token_sha256: [6; 32],
+            uses_left: 1,
+            expires_ms: 9,
+            created_ms: 1,
+        })
+        .unwrap();
+        assert!(s.remove_invite(&[6; 32]).unwrap());
+        assert!(!s.remove_invite(&[6; 32]).unwrap());
+        assert_eq!(s.invites().unwrap().len(), 1);
         assert!(s.rounds().unwrap().is_empty() && s.jobs().unwrap().is_empty());
         assert!(s.failure().is_none());
     }

@@ -34,6 +34,11 @@ pub const MAX_RESULTS_PER_JOB: usize = 4;
 /// adaptive replication uses about ten).
 pub const DEFAULT_TRUST_AFTER: u32 = 10;
 
+/// Slots a host not trusted yet is taken to have at most, whatever its
+/// benchmark claims: what it may hold is bounded by this until its results
+/// are found valid (a new desktop still scans several sites at once).
+pub const UNTRUSTED_MAX_SLOTS: u32 = 4;
+
 /// Share of a trusted host's results still checked (spot checks), percent.
 pub const DEFAULT_SPOT_CHECK_PERCENT: u32 = 5;
 

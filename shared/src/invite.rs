@@ -11,7 +11,7 @@ use crate::codec;
 /// Prefix of every invite code of this format.
 pub const INVITE_PREFIX: &str = "beebot1-";
 /// An invite code is a few hundred characters; anything longer is not one.
-const MAX_INVITE_CODE_LEN: usize = 4096;
+pub const MAX_INVITE_CODE_LEN: usize = 4096;
 
 /// The content of an invite code.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -94,3 +94,35 @@ pub const MAX_LINKS_PER_PAGE: usize = 10_000;
 
 /// Open-window intervals a work request may carry (two weeks of twice-daily windows, with room).
 pub const MAX_WINDOW_INTERVALS: usize = 64;
+
+/// Units a client keeps per slot: the one scanning and the ones waiting to
+/// cover the round trip to the server (the client asks for no more, and the
+/// server gives a host no more than this many per slot).
+pub const MAX_UNITS_PER_SLOT: usize = 4;
+
+/// Units one host may hold at once, across rounds, whatever slots it claims:
+/// a single desktop (or a liar) never takes more than this share of a round.
+/// Twice the units of a host at the slot limit scanning one each.
+pub const MAX_UNITS_HELD_PER_HOST: usize = 2 * MAX_SLOTS as usize;
+
+/// Fastest reference-site benchmark believed, pages per second (delay 0 on
+/// the project's own server; a fast desktop on a LAN stays below it). A
+/// higher claim is clamped to it, so a liar is no faster than the fastest.
+pub const MAX_BENCHMARK_PAGES_PER_S: f64 = 1000.0;
+
+/// Fastest benchmark download believed, KB per second (a 10 Gbit/s link).
+/// A higher claim is clamped to it.
+pub const MAX_BENCHMARK_KB_PER_S: f64 = 1_250_000.0;
+
+/// Fastest a host's learned speed is taken to be, pages per second (its
+/// benchmark's bound: a scan of a real site is never faster than that).
+pub const MAX_HOST_PAGES_PER_S: f64 = MAX_BENCHMARK_PAGES_PER_S;
+
+/// Scan-pace check of a summary (`elapsed_ms` against the politeness delay):
+/// requests free of the delay besides the first of each origin (a client
+/// restarted from a checkpoint starts a fresh pace: one free page each).
+pub const PACE_FREE_PAGES: u64 = 2;
+
+/// Scan-pace check: the share of the delays an honest scan's elapsed time
+/// must cover (timers and clocks are not exact; a lie is off by far more).
+pub const PACE_TOLERANCE: f64 = 0.9;

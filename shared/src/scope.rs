@@ -3,8 +3,9 @@
 //!
 //! A *site* is written as its lower-case host (punycode for IDN), optionally
 //! followed by `:port` when the admin gave an explicit non-default port (see
-//! [`parse_site`]). Scope checks always ignore ports: `example.edu:8080` and
-//! `example.edu` are the same site for [`SiteScope::contains`].
+//! [`parse_site`]). Scope checks respect the port: a site added without one
+//! holds only URLs on the scheme's default port (80 for http, 443 for
+//! https), and `example.edu:8080` only URLs on port 8080.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -231,6 +232,8 @@ pub struct SiteScope {
     scope: Scope,
     /// The site's host: lower case, punycode, no port, no trailing dot.
     host: String,
+    /// The site's explicit port (`None`: the scheme's default port only).
+    port: Option<u16>,
     /// What `contains` compares against.
     rule: Rule,
 }
@@ -250,9 +253,10 @@ enum Rule {
 
 impl SiteScope {
     /// The scope of the site whose host is `site_host` (a bare host, `host:port`
-    /// or anything [`parse_site`] returns; the port is ignored).
+    /// or anything [`parse_site`] returns; an explicit port is the only one
+    /// inside, else the scheme's default port is).
     pub fn new(site_host: &str, scope: Scope) -> SiteScope {
-        let (host, is_ip) = normalize_site_host(site_host);
+        let (host, is_ip, port) = normalize_site_host(site_host);
         let rule = if is_ip {
             Rule::Exact(host.clone())
         } else {
@@ -265,7 +269,12 @@ impl SiteScope {
                 },
             }
         };
-        SiteScope { scope, host, rule }
+        SiteScope {
+            scope,
+            host,
+            port,
+            rule,
+        }
     }
 
     /// The site's host (lower case, punycode, no port).
@@ -278,9 +287,23 @@ impl SiteScope {
         self.scope
     }
 
-    /// Whether `url` is inside the site. Only the host counts: scheme, port,
+    /// The site's explicit port (`None`: the scheme's default port).
+    pub fn port(&self) -> Option<u16> {
+        self.port
+    }
+
+    /// Whether `url` is inside the site: its host by the scope, and its
+    /// port the site's (an explicit one, else the scheme's default). Scheme,
     /// path and query are ignored. URLs without a host are never inside.
     pub fn contains(&self, url: &Url) -> bool {
+        // `url` drops a scheme's default port, so `port()` is `None` on it.
+        let port_ok = match self.port {
+            Some(p) => url.port_or_known_default() == Some(p),
+            None => url.port().is_none(),
+        };
+        if !port_ok {
+            return false;
+        }
         let host = match url.host() {
             Some(Host::Domain(d)) => d,
             Some(Host::Ipv4(_)) | Some(Host::Ipv6(_)) => {
@@ -342,20 +365,21 @@ fn registrable_domain(host: &str) -> Option<&str> {
     std::str::from_utf8(domain.as_bytes()).ok()
 }
 
-/// Lower-case punycode host of a site name, port and trailing dot removed, and
-/// whether it is an IP address. Falls back to plain lower-casing when the name
-/// does not parse as a URL host (such a site then contains nothing real).
-fn normalize_site_host(site_host: &str) -> (String, bool) {
+/// Lower-case punycode host of a site name, port and trailing dot removed,
+/// whether it is an IP address, and its explicit port (not http's default).
+/// Falls back to plain lower-casing when the name does not parse as a URL
+/// host (such a site then contains nothing real).
+fn normalize_site_host(site_host: &str) -> (String, bool, Option<u16>) {
     let trimmed = site_host.trim();
     if let Ok(url) = Url::parse(&format!("http://{trimmed}/")) {
         match url.host() {
             Some(Host::Domain(d)) => {
                 let d = d.strip_suffix('.').unwrap_or(d);
-                return (d.to_string(), false);
+                return (d.to_string(), false, url.port());
             }
             Some(Host::Ipv4(_)) | Some(Host::Ipv6(_)) => {
                 if let Some(h) = url.host_str() {
-                    return (h.to_string(), true);
+                    return (h.to_string(), true, url.port());
                 }
             }
             None => {}
@@ -363,7 +387,7 @@ fn normalize_site_host(site_host: &str) -> (String, bool) {
     }
     let lower = trimmed.to_ascii_lowercase();
     let is_ip = lower.parse::<IpAddr>().is_ok();
-    (lower, is_ip)
+    (lower, is_ip, None)
 }
 
 #[cfg(test)]
@@ -403,11 +427,7 @@ mod tests {
     fn host_scope_is_exact_host() {
         let s = Scope::Host;
         assert!(inside("conformance.test", s, "http://conformance.test/x"));
-        assert!(inside(
-            "conformance.test",
-            s,
-            "https://CONFORMANCE.test:8443/x"
-        ));
+        assert!(inside("conformance.test", s, "https://CONFORMANCE.test/x"));
         assert!(inside("conformance.test", s, "http://conformance.test./x"));
         assert!(!inside(
             "conformance.test",
@@ -435,7 +455,7 @@ mod tests {
         assert!(inside(
             "conformance.test:8080",
             Scope::Host,
-            "http://conformance.test/"
+            "http://conformance.test:8080/"
         ));
         assert!(inside(
             "bücher.test",
@@ -544,7 +564,7 @@ mod tests {
             "http://notconformance.test/"
         ));
         // Single label.
-        assert!(inside("localhost", s, "http://localhost:8080/"));
+        assert!(inside("localhost", s, "http://localhost/"));
         assert!(inside("localhost", s, "http://a.localhost/"));
         assert!(!inside("localhost", s, "http://otherhost/"));
         // A public suffix as a site.
@@ -554,14 +574,45 @@ mod tests {
     #[test]
     fn ip_sites_match_only_themselves() {
         for scope in Scope::ALL {
-            assert!(inside("127.0.0.1", scope, "http://127.0.0.1:8080/"));
-            assert!(inside("127.0.0.1:8080", scope, "http://127.1/"));
+            assert!(inside("127.0.0.1", scope, "http://127.0.0.1:80/"));
+            assert!(inside("127.0.0.1:8080", scope, "http://127.1:8080/"));
             assert!(!inside("127.0.0.1", scope, "http://0.1/"));
             assert!(!inside("127.0.0.1", scope, "http://127.0.0.2/"));
             assert!(inside("[::1]", scope, "http://[::1]/"));
-            assert!(inside("[::1]:8080", scope, "http://[0:0::1]:9/"));
+            assert!(inside("[::1]:8080", scope, "http://[0:0::1]:8080/"));
             assert!(!inside("[::1]", scope, "http://[::2]/"));
         }
+    }
+
+    #[test]
+    fn another_port_of_the_same_host_is_outside() {
+        for scope in Scope::ALL {
+            // Without an explicit port: the scheme's default port only.
+            assert!(inside("x.edu", scope, "http://x.edu/"));
+            assert!(inside("x.edu", scope, "http://x.edu:80/"));
+            assert!(inside("x.edu", scope, "https://x.edu:443/"));
+            assert!(!inside("x.edu", scope, "http://x.edu:8080/"));
+            assert!(!inside("x.edu", scope, "https://x.edu:8443/"));
+            assert!(!inside("x.edu", scope, "http://x.edu:443/"));
+            assert!(!inside("x.edu", scope, "https://www.x.edu:22/"));
+            assert!(!inside("127.0.0.1", scope, "http://127.0.0.1:8080/"));
+            assert!(!inside("[::1]", scope, "http://[::1]:9/"));
+            // With one: that port only, whatever the scheme.
+            assert!(inside("x.edu:8080", scope, "http://x.edu:8080/a"));
+            assert!(inside("x.edu:8080", scope, "https://x.edu:8080/a"));
+            assert!(!inside("x.edu:8080", scope, "http://x.edu/"));
+            assert!(!inside("x.edu:8080", scope, "http://x.edu:8081/"));
+            assert!(!inside("127.0.0.1:8080", scope, "http://127.0.0.1/"));
+            // A site named with https's port holds https's default URLs.
+            assert!(inside("x.edu:443", scope, "https://x.edu/"));
+            assert!(!inside("x.edu:443", scope, "http://x.edu/"));
+        }
+        // The port of a site as `parse_site` gives it.
+        let site = parse_site("https://x.edu:8443/").expect("valid site");
+        assert_eq!(SiteScope::new(&site, Scope::Host).port(), Some(8443));
+        assert_eq!(SiteScope::new("x.edu:80", Scope::Host).port(), None);
+        assert!(inside(&site, Scope::Host, "https://x.edu:8443/"));
+        assert!(!inside(&site, Scope::Host, "https://x.edu/"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use beebot_shared::limits::{MAX_TEXT_LEN, MAX_UNITS_PER_REPLY};
+use beebot_shared::limits::{MAX_TEXT_LEN, MAX_UNITS_PER_SLOT};
 use beebot_tests::hostile::{join_raw, peak_rss};
 use beebot_tests::*;
 
@@ -30,10 +30,9 @@ const MAX_DEADLINE: &str = "15s";
 const MAX_ATTEMPTS: &str = "50";
 /// Longest the whole round may take.
 const ROUND_TIMEOUT: Duration = Duration::from_secs(480);
-/// The most units one host may hold at once: one reply's worth (a host that
-/// asks with every slot free gets at most this many, and what it may hold
-/// is bounded by its slots, whatever it claims).
-const HELD_CAP: usize = MAX_UNITS_PER_REPLY;
+/// The most units the liar may hold at once: a host not trusted is taken
+/// to have a few slots, whatever it claims.
+const HELD_CAP: usize = MAX_UNITS_PER_SLOT * beebot_server::validate::UNTRUSTED_MAX_SLOTS as usize;
 
 /// The liar's process; killed when dropped.
 struct Liar {
