@@ -9,7 +9,7 @@
 //! gives back, it scans some honestly with the client's crawler and uploads
 //! the records altered (a share of the true links dropped, links from pages
 //! of the site that do not exist added) with a summary that claims a natural
-//! end and a hundredfold pace; it uploads each result again and again; it
+//! end and passes every check of a summary; it uploads each result again and again; it
 //! sends record bombs; and it gives units back with failure reasons of
 //! multi-byte characters, longer than the server keeps.
 
@@ -64,7 +64,7 @@ const MAX_ERRORS_IN_A_ROW: u32 = 20;
 /// The lies the liar tells (all of them by default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Modes {
-    /// Claim a hundredfold speed and absurd slots (benchmark and summaries).
+    /// Claim a hundredfold speed and absurd slots in its benchmark.
     pub boast: bool,
     /// Ask for as many units as a reply may carry; keep most of them,
     /// listed as held and never scanned.
@@ -387,7 +387,7 @@ pub async fn run(opts: &LiarOptions) -> Result<LiarReport> {
 }
 
 /// Scan the unit honestly (a continuation: not at all), alter the records,
-/// claim a natural end at a hundredfold pace, upload, and upload again.
+/// claim a natural end, upload, and upload again.
 async fn lie(
     conn: &mut Conn,
     unit: &WorkUnit,
@@ -409,13 +409,16 @@ async fn lie(
     let (records, fabricated, dropped) = alter(unit, records, &opts.modes)?;
     report.fabricated_links += fabricated;
     report.dropped_links += dropped;
-    // A natural end, all the records counted, a hundredfold pace.
+    // A natural end, all the records counted, and the time the made-up
+    // pages would have taken at the round's pace: a lie that passes every
+    // check of the summary (a hundredfold pace is refused by the pace check
+    // before validation sees it), so only validation can find it out.
     summary.stopped_by = None;
     summary.links = records.len() as u64;
     summary.pages = summary.pages.max(1) + fabricated;
-    if opts.modes.boast {
-        summary.elapsed_ms = (summary.elapsed_ms as f64 / BOAST_FACTOR) as u64;
-    }
+    summary.elapsed_ms = summary
+        .elapsed_ms
+        .saturating_add(fabricated.saturating_add(1) * unit.limits.delay_ms);
     let header = LinkFileHeader {
         format_version: LINK_FILE_VERSION,
         round_id: unit.round_id,
