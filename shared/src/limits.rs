@@ -94,3 +94,8 @@ pub const MAX_LINKS_PER_PAGE: usize = 10_000;
 
 /// Open-window intervals a work request may carry (two weeks of twice-daily windows, with room).
 pub const MAX_WINDOW_INTERVALS: usize = 64;
+
+/// Unit ids a work request may name as held: a client spools at most 1,024
+/// units (`MAX_SPOOLED_UNITS`) and stops asking for work when full, so a
+/// longer list is not an honest client's; it is refused before the grid walks it.
+pub const MAX_UNITS_HELD: usize = 1024;
