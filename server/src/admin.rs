@@ -1,13 +1,24 @@
 //! The admin HTTP API (loopback only, bearer token) and a small dashboard.
 //! The CLI's commands other than init/serve/demo are calls to this API.
+//!
+//! Every request must name the admin address in its `Host` header (a page
+//! on another site that rebinds its name to 127.0.0.1 is refused), and is
+//! authenticated before its body is read. The CLI sends the token as a
+//! bearer header; a browser logs in once with a form (the token in a POST
+//! body, never in a URL) and gets a session cookie (`HttpOnly`,
+//! `SameSite=Strict`) that expires after [`SESSION_TTL`].
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{delete, get, post};
-use axum::{Json, Router};
+use axum::{Form, Json, Router};
 use serde::Deserialize;
 
 use beebot_shared::export::{ExportWriter, Format};
@@ -24,6 +35,17 @@ use crate::{now_ms, Shared};
 const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// Longest invite lifetime.
 const MAX_INVITE_SECONDS: u64 = 366 * 24 * 3600;
+/// Largest login form (a token of a few dozen characters, with room).
+const MAX_LOGIN_BODY_BYTES: usize = 4 * 1024;
+/// A dashboard session lasts this long after its login: a working day.
+pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
+/// Sessions kept at once; the oldest goes first (logins need the token, so
+/// only its holders make sessions, but nothing kept in memory is unbounded).
+const MAX_SESSIONS: usize = 64;
+/// Name of the dashboard's session cookie.
+pub const SESSION_COOKIE: &str = "beebot_session";
+/// Random bytes of a session id.
+const SESSION_ID_BYTES: usize = 32;
 
 type ApiResult<T> = Result<T, (StatusCode, Json<ApiError>)>;
 
@@ -56,19 +78,159 @@ fn same_token(a: &str, b: &str) -> bool {
             == 0
 }
 
-fn authorized(shared: &Shared, headers: &HeaderMap) -> ApiResult<()> {
-    let given = headers
+/// Dashboard sessions: random ids with their expiry. Time is an argument.
+#[derive(Default)]
+pub struct Sessions(Mutex<HashMap<String, Instant>>);
+
+impl Sessions {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new session valid until `now + SESSION_TTL`; returns its id.
+    pub fn open(&self, now: Instant) -> String {
+        let id = hex::encode(rand::random::<[u8; SESSION_ID_BYTES]>());
+        let mut m = self.map();
+        m.retain(|_, until| *until > now);
+        while m.len() >= MAX_SESSIONS {
+            let oldest = m
+                .iter()
+                .min_by_key(|(_, until)| **until)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => m.remove(&k),
+                None => break,
+            };
+        }
+        m.insert(id.clone(), now + SESSION_TTL);
+        id
+    }
+
+    /// `id` names a session still open at `now`.
+    pub fn valid(&self, id: &str, now: Instant) -> bool {
+        let mut m = self.map();
+        match m.get(id) {
+            Some(until) if *until > now => true,
+            Some(_) => {
+                m.remove(id);
+                false
+            }
+            None => false,
+        }
+    }
+
+    pub fn close(&self, id: &str) {
+        self.map().remove(id);
+    }
+}
+
+/// What the admin routes share: the server, its sessions, and the `Host`
+/// values a request may carry.
+struct Admin {
+    shared: Arc<Shared>,
+    sessions: Sessions,
+    hosts: Vec<String>,
+}
+
+/// The `Host` values that name the admin address bound at `addr`: the
+/// address itself and `localhost` with its port.
+fn allowed_hosts(addr: SocketAddr) -> Vec<String> {
+    let port = addr.port();
+    let mut hosts = vec![addr.to_string(), format!("localhost:{port}")];
+    if addr.ip().is_loopback() {
+        hosts.push(format!("127.0.0.1:{port}"));
+        hosts.push(format!("[::1]:{port}"));
+    }
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// The session cookie's value, if the request carries one.
+fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == SESSION_COOKIE)
+        .map(|(_, v)| v)
+}
+
+/// The request carries the admin token as a bearer header, or an open
+/// session's cookie.
+fn authenticated(admin: &Admin, headers: &HeaderMap) -> bool {
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if !same_token(given, &shared.admin_token) {
-        return Err(fail(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong admin token",
-        ));
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if let Some(given) = bearer {
+        return same_token(given, &admin.shared.admin_token);
     }
-    durable(shared)
+    session_cookie(headers).is_some_and(|id| admin.sessions.valid(id, Instant::now()))
+}
+
+/// Outermost: a request whose `Host` is not the admin address is refused
+/// (DNS rebinding: a page elsewhere whose name now resolves to 127.0.0.1).
+async fn check_host(State(admin): State<Arc<Admin>>, request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if !admin.hosts.contains(&host) {
+        return fail(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "this is the admin API of {}; Host `{host}` is not it",
+                admin.hosts.first().map_or("", String::as_str)
+            ),
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
+/// Ahead of every API route, before its body is read: the token or a
+/// session, and a store that still acknowledges.
+async fn require_auth(State(admin): State<Arc<Admin>>, request: Request, next: Next) -> Response {
+    if !authenticated(&admin, request.headers()) {
+        return fail(StatusCode::UNAUTHORIZED, "missing or wrong admin token").into_response();
+    }
+    if let Err(e) = durable(&admin.shared) {
+        return e.into_response();
+    }
+    if let Some(refused) = too_long(request.headers(), MAX_ADMIN_BODY_BYTES) {
+        return refused;
+    }
+    next.run(request).await
+}
+
+/// Ahead of the dashboard's pages: a body announced longer than a login
+/// form is refused before any of it is read.
+async fn small_body(request: Request, next: Next) -> Response {
+    if let Some(refused) = too_long(request.headers(), MAX_LOGIN_BODY_BYTES) {
+        return refused;
+    }
+    next.run(request).await
+}
+
+/// A 413 for a request whose `Content-Length` is over `limit` (a body
+/// without one is cut at the limit as it is read).
+fn too_long(headers: &HeaderMap, limit: usize) -> Option<Response> {
+    let len = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())?;
+    (len > limit as u64).then(|| {
+        fail(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a request body may be at most {limit} bytes"),
+        )
+        .into_response()
+    })
 }
 
 /// After a storage failure the server stops acknowledging anything (fail-stop):
@@ -84,10 +246,14 @@ fn durable(shared: &Shared) -> ApiResult<()> {
     }
 }
 
-/// The API's routes.
-pub fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route("/", get(dashboard))
+/// The API's and the dashboard's routes, for the admin API bound at `addr`.
+pub fn router(shared: Arc<Shared>, addr: SocketAddr) -> Router {
+    let admin = Arc::new(Admin {
+        shared: shared.clone(),
+        sessions: Sessions::default(),
+        hosts: allowed_hosts(addr),
+    });
+    let api = Router::new()
         .route("/api/status", get(status))
         .route("/api/invites", get(invites_list).post(invite))
         .route("/api/invites/{id}/revoke", post(invite_revoke))
@@ -100,11 +266,20 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/hosts", get(hosts_list))
         .route("/api/hosts/{id}/revoke", post(host_revoke))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_ADMIN_BODY_BYTES))
-        .with_state(shared)
+        .route_layer(middleware::from_fn_with_state(admin.clone(), require_auth))
+        .with_state(shared);
+    let pages = Router::new()
+        .route("/", get(dashboard))
+        .route("/login", post(login))
+        .route("/logout", post(logout))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_LOGIN_BODY_BYTES))
+        .route_layer(middleware::from_fn(small_body))
+        .with_state(admin.clone());
+    api.merge(pages)
+        .layer(middleware::from_fn_with_state(admin, check_host))
 }
 
-async fn status(State(s): State<Arc<Shared>>, h: HeaderMap) -> ApiResult<Json<StatusResponse>> {
-    authorized(&s, &h)?;
+async fn status(State(s): State<Arc<Shared>>) -> ApiResult<Json<StatusResponse>> {
     let (grid, key) = s.with_grid(|g| (g.status(), g.project_public_key())).await;
     Ok(Json(StatusResponse {
         public_addr: s.public_addr.clone(),
@@ -116,10 +291,8 @@ async fn status(State(s): State<Arc<Shared>>, h: HeaderMap) -> ApiResult<Json<St
 
 async fn invite(
     State(s): State<Arc<Shared>>,
-    h: HeaderMap,
     Json(req): Json<InviteRequest>,
 ) -> ApiResult<Json<InviteResponse>> {
-    authorized(&s, &h)?;
     if req.expires_s == 0 || req.expires_s > MAX_INVITE_SECONDS {
         return Err(fail(
             StatusCode::BAD_REQUEST,
@@ -136,8 +309,7 @@ async fn invite(
 
 /// Every invite: its id, uses left, expiry and creation (never the token,
 /// which the server does not keep).
-async fn invites_list(State(s): State<Arc<Shared>>, h: HeaderMap) -> ApiResult<Json<InvitesList>> {
-    authorized(&s, &h)?;
+async fn invites_list(State(s): State<Arc<Shared>>) -> ApiResult<Json<InvitesList>> {
     let all = s.with_grid(|g| g.invites()).await;
     Ok(Json(
         all.into_iter()
@@ -154,10 +326,8 @@ async fn invites_list(State(s): State<Arc<Shared>>, h: HeaderMap) -> ApiResult<J
 /// Revoke an invite by its id (or a prefix naming one): nobody joins with it any more.
 async fn invite_revoke(
     State(s): State<Arc<Shared>>,
-    h: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<InviteRevoked>> {
-    authorized(&s, &h)?;
     let id = s
         .with_grid(move |g| g.revoke_invite(&id))
         .await
@@ -167,17 +337,14 @@ async fn invite_revoke(
     Ok(Json(InviteRevoked { id }))
 }
 
-async fn sites_list(State(s): State<Arc<Shared>>, h: HeaderMap) -> ApiResult<Json<SitesList>> {
-    authorized(&s, &h)?;
+async fn sites_list(State(s): State<Arc<Shared>>) -> ApiResult<Json<SitesList>> {
     Ok(Json(s.with_grid(|g| g.sites()).await))
 }
 
 async fn sites_add(
     State(s): State<Arc<Shared>>,
-    h: HeaderMap,
     Json(req): Json<SitesAdd>,
 ) -> ApiResult<Json<SitesAdded>> {
-    authorized(&s, &h)?;
     if req.sites.len() > MAX_SITES {
         return Err(fail(
             StatusCode::BAD_REQUEST,
@@ -208,10 +375,8 @@ async fn sites_add(
 
 async fn sites_remove(
     State(s): State<Arc<Shared>>,
-    h: HeaderMap,
     Path(host): Path<String>,
 ) -> ApiResult<StatusCode> {
-    authorized(&s, &h)?;
     let host = parse_site(&host).map_err(|e| fail(StatusCode::BAD_REQUEST, e.to_string()))?;
     let h2 = host.clone();
     let removed = s
@@ -226,11 +391,7 @@ async fn sites_remove(
     }
 }
 
-async fn rounds_list(
-    State(s): State<Arc<Shared>>,
-    h: HeaderMap,
-) -> ApiResult<Json<Vec<RoundSummary>>> {
-    authorized(&s, &h)?;
+async fn rounds_list(State(s): State<Arc<Shared>>) -> ApiResult<Json<Vec<RoundSummary>>> {
     let list = s
         .with_grid(|g| {
             g.rounds()
@@ -248,10 +409,8 @@ async fn rounds_list(
 
 async fn round_start(
     State(s): State<Arc<Shared>>,
-    h: HeaderMap,
     Json(req): Json<RoundStart>,
 ) -> ApiResult<Json<RoundStarted>> {
-    authorized(&s, &h)?;
     let mut p = s.config.round.params();
     if let Some(v) = req.policy {
         p.policy = v;
@@ -306,10 +465,8 @@ async fn round_start(
 
 async fn round_show(
     State(s): State<Arc<Shared>>,
-    h: HeaderMap,
     Path(id): Path<u64>,
 ) -> ApiResult<Json<RoundDetail>> {
-    authorized(&s, &h)?;
     let (round, jobs) = s.with_grid(move |g| g.round(id)).await.map_err(grid_fail)?;
     Ok(Json(RoundDetail {
         counts: JobCounts::of_round(&round, &jobs),
@@ -319,12 +476,7 @@ async fn round_show(
     }))
 }
 
-async fn round_cancel(
-    State(s): State<Arc<Shared>>,
-    h: HeaderMap,
-    Path(id): Path<u64>,
-) -> ApiResult<StatusCode> {
-    authorized(&s, &h)?;
+async fn round_cancel(State(s): State<Arc<Shared>>, Path(id): Path<u64>) -> ApiResult<StatusCode> {
     s.with_grid(move |g| g.cancel_round(id, now_ms()))
         .await
         .map_err(grid_fail)?;
@@ -339,11 +491,9 @@ struct ExportQuery {
 
 async fn round_export(
     State(s): State<Arc<Shared>>,
-    h: HeaderMap,
     Path(id): Path<u64>,
     Query(q): Query<ExportQuery>,
 ) -> ApiResult<Response> {
-    authorized(&s, &h)?;
     let format: Format = q
         .format
         .as_deref()
@@ -377,28 +527,17 @@ async fn round_export(
     Ok(([(header::CONTENT_TYPE, ctype)], body).into_response())
 }
 
-async fn hosts_list(State(s): State<Arc<Shared>>, h: HeaderMap) -> ApiResult<Json<HostsList>> {
-    authorized(&s, &h)?;
+async fn hosts_list(State(s): State<Arc<Shared>>) -> ApiResult<Json<HostsList>> {
     Ok(Json(s.with_grid(|g| g.host_lines()).await))
 }
 
-async fn host_revoke(
-    State(s): State<Arc<Shared>>,
-    h: HeaderMap,
-    Path(id): Path<u64>,
-) -> ApiResult<StatusCode> {
-    authorized(&s, &h)?;
+async fn host_revoke(State(s): State<Arc<Shared>>, Path(id): Path<u64>) -> ApiResult<StatusCode> {
     s.with_grid(move |g| g.revoke(id, now_ms()))
         .await
         .map_err(grid_fail)?;
     durable(&s)?;
     tracing::info!(host = id, "host revoked");
     Ok(StatusCode::NO_CONTENT)
-}
-
-#[derive(Deserialize)]
-struct DashQuery {
-    token: Option<String>,
 }
 
 fn esc(s: &str) -> String {
@@ -408,15 +547,64 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// A plain HTML overview: `/?token=ADMIN_TOKEN`.
-async fn dashboard(State(s): State<Arc<Shared>>, Query(q): Query<DashQuery>) -> Response {
-    if !same_token(q.token.as_deref().unwrap_or(""), &s.admin_token) {
-        return (
-            StatusCode::UNAUTHORIZED,
-            Html("<p>Open this page as <code>/?token=ADMIN_TOKEN</code> (the token is in the data dir's admin.token).</p>".to_string()),
-        )
-            .into_response();
+/// The login page; `note` says why it is shown again.
+fn login_page(status: StatusCode, note: &str) -> Response {
+    let note = if note.is_empty() {
+        String::new()
+    } else {
+        format!("<p class=note>{}</p>", esc(note))
+    };
+    let html = format!(
+        "<!doctype html><html><head><meta charset=utf-8><title>BeeBot grid: log in</title>\
+         <style>body{{font-family:sans-serif;margin:2em}}.note{{color:#a00}}</style></head><body>\
+         <h1>BeeBot grid</h1>{note}<form method=post action=/login>\
+         <label>Admin token <input type=password name=token autocomplete=off autofocus required></label> \
+         <button type=submit>Log in</button></form>\
+         <p>The token is in the data dir's <code>admin.token</code>.</p></body></html>"
+    );
+    (status, Html(html)).into_response()
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+/// The token, posted once, opens a session held by a cookie.
+async fn login(State(admin): State<Arc<Admin>>, Form(form): Form<LoginForm>) -> Response {
+    if !same_token(form.token.trim(), &admin.shared.admin_token) {
+        return login_page(StatusCode::UNAUTHORIZED, "That is not the admin token.");
     }
+    let id = admin.sessions.open(Instant::now());
+    let cookie = format!(
+        "{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        SESSION_TTL.as_secs()
+    );
+    let mut r = Redirect::to("/").into_response();
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+async fn logout(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
+    if let Some(id) = session_cookie(&headers) {
+        admin.sessions.close(id);
+    }
+    let mut r = Redirect::to("/").into_response();
+    let expired = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
+    if let Ok(v) = HeaderValue::from_str(&expired) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// A plain HTML overview, for a logged-in browser (or the bearer token).
+async fn dashboard(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
+    if !authenticated(&admin, &headers) {
+        return login_page(StatusCode::OK, "");
+    }
+    let s = &admin.shared;
     let (status, rounds, hosts) = s
         .with_grid(|g| {
             let rounds: Vec<_> = g
@@ -433,7 +621,8 @@ async fn dashboard(State(s): State<Arc<Shared>>, Query(q): Query<DashQuery>) -> 
         "<!doctype html><html><head><meta charset=utf-8><meta http-equiv=refresh content=5>\
          <title>BeeBot grid</title><style>body{font-family:sans-serif;margin:2em}\
          table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}\
-         th{background:#f4f4f4}</style></head><body><h1>BeeBot grid</h1>",
+         th{background:#f4f4f4}</style></head><body><h1>BeeBot grid</h1>\
+         <form method=post action=/logout><button type=submit>Log out</button></form>",
     );
     html.push_str(&format!(
         "<p>{} sites · {} hosts ({} revoked) · {} rounds running · jobs: {} queued, {} running, {} done, {} failed</p>",
@@ -464,4 +653,59 @@ async fn dashboard(State(s): State<Arc<Shared>>, Query(q): Query<DashQuery>) -> 
     }
     html.push_str("</table></body></html>");
     Html(html).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_expire_are_closed_and_are_bounded() {
+        let sessions = Sessions::default();
+        let t0 = Instant::now();
+        let id = sessions.open(t0);
+        assert_eq!(id.len(), 2 * SESSION_ID_BYTES);
+        assert!(sessions.valid(&id, t0 + SESSION_TTL - Duration::from_secs(1)));
+        assert!(!sessions.valid(&id, t0 + SESSION_TTL), "expired");
+        assert!(!sessions.valid(&id, t0), "an expired session is gone");
+        assert!(!sessions.valid("", t0) && !sessions.valid("nope", t0));
+        let id = sessions.open(t0);
+        assert_ne!(sessions.open(t0), id, "ids are random");
+        sessions.close(&id);
+        assert!(!sessions.valid(&id, t0), "logged out");
+        // At most MAX_SESSIONS: the oldest goes first.
+        let first = sessions.open(t0);
+        for i in 1..=MAX_SESSIONS as u64 {
+            sessions.open(t0 + Duration::from_secs(i));
+        }
+        assert!(sessions.map().len() <= MAX_SESSIONS);
+        assert!(!sessions.valid(&first, t0 + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let mut h = HeaderMap::new();
+        assert_eq!(session_cookie(&h), None);
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; beebot_session=abc; b=2"),
+        );
+        assert_eq!(session_cookie(&h), Some("abc"));
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("xbeebot_session=abc"),
+        );
+        assert_eq!(session_cookie(&h), None);
+    }
+
+    #[test]
+    fn hosts_allowed_are_the_admin_address_and_localhost() {
+        let hosts = allowed_hosts("127.0.0.1:4480".parse().expect("addr"));
+        for ok in ["127.0.0.1:4480", "localhost:4480", "[::1]:4480"] {
+            assert!(hosts.contains(&ok.to_string()), "{ok}");
+        }
+        for refused in ["127.0.0.1", "localhost", "evil.test:4480", "127.0.0.1:80"] {
+            assert!(!hosts.contains(&refused.to_string()), "{refused}");
+        }
+    }
 }

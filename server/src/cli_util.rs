@@ -27,7 +27,10 @@ impl AdminClient {
             None => dir.load_config()?.admin_listen,
         };
         let token = dir.load_admin_token()?;
+        // No proxy, whatever HTTP_PROXY or ALL_PROXY say: the API is on
+        // loopback and every request carries the admin token.
         let agent: ureq::Agent = ureq::Agent::config_builder()
+            .proxy(None)
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_global(Some(Duration::from_secs(600)))

@@ -106,6 +106,10 @@ pub struct ServerConfig {
     /// is 0).
     #[serde(default)]
     pub reference_listen: String,
+    /// Validate every client's address with a QUIC Retry (one round trip
+    /// more per connection). Off: only under a flood of handshakes.
+    #[serde(default)]
+    pub quic_retry: bool,
     /// Deadline = issue + expected × slack + grace.
     pub deadline_slack: f64,
     pub deadline_grace_s: u64,
@@ -149,6 +153,7 @@ impl ServerConfig {
             contact_url: "https://example.invalid/beebot".into(),
             reference_site: String::new(),
             reference_listen: String::new(),
+            quic_retry: false,
             deadline_slack: 3.0,
             deadline_grace_s: 60,
             round: RoundDefaults::default(),

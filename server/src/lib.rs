@@ -316,8 +316,9 @@ impl Server {
         let admin_task = {
             let shared = shared.clone();
             let mut stop = stop_rx.clone();
+            let admin_addr = runtime.admin_addr;
             tokio::spawn(async move {
-                let app = admin::router(shared);
+                let app = admin::router(shared, admin_addr);
                 let _ = axum::serve(admin, app)
                     .with_graceful_shutdown(async move {
                         let _ = stop.changed().await;

@@ -6,17 +6,23 @@
 //! is then spent. Anything malformed gets an error answer, never a panic.
 //!
 //! Limits, each a named constant below: connections in all, unauthenticated
-//! connections per source address (a flood from one address is refused at the
-//! door and cannot starve others), time to authenticate, connections per host
-//! (a newer one closes the oldest), streams per connection, frame size (small
-//! until the connection is authenticated), and bytes of requests held in
-//! memory at once. The endpoint's stateless-reset key is derived from the TLS
+//! connections per source address (IPv4 address or IPv6 /64; a flood from one
+//! address is refused at the door and cannot starve others), time to
+//! authenticate, connections per host (a newer one closes the oldest), streams
+//! per connection, frame size (small until the connection is authenticated),
+//! bytes of requests held in memory at once (per host, per unauthenticated
+//! source, and in all), the time a frame's body may take after its header,
+//! and held units a work request may name. Under a flood of handshakes (or
+//! always, with `quic_retry`) a client's address is validated with a QUIC
+//! Retry before any state is kept for it. The endpoint's stateless-reset key is derived from the TLS
 //! key, so a restarted server resets the connections of its previous life at
 //! once instead of leaving clients to wait for an idle timeout.
 
 use std::collections::HashMap;
+use std::net::Ipv6Addr;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -27,7 +33,8 @@ use tokio::sync::{Mutex, Semaphore};
 
 use beebot_shared::codec::{self, CodecError, FRAME_HEADER_BYTES};
 use beebot_shared::limits::{
-    MAX_FRAME_BYTES, MAX_TEXT_LEN, MAX_WANT_SECONDS, MAX_WINDOW_INTERVALS, NONCE_LEN,
+    MAX_FRAME_BYTES, MAX_TEXT_LEN, MAX_UNITS_HELD, MAX_WANT_SECONDS, MAX_WINDOW_INTERVALS,
+    NONCE_LEN,
 };
 use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::proto::{ErrorCode, PolicyHints, Request, Response, ALPN};
@@ -62,6 +69,30 @@ pub const MAX_UNAUTHENTICATED_FRAME_BYTES: usize = 16 * 1024;
 /// uploads wait for room rather than grow the heap (five of the largest
 /// uploads, link file and scan state; typical ones are a few hundred KB).
 pub const MAX_INFLIGHT_REQUEST_BYTES: usize = 256 * 1024 * 1024;
+/// Bytes of request frames one authenticated host may hold in memory at once,
+/// over all its connections: two of the largest uploads, so a host that
+/// claims large frames and sends nothing holds at most this share of
+/// [`MAX_INFLIGHT_REQUEST_BYTES`] and the other hosts keep uploading.
+pub const MAX_HOST_INFLIGHT_REQUEST_BYTES: usize = 2 * MAX_FRAME_BYTES;
+/// Bytes of request frames held at once by the unauthenticated connections of
+/// one source (address or /64): its connections' streams of challenges and
+/// proofs, a few hundred bytes each, with room.
+pub const MAX_UNAUTHENTICATED_INFLIGHT_PER_SOURCE: usize = 1024 * 1024;
+/// Bytes of request frames held at once by all unauthenticated connections:
+/// a pool apart from the hosts', so strangers never delay an upload.
+pub const MAX_UNAUTHENTICATED_INFLIGHT_BYTES: usize = 64 * 1024 * 1024;
+/// Time a frame's body may take after its header (once there is room for it)
+/// before [`MIN_BODY_BYTES_PER_S`] applies: a few round trips and a slow start.
+pub const BODY_GRACE: Duration = Duration::from_secs(10);
+/// Slowest a body may arrive after [`BODY_GRACE`]: the slowest uplink the
+/// client allows for in its own request timeout. A silent or dripping body is
+/// cut and its budget freed; a large upload on a slow link still arrives.
+pub const MIN_BODY_BYTES_PER_S: u64 = 16 * 1024;
+/// Handshakes from unvalidated addresses in progress at once beyond which new
+/// ones must first prove their address with a QUIC Retry (one round trip
+/// more): honest handshakes take a round trip or two, so only a flood (maybe
+/// from spoofed addresses) keeps this many open.
+pub const RETRY_ABOVE_UNVALIDATED_HANDSHAKES: usize = 128;
 /// Application close code for a connection closed by a limit.
 const CLOSE_LIMIT: u32 = 2;
 
@@ -160,14 +191,46 @@ impl quinn::ConnectionIdGenerator for RandomIds {
     }
 }
 
+/// The source a connection is counted against before it authenticates: an
+/// IPv4 address, or an IPv6 /64 (one subscriber's prefix: a host given a /64
+/// may use any of its 2^64 addresses, so counting addresses counts nothing).
+fn source_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(Ipv6Addr::from(prefix))
+            }
+        },
+    }
+}
+
+/// Whose in-flight budget a request is charged to.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum BudgetOwner {
+    /// An unauthenticated connection's source ([`source_key`]).
+    Source(IpAddr),
+    /// An authenticated host, over all its connections.
+    Host(u64),
+}
+
 /// Limits shared by every connection.
 struct Limits {
-    /// Unauthenticated connections per source address.
+    /// Unauthenticated connections per source ([`source_key`]).
     unauthenticated: std::sync::Mutex<HashMap<IpAddr, u32>>,
     /// Live authenticated connections per host, oldest first.
     hosts: std::sync::Mutex<HashMap<u64, Vec<quinn::Connection>>>,
-    /// Bytes of request frames in memory.
+    /// Bytes of request frames in memory, authenticated connections.
     inflight_bytes: Arc<Semaphore>,
+    /// Bytes of request frames in memory, unauthenticated connections.
+    unauthenticated_bytes: Arc<Semaphore>,
+    /// Each host's and source's own in-flight budget; an entry lives while a
+    /// connection or a request holds it.
+    budgets: std::sync::Mutex<HashMap<BudgetOwner, Weak<Semaphore>>>,
+    /// Handshakes from unvalidated addresses in progress.
+    unvalidated_handshakes: Arc<AtomicUsize>,
 }
 
 impl Limits {
@@ -176,11 +239,35 @@ impl Limits {
             unauthenticated: std::sync::Mutex::new(HashMap::new()),
             hosts: std::sync::Mutex::new(HashMap::new()),
             inflight_bytes: Arc::new(Semaphore::new(MAX_INFLIGHT_REQUEST_BYTES)),
+            unauthenticated_bytes: Arc::new(Semaphore::new(MAX_UNAUTHENTICATED_INFLIGHT_BYTES)),
+            budgets: std::sync::Mutex::new(HashMap::new()),
+            unvalidated_handshakes: Arc::new(AtomicUsize::new(0)),
         }
     }
 
-    /// Count a new unauthenticated connection from `ip`, or refuse it.
+    /// `owner`'s own in-flight budget (made on first use).
+    fn budget(&self, owner: BudgetOwner) -> Arc<Semaphore> {
+        let mut m = self.budgets.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = m.get(&owner).and_then(Weak::upgrade) {
+            return b;
+        }
+        // Entries of owners gone: dropped once they could outnumber the
+        // connections that may hold one.
+        if m.len() >= MAX_CONNECTIONS {
+            m.retain(|_, b| b.strong_count() > 0);
+        }
+        let bytes = match owner {
+            BudgetOwner::Source(_) => MAX_UNAUTHENTICATED_INFLIGHT_PER_SOURCE,
+            BudgetOwner::Host(_) => MAX_HOST_INFLIGHT_REQUEST_BYTES,
+        };
+        let b = Arc::new(Semaphore::new(bytes));
+        m.insert(owner, Arc::downgrade(&b));
+        b
+    }
+
+    /// Count a new unauthenticated connection from `ip`'s source, or refuse it.
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<UnauthenticatedSlot> {
+        let ip = source_key(ip);
         let mut m = self
             .unauthenticated
             .lock()
@@ -223,7 +310,7 @@ impl Limits {
     }
 }
 
-/// One unauthenticated connection counted against its address; released on
+/// One unauthenticated connection counted against its source; released on
 /// drop (authentication or close).
 struct UnauthenticatedSlot {
     limits: Arc<Limits>,
@@ -254,12 +341,29 @@ pub async fn run(
 ) {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let limits = Arc::new(Limits::new());
+    let always_retry = shared.config.quic_retry;
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             inc = endpoint.accept() => {
                 let Some(inc) = inc else { break };
+                // An address not yet validated may be spoofed: under a flood
+                // of such handshakes (or always, when configured) it must
+                // prove itself with a Retry before it is counted or served.
+                let validated = inc.remote_address_validated();
+                if !validated
+                    && inc.may_retry()
+                    && (always_retry
+                        || limits.unvalidated_handshakes.load(Ordering::Relaxed)
+                            >= RETRY_ABOVE_UNVALIDATED_HANDSHAKES)
+                {
+                    tracing::debug!(addr = %inc.remote_address(), "sent a Retry to validate the address");
+                    if let Err(e) = inc.retry() {
+                        e.into_incoming().refuse();
+                    }
+                    continue;
+                }
                 let ip = inc.remote_address().ip();
                 let Some(slot) = limits.admit(ip) else {
                     tracing::debug!(%ip, "refused a connection: too many unauthenticated ones from this address");
@@ -272,10 +376,14 @@ pub async fn run(
                 };
                 let shared = shared.clone();
                 let limits = limits.clone();
+                let unvalidated = (!validated)
+                    .then(|| Counted::new(limits.unvalidated_handshakes.clone()));
                 tokio::spawn(async move {
                     let _permit = permit;
-                    match tokio::time::timeout(AUTH_TIMEOUT, inc).await {
-                        Ok(Ok(conn)) => handle_connection(conn, shared, limits, slot).await,
+                    let handshake = tokio::time::timeout(AUTH_TIMEOUT, inc).await;
+                    drop(unvalidated);
+                    match handshake {
+                        Ok(Ok(conn)) => handle_connection(conn, shared, limits, ip, slot).await,
                         Ok(Err(e)) => tracing::debug!("handshake failed: {e}"),
                         Err(_) => tracing::debug!("handshake timed out"),
                     }
@@ -287,6 +395,22 @@ pub async fn run(
     endpoint.wait_idle().await;
 }
 
+/// One in a count of things in progress, taken off on drop.
+struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    fn new(count: Arc<AtomicUsize>) -> Counted {
+        count.fetch_add(1, Ordering::Relaxed);
+        Counted(count)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Per-connection authentication state.
 struct ConnState {
     conn: quinn::Connection,
@@ -294,6 +418,9 @@ struct ConnState {
     host_id: Option<u64>,
     /// Held while the connection is unauthenticated.
     unauthenticated: Option<UnauthenticatedSlot>,
+    /// The in-flight budget requests are charged to: the source's until the
+    /// connection authenticates, then the host's.
+    budget: Arc<Semaphore>,
 }
 
 impl ConnState {
@@ -301,6 +428,7 @@ impl ConnState {
     fn authenticated(&mut self, host_id: u64, limits: &Limits) {
         self.host_id = Some(host_id);
         self.unauthenticated = None;
+        self.budget = limits.budget(BudgetOwner::Host(host_id));
         limits.register_host(host_id, &self.conn);
     }
 }
@@ -309,6 +437,7 @@ async fn handle_connection(
     conn: quinn::Connection,
     shared: Arc<Shared>,
     limits: Arc<Limits>,
+    ip: IpAddr,
     slot: UnauthenticatedSlot,
 ) {
     let state = Arc::new(Mutex::new(ConnState {
@@ -316,6 +445,7 @@ async fn handle_connection(
         nonce: None,
         host_id: None,
         unauthenticated: Some(slot),
+        budget: limits.budget(BudgetOwner::Source(source_key(ip))),
     }));
     let auth_deadline = tokio::time::Instant::now() + AUTH_TIMEOUT;
     let mut authed = false;
@@ -381,10 +511,20 @@ async fn handle_stream(
     if recv.read_exact(&mut header).await.is_err() {
         return;
     }
-    let limit = if state.lock().await.host_id.is_some() {
-        MAX_FRAME_BYTES
-    } else {
-        MAX_UNAUTHENTICATED_FRAME_BYTES
+    let (limit, own, pool) = {
+        let st = state.lock().await;
+        match st.host_id {
+            Some(_) => (
+                MAX_FRAME_BYTES,
+                st.budget.clone(),
+                limits.inflight_bytes.clone(),
+            ),
+            None => (
+                MAX_UNAUTHENTICATED_FRAME_BYTES,
+                st.budget.clone(),
+                limits.unauthenticated_bytes.clone(),
+            ),
+        }
     };
     let len = match codec::frame_len(header, limit) {
         Ok(l) => l,
@@ -394,20 +534,20 @@ async fn handle_stream(
             return;
         }
     };
-    // Room in the in-flight budget first, then the bytes as they arrive: a
-    // sender that promises a large frame and sends little holds little.
-    let Ok(_room) = limits
-        .inflight_bytes
-        .clone()
-        .acquire_many_owned(len as u32)
-        .await
-    else {
+    // Room in the sender's own budget first (a host waits behind its own
+    // claims, holding none of the shared budget meanwhile), then in the
+    // shared one, then the bytes as they arrive, at the minimum rate.
+    let Ok(_own) = own.acquire_many_owned(len as u32).await else {
+        return;
+    };
+    let Ok(_room) = pool.acquire_many_owned(len as u32).await else {
         return;
     };
     let payload = match read_payload(&mut recv, len).await {
         Ok(p) => p,
         Err(Some(e)) => {
             write_response(&mut send, &error(ErrorCode::BadRequest, e)).await;
+            let _ = recv.stop(1u32.into());
             return;
         }
         Err(None) => return,
@@ -521,23 +661,44 @@ async fn read_state(path: std::path::PathBuf, sha: [u8; 32]) -> Result<Response,
     Ok(Response::Abort { reason })
 }
 
-/// Read exactly `len` payload bytes, growing the buffer as data arrives.
-/// `Err(Some(_))`: the peer ended the stream early (answerable);
-/// `Err(None)`: the stream broke.
+/// When the body must be whole by, given `received` bytes of it so far:
+/// [`BODY_GRACE`] after it was let in, plus its bytes so far at
+/// [`MIN_BODY_BYTES_PER_S`]. A body arriving at least that fast never meets it.
+fn body_deadline(start: tokio::time::Instant, received: usize) -> tokio::time::Instant {
+    start + BODY_GRACE + Duration::from_secs_f64(received as f64 / MIN_BODY_BYTES_PER_S as f64)
+}
+
+/// Read exactly `len` payload bytes, growing the buffer as data arrives, at
+/// least as fast as [`body_deadline`] requires.
+/// `Err(Some(_))`: the peer ended the stream early or sent too slowly
+/// (answerable); `Err(None)`: the stream broke.
 async fn read_payload(recv: &mut quinn::RecvStream, len: usize) -> Result<Vec<u8>, Option<String>> {
     /// Most bytes preallocated before they arrive.
     const PREALLOCATE: usize = 64 * 1024;
+    let start = tokio::time::Instant::now();
     let mut payload = Vec::with_capacity(len.min(PREALLOCATE));
     while payload.len() < len {
-        match recv.read_chunk(len - payload.len(), true).await {
-            Ok(Some(chunk)) => payload.extend_from_slice(&chunk.bytes),
-            Ok(None) => {
+        let deadline = body_deadline(start, payload.len());
+        let chunk = tokio::time::timeout_at(deadline, recv.read_chunk(len - payload.len(), true));
+        match chunk.await {
+            Ok(Ok(Some(chunk))) => payload.extend_from_slice(&chunk.bytes),
+            Ok(Ok(None)) => {
                 return Err(Some(format!(
                     "truncated frame: {} of {len} bytes before the stream ended",
                     payload.len()
                 )))
             }
-            Err(_) => return Err(None),
+            Ok(Err(_)) => return Err(None),
+            Err(_) => {
+                return Err(Some(format!(
+                    "the frame's body came too slowly: {} of {len} bytes in {:.0} s \
+                     (a body may take {} s, then must keep up {} KiB/s)",
+                    payload.len(),
+                    start.elapsed().as_secs_f64(),
+                    BODY_GRACE.as_secs(),
+                    MIN_BODY_BYTES_PER_S / 1024
+                )))
+            }
         }
     }
     Ok(payload)
@@ -653,6 +814,15 @@ async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
             units_held,
             open_windows,
         } => {
+            if units_held.len() > MAX_UNITS_HELD {
+                return error(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "a work request may name at most {MAX_UNITS_HELD} held units; this one names {}",
+                        units_held.len()
+                    ),
+                );
+            }
             let req = WorkRequest {
                 want_seconds: want_seconds.min(MAX_WANT_SECONDS),
                 free_slots,
@@ -715,4 +885,87 @@ async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
         }
     };
     r.unwrap_or_else(grid_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_ipv4_addresses_and_ipv6_prefixes_of_64_bits() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        // IPv4: each address its own source.
+        assert_eq!(source_key(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_ne!(source_key(ip("192.0.2.7")), source_key(ip("192.0.2.8")));
+        // IPv6: every address of one /64 is one source...
+        let a = source_key(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd"));
+        assert_eq!(a, ip("2001:db8:1:2::"));
+        assert_eq!(a, source_key(ip("2001:db8:1:2::1")));
+        assert_eq!(a, source_key(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")));
+        // ...and the next /64 another.
+        assert_ne!(a, source_key(ip("2001:db8:1:3::1")));
+        assert_ne!(a, source_key(ip("2001:db8:1:1:ffff:ffff:ffff:ffff")));
+        // An IPv4-mapped address is its IPv4 source, not the ::ffff:0:0/64.
+        assert_eq!(source_key(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_ne!(
+            source_key(ip("::ffff:192.0.2.7")),
+            source_key(ip("::ffff:192.0.2.8"))
+        );
+    }
+
+    #[test]
+    fn a_flood_from_one_ipv6_prefix_is_counted_as_one_source() {
+        let limits = Arc::new(Limits::new());
+        let mut held = Vec::new();
+        for i in 0..MAX_UNAUTHENTICATED_PER_ADDRESS {
+            let addr = Ipv6Addr::from(
+                0x2001_0db8_0000_0001_0000_0000_0000_0000u128 + u128::from(i) * 7919,
+            );
+            held.push(limits.admit(IpAddr::V6(addr)).expect("under the cap"));
+        }
+        let next = IpAddr::V6("2001:db8:0:1:dead:beef::1".parse().expect("ip"));
+        assert!(limits.admit(next).is_none(), "the /64 is full");
+        let other = IpAddr::V6("2001:db8:0:2::1".parse().expect("ip"));
+        assert!(limits.admit(other).is_some(), "another /64 is not");
+        held.pop();
+        assert!(limits.admit(next).is_some(), "a slot freed is free again");
+    }
+
+    #[test]
+    fn budgets_are_per_owner_and_within_the_shared_one() {
+        const { assert!(MAX_HOST_INFLIGHT_REQUEST_BYTES >= MAX_FRAME_BYTES) };
+        const { assert!(MAX_HOST_INFLIGHT_REQUEST_BYTES < MAX_INFLIGHT_REQUEST_BYTES) };
+        const { assert!(MAX_UNAUTHENTICATED_INFLIGHT_PER_SOURCE >= MAX_UNAUTHENTICATED_FRAME_BYTES) };
+        const { assert!(MAX_UNAUTHENTICATED_INFLIGHT_PER_SOURCE < MAX_UNAUTHENTICATED_INFLIGHT_BYTES) };
+        let limits = Limits::new();
+        let a = limits.budget(BudgetOwner::Host(1));
+        assert!(Arc::ptr_eq(&a, &limits.budget(BudgetOwner::Host(1))));
+        assert!(!Arc::ptr_eq(&a, &limits.budget(BudgetOwner::Host(2))));
+        assert_eq!(a.available_permits(), MAX_HOST_INFLIGHT_REQUEST_BYTES);
+        drop(a);
+        // Gone with its last holder: a fresh one is full.
+        assert_eq!(
+            limits.budget(BudgetOwner::Host(1)).available_permits(),
+            MAX_HOST_INFLIGHT_REQUEST_BYTES
+        );
+    }
+
+    #[test]
+    fn a_body_at_the_minimum_rate_never_meets_its_deadline() {
+        let start = tokio::time::Instant::now();
+        assert_eq!(body_deadline(start, 0), start + BODY_GRACE);
+        let mib = 1024 * 1024;
+        assert_eq!(
+            body_deadline(start, mib),
+            start + BODY_GRACE + Duration::from_secs(mib as u64 / MIN_BODY_BYTES_PER_S)
+        );
+        // The client waits for an answer at least as long as a body at the
+        // minimum rate may take.
+        assert!(beebot_client::net::request_timeout(mib) >= body_deadline(start, mib) - start);
+    }
+
+    #[test]
+    fn an_honest_client_never_names_more_held_units_than_allowed() {
+        const { assert!(beebot_client::home::MAX_SPOOLED_UNITS <= MAX_UNITS_HELD) };
+    }
 }

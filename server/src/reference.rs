@@ -6,15 +6,42 @@
 //!
 //! Links between its pages are relative or absolute-path, never absolute
 //! URLs, so the site works under whatever host and port it is reached at.
-//! Pure generation ([`respond`]) and a thin axum shell ([`serve`]).
+//! Pure generation ([`respond`]) and a thin hyper shell ([`serve`]) that
+//! anyone on the internet may reach, so it bounds what a client may hold:
+//! connections in all and per address, the time to send a request's header,
+//! and the time a connection may sit idle.
 
+use std::collections::HashMap;
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::Request;
-use axum::http::{header, Method, Response, StatusCode};
-use axum::Router;
+use axum::http::{header, Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Semaphore;
+
+/// Connections served at once; more wait in the kernel's listen backlog,
+/// holding no file descriptor of the server's (the systemd unit's
+/// `LimitNOFILE` leaves room for these, the QUIC endpoint, store and files).
+pub const MAX_CONNECTIONS: usize = 256;
+/// Connections from one IP address at once; more are closed as they are
+/// accepted. A benchmark uses one or two; a campus NAT of hosts a few more.
+pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 16;
+/// A request's header must arrive whole within this time of the server
+/// waiting for it, which is also how long a kept-alive connection may wait
+/// for its next request (a benchmark sends its next one at once).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection on which no byte moved either way for this long is closed
+/// (say, a client that stopped reading its answer).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// HTML pages of the reference site, `/` included.
 pub const REFERENCE_PAGES: usize = 1000;
@@ -225,25 +252,178 @@ fn render(index: usize) -> String {
     out
 }
 
-/// Serve the reference site on `listener` (any `Host`) until `shutdown`.
+/// Serve the reference site on `listener` (any `Host`) until `shutdown`,
+/// within [`MAX_CONNECTIONS`], [`MAX_CONNECTIONS_PER_ADDRESS`],
+/// [`HEADER_READ_TIMEOUT`] and [`IDLE_TIMEOUT`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let app = Router::new().fallback(handle);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let per_address: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
+    let mut conns = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        while conns.try_join_next().is_some() {}
+        // A slot before accepting: beyond the cap, connections wait in the
+        // backlog instead of taking a file descriptor each.
+        let slot = tokio::select! {
+            _ = &mut shutdown => break,
+            s = slots.clone().acquire_owned() => match s {
+                Ok(s) => s,
+                Err(_) => break,
+            },
+        };
+        let (stream, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                // Out of descriptors or a connection reset before accept:
+                // wait a moment rather than spin.
+                Err(e) => {
+                    tracing::debug!("reference site: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Some(address_slot) = AddressSlot::take(&per_address, peer.ip()) else {
+            tracing::debug!(%peer, "reference site: too many connections from this address");
+            continue;
+        };
+        conns.spawn(async move {
+            serve_connection(stream).await;
+            drop(address_slot);
+            drop(slot);
+        });
+    }
+    conns.shutdown().await;
+    Ok(())
 }
 
-async fn handle(request: Request) -> Response<Body> {
-    if !matches!(*request.method(), Method::GET | Method::HEAD) {
+/// One connection counted against its address; released on drop.
+struct AddressSlot {
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl AddressSlot {
+    fn take(counts: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<AddressSlot> {
+        let mut m = counts.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if *n >= MAX_CONNECTIONS_PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot {
+            counts: counts.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut m = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Serve one connection (HTTP/1.1, kept alive) until it ends, its header
+/// is late, or it idles for [`IDLE_TIMEOUT`]; dropping it closes the socket.
+async fn serve_connection(stream: tokio::net::TcpStream) {
+    let started = tokio::time::Instant::now();
+    let last = Arc::new(AtomicU64::new(0));
+    let io = Watched {
+        inner: stream,
+        started,
+        last: last.clone(),
+    };
+    let service =
+        hyper::service::service_fn(|request: Request<hyper::body::Incoming>| async move {
+            Ok::<_, Infallible>(handle(request.method(), request.uri()))
+        });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    loop {
+        let idle_since = started + Duration::from_millis(last.load(Ordering::Relaxed));
+        let idle_until = idle_since + IDLE_TIMEOUT;
+        if tokio::time::Instant::now() >= idle_until {
+            return;
+        }
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = tokio::time::sleep_until(idle_until) => {}
+        }
+    }
+}
+
+/// A stream that notes when a byte last moved (ms since `started`).
+struct Watched {
+    inner: tokio::net::TcpStream,
+    started: tokio::time::Instant,
+    last: Arc<AtomicU64>,
+}
+
+impl Watched {
+    fn moved(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.last.store(ms, Ordering::Relaxed);
+    }
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.moved();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.moved();
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+fn handle(method: &Method, uri: &axum::http::Uri) -> Response<Body> {
+    if !matches!(*method, Method::GET | Method::HEAD) {
         let mut r = Response::new(Body::from("GET only\n"));
         *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
         return r;
     }
-    let path = request
-        .uri()
+    let path = uri
         .path_and_query()
         .map_or("/", |pq| pq.as_str())
         .to_string();
@@ -293,5 +473,148 @@ mod tests {
         assert!(!text.contains("http://"), "no absolute internal links");
         assert_eq!(respond("/nope").0, 404);
         assert_eq!(respond("/robots.txt").2, REFERENCE_ROBOTS.as_bytes());
+    }
+
+    /// A TCP connection to `server` from `ip` (a loopback address).
+    async fn connect_from(ip: &str, server: std::net::SocketAddr) -> tokio::net::TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(format!("{ip}:0").parse().expect("addr"))
+            .expect("bind");
+        socket.connect(server).await.expect("connect")
+    }
+
+    /// How long until `stream` is closed by the server (`None`: not within `limit`).
+    async fn closed_within(
+        stream: &mut tokio::net::TcpStream,
+        limit: Duration,
+    ) -> Option<Duration> {
+        use tokio::io::AsyncReadExt;
+        let start = tokio::time::Instant::now();
+        let mut buf = [0u8; 4096];
+        loop {
+            match tokio::time::timeout_at(start + limit, stream.read(&mut buf)).await {
+                Err(_) => return None,
+                Ok(Ok(0)) | Ok(Err(_)) => return Some(start.elapsed()),
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// `GET /` on a fresh connection from `ip`; the status line.
+    async fn get_home(ip: &str, server: std::net::SocketAddr) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = connect_from(ip, server).await;
+        s.write_all(b"GET / HTTP/1.1\r\nHost: ref.test\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("request");
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).await.expect("answer");
+        String::from_utf8_lossy(&answer)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    }
+
+    async fn start() -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve(listener, async move {
+            let _ = stopped.await;
+        }));
+        (addr, stop)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_and_slow_connections_are_capped_and_closed_and_others_served() {
+        use tokio::io::AsyncWriteExt;
+        let (addr, _stop) = start().await;
+        // More idle connections from one address than it may hold: the
+        // extra ones are closed at once.
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS_PER_ADDRESS + 8 {
+            idle.push(connect_from("127.0.0.1", addr).await);
+        }
+        let mut closed_at_once = 0;
+        for s in idle.iter_mut() {
+            if closed_within(s, Duration::from_millis(300)).await.is_some() {
+                closed_at_once += 1;
+            }
+        }
+        assert_eq!(closed_at_once, 8, "connections beyond the per-address cap");
+        // A header dripped a byte a second, and a kept-alive connection
+        // that asks once and then says nothing.
+        let mut slow = connect_from("127.0.0.4", addr).await;
+        slow.write_all(b"GET / HTTP/1.1\r\n").await.expect("write");
+        let dripper = tokio::spawn(async move {
+            let start = tokio::time::Instant::now();
+            while slow.write_all(b"X").await.is_ok() && start.elapsed() < 3 * HEADER_READ_TIMEOUT {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            start.elapsed()
+        });
+        let mut kept = connect_from("127.0.0.5", addr).await;
+        kept.write_all(b"GET /robots.txt HTTP/1.1\r\nHost: ref.test\r\n\r\n")
+            .await
+            .expect("request");
+        // Another client is served at once meanwhile.
+        let started = tokio::time::Instant::now();
+        assert_eq!(get_home("127.0.0.2", addr).await, "HTTP/1.1 200 OK");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // The idle connections, the dripped header and the kept-alive one
+        // are closed within the header timeout.
+        let limit = HEADER_READ_TIMEOUT + Duration::from_secs(3);
+        for s in idle.iter_mut() {
+            let after = closed_within(s, limit).await;
+            assert!(
+                after.is_some(),
+                "an idle connection was held past {limit:?}"
+            );
+        }
+        let after = closed_within(&mut kept, limit).await;
+        assert!(
+            after.is_some(),
+            "a kept-alive idle connection held past {limit:?}"
+        );
+        let dripped = dripper.await.expect("dripper");
+        assert!(
+            dripped < limit + Duration::from_secs(2),
+            "a dripped header was read for {dripped:?}"
+        );
+        // And the address that held idle connections is served again.
+        assert_eq!(get_home("127.0.0.1", addr).await, "HTTP/1.1 200 OK");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn beyond_the_connection_cap_a_request_waits_for_a_slot_and_is_served() {
+        let (addr, _stop) = start().await;
+        // The cap in idle connections, from enough addresses that none is
+        // over its own limit, and more.
+        let addresses = MAX_CONNECTIONS.div_ceil(MAX_CONNECTIONS_PER_ADDRESS) + 1;
+        let mut idle = Vec::new();
+        for a in 0..addresses {
+            for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
+                idle.push(connect_from(&format!("127.0.1.{}", a + 1), addr).await);
+            }
+        }
+        assert!(idle.len() > MAX_CONNECTIONS);
+        // A normal request still gets its answer, once the idle ones time out.
+        let started = tokio::time::Instant::now();
+        let status = tokio::time::timeout(
+            HEADER_READ_TIMEOUT * 2 + Duration::from_secs(5),
+            get_home("127.0.0.3", addr),
+        )
+        .await
+        .expect("a request was not served while idle connections held the cap");
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        eprintln!(
+            "served after {:?} behind {} idle connections",
+            started.elapsed(),
+            idle.len()
+        );
     }
 }

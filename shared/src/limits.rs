@@ -126,3 +126,8 @@ pub const PACE_FREE_PAGES: u64 = 2;
 /// Scan-pace check: the share of the delays an honest scan's elapsed time
 /// must cover (timers and clocks are not exact; a lie is off by far more).
 pub const PACE_TOLERANCE: f64 = 0.9;
+
+/// Unit ids a work request may name as held: a client spools at most 1,024
+/// units (`MAX_SPOOLED_UNITS`) and stops asking for work when full, so a
+/// longer list is not an honest client's; it is refused before the grid walks it.
+pub const MAX_UNITS_HELD: usize = 1024;

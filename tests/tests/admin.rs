@@ -1,0 +1,300 @@
+//! The admin API and dashboard against a browser's and an attacker's
+//! requests: login by form and session cookie (the token never in a URL),
+//! the `Host` check against DNS rebinding, authentication before a body is
+//! read, and an admin CLI that never sends its token through a proxy.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use beebot_tests::*;
+
+/// One HTTP answer: status, headers (lower-cased names), body.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Send `head` (and `body`) on a fresh connection; read the whole answer.
+fn http(addr: SocketAddr, head: &str, body: &[u8]) -> Answer {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(head.as_bytes()).expect("head");
+    s.write_all(body).expect("body");
+    parse(read_all(&mut s))
+}
+
+fn read_all(s: &mut TcpStream) -> String {
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    String::from_utf8_lossy(&raw).into_owned()
+}
+
+fn parse(raw: String) -> Answer {
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Answer {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+fn get(addr: SocketAddr, path: &str, extra: &str) -> Answer {
+    http(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}\r\n"),
+        b"",
+    )
+}
+
+fn post_form(addr: SocketAddr, path: &str, extra: &str, body: &str) -> Answer {
+    http(
+        addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n{extra}\r\n",
+            body.len()
+        ),
+        body.as_bytes(),
+    )
+}
+
+fn admin_addr(g: &Grid) -> SocketAddr {
+    beebot_server::config::DataDir(g.data_dir())
+        .load_runtime()
+        .expect("serve.json")
+        .admin_addr
+}
+
+fn admin_token(g: &Grid) -> String {
+    std::fs::read_to_string(g.data_dir().join("admin.token"))
+        .expect("token")
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn the_dashboard_logs_in_by_form_and_cookie_and_never_by_url() {
+    let g = Grid::start(81, 1);
+    let addr = admin_addr(&g);
+    let token = admin_token(&g);
+
+    // Not logged in: the login form, which posts the token.
+    let page = get(addr, "/", "");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("<form method=post action=/login>"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("Rounds"));
+    // The token in a URL opens nothing.
+    let page = get(addr, &format!("/?token={token}"), "");
+    assert!(page.body.contains("action=/login") && !page.body.contains("Rounds"));
+    assert!(page.header("set-cookie").is_none());
+
+    // A wrong token: refused, no session.
+    let wrong = post_form(addr, "/login", "", "token=not-the-token");
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.header("set-cookie").is_none());
+
+    // The right one: a session cookie, and back to the dashboard's URL.
+    let ok = post_form(addr, "/login", "", &format!("token={token}"));
+    assert_eq!(ok.status, 303, "{}", ok.body);
+    assert_eq!(ok.header("location"), Some("/"));
+    let cookie = ok.header("set-cookie").expect("session cookie").to_string();
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(attr), "cookie lacks {attr}: {cookie}");
+    }
+    assert!(!cookie.contains(&token), "the token is not the session id");
+    let session = cookie.split(';').next().expect("name=value").to_string();
+    let with_session = format!("Cookie: {session}\r\n");
+
+    // The dashboard and its JSON by the cookie; the bearer header still works.
+    let page = get(addr, "/", &with_session);
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("Rounds") && page.body.contains("action=/logout"));
+    assert_eq!(get(addr, "/api/status", &with_session).status, 200);
+    assert_eq!(get(addr, "/api/status", "").status, 401);
+    assert_eq!(
+        get(addr, "/api/status", "Cookie: beebot_session=forged\r\n").status,
+        401
+    );
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    assert_eq!(get(addr, "/api/status", &bearer).status, 200);
+    // The CLI too.
+    g.admin_ok(&["status"]);
+
+    // Logged out: the cookie opens nothing any more.
+    let out = post_form(addr, "/logout", &with_session, "");
+    assert_eq!(out.status, 303);
+    assert!(out
+        .header("set-cookie")
+        .is_some_and(|c| c.contains("Max-Age=0")));
+    assert!(get(addr, "/", &with_session).body.contains("action=/login"));
+    assert_eq!(get(addr, "/api/status", &with_session).status, 401);
+}
+
+#[test]
+fn requests_naming_another_host_are_refused_even_with_the_token() {
+    let g = Grid::start(82, 1);
+    let addr = admin_addr(&g);
+    let token = admin_token(&g);
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    for host in [
+        "rebind.attacker.test",
+        "rebind.attacker.test:80",
+        "127.0.0.1",
+    ] {
+        let a = http(
+            addr,
+            &format!(
+                "GET /api/status HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{bearer}\r\n"
+            ),
+            b"",
+        );
+        assert_eq!(a.status, 421, "Host {host}: {}", a.body);
+        let login = http(
+            addr,
+            &format!(
+                "POST /login HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\
+                 Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n",
+                token.len() + 6
+            ),
+            format!("token={token}").as_bytes(),
+        );
+        assert_eq!(login.status, 421, "login with Host {host}");
+        assert!(login.header("set-cookie").is_none());
+    }
+    // The admin address and localhost at its port are fine.
+    for host in [addr.to_string(), format!("localhost:{}", addr.port())] {
+        let a = http(
+            addr,
+            &format!(
+                "GET /api/status HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{bearer}\r\n"
+            ),
+            b"",
+        );
+        assert_eq!(a.status, 200, "Host {host}");
+    }
+}
+
+#[test]
+fn a_request_is_authenticated_before_its_body_is_read() {
+    let g = Grid::start(83, 1);
+    let addr = admin_addr(&g);
+    let token = admin_token(&g);
+    // A large body announced, none sent: without the token the answer
+    // comes at once, not after the body.
+    let head = |auth: &str, path: &str, len: usize| {
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {len}\r\n{auth}\r\n"
+        )
+    };
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let started = Instant::now();
+    s.write_all(head("", "/api/sites", 50_000_000).as_bytes())
+        .expect("head");
+    let a = parse(read_all(&mut s));
+    let took = started.elapsed();
+    assert_eq!(a.status, 401, "{}", a.body);
+    assert!(took < Duration::from_secs(3), "answered after {took:?}");
+    // With the token, a body over the limit is refused by its length.
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(head(&bearer, "/api/sites", 1 << 30).as_bytes())
+        .expect("head");
+    let a = parse(read_all(&mut s));
+    assert_eq!(a.status, 413, "{}", a.body);
+    // The login form is small.
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(
+        head("", "/login", 10_000_000)
+            .replace("application/json", "application/x-www-form-urlencoded")
+            .as_bytes(),
+    )
+    .expect("head");
+    let a = parse(read_all(&mut s));
+    assert_eq!(a.status, 413, "{}", a.body);
+}
+#[test]
+fn the_admin_cli_ignores_proxy_settings_and_keeps_its_token_local() {
+    let g = Grid::start(73, 1);
+    let proxy = TcpListener::bind("127.0.0.1:0").expect("proxy listener");
+    let proxy_addr = proxy.local_addr().expect("addr");
+    let received = Arc::new(AtomicUsize::new(0));
+    {
+        let received = received.clone();
+        std::thread::spawn(move || {
+            for mut conn in proxy.incoming().flatten() {
+                let mut buf = [0u8; 4096];
+                let n = conn.read(&mut buf).unwrap_or(0);
+                received.fetch_add(n.max(1), Ordering::SeqCst);
+                // Closed at once: a CLI that went through the proxy fails.
+            }
+        });
+    }
+    let url = format!("http://{proxy_addr}");
+    for args in [
+        &["status"][..],
+        &["sites", "list"][..],
+        &["invite", "--uses", "1"][..],
+    ] {
+        let o = run(
+            Command::new(bin("beebot-server"))
+                .args(args)
+                .arg("--data-dir")
+                .arg(g.data_dir())
+                .env("HTTP_PROXY", &url)
+                .env("http_proxy", &url)
+                .env("ALL_PROXY", &url)
+                .env("all_proxy", &url)
+                .env("HTTPS_PROXY", &url)
+                .env_remove("NO_PROXY")
+                .env_remove("no_proxy"),
+            Duration::from_secs(60),
+        );
+        assert!(
+            o.status.success(),
+            "{args:?} under a proxy setting: {}",
+            stderr(&o)
+        );
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        received.load(Ordering::SeqCst),
+        0,
+        "the proxy heard from the CLI"
+    );
+}
