@@ -614,7 +614,7 @@ async fn dashboard(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respo
                 .take(20)
                 .filter_map(|r| g.round(r.id).ok())
                 .collect();
-            (g.status(), rounds, g.hosts())
+            (g.status(), rounds, g.host_lines())
         })
         .await;
     let mut html = String::from(
@@ -629,26 +629,31 @@ async fn dashboard(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respo
         status.sites, status.hosts, status.hosts_revoked, status.rounds_running,
         status.jobs_queued, status.jobs_running, status.jobs_done, status.jobs_failed
     ));
-    html.push_str("<h2>Rounds</h2><table><tr><th>id</th><th>state</th><th>policy</th><th>jobs</th><th>done</th><th>failed</th><th>running</th><th>complete</th><th>incomplete</th><th>pages</th><th>links</th></tr>");
+    html.push_str("<h2>Rounds</h2><table><tr><th>id</th><th>state</th><th>policy</th><th>jobs</th><th>done</th><th>failed</th><th>running</th><th>complete</th><th>incomplete</th><th>pages</th><th>links</th><th>validation</th><th>pending</th><th>valid</th><th>trusted</th><th>invalid results</th></tr>");
     for (r, jobs) in &rounds {
         let c = JobCounts::of_round(r, jobs);
         html.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            r.id, r.state.as_str(), esc(&r.params.policy), c.total, c.done, c.failed, c.running, c.complete, c.incomplete, c.pages, c.links
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            r.id, r.state.as_str(), esc(&r.params.policy), c.total, c.done, c.failed, c.running, c.complete, c.incomplete, c.pages, c.links,
+            r.params.validate.as_str(), c.pending, c.valid, c.trusted, c.invalid
         ));
     }
-    html.push_str("</table><h2>Hosts</h2><table><tr><th>id</th><th>name</th><th>last seen (s ago)</th><th>jobs</th><th>pages</th><th>missed deadlines</th><th>revoked</th></tr>");
+    html.push_str("</table><h2>Hosts</h2><table><tr><th>id</th><th>name</th><th>last seen (s ago)</th><th>jobs</th><th>pages</th><th>missed deadlines</th><th>revoked</th><th>trust (valid in a row)</th><th>valid</th><th>invalid</th></tr>");
     let now = now_ms();
-    for h in &hosts {
+    for HostLine { host: h, trusted } in &hosts {
         html.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ({})</td><td>{}</td><td>{}</td></tr>",
             h.id,
             esc(&h.info.name),
             now.saturating_sub(h.last_seen_ms) / 1000,
             h.jobs_done,
             h.pages_done,
             h.deadlines_missed,
-            h.revoked
+            h.revoked,
+            if *trusted { "trusted" } else { "untrusted" },
+            h.consecutive_valid,
+            h.valid_results,
+            h.invalid_results
         ));
     }
     html.push_str("</table></body></html>");

@@ -1522,12 +1522,38 @@ impl Grid {
                     queue.to_mut()[p].failed_here = true;
                 }
             }
-            let barred: BTreeSet<u64> = open
+            let mut barred: BTreeSet<u64> = open
                 .checks
                 .iter()
                 .filter(|(_, authors)| !may_check(authors))
                 .map(|(id, _)| *id)
                 .collect();
+            // A job this host let expire or gave back goes to another host
+            // while one that has not failed it is online (as BOINC sends a
+            // host no second result of a job): a host that hoards cannot
+            // keep the last sites of a round to itself.
+            for id in open.failed_by.get(&host_id).into_iter().flatten() {
+                // Failed where the job stands now (not before a segment).
+                let here = self.jobs.get(id).is_some_and(|j| {
+                    j.attempts.iter().any(|a| {
+                        a.host_id == host_id
+                            && j.is_current(a)
+                            && matches!(a.state, AttemptState::Expired | AttemptState::Failed(_))
+                    })
+                });
+                let someone_else = here
+                    && hosts.iter().any(|h| {
+                        h.online
+                            && h.host_id != host_id
+                            && !open
+                                .failed_by
+                                .get(&h.host_id)
+                                .is_some_and(|f| f.contains(id))
+                    });
+                if someone_else {
+                    barred.insert(*id);
+                }
+            }
             for id in &barred {
                 if let Ok(p) = queue.binary_search_by_key(id, |v| v.job_id) {
                     queue.to_mut().remove(p);
@@ -2294,7 +2320,7 @@ impl Grid {
             ValidateMode::Off => false,
             ValidateMode::All => true,
             ValidateMode::Adaptive => {
-                !job.candidates.is_empty()
+                job.candidates.iter().any(|c| c.verdict != Verdict::Invalid)
                     || !authors.iter().all(|h| self.is_trusted(*h))
                     || validate::spot_check(
                         self.project_key.as_bytes(),
@@ -2353,8 +2379,13 @@ impl Grid {
             liars.dedup();
             return self.keep_result(job_id, w, &liars);
         }
-        if job.candidates.len() >= validate::MAX_RESULTS_PER_JOB {
-            let n = job.candidates.len();
+        let compared = job
+            .candidates
+            .iter()
+            .filter(|c| c.verdict != Verdict::Invalid)
+            .count();
+        if compared >= validate::MAX_RESULTS_PER_JOB {
+            let n = compared;
             job.state = JobState::Failed;
             job.validation = JobValidation::Invalid;
             push_reason(
@@ -2486,9 +2517,10 @@ impl Grid {
     }
 
     /// A result of `host_id` was found invalid: its trust is reset, and
-    /// every result of it not validated yet is dropped: results waiting for
-    /// their check, and the scans of open jobs that continue from its
-    /// segments (those jobs start over from their seed).
+    /// every result of it not validated yet is invalid too: results waiting
+    /// for their check (dropped, their job scanned again by others), and the
+    /// scans of open jobs that continue from its segments (those jobs start
+    /// over from their seed).
     fn distrust(&mut self, host_id: u64) -> Result<(), GridError> {
         if let Some(h) = self.hosts.get_mut(&host_id) {
             h.consecutive_valid = 0;
@@ -2520,16 +2552,20 @@ impl Grid {
             }
             let mut job = job.clone();
             if pending_by_host {
-                let (dropped, kept): (Vec<Candidate>, Vec<Candidate>) =
-                    std::mem::take(&mut job.candidates)
-                        .into_iter()
-                        .partition(|c| {
-                            c.verdict == Verdict::Pending && c.authors().contains(&host_id)
-                        });
-                for c in &dropped {
-                    self.remove_chain_files(&c.segments, Some(&c.result));
+                let mut dropped = 0;
+                for c in job.candidates.iter_mut() {
+                    if c.verdict == Verdict::Pending && c.authors().contains(&host_id) {
+                        self.remove_chain_files(&c.segments, Some(&c.result));
+                        c.verdict = Verdict::Invalid;
+                        c.sketch = Vec::new();
+                        dropped += 1;
+                    }
                 }
-                job.candidates = kept;
+                if let Some(h) = self.hosts.get_mut(&host_id) {
+                    h.invalid_results += dropped;
+                    let h = h.clone();
+                    self.store.put_host(&h)?;
+                }
                 push_reason(
                     &mut job,
                     format!("host {host_id} was found lying: its result here is dropped"),
@@ -2551,7 +2587,9 @@ impl Grid {
                     format!("host {host_id} was found lying: the scan starts over"),
                 );
             }
-            if job.candidates.is_empty() && job.validation == JobValidation::Pending {
+            if job.validation == JobValidation::Pending
+                && job.candidates.iter().all(|c| c.verdict == Verdict::Invalid)
+            {
                 job.validation = JobValidation::None;
             }
             self.store.put_job(&job)?;
@@ -3985,6 +4023,32 @@ mod tests {
             assert_ne!(v.job_id, u.job_id, "policy {policy}");
             // With nothing else left it does get the missed job again.
             let w = fx.one(a, &[v.unit_id], u.deadline_ms + 2);
+            assert_eq!(w.job_id, u.job_id, "policy {policy}");
+        }
+    }
+
+    #[test]
+    fn a_host_that_let_a_job_expire_does_not_get_it_again_while_another_host_is_online() {
+        for policy in scheduler::POLICY_NAMES {
+            let mut fx = Fx::new();
+            fx.grid.add_sites(&site_names(1), T0).unwrap();
+            let p = RoundParams {
+                policy: policy.into(),
+                ..params(5)
+            };
+            fx.grid.start_round(p, T0).unwrap();
+            let (hoarder, other) = (fx.host(), fx.host());
+            let u = fx.one(hoarder, &[], T0);
+            let t = u.deadline_ms + 1;
+            fx.grid.tick(u.deadline_ms).unwrap();
+            // The other host was heard from lately: the hoarder waits.
+            fx.grid.hello(other, t).unwrap();
+            nothing_for(&mut fx, hoarder, t);
+            let v = fx.one(other, &[], t + 1);
+            assert_eq!(v.job_id, u.job_id, "policy {policy}");
+            // Once every online host missed it, it goes to either again.
+            fx.grid.tick(v.deadline_ms).unwrap();
+            let w = fx.one(hoarder, &[], v.deadline_ms + 1);
             assert_eq!(w.job_id, u.job_id, "policy {policy}");
         }
     }
@@ -5485,12 +5549,15 @@ mod tests {
         assert_eq!(job.result.as_ref().unwrap().unit_id, v.unit_id);
         assert!(!lf_path(&fx, &u).exists(), "an invalid result's file goes");
         let rec = fx.host_rec(liar);
-        assert_eq!((rec.consecutive_valid, rec.invalid_results), (0, 1));
+        assert_eq!(rec.consecutive_valid, 0);
         assert_eq!(rec.avg_pages_per_s, None, "nothing learned from a liar");
         // The liar's other result, not validated yet, is dropped and its
         // job scanned afresh by someone else.
         let job2 = fx.job(u2.job_id);
-        assert!(job2.candidates.is_empty());
+        let verdicts: Vec<Verdict> = job2.candidates.iter().map(|c| c.verdict).collect();
+        assert_eq!(verdicts, [Verdict::Invalid]);
+        assert_eq!(fx.host_rec(liar).invalid_results, 2);
+        nothing_for(&mut fx, liar, T0 + 5500);
         assert_eq!(job2.state, JobState::Queued);
         assert_eq!(job2.validation, JobValidation::None);
         assert!(!lf_path(&fx, &u2).exists());
@@ -5577,5 +5644,66 @@ mod tests {
         );
         assert!(h.iter().all(|id| fx.host_rec(*id).invalid_results == 0));
         assert_eq!(fx.round_state(job.round_id), RoundState::Done);
+    }
+
+    #[test]
+    fn a_liars_scans_that_others_continue_are_dropped_and_the_site_starts_over() {
+        let (mut fx, h) = validating(2, 3, ValidateMode::All);
+        let (liar, honest, third) = (h[0], h[1], h[2]);
+        let u = fx.one(liar, &[], T0);
+        let u2 = fx.one(liar, &[u.unit_id], T0);
+        // The liar's scan of the second site stops early: a segment the job
+        // continues from.
+        let (sum, file, state) = partial_for(&u2, 6, 3);
+        assert_eq!(
+            fx.grid
+                .upload(liar, u2.unit_id, sum, &file, Some(&state), T0 + 500)
+                .unwrap(),
+            UploadOutcome::Accepted
+        );
+        assert_eq!(fx.job(u2.job_id).segments.len(), 1);
+        let fake = fabricated(&u.site, 6);
+        assert_eq!(
+            upload_records(&mut fx, liar, &u, &fake, T0 + 1000),
+            UploadOutcome::Accepted
+        );
+        // An honest host continues the second site from the liar's frontier.
+        let (units, _) = fx.ask(honest, 2, &[], T0 + 2000);
+        let cont = units
+            .iter()
+            .find(|x| x.job_id == u2.job_id)
+            .unwrap()
+            .clone();
+        assert!(cont.resume.is_some());
+        let check = units.iter().find(|x| x.job_id == u.job_id).unwrap().clone();
+        assert_eq!(
+            fx.upload(honest, &check, 6, T0 + 3000),
+            UploadOutcome::Accepted
+        );
+        let w = fx.one(third, &[], T0 + 4000);
+        assert_eq!(w.job_id, u.job_id);
+        assert_eq!(fx.upload(third, &w, 6, T0 + 5000), UploadOutcome::Accepted);
+        assert_eq!(fx.host_rec(liar).invalid_results, 1);
+        // The second site starts over from its seed: the liar's segment is
+        // dropped, and the continuation built on it is stopped.
+        let job2 = fx.job(u2.job_id);
+        assert!(job2.segments.is_empty());
+        assert_eq!(job2.chain, 1);
+        assert_eq!(job2.state, JobState::Queued);
+        assert!(!lf_path(&fx, &u2).exists());
+        assert!(matches!(
+            fx.grid
+                .progress(honest, cont.unit_id, 5, 5, T0 + 6000)
+                .unwrap(),
+            ProgressOutcome::Abort(_)
+        ));
+        assert_eq!(
+            fx.upload(honest, &cont, 6, T0 + 6500),
+            UploadOutcome::Duplicate,
+            "a result built on a dropped frontier is not kept"
+        );
+        let fresh = fx.one(honest, &[], T0 + 7000);
+        assert_eq!(fresh.job_id, u2.job_id);
+        assert!(fresh.resume.is_none());
     }
 }

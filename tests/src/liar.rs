@@ -58,6 +58,9 @@ pub fn failure_reason() -> String {
 /// Pause between work requests when the server had nothing to give.
 const ASK_EVERY: Duration = Duration::from_millis(500);
 
+/// Refusals of lies the report keeps, to say why.
+const MAX_REFUSALS_KEPT: usize = 8;
+
 /// Network errors in a row after which the liar gives up.
 const MAX_ERRORS_IN_A_ROW: u32 = 20;
 
@@ -189,10 +192,12 @@ pub struct LiarReport {
     pub lies: u64,
     pub lies_accepted: u64,
     pub lies_refused: u64,
+    /// Why lies were refused (the first few answers).
+    pub refusals: Vec<String>,
     /// Of the lies: links made up, true links left out.
     pub fabricated_links: u64,
     pub dropped_links: u64,
-    /// Uploads of a result already sent, and those answered `Duplicate`.
+    /// Uploads again of a lie that was accepted, and those answered `Duplicate`.
     pub repeats: u64,
     pub repeats_duplicate: u64,
     /// Record bombs sent, and those refused.
@@ -219,6 +224,7 @@ impl LiarReport {
             "lies": self.lies,
             "lies_accepted": self.lies_accepted,
             "lies_refused": self.lies_refused,
+            "refusals": self.refusals,
             "fabricated_links": self.fabricated_links,
             "dropped_links": self.dropped_links,
             "repeats": self.repeats,
@@ -434,15 +440,27 @@ async fn lie(
         state: None,
     };
     report.lies += 1;
-    match conn.request(&upload).await? {
+    let accepted = match conn.request(&upload).await? {
         Ok(Response::Accepted) => {
             report.lies_accepted += 1;
             report.lie_units.push(unit.unit_id);
+            true
         }
-        Ok(Response::Rejected { .. } | Response::Duplicate) => report.lies_refused += 1,
-        other => report.unexpected.push(format!("lie: {other:?}")),
-    }
-    if opts.modes.repeat {
+        // Refused (a unit the server no longer wanted from it, e.g. one that
+        // another copy finished while it scanned): nothing to repeat.
+        Ok(r @ (Response::Rejected { .. } | Response::Duplicate)) => {
+            report.lies_refused += 1;
+            if report.refusals.len() < MAX_REFUSALS_KEPT {
+                report.refusals.push(format!("{r:?}"));
+            }
+            false
+        }
+        other => {
+            report.unexpected.push(format!("lie: {other:?}"));
+            false
+        }
+    };
+    if opts.modes.repeat && accepted {
         for _ in 0..REPEATS {
             report.repeats += 1;
             match conn.request(&upload).await? {
