@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use url::Url;
 
 use beebot_shared::limits::{MAX_RETRY_AFTER_SECS, MAX_SLOTS};
-use beebot_shared::linkfile::{self, LinkFileHeader, StopReason, LINK_FILE_VERSION};
+use beebot_shared::linkfile::{self, LinkFileHeader, StopReason};
 use beebot_shared::proto::{ErrorCode, Request, Response};
 use beebot_shared::scanstate::{state_sha256, ScanState, ScanStateError};
 use beebot_shared::sign::{self, ResumeFrom, WorkUnit};
@@ -465,14 +465,7 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
             Err(e) => ScanEnd::Failed(format!("cannot write the checkpoint: {e:#}")),
         };
     }
-    let header = LinkFileHeader {
-        format_version: LINK_FILE_VERSION,
-        round_id: unit.round_id,
-        unit_id: unit.unit_id,
-        site: unit.site.clone(),
-        pages: whole.summary.pages,
-        records: whole.records.len() as u64,
-    };
+    let header = LinkFileHeader::of_unit(unit, whole.summary.pages, whole.records.len() as u64);
     let link_file = match linkfile::encode(&header, &whole.records) {
         Ok(b) => b,
         Err(e) => return ScanEnd::Failed(e.to_string()),

@@ -454,13 +454,30 @@ async fn round_start(
     }
     let now = now_ms();
     let every_ms = req.every_s.map(|e| e.saturating_mul(1000));
-    let id = s
-        .with_grid(move |g| g.start_round_every(p, every_ms, now))
+    let validate = p.validate;
+    let (id, hosts) = s
+        .with_grid(move |g| {
+            let id = g.start_round_every(p, every_ms, now)?;
+            let hosts = g.hosts().iter().filter(|h| !h.revoked).count();
+            Ok::<_, GridError>((id, hosts))
+        })
         .await
         .map_err(grid_fail)?;
     durable(&s)?;
     tracing::info!(round = id, "round started");
-    Ok(Json(RoundStarted { id }))
+    // A result is checked by another host's scan.
+    let warning = (validate != ValidateMode::Off && hosts < 2).then(|| {
+        format!(
+            "validation is {} but {hosts} host(s) are enrolled: a result waits for a second \
+             host's scan, so the round ends only once another host joins (or start it with \
+             --validate off)",
+            validate.as_str()
+        )
+    });
+    if let Some(w) = &warning {
+        tracing::warn!(round = id, "{w}");
+    }
+    Ok(Json(RoundStarted { id, warning }))
 }
 
 async fn round_show(

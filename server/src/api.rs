@@ -73,6 +73,10 @@ pub struct RoundStart {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct RoundStarted {
     pub id: u64,
+    /// What the admin should know about the round as started (e.g. a
+    /// validated round with fewer than two hosts never ends).
+    #[serde(default)]
+    pub warning: Option<String>,
 }
 
 /// Job counts of a round.

@@ -2730,7 +2730,7 @@ mod tests {
     use super::*;
 
     use beebot_shared::extract::LinkTag;
-    use beebot_shared::linkfile::{LinkFileHeader, LinkRecord, LINK_FILE_VERSION};
+    use beebot_shared::linkfile::{LinkFileHeader, LinkRecord};
     use beebot_shared::scope::Scope;
     use ed25519_dalek::VerifyingKey;
     use tempfile::TempDir;
@@ -2906,14 +2906,7 @@ mod tests {
     }
 
     fn header_for(unit: &WorkUnit, n: usize) -> LinkFileHeader {
-        LinkFileHeader {
-            format_version: LINK_FILE_VERSION,
-            round_id: unit.round_id,
-            unit_id: unit.unit_id,
-            site: unit.site.clone(),
-            pages: 3,
-            records: n as u64,
-        }
+        LinkFileHeader::of_unit(unit, 3, n as u64)
     }
 
     fn summary(n: usize) -> ScanSummary {

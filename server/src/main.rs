@@ -820,6 +820,9 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                     ..Default::default()
                 },
             )?;
+            if let Some(w) = &r.warning {
+                eprintln!("warning: {w}");
+            }
             println!("round started");
             println!("{}", r.id);
         }

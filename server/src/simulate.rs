@@ -39,7 +39,7 @@ use serde::Serialize;
 use beebot_client::window::Windows;
 use beebot_client::worker::{work_wanted, DEFAULT_BUFFER_MAX_S, DEFAULT_BUFFER_MIN_S};
 use beebot_shared::limits::MAX_WINDOW_INTERVALS;
-use beebot_shared::linkfile::{self, LinkFileHeader, ScanSummary, StopReason, LINK_FILE_VERSION};
+use beebot_shared::linkfile::{self, LinkFileHeader, ScanSummary, StopReason};
 use beebot_shared::proto::HostInfo;
 use beebot_shared::scanstate::ScanState;
 use beebot_shared::sign::{self, WorkUnit};
@@ -1034,14 +1034,7 @@ impl Sim<'_> {
         summary: ScanSummary,
         state: Option<ScanState>,
     ) -> Result<UploadOutcome, SimError> {
-        let header = LinkFileHeader {
-            format_version: LINK_FILE_VERSION,
-            round_id: unit.round_id,
-            unit_id: unit.unit_id,
-            site: unit.site.clone(),
-            pages: summary.pages,
-            records: 0,
-        };
+        let header = LinkFileHeader::of_unit(unit, summary.pages, 0);
         let link_file =
             linkfile::encode(&header, &[]).map_err(|e| SimError::Invalid(e.to_string()))?;
         let state = state

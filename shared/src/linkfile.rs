@@ -37,6 +37,21 @@ pub struct LinkFileHeader {
     pub records: u64,
 }
 
+impl LinkFileHeader {
+    /// The header of a link file for `unit`: this format, its round, unit
+    /// and site, with `pages` scanned and `records` in the file.
+    pub fn of_unit(unit: &crate::sign::WorkUnit, pages: u64, records: u64) -> LinkFileHeader {
+        LinkFileHeader {
+            format_version: LINK_FILE_VERSION,
+            round_id: unit.round_id,
+            unit_id: unit.unit_id,
+            site: unit.site.clone(),
+            pages,
+            records,
+        }
+    }
+}
+
 /// One distinct (source page, target URL) pair leaving the site's scope.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkRecord {

@@ -9,7 +9,7 @@ use beebot_client::home::Home;
 use beebot_client::net::{Link, ServerId};
 use beebot_shared::codec;
 use beebot_shared::extract::LinkTag;
-use beebot_shared::linkfile::{LinkFileHeader, LinkRecord, LINK_FILE_VERSION};
+use beebot_shared::linkfile::{LinkFileHeader, LinkRecord};
 use beebot_shared::sign::WorkUnit;
 use ed25519_dalek::{SigningKey, VerifyingKey};
 
@@ -89,14 +89,7 @@ pub fn zstd_bomb_after(prefix: &[u8], blocks: usize) -> Vec<u8> {
 /// What a record bomb for `unit` starts with: the magic, a header naming the
 /// unit and the most records allowed, then a records' count of 2^60.
 pub fn record_bomb_prefix(unit: &WorkUnit) -> Vec<u8> {
-    let header = LinkFileHeader {
-        format_version: LINK_FILE_VERSION,
-        round_id: unit.round_id,
-        unit_id: unit.unit_id,
-        site: unit.site.clone(),
-        pages: 1,
-        records: beebot_shared::limits::MAX_LINK_RECORDS as u64,
-    };
+    let header = LinkFileHeader::of_unit(unit, 1, beebot_shared::limits::MAX_LINK_RECORDS as u64);
     let mut out = b"BEEBOTLF".to_vec();
     out.extend(codec::encode(&header, usize::MAX).expect("header"));
     out.extend(codec::encode(&(1u64 << 60), usize::MAX).expect("count"));

@@ -22,7 +22,7 @@ use beebot_client::crawler::{self, CrawlerConfig};
 use beebot_client::net::{Link, NetError};
 use beebot_shared::extract::LinkTag;
 use beebot_shared::limits::{MAX_SLOTS, MAX_UNITS_PER_REPLY, MAX_WANT_SECONDS};
-use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary, LINK_FILE_VERSION};
+use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary};
 use beebot_shared::proto::{Request, Response};
 use beebot_shared::sign::{self, WorkUnit};
 use url::Url;
@@ -421,18 +421,21 @@ async fn lie(
     // before validation sees it), so only validation can find it out.
     summary.stopped_by = None;
     summary.links = records.len() as u64;
+    summary.distinct_target_hosts = records
+        .iter()
+        .filter_map(|r| {
+            Url::parse(&r.target_url)
+                .ok()?
+                .host_str()
+                .map(str::to_string)
+        })
+        .collect::<std::collections::HashSet<String>>()
+        .len() as u64;
     summary.pages = summary.pages.max(1) + fabricated;
     summary.elapsed_ms = summary
         .elapsed_ms
         .saturating_add(fabricated.saturating_add(1) * unit.limits.delay_ms);
-    let header = LinkFileHeader {
-        format_version: LINK_FILE_VERSION,
-        round_id: unit.round_id,
-        unit_id: unit.unit_id,
-        site: unit.site.clone(),
-        pages: summary.pages,
-        records: records.len() as u64,
-    };
+    let header = LinkFileHeader::of_unit(unit, summary.pages, records.len() as u64);
     let upload = Request::Upload {
         unit_id: unit.unit_id,
         summary,

@@ -8,8 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use beebot_client::home::Home;
-use beebot_client::net::{Link, NetError, ServerId};
+use beebot_client::net::{Link, NetError};
 use beebot_server::net::{
     BODY_GRACE, MAX_CONNECTIONS_PER_HOST, MAX_HOST_INFLIGHT_REQUEST_BYTES,
     MAX_INFLIGHT_REQUEST_BYTES,
@@ -17,47 +16,17 @@ use beebot_server::net::{
 use beebot_shared::codec::{self, FRAME_HEADER_BYTES};
 use beebot_shared::extract::LinkTag;
 use beebot_shared::limits::{MAX_FRAME_BYTES, MAX_UNITS_HELD};
-use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary, LINK_FILE_VERSION};
+use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary};
 use beebot_shared::proto::{ErrorCode, Request, Response, ALPN};
 use beebot_shared::sign::{self, WorkUnit};
+use beebot_tests::hostile::{join_raw, Joined};
 use beebot_tests::*;
-use ed25519_dalek::SigningKey;
 
 /// Streams the server lets one connection open at once.
 const STREAMS_PER_CONNECTION: usize = 8;
 
-/// A host joined with the real client: its server id, host id and key.
-struct Joined {
-    server: ServerId,
-    id: u64,
-    key: SigningKey,
-    project_key: ed25519_dalek::VerifyingKey,
-}
-
-fn join(g: &Grid, name: &str, code: &str) -> Joined {
-    let o = g.client(name, &["join", code]);
-    assert!(o.status.success(), "join {name}: {}", stderr(&o));
-    let home = Home {
-        config: g.home(name),
-        data: g.home(name),
-    };
-    let e = home.require_enrolment().expect("enrolment");
-    Joined {
-        server: ServerId {
-            addr: e.server_addr.clone(),
-            server_name: e.server_name.clone(),
-            cert_sha256: e.cert_fingerprint().expect("fingerprint"),
-        },
-        id: e.host_id,
-        key: home.host_key(false).expect("key"),
-        project_key: e.project_verifying_key().expect("project key"),
-    }
-}
-
 async fn hello(j: &Joined) -> Link {
-    let link = Link::connect(&j.server).await.expect("connect");
-    link.hello(j.id, &j.key).await.expect("hello");
-    link
+    j.hello().await.expect("hello")
 }
 
 fn work_request(units_held: Vec<u64>) -> Request {
@@ -88,14 +57,7 @@ fn upload_of(unit: &WorkUnit) -> Request {
         nofollow: false,
         anchor_text: "out".into(),
     }];
-    let header = LinkFileHeader {
-        format_version: LINK_FILE_VERSION,
-        round_id: unit.round_id,
-        unit_id: unit.unit_id,
-        site: unit.site.clone(),
-        pages: 1,
-        records: 1,
-    };
+    let header = LinkFileHeader::of_unit(unit, 1, 1);
     Request::Upload {
         unit_id: unit.unit_id,
         summary: ScanSummary {
@@ -220,8 +182,8 @@ fn cut_for_slowness(r: &Result<Response, String>) -> bool {
 fn a_host_claiming_large_frames_neither_starves_other_hosts_nor_holds_for_long() {
     let g = Grid::start(71, 4);
     let code = last_line(&g.admin_ok(&["invite", "--uses", "2", "--expires", "1h"]));
-    let a = join(&g, "a", &code);
-    let b = join(&g, "b", &code);
+    let a = join_raw(&g, "a", &code);
+    let b = join_raw(&g, "b", &code);
     g.import_sites();
     g.admin_ok(&["round", "start", "--delay-ms", "0"]);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -392,7 +354,7 @@ fn restart_with_retry(g: &mut Grid) {
 fn clients_connect_and_work_when_every_address_must_be_validated() {
     let mut g = Grid::start(72, 3);
     let code = last_line(&g.admin_ok(&["invite", "--uses", "1", "--expires", "1h"]));
-    let a = join(&g, "a", &code);
+    let a = join_raw(&g, "a", &code);
     g.import_sites();
     let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "0"]));
     restart_with_retry(&mut g);

@@ -24,7 +24,7 @@ use beebot_server::config::DataDir;
 use beebot_shared::extract::LinkTag;
 use beebot_shared::invite::Invite;
 use beebot_shared::limits::MAX_UNIT_BYTES;
-use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary, LINK_FILE_VERSION};
+use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary};
 use beebot_shared::proto::{HostInfo, Request, Response};
 use beebot_shared::sign::WorkUnit;
 
@@ -191,14 +191,7 @@ fn small_result(unit: &WorkUnit) -> Result<(ScanSummary, Vec<u8>)> {
         nofollow: false,
         anchor_text: "out".into(),
     }];
-    let header = LinkFileHeader {
-        format_version: LINK_FILE_VERSION,
-        round_id: unit.round_id,
-        unit_id: unit.unit_id,
-        site: unit.site.clone(),
-        pages: 1,
-        records: 1,
-    };
+    let header = LinkFileHeader::of_unit(unit, 1, 1);
     let file = linkfile::encode(&header, &records)?;
     let summary = ScanSummary {
         pages: 1,
