@@ -2330,6 +2330,16 @@ impl Grid {
                     )
             }
         };
+        // Hosts heard from lately that could scan the site for a check:
+        // none of its results' authors.
+        let now_ms = candidate.result.accepted_ms;
+        let mut all_authors = job.authors();
+        all_authors.extend(authors.iter().copied());
+        let checkers_left = self.hosts.values().any(|h| {
+            !h.revoked
+                && now_ms.saturating_sub(h.last_seen_ms) <= PLAN_HOSTS_SEEN_WITHIN_MS
+                && !all_authors.contains(&h.id)
+        });
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(());
         };
@@ -2384,14 +2394,21 @@ impl Grid {
             .iter()
             .filter(|c| c.verdict != Verdict::Invalid)
             .count();
-        if compared >= validate::MAX_RESULTS_PER_JOB {
+        // (A first result waits for a host to check it, however long: the
+        // admin was told at round start when there was none.)
+        if compared >= validate::MAX_RESULTS_PER_JOB || (compared >= 2 && !checkers_left) {
             let n = compared;
             job.state = JobState::Failed;
             job.validation = JobValidation::Invalid;
-            push_reason(
-                job,
-                format!("the results of {n} scans by different hosts never agreed"),
-            );
+            let why = if compared >= validate::MAX_RESULTS_PER_JOB {
+                format!("the results of {n} scans by different hosts never agreed")
+            } else {
+                format!(
+                    "the results of {n} scans by different hosts disagree, and no other \
+                     host to scan it again has been heard from in a day"
+                )
+            };
+            push_reason(job, why);
             let job = job.clone();
             self.remove_candidate_files(&job, None);
             self.store.put_job(&job)?;
@@ -5698,5 +5715,29 @@ mod tests {
         let fresh = fx.one(honest, &[], T0 + 7000);
         assert_eq!(fresh.job_id, u2.job_id);
         assert!(fresh.resume.is_none());
+    }
+
+    #[test]
+    fn results_that_disagree_with_no_other_host_to_scan_again_fail_the_job() {
+        let (mut fx, h) = validating(1, 2, ValidateMode::All);
+        let u = fx.one(h[0], &[], T0);
+        let fake = fabricated(&u.site, 6);
+        assert_eq!(
+            upload_records(&mut fx, h[0], &u, &fake, T0 + 500),
+            UploadOutcome::Accepted
+        );
+        let v = fx.one(h[1], &[], T0 + 1000);
+        assert_eq!(fx.upload(h[1], &v, 6, T0 + 2000), UploadOutcome::Accepted);
+        let job = fx.job(u.job_id);
+        assert_eq!(
+            (job.state, job.validation),
+            (JobState::Failed, JobValidation::Invalid)
+        );
+        assert!(
+            job.reasons.last().unwrap().contains("no other host"),
+            "{:?}",
+            job.reasons
+        );
+        assert_eq!(fx.round_state(job.round_id), RoundState::Done);
     }
 }
