@@ -543,9 +543,9 @@ struct OpenJobs {
 
 /// The host had an attempt of `job` that expired or failed.
 fn failed_by(job: &JobRecord, host_id: u64) -> bool {
-    job.attempts.iter().any(|a| {
-        a.host_id == host_id && matches!(a.state, AttemptState::Expired | AttemptState::Failed(_))
-    })
+    job.attempts
+        .iter()
+        .any(|a| a.host_id == host_id && a.state.ended_without_result())
 }
 
 fn push_reason(job: &mut JobRecord, reason: String) {
@@ -732,7 +732,7 @@ impl Grid {
         }
         if !job.state.is_final() {
             for a in &job.attempts {
-                if matches!(a.state, AttemptState::Expired | AttemptState::Failed(_)) {
+                if a.state.ended_without_result() {
                     open.failed_by.entry(a.host_id).or_default().insert(job_id);
                 }
             }
@@ -1072,35 +1072,34 @@ impl Grid {
         &mut self,
         host_id: u64,
         keep: Option<&[u64]>,
-        _now_ms: u64,
+        now_ms: u64,
     ) -> Result<(), GridError> {
         let mut changed = Vec::new();
         for id in self.running_job_ids() {
             let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
             };
-            let mut touched = false;
+            let mut released = Vec::new();
             for a in job.attempts.iter_mut() {
                 if a.host_id == host_id
                     && a.state == AttemptState::Running
                     && !keep.is_some_and(|k| k.contains(&a.unit_id))
                 {
                     a.state = AttemptState::Released;
-                    touched = true;
+                    released.push(a.unit_id);
                 }
             }
-            if touched {
-                if job.running_attempts().next().is_none() {
-                    job.state = JobState::Queued;
-                }
+            for unit in &released {
+                push_reason(job, format!("host {host_id} no longer holds unit {unit}"));
+            }
+            if !released.is_empty() {
                 changed.push(job.id);
             }
         }
+        // Each ended without a result: requeued, or failed once its
+        // attempts ran out.
         for id in changed {
-            if let Some(job) = self.jobs.get(&id) {
-                self.store.put_job(job)?;
-            }
-            self.reindex(id);
+            self.after_attempt_ended(id, now_ms)?;
         }
         Ok(())
     }
@@ -1536,9 +1535,7 @@ impl Grid {
                 // Failed where the job stands now (not before a segment).
                 let here = self.jobs.get(id).is_some_and(|j| {
                     j.attempts.iter().any(|a| {
-                        a.host_id == host_id
-                            && j.is_current(a)
-                            && matches!(a.state, AttemptState::Expired | AttemptState::Failed(_))
+                        a.host_id == host_id && j.is_current(a) && a.state.ended_without_result()
                     })
                 });
                 let someone_else = here
@@ -1684,6 +1681,13 @@ impl Grid {
             .get(&job.round_id)
             .ok_or(GridError::UnknownRound(job.round_id))?;
         let p = &round.params;
+        // A job whose attempts ran out is failed, never issued again.
+        assert!(
+            job.failed_attempts() < p.max_attempts as usize,
+            "job {job_id} issued with {} attempts ended without a result (limit {})",
+            job.failed_attempts(),
+            p.max_attempts
+        );
         let expected = scan_expected_s(job, p, speed);
         let resume = job.segments.last().map(|seg| ResumeFrom {
             state_sha256: seg.state_sha256,
@@ -4557,7 +4561,11 @@ mod tests {
         assert_eq!(fx.attempt(u1.unit_id).state, AttemptState::Running);
         let job2 = fx.job(u2.job_id);
         assert_eq!(job2.state, JobState::Queued);
-        assert_eq!(job2.failed_attempts(), 0, "a release is not a failure");
+        // An attempt that ended without a result: it counts against the
+        // job's attempts (a host that drops every unit it gets cannot keep
+        // a job going round for ever).
+        assert_eq!(job2.failed_attempts(), 1);
+        assert!(job2.reasons.iter().any(|r| r.contains("no longer holds")));
         let ha = fx.host_rec(a);
         assert_eq!((ha.deadlines_missed, ha.failures), (0, 0));
         // Another host gets it at once, long before the old deadline.
@@ -4578,6 +4586,23 @@ mod tests {
         assert_ne!(again.unit_id, u.unit_id);
         assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Released);
         assert_eq!(fx.attempt(again.unit_id).state, AttemptState::Running);
+    }
+
+    #[test]
+    fn a_host_that_drops_every_unit_it_gets_fails_the_job_at_its_attempt_limit() {
+        let (mut fx, round) = Fx::with_round(1, 3);
+        let a = fx.host();
+        let mut t = T0;
+        for _ in 0..3 {
+            // It refuses the unit (say, a bad signature) and never lists it.
+            fx.one(a, &[], t);
+            t += 1000;
+        }
+        fx.ask(a, 0, &[], t);
+        let job = fx.job(fx.grid.jobs.keys().copied().next().unwrap());
+        assert_eq!(job.state, JobState::Failed);
+        assert_eq!(job.attempts.len(), 3, "never more attempts than the limit");
+        assert_eq!(fx.round_state(round), RoundState::Done);
     }
 
     #[test]

@@ -120,6 +120,18 @@ pub enum AttemptState {
     Partial,
 }
 
+impl AttemptState {
+    /// The attempt ended without a result: its deadline passed, the host
+    /// gave it back (or its result was refused), or the host no longer held
+    /// it. What a job's `max_attempts` counts.
+    pub fn ended_without_result(&self) -> bool {
+        matches!(
+            self,
+            AttemptState::Expired | AttemptState::Failed(_) | AttemptState::Released
+        )
+    }
+}
+
 /// One work unit: a job as sent to one host.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attempt {
@@ -331,7 +343,7 @@ impl JobRecord {
         self.attempts
             .iter()
             .filter(|a| self.is_current(a))
-            .filter(|a| matches!(a.state, AttemptState::Expired | AttemptState::Failed(_)))
+            .filter(|a| a.state.ended_without_result())
             .count()
     }
 
