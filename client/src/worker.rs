@@ -1331,6 +1331,12 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<RunStats> {
     let enrolment = home.require_enrolment()?;
+    // One runner per home: a second would take over the control socket and
+    // share the host key and the spool. Held until this function returns.
+    let run_lock = home.lock_runner()?;
+    if let Some(pid) = run_lock.stale_pid {
+        tracing::info!("taking over the home from pid {pid}, which is no longer running");
+    }
     let key = home.host_key(false)?;
     let project_key = enrolment.project_verifying_key()?;
     let server = enrolment.server_id()?;
@@ -1444,6 +1450,7 @@ pub async fn run(
         let _ = std::fs::remove_file(control::socket_path(&w.home.data));
     }
     let _ = std::fs::remove_file(control::status_path(&w.home.data));
+    drop(run_lock);
     Ok(w.stats)
 }
 
