@@ -1455,6 +1455,13 @@ pub async fn run(
 }
 
 /// Join a project with an invite code: make the host key, enrol, save.
+///
+/// The code's checksum is checked before anything is written or sent, so a
+/// damaged code leaves no key and spends no token. The project key saved is
+/// the invite's: the enrolment answer (`Enrolled`) carries only the host id,
+/// and the server proves its certificate (pinned) but not its project key, so
+/// there is nothing to check it against here; the checksum is what keeps a
+/// wrong one out.
 pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrolment> {
     let invite = beebot_shared::invite::Invite::from_code(code)?;
     if invite.expires_ms <= now_ms() {
