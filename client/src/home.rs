@@ -9,6 +9,8 @@
 //! DATA/spool/results/N.lf  finished link files waiting for upload, N.summary beside,
 //!                          N.state beside when the scan stopped early (its frontier)
 //! DATA/spool/scans/N.ckpt  a running scan's checkpoint (state, records, summary so far)
+//! DATA/run.lock            held (advisory lock) by the one `beebot run` of this home;
+//!                          its pid inside, emptied when it exits
 //! ```
 //! With `--home DIR` (or `BEEBOT_HOME`) both CONFIG and DATA are DIR.
 
@@ -500,6 +502,98 @@ impl Home {
     }
 }
 
+/// Why `beebot run` could not take the home.
+#[derive(Debug, thiserror::Error)]
+pub enum RunLockError {
+    #[error(
+        "another `beebot run` ({}) is already running with this home ({}): stop it first, or use another --home",
+        .pid.map(|p| format!("pid {p}")).unwrap_or_else(|| "pid unknown".into()),
+        .home.display()
+    )]
+    Held { pid: Option<u32>, home: PathBuf },
+    #[error("cannot lock {}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The home held by one `beebot run`: an exclusive advisory lock (`flock` on
+/// Unix, `LockFileEx` on Windows) on `DATA/run.lock`, which holds the pid.
+/// The operating system drops the lock when the process ends, however it
+/// ends, so a lock file left by a killed runner (its pid still inside) is
+/// taken over by the next. The file itself is never removed (removing it
+/// while another runner opens it would let two lock different files): on
+/// drop it is emptied, then unlocked.
+#[derive(Debug)]
+pub struct RunLock {
+    file: fs::File,
+    /// The pid a runner that died left in the file, if one did.
+    pub stale_pid: Option<u32>,
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        let _ = self.file.set_len(0);
+    }
+}
+
+impl Home {
+    fn run_lock_path(&self) -> PathBuf {
+        self.data.join("run.lock")
+    }
+
+    /// Take the home for `beebot run`, or say which process holds it.
+    pub fn lock_runner(&self) -> Result<RunLock, RunLockError> {
+        use fs2::FileExt;
+        use std::io::{Read, Seek};
+        let path = self.run_lock_path();
+        let io = |source| RunLockError::Io {
+            path: path.clone(),
+            source,
+        };
+        beebot_shared::util::create_private_dir(&self.data).map_err(io)?;
+        let mut opts = fs::OpenOptions::new();
+        opts.read(true).write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        let mut file = opts.open(&path).map_err(io)?;
+        let pid_in = |file: &mut fs::File| -> Option<u32> {
+            let mut text = String::new();
+            file.seek(std::io::SeekFrom::Start(0)).ok()?;
+            Read::take(&mut *file, 64).read_to_string(&mut text).ok()?;
+            text.trim().parse().ok()
+        };
+        if let Err(e) = FileExt::try_lock_exclusive(&file) {
+            let contended = e.kind() == std::io::ErrorKind::WouldBlock
+                || e.raw_os_error() == fs2::lock_contended_error().raw_os_error();
+            if !contended {
+                return Err(io(e));
+            }
+            // The holder writes its pid right after locking: give it a moment.
+            let mut pid = pid_in(&mut file);
+            if pid.is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                pid = pid_in(&mut file);
+            }
+            return Err(RunLockError::Held {
+                pid,
+                home: self.data.clone(),
+            });
+        }
+        let stale_pid = pid_in(&mut file).filter(|p| *p != std::process::id());
+        file.set_len(0).map_err(io)?;
+        file.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
+        file.write_all(format!("{}\n", std::process::id()).as_bytes())
+            .map_err(io)?;
+        file.flush().map_err(io)?;
+        Ok(RunLock { file, stale_pid })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -541,6 +635,36 @@ mod tests {
             user_agent: "t".into(),
             resume: None,
         }
+    }
+
+    #[test]
+    fn one_runner_holds_the_home_and_a_dead_ones_lock_is_taken_over() {
+        let (_d, h) = home();
+        let lock = h.lock_runner().expect("first runner");
+        assert_eq!(lock.stale_pid, None);
+        let text = fs::read_to_string(h.data.join("run.lock")).unwrap();
+        assert_eq!(text.trim(), std::process::id().to_string());
+        // A second lock on another open file is refused and names the holder.
+        let e = h.lock_runner().expect_err("second runner");
+        assert!(
+            matches!(e, RunLockError::Held { pid: Some(p), .. } if p == std::process::id()),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!("pid {}", std::process::id())) && msg.contains("already running"),
+            "{msg}"
+        );
+        // Released on drop, the file emptied.
+        drop(lock);
+        assert_eq!(fs::read_to_string(h.data.join("run.lock")).unwrap(), "");
+        let lock = h.lock_runner().expect("after the first exits");
+        assert_eq!(lock.stale_pid, None);
+        drop(lock);
+        // A runner killed leaves its pid but no lock: taken over.
+        fs::write(h.data.join("run.lock"), "4000000\n").unwrap();
+        let lock = h.lock_runner().expect("stale lock");
+        assert_eq!(lock.stale_pid, Some(4_000_000));
     }
 
     #[test]

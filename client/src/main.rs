@@ -640,23 +640,23 @@ mod tests {
             invite_code(arg, env.map(str::to_string), tty, input.as_bytes())
         };
         assert_eq!(
-            code(Some("beebot1-a"), Some("beebot1-e"), true, "").unwrap(),
-            "beebot1-a"
+            code(Some("beebot2-a"), Some("beebot2-e"), true, "").unwrap(),
+            "beebot2-a"
         );
         assert_eq!(
-            code(Some("-"), Some("beebot1-e"), true, "\n  beebot1-s \nx\n").unwrap(),
-            "beebot1-s"
+            code(Some("-"), Some("beebot2-e"), true, "\n  beebot2-s \nx\n").unwrap(),
+            "beebot2-s"
         );
         assert_eq!(
-            code(None, Some(" beebot1-e\n"), false, "beebot1-s").unwrap(),
-            "beebot1-e"
+            code(None, Some(" beebot2-e\n"), false, "beebot2-s").unwrap(),
+            "beebot2-e"
         );
         assert_eq!(
-            code(None, Some(""), false, "beebot1-s\r\n").unwrap(),
-            "beebot1-s"
+            code(None, Some(""), false, "beebot2-s\r\n").unwrap(),
+            "beebot2-s"
         );
-        assert_eq!(code(None, None, false, "beebot1-s").unwrap(), "beebot1-s");
-        let e = code(None, None, true, "beebot1-s").unwrap_err().to_string();
+        assert_eq!(code(None, None, false, "beebot2-s").unwrap(), "beebot2-s");
+        let e = code(None, None, true, "beebot2-s").unwrap_err().to_string();
         assert!(e.contains("BEEBOT_INVITE") && e.contains("join -"), "{e}");
         assert!(code(Some("-"), None, true, " \n\n").is_err());
         // What is read is bounded.

@@ -1331,6 +1331,12 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<RunStats> {
     let enrolment = home.require_enrolment()?;
+    // One runner per home: a second would take over the control socket and
+    // share the host key and the spool. Held until this function returns.
+    let run_lock = home.lock_runner()?;
+    if let Some(pid) = run_lock.stale_pid {
+        tracing::info!("taking over the home from pid {pid}, which is no longer running");
+    }
     let key = home.host_key(false)?;
     let project_key = enrolment.project_verifying_key()?;
     let server = enrolment.server_id()?;
@@ -1444,10 +1450,18 @@ pub async fn run(
         let _ = std::fs::remove_file(control::socket_path(&w.home.data));
     }
     let _ = std::fs::remove_file(control::status_path(&w.home.data));
+    drop(run_lock);
     Ok(w.stats)
 }
 
 /// Join a project with an invite code: make the host key, enrol, save.
+///
+/// The code's checksum is checked before anything is written or sent, so a
+/// damaged code leaves no key and spends no token. The project key saved is
+/// the invite's: the enrolment answer (`Enrolled`) carries only the host id,
+/// and the server proves its certificate (pinned) but not its project key, so
+/// there is nothing to check it against here; the checksum is what keeps a
+/// wrong one out.
 pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrolment> {
     let invite = beebot_shared::invite::Invite::from_code(code)?;
     if invite.expires_ms <= now_ms() {

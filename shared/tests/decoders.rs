@@ -5,7 +5,7 @@
 
 use beebot_shared::codec::{self, CodecError, PROTOCOL_VERSION};
 use beebot_shared::extract::LinkTag;
-use beebot_shared::invite::Invite;
+use beebot_shared::invite::{Invite, InviteError};
 use beebot_shared::limits::MAX_UNIT_BYTES;
 use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary, LINK_FILE_VERSION};
 use beebot_shared::proto::{HostInfo, Request, Response};
@@ -247,5 +247,53 @@ proptest! {
         let _ = Invite::from_code(&code[..cut]);
         let _ = Invite::from_code(&junk);
         let _ = Invite::from_code(&format!("beebot1-{junk}"));
+        let _ = Invite::from_code(&format!("beebot2-{junk}"));
+    }
+
+    /// A code copied with one character changed, one missing or its tail cut
+    /// off is refused as damaged: never another invite, never "expired".
+    #[test]
+    fn a_damaged_invite_code_is_refused_as_damaged(
+        token in proptest::collection::vec(any::<u8>(), 1..40),
+        addr in "[a-z0-9.]{1,30}:[0-9]{1,5}",
+        key in any::<[u8; 32]>(),
+        expires_ms in any::<u64>(),
+        at in any::<usize>(),
+        with in prop_oneof![
+            proptest::char::range('!', '~'),
+            Just(' '),
+            Just('\t'),
+            Just('é'),
+            Just('€'),
+            any::<char>(),
+        ],
+    ) {
+        let inv = Invite {
+            addr,
+            server_name: "grid.example".into(),
+            cert_sha256: [7; 32],
+            project_key: key,
+            token,
+            expires_ms,
+        };
+        let code = inv.to_code();
+        let chars: Vec<char> = code.chars().collect();
+        let i = at % chars.len();
+        let damaged = |s: &str| {
+            let e = Invite::from_code(s).expect_err(s);
+            prop_assert_eq!(e, InviteError::Damaged, "{}", s);
+            Ok(())
+        };
+        if chars[i] != with {
+            let mut changed = chars.clone();
+            changed[i] = with;
+            damaged(&changed.iter().collect::<String>())?;
+        }
+        let mut missing = chars.clone();
+        missing.remove(i);
+        damaged(&missing.iter().collect::<String>())?;
+        if i > 0 {
+            damaged(&code[..i])?;
+        }
     }
 }

@@ -321,7 +321,7 @@ impl Grid {
     pub fn invite(&self, uses: u32) -> String {
         let o = self.admin_ok(&["invite", "--uses", &uses.to_string(), "--expires", "1h"]);
         let code = last_line(&o);
-        assert!(code.starts_with("beebot1-"), "invite code: {code}");
+        assert!(code.starts_with("beebot2-"), "invite code: {code}");
         code
     }
 

@@ -312,3 +312,89 @@ fn a_full_spool_takes_no_new_work() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Two `beebot run` on one home: the second used to take the control socket
+/// over and leave the first unreachable. Now it is refused naming the first,
+/// which stays reachable; a runner killed leaves a stale lock that the next
+/// takes over, and one that exits leaves the home free.
+#[test]
+fn a_second_runner_on_one_home_is_refused_and_the_first_stays_reachable() {
+    let g = Grid::start(47, 1);
+    join(&g, "a");
+    let log = g.home("a").join("runs.stderr");
+    let mut first = g.spawn_run("a", &[], &log);
+    let first_pid = first.id();
+    wait_for(
+        "the first runner's control socket",
+        Duration::from_secs(30),
+        || g.client("a", &["resume"]).status.success(),
+    );
+
+    let flags = g.crawl_flags();
+    let mut args = vec!["run"];
+    args.extend(flags.iter().map(String::as_str));
+    let started = Instant::now();
+    let o = g.client("a", &args);
+    assert!(!o.status.success(), "the second runner should be refused");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused quickly, not after {:?}",
+        started.elapsed()
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("pid {first_pid}")) && err.contains("already running"),
+        "{err}"
+    );
+    assert!(err.lines().any(|l| l.starts_with("error: ")), "{err}");
+
+    // The first is still the one that answers.
+    let o = g.client("a", &["pause"]);
+    assert!(o.status.success(), "pause: {}", stderr(&o));
+    wait_for("paused state", Duration::from_secs(10), || {
+        status_json(&g, "a")["state"] == "paused"
+    });
+    let text = stdout(&g.client("a", &["status"]));
+    assert!(text.contains(&format!("(pid {first_pid})")), "{text}");
+    assert!(g.client("a", &["resume"]).status.success());
+
+    // Killed: its pid stays in the lock file, and the next runner takes over.
+    first.kill().expect("kill");
+    first.wait().expect("wait");
+    let lock = g.home("a").join("run.lock");
+    assert_eq!(
+        std::fs::read_to_string(&lock).expect("lock file").trim(),
+        first_pid.to_string()
+    );
+    let mut second = g.spawn_run("a", &[], &log);
+    let second_pid = second.id();
+    wait_for(
+        "the second runner's control socket",
+        Duration::from_secs(30),
+        || g.client("a", &["pause"]).status.success(),
+    );
+    wait_for(
+        "the second runner's status",
+        Duration::from_secs(10),
+        || stdout(&g.client("a", &["status"])).contains(&format!("(pid {second_pid})")),
+    );
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.contains(&format!("taking over the home from pid {first_pid}")),
+        "{text}"
+    );
+
+    // Stopped: the lock file is emptied and a new runner starts.
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &second_pid.to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(term.success());
+    let status = second.wait().expect("wait");
+    assert!(status.success(), "{status}");
+    assert_eq!(std::fs::read_to_string(&lock).expect("lock file"), "");
+    let mut once = vec!["run", "--once"];
+    once.extend(flags.iter().map(String::as_str));
+    let o = g.client("a", &once);
+    assert!(o.status.success(), "run --once: {}", stderr(&o));
+}

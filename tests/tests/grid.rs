@@ -20,7 +20,7 @@ fn join(g: &Grid, name: &str, code: &str) -> String {
 fn invite(g: &Grid, uses: u32) -> String {
     let o = g.admin_ok(&["invite", "--uses", &uses.to_string(), "--expires", "1h"]);
     let code = last_line(&o);
-    assert!(code.starts_with("beebot1-"), "invite code: {code}");
+    assert!(code.starts_with("beebot2-"), "invite code: {code}");
     code
 }
 

@@ -43,7 +43,7 @@ fn invites_are_listed_without_their_codes_and_a_revoked_one_cannot_join() {
         let token = Invite::from_code(code).expect("code").token;
         assert!(!text.contains(code.as_str()));
         assert!(!text.contains(&hex::encode(&token)));
-        assert!(!text.contains(&code["beebot1-".len()..][..24]));
+        assert!(!text.contains(&code["beebot2-".len()..][..24]));
     }
 
     // Revoked by a prefix of its id: joining with it fails, and it is gone.
