@@ -143,6 +143,46 @@ impl ServerCertVerifier for PinnedCert {
     }
 }
 
+/// The QUIC client configuration of a connection to the server whose
+/// certificate has SHA-256 `cert_sha256`: TLS 1.3, the project's ALPN, the
+/// certificate pinned (signatures still checked), keep-alives and the idle
+/// timeout. Also returns the verifier, which remembers a refused certificate.
+fn pinned_config(
+    cert_sha256: [u8; 32],
+) -> Result<(quinn::ClientConfig, Arc<PinnedCert>), NetError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let pinned = Arc::new(PinnedCert {
+        fingerprint: cert_sha256,
+        provider: provider.clone(),
+        refused: std::sync::Mutex::new(None),
+    });
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| NetError::Connect(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(pinned.clone())
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let quic = QuicClientConfig::try_from(tls).map_err(|e| NetError::Connect(e.to_string()))?;
+    let mut cfg = quinn::ClientConfig::new(Arc::new(quic));
+    let mut transport = quinn::TransportConfig::default();
+    transport.keep_alive_interval(Some(KEEP_ALIVE));
+    transport.max_idle_timeout(Some(
+        IDLE_TIMEOUT
+            .try_into()
+            .map_err(|_| NetError::Connect("idle timeout".into()))?,
+    ));
+    cfg.transport_config(Arc::new(transport));
+    Ok((cfg, pinned))
+}
+
+/// The QUIC client configuration `Link` connects with, for tools that
+/// speak to the server stream by stream (the tests' hostile clients): the
+/// server's certificate pinned by its SHA-256.
+pub fn pinned_client_config(cert_sha256: [u8; 32]) -> Result<quinn::ClientConfig, NetError> {
+    pinned_config(cert_sha256).map(|(cfg, _)| cfg)
+}
+
 /// Where the server is and how to recognise it.
 #[derive(Clone, Debug)]
 pub struct ServerId {
@@ -175,29 +215,7 @@ impl Link {
             .map_err(|e| NetError::Resolve(format!("{}: {e}", server.addr)))?
             .next()
             .ok_or_else(|| NetError::Resolve(server.addr.clone()))?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let pinned = Arc::new(PinnedCert {
-            fingerprint: server.cert_sha256,
-            provider: provider.clone(),
-            refused: std::sync::Mutex::new(None),
-        });
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| NetError::Connect(e.to_string()))?
-            .dangerous()
-            .with_custom_certificate_verifier(pinned.clone())
-            .with_no_client_auth();
-        tls.alpn_protocols = vec![ALPN.to_vec()];
-        let quic = QuicClientConfig::try_from(tls).map_err(|e| NetError::Connect(e.to_string()))?;
-        let mut cfg = quinn::ClientConfig::new(Arc::new(quic));
-        let mut transport = quinn::TransportConfig::default();
-        transport.keep_alive_interval(Some(KEEP_ALIVE));
-        transport.max_idle_timeout(Some(
-            IDLE_TIMEOUT
-                .try_into()
-                .map_err(|_| NetError::Connect("idle timeout".into()))?,
-        ));
-        cfg.transport_config(Arc::new(transport));
+        let (cfg, pinned) = pinned_config(server.cert_sha256)?;
         let bind: SocketAddr = if let Some(local) = local {
             local
         } else if addr.is_ipv6() {

@@ -10,6 +10,7 @@ use beebot_client::net::{Link, ServerId};
 use beebot_shared::codec;
 use beebot_shared::extract::LinkTag;
 use beebot_shared::linkfile::{LinkFileHeader, LinkRecord};
+use beebot_shared::proto::Request;
 use beebot_shared::sign::WorkUnit;
 use ed25519_dalek::{SigningKey, VerifyingKey};
 
@@ -136,4 +137,46 @@ pub fn peak_rss(pid: u32) -> u64 {
         .and_then(|n| n.parse().ok())
         .expect("VmHWM kB");
     kb * 1024
+}
+
+/// One record leaving `site` from its front page.
+pub fn records_of(site: &str) -> Vec<LinkRecord> {
+    vec![LinkRecord {
+        source_url: format!("http://{site}/"),
+        target_url: "http://elsewhere.test/".into(),
+        tag: LinkTag::A,
+        nofollow: false,
+        anchor_text: "out".into(),
+    }]
+}
+
+/// A link file of `records` for `unit`, its header naming `site` (a test may
+/// name another site than the unit's).
+pub fn link_file(unit: &WorkUnit, site: &str, records: &[LinkRecord]) -> Vec<u8> {
+    let mut header = LinkFileHeader::of_unit(unit, 1, records.len() as u64);
+    header.site = site.to_string();
+    beebot_shared::linkfile::encode(&header, records).expect("encode")
+}
+
+/// An upload of `file` for `unit`, its summary counting one page and `links` links.
+pub fn upload(unit: &WorkUnit, file: Vec<u8>, links: u64) -> Request {
+    Request::Upload {
+        unit_id: unit.unit_id,
+        summary: beebot_shared::linkfile::ScanSummary {
+            pages: 1,
+            links,
+            ..Default::default()
+        },
+        link_file: file,
+        state: None,
+    }
+}
+
+/// An honest one-record upload for `unit`.
+pub fn one_record_upload(unit: &WorkUnit) -> Request {
+    upload(
+        unit,
+        link_file(unit, &unit.site, &records_of(&unit.site)),
+        1,
+    )
 }

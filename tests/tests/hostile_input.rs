@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use beebot_client::net::{Link, NetError};
 use beebot_server::net::{MAX_CONNECTIONS_PER_HOST, MAX_UNAUTHENTICATED_PER_ADDRESS};
 use beebot_shared::codec;
-use beebot_shared::extract::LinkTag;
 use beebot_shared::invite::Invite;
-use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary, LINK_FILE_VERSION};
+use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::proto::{ErrorCode, HostInfo, Request, Response};
 use beebot_shared::sign::{self, WorkUnit};
 use beebot_tests::hostile::*;
@@ -80,45 +79,6 @@ async fn take_another_unit(link: &Link, j: &Joined, held: Vec<u64>) -> WorkUnit 
             sign::verify_unit(&j.project_key, signed).expect("signed unit")
         }
         other => panic!("work: {other:?}"),
-    }
-}
-
-fn records_of(site: &str) -> Vec<LinkRecord> {
-    vec![LinkRecord {
-        source_url: format!("http://{site}/"),
-        target_url: "http://elsewhere.test/".into(),
-        tag: LinkTag::A,
-        nofollow: false,
-        anchor_text: "out".into(),
-    }]
-}
-
-fn link_file(unit: &WorkUnit, site: &str, records: &[LinkRecord]) -> Vec<u8> {
-    let header = LinkFileHeader {
-        format_version: LINK_FILE_VERSION,
-        round_id: unit.round_id,
-        unit_id: unit.unit_id,
-        site: site.to_string(),
-        pages: 1,
-        records: records.len() as u64,
-    };
-    linkfile::encode(&header, records).expect("encode")
-}
-
-fn summary(links: u64) -> ScanSummary {
-    ScanSummary {
-        pages: 1,
-        links,
-        ..ScanSummary::default()
-    }
-}
-
-fn upload(unit: &WorkUnit, file: Vec<u8>, links: u64) -> Request {
-    Request::Upload {
-        unit_id: unit.unit_id,
-        summary: summary(links),
-        link_file: file,
-        state: None,
     }
 }
 
@@ -295,7 +255,10 @@ fn hostile_requests_get_clear_refusals_and_the_server_keeps_serving() {
         rejected(
             la.request(&Request::Upload {
                 unit_id: 987_654_321,
-                summary: summary(0),
+                summary: ScanSummary {
+                    pages: 1,
+                    ..ScanSummary::default()
+                },
                 link_file: vec![],
                 state: None,
             })

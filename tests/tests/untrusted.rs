@@ -5,7 +5,6 @@
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use beebot_client::net::{Link, NetError};
@@ -14,12 +13,10 @@ use beebot_server::net::{
     MAX_INFLIGHT_REQUEST_BYTES,
 };
 use beebot_shared::codec::{self, FRAME_HEADER_BYTES};
-use beebot_shared::extract::LinkTag;
 use beebot_shared::limits::{MAX_FRAME_BYTES, MAX_UNITS_HELD};
-use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary};
-use beebot_shared::proto::{ErrorCode, Request, Response, ALPN};
+use beebot_shared::proto::{ErrorCode, Request, Response};
 use beebot_shared::sign::{self, WorkUnit};
-use beebot_tests::hostile::{join_raw, Joined};
+use beebot_tests::hostile::{join_raw, one_record_upload, Joined};
 use beebot_tests::*;
 
 /// Streams the server lets one connection open at once.
@@ -48,81 +45,10 @@ async fn take_unit(link: &Link, j: &Joined) -> WorkUnit {
     }
 }
 
-/// A one-record link file for `unit`, and its upload.
-fn upload_of(unit: &WorkUnit) -> Request {
-    let records = vec![LinkRecord {
-        source_url: format!("http://{}/", unit.site),
-        target_url: "http://elsewhere.test/".into(),
-        tag: LinkTag::A,
-        nofollow: false,
-        anchor_text: "out".into(),
-    }];
-    let header = LinkFileHeader::of_unit(unit, 1, 1);
-    Request::Upload {
-        unit_id: unit.unit_id,
-        summary: ScanSummary {
-            pages: 1,
-            links: 1,
-            ..ScanSummary::default()
-        },
-        link_file: linkfile::encode(&header, &records).expect("encode"),
-        state: None,
-    }
-}
-
-/// Accepts any certificate: these raw connections attack the server, they
-/// do not need to trust it.
-#[derive(Debug)]
-struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyCert {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// A raw QUIC connection, authenticated as `j`: streams written by hand.
 async fn raw_hello(j: &Joined) -> (quinn::Endpoint, quinn::Connection) {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("tls")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![ALPN.to_vec()];
-    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("quic tls");
+    let cfg = beebot_client::net::pinned_client_config(j.server.cert_sha256).expect("quic config");
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("bind");
-    let mut cfg = quinn::ClientConfig::new(Arc::new(quic));
-    let mut transport = quinn::TransportConfig::default();
-    transport.keep_alive_interval(Some(Duration::from_secs(5)));
-    cfg.transport_config(Arc::new(transport));
     endpoint.set_default_client_config(cfg);
     let addr: SocketAddr = j.server.addr.parse().expect("server addr");
     let conn = endpoint
@@ -271,9 +197,12 @@ fn a_host_claiming_large_frames_neither_starves_other_hosts_nor_holds_for_long()
 
         // B uploads at once, long before any of A's claims is cut.
         let started = Instant::now();
-        let answer = tokio::time::timeout(Duration::from_secs(20), lb.request(&upload_of(&unit)))
-            .await
-            .expect("B's upload waited behind A's claims");
+        let answer = tokio::time::timeout(
+            Duration::from_secs(20),
+            lb.request(&one_record_upload(&unit)),
+        )
+        .await
+        .expect("B's upload waited behind A's claims");
         let took = started.elapsed();
         assert!(
             matches!(answer, Ok(Response::Accepted)),
@@ -363,7 +292,7 @@ fn clients_connect_and_work_when_every_address_must_be_validated() {
         let l = hello(&a).await;
         let unit = take_unit(&l, &a).await;
         assert!(matches!(
-            l.request(&upload_of(&unit)).await,
+            l.request(&one_record_upload(&unit)).await,
             Ok(Response::Accepted)
         ));
         l.close();

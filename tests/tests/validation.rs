@@ -8,7 +8,8 @@ use beebot_tests::*;
 
 const SITES: usize = 10;
 
-/// Two rounds over the synthetic web with three honest clients: the first
+/// Two rounds over the synthetic web with three honest clients, under the
+/// default policy (`adaptive`: its hedge copies meet the checks): the first
 /// validates every result, the second is adaptive, with a host trusted
 /// after one valid result and spot checks at 0% (so a trusted host's result
 /// is never checked).
@@ -37,16 +38,7 @@ fn two_rounds(seed: u64, delay_ms: &str) {
     let truth = g.truth_rows();
     let mut check_pages = Vec::new();
     for (n, mode) in [(1, "all"), (2, "adaptive")] {
-        let o = g.admin_ok(&[
-            "round",
-            "start",
-            "--validate",
-            mode,
-            "--delay-ms",
-            delay_ms,
-            "--policy",
-            "round-robin",
-        ]);
+        let o = g.admin_ok(&["round", "start", "--validate", mode, "--delay-ms", delay_ms]);
         let round = last_line(&o);
         let clients: Vec<ClientProc> = ["a", "b", "c"]
             .iter()
