@@ -29,22 +29,53 @@ pub fn collapse_whitespace(text: &str, max_chars: usize) -> String {
     out
 }
 
-/// Parse a duration such as `90`, `90s`, `15m`, `12h` or `7d` (no unit: seconds).
+/// Parse a typed duration: a whole number and a unit, `s`, `m`, `h` or `d`
+/// (`90s`, `15m`, `12h`, `7d`). A bare number is refused: `--every 5` once
+/// meant five seconds to the program and five days to its user.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();
+    const EXAMPLES: &str = "90s, 15m, 12h or 7d";
     let (num, mult) = match s.char_indices().last() {
         Some((i, 's')) => (&s[..i], 1),
         Some((i, 'm')) => (&s[..i], 60),
         Some((i, 'h')) => (&s[..i], 3600),
         Some((i, 'd')) => (&s[..i], 86400),
-        _ => (s, 1),
+        Some(_) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            return Err(format!(
+                "`{s}` has no unit: write it with one, e.g. {s}s, {s}m, {s}h or {s}d"
+            ))
+        }
+        _ => return Err(format!("`{s}` is not a duration (examples: {EXAMPLES})")),
     };
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("`{s}` is not a duration (examples: 90s, 15m, 12h, 7d)"))?;
+        .map_err(|_| format!("`{s}` is not a duration (examples: {EXAMPLES})"))?;
     n.checked_mul(mult)
         .map(std::time::Duration::from_secs)
         .ok_or_else(|| format!("`{s}` is too long"))
+}
+
+/// A duration in words a person reads at a glance: `45s`, `4m 5s`,
+/// `4h 21m`, `7 days`, `2 days 3h`; the two largest units, no zeros.
+pub fn human_duration(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    let (days, h, m, sec) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+    let day_word = |n: u64| {
+        if n == 1 {
+            "1 day".to_string()
+        } else {
+            format!("{n} days")
+        }
+    };
+    match (days, h, m, sec) {
+        (0, 0, 0, sec) => format!("{sec}s"),
+        (0, 0, m, 0) => format!("{m}m"),
+        (0, 0, m, sec) => format!("{m}m {sec}s"),
+        (0, h, 0, _) => format!("{h}h"),
+        (0, h, m, _) => format!("{h}h {m}m"),
+        (days, 0, _, _) => day_word(days),
+        (days, h, _, _) => format!("{} {h}h", day_word(days)),
+    }
 }
 
 /// Refuse a secret file (a key, a token) that its group or other users can
@@ -148,15 +179,37 @@ mod tests {
     #[test]
     fn durations() {
         use std::time::Duration;
-        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("15m").unwrap(), Duration::from_secs(900));
         assert_eq!(
             parse_duration("7d").unwrap(),
             Duration::from_secs(7 * 86400)
         );
-        assert!(parse_duration("x").is_err());
-        assert!(parse_duration("").is_err());
+        let e = parse_duration("90").unwrap_err();
+        assert!(e.contains("has no unit") && e.contains("90s"), "{e}");
+        for bad in ["x", "", "s", "1.5h", "-3m", "3 w"] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.contains("not a duration"), "{bad}: {e}");
+        }
         assert!(parse_duration("99999999999999999999d").is_err());
+    }
+
+    #[test]
+    fn durations_read_as_words() {
+        use std::time::Duration;
+        let w = |s| human_duration(Duration::from_secs(s));
+        assert_eq!(w(0), "0s");
+        assert_eq!(w(45), "45s");
+        assert_eq!(w(245), "4m 5s");
+        assert_eq!(w(300), "5m");
+        assert_eq!(w(3600), "1h");
+        assert_eq!(w(4 * 3600 + 21 * 60 + 9), "4h 21m");
+        assert_eq!(w(86400), "1 day");
+        assert_eq!(w(7 * 86400), "7 days");
+        assert_eq!(w(2 * 86400 + 3 * 3600 + 59), "2 days 3h");
+        for s in [1, 59, 61, 3599, 3601, 86399, 86401, 10 * 86400] {
+            assert_eq!(parse_duration(&format!("{s}s")).map(|d| d.as_secs()), Ok(s));
+        }
     }
 
     #[test]

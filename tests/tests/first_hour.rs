@@ -1,0 +1,11 @@
+//! The newcomer's first hour, through the real binaries: each step of the
+//! README's "Setting it up for real" that once misled an admin or an
+//! employee, as a test that reproduces it.
+//!
+//! - `admin`: the server's commands (durations, lists, names, waits, logs);
+//! - `employee`: the client's commands (join, leave, settings, status);
+//! - `work`: what the grid does with work (failed sites, cancel, wake-up).
+
+mod admin;
+mod employee;
+mod work;

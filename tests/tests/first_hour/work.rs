@@ -1,0 +1,1 @@
+//! See `first_hour.rs`.
