@@ -6,6 +6,9 @@
 //! - `employee`: the client's commands (join, leave, settings, status);
 //! - `work`: what the grid does with work (failed sites, cancel, wake-up).
 
+#[path = "first_hour/admin.rs"]
 mod admin;
+#[path = "first_hour/employee.rs"]
 mod employee;
+#[path = "first_hour/work.rs"]
 mod work;
