@@ -2,12 +2,15 @@
 //! README's "Setting it up for real" that once misled an admin or an
 //! employee, as a test that reproduces it.
 //!
+//! - `basics`: work that was lost (attempts past the limit);
 //! - `admin`: the server's commands (durations, lists, names, waits, logs);
 //! - `employee`: the client's commands (join, leave, settings, status);
 //! - `work`: what the grid does with work (failed sites, cancel, wake-up).
 
 #[path = "first_hour/admin.rs"]
 mod admin;
+#[path = "first_hour/basics.rs"]
+mod basics;
 #[path = "first_hour/employee.rs"]
 mod employee;
 #[path = "first_hour/work.rs"]
