@@ -365,6 +365,8 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
+        // Colours on a terminal only: not in a log file or the journal.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match run(cli) {
         Ok(code) => std::process::exit(code),
