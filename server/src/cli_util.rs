@@ -115,6 +115,19 @@ impl Progress {
     }
 }
 
+/// `text` as one URL path segment: every byte but the unreserved ones
+/// percent-encoded (a host name may hold spaces, `/` or `+`).
+pub fn path_segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// `ms` (Unix time) as `2026-12-14 21:00 UTC`.
 pub fn utc_minute(ms: u64) -> String {
     i64::try_from(ms)
@@ -278,6 +291,14 @@ mod tests {
         p.pages = 0;
         assert_eq!(p.eta(), None);
         assert!(!p.line().contains("left"), "{}", p.line());
+    }
+
+    #[test]
+    fn path_segments_keep_spaces_slashes_and_pluses() {
+        assert_eq!(path_segment("pc-1.lab"), "pc-1.lab");
+        assert_eq!(path_segment("my pc/2+x"), "my%20pc%2F2%2Bx");
+        assert_eq!(path_segment("[::1]:8080"), "%5B%3A%3A1%5D%3A8080");
+        assert_eq!(path_segment("é"), "%C3%A9");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 
 use beebot_server::api::*;
 use beebot_server::cli_util::{
-    parse_duration, typed_duration, utc_minute, AdminClient, TypedDuration,
+    parse_duration, path_segment, typed_duration, utc_minute, AdminClient, TypedDuration,
 };
 use beebot_server::config::{self, DataDir, InitOptions};
 use beebot_server::model::{JobState, RoundState, SiteRecord};
@@ -472,14 +472,18 @@ fn run(cli: Cli) -> Result<i32> {
                 let expires = if i.expires_ms <= now {
                     "expired".to_string()
                 } else {
-                    format!("in {}s", (i.expires_ms - now) / 1000)
+                    format!(
+                        "in {} ({})",
+                        human_duration(Duration::from_millis(i.expires_ms - now)),
+                        utc_minute(i.expires_ms)
+                    )
                 };
                 println!(
-                    "{}\t{}\t{}\t{}s ago",
+                    "{}\t{}\t{}\t{} ago",
                     i.id,
                     i.uses_left,
                     expires,
-                    now.saturating_sub(i.created_ms) / 1000
+                    human_duration(Duration::from_millis(now.saturating_sub(i.created_ms)))
                 );
             }
         }
@@ -558,8 +562,7 @@ fn run(cli: Cli) -> Result<i32> {
                 SitesCmd::Remove { site } => {
                     // A URL names its site as its host does.
                     let host = parse_site(&site).with_context(|| format!("`{site}`"))?;
-                    let path: String =
-                        url::form_urlencoded::byte_serialize(host.as_bytes()).collect();
+                    let path = path_segment(&host);
                     let r: SiteRemoved = c.delete_json(&format!("/api/sites/{path}"))?;
                     println!("removed {}", r.site);
                 }
@@ -618,8 +621,7 @@ fn run(cli: Cli) -> Result<i32> {
                     }
                 }
                 HostsCmd::Revoke { host } => {
-                    let path: String =
-                        url::form_urlencoded::byte_serialize(host.as_bytes()).collect();
+                    let path = path_segment(&host);
                     let r: HostRevoked = c.post(&format!("/api/hosts/{path}/revoke"), &())?;
                     println!("host {} ({}) revoked", r.id, r.name);
                 }

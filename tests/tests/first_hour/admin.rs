@@ -183,6 +183,11 @@ fn lists_say_when_empty_have_json_and_hosts_are_told_apart_by_name() {
     );
     let o = g.admin_ok(&["hosts", "revoke", &bob.to_string()]);
     assert!(stdout(&o).contains("(bob) revoked"), "{}", stdout(&o));
+    // A name with a space and a plus sign goes through the API intact.
+    let lab = g.client("lab", &["join", &g.invite(1), "--name", "lab pc+1"]);
+    assert!(lab.status.success(), "{}", stderr(&lab));
+    let o = g.admin_ok(&["hosts", "revoke", "lab pc+1"]);
+    assert!(stdout(&o).contains("(lab pc+1) revoked"), "{}", stdout(&o));
     // A revoked host's name may be taken again.
     let code = g.invite(1);
     let again = g.client("alice3", &["join", &code, "--name", "alice"]);
