@@ -582,7 +582,7 @@ async fn host_revoke(
         .await
         .map_err(grid_fail)?;
     durable(&s)?;
-    tracing::info!(host_id = id, host = %name, "host revoked");
+    tracing::info!(host_id = id, host = ?name, "host revoked");
     Ok(Json(HostRevoked { id, name }))
 }
 

@@ -1131,7 +1131,7 @@ impl Grid {
     /// A host leaves: like a revocation, asked for by the host itself.
     pub fn leave(&mut self, host_id: u64, now_ms: u64) -> Result<(), GridError> {
         let name = self.active_host(host_id, now_ms)?.info.name.clone();
-        tracing::info!(host_id, host = %name, "host left the project");
+        tracing::info!(host_id, host = ?name, "host left the project");
         self.revoke(host_id, now_ms)
     }
 

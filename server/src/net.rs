@@ -758,7 +758,7 @@ async fn dispatch(
                 .await;
             match r {
                 Ok(host_id) => {
-                    tracing::info!(host_id, host = %name, "host enrolled");
+                    tracing::info!(host_id, host = ?name, "host enrolled");
                     let mut st = state.lock().await;
                     st.authenticated(host_id, limits);
                     st.host_name = name;
@@ -883,13 +883,13 @@ async fn authed(req: Request, host_id: u64, name: &str, shared: &Arc<Shared>) ->
         } => {
             let r = upload(shared, host_id, unit_id, summary, link_file, state).await;
             if let Ok(Response::Rejected { reason }) = &r {
-                tracing::warn!(host_id, host = %name, unit = unit_id, "upload refused: {reason}");
+                tracing::warn!(host_id, host = ?name, unit = unit_id, "upload refused: {reason:?}");
             }
             r
         }
         Request::Fail { unit_id, reason } => {
             let reason: String = reason.chars().take(MAX_TEXT_LEN).collect();
-            tracing::info!(host_id, host = %name, unit = unit_id, "unit given back: {reason}");
+            tracing::info!(host_id, host = ?name, unit = unit_id, "unit given back: {reason:?}");
             shared
                 .with_grid(move |g| g.fail(host_id, unit_id, &reason, now_ms()))
                 .await
@@ -918,7 +918,7 @@ async fn authed(req: Request, host_id: u64, name: &str, shared: &Arc<Shared>) ->
             e,
             GridError::Store(_) | GridError::Io(_) | GridError::Sign(_)
         ) {
-            tracing::warn!(host_id, host = %name, "request refused: {e}");
+            tracing::warn!(host_id, host = ?name, "request refused: {:?}", e.to_string());
         }
         grid_error(e)
     })

@@ -455,7 +455,8 @@ fn export_into_head_exits_quietly_and_the_server_log_says_what_happened() {
             let r = link
                 .request(&Request::Fail {
                     unit_id: u.unit_id,
-                    reason: "disk on fire".into(),
+                    // A reason that tries to forge a log line of its own.
+                    reason: "disk on fire\nINFO forged: round cancelled".into(),
                 })
                 .await;
             assert!(matches!(r, Ok(Response::Ack)), "{r:?}");
@@ -524,6 +525,10 @@ fn export_into_head_exits_quietly_and_the_server_log_says_what_happened() {
 
     let log = g.server_log();
     let has = |needles: &[&str]| log.lines().any(|l| needles.iter().all(|n| l.contains(n)));
+    assert!(
+        !log.lines().any(|l| l.starts_with("INFO forged")),
+        "a host's text forged a log line:\n{log}"
+    );
     for (what, needles) in [
         (
             "round start",
@@ -541,20 +546,20 @@ fn export_into_head_exits_quietly_and_the_server_log_says_what_happened() {
             "round cancel",
             &[" INFO ", "round cancelled", &format!("round={id2}")][..],
         ),
-        ("enrolment", &["host enrolled", "host=alice"][..]),
+        ("enrolment", &["host enrolled", "host=\"alice\""][..]),
         (
             "unit given back",
             &[
-                "unit given back: disk on fire",
-                "host=mallory",
+                "unit given back: \"disk on fire\\nINFO forged",
+                "host=\"mallory\"",
                 &format!("host_id={}", mallory.id),
             ][..],
         ),
         (
             "upload refused",
-            &["upload refused: ", "unit=987654321", "host=mallory"][..],
+            &["upload refused: ", "unit=987654321", "host=\"mallory\""][..],
         ),
-        ("revocation", &["host revoked", "host=mallory"][..]),
+        ("revocation", &["host revoked", "host=\"mallory\""][..]),
     ] {
         assert!(has(needles), "no log line for {what} ({needles:?}):\n{log}");
     }
