@@ -506,19 +506,6 @@ fn export_into_head_exits_quietly_and_the_server_log_says_what_happened() {
     );
     let err = std::fs::read_to_string(&err_file).expect("export stderr");
     assert_eq!(err, "", "export into a closed pipe");
-    // A list into `head` too.
-    let script = format!(
-        "set -o pipefail; {} sites list --data-dir {} 2>{} | head -n 1",
-        bin("beebot-server").display(),
-        g.data_dir().display(),
-        err_file.display()
-    );
-    let o = run(
-        Command::new("bash").args(["-c", &script]),
-        Duration::from_secs(60),
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-
     let id2 = last_line(&g.admin_ok(&["round", "start"]));
     g.admin_ok(&["round", "cancel", &id2]);
     g.admin_ok(&["hosts", "revoke", "mallory"]);
