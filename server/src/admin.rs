@@ -33,8 +33,6 @@ use crate::{now_ms, Shared};
 
 /// Largest admin request body (a big `sites import`).
 const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024 * 1024;
-/// Longest invite lifetime.
-const MAX_INVITE_SECONDS: u64 = 366 * 24 * 3600;
 /// Largest login form (a token of a few dozen characters, with room).
 const MAX_LOGIN_BODY_BYTES: usize = 4 * 1024;
 /// A dashboard session lasts this long after its login: a working day.
@@ -55,12 +53,16 @@ fn fail(status: StatusCode, msg: impl Into<String>) -> (StatusCode, Json<ApiErro
 
 fn grid_fail(e: GridError) -> (StatusCode, Json<ApiError>) {
     let status = match e {
-        GridError::UnknownRound(_) | GridError::UnknownHost(_) | GridError::UnknownInvite(_) => {
-            StatusCode::NOT_FOUND
-        }
-        GridError::Invalid(_) | GridError::BadInvite | GridError::KeyEnrolled(_) => {
-            StatusCode::BAD_REQUEST
-        }
+        GridError::UnknownRound(_)
+        | GridError::UnknownHost(_)
+        | GridError::UnknownInvite(_)
+        | GridError::UnknownHostName(_) => StatusCode::NOT_FOUND,
+        GridError::Invalid(_)
+        | GridError::BadInvite
+        | GridError::KeyEnrolled(_)
+        | GridError::NameTaken { .. }
+        | GridError::AmbiguousHostName { .. }
+        | GridError::SameSite { .. } => StatusCode::BAD_REQUEST,
         GridError::Revoked(_) => StatusCode::CONFLICT,
         GridError::Store(_) | GridError::Io(_) | GridError::Sign(_) => {
             StatusCode::INTERNAL_SERVER_ERROR
@@ -293,12 +295,9 @@ async fn invite(
     State(s): State<Arc<Shared>>,
     Json(req): Json<InviteRequest>,
 ) -> ApiResult<Json<InviteResponse>> {
-    if req.expires_s == 0 || req.expires_s > MAX_INVITE_SECONDS {
-        return Err(fail(
-            StatusCode::BAD_REQUEST,
-            format!("expiry must be between 1 s and {MAX_INVITE_SECONDS} s"),
-        ));
-    }
+    crate::config::INVITE_EXPIRY
+        .check_value("--expires", Duration::from_secs(req.expires_s), req.force)
+        .map_err(|e| fail(StatusCode::BAD_REQUEST, e.to_string()))?;
     let (code, expires_ms) = s
         .make_invite(req.uses, req.expires_s)
         .await
@@ -376,7 +375,7 @@ async fn sites_add(
 async fn sites_remove(
     State(s): State<Arc<Shared>>,
     Path(host): Path<String>,
-) -> ApiResult<StatusCode> {
+) -> ApiResult<Json<SiteRemoved>> {
     let host = parse_site(&host).map_err(|e| fail(StatusCode::BAD_REQUEST, e.to_string()))?;
     let h2 = host.clone();
     let removed = s
@@ -384,10 +383,12 @@ async fn sites_remove(
         .await
         .map_err(grid_fail)?;
     durable(&s)?;
-    if removed {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(fail(StatusCode::NOT_FOUND, format!("no site {host}")))
+    match removed {
+        Some(site) => Ok(Json(SiteRemoved { site })),
+        None => Err(fail(
+            StatusCode::NOT_FOUND,
+            format!("no site {host} in the target set (see `sites list`)"),
+        )),
     }
 }
 
@@ -449,9 +450,10 @@ async fn round_start(
     if let Some(v) = req.max_attempts {
         p.max_attempts = v;
     }
-    if p.deadline_max_s < p.deadline_min_s {
-        p.deadline_min_s = p.deadline_max_s;
-    }
+    // Out of range, or deadlines crossed: refused, never clamped.
+    let every = req.every_s.map(Duration::from_secs);
+    crate::config::check_round_durations(&p, every, req.force)
+        .map_err(|e| fail(StatusCode::BAD_REQUEST, e.to_string()))?;
     let now = now_ms();
     let every_ms = req.every_s.map(|e| e.saturating_mul(1000));
     let validate = p.validate;
@@ -464,7 +466,7 @@ async fn round_start(
         .await
         .map_err(grid_fail)?;
     durable(&s)?;
-    tracing::info!(round = id, "round started");
+    tracing::info!(round = id, every_s = req.every_s, "round started");
     // A result is checked by another host's scan.
     let warning = (validate != ValidateMode::Off && hosts < 2).then(|| {
         format!(
@@ -484,10 +486,27 @@ async fn round_show(
     State(s): State<Arc<Shared>>,
     Path(id): Path<u64>,
 ) -> ApiResult<Json<RoundDetail>> {
-    let (round, jobs) = s.with_grid(move |g| g.round(id)).await.map_err(grid_fail)?;
+    let (round, jobs, names) = s
+        .with_grid(move |g| {
+            g.round(id).map(|(round, jobs)| {
+                let names: HashMap<u64, String> =
+                    g.hosts().into_iter().map(|h| (h.id, h.info.name)).collect();
+                (round, jobs, names)
+            })
+        })
+        .await
+        .map_err(grid_fail)?;
+    let sites = jobs
+        .iter()
+        .map(|j| {
+            let mut line = SiteLine::of(j);
+            line.name_hosts(|h| names.get(&h).cloned());
+            line
+        })
+        .collect();
     Ok(Json(RoundDetail {
         counts: JobCounts::of_round(&round, &jobs),
-        sites: jobs.iter().map(SiteLine::of).collect(),
+        sites,
         round,
         jobs,
     }))
@@ -498,6 +517,7 @@ async fn round_cancel(State(s): State<Arc<Shared>>, Path(id): Path<u64>) -> ApiR
         .await
         .map_err(grid_fail)?;
     durable(&s)?;
+    tracing::info!(round = id, "round cancelled");
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -548,13 +568,22 @@ async fn hosts_list(State(s): State<Arc<Shared>>) -> ApiResult<Json<HostsList>> 
     Ok(Json(s.with_grid(|g| g.host_lines()).await))
 }
 
-async fn host_revoke(State(s): State<Arc<Shared>>, Path(id): Path<u64>) -> ApiResult<StatusCode> {
-    s.with_grid(move |g| g.revoke(id, now_ms()))
+/// Revoke a host by its id or its name (one active host's).
+async fn host_revoke(
+    State(s): State<Arc<Shared>>,
+    Path(given): Path<String>,
+) -> ApiResult<Json<HostRevoked>> {
+    let (id, name) = s
+        .with_grid(move |g| {
+            let id = g.find_host(&given)?;
+            g.revoke(id, now_ms())?;
+            Ok::<_, GridError>((id, g.host_name(id).unwrap_or_default()))
+        })
         .await
         .map_err(grid_fail)?;
     durable(&s)?;
-    tracing::info!(host = id, "host revoked");
-    Ok(StatusCode::NO_CONTENT)
+    tracing::info!(host_id = id, host = ?name, "host revoked");
+    Ok(Json(HostRevoked { id, name }))
 }
 
 fn esc(s: &str) -> String {

@@ -11,6 +11,9 @@ use crate::model::{
 pub struct InviteRequest {
     pub uses: u32,
     pub expires_s: u64,
+    /// A lifetime under a minute is meant (`invite --force`).
+    #[serde(default)]
+    pub force: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -41,6 +44,19 @@ pub struct SitesAdd {
     pub sites: Vec<String>,
 }
 
+/// `sites remove`: the site removed (`x.edu` removes `www.x.edu`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SiteRemoved {
+    pub site: String,
+}
+
+/// `hosts revoke`: the host revoked.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HostRevoked {
+    pub id: u64,
+    pub name: String,
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub struct SitesAdded {
     pub added: usize,
@@ -68,6 +84,9 @@ pub struct RoundStart {
     /// Validation: off, adaptive or all.
     #[serde(default)]
     pub validate: Option<String>,
+    /// Durations under their sensible minimum are meant (`--force`).
+    #[serde(default)]
+    pub force: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -198,6 +217,12 @@ pub struct SiteLine {
     pub attempts: usize,
     /// The host of the last accepted scan, if any.
     pub host: Option<u64>,
+    /// Its name (filled in by the server, which knows the hosts).
+    #[serde(default)]
+    pub host_name: Option<String>,
+    /// The copies scanning the site now: their hosts and pages so far.
+    #[serde(default)]
+    pub running: Vec<RunningCopy>,
     /// pending, valid, trusted, off or invalid.
     pub validation: String,
     /// Its complete results compared by validation.
@@ -217,6 +242,16 @@ impl SiteLine {
                 .as_ref()
                 .map(|r| r.host_id)
                 .or_else(|| j.segments.last().map(|s| s.host_id)),
+            host_name: None,
+            running: j
+                .running_attempts()
+                .map(|a| RunningCopy {
+                    unit: a.unit_id,
+                    host: a.host_id,
+                    host_name: String::new(),
+                    pages: a.pages,
+                })
+                .collect(),
             validation: j.validation.as_str().to_string(),
             results: j
                 .candidates
@@ -230,6 +265,93 @@ impl SiteLine {
                 })
                 .collect(),
             completeness: j.completeness(),
+        }
+    }
+}
+
+/// A unit scanning a site now.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunningCopy {
+    pub unit: u64,
+    pub host: u64,
+    pub host_name: String,
+    /// Pages of its last progress report.
+    pub pages: u64,
+}
+
+impl SiteLine {
+    /// Fill in host names from `name_of` (host id → name).
+    pub fn name_hosts(&mut self, name_of: impl Fn(u64) -> Option<String>) {
+        self.host_name = self.host.and_then(&name_of);
+        for r in &mut self.running {
+            r.host_name = name_of(r.host).unwrap_or_default();
+        }
+    }
+}
+
+/// One round as `round list --json` prints it: stable field names.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RoundListed {
+    pub id: u64,
+    /// running, done or cancelled.
+    pub state: String,
+    pub policy: String,
+    pub started_ms: u64,
+    pub finished_ms: Option<u64>,
+    /// `--every`, seconds.
+    pub every_s: Option<u64>,
+    pub jobs: usize,
+    pub queued: usize,
+    pub running: usize,
+    pub done: usize,
+    pub failed: usize,
+    pub complete: usize,
+    pub incomplete: usize,
+    pub pages: u64,
+    pub links: u64,
+}
+
+impl RoundListed {
+    pub fn of(r: &RoundSummary) -> RoundListed {
+        RoundListed {
+            id: r.round.id,
+            state: r.round.state.as_str().to_string(),
+            policy: r.round.params.policy.clone(),
+            started_ms: r.round.created_ms,
+            finished_ms: r.round.finished_ms,
+            every_s: r.round.every_ms.map(|e| e / 1000),
+            jobs: r.counts.total,
+            queued: r.counts.queued,
+            running: r.counts.running,
+            done: r.counts.done,
+            failed: r.counts.failed,
+            complete: r.counts.complete,
+            incomplete: r.counts.incomplete,
+            pages: r.counts.pages,
+            links: r.counts.links,
+        }
+    }
+}
+
+/// One site as `sites list --json` prints it: stable field names.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SiteListed {
+    pub site: String,
+    pub added_ms: u64,
+    /// Its last finished scan, if any.
+    pub last_round: Option<u64>,
+    pub pages: Option<u64>,
+    pub links: Option<u64>,
+}
+
+impl SiteListed {
+    pub fn of(s: &SiteRecord) -> SiteListed {
+        SiteListed {
+            site: s.host.clone(),
+            added_ms: s.added_ms,
+            last_round: s.last_scan.as_ref().map(|l| l.round_id),
+            pages: s.last_scan.as_ref().map(|l| l.pages),
+            links: s.last_scan.as_ref().map(|l| l.links),
         }
     }
 }

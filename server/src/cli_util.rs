@@ -7,8 +7,137 @@ use serde::{de::DeserializeOwned, Serialize};
 
 use crate::api::ApiError;
 use crate::config::DataDir;
+use beebot_shared::util::human_duration;
 
 pub use beebot_shared::util::parse_duration;
+
+/// A duration as the admin typed it: its value and its text (errors quote
+/// the text and speak its unit).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TypedDuration {
+    pub text: String,
+    pub value: Duration,
+}
+
+/// The text is not a duration with a unit (the message says why).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadDuration(String);
+
+/// Clap's parser of a duration flag: a unit is required (`90s`, `15m`,
+/// `12h`, `7d`).
+pub fn typed_duration(s: &str) -> std::result::Result<TypedDuration, BadDuration> {
+    let value = parse_duration(s).map_err(BadDuration)?;
+    Ok(TypedDuration {
+        text: s.trim().to_string(),
+        value,
+    })
+}
+
+impl TypedDuration {
+    /// The value within `bounds`, or an error naming `flag` and the text typed.
+    pub fn within(
+        &self,
+        flag: &str,
+        bounds: &crate::config::DurationBounds,
+        force: bool,
+    ) -> std::result::Result<Duration, crate::config::DurationError> {
+        bounds.check(flag, &self.text, self.value, force)
+    }
+}
+
+/// How far a round is: `round wait`'s progress line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Progress {
+    pub round: u64,
+    pub total: usize,
+    pub done: usize,
+    pub failed: usize,
+    pub running: usize,
+    /// Pages of every accepted scan and of the running scans' last reports.
+    pub pages: u64,
+    /// Pages the open jobs are still expected to take: the scheduler's
+    /// estimates (each site's last scan, fixed at round start) less what
+    /// their running scans reported.
+    pub pages_left: f64,
+    /// Since the round started.
+    pub elapsed: Duration,
+}
+
+impl Progress {
+    pub fn of(d: &crate::api::RoundDetail, now_ms: u64) -> Progress {
+        let pages_left = d
+            .jobs
+            .iter()
+            .filter(|j| !j.state.is_final())
+            .map(|j| {
+                let running = j.running_attempts().map(|a| a.pages).max().unwrap_or(0);
+                (j.est_pages - running as f64).max(0.0)
+            })
+            .sum();
+        Progress {
+            round: d.round.id,
+            total: d.counts.total,
+            done: d.counts.done,
+            failed: d.counts.failed,
+            running: d.counts.running,
+            pages: d.counts.pages,
+            pages_left,
+            elapsed: Duration::from_millis(now_ms.saturating_sub(d.round.created_ms)),
+        }
+    }
+
+    /// Time left at the rate of pages so far, once there is a rate.
+    pub fn eta(&self) -> Option<Duration> {
+        let secs = self.elapsed.as_secs_f64();
+        if self.pages == 0 || secs < 1.0 || self.done + self.failed >= self.total {
+            return None;
+        }
+        let rate = self.pages as f64 / secs;
+        Duration::try_from_secs_f64(self.pages_left / rate).ok()
+    }
+
+    pub fn line(&self) -> String {
+        let eta = match self.eta() {
+            Some(left) => format!(", about {} left", human_duration(left)),
+            None => String::new(),
+        };
+        format!(
+            "round {}: {}/{} jobs done, {} failed, {} running; {} pages; {} elapsed{eta}",
+            self.round,
+            self.done,
+            self.total,
+            self.failed,
+            self.running,
+            self.pages,
+            human_duration(self.elapsed)
+        )
+    }
+}
+
+/// `text` as one URL path segment: every byte but the unreserved ones
+/// percent-encoded (a host name may hold spaces, `/` or `+`).
+pub fn path_segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `ms` (Unix time) as `2026-12-14 21:00 UTC`.
+pub fn utc_minute(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::<chrono::Utc>::from_timestamp_millis)
+        .map_or_else(
+            || "a time out of range".to_string(),
+            |t| t.format("%Y-%m-%d %H:%M UTC").to_string(),
+        )
+}
 
 /// Client of the running server's admin API.
 pub struct AdminClient {
@@ -107,12 +236,74 @@ impl AdminClient {
         self.finish(r).map(|_| ())
     }
 
-    pub fn delete(&self, path: &str) -> Result<()> {
+    /// The admin API's base URL (`http://127.0.0.1:4480`), where the dashboard is.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub fn delete_json<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         let r = self
             .agent
             .delete(format!("{}{path}", self.base))
             .header("Authorization", self.auth())
             .call();
-        self.finish(r).map(|_| ())
+        let body = self.finish(r)?;
+        serde_json::from_slice(&body).context("the server's answer is not what this CLI expects")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_durations_keep_their_text_and_need_a_unit() {
+        let d = typed_duration(" 14d ").expect("14d");
+        assert_eq!(d.text, "14d");
+        assert_eq!(d.value, Duration::from_secs(14 * 86400));
+        let e = typed_duration("14").unwrap_err().to_string();
+        assert!(e.contains("has no unit"), "{e}");
+        let e = d
+            .within("--expires", &crate::config::INVITE_EXPIRY, false)
+            .map(|_| ());
+        assert_eq!(e, Ok(()));
+    }
+
+    #[test]
+    fn progress_says_jobs_pages_and_time_left_at_the_rate_so_far() {
+        let mut p = Progress {
+            round: 3,
+            total: 40,
+            done: 12,
+            failed: 1,
+            running: 4,
+            pages: 600,
+            pages_left: 1200.0,
+            elapsed: Duration::from_secs(300),
+        };
+        // 600 pages in 5 minutes: 1,200 more take 10 minutes.
+        assert_eq!(p.eta(), Some(Duration::from_secs(600)));
+        assert_eq!(
+            p.line(),
+            "round 3: 12/40 jobs done, 1 failed, 4 running; 600 pages; 5m elapsed, about 10m left"
+        );
+        // No rate yet: no guess.
+        p.pages = 0;
+        assert_eq!(p.eta(), None);
+        assert!(!p.line().contains("left"), "{}", p.line());
+    }
+
+    #[test]
+    fn path_segments_keep_spaces_slashes_and_pluses() {
+        assert_eq!(path_segment("pc-1.lab"), "pc-1.lab");
+        assert_eq!(path_segment("my pc/2+x"), "my%20pc%2F2%2Bx");
+        assert_eq!(path_segment("[::1]:8080"), "%5B%3A%3A1%5D%3A8080");
+        assert_eq!(path_segment("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn times_are_printed_to_the_minute_in_utc() {
+        assert_eq!(utc_minute(1_797_282_000_000), "2026-12-14 21:00 UTC");
+        assert_eq!(utc_minute(0), "1970-01-01 00:00 UTC");
     }
 }

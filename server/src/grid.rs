@@ -22,7 +22,7 @@ use beebot_shared::limits::{
 use beebot_shared::linkfile::{self, ScanSummary};
 use beebot_shared::proto::HostInfo;
 use beebot_shared::scanstate::{state_sha256, ScanState};
-use beebot_shared::scope::Scope;
+use beebot_shared::scope::{site_key, Scope};
 use beebot_shared::sign::{self, ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
 use beebot_shared::util::{sha256, truncate_on_char};
 
@@ -64,6 +64,20 @@ pub enum GridError {
     Invalid(String),
     #[error("cannot sign unit: {0}")]
     Sign(String),
+    #[error(
+        "the name `{name}` is taken by host {host_id}: pick another with `beebot join --name NAME`"
+    )]
+    NameTaken { name: String, host_id: u64 },
+    #[error("no host is named `{0}` (see `hosts list`)")]
+    UnknownHostName(String),
+    #[error("`{name}` names more than one host (ids {}): give the id", ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))]
+    AmbiguousHostName { name: String, ids: Vec<u64> },
+    #[error("`{given}` is the same site as `{existing}`, {where_}")]
+    SameSite {
+        given: String,
+        existing: String,
+        where_: &'static str,
+    },
 }
 
 /// A work request as the grid sees it.
@@ -490,6 +504,10 @@ pub struct GridStatus {
     pub jobs_running: usize,
     pub jobs_done: usize,
     pub jobs_failed: usize,
+    /// The rounds whose jobs the counts are: the running ones, or when none
+    /// runs, the newest.
+    #[serde(default)]
+    pub jobs_rounds: Vec<u64>,
     /// The newest round that is over, and how completely it scanned its sites.
     pub last_round: Option<RoundOutcome>,
 }
@@ -555,6 +573,12 @@ fn push_reason(job: &mut JobRecord, reason: String) {
         job.reasons.remove(0);
     }
     job.reasons.push(r);
+}
+
+/// Two host names are one (`Alice` and `alice ` would be told apart by
+/// nobody reading `hosts list`).
+fn same_name(a: &str, b: &str) -> bool {
+    a.trim().eq_ignore_ascii_case(b.trim())
 }
 
 /// Write `data` to `path` durably: temporary name, fsync, rename, fsync the
@@ -799,6 +823,29 @@ impl Grid {
                 "the target set may hold at most {MAX_SITES} sites"
             )));
         }
+        // `www.x.edu` and `x.edu` are one site: one of them is kept.
+        let mut keys: HashMap<String, &str> = self
+            .sites
+            .keys()
+            .map(|h| (site_key(h), h.as_str()))
+            .collect();
+        for h in hosts {
+            match keys.get(&site_key(h)) {
+                Some(existing) if *existing != h.as_str() => {
+                    return Err(GridError::SameSite {
+                        given: h.clone(),
+                        existing: existing.to_string(),
+                        where_: if self.sites.contains_key(*existing) {
+                            "already in the target set"
+                        } else {
+                            "given before it"
+                        },
+                    })
+                }
+                _ => {}
+            }
+            keys.insert(site_key(h), h.as_str());
+        }
         let mut added = 0;
         for h in hosts {
             if self.sites.contains_key(h) {
@@ -817,13 +864,17 @@ impl Grid {
         Ok(added)
     }
 
-    pub fn remove_site(&mut self, host: &str) -> Result<bool, GridError> {
-        let removed = self.sites.remove(host).is_some();
-        if removed {
-            self.store.remove_site(host)?;
-            self.store.flush()?;
-        }
-        Ok(removed)
+    /// Remove the site `host` names (`x.edu` removes `www.x.edu`: one
+    /// site); returns the one removed.
+    pub fn remove_site(&mut self, host: &str) -> Result<Option<String>, GridError> {
+        let key = site_key(host);
+        let Some(stored) = self.sites.keys().find(|h| site_key(h) == key).cloned() else {
+            return Ok(None);
+        };
+        self.sites.remove(&stored);
+        self.store.remove_site(&stored)?;
+        self.store.flush()?;
+        Ok(Some(stored))
     }
 
     pub fn sites(&self) -> Vec<SiteRecord> {
@@ -914,6 +965,16 @@ impl Grid {
         if let Some(h) = self.hosts.values().find(|h| h.key == host_key) {
             return Err(GridError::KeyEnrolled(h.id));
         }
+        // Names tell hosts apart (`hosts revoke NAME`); one that left or was
+        // revoked gives its name up.
+        if let Some(h) = self.hosts.values().find(|h| {
+            !h.revoked && !info.name.trim().is_empty() && same_name(&h.info.name, &info.name)
+        }) {
+            return Err(GridError::NameTaken {
+                name: info.name.clone(),
+                host_id: h.id,
+            });
+        }
         let mut inv = inv.clone();
         inv.uses_left -= 1;
         truncate_on_char(&mut info.name, MAX_TEXT_LEN);
@@ -948,6 +1009,40 @@ impl Grid {
         self.invites.insert(hash, inv);
         self.hosts.insert(id, host);
         Ok(id)
+    }
+
+    /// A host's name, for log lines.
+    pub fn host_name(&self, host_id: u64) -> Option<String> {
+        self.hosts.get(&host_id).map(|h| h.info.name.clone())
+    }
+
+    /// The host `id_or_name` names: an id, else the one active host of that
+    /// name (a name only revoked hosts had names the newest of them).
+    pub fn find_host(&self, id_or_name: &str) -> Result<u64, GridError> {
+        let given = id_or_name.trim();
+        if let Ok(id) = given.parse::<u64>() {
+            if self.hosts.contains_key(&id) {
+                return Ok(id);
+            }
+        }
+        let named: Vec<&HostRecord> = self
+            .hosts
+            .values()
+            .filter(|h| same_name(&h.info.name, given))
+            .collect();
+        let active: Vec<u64> = named.iter().filter(|h| !h.revoked).map(|h| h.id).collect();
+        match (active.as_slice(), named.last()) {
+            ([id], _) => Ok(*id),
+            ([], Some(h)) => Ok(h.id),
+            ([], None) => match given.parse::<u64>() {
+                Ok(id) => Err(GridError::UnknownHost(id)),
+                Err(_) => Err(GridError::UnknownHostName(given.to_string())),
+            },
+            (ids, _) => Err(GridError::AmbiguousHostName {
+                name: given.to_string(),
+                ids: ids.to_vec(),
+            }),
+        }
     }
 
     /// The key of an active host, for checking its proof.
@@ -1035,8 +1130,8 @@ impl Grid {
 
     /// A host leaves: like a revocation, asked for by the host itself.
     pub fn leave(&mut self, host_id: u64, now_ms: u64) -> Result<(), GridError> {
-        self.active_host(host_id, now_ms)?;
-        tracing::info!(host_id, "host left the project");
+        let name = self.active_host(host_id, now_ms)?.info.name.clone();
+        tracing::info!(host_id, host = ?name, "host left the project");
         self.revoke(host_id, now_ms)
     }
 
@@ -1323,6 +1418,17 @@ impl Grid {
             let mut r = round.clone();
             r.state = RoundState::Done;
             r.finished_ms = Some(now_ms);
+            let complete = r
+                .job_ids
+                .iter()
+                .filter_map(|j| self.jobs.get(j))
+                .filter(|j| j.completeness().natural_end)
+                .count();
+            tracing::info!(
+                round = round_id,
+                "round over: {complete} of {} sites complete",
+                r.job_ids.len()
+            );
             self.store.put_round(&r)?;
             self.rounds.insert(round_id, r);
         }
@@ -2707,11 +2813,18 @@ impl Grid {
                 .count(),
             ..Default::default()
         };
-        for r in self
+        // The running rounds' jobs; when none runs, the newest round's (a
+        // status right after a round counts that round, not zeros).
+        let mut counted: Vec<&RoundRecord> = self
             .rounds
             .values()
             .filter(|r| r.state == RoundState::Running)
-        {
+            .collect();
+        if counted.is_empty() {
+            counted.extend(self.rounds.values().next_back());
+        }
+        s.jobs_rounds = counted.iter().map(|r| r.id).collect();
+        for r in counted {
             for j in r.job_ids.iter().filter_map(|j| self.jobs.get(j)) {
                 match j.state {
                     JobState::Queued => s.jobs_queued += 1,
@@ -2909,9 +3022,10 @@ mod tests {
 
     fn enrol_host(g: &mut Grid, now: u64) -> u64 {
         let token = g.create_invite(1, now + HOUR_MS, now).unwrap();
-        let key = sign::generate_key();
-        g.enrol(&token, key.verifying_key().to_bytes(), info("pc"), now)
-            .unwrap()
+        let key = sign::generate_key().verifying_key().to_bytes();
+        // Names are unique among active hosts.
+        let name = format!("pc-{}", hex::encode(&key[..4]));
+        g.enrol(&token, key, info(&name), now).unwrap()
     }
 
     fn records(site: &str, n: usize) -> Vec<LinkRecord> {
@@ -4784,9 +4898,118 @@ mod tests {
         assert_eq!(sites.len(), 4);
         assert_eq!(sites[0].added_ms, T0);
         assert_eq!(sites[3].added_ms, T0 + 1);
-        assert!(fx.grid.remove_site("s0.test").unwrap());
-        assert!(!fx.grid.remove_site("s0.test").unwrap());
+        assert_eq!(
+            fx.grid.remove_site("s0.test").unwrap().as_deref(),
+            Some("s0.test")
+        );
+        assert_eq!(fx.grid.remove_site("s0.test").unwrap(), None);
         assert_eq!(fx.grid.status().sites, 3);
+    }
+
+    #[test]
+    fn www_and_the_bare_host_are_one_site_in_either_order() {
+        let mut fx = Fx::new();
+        fx.grid.add_sites(&["www.attrs.test".into()], T0).unwrap();
+        match fx
+            .grid
+            .add_sites(&["b.test".into(), "attrs.test".into()], T0)
+        {
+            Err(GridError::SameSite {
+                given, existing, ..
+            }) => {
+                assert_eq!(
+                    (given.as_str(), existing.as_str()),
+                    ("attrs.test", "www.attrs.test")
+                );
+            }
+            other => panic!("the bare host of a site: {other:?}"),
+        }
+        assert_eq!(fx.grid.sites().len(), 1, "a refused batch adds nothing");
+        fx.grid.add_sites(&["x.test".into()], T0).unwrap();
+        assert!(matches!(
+            fx.grid.add_sites(&["www.x.test".into()], T0),
+            Err(GridError::SameSite { .. })
+        ));
+        // Both in one batch.
+        assert!(matches!(
+            fx.grid
+                .add_sites(&["y.test".into(), "www.y.test".into()], T0),
+            Err(GridError::SameSite {
+                where_: "given before it",
+                ..
+            })
+        ));
+        // Another port is another site; the same host again is no change.
+        assert_eq!(
+            fx.grid
+                .add_sites(&["x.test:8080".into(), "x.test".into()], T0)
+                .unwrap(),
+            1
+        );
+        // Removing either name removes the one site.
+        assert_eq!(
+            fx.grid.remove_site("attrs.test").unwrap().as_deref(),
+            Some("www.attrs.test")
+        );
+        assert_eq!(fx.grid.sites().len(), 2);
+    }
+
+    #[test]
+    fn a_name_in_use_is_refused_until_its_host_is_gone_and_names_find_hosts() {
+        let mut fx = Fx::new();
+        let tok = fx.grid.create_invite(5, T0 + HOUR_MS, T0).unwrap();
+        let key = || sign::generate_key().verifying_key().to_bytes();
+        let alice = fx.grid.enrol(&tok, key(), info("alice"), T0).unwrap();
+        match fx.grid.enrol(&tok, key(), info("Alice "), T0 + 1) {
+            Err(GridError::NameTaken { host_id, .. }) => assert_eq!(host_id, alice),
+            other => panic!("a taken name: {other:?}"),
+        }
+        let e = fx
+            .grid
+            .enrol(&tok, key(), info("alice"), T0 + 1)
+            .unwrap_err();
+        assert!(e.to_string().contains("--name"), "{e}");
+        assert_eq!(fx.grid.invites[&sha256(&tok)].uses_left, 4, "no use spent");
+        assert_eq!(fx.grid.find_host("alice").unwrap(), alice);
+        assert_eq!(fx.grid.find_host(&alice.to_string()).unwrap(), alice);
+        assert!(matches!(
+            fx.grid.find_host("bob"),
+            Err(GridError::UnknownHostName(_))
+        ));
+        // Once alice is revoked, her name is free again.
+        fx.grid.revoke(alice, T0 + 2).unwrap();
+        let alice2 = fx.grid.enrol(&tok, key(), info("alice"), T0 + 3).unwrap();
+        assert_eq!(
+            fx.grid.find_host("alice").unwrap(),
+            alice2,
+            "the active one"
+        );
+        // Two active hosts of one name (enrolled before names were unique)
+        // are ambiguous: the error lists their ids.
+        let mut other = fx.grid.hosts[&alice].clone();
+        other.id = alice2 + 100;
+        other.revoked = false;
+        fx.grid.hosts.insert(other.id, other);
+        match fx.grid.find_host("alice") {
+            Err(GridError::AmbiguousHostName { ids, .. }) => {
+                assert_eq!(ids, vec![alice2, alice2 + 100]);
+            }
+            other => panic!("ambiguous: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn status_right_after_a_round_counts_that_rounds_jobs() {
+        let (mut fx, round) = Fx::with_round(2, 3);
+        assert_eq!(fx.grid.status().jobs_queued, 2);
+        fx.grid.cancel_round(round, T0 + 1).unwrap();
+        let s = fx.grid.status();
+        assert_eq!(s.rounds_running, 0);
+        assert_eq!(s.jobs_rounds, vec![round]);
+        assert_eq!(
+            s.jobs_queued + s.jobs_running + s.jobs_done + s.jobs_failed,
+            2
+        );
     }
 
     // ---- scheduling (issue 4) ----

@@ -2,7 +2,7 @@
 //! the data dir directly; every other command talks to the running server's
 //! admin API on loopback with the token from the data dir.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -11,11 +11,14 @@ use beebot_client::rt::{runtime, shutdown_signal};
 use clap::{Parser, Subcommand};
 
 use beebot_server::api::*;
-use beebot_server::cli_util::{parse_duration, AdminClient};
+use beebot_server::cli_util::{
+    parse_duration, path_segment, typed_duration, utc_minute, AdminClient, TypedDuration,
+};
 use beebot_server::config::{self, DataDir, InitOptions};
 use beebot_server::model::{JobState, RoundState, SiteRecord};
 use beebot_server::{demo, simulate, Server};
 use beebot_shared::scope::parse_site;
+use beebot_shared::util::human_duration;
 
 #[derive(Parser)]
 #[command(
@@ -70,9 +73,12 @@ enum Cmd {
         /// How many hosts may join with it.
         #[arg(long, default_value_t = 1)]
         uses: u32,
-        /// How long it stays valid (e.g. 7d, 12h).
-        #[arg(long, default_value = "7d", value_parser = parse_duration)]
-        expires: Duration,
+        /// How long it stays valid, with a unit (e.g. 14d, 12h): a minute to a year.
+        #[arg(long, default_value = "7d", value_parser = typed_duration)]
+        expires: TypedDuration,
+        /// Allow a lifetime under a minute (trials, tests).
+        #[arg(long)]
+        force: bool,
     },
     /// The target set.
     Sites {
@@ -89,7 +95,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: HostsCmd,
     },
-    /// The grid at a glance.
+    /// The grid at a glance: sites, hosts, the jobs of the running rounds
+    /// (or of the last one), and where the dashboard is.
     Status {
         #[arg(long)]
         json: bool,
@@ -202,15 +209,19 @@ enum SitesCmd {
         sites: Vec<String>,
     },
     /// Import a file: one host or URL a line, `#` comments, blank lines ignored.
-    Import {
-        file: PathBuf,
+    Import { file: PathBuf },
+    /// Every site of the target set, with its last scan's pages and links.
+    List {
+        /// Print the sites as JSON (fields: site, added_ms, last_round, pages, links).
+        #[arg(long)]
+        json: bool,
     },
-    List,
-    Remove {
-        host: String,
-    },
+    /// Remove a site, by host or URL (`x.edu` removes `www.x.edu`: one site).
+    Remove { site: String },
 }
 
+// Parsed once per run: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum RoundCmd {
     /// Start a round over the target set; prints its id alone on the last line.
@@ -227,42 +238,65 @@ enum RoundCmd {
         delay_ms: Option<u64>,
         #[arg(long, value_parser = ["host", "subdomains", "domain"])]
         scope: Option<String>,
-        /// Longest deadline a unit gets (e.g. 2h). Deadlines find hosts that
-        /// went silent; a scan that reports progress is extended.
-        #[arg(long, value_parser = parse_duration)]
-        max_deadline: Option<Duration>,
-        /// Time budget of one scan (e.g. 2h; default 6h). A scan that reaches
+        /// Longest deadline a unit gets (e.g. 2d; at most 30d), not below the
+        /// minimum deadline. Deadlines find hosts that went silent; a scan
+        /// that reports progress is extended.
+        #[arg(long, value_parser = typed_duration)]
+        max_deadline: Option<TypedDuration>,
+        /// Shortest deadline a unit gets (default: the config's, 2m; under
+        /// 1m only with --force).
+        #[arg(long, value_parser = typed_duration)]
+        min_deadline: Option<TypedDuration>,
+        /// Time budget of one scan (e.g. 2h; default 6h; 1m to 7d). A scan that reaches
         /// it returns its records and frontier, and its site continues from
         /// there in another scan: a site is never cut short by it.
-        #[arg(long, value_parser = parse_duration)]
-        max_scan_time: Option<Duration>,
+        #[arg(long, value_parser = typed_duration)]
+        max_scan_time: Option<TypedDuration>,
         /// Failed or expired attempts before a job is marked failed.
         #[arg(long)]
         max_attempts: Option<u32>,
         /// Longest robots.txt Crawl-delay to honour (e.g. 30s; at most 60s).
-        #[arg(long, value_parser = parse_duration)]
-        max_crawl_delay: Option<Duration>,
+        #[arg(long, value_parser = typed_duration)]
+        max_crawl_delay: Option<TypedDuration>,
         /// Repeat: start the next scan when this one is over and this long
-        /// has passed since it started (e.g. 7d).
-        #[arg(long, value_parser = parse_duration)]
-        every: Option<Duration>,
+        /// has passed since it started (e.g. 7d; at least 1h unless --force).
+        #[arg(long, value_parser = typed_duration)]
+        every: Option<TypedDuration>,
+        /// Allow durations under their sensible minimum (--every under 1h,
+        /// deadlines and scan time under 1m): trials and tests.
+        #[arg(long)]
+        force: bool,
         /// Result validation: `adaptive` (default: an untrusted host's
         /// results are checked by another host's scan, a trusted host's at
         /// random), `all` (every result checked) or `off`.
         #[arg(long, value_parser = ["off", "adaptive", "all"])]
         validate: Option<String>,
     },
-    List,
+    /// Every round: state, policy, jobs done and failed, pages, links.
+    List {
+        /// Print the rounds as JSON (fields: id, state, policy, started_ms,
+        /// finished_ms, every_s, jobs, queued, running, done, failed,
+        /// complete, incomplete, pages, links).
+        #[arg(long)]
+        json: bool,
+    },
+    /// One round: its counts, and each site's state, scans, pages, links,
+    /// hosts (running copies with their pages so far) and completeness.
     Show {
         id: u64,
         #[arg(long)]
         json: bool,
     },
-    /// Wait until every job of the round is done or failed.
+    /// Wait until every job of the round is done or failed, showing its
+    /// progress (a line updated in place on a terminal, else a line every
+    /// --report-every). Exit 0 when over, 3 on timeout, 4 if cancelled.
     Wait {
         id: u64,
-        #[arg(long, default_value = "24h", value_parser = parse_duration)]
-        timeout: Duration,
+        #[arg(long, default_value = "24h", value_parser = typed_duration)]
+        timeout: TypedDuration,
+        /// How often to print a progress line when stdout is not a terminal.
+        #[arg(long, default_value = WAIT_REPORT_EVERY, value_parser = typed_duration)]
+        report_every: TypedDuration,
     },
     Cancel {
         id: u64,
@@ -287,8 +321,11 @@ enum HostsCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Revoke a host by its id or its name (an active host's, if only one
+    /// has it): it can no longer connect, and its units go back to the queue.
     Revoke {
-        id: u64,
+        #[arg(value_name = "ID|NAME")]
+        host: String,
     },
 }
 
@@ -296,8 +333,27 @@ enum HostsCmd {
 const EXIT_TIMEOUT: i32 = 3;
 /// `round wait` on a round that was cancelled.
 const EXIT_CANCELLED: i32 = 4;
+/// How often `round wait` prints a line when stdout is not a terminal.
+const WAIT_REPORT_EVERY: &str = "30s";
+/// How often `round wait` asks the server how the round stands.
+const WAIT_POLL: Duration = Duration::from_millis(500);
 
 fn main() {
+    // `beebot-server ... | head`: a reader that stopped early is not an
+    // error (Rust ignores SIGPIPE, so a print to a closed pipe panics).
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.contains("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default_hook(info)
+    }));
     let cli = Cli::parse();
     let default_level = match cli.cmd {
         Cmd::Serve => "info",
@@ -309,6 +365,8 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
+        // Colours on a terminal only: not in a log file or the journal.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match run(cli) {
         Ok(code) => std::process::exit(code),
@@ -404,20 +462,28 @@ fn run(cli: Cli) -> Result<i32> {
         } => {
             let c = AdminClient::new(&dir)?;
             let invites: InvitesList = c.get("/api/invites")?;
+            if invites.is_empty() {
+                eprintln!("no invites yet: create one with `beebot-server invite`");
+                return Ok(0);
+            }
             let now = beebot_server::now_ms();
             println!("id\tuses left\texpires\tcreated");
             for i in invites {
                 let expires = if i.expires_ms <= now {
                     "expired".to_string()
                 } else {
-                    format!("in {}s", (i.expires_ms - now) / 1000)
+                    format!(
+                        "in {} ({})",
+                        human_duration(Duration::from_millis(i.expires_ms - now)),
+                        utc_minute(i.expires_ms)
+                    )
                 };
                 println!(
-                    "{}\t{}\t{}\t{}s ago",
+                    "{}\t{}\t{}\t{} ago",
                     i.id,
                     i.uses_left,
                     expires,
-                    now.saturating_sub(i.created_ms) / 1000
+                    human_duration(Duration::from_millis(now.saturating_sub(i.created_ms)))
                 );
             }
         }
@@ -436,18 +502,22 @@ fn run(cli: Cli) -> Result<i32> {
             cmd: None,
             uses,
             expires,
+            force,
         } => {
+            let expires = expires.within("--expires", &config::INVITE_EXPIRY, force)?;
             let c = AdminClient::new(&dir)?;
             let r: InviteResponse = c.post(
                 "/api/invites",
                 &InviteRequest {
                     uses,
                     expires_s: expires.as_secs(),
+                    force,
                 },
             )?;
             println!(
-                "invite for {uses} host(s), valid for {}s; send this line to the employee:",
-                expires.as_secs()
+                "invite for {uses} host(s), expires in {} ({}); send this line to the employee:",
+                human_duration(expires),
+                utc_minute(r.expires_ms)
             );
             println!("{}", r.code);
         }
@@ -472,8 +542,16 @@ fn run(cli: Cli) -> Result<i32> {
                         r.added, r.total
                     );
                 }
-                SitesCmd::List => {
+                SitesCmd::List { json } => {
                     let sites: Vec<SiteRecord> = c.get("/api/sites")?;
+                    if json {
+                        let listed: Vec<SiteListed> = sites.iter().map(SiteListed::of).collect();
+                        println!("{}", serde_json::to_string_pretty(&listed)?);
+                        return Ok(0);
+                    }
+                    if sites.is_empty() {
+                        eprintln!("no sites yet: add some with `beebot-server sites add HOST` or `sites import FILE`");
+                    }
                     for s in sites {
                         match s.last_scan {
                             Some(l) => println!("{}\t{} pages\t{} links", s.host, l.pages, l.links),
@@ -481,9 +559,12 @@ fn run(cli: Cli) -> Result<i32> {
                         }
                     }
                 }
-                SitesCmd::Remove { host } => {
-                    c.delete(&format!("/api/sites/{host}"))?;
-                    println!("removed {host}");
+                SitesCmd::Remove { site } => {
+                    // A URL names its site as its host does.
+                    let host = parse_site(&site).with_context(|| format!("`{site}`"))?;
+                    let path = path_segment(&host);
+                    let r: SiteRemoved = c.delete_json(&format!("/api/sites/{path}"))?;
+                    println!("removed {}", r.site);
                 }
             }
         }
@@ -495,6 +576,10 @@ fn run(cli: Cli) -> Result<i32> {
                     let hosts: Vec<HostLine> = c.get("/api/hosts")?;
                     if json {
                         println!("{}", serde_json::to_string_pretty(&hosts)?);
+                        return Ok(0);
+                    }
+                    if hosts.is_empty() {
+                        eprintln!("no hosts yet: create an invite with `beebot-server invite`");
                         return Ok(0);
                     }
                     println!("id\tname\tstate\ttrust\tvalid\tinvalid\tjobs\tpages\tmissed\tpages/s\tbenchmark\tlast seen");
@@ -535,9 +620,10 @@ fn run(cli: Cli) -> Result<i32> {
                         );
                     }
                 }
-                HostsCmd::Revoke { id } => {
-                    c.post_empty(&format!("/api/hosts/{id}/revoke"))?;
-                    println!("host {id} revoked");
+                HostsCmd::Revoke { host } => {
+                    let path = path_segment(&host);
+                    let r: HostRevoked = c.post(&format!("/api/hosts/{path}/revoke"), &())?;
+                    println!("host {} ({}) revoked", r.id, r.name);
                 }
             }
         }
@@ -555,8 +641,20 @@ fn run(cli: Cli) -> Result<i32> {
                     s.grid.hosts, s.grid.hosts_revoked
                 );
                 println!("rounds       {} running", s.grid.rounds_running);
+                let of = match (s.grid.rounds_running, s.grid.jobs_rounds.as_slice()) {
+                    (_, []) => String::new(),
+                    (0, [last]) => format!(" (round {last}, the last)"),
+                    (_, ids) => format!(
+                        " (round{} {})",
+                        if ids.len() > 1 { "s" } else { "" },
+                        ids.iter()
+                            .map(u64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
                 println!(
-                    "jobs         {} queued, {} running, {} done, {} failed",
+                    "jobs         {} queued, {} running, {} done, {} failed{of}",
                     s.grid.jobs_queued, s.grid.jobs_running, s.grid.jobs_done, s.grid.jobs_failed
                 );
                 if let Some(last) = &s.grid.last_round {
@@ -573,6 +671,11 @@ fn run(cli: Cli) -> Result<i32> {
                         }
                     );
                 }
+                println!(
+                    "dashboard    {}/ (log in with the token in {})",
+                    c.base(),
+                    dir.admin_token().display()
+                );
             }
         }
         Cmd::Export { round, format, out } => {
@@ -584,7 +687,14 @@ fn run(cli: Cli) -> Result<i32> {
                         .with_context(|| format!("cannot write {}", path.display()))?;
                     eprintln!("wrote {} ({} bytes)", path.display(), body.len());
                 }
-                None => std::io::stdout().write_all(&body)?,
+                None => {
+                    // A reader that stopped (`| head`) is not an error.
+                    let mut out = std::io::stdout().lock();
+                    match out.write_all(&body).and_then(|()| out.flush()) {
+                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                        other => other.context("cannot write the export to stdout")?,
+                    }
+                }
             }
         }
         Cmd::Simulate {
@@ -797,12 +907,24 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
             delay_ms,
             scope,
             max_deadline,
+            min_deadline,
             max_scan_time,
             max_attempts,
             max_crawl_delay,
             every,
             validate,
+            force,
         } => {
+            // Each duration within its range, said in the words typed.
+            let check = |d: Option<TypedDuration>, flag: &str, b: &config::DurationBounds| {
+                d.map(|d| d.within(flag, b, force)).transpose()
+            };
+            let max_deadline = check(max_deadline, "--max-deadline", &config::DEADLINE)?;
+            let min_deadline = check(min_deadline, "--min-deadline", &config::DEADLINE)?;
+            let max_scan_time = check(max_scan_time, "--max-scan-time", &config::SCAN_TIME)?;
+            let max_crawl_delay =
+                check(max_crawl_delay, "--max-crawl-delay", &config::CRAWL_DELAY)?;
+            let every = check(every, "--every", &config::REPEAT_PERIOD)?;
             let r: RoundStarted = c.post(
                 "/api/rounds",
                 &RoundStart {
@@ -812,22 +934,40 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                     delay_ms,
                     scope,
                     deadline_max_s: max_deadline.map(|d| d.as_secs()),
+                    deadline_min_s: min_deadline.map(|d| d.as_secs()),
                     max_seconds: max_scan_time.map(|d| d.as_secs()),
                     max_attempts,
-                    max_crawl_delay_ms: max_crawl_delay.map(|d| d.as_millis() as u64),
+                    max_crawl_delay_ms: max_crawl_delay
+                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                     every_s: every.map(|d| d.as_secs()),
                     validate,
-                    ..Default::default()
+                    force,
                 },
             )?;
             if let Some(w) = &r.warning {
                 eprintln!("warning: {w}");
             }
-            println!("round started");
+            match every {
+                Some(every) => println!(
+                    "round {} started; repeats every {}",
+                    r.id,
+                    human_duration(every)
+                ),
+                None => println!("round {} started", r.id),
+            }
             println!("{}", r.id);
         }
-        RoundCmd::List => {
+        RoundCmd::List { json } => {
             let rounds: Vec<RoundSummary> = c.get("/api/rounds")?;
+            if json {
+                let listed: Vec<RoundListed> = rounds.iter().map(RoundListed::of).collect();
+                println!("{}", serde_json::to_string_pretty(&listed)?);
+                return Ok(0);
+            }
+            if rounds.is_empty() {
+                eprintln!("no rounds yet: start one with `beebot-server round start`");
+                return Ok(0);
+            }
             println!("id\tstate\tpolicy\tjobs\tdone\tfailed\tpages\tlinks");
             for r in rounds {
                 println!(
@@ -877,7 +1017,7 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                     d.counts.invalid,
                     d.counts.check_pages
                 );
-                println!("site\tstate\tattempts\tscans\tpages\tlinks\thost\tvalidation\tcomplete\treasons");
+                println!("site\tstate\tattempts\tscans\tpages\tlinks\thosts\tvalidation\tcomplete\treasons");
                 for (line, j) in d.sites.iter().zip(&d.jobs) {
                     let c = &line.completeness;
                     let complete = match (&c.why_not, c.natural_end) {
@@ -908,7 +1048,7 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                         c.scans,
                         c.pages,
                         c.links,
-                        line.host.map_or("-".into(), |h| h.to_string()),
+                        hosts_column(line),
                         validation,
                         complete,
                         j.reasons.join("; ")
@@ -919,11 +1059,27 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                 }
             }
         }
-        RoundCmd::Wait { id, timeout } => {
+        RoundCmd::Wait {
+            id,
+            timeout,
+            report_every,
+        } => {
+            let timeout = timeout.within("--timeout", &config::WAIT_TIMEOUT, false)?;
+            let report_every =
+                report_every.within("--report-every", &config::REPORT_EVERY, false)?;
             let start = Instant::now();
+            let terminal = std::io::stdout().is_terminal();
+            let mut last_report: Option<Instant> = None;
+            let mut out = std::io::stdout();
             loop {
                 let d: RoundDetail = c.get(&format!("/api/rounds/{id}"))?;
+                let line =
+                    beebot_server::cli_util::Progress::of(&d, beebot_server::now_ms()).line();
                 if d.round.state != RoundState::Running {
+                    if terminal && last_report.is_some() {
+                        // The line updated in place gives way to the summary.
+                        let _ = write!(out, "\r\x1b[2K");
+                    }
                     println!(
                         "round {id} {}: {} done, {} failed of {} jobs; {}",
                         d.round.state.as_str(),
@@ -945,13 +1101,24 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                         .iter()
                         .filter(|j| !matches!(j.state, JobState::Done | JobState::Failed))
                         .count();
+                    if terminal && last_report.is_some() {
+                        let _ = writeln!(out);
+                    }
                     eprintln!(
-                        "error: round {id} still has {open} open job(s) after {}s",
-                        timeout.as_secs()
+                        "error: round {id} still has {open} open job(s) after {}",
+                        human_duration(timeout)
                     );
                     return Ok(EXIT_TIMEOUT);
                 }
-                std::thread::sleep(Duration::from_millis(500));
+                if terminal {
+                    let _ = write!(out, "\r\x1b[2K{line}");
+                    let _ = out.flush();
+                    last_report = Some(Instant::now());
+                } else if last_report.is_none_or(|t| t.elapsed() >= report_every) {
+                    println!("{line}");
+                    last_report = Some(Instant::now());
+                }
+                std::thread::sleep(WAIT_POLL);
             }
         }
         RoundCmd::Cancel { id } => {
@@ -960,6 +1127,29 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// `round show`'s hosts column: the copies running now (name#id and
+/// pages so far), else the host of the last accepted scan.
+fn hosts_column(line: &SiteLine) -> String {
+    let named = |id: u64, name: &str| {
+        if name.is_empty() {
+            format!("#{id}")
+        } else {
+            format!("{name}#{id}")
+        }
+    };
+    if !line.running.is_empty() {
+        return line
+            .running
+            .iter()
+            .map(|r| format!("{} ({} pages)", named(r.host, &r.host_name), r.pages))
+            .collect::<Vec<_>>()
+            .join(", ");
+    }
+    line.host.map_or("-".into(), |h| {
+        named(h, line.host_name.as_deref().unwrap_or(""))
+    })
 }
 
 #[cfg(test)]

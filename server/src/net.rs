@@ -416,6 +416,8 @@ struct ConnState {
     conn: quinn::Connection,
     nonce: Option<[u8; NONCE_LEN]>,
     host_id: Option<u64>,
+    /// The host's name, for log lines.
+    host_name: String,
     /// Held while the connection is unauthenticated.
     unauthenticated: Option<UnauthenticatedSlot>,
     /// The in-flight budget requests are charged to: the source's until the
@@ -444,6 +446,7 @@ async fn handle_connection(
         conn: conn.clone(),
         nonce: None,
         host_id: None,
+        host_name: String::new(),
         unauthenticated: Some(slot),
         budget: limits.budget(BudgetOwner::Source(source_key(ip))),
     }));
@@ -712,7 +715,11 @@ fn grid_error(e: GridError) -> Response {
         GridError::KeyEnrolled(_)
         | GridError::Invalid(_)
         | GridError::UnknownRound(_)
-        | GridError::UnknownInvite(_) => error(ErrorCode::BadRequest, e.to_string()),
+        | GridError::UnknownInvite(_)
+        | GridError::NameTaken { .. }
+        | GridError::UnknownHostName(_)
+        | GridError::AmbiguousHostName { .. }
+        | GridError::SameSite { .. } => error(ErrorCode::BadRequest, e.to_string()),
         GridError::Store(_) | GridError::Io(_) | GridError::Sign(_) => {
             tracing::error!("request failed: {e}");
             error(ErrorCode::Internal, format!("server error: {e}"))
@@ -745,13 +752,17 @@ async fn dispatch(
             if sign::check_proof(&host_key, &nonce, &fp, &proof).is_err() {
                 return error(ErrorCode::UnknownHost, "the key proof does not verify");
             }
+            let name = host_info.name.clone();
             let r = shared
                 .with_grid(move |g| g.enrol(&token, host_key, host_info, now_ms()))
                 .await;
             match r {
                 Ok(host_id) => {
-                    tracing::info!(host_id, "host enrolled");
-                    state.lock().await.authenticated(host_id, limits);
+                    tracing::info!(host_id, host = ?name, "host enrolled");
+                    let mut st = state.lock().await;
+                    st.authenticated(host_id, limits);
+                    st.host_name = name;
+                    drop(st);
                     Response::Enrolled { host_id }
                 }
                 Err(e) => grid_error(e),
@@ -776,10 +787,17 @@ async fn dispatch(
             if sign::check_proof(&key, &nonce, &fp, &proof).is_err() {
                 return unknown();
             }
-            if let Err(e) = shared.with_grid(move |g| g.hello(host_id, now_ms())).await {
-                return grid_error(e);
-            }
-            state.lock().await.authenticated(host_id, limits);
+            let name = match shared
+                .with_grid(move |g| g.hello(host_id, now_ms()).map(|()| g.host_name(host_id)))
+                .await
+            {
+                Ok(name) => name.unwrap_or_default(),
+                Err(e) => return grid_error(e),
+            };
+            let mut st = state.lock().await;
+            st.authenticated(host_id, limits);
+            st.host_name = name;
+            drop(st);
             Response::Welcome {
                 server_time_ms: now_ms(),
                 reference_site: shared.reference_site.clone(),
@@ -790,15 +808,19 @@ async fn dispatch(
             }
         }
         other => {
-            let Some(host_id) = state.lock().await.host_id else {
+            let (host_id, name) = {
+                let st = state.lock().await;
+                (st.host_id, st.host_name.clone())
+            };
+            let Some(host_id) = host_id else {
                 return error(ErrorCode::NotAuthenticated, "say Hello first");
             };
-            authed(other, host_id, shared).await
+            authed(other, host_id, &name, shared).await
         }
     }
 }
 
-async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
+async fn authed(req: Request, host_id: u64, name: &str, shared: &Arc<Shared>) -> Response {
     let r = match req {
         Request::Benchmark {
             pages_per_s,
@@ -858,9 +880,16 @@ async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
             summary,
             link_file,
             state,
-        } => upload(shared, host_id, unit_id, summary, link_file, state).await,
+        } => {
+            let r = upload(shared, host_id, unit_id, summary, link_file, state).await;
+            if let Ok(Response::Rejected { reason }) = &r {
+                tracing::warn!(host_id, host = ?name, unit = unit_id, "upload refused: {reason:?}");
+            }
+            r
+        }
         Request::Fail { unit_id, reason } => {
             let reason: String = reason.chars().take(MAX_TEXT_LEN).collect();
+            tracing::info!(host_id, host = ?name, unit = unit_id, "unit given back: {reason:?}");
             shared
                 .with_grid(move |g| g.fail(host_id, unit_id, &reason, now_ms()))
                 .await
@@ -884,7 +913,15 @@ async fn authed(req: Request, host_id: u64, shared: &Arc<Shared>) -> Response {
             return error(ErrorCode::BadRequest, "already authenticated");
         }
     };
-    r.unwrap_or_else(grid_error)
+    r.unwrap_or_else(|e| {
+        if !matches!(
+            e,
+            GridError::Store(_) | GridError::Io(_) | GridError::Sign(_)
+        ) {
+            tracing::warn!(host_id, host = ?name, "request refused: {:?}", e.to_string());
+        }
+        grid_error(e)
+    })
 }
 
 #[cfg(test)]

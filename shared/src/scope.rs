@@ -344,6 +344,18 @@ fn without_www(host: &str) -> &str {
     }
 }
 
+/// What makes two sites (as given by [`parse_site`]) one: `www.` and the bare
+/// host are one site on the same port (`www.x.edu` and `x.edu` are,
+/// `x.edu:8080` and `x.edu` are not).
+pub fn site_key(site: &str) -> String {
+    match site.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("{}:{port}", without_www(host))
+        }
+        _ => without_www(site).to_string(),
+    }
+}
+
 /// `host` equals `base` or ends with `.` + `base`.
 fn is_same_or_subdomain(host: &str, base: &str) -> bool {
     match host.strip_suffix(base) {
@@ -436,6 +448,11 @@ mod tests {
         ));
         assert!(!inside("conformance.test", s, "http://other.test/"));
         // `www.` and the bare host are the same site, and only they.
+        assert_eq!(site_key("www.x.edu"), site_key("x.edu"));
+        assert_eq!(site_key("www.x.edu:8080"), "x.edu:8080");
+        assert_ne!(site_key("x.edu:8080"), site_key("x.edu"));
+        assert_ne!(site_key("lib.x.edu"), site_key("x.edu"));
+        assert_eq!(site_key("www.edu"), "www.edu");
         assert!(inside("www.x.edu", s, "http://x.edu/"));
         assert!(inside("x.edu", s, "http://WWW.x.edu/"));
         assert!(inside("www.x.edu", s, "http://www.x.edu./"));

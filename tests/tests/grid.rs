@@ -120,8 +120,13 @@ fn killed_client_jobs_are_reissued_after_their_deadline() {
         "start",
         "--delay-ms",
         "10",
+        // Deadlines this short find the dead host within the test (and are
+        // allowed only with --force).
+        "--min-deadline",
+        "3s",
         "--max-deadline",
         "3s",
+        "--force",
         "--max-attempts",
         "50",
         // No tail replicas: the victim's units must come back through their deadline.

@@ -13,7 +13,9 @@ fn invite(g: &Grid, uses: u32) -> String {
 }
 
 fn join_ok(g: &Grid, name: &str, code: &str) -> (ServerId, u64, ed25519_dalek::SigningKey) {
-    let o = g.client(name, &["join", code]);
+    // Hosts on one machine need names of their own (the default is the
+    // machine's name, and an enrolled host's name is not taken twice).
+    let o = g.client(name, &["join", code, "--name", name]);
     assert!(o.status.success(), "join {name}: {}", stderr(&o));
     let home = Home {
         config: g.home(name),

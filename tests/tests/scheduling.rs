@@ -116,7 +116,15 @@ fn a_repeating_round_starts_its_next_scan_when_over() {
     let code = invite(&g, 1);
     join(&g, "a", &code);
     g.import_sites();
-    let o = g.admin_ok(&["round", "start", "--delay-ms", "0", "--every", "2s"]);
+    let o = g.admin_ok(&[
+        "round",
+        "start",
+        "--delay-ms",
+        "0",
+        "--every",
+        "2s",
+        "--force",
+    ]);
     let first = last_line(&o);
     let mut client = run_throttled(&g, "a", 0);
     // The first round ends, and a second one starts by itself.
