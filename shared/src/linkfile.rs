@@ -78,6 +78,13 @@ pub enum StopReason {
     /// The site stopped answering mid-scan (this host went offline, or the
     /// site did): the pages not fetched wait in the scan's state.
     Offline,
+    /// The site's name did not resolve: nothing was fetched.
+    DnsFailed,
+    /// The site's address refused the connection: nothing was fetched.
+    ConnectionRefused,
+    /// The site's address is private (loopback, private or link-local
+    /// network) and the crawler may not go there: nothing was fetched.
+    PrivateAddress,
 }
 
 impl StopReason {
@@ -90,7 +97,10 @@ impl StopReason {
             StopReason::MaxPages
             | StopReason::FrontierFull
             | StopReason::RobotsUnavailable
-            | StopReason::SeedUnreachable => true,
+            | StopReason::SeedUnreachable
+            | StopReason::DnsFailed
+            | StopReason::ConnectionRefused
+            | StopReason::PrivateAddress => true,
             StopReason::MaxTime
             | StopReason::Deadline
             | StopReason::Cancelled
@@ -108,7 +118,25 @@ impl StopReason {
             StopReason::RobotsUnavailable => "robots-unavailable",
             StopReason::SeedUnreachable => "seed-unreachable",
             StopReason::Offline => "offline",
+            StopReason::DnsFailed => "dns-failed",
+            StopReason::ConnectionRefused => "connection-refused",
+            StopReason::PrivateAddress => "private-address",
         }
+    }
+
+    /// Whether a scan stopped this way could not scan its site at all
+    /// (robots.txt or the seed page unreachable, the name not resolving,
+    /// the connection refused, a private address): a scan so stopped
+    /// without a page is a failed attempt, not a result.
+    pub fn is_site_failure(self) -> bool {
+        matches!(
+            self,
+            StopReason::RobotsUnavailable
+                | StopReason::SeedUnreachable
+                | StopReason::DnsFailed
+                | StopReason::ConnectionRefused
+                | StopReason::PrivateAddress
+        )
     }
 }
 
