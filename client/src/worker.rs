@@ -109,12 +109,12 @@ pub const SHUTDOWN_WRITES: Duration = Duration::from_millis(1250);
 /// ([`StopReason::Offline`]): no scan starts (or resumes) for a random wait
 /// up to this base doubled per offline stop in a row, at most
 /// [`OFFLINE_BACKOFF_CAP`]. A scan that ends reachable resets it.
+pub const OFFLINE_BACKOFF_BASE: Duration = Duration::from_secs(5);
+pub const OFFLINE_BACKOFF_CAP: Duration = Duration::from_secs(600);
+
 /// A host told that work is available (`WorkAvailable`) asks within a
 /// random wait of up to this long, so connected hosts do not ask in lockstep.
 pub const WORK_HINT_JITTER: Duration = Duration::from_secs(1);
-
-pub const OFFLINE_BACKOFF_BASE: Duration = Duration::from_secs(5);
-pub const OFFLINE_BACKOFF_CAP: Duration = Duration::from_secs(600);
 
 /// Units to hold per slot: the one scanning plus enough to cover a round
 /// trip to the server, `ceil(round_trip / job_time) + 1`, at least two.

@@ -230,15 +230,80 @@ fn a_local_crawl_that_fetches_nothing_says_why_and_fails() {
     assert!(stderr(&o).contains("dns-failed"), "{}", stderr(&o));
 }
 
+/// Cancel `round` once the client (one slot) scans its first site and holds
+/// more units of it; assert that no site it had not started is requested
+/// after the cancel, that the running scan stops within [`CANCEL_BOUND`],
+/// and that its spool holds no unit. Returns how long after the cancel the
+/// running scan made its last request.
+fn cancel_mid_round(g: &Grid, round: &str, since: Instant, log: &Path) -> Duration {
+    let requests = || {
+        g.web_server
+            .request_log()
+            .into_iter()
+            .filter(|r| r.at >= since)
+            .collect::<Vec<_>>()
+    };
+    // Some pages of the first scan in, and the slot's other units held.
+    wait_for("the first scan", WAIT, || requests().len() >= 4);
+    wait_for("several units held", WAIT, || {
+        g.round_json(round)["counts"]["running"]
+            .as_u64()
+            .is_some_and(|n| n >= 2)
+    });
+    g.admin_ok(&["round", "cancel", round]);
+    let cancelled_at = Instant::now();
+    let before: std::collections::BTreeSet<String> = requests()
+        .iter()
+        .filter(|r| r.at < cancelled_at)
+        .map(|r| r.host.clone())
+        .collect();
+    assert_eq!(before.len(), 1, "one scan at a time: {before:?}");
+    wait_for("the client to drop the round's units", WAIT, || {
+        spooled_units(&g.home("a")) == 0
+    });
+    // Long enough for any held unit to have started, had it been kept.
+    std::thread::sleep(CANCEL_BOUND);
+    let after: Vec<_> = requests()
+        .into_iter()
+        .filter(|r| r.at >= cancelled_at)
+        .collect();
+    let started: Vec<&str> = after
+        .iter()
+        .filter(|r| !before.contains(&r.host))
+        .map(|r| r.host.as_str())
+        .collect();
+    assert!(
+        started.is_empty(),
+        "scans started after the cancel: {started:?}\n{}",
+        read(log)
+    );
+    let last = after
+        .iter()
+        .map(|r| r.at - cancelled_at)
+        .max()
+        .unwrap_or_default();
+    assert!(
+        last < CANCEL_BOUND,
+        "the running scan went on {last:?} after the cancel"
+    );
+    let show = stdout(&g.admin_ok(&["round", "show", round]));
+    for host in g.web.site_hosts() {
+        let line = show_line(&show, &host);
+        assert_eq!(line.split('\t').nth(1), Some("cancelled"), "{line}");
+    }
+    last
+}
+
 /// Issue 17, item 6: after `round cancel`, the client aborted the running
 /// scan but started the round's held units in the same millisecond and
 /// crawled them. Now the server tells connected clients at once; they stop
 /// the scan and drop the round's units without starting one. A client with
-/// one slot holds several units of a round at a 300 ms delay; after the
-/// cancel no site it had not started is requested, the running one stops
-/// within moments, its spool holds no unit, `round show` says `cancelled`
-/// per unfinished site and the export says the round was cancelled. The
-/// same client then runs a new round at delay 0 to its end.
+/// one slot (pages slowed to 150 ms by `--throttle-ms`) holds several units
+/// of a round at a 300 ms delay, then of one at delay 0, and each is
+/// cancelled mid-scan: no site it had not started is requested after the
+/// cancel, the running scan stops within moments, its spool holds no unit,
+/// `round show` says `cancelled` per unfinished site and the export says the
+/// round was cancelled. The same client then runs a third round to its end.
 #[test]
 fn a_cancelled_round_starts_nothing_more_on_the_client() {
     let web = SynthWeb::with_config(
@@ -254,75 +319,26 @@ fn a_cancelled_round_starts_nothing_more_on_the_client() {
     let code = g.invite(1);
     g.join("a", &code);
     g.import_sites();
-    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "300"]));
     let log = g.dir.path().join("a.log");
-    let _client = Running(g.spawn_run("a", &["--slots", "1"], &log));
-    // Some pages of the first scan in, and the slot's other units held.
-    wait_for("the first scan", WAIT, || g.web_server.requests() >= 4);
-    wait_for("several units held", WAIT, || {
-        g.round_json(&round)["counts"]["running"]
-            .as_u64()
-            .is_some_and(|n| n >= 2)
-    });
-
-    g.admin_ok(&["round", "cancel", &round]);
-    let cancelled_at = Instant::now();
-    let before: std::collections::BTreeSet<String> = g
-        .web_server
-        .request_log()
-        .iter()
-        .filter(|r| r.at < cancelled_at)
-        .map(|r| r.host.clone())
-        .collect();
-    assert_eq!(before.len(), 1, "one scan at a time: {before:?}");
-    wait_for("the client to drop the round's units", WAIT, || {
-        spooled_units(&g.home("a")) == 0
-    });
-    // Long enough for any held unit to have started, had it been kept.
-    std::thread::sleep(CANCEL_BOUND);
-    let after: Vec<_> = g
-        .web_server
-        .request_log()
-        .into_iter()
-        .filter(|r| r.at >= cancelled_at)
-        .collect();
-    let started: Vec<&str> = after
-        .iter()
-        .filter(|r| !before.contains(&r.host))
-        .map(|r| r.host.as_str())
-        .collect();
-    assert!(
-        started.is_empty(),
-        "scans started after the cancel: {started:?}\n{}",
-        read(&log)
-    );
-    let last = after.iter().map(|r| r.at - cancelled_at).max();
-    assert!(
-        last.is_none_or(|d| d < CANCEL_BOUND),
-        "the running scan went on {last:?} after the cancel"
-    );
+    let _client = Running(g.spawn_run("a", &["--slots", "1", "--throttle-ms", "150"], &log));
+    for delay in ["300", "0"] {
+        let since = Instant::now();
+        let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", delay]));
+        let last = cancel_mid_round(&g, &round, since, &log);
+        println!("delay {delay} ms: the running scan's last request {last:?} after the cancel; nothing else started");
+        let o = g.admin_ok(&["export", "--round", &round, "--format", "jsonl"]);
+        assert!(stdout(&o).is_empty(), "no site was done: {}", stdout(&o));
+        assert!(
+            stderr(&o).contains(&format!("round {round} was cancelled")),
+            "{}",
+            stderr(&o)
+        );
+    }
     let text = read(&log);
     assert!(text.contains("round cancelled"), "{text}");
     assert!(!text.contains("job finished elsewhere"), "{text}");
-    println!(
-        "cancel: the running scan's last request {:?} after it; nothing else started",
-        last.unwrap_or_default()
-    );
 
-    let show = stdout(&g.admin_ok(&["round", "show", &round]));
-    for host in g.web.site_hosts() {
-        let line = show_line(&show, &host);
-        assert_eq!(line.split('\t').nth(1), Some("cancelled"), "{line}");
-    }
-    let o = g.admin_ok(&["export", "--round", &round, "--format", "jsonl"]);
-    assert!(stdout(&o).is_empty(), "no site was done: {}", stdout(&o));
-    assert!(
-        stderr(&o).contains(&format!("round {round} was cancelled")),
-        "{}",
-        stderr(&o)
-    );
-
-    // The client goes on with the next round, at delay 0, to its end.
+    // The client goes on with the next round, to its end.
     let next = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "0"]));
     g.wait_round(&next, "120s");
     beebot_tests::assert_same_rows(&g.export_rows(&next), &g.truth_rows());
