@@ -451,6 +451,42 @@ fn read_body(
 mod tests {
     use super::*;
 
+    /// The causes of a site never reached are natural ends (the job does
+    /// not continue from a frontier) and site failures (no page: a failed
+    /// attempt); the reasons stored before them decode as they were.
+    #[test]
+    fn stop_reasons_name_each_cause_and_keep_their_encoding() {
+        use StopReason as S;
+        for s in [S::DnsFailed, S::ConnectionRefused, S::PrivateAddress] {
+            assert!(s.is_natural_end() && s.is_site_failure(), "{s:?}");
+        }
+        for s in [S::RobotsUnavailable, S::SeedUnreachable] {
+            assert!(s.is_site_failure(), "{s:?}");
+        }
+        for s in [
+            S::MaxPages,
+            S::MaxTime,
+            S::Cancelled,
+            S::Offline,
+            S::FrontierFull,
+        ] {
+            assert!(!s.is_site_failure(), "{s:?}");
+        }
+        let names: Vec<&str> = [S::DnsFailed, S::ConnectionRefused, S::PrivateAddress]
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["dns-failed", "connection-refused", "private-address"]
+        );
+        // Variant indexes of the older reasons are unchanged (appended after them).
+        let offline = codec::encode(&Some(S::Offline), 16).expect("encode");
+        assert_eq!(offline, [1, 7]);
+        let back: Option<StopReason> = codec::decode(&offline, 16).expect("decode");
+        assert_eq!(back, Some(S::Offline));
+    }
+
     fn sample(n: usize) -> (LinkFileHeader, Vec<LinkRecord>) {
         let records: Vec<LinkRecord> = (0..n)
             .map(|i| LinkRecord {
