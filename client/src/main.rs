@@ -515,6 +515,9 @@ fn run(cli: Cli) -> Result<()> {
                 "{}",
                 crawler::progress::summary_line(&site, &outcome.summary)
             );
+            if let Some(why) = crawler::progress::nothing_fetched(&site, &outcome.summary) {
+                anyhow::bail!(why);
+            }
         }
     }
     Ok(())

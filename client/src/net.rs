@@ -39,6 +39,10 @@ const KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// vanished without a reset, a network that went away): the request fails and
 /// the work loop reconnects with backoff.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Streams the server may push at once (`WorkAvailable` hints, one each).
+const MAX_PUSHED_STREAMS: u32 = 4;
+/// Largest pushed frame read: a hint is a few bytes.
+const MAX_PUSHED_FRAME_BYTES: usize = 64;
 
 /// Failures talking to the server.
 #[derive(Debug, thiserror::Error)]
@@ -167,6 +171,7 @@ fn pinned_config(
     let mut cfg = quinn::ClientConfig::new(Arc::new(quic));
     let mut transport = quinn::TransportConfig::default();
     transport.keep_alive_interval(Some(KEEP_ALIVE));
+    transport.max_concurrent_uni_streams(MAX_PUSHED_STREAMS.into());
     transport.max_idle_timeout(Some(
         IDLE_TIMEOUT
             .try_into()
@@ -196,6 +201,33 @@ pub struct Link {
     conn: quinn::Connection,
     _endpoint: quinn::Endpoint,
     fingerprint: [u8; 32],
+    /// Set when the server pushes `WorkAvailable` (see [`Link::take_work_hint`]).
+    work_hint: Arc<std::sync::atomic::AtomicBool>,
+    /// Reads the server's pushed streams; ends with the connection or the link.
+    pushes: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.pushes.abort();
+    }
+}
+
+/// Read the streams the server pushes on `conn` (each one frame, at most
+/// [`MAX_PUSHED_FRAME_BYTES`]) until it closes; a `WorkAvailable` sets `hint`.
+async fn read_pushes(conn: quinn::Connection, hint: Arc<std::sync::atomic::AtomicBool>) {
+    while let Ok(mut recv) = conn.accept_uni().await {
+        let Ok(frame) = recv.read_to_end(MAX_PUSHED_FRAME_BYTES).await else {
+            continue;
+        };
+        match codec::decode_frame::<Response>(&frame) {
+            Ok(Response::WorkAvailable) => {
+                hint.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(other) => tracing::debug!("ignored a pushed message: {other:?}"),
+            Err(e) => tracing::debug!("ignored a pushed frame: {e}"),
+        }
+    }
 }
 
 impl Link {
@@ -245,10 +277,14 @@ impl Link {
                     None => NetError::Connect(e.to_string()),
                 },
             )?;
+        let work_hint = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pushes = tokio::spawn(read_pushes(conn.clone(), work_hint.clone()));
         Ok(Link {
             conn,
             _endpoint: endpoint,
             fingerprint: server.cert_sha256,
+            work_hint,
+            pushes,
         })
     }
 
@@ -338,6 +374,12 @@ impl Link {
                 "expected Welcome, got {other:?}"
             ))),
         }
+    }
+
+    /// Whether the server said work is available since the last call.
+    pub fn take_work_hint(&self) -> bool {
+        self.work_hint
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The connection is still up (not closed by either side, not timed out).

@@ -26,7 +26,7 @@ use url::Url;
 
 use beebot_shared::limits::{MAX_RETRY_AFTER_SECS, MAX_SLOTS};
 use beebot_shared::linkfile::{self, LinkFileHeader, StopReason};
-use beebot_shared::proto::{ErrorCode, Request, Response};
+use beebot_shared::proto::{ErrorCode, Request, Response, ABORT_ROUND_CANCELLED};
 use beebot_shared::scanstate::{state_sha256, ScanState, ScanStateError};
 use beebot_shared::sign::{self, ResumeFrom, WorkUnit};
 
@@ -111,6 +111,10 @@ pub const SHUTDOWN_WRITES: Duration = Duration::from_millis(1250);
 /// [`OFFLINE_BACKOFF_CAP`]. A scan that ends reachable resets it.
 pub const OFFLINE_BACKOFF_BASE: Duration = Duration::from_secs(5);
 pub const OFFLINE_BACKOFF_CAP: Duration = Duration::from_secs(600);
+
+/// A host told that work is available (`WorkAvailable`) asks within a
+/// random wait of up to this long, so connected hosts do not ask in lockstep.
+pub const WORK_HINT_JITTER: Duration = Duration::from_secs(1);
 
 /// Units to hold per slot: the one scanning plus enough to cover a round
 /// trip to the server, `ceil(round_trip / job_time) + 1`, at least two.
@@ -520,6 +524,8 @@ struct Worker {
     offline_stops: u32,
     /// No scan starts before this (a scan found its site offline).
     scans_resume_at: Option<Instant>,
+    /// The server pushed `WorkAvailable`: ask for work at this moment.
+    hinted_at: Option<Instant>,
 }
 
 impl Worker {
@@ -605,6 +611,39 @@ impl Worker {
             .filter(|(_, h)| f(&h.state))
             .map(|(id, _)| *id)
             .collect()
+    }
+
+    /// Ids of the held units of `round_id`.
+    fn units_where_round(&self, round_id: u64) -> Vec<u64> {
+        self.held
+            .iter()
+            .filter(|(_, h)| h.unit.unit.round_id == round_id)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The server cancelled the round of these units: a running scan is
+    /// stopped (dropped when it returns), the others are dropped now and
+    /// never started.
+    fn drop_cancelled(&mut self, unit_ids: &[u64]) {
+        for unit_id in unit_ids {
+            let Some(h) = self.held.get_mut(unit_id) else {
+                continue;
+            };
+            match &h.state {
+                HeldState::Crawling { cancel, .. } => {
+                    cancel.store(true, Ordering::Relaxed);
+                    h.state = HeldState::Aborted;
+                }
+                HeldState::Aborted => {}
+                HeldState::Waiting | HeldState::Finished => {
+                    let round_id = h.unit.unit.round_id;
+                    tracing::info!(unit_id, round_id, "unit dropped: round cancelled");
+                    self.held.remove(unit_id);
+                    self.home.remove_unit(*unit_id);
+                }
+            }
+        }
     }
 
     fn units_held(&self) -> Vec<u64> {
@@ -707,6 +746,14 @@ impl Worker {
                     self.stats.uploads_duplicate += 1;
                     tracing::info!(unit_id, "result was a duplicate (job finished elsewhere)");
                 }
+                Ok(Response::Rejected { reason }) if reason == ABORT_ROUND_CANCELLED => {
+                    self.stats.uploads_rejected += 1;
+                    tracing::info!(unit_id, "result dropped: {reason}");
+                    if let Some(round_id) = self.held.get(&unit_id).map(|h| h.unit.unit.round_id) {
+                        let of_round = self.units_where_round(round_id);
+                        self.drop_cancelled(&of_round);
+                    }
+                }
                 Ok(Response::Rejected { reason }) => {
                     self.stats.uploads_rejected += 1;
                     tracing::warn!(unit_id, "result rejected: {reason}");
@@ -772,6 +819,11 @@ impl Worker {
                         cancel.store(true, Ordering::Relaxed);
                     }
                     h.state = HeldState::Aborted;
+                    if reason == ABORT_ROUND_CANCELLED {
+                        let round_id = h.unit.unit.round_id;
+                        let of_round = self.units_where_round(round_id);
+                        self.drop_cancelled(&of_round);
+                    }
                 }
                 Ok(Response::Extend { deadline_ms }) => {
                     // The host is alive: its deadline moves; the scan goes on.
@@ -811,6 +863,13 @@ impl Worker {
             }
             return Ok(true);
         }
+        // The server pushed `WorkAvailable` (a round started or was
+        // cancelled): ask within a moment, whatever the buffer holds.
+        if self.link.as_ref().is_some_and(|l| l.take_work_hint()) {
+            let wait = WORK_HINT_JITTER.mul_f64(rand::random::<f64>());
+            self.hinted_at = Some(Instant::now() + wait);
+        }
+        let hinted = self.hinted_at.is_some_and(|t| Instant::now() >= t);
         let unfinished = self
             .held
             .values()
@@ -818,22 +877,22 @@ impl Worker {
             .count();
         // Hold enough units per slot that no slot idles for a round trip, and
         // the buffer's seconds of work (see `work_wanted`).
-        let Some((want_seconds, free_slots)) = work_wanted(
+        let wanted = work_wanted(
             self.opts.slots,
             unfinished,
             self.job_s,
             self.round_trip_s,
             self.opts.buffer_min_s,
             self.opts.buffer_seconds,
-        ) else {
-            return Ok(true);
-        };
-        if self.held.len() >= MAX_SPOOLED_UNITS || Instant::now() < self.next_request {
-            return Ok(true);
-        }
-        if !self.gate_open() {
+        )
+        .filter(|_| self.held.len() < MAX_SPOOLED_UNITS && self.gate_open());
+        if !hinted && (wanted.is_none() || Instant::now() < self.next_request) {
             return Ok(true);
         }
+        // Hinted with a full buffer (or the gate shut): nothing asked for,
+        // but the answer names the held units of a cancelled round.
+        let (want_seconds, free_slots) = wanted.unwrap_or((0, 0));
+        self.hinted_at = None;
         // Near the end of a window, ask only for work that fits in it.
         let want_seconds = match self.opts.gate.as_ref().and_then(|g| g.seconds_left_open()) {
             Some(left) => want_seconds.min(left),
@@ -850,7 +909,9 @@ impl Worker {
                 units,
                 retry_after_s,
                 rounds_open,
+                cancelled_units,
             }) => {
+                self.drop_cancelled(&cancelled_units);
                 self.server_idle = units.is_empty() && !rounds_open;
                 if units.is_empty() {
                     let wait = retry_after_s.unwrap_or(30).min(MAX_RETRY_AFTER_SECS);
@@ -1078,6 +1139,10 @@ impl Worker {
                     tracing::info!(unit_id, "continuation unit dropped: {reason}");
                     self.held.remove(&unit_id);
                     self.home.remove_unit(unit_id);
+                    if reason == ABORT_ROUND_CANCELLED {
+                        let of_round = self.units_where_round(unit.round_id);
+                        self.drop_cancelled(&of_round);
+                    }
                     continue;
                 }
                 StateAnswer::GiveBack(reason) => reason,
@@ -1368,6 +1433,7 @@ pub async fn run(
         stopping: false,
         offline_stops: 0,
         scans_resume_at: None,
+        hinted_at: None,
     };
     // The control socket, for `beebot pause` / `beebot resume`.
     let control_task = w.opts.gate.clone().map(|gate| {

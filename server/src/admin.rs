@@ -537,7 +537,7 @@ async fn round_export(
         .unwrap_or("tsv")
         .parse()
         .map_err(|e: String| fail(StatusCode::BAD_REQUEST, e))?;
-    let (_, jobs) = s.with_grid(move |g| g.round(id)).await.map_err(grid_fail)?;
+    let (round, jobs) = s.with_grid(move |g| g.round(id)).await.map_err(grid_fail)?;
     let links_dir = s.data.links();
     let body = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
         let mut w = ExportWriter::new(Vec::new(), format).map_err(|e| e.to_string())?;
@@ -561,7 +561,13 @@ async fn round_export(
         Format::Tsv => "text/tab-separated-values; charset=utf-8",
         Format::Jsonl => "application/jsonl; charset=utf-8",
     };
-    Ok(([(header::CONTENT_TYPE, ctype)], body).into_response())
+    // The round's state beside the rows (a cancelled round's export holds
+    // only the sites done before the cancel).
+    let state = (
+        header::HeaderName::from_static("x-beebot-round-state"),
+        round.state.as_str(),
+    );
+    Ok(([(header::CONTENT_TYPE, ctype), state], body).into_response())
 }
 
 async fn hosts_list(State(s): State<Arc<Shared>>) -> ApiResult<Json<HostsList>> {

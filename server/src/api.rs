@@ -106,6 +106,9 @@ pub struct JobCounts {
     pub running: usize,
     pub done: usize,
     pub failed: usize,
+    /// Jobs of a cancelled round that had not finished.
+    #[serde(default)]
+    pub cancelled: usize,
     /// Done jobs whose scans reached the site's natural end.
     pub complete: usize,
     /// Jobs over (done or failed) that did not: failed, robots unavailable,
@@ -150,6 +153,7 @@ impl JobCounts {
                 Running => c.running += 1,
                 Done => c.done += 1,
                 Failed => c.failed += 1,
+                Cancelled => c.cancelled += 1,
             }
             let done = j.completeness();
             c.pages += done.pages;

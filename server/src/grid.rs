@@ -20,7 +20,7 @@ use beebot_shared::limits::{
     PACE_FREE_PAGES, PACE_TOLERANCE,
 };
 use beebot_shared::linkfile::{self, ScanSummary};
-use beebot_shared::proto::HostInfo;
+use beebot_shared::proto::{HostInfo, ABORT_ROUND_CANCELLED};
 use beebot_shared::scanstate::{state_sha256, ScanState};
 use beebot_shared::scope::{site_key, Scope};
 use beebot_shared::sign::{self, ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
@@ -96,6 +96,8 @@ pub struct WorkReply {
     pub units: Vec<SignedUnit>,
     pub retry_after_s: Option<u64>,
     pub rounds_open: bool,
+    /// Held units (named in the request) of cancelled rounds: the host drops them.
+    pub cancelled_units: Vec<u64>,
 }
 
 /// The answer to an upload.
@@ -522,6 +524,10 @@ pub struct RoundOutcome {
     pub complete: usize,
     /// Sites that were not (failed, robots unavailable, ...): `round show` says why.
     pub incomplete: usize,
+    /// Of those, sites whose job failed (every attempt ended without a
+    /// result: the name did not resolve, the connection was refused, ...).
+    #[serde(default)]
+    pub failed: usize,
 }
 
 /// The grid: all state, written through to the store.
@@ -540,6 +546,9 @@ pub struct Grid {
     /// The open jobs of each running round, kept in step with `jobs` by
     /// [`Grid::reindex`].
     open: HashMap<u64, OpenJobs>,
+    /// Rounds started or cancelled since the grid opened: the server tells
+    /// connected hosts when it changes (see [`Grid::rounds_changed`]).
+    rounds_changed: u64,
 }
 
 /// A running round's queued and running jobs, so that a work request, an
@@ -664,6 +673,7 @@ impl Grid {
             invites: HashMap::new(),
             units: HashMap::new(),
             open: HashMap::new(),
+            rounds_changed: 0,
             store,
         };
         for s in g.store.sites()? {
@@ -791,6 +801,7 @@ impl Grid {
             invites: HashMap::new(),
             units: HashMap::new(),
             open: HashMap::new(),
+            rounds_changed: 0,
         };
         let ids: Vec<u64> = g.jobs.keys().copied().collect();
         for id in ids {
@@ -1326,7 +1337,27 @@ impl Grid {
         for id in job_ids {
             self.reindex(id);
         }
+        self.rounds_changed += 1;
         Ok(round_id)
+    }
+
+    /// Rounds started (by `round start` or a repeat) or cancelled since the
+    /// grid opened: when this changes, work may wait for idle hosts, or
+    /// hosts hold units they must drop.
+    pub fn rounds_changed(&self) -> u64 {
+        self.rounds_changed
+    }
+
+    /// The units of `held` that belong to a cancelled round.
+    fn cancelled_units(&self, held: &[u64]) -> Vec<u64> {
+        held.iter()
+            .copied()
+            .filter(|u| {
+                self.job_of_unit(*u)
+                    .and_then(|j| self.rounds.get(&j.round_id))
+                    .is_some_and(|r| r.state == RoundState::Cancelled)
+            })
+            .collect()
     }
 
     pub fn cancel_round(&mut self, round_id: u64, now_ms: u64) -> Result<(), GridError> {
@@ -1345,26 +1376,26 @@ impl Grid {
         let round = round.clone();
         self.store.put_round(&round)?;
         // Its running units are aborted (their hosts are told to stop), so a
-        // deadline passing later is not held against the hosts.
+        // deadline passing later is not held against the hosts, and its
+        // unfinished jobs are cancelled: never issued again.
         for id in &round.job_ids {
             let Some(job) = self.jobs.get_mut(id) else {
                 continue;
             };
-            let mut touched = false;
-            for a in job.attempts.iter_mut() {
-                if a.state == AttemptState::Running {
-                    a.state = AttemptState::Aborted;
-                    touched = true;
+            if !job.state.is_final() {
+                for a in job.attempts.iter_mut() {
+                    if a.state == AttemptState::Running {
+                        a.state = AttemptState::Aborted;
+                    }
                 }
-            }
-            if touched {
-                job.state = JobState::Queued;
+                job.state = JobState::Cancelled;
                 self.store.put_job(job)?;
             }
             let job = job.clone();
             self.drop_states(&job);
         }
         self.open.remove(&round_id);
+        self.rounds_changed += 1;
         self.store.flush()?;
         Ok(())
     }
@@ -1569,6 +1600,7 @@ impl Grid {
         self.store.put_host(&host)?;
         // Units the host no longer holds go back to the queue at once.
         self.release_host_units(host_id, Some(&req.units_held), now_ms)?;
+        let cancelled_units = self.cancelled_units(&req.units_held);
 
         let speed = self.host_speed(host_id);
         // (job, replica?) in issue order.
@@ -1762,6 +1794,7 @@ impl Grid {
             units,
             retry_after_s,
             rounds_open,
+            cancelled_units,
         })
     }
 
@@ -1889,13 +1922,14 @@ impl Grid {
         match self.rounds.get(&job.round_id).map(|r| r.state) {
             Some(RoundState::Running) => {}
             Some(RoundState::Cancelled) => {
-                return Ok(ProgressOutcome::Abort("round cancelled".into()))
+                return Ok(ProgressOutcome::Abort(ABORT_ROUND_CANCELLED.into()))
             }
             _ => return Ok(ProgressOutcome::Abort("round ended".into())),
         }
         match job.state {
             JobState::Done => return Ok(ProgressOutcome::Abort("job done elsewhere".into())),
             JobState::Failed => return Ok(ProgressOutcome::Abort("job failed".into())),
+            JobState::Cancelled => return Ok(ProgressOutcome::Abort(ABORT_ROUND_CANCELLED.into())),
             JobState::Queued | JobState::Running => {}
         }
         let job_id = job.id;
@@ -2230,6 +2264,10 @@ impl Grid {
             )));
         }
         let round_state = self.rounds.get(&job.round_id).map(|r| r.state);
+        if round_state == Some(RoundState::Cancelled) {
+            // Dropped, and the host drops the round's other units.
+            return Err(UploadOutcome::Rejected(ABORT_ROUND_CANCELLED.into()));
+        }
         if job.state.is_final() || round_state != Some(RoundState::Running) {
             // Acknowledged and dropped: the job is finished (or its round ended).
             return Err(UploadOutcome::Duplicate);
@@ -2315,6 +2353,15 @@ impl Grid {
                 "scan stopped early ({}) without a page",
                 summary.stopped_by.map_or("-", |s| s.as_str())
             );
+            self.fail(host_id, unit_id, &reason, now_ms)?;
+            return Ok(UploadOutcome::Rejected(reason));
+        }
+        let failed_site = summary.stopped_by.filter(|s| s.is_site_failure());
+        if let (Some(stop), 0, 0) = (failed_site, summary.pages, plan.pages_before) {
+            // No page of the site at all (its name, its address, its
+            // robots.txt): a failed attempt, named by its cause, not a result.
+            plan.remove_files();
+            let reason = stop.as_str().to_string();
             self.fail(host_id, unit_id, &reason, now_ms)?;
             return Ok(UploadOutcome::Rejected(reason));
         }
@@ -2768,6 +2815,9 @@ impl Grid {
                 "unit {unit_id} was not issued to host {host_id}"
             )));
         };
+        if self.rounds.get(&job.round_id).map(|r| r.state) == Some(RoundState::Cancelled) {
+            return Ok(StateAnswer::Abort(ABORT_ROUND_CANCELLED.into()));
+        }
         if job.state.is_final()
             || self.rounds.get(&job.round_id).map(|r| r.state) != Some(RoundState::Running)
         {
@@ -2831,6 +2881,7 @@ impl Grid {
                     JobState::Running => s.jobs_running += 1,
                     JobState::Done => s.jobs_done += 1,
                     JobState::Failed => s.jobs_failed += 1,
+                    JobState::Cancelled => {}
                 }
             }
         }
@@ -2852,6 +2903,7 @@ impl Grid {
                     } else {
                         o.incomplete += 1;
                     }
+                    o.failed += usize::from(j.state == JobState::Failed);
                 }
                 o
             });
@@ -3693,6 +3745,9 @@ mod tests {
                 S::RobotsUnavailable,
                 S::SeedUnreachable,
                 S::Offline,
+                S::DnsFailed,
+                S::ConnectionRefused,
+                S::PrivateAddress,
             ])
             .prop_map(Some),
         ];
@@ -4797,8 +4852,11 @@ mod tests {
             fx.grid.progress(a, u.unit_id, 1, 1, T0 + 12).unwrap(),
             ProgressOutcome::Abort(_)
         ));
-        // A result that still arrives is acknowledged and dropped.
-        assert_eq!(fx.upload(a, &u, 2, T0 + 13), UploadOutcome::Duplicate);
+        // A result that still arrives is dropped, and the host told why.
+        assert_eq!(
+            fx.upload(a, &u, 2, T0 + 13),
+            UploadOutcome::Rejected(ABORT_ROUND_CANCELLED.into())
+        );
         assert!(files_under(&fx.links()).is_empty());
         assert_eq!(fx.host_rec(a).jobs_done, 0);
         // Its queued job is not handed out; hosts idle.
@@ -4810,6 +4868,80 @@ mod tests {
         assert_eq!(fx.grid.tick(u.deadline_ms).unwrap(), 0);
         assert_eq!(fx.host_rec(a).deadlines_missed, 0);
         assert_ne!(fx.attempt(u.unit_id).state, AttemptState::Running);
+    }
+
+    /// A cancelled round's unfinished jobs say so, and a host is told at
+    /// its next work request which of its held units to drop.
+    #[test]
+    fn a_cancelled_round_names_its_units_to_drop_and_its_jobs_cancelled() {
+        let (mut fx, round) = Fx::with_round(3, 3);
+        let changed = fx.grid.rounds_changed();
+        let a = fx.host();
+        let (units, _) = fx.ask(a, 3, &[], T0);
+        assert_eq!(units.len(), 3);
+        assert_eq!(fx.upload(a, &units[0], 1, T0 + 1), UploadOutcome::Accepted);
+        let held = [units[1].unit_id, units[2].unit_id];
+        let (_, before) = fx.ask(a, 0, &held, T0 + 2);
+        assert!(before.cancelled_units.is_empty());
+        fx.grid.cancel_round(round, T0 + 3).unwrap();
+        let (none, after) = fx.ask(a, 4, &held, T0 + 4);
+        assert!(none.is_empty());
+        assert_eq!(after.cancelled_units, held.to_vec());
+        let states: Vec<JobState> = fx
+            .grid
+            .round(round)
+            .unwrap()
+            .1
+            .iter()
+            .map(|j| j.state)
+            .collect();
+        assert_eq!(
+            states,
+            vec![JobState::Done, JobState::Cancelled, JobState::Cancelled]
+        );
+        assert_eq!(
+            fx.job(units[1].job_id).completeness().why_not.as_deref(),
+            Some("round cancelled")
+        );
+        assert_eq!(
+            fx.grid.progress(a, units[2].unit_id, 1, 1, T0 + 5).unwrap(),
+            ProgressOutcome::Abort(ABORT_ROUND_CANCELLED.into())
+        );
+        // The hosts are told of the cancel, and of a new round.
+        assert_eq!(fx.grid.rounds_changed(), changed + 1);
+        fx.grid.start_round(params(3), T0 + 6).unwrap();
+        assert_eq!(fx.grid.rounds_changed(), changed + 2);
+    }
+
+    /// A scan that fetched no page because its site could not be reached
+    /// is a failed attempt named by its cause; at the attempt limit the job
+    /// fails with that reason, never done.
+    #[test]
+    fn a_site_never_reached_fails_its_job_with_the_cause() {
+        use beebot_shared::linkfile::StopReason as S;
+        let (mut fx, round) = Fx::with_round(1, 2);
+        let a = fx.host();
+        for (i, stop) in [S::DnsFailed, S::ConnectionRefused].into_iter().enumerate() {
+            let now = T0 + 10 * i as u64;
+            let u = fx.one(a, &[], now);
+            let sum = ScanSummary {
+                stopped_by: Some(stop),
+                errors: 1,
+                ..ScanSummary::default()
+            };
+            let why = upload_with(&mut fx, a, &u, sum, &[], now + 1);
+            assert_eq!(why.as_deref(), Some(stop.as_str()));
+            assert_eq!(
+                fx.attempt(u.unit_id).state,
+                AttemptState::Failed(stop.as_str().into())
+            );
+        }
+        let (_, jobs) = fx.grid.round(round).unwrap();
+        assert_eq!(jobs[0].state, JobState::Failed);
+        let why = jobs[0].completeness().why_not.unwrap_or_default();
+        assert!(why.contains("connection-refused"), "{why}");
+        assert_eq!(fx.round_state(round), RoundState::Done);
+        assert!(files_under(&fx.links()).is_empty());
     }
 
     // ---- persistence ----

@@ -55,6 +55,11 @@ pub struct Shared {
     store: store::Store,
     /// Units with an upload being verified or written: one at a time each.
     uploads: Arc<UploadsInFlight>,
+    /// [`Grid::rounds_changed`] as last seen by [`Shared::with_grid`]: each
+    /// authenticated connection watches it and pushes `WorkAvailable` when it
+    /// changes, so hosts ask at once (for a new round's work, or to hear
+    /// which units of a cancelled round to drop).
+    pub work_hint: tokio::sync::watch::Sender<u64>,
 }
 
 /// The units with an upload being verified or written.
@@ -118,7 +123,14 @@ impl Shared {
         match tokio::task::spawn_blocking(move || {
             let out = {
                 let mut g = s.grid.lock().unwrap_or_else(|p| p.into_inner());
-                f(&mut g)
+                let out = f(&mut g);
+                let now = g.rounds_changed();
+                s.work_hint.send_if_modified(|seen| {
+                    let changed = *seen != now;
+                    *seen = now;
+                    changed
+                });
+                out
             };
             let _ = s.store.sync();
             out
@@ -240,6 +252,7 @@ impl Server {
             public_addr,
             store: store_handle,
             uploads: Arc::default(),
+            work_hint: tokio::sync::watch::Sender::new(0),
         });
         Ok(Server {
             shared,

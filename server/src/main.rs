@@ -696,6 +696,20 @@ fn run(cli: Cli) -> Result<i32> {
                     }
                 }
             }
+            // The rows stay rows (no comment line a parser would trip on):
+            // a cancelled round is said on stderr.
+            let rounds: Vec<RoundSummary> = c.get("/api/rounds")?;
+            if let Some(r) = rounds
+                .iter()
+                .find(|r| r.round.id == round && r.round.state == RoundState::Cancelled)
+            {
+                eprintln!(
+                    "note: round {round} was cancelled: the export holds the {} sites done \
+                     before the cancel; {} sites were not scanned to the end",
+                    r.counts.done,
+                    r.counts.total - r.counts.done
+                );
+            }
         }
         Cmd::Simulate {
             sites,
@@ -1000,12 +1014,13 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                     p.validate.as_str()
                 );
                 println!(
-                    "jobs: {} total, {} queued, {} running, {} done, {} failed; {} pages, {} links",
+                    "jobs: {} total, {} queued, {} running, {} done, {} failed, {} cancelled; {} pages, {} links",
                     d.counts.total,
                     d.counts.queued,
                     d.counts.running,
                     d.counts.done,
                     d.counts.failed,
+                    d.counts.cancelled,
                     d.counts.pages,
                     d.counts.links
                 );

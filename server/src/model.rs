@@ -86,6 +86,8 @@ pub enum JobState {
     Running,
     Done,
     Failed,
+    /// Its round was cancelled before it finished: never issued again.
+    Cancelled,
 }
 
 impl JobState {
@@ -95,10 +97,14 @@ impl JobState {
             JobState::Running => "running",
             JobState::Done => "done",
             JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
         }
     }
     pub fn is_final(self) -> bool {
-        matches!(self, JobState::Done | JobState::Failed)
+        matches!(
+            self,
+            JobState::Done | JobState::Failed | JobState::Cancelled
+        )
     }
 }
 
@@ -414,6 +420,7 @@ impl JobRecord {
                     .last()
                     .map_or("attempts ran out", |r| r.as_str())
             )),
+            JobState::Cancelled => Some("round cancelled".to_string()),
             JobState::Queued | JobState::Running => None,
         };
         Completeness {

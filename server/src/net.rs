@@ -57,6 +57,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// included. Hosts behind one NAT authenticate within a round trip or two, so
 /// only a flood comes near this.
 pub const MAX_UNAUTHENTICATED_PER_ADDRESS: u32 = 64;
+/// A `WorkAvailable` push that the host does not take within this time is
+/// given up (the host asks at its `retry_after` anyway).
+pub const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection that has not said `Hello` (or enrolled) within this time is closed.
 pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections one enrolled host may hold; a newer one closes the oldest (a
@@ -452,9 +455,16 @@ async fn handle_connection(
     }));
     let auth_deadline = tokio::time::Instant::now() + AUTH_TIMEOUT;
     let mut authed = false;
+    let mut hints = shared.work_hint.subscribe();
     loop {
         let accepted = tokio::select! {
             s = conn.accept_bi() => s,
+            Ok(()) = hints.changed() => {
+                if state.lock().await.host_id.is_some() {
+                    tokio::spawn(push_work_hint(conn.clone()));
+                }
+                continue;
+            }
             _ = tokio::time::sleep_until(auth_deadline), if !authed => {
                 if state.lock().await.host_id.is_some() {
                     authed = true;
@@ -484,6 +494,21 @@ async fn handle_connection(
         limits.unregister_host(host_id, &conn);
     }
     st.unauthenticated = None;
+}
+
+/// Tell an authenticated host that work may be waiting (`WorkAvailable` on a
+/// uni stream of its own), within [`PUSH_TIMEOUT`]: a host that does not
+/// read it asks at its `retry_after` as before.
+async fn push_work_hint(conn: quinn::Connection) {
+    let push = async {
+        let mut send = conn.open_uni().await.ok()?;
+        let frame = codec::encode_frame(&Response::WorkAvailable).ok()?;
+        send.write_all(&frame).await.ok()?;
+        send.finish().ok()
+    };
+    if tokio::time::timeout(PUSH_TIMEOUT, push).await.is_err() {
+        tracing::debug!("a work hint was not taken in time");
+    }
 }
 
 fn error(code: ErrorCode, message: impl Into<String>) -> Response {
@@ -861,6 +886,7 @@ async fn authed(req: Request, host_id: u64, name: &str, shared: &Arc<Shared>) ->
                     units: w.units,
                     retry_after_s: w.retry_after_s,
                     rounds_open: w.rounds_open,
+                    cancelled_units: w.cancelled_units,
                 })
         }
         Request::Progress {

@@ -78,6 +78,13 @@ pub enum StopReason {
     /// The site stopped answering mid-scan (this host went offline, or the
     /// site did): the pages not fetched wait in the scan's state.
     Offline,
+    /// The site's name did not resolve: nothing was fetched.
+    DnsFailed,
+    /// The site's address refused the connection: nothing was fetched.
+    ConnectionRefused,
+    /// The site's address is private (loopback, private or link-local
+    /// network) and the crawler may not go there: nothing was fetched.
+    PrivateAddress,
 }
 
 impl StopReason {
@@ -90,7 +97,10 @@ impl StopReason {
             StopReason::MaxPages
             | StopReason::FrontierFull
             | StopReason::RobotsUnavailable
-            | StopReason::SeedUnreachable => true,
+            | StopReason::SeedUnreachable
+            | StopReason::DnsFailed
+            | StopReason::ConnectionRefused
+            | StopReason::PrivateAddress => true,
             StopReason::MaxTime
             | StopReason::Deadline
             | StopReason::Cancelled
@@ -108,7 +118,25 @@ impl StopReason {
             StopReason::RobotsUnavailable => "robots-unavailable",
             StopReason::SeedUnreachable => "seed-unreachable",
             StopReason::Offline => "offline",
+            StopReason::DnsFailed => "dns-failed",
+            StopReason::ConnectionRefused => "connection-refused",
+            StopReason::PrivateAddress => "private-address",
         }
+    }
+
+    /// Whether a scan stopped this way could not scan its site at all
+    /// (robots.txt or the seed page unreachable, the name not resolving,
+    /// the connection refused, a private address): a scan so stopped
+    /// without a page is a failed attempt, not a result.
+    pub fn is_site_failure(self) -> bool {
+        matches!(
+            self,
+            StopReason::RobotsUnavailable
+                | StopReason::SeedUnreachable
+                | StopReason::DnsFailed
+                | StopReason::ConnectionRefused
+                | StopReason::PrivateAddress
+        )
     }
 }
 
@@ -422,6 +450,42 @@ fn read_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The causes of a site never reached are natural ends (the job does
+    /// not continue from a frontier) and site failures (no page: a failed
+    /// attempt); the reasons stored before them decode as they were.
+    #[test]
+    fn stop_reasons_name_each_cause_and_keep_their_encoding() {
+        use StopReason as S;
+        for s in [S::DnsFailed, S::ConnectionRefused, S::PrivateAddress] {
+            assert!(s.is_natural_end() && s.is_site_failure(), "{s:?}");
+        }
+        for s in [S::RobotsUnavailable, S::SeedUnreachable] {
+            assert!(s.is_site_failure(), "{s:?}");
+        }
+        for s in [
+            S::MaxPages,
+            S::MaxTime,
+            S::Cancelled,
+            S::Offline,
+            S::FrontierFull,
+        ] {
+            assert!(!s.is_site_failure(), "{s:?}");
+        }
+        let names: Vec<&str> = [S::DnsFailed, S::ConnectionRefused, S::PrivateAddress]
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["dns-failed", "connection-refused", "private-address"]
+        );
+        // Variant indexes of the older reasons are unchanged (appended after them).
+        let offline = codec::encode(&Some(S::Offline), 16).expect("encode");
+        assert_eq!(offline, [1, 7]);
+        let back: Option<StopReason> = codec::decode(&offline, 16).expect("decode");
+        assert_eq!(back, Some(S::Offline));
+    }
 
     fn sample(n: usize) -> (LinkFileHeader, Vec<LinkRecord>) {
         let records: Vec<LinkRecord> = (0..n)

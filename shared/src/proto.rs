@@ -125,6 +125,9 @@ pub enum Response {
         /// Some round still has unfinished jobs that may come to this host
         /// (e.g. reissued after a deadline). `false` means the grid is idle.
         rounds_open: bool,
+        /// Units the request named as held that belong to a cancelled round:
+        /// the host drops them and never starts them.
+        cancelled_units: Vec<u64>,
     },
     Continue,
     Abort {
@@ -146,4 +149,14 @@ pub enum Response {
         code: ErrorCode,
         message: String,
     },
+    /// Pushed by the server on a uni stream of an authenticated connection
+    /// (never an answer to a request): a round started or was cancelled, so
+    /// the host sends `RequestWork` now instead of at its `retry_after` (for
+    /// the new work, or to hear which held units to drop).
+    WorkAvailable,
 }
+
+/// The reason of the `Abort` that answers `Progress` and `FetchState` (and of
+/// the `Rejected` that answers `Upload`) for a unit of a cancelled round: the
+/// host then drops every unit it holds of that round.
+pub const ABORT_ROUND_CANCELLED: &str = "round cancelled";

@@ -261,7 +261,7 @@ fn private_addresses_are_refused_by_default() {
     assert_eq!(out.summary.refused_addresses, 1, "{:?}", out.summary);
     assert_eq!(out.summary.pages, 0);
     assert!(out.records.is_empty());
-    assert_eq!(out.summary.stopped_by, Some(StopReason::RobotsUnavailable));
+    assert_eq!(out.summary.stopped_by, Some(StopReason::PrivateAddress));
 
     // An address given literally is checked the same way.
     let literal = format!("127.0.0.1:{}", server.addr().port());
@@ -685,7 +685,7 @@ fn through_a_proxy_private_targets_are_refused_and_never_asked_for() {
         assert_eq!(out.summary.pages, 0, "{site}: {:?}", out.summary);
         assert_eq!(
             out.summary.stopped_by,
-            Some(StopReason::RobotsUnavailable),
+            Some(StopReason::PrivateAddress),
             "{site}"
         );
     }

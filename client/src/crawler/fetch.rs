@@ -73,6 +73,8 @@ pub enum FetchError {
     Timeout(String),
     #[error("host not found")]
     HostNotFound,
+    #[error("connection refused")]
+    ConnectionRefused,
     #[error("reading the body failed: {0}")]
     Body(String),
     #[error("request failed: {0}")]
@@ -224,6 +226,9 @@ fn map_error(e: ureq::Error) -> FetchError {
         },
         ureq::Error::Timeout(t) => FetchError::Timeout(t.to_string()),
         ureq::Error::HostNotFound => FetchError::HostNotFound,
+        ureq::Error::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            FetchError::ConnectionRefused
+        }
         ureq::Error::TlsRequired => FetchError::Network("TLS required".into()),
         other => FetchError::Network(other.to_string()),
     }

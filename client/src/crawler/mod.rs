@@ -310,6 +310,9 @@ struct Crawler<'a> {
     unanswered: Vec<(Url, u32, bool)>,
     /// Whether the last robots.txt fetch got no answer at all.
     robots_unanswered: bool,
+    /// Why the last robots.txt fetch that got no answer failed (the name,
+    /// the connection, the address guard): the scan's stop when it was the seed's.
+    robots_failure: Option<StopReason>,
     /// The spec's limits, capped.
     max_pages: u64,
     delay: Duration,
@@ -384,6 +387,7 @@ impl<'a> Crawler<'a> {
             bounds: ScanSummary::default(),
             unanswered: Vec::new(),
             robots_unanswered: false,
+            robots_failure: None,
             max_pages: u64::from(spec.max_pages.min(MAX_PAGES_PER_SITE)),
             delay: spec.delay.min(Duration::from_millis(MAX_DELAY_MS)),
             max_crawl_delay: spec.max_crawl_delay.min(MAX_CRAWL_DELAY),
@@ -425,7 +429,13 @@ impl<'a> Crawler<'a> {
                 self.robots.remove(&origin(&seed));
                 return Some(StopReason::Offline);
             }
-            return Some(StopReason::RobotsUnavailable);
+            // Why the site could not be asked: its name, its address, its
+            // answer (robots.txt 5xx, a timeout: `RobotsUnavailable`).
+            return Some(
+                self.robots_failure
+                    .take()
+                    .unwrap_or(StopReason::RobotsUnavailable),
+            );
         }
         // Each turn takes one URL off the bounded frontier, which never hands out
         // a URL twice; the page cap bounds the turns that fetch. A turn that
@@ -910,6 +920,7 @@ impl<'a> Crawler<'a> {
                 Ok(response) => response,
                 Err(e) => {
                     self.count_error(&current, &e);
+                    self.robots_failure = Some(unreachable_cause(&e));
                     policy = Robots::Unavailable;
                     break;
                 }
@@ -1036,9 +1047,22 @@ fn is_unanswered(e: &FetchError) -> bool {
         e,
         FetchError::Timeout(_)
             | FetchError::HostNotFound
+            | FetchError::ConnectionRefused
             | FetchError::Network(_)
             | FetchError::Body(_)
     )
+}
+
+/// Why a site whose robots.txt got no answer at all could not be scanned.
+fn unreachable_cause(e: &FetchError) -> StopReason {
+    match e {
+        FetchError::HostNotFound => StopReason::DnsFailed,
+        FetchError::ConnectionRefused => StopReason::ConnectionRefused,
+        FetchError::Refused(_) => StopReason::PrivateAddress,
+        FetchError::Timeout(_) | FetchError::Body(_) | FetchError::Network(_) => {
+            StopReason::RobotsUnavailable
+        }
+    }
 }
 
 /// `http://host:port` of a URL: politeness and robots.txt are per origin.
@@ -1053,6 +1077,49 @@ mod tests {
 
     fn url(s: &str) -> Url {
         Url::parse(s).expect("test URL")
+    }
+
+    /// A site that cannot be asked at all is named by its cause: its name,
+    /// its port, the address guard; only an answer that is no use (or no
+    /// answer in time) is `robots-unavailable`.
+    #[test]
+    fn a_site_never_reached_is_named_by_its_cause() {
+        // A port where nothing listens: bound, then dropped.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let cfg = |allow_private| CrawlerConfig {
+            allow_private,
+            resolve: vec![
+                "gone.test=none".parse().expect("rule"),
+                format!("closed.test=127.0.0.1:{port}")
+                    .parse()
+                    .expect("rule"),
+            ],
+            lookup: Lookup::Fixed(Vec::new()),
+            ..CrawlerConfig::default()
+        };
+        let stop = |site: &str, allow_private| {
+            let out = crawl(
+                &CrawlSpec::new(site, Scope::Host),
+                &cfg(allow_private),
+                &AtomicBool::new(false),
+                &mut |_, _| {},
+            );
+            assert_eq!(out.summary.pages, 0, "{site}: {:?}", out.summary);
+            out.summary.stopped_by
+        };
+        assert_eq!(stop("gone.test", true), Some(StopReason::DnsFailed));
+        assert_eq!(
+            stop("closed.test", true),
+            Some(StopReason::ConnectionRefused)
+        );
+        assert_eq!(stop("closed.test", false), Some(StopReason::PrivateAddress));
+        assert_eq!(
+            unreachable_cause(&FetchError::Timeout("slow".into())),
+            StopReason::RobotsUnavailable
+        );
     }
 
     #[test]

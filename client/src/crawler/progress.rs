@@ -139,6 +139,36 @@ pub fn summary_line(site: &str, s: &ScanSummary) -> String {
     line
 }
 
+/// What to tell the user of `beebot crawl` when the scan fetched no page
+/// (`None` when it fetched some): why, in their terms, and what to do.
+pub fn nothing_fetched(site: &str, s: &ScanSummary) -> Option<String> {
+    use beebot_shared::linkfile::StopReason as S;
+    if s.pages > 0 {
+        return None;
+    }
+    let why = match s.stopped_by {
+        Some(S::PrivateAddress) => format!(
+            "{site} is on a loopback, private or link-local address, which is refused \
+             unless you pass --allow-private"
+        ),
+        Some(S::DnsFailed) => format!("the name {site} does not resolve (dns-failed)"),
+        Some(S::ConnectionRefused) => {
+            format!("{site} refused the connection (connection-refused)")
+        }
+        Some(S::RobotsUnavailable) => format!(
+            "{site} did not answer for its robots.txt (a server error, a timeout or a \
+             redirect off the site: robots-unavailable), so it is not crawled"
+        ),
+        Some(S::SeedUnreachable) => {
+            format!("the start page of {site} could not be fetched (seed-unreachable)")
+        }
+        Some(other) => format!("the scan of {site} stopped ({})", other.as_str()),
+        None if s.robots_disallowed > 0 => format!("robots.txt of {site} disallows its pages"),
+        None => format!("{site} has no page to fetch"),
+    };
+    Some(format!("nothing fetched: {why}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +189,36 @@ mod tests {
         );
         let p = CrawlProgress { errors: 3, ..p };
         assert!(progress_text(&p, Duration::ZERO).ends_with("  3 errors"));
+    }
+
+    #[test]
+    fn a_crawl_without_a_page_says_why_and_what_to_do() {
+        let failed = |stop| ScanSummary {
+            stopped_by: stop,
+            ..ScanSummary::default()
+        };
+        let private = nothing_fetched("intranet.test", &failed(Some(StopReason::PrivateAddress)))
+            .expect("nothing fetched");
+        assert!(private.contains("--allow-private"), "{private}");
+        for (stop, name) in [
+            (StopReason::DnsFailed, "dns-failed"),
+            (StopReason::ConnectionRefused, "connection-refused"),
+            (StopReason::RobotsUnavailable, "robots-unavailable"),
+            (StopReason::SeedUnreachable, "seed-unreachable"),
+        ] {
+            let m = nothing_fetched("a.test", &failed(Some(stop))).expect("nothing fetched");
+            assert!(
+                m.starts_with("nothing fetched: ") && m.contains(name),
+                "{m}"
+            );
+            assert!(!m.contains("--allow-private"), "{m}");
+        }
+        let some = ScanSummary {
+            pages: 1,
+            stopped_by: Some(StopReason::SeedUnreachable),
+            ..ScanSummary::default()
+        };
+        assert_eq!(nothing_fetched("a.test", &some), None);
     }
 
     #[test]

@@ -177,13 +177,18 @@ enum HostPattern {
 /// A fixed address for a host, like curl's `--resolve`: `HOST=IP[:PORT]`, or
 /// `*.SUFFIX=IP[:PORT]` for every subdomain of SUFFIX. IPv6 addresses are written
 /// `[::1]:8080` (or bare `::1` without a port). A port, when given, replaces the
-/// URL's port.
+/// URL's port. `HOST=none` makes the name not resolve (as a name nobody
+/// registered: a scan of it fails `dns-failed`), without asking any resolver.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResolveRule {
     pattern: HostPattern,
-    ip: IpAddr,
+    /// `None`: the name does not resolve.
+    ip: Option<IpAddr>,
     port: Option<u16>,
 }
+
+/// The address of a `--resolve` rule that makes its name not resolve.
+pub const UNRESOLVABLE: &str = "none";
 
 /// Why a `--resolve` rule did not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -207,8 +212,17 @@ impl ResolveRule {
     pub fn new(host: &str, ip: IpAddr, port: Option<u16>) -> Result<ResolveRule, ResolveRuleError> {
         Ok(ResolveRule {
             pattern: parse_pattern(host)?,
-            ip,
+            ip: Some(ip),
             port,
+        })
+    }
+
+    /// A rule making `host` (or `*.suffix`) not resolve.
+    pub fn unresolvable(host: &str) -> Result<ResolveRule, ResolveRuleError> {
+        Ok(ResolveRule {
+            pattern: parse_pattern(host)?,
+            ip: None,
+            port: None,
         })
     }
 
@@ -223,12 +237,15 @@ impl ResolveRule {
         }
     }
 
-    /// The address to connect to for a URL whose port is `url_port`.
-    pub fn socket_addr(&self, url_port: u16) -> SocketAddr {
-        SocketAddr::new(self.ip, self.port.unwrap_or(url_port))
+    /// The address to connect to for a URL whose port is `url_port`
+    /// (`None`: the name does not resolve).
+    pub fn socket_addr(&self, url_port: u16) -> Option<SocketAddr> {
+        self.ip
+            .map(|ip| SocketAddr::new(ip, self.port.unwrap_or(url_port)))
     }
 
-    pub fn ip(&self) -> IpAddr {
+    /// `None`: the name does not resolve.
+    pub fn ip(&self) -> Option<IpAddr> {
         self.ip
     }
 
@@ -245,6 +262,9 @@ impl FromStr for ResolveRule {
         let (host, addr) = s
             .split_once('=')
             .ok_or_else(|| ResolveRuleError::MissingEquals(s.to_string()))?;
+        if addr.trim().eq_ignore_ascii_case(UNRESOLVABLE) {
+            return ResolveRule::unresolvable(host.trim());
+        }
         let (ip, port) = parse_addr(addr.trim())?;
         ResolveRule::new(host.trim(), ip, port)
     }
@@ -257,9 +277,10 @@ impl fmt::Display for ResolveRule {
             HostPattern::Suffix(s) => write!(f, "*{s}=")?,
         }
         match (self.ip, self.port) {
-            (IpAddr::V6(ip), Some(port)) => write!(f, "[{ip}]:{port}"),
-            (ip, Some(port)) => write!(f, "{ip}:{port}"),
-            (ip, None) => write!(f, "{ip}"),
+            (None, _) => write!(f, "{UNRESOLVABLE}"),
+            (Some(IpAddr::V6(ip)), Some(port)) => write!(f, "[{ip}]:{port}"),
+            (Some(ip), Some(port)) => write!(f, "{ip}:{port}"),
+            (Some(ip), None) => write!(f, "{ip}"),
         }
     }
 }
@@ -456,7 +477,7 @@ impl Resolver for GuardedResolver {
         let candidates = match self.rules.iter().find(|rule| rule.matches(host)) {
             Some(rule) => {
                 let mut addrs = self.empty();
-                addrs.push(rule.socket_addr(port));
+                addrs.push(rule.socket_addr(port).ok_or(ureq::Error::HostNotFound)?);
                 addrs
             }
             None => match self.lookup.fixed(host) {
@@ -609,7 +630,8 @@ pub(crate) fn proxied_target(
         return public(IpAddr::V4(Ipv4Addr::LOCALHOST));
     }
     if let Some(rule) = rules.iter().find(|rule| rule.matches(name)) {
-        return public(rule.ip());
+        // A name that does not resolve here goes to the proxy.
+        return rule.ip().map_or(Ok(()), public);
     }
     resolve(&normalized).into_iter().try_for_each(public)
 }
@@ -691,7 +713,7 @@ mod tests {
         assert!(r.matches("example.org"));
         assert!(r.matches("EXAMPLE.org."));
         assert!(!r.matches("www.example.org"));
-        assert_eq!(r.socket_addr(80), "127.0.0.1:8080".parse().expect("addr"));
+        assert_eq!(r.socket_addr(80), "127.0.0.1:8080".parse().ok());
         assert_eq!(r.to_string(), "example.org=127.0.0.1:8080");
 
         let r: ResolveRule = "*.synth.test=127.0.0.1:9000".parse().expect("rule");
@@ -703,15 +725,21 @@ mod tests {
 
         let r: ResolveRule = "a.test=10.0.0.1".parse().expect("rule");
         assert_eq!(r.port(), None);
-        assert_eq!(r.socket_addr(8443), "10.0.0.1:8443".parse().expect("addr"));
+        assert_eq!(r.socket_addr(8443), "10.0.0.1:8443".parse().ok());
 
         let r: ResolveRule = "v6.test=[::1]:8080".parse().expect("rule");
-        assert_eq!(r.socket_addr(80), "[::1]:8080".parse().expect("addr"));
+        assert_eq!(r.socket_addr(80), "[::1]:8080".parse().ok());
         assert_eq!(r.to_string(), "v6.test=[::1]:8080");
         let r: ResolveRule = "v6.test=[::1]".parse().expect("rule");
         assert_eq!(r.port(), None);
         let r: ResolveRule = "v6.test=fe80::1".parse().expect("rule");
-        assert_eq!(r.ip(), "fe80::1".parse::<IpAddr>().expect("ip"));
+        assert_eq!(r.ip(), "fe80::1".parse::<IpAddr>().ok());
+
+        // `none`: the name does not resolve, whatever any resolver says.
+        let r: ResolveRule = "gone.synth.test=none".parse().expect("rule");
+        assert!(r.matches("gone.synth.test"));
+        assert_eq!((r.ip(), r.socket_addr(80)), (None, None));
+        assert_eq!(r.to_string(), "gone.synth.test=none");
     }
 
     #[test]
@@ -933,5 +961,21 @@ mod tests {
             open.resolve(&unknown, &config, NextTimeout::default()),
             Err(ureq::Error::HostNotFound)
         ));
+    }
+
+    /// A `HOST=none` rule: the name is not found, with no resolver asked
+    /// (the system one included), allowed private or not.
+    #[test]
+    fn an_unresolvable_rule_is_host_not_found() {
+        let rules: Vec<ResolveRule> = vec!["*.gone.test=none".parse().expect("rule")];
+        let config = Config::default();
+        let uri: Uri = "http://www.gone.test/".parse().expect("uri");
+        for allow_private in [false, true] {
+            let r = GuardedResolver::new(rules.clone(), allow_private);
+            assert!(matches!(
+                r.resolve(&uri, &config, NextTimeout::default()),
+                Err(ureq::Error::HostNotFound)
+            ));
+        }
     }
 }
