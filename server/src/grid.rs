@@ -485,6 +485,9 @@ pub struct GridStatus {
     pub sites: usize,
     pub hosts: usize,
     pub hosts_revoked: usize,
+    /// Hosts that left by themselves (`beebot leave`); not in `hosts_revoked`.
+    #[serde(default)]
+    pub hosts_left: usize,
     pub rounds_running: usize,
     pub jobs_queued: usize,
     pub jobs_running: usize,
@@ -790,6 +793,13 @@ impl Grid {
         self.project_key.verifying_key().to_bytes()
     }
 
+    /// Prove to a joining client that this server holds the project key:
+    /// a signature over the reserved enrolment context, the client's nonce
+    /// and the certificate fingerprint only (never a unit, see `sign`).
+    pub fn enrol_proof(&self, client_nonce: &[u8; 32], cert_fingerprint: &[u8; 32]) -> Vec<u8> {
+        sign::make_enrol_proof(&self.project_key, client_nonce, cert_fingerprint)
+    }
+
     // ---- sites ----
 
     /// Add sites (already parsed to hosts). Returns how many were new.
@@ -941,6 +951,7 @@ impl Grid {
             consecutive_valid: 0,
             valid_results: 0,
             invalid_results: 0,
+            left_ms: None,
         };
         self.store.put_invite(&inv)?;
         self.store.put_host(&host)?;
@@ -1033,9 +1044,10 @@ impl Grid {
         Ok(())
     }
 
-    /// A host leaves: like a revocation, asked for by the host itself.
+    /// A host leaves: like a revocation (refused from now on, its units
+    /// back in the queue), asked for by the host itself and recorded as left.
     pub fn leave(&mut self, host_id: u64, now_ms: u64) -> Result<(), GridError> {
-        self.active_host(host_id, now_ms)?;
+        self.active_host(host_id, now_ms)?.left_ms = Some(now_ms);
         tracing::info!(host_id, "host left the project");
         self.revoke(host_id, now_ms)
     }
@@ -2699,7 +2711,12 @@ impl Grid {
         let mut s = GridStatus {
             sites: self.sites.len(),
             hosts: self.hosts.values().filter(|h| !h.revoked).count(),
-            hosts_revoked: self.hosts.values().filter(|h| h.revoked).count(),
+            hosts_revoked: self
+                .hosts
+                .values()
+                .filter(|h| h.state() == "revoked")
+                .count(),
+            hosts_left: self.hosts.values().filter(|h| h.state() == "left").count(),
             rounds_running: self
                 .rounds
                 .values()
@@ -4657,6 +4674,18 @@ mod tests {
             fx.grid.revoke(b + 1000, T0),
             Err(GridError::UnknownHost(_))
         ));
+
+        assert_eq!(fx.host_rec(a).state(), "revoked");
+        // A host that leaves is refused alike, but listed as left.
+        fx.grid.leave(b, T0 + 9).unwrap();
+        assert_eq!(fx.host_rec(b).state(), "left");
+        assert!(fx.host_rec(b).revoked);
+        assert!(matches!(
+            fx.grid.hello(b, T0 + 10),
+            Err(GridError::Revoked(_))
+        ));
+        let st = fx.grid.status();
+        assert_eq!((st.hosts, st.hosts_revoked, st.hosts_left), (0, 1, 1));
     }
 
     #[test]
