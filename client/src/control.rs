@@ -145,15 +145,22 @@ impl Gate {
         if windows.is_open(local) {
             return Hold::Open;
         }
-        let next = windows.next_change(local).map(|t| {
-            let secs = (t - local).num_seconds().max(0) as u64;
-            now + Duration::from_secs(secs)
-        });
+        // Exact: a time cut to whole seconds (or milliseconds) would print
+        // as the minute before the window opens.
+        let next = windows
+            .next_change(local)
+            .map(|t| now + (t - local).to_std().unwrap_or_default());
         Hold::OutsideWindow(next)
     }
 
     pub fn hold(&self) -> Hold {
-        self.hold_at(SystemTime::now(), chrono::Local::now().naive_local())
+        // One clock reading for both: two would put the opening of the
+        // window a moment early (and print the minute before).
+        let now = SystemTime::now();
+        self.hold_at(
+            now,
+            chrono::DateTime::<chrono::Local>::from(now).naive_local(),
+        )
     }
 
     pub fn is_open(&self) -> bool {
@@ -452,6 +459,14 @@ mod tests {
         assert_eq!(
             g.hold_at(now, local(12)),
             Hold::OutsideWindow(Some(now + Duration::from_secs(7 * 3600)))
+        );
+        // Mid-second, the opening is still on the minute.
+        let late = local(12) + chrono::Duration::milliseconds(40_700);
+        assert_eq!(
+            g.hold_at(now, late),
+            Hold::OutsideWindow(Some(
+                now + Duration::from_secs(7 * 3600) - Duration::from_millis(40_700)
+            ))
         );
         assert!(apply_command(&g, "pause 60", now).starts_with("ok"));
         assert_eq!(

@@ -140,7 +140,7 @@ enum ConfigCmd {
     /// The rest of the line is the value: `config set window mon-fri 19:00-07:00`.
     Set {
         key: String,
-        #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true)]
+        #[arg(required = true, num_args = 1..)]
         value: Vec<String>,
     },
 }
@@ -720,6 +720,50 @@ fn status(home: &Home, json: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_set_takes_the_rest_of_the_line_as_the_value() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| (c.cmd, c.home)) {
+            Ok((
+                Cmd::Config {
+                    cmd: ConfigCmd::Set { key, value },
+                },
+                home,
+            )) => (key, value.join(" "), home),
+            _ => panic!("not a config set: {args:?}"),
+        };
+        let (k, v, home) = parse(&[
+            "beebot",
+            "config",
+            "set",
+            "window",
+            "mon-fri",
+            "19:00-07:00,",
+            "sat-sun",
+            "00:00-24:00",
+        ]);
+        assert_eq!(
+            (k.as_str(), v.as_str()),
+            ("window", "mon-fri 19:00-07:00, sat-sun 00:00-24:00")
+        );
+        assert!(home.is_none());
+        // A global flag after the value is still the flag.
+        let (_, v, home) = parse(&[
+            "beebot",
+            "config",
+            "set",
+            "window",
+            "mon-fri",
+            "19:00-07:00",
+            "--home",
+            "/h",
+        ]);
+        assert_eq!(v, "mon-fri 19:00-07:00");
+        assert_eq!(home, Some(PathBuf::from("/h")));
+        let (_, v, _) = parse(&["beebot", "config", "set", "window", "mon-fri 19:00-07:00"]);
+        assert_eq!(v, "mon-fri 19:00-07:00");
+        assert!(Cli::try_parse_from(["beebot", "config", "set", "slots"]).is_err());
+    }
 
     #[test]
     fn the_invite_code_comes_from_the_argument_stdin_or_the_environment() {
