@@ -192,7 +192,10 @@ fn leaving_releases_units_at_once_and_removes_local_files() {
     assert_eq!(running, 0, "every unit went back to the queue: {d}");
     // Left by its owner, not revoked by the admin.
     let hosts = stdout(&g.admin_ok(&["hosts", "list"]));
-    assert!(hosts.contains("\tleft\t") && !hosts.contains("revoked"), "{hosts}");
+    assert!(
+        hosts.contains("\tleft\t") && !hosts.contains("revoked"),
+        "{hosts}"
+    );
 }
 
 #[test]
