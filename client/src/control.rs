@@ -1,11 +1,12 @@
 //! The running client's controls: a gate that holds scans at a page boundary
 //! while paused or outside the time window, the local control socket that
-//! `beebot pause` / `beebot resume` talk to (owner-only, in the client's home),
-//! and the live status file `beebot status` reads.
+//! `beebot pause` / `resume` / `config set` (`reload`) / `leave` (`stop`)
+//! talk to (owner-only, in the client's home), and the live status file
+//! `beebot status` reads.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
@@ -32,35 +33,101 @@ pub enum Hold {
     OnBattery,
 }
 
+/// Reads the settings again for a running client (`reload`): applies what
+/// the gate holds itself and offers the rest to the work loop
+/// ([`Gate::take_settings`]); returns the answer line for the user.
+pub type Reloader = Box<dyn Fn(&Gate, Option<&str>) -> Result<String> + Send + Sync>;
+
 /// Whether scans may run now.
-#[derive(Debug)]
 pub struct Gate {
-    windows: Windows,
+    windows: Mutex<Windows>,
     /// Hold while the machine runs on battery.
-    stop_on_battery: bool,
+    stop_on_battery: AtomicBool,
     /// `Some(None)`: paused until resumed; `Some(Some(t))`: paused until t.
     paused: Mutex<Option<Option<SystemTime>>>,
+    /// `beebot leave` asked the runner to stop.
+    stop: tokio::sync::Notify,
+    /// Settings read again, for the work loop to take.
+    settings: Mutex<Option<crate::settings::Settings>>,
+    reloader: Mutex<Option<Arc<Reloader>>>,
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("windows", &self.windows)
+            .field("stop_on_battery", &self.stop_on_battery)
+            .field("paused", &self.paused)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Gate {
     pub fn new(windows: Windows, stop_on_battery: bool) -> Gate {
         Gate {
-            windows,
-            stop_on_battery,
+            windows: Mutex::new(windows),
+            stop_on_battery: AtomicBool::new(stop_on_battery),
             paused: Mutex::new(None),
+            stop: tokio::sync::Notify::new(),
+            settings: Mutex::new(None),
+            reloader: Mutex::new(None),
         }
     }
 
-    pub fn windows(&self) -> &Windows {
-        &self.windows
+    fn windows_now(&self) -> std::sync::MutexGuard<'_, Windows> {
+        self.windows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn windows(&self) -> Windows {
+        self.windows_now().clone()
+    }
+
+    /// A new window and battery rule, from settings read again.
+    pub fn set_rules(&self, windows: Windows, stop_on_battery: bool) {
+        *self.windows_now() = windows;
+        self.stop_on_battery
+            .store(stop_on_battery, Ordering::Relaxed);
+    }
+
+    /// How `reload` reads the settings again (set by `beebot run`).
+    pub fn set_reloader(&self, r: Reloader) {
+        *self.reloader.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(r));
+    }
+
+    /// Offer settings read again to the work loop.
+    pub fn offer_settings(&self, s: crate::settings::Settings) {
+        *self.settings.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+    }
+
+    /// Settings read again since the last call, if any.
+    pub fn take_settings(&self) -> Option<crate::settings::Settings> {
+        self.settings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// Ask the runner to stop (as SIGTERM does).
+    pub fn request_stop(&self) {
+        self.stop.notify_one();
+    }
+
+    /// Resolves once a stop was asked for.
+    pub async fn stopped(&self) {
+        self.stop.notified().await
     }
 
     pub fn pause(&self, until: Option<SystemTime>) {
         *self.paused.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
     }
 
-    pub fn resume(&self) {
-        *self.paused.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    /// Resume; false when it was not paused.
+    pub fn resume(&self) -> bool {
+        self.paused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .is_some()
     }
 
     /// The hold at wall-clock `now` (local time for the window).
@@ -71,21 +138,29 @@ impl Gate {
             Some(until) => return Hold::Paused(until),
             None => {}
         }
-        if self.stop_on_battery && on_battery(Path::new(POWER_SUPPLY_DIR)) {
+        if self.stop_on_battery.load(Ordering::Relaxed) && on_battery(Path::new(POWER_SUPPLY_DIR)) {
             return Hold::OnBattery;
         }
-        if self.windows.is_open(local) {
+        let windows = self.windows_now();
+        if windows.is_open(local) {
             return Hold::Open;
         }
-        let next = self.windows.next_change(local).map(|t| {
-            let secs = (t - local).num_seconds().max(0) as u64;
-            now + Duration::from_secs(secs)
-        });
+        // Exact: a time cut to whole seconds (or milliseconds) would print
+        // as the minute before the window opens.
+        let next = windows
+            .next_change(local)
+            .map(|t| now + (t - local).to_std().unwrap_or_default());
         Hold::OutsideWindow(next)
     }
 
     pub fn hold(&self) -> Hold {
-        self.hold_at(SystemTime::now(), chrono::Local::now().naive_local())
+        // One clock reading for both: two would put the opening of the
+        // window a moment early (and print the minute before).
+        let now = SystemTime::now();
+        self.hold_at(
+            now,
+            chrono::DateTime::<chrono::Local>::from(now).naive_local(),
+        )
     }
 
     pub fn is_open(&self) -> bool {
@@ -101,7 +176,7 @@ impl Gate {
 
     /// The open intervals ahead, for work requests (`None`: always open).
     pub fn open_intervals(&self) -> Option<Vec<(u64, u64)>> {
-        self.windows.intervals(
+        self.windows_now().intervals(
             chrono::Local::now().naive_local(),
             beebot_shared::limits::MAX_WINDOW_INTERVALS,
         )
@@ -109,7 +184,7 @@ impl Gate {
 
     /// Seconds until the window closes (`None`: no window, or not open).
     pub fn seconds_left_open(&self) -> Option<u64> {
-        self.windows
+        self.windows_now()
             .seconds_left_open(chrono::Local::now().naive_local())
     }
 }
@@ -181,6 +256,15 @@ pub struct LiveStatus {
     pub today_results: u64,
     pub pending_uploads: u64,
     pub last_error: Option<String>,
+    /// When this runner started, Unix ms (its uptime).
+    #[serde(default)]
+    pub started_ms: Option<u64>,
+}
+
+/// When this process started, as far as the live status tells (first asked).
+pub fn process_started_ms() -> u64 {
+    static STARTED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *STARTED.get_or_init(|| unix_ms(SystemTime::now()))
 }
 
 pub fn unix_ms(t: SystemTime) -> u64 {
@@ -208,24 +292,81 @@ pub fn read_live_status(data_dir: &Path) -> Option<LiveStatus> {
     (age <= STATUS_FRESH.as_millis() as u64).then_some(s)
 }
 
+/// A moment as the user reads it: local time of day, with the date when it
+/// is not today.
+pub fn local_time(t: SystemTime) -> String {
+    let t: chrono::DateTime<chrono::Local> = t.into();
+    if t.date_naive() == chrono::Local::now().date_naive() {
+        t.format("%H:%M").to_string()
+    } else {
+        t.format("%a %d %b %H:%M").to_string()
+    }
+}
+
+/// A live state as a person reads it: `paused for 1h 30m more (until
+/// 23:10)`, `outside the window, opens in 4h 21m (at 19:00)`, `running`.
+pub fn state_text(s: &LiveStatus, now_ms: u64) -> String {
+    let Some(until) = s.until_ms else {
+        return match s.state.as_str() {
+            "paused" => "paused until `beebot resume`".into(),
+            "outside-window" => "outside the window (none opens in the next two weeks)".into(),
+            other => other.into(),
+        };
+    };
+    let left =
+        beebot_shared::util::human_duration(Duration::from_millis(until.saturating_sub(now_ms)));
+    let at = local_time(UNIX_EPOCH + Duration::from_millis(until));
+    match s.state.as_str() {
+        "paused" => format!("paused for {left} more (until {at})"),
+        "outside-window" => format!("outside the window, opens in {left} (at {at})"),
+        other => format!("{other} for {left} more"),
+    }
+}
+
 /// Parse and apply one control command; returns the answer line.
 pub fn apply_command(gate: &Gate, line: &str, now: SystemTime) -> String {
     let mut words = line.split_whitespace();
-    match (words.next(), words.next()) {
-        (Some("pause"), None) => {
+    match (words.next(), words.next(), words.next()) {
+        (Some("pause"), None, _) => {
             gate.pause(None);
-            "ok paused until resumed".into()
+            "ok paused until `beebot resume`".into()
         }
-        (Some("pause"), Some(secs)) => match secs.parse::<u64>() {
+        (Some("pause"), Some(secs), None) => match secs.parse::<u64>() {
             Ok(s) if s > 0 => {
-                gate.pause(Some(now + Duration::from_secs(s)));
-                format!("ok paused for {s}s")
+                let d = Duration::from_secs(s);
+                gate.pause(Some(now + d));
+                format!(
+                    "ok paused for {}, until {}",
+                    beebot_shared::util::human_duration(d),
+                    local_time(now + d)
+                )
             }
             _ => format!("error: `{secs}` is not a number of seconds"),
         },
-        (Some("resume"), None) => {
-            gate.resume();
-            "ok resumed".into()
+        (Some("resume"), None, _) => {
+            if gate.resume() {
+                "ok resumed".into()
+            } else {
+                "ok not paused".into()
+            }
+        }
+        (Some("stop"), None, _) => {
+            gate.request_stop();
+            "ok stopping".into()
+        }
+        (Some("reload"), key, None) => {
+            let r = gate
+                .reloader
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            match r {
+                Some(r) => match r(gate, key) {
+                    Ok(answer) => format!("ok {answer}"),
+                    Err(e) => format!("error: {e:#}"),
+                },
+                None => "error: this client cannot read its settings again".into(),
+            }
         }
         _ => format!("error: unknown command `{}`", line.trim()),
     }
@@ -233,7 +374,7 @@ pub fn apply_command(gate: &Gate, line: &str, now: SystemTime) -> String {
 
 /// Serve the control socket until the task is dropped.
 #[cfg(unix)]
-pub async fn serve(data_dir: PathBuf, gate: std::sync::Arc<Gate>) -> Result<()> {
+pub async fn serve(data_dir: PathBuf, gate: Arc<Gate>) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
@@ -251,7 +392,13 @@ pub async fn serve(data_dir: PathBuf, gate: std::sync::Arc<Gate>) -> Result<()> 
             let mut line = String::new();
             let mut reader = BufReader::new(r.take(MAX_COMMAND_BYTES));
             if reader.read_line(&mut line).await.is_ok() {
-                let answer = apply_command(&gate, &line, SystemTime::now());
+                // `reload` reads files: off the async threads.
+                let g = gate.clone();
+                let cmd = line.clone();
+                let answer =
+                    tokio::task::spawn_blocking(move || apply_command(&g, &cmd, SystemTime::now()))
+                        .await
+                        .unwrap_or_else(|e| format!("error: {e}"));
                 tracing::info!("control: {} → {answer}", line.trim());
                 let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
             }
@@ -260,7 +407,7 @@ pub async fn serve(data_dir: PathBuf, gate: std::sync::Arc<Gate>) -> Result<()> 
 }
 
 #[cfg(not(unix))]
-pub async fn serve(_data_dir: PathBuf, _gate: std::sync::Arc<Gate>) -> Result<()> {
+pub async fn serve(_data_dir: PathBuf, _gate: Arc<Gate>) -> Result<()> {
     std::future::pending::<()>().await;
     Ok(())
 }
@@ -313,6 +460,14 @@ mod tests {
             g.hold_at(now, local(12)),
             Hold::OutsideWindow(Some(now + Duration::from_secs(7 * 3600)))
         );
+        // Mid-second, the opening is still on the minute.
+        let late = local(12) + chrono::Duration::milliseconds(40_700);
+        assert_eq!(
+            g.hold_at(now, late),
+            Hold::OutsideWindow(Some(
+                now + Duration::from_secs(7 * 3600) - Duration::from_millis(40_700)
+            ))
+        );
         assert!(apply_command(&g, "pause 60", now).starts_with("ok"));
         assert_eq!(
             g.hold_at(now, local(20)),
@@ -325,10 +480,43 @@ mod tests {
         );
         apply_command(&g, "pause", now);
         assert_eq!(g.hold_at(now, local(20)), Hold::Paused(None));
-        apply_command(&g, "resume", now);
+        assert_eq!(apply_command(&g, "resume", now), "ok resumed");
         assert_eq!(g.hold_at(now, local(20)), Hold::Open);
+        assert_eq!(apply_command(&g, "resume", now), "ok not paused");
+        let answer = apply_command(&g, "pause 5400", now);
+        assert!(
+            answer.starts_with("ok paused for 1h 30m, until "),
+            "{answer}"
+        );
         assert!(apply_command(&g, "pause soon", now).starts_with("error"));
         assert!(apply_command(&g, "explode", now).starts_with("error"));
+    }
+
+    #[test]
+    fn states_read_in_human_durations() {
+        let now = 1_000_000_000u64;
+        let s = |state: &str, until: Option<u64>| LiveStatus {
+            state: state.into(),
+            until_ms: until,
+            ..Default::default()
+        };
+        let hours = (4 * 3600 + 21 * 60) * 1000;
+        let t = state_text(&s("outside-window", Some(now + hours)), now);
+        assert!(
+            t.starts_with("outside the window, opens in 4h 21m (at "),
+            "{t}"
+        );
+        let t = state_text(&s("paused", Some(now + 90_000)), now);
+        assert!(t.starts_with("paused for 1m 30s more (until "), "{t}");
+        assert_eq!(
+            state_text(&s("paused", None), now),
+            "paused until `beebot resume`"
+        );
+        assert_eq!(
+            state_text(&s("backing-off", Some(now + 12_000)), now),
+            "backing-off for 12s more"
+        );
+        assert_eq!(state_text(&s("running", None), now), "running");
     }
 
     #[test]

@@ -19,7 +19,7 @@ const REFRESH: Duration = Duration::from_millis(500);
 pub fn header_text(s: &LiveStatus) -> String {
     format!(
         "{} · {} scans · {} results, {} pages, {} links today · {} uploads pending{}",
-        s.state,
+        crate::control::state_text(s, crate::control::unix_ms(std::time::SystemTime::now())),
         s.scans.len(),
         s.today_results,
         s.today_pages,

@@ -11,7 +11,11 @@
 //! DATA/spool/scans/N.ckpt  a running scan's checkpoint (state, records, summary so far)
 //! DATA/run.lock            held (advisory lock) by the one `beebot run` of this home;
 //!                          its pid inside, emptied when it exits
+//! DATA/revoked.json        the server refused this host as revoked (when, its words)
 //! ```
+//! Also the client's: `CONFIG/config.toml` (settings), `DATA/benchmark.json`,
+//! `DATA/status.json`, `DATA/control.sock`, `DATA/logs/`. `beebot leave`
+//! removes every one of them ([`Home::remove_all`]).
 //! With `--home DIR` (or `BEEBOT_HOME`) both CONFIG and DATA are DIR.
 
 use std::fs;
@@ -219,6 +223,22 @@ impl Home {
                 self.enrolment_path().display()
             )
         })
+    }
+
+    /// Keep what a successful `join` brought: the host key (0600), then the
+    /// enrolment. If either cannot be written, neither stays.
+    pub fn save_joined(&self, key: &SigningKey, e: &Enrolment) -> Result<()> {
+        let saved = write_atomic(
+            &self.key_path(),
+            hex::encode(key.to_bytes()).as_bytes(),
+            true,
+        )
+        .and_then(|()| self.save_enrolment(e));
+        if saved.is_err() {
+            let _ = fs::remove_file(self.key_path());
+            let _ = fs::remove_file(self.enrolment_path());
+        }
+        saved
     }
 
     pub fn save_enrolment(&self, e: &Enrolment) -> Result<()> {
@@ -484,22 +504,84 @@ impl Home {
         Ok(d)
     }
 
-    /// Forget the project: keys, enrolment and spool.
-    pub fn wipe(&self) -> Result<()> {
-        for p in [self.key_path(), self.enrolment_path()] {
-            match fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).with_context(|| format!("cannot remove {}", p.display())),
-            }
-        }
-        let spool = self.data.join("spool");
-        if spool.exists() {
-            fs::remove_dir_all(&spool)
-                .with_context(|| format!("cannot remove {}", spool.display()))?;
-        }
-        Ok(())
+    fn revoked_path(&self) -> PathBuf {
+        self.data.join("revoked.json")
     }
+
+    /// Remember that the server refused this host as revoked, for `status`.
+    pub fn mark_revoked(&self, message: &str) -> Result<()> {
+        let r = Revocation {
+            at_ms: crate::control::unix_ms(std::time::SystemTime::now()),
+            message: message.chars().take(MAX_REVOCATION_TEXT).collect(),
+        };
+        write_atomic(
+            &self.revoked_path(),
+            serde_json::to_string(&r)?.as_bytes(),
+            false,
+        )
+    }
+
+    /// The server's revocation of this host, if it was heard.
+    pub fn revocation(&self) -> Option<Revocation> {
+        let text = fs::read_to_string(self.revoked_path()).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Every file and directory of this home the client makes, with what
+    /// each is: keys and enrolment first (the home is no longer joined
+    /// from the first removal), the lock last.
+    fn own_files(&self) -> Vec<(&'static str, PathBuf)> {
+        vec![
+            ("enrolment", self.enrolment_path()),
+            ("host key", self.key_path()),
+            (
+                "spool (units, results, checkpoints)",
+                self.data.join("spool"),
+            ),
+            ("benchmark result", self.data.join("benchmark.json")),
+            ("settings", self.config.join("config.toml")),
+            ("revocation note", self.revoked_path()),
+            ("live status", self.data.join("status.json")),
+            ("live status (temporary)", self.data.join("status.tmp")),
+            ("control socket", self.data.join("control.sock")),
+            ("logs", self.data.join("logs")),
+            ("run lock", self.run_lock_path()),
+        ]
+    }
+
+    /// Forget the project: remove every file of the home the client made
+    /// (see [`Home::own_files`]), then the home's directories when nothing
+    /// else is left in them. Returns what was removed.
+    pub fn remove_all(&self) -> Result<Vec<(&'static str, PathBuf)>> {
+        let mut removed = Vec::new();
+        for (what, p) in self.own_files() {
+            let gone = match fs::symlink_metadata(&p) {
+                Ok(m) if m.is_dir() => fs::remove_dir_all(&p),
+                Ok(_) => fs::remove_file(&p),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => Err(e),
+            };
+            gone.with_context(|| format!("cannot remove {}", p.display()))?;
+            removed.push((what, p));
+        }
+        for dir in [&self.data, &self.config] {
+            // Only when empty: the user's own files stay, and so does the dir.
+            let _ = fs::remove_dir(dir);
+        }
+        Ok(removed)
+    }
+}
+
+/// Longest revocation message kept.
+const MAX_REVOCATION_TEXT: usize = 512;
+
+/// The server refused this host as revoked.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Revocation {
+    /// When the client heard it, Unix ms.
+    pub at_ms: u64,
+    /// The server's words.
+    pub message: String,
 }
 
 /// Why `beebot run` could not take the home.

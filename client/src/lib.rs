@@ -9,6 +9,7 @@ pub mod control;
 pub mod crawler;
 pub mod display;
 pub mod home;
+pub mod leave;
 pub mod logging;
 pub mod net;
 pub mod rt;

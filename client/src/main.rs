@@ -85,10 +85,13 @@ enum Cmd {
     },
     /// Resume a paused client.
     Resume,
-    /// Leave the project: the server releases this host's units; keys and spool are removed.
+    /// Leave the project: stop this home's client and its service, tell the
+    /// server (it releases this host's units and lists it as left), and
+    /// remove every file the client made here. Offline, the files are
+    /// removed all the same and the server is not told.
     Leave {
-        /// Remove the local files even if the server cannot be told.
-        #[arg(long)]
+        /// Kept for old scripts: leaving always cleans up, reachable or not.
+        #[arg(long, hide = true)]
         force: bool,
     },
     /// Run the client as a background service that starts at login.
@@ -133,8 +136,13 @@ enum ConfigCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Validate and write one setting.
-    Set { key: String, value: String },
+    /// Validate and write one setting; a running client applies it at once.
+    /// The rest of the line is the value: `config set window mon-fri 19:00-07:00`.
+    Set {
+        key: String,
+        #[arg(required = true, num_args = 1..)]
+        value: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -314,10 +322,13 @@ fn run(cli: Cli) -> Result<()> {
             if let Some(w) = window {
                 cli.push(("window", w));
             }
-            let (settings, _) = settings::load(&home, &|k| std::env::var(k).ok(), &cli)?;
+            control::process_started_ms();
+            let (settings, shown) = settings::load(&home, &|k| std::env::var(k).ok(), &cli)?;
             if settings.low_priority {
                 lower_priority();
             }
+            let gate = Arc::new(Gate::new(settings.window.clone(), !settings.run_on_battery));
+            gate.set_reloader(settings::reloader(home.clone(), cli, shown));
             let mut crawler = net.crawler_config()?;
             crawler.allow_private = settings.allow_private;
             crawler.proxy = settings.proxy.clone();
@@ -330,10 +341,7 @@ fn run(cli: Cli) -> Result<()> {
                 crawler,
                 bandwidth_kbps: settings.bandwidth_kbps,
                 spool_cap_bytes: settings.spool_cap_mb.saturating_mul(1024 * 1024),
-                gate: Some(Arc::new(Gate::new(
-                    settings.window.clone(),
-                    !settings.run_on_battery,
-                ))),
+                gate: Some(gate.clone()),
                 ..RunOptions::default()
             };
             let stop_display = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -343,13 +351,20 @@ fn run(cli: Cli) -> Result<()> {
             });
             // Scan threads stuck in a request are not waited for: their
             // scans are checkpointed already.
+            // SIGTERM, Ctrl-C, or `beebot leave` through the control socket.
+            let stop = async move {
+                tokio::select! {
+                    _ = shutdown_signal() => {}
+                    _ = gate.stopped() => {}
+                }
+            };
             let stats =
-                beebot_client::rt::block_on_then_exit(worker::run(home, opts, shutdown_signal()))?;
+                beebot_client::rt::block_on_then_exit(worker::run(home.clone(), opts, stop))?;
             stop_display.store(true, std::sync::atomic::Ordering::Relaxed);
             if let Some(d) = display {
                 let _ = d.join();
             }
-            let stats = stats?;
+            let stats = stats.map_err(|e| revoked_in_words(&home, e))?;
             println!(
                 "scans finished {}, results accepted {}, duplicates {}, rejected {}, pages {}, links {}",
                 stats.scans_finished,
@@ -368,23 +383,26 @@ fn run(cli: Cli) -> Result<()> {
                     println!("{}", serde_json::to_string_pretty(&shown)?);
                 } else {
                     println!("# {}", settings::file_path(&home).display());
-                    for (s, (_, _, doc)) in shown.iter().zip(settings::KEYS) {
-                        println!(
-                            "{:<16} {:<24} ({})  {doc}",
-                            s.key,
-                            format!("{:?}", s.value),
-                            s.source
-                        );
-                    }
+                    print!("{}", settings::show_table(&shown));
                 }
             }
             ConfigCmd::Set { key, value } => {
+                let value = value.join(" ");
                 settings::check_key(&key)?;
-                settings::set(&home, &key, &value)?;
+                let old = settings::set(&home, &key, &value)?;
+                let old = old.map(|o| format!(" (was {o})")).unwrap_or_default();
                 println!(
-                    "{key} = {value:?} (in {})",
+                    "{key} = {value}{old} in {}",
                     settings::file_path(&home).display()
                 );
+                // A running client reads its settings again.
+                match control::send(&home.data, &format!("reload {key}")) {
+                    Ok(answer) => println!("{}", answer.trim_start_matches("ok ")),
+                    Err(_) if control::read_live_status(&home.data).is_none() => {
+                        println!("no client is running here: `beebot run` uses it when it starts")
+                    }
+                    Err(e) => eprintln!("warning: the running client did not take it: {e:#}"),
+                }
             }
         },
         Cmd::Pause { duration } => {
@@ -392,17 +410,49 @@ fn run(cli: Cli) -> Result<()> {
                 Some(d) => format!("pause {}", d.as_secs().max(1)),
                 None => "pause".to_string(),
             };
-            println!("{}", control::send(&home.data, &cmd)?);
+            println!(
+                "{}",
+                control::send(&home.data, &cmd)?.trim_start_matches("ok ")
+            );
         }
-        Cmd::Resume => println!("{}", control::send(&home.data, "resume")?),
-        Cmd::Leave { force } => {
-            runtime()?.block_on(worker::leave(&home, force))?;
-            println!("left the project; host key, enrolment and spool removed");
+        Cmd::Resume => println!(
+            "{}",
+            control::send(&home.data, "resume")?.trim_start_matches("ok ")
+        ),
+        Cmd::Leave { force: _ } => {
+            let r =
+                runtime()?.block_on(beebot_client::leave::leave(&home, home_flag.as_deref()))?;
+            for line in &r.service {
+                println!("service: {line}");
+            }
+            if let Some(pid) = r.runner_stopped {
+                println!("stopped the running client (pid {pid})");
+            }
+            use beebot_client::leave::ServerTold;
+            match &r.server {
+                ServerTold::Told => println!("told the server: this host left the project"),
+                ServerTold::WasRevoked => {
+                    println!("the server had revoked this host already")
+                }
+                ServerTold::NotTold(why) => println!(
+                    "the server was NOT told ({why}); it will see this host as gone once its units' deadlines pass"
+                ),
+                ServerTold::NotJoined => {}
+            }
+            for (what, path) in &r.removed {
+                println!("removed {what}: {}", path.display());
+            }
+            println!("left the project");
         }
         Cmd::Service { cmd } => match cmd {
             ServiceCmd::Install { window, no_start } => {
                 if let Some(w) = window {
-                    settings::set(&home, "window", &w)?;
+                    let old = settings::set(&home, "window", &w)?;
+                    println!(
+                        "window: {} → {w} (setting in {})",
+                        old.unwrap_or_else(|| "always (default)".into()),
+                        settings::file_path(&home).display()
+                    );
                 }
                 let exe = std::env::current_exe().context("cannot find this program's path")?;
                 for line in service::install(&exe, home_flag.as_deref(), &home.data, !no_start)? {
@@ -536,6 +586,31 @@ fn lower_priority() {
     }
 }
 
+/// What to do once the project revoked this host.
+const REVOKED_ADVICE: &str =
+    "ask the admin for a new invite code, then `beebot leave` and `beebot join` with it";
+
+/// A runner's error in the user's terms: the server refused this host as
+/// revoked is remembered in the home (for `beebot status`) and said plainly.
+fn revoked_in_words(home: &Home, e: anyhow::Error) -> anyhow::Error {
+    use beebot_client::net::NetError;
+    use beebot_shared::proto::ErrorCode;
+    let revoked = e.chain().find_map(|c| match c.downcast_ref::<NetError>() {
+        Some(NetError::Refused {
+            code: ErrorCode::Revoked,
+            message,
+        }) => Some(message.clone()),
+        _ => None,
+    });
+    let Some(message) = revoked else {
+        return e;
+    };
+    if let Err(w) = home.mark_revoked(&message) {
+        eprintln!("warning: {w:#}");
+    }
+    anyhow::anyhow!("this host was revoked by the project ({message}): {REVOKED_ADVICE}")
+}
+
 /// `beebot status`: the running client's live status, or the spool's.
 fn status(home: &Home, json: bool) -> Result<()> {
     let Some(e) = home.enrolment()? else {
@@ -556,6 +631,7 @@ fn status(home: &Home, json: bool) -> Result<()> {
         .filter(|id| matches!(home.result(*id), Ok(Some(_))))
         .collect();
     let live = control::read_live_status(&home.data);
+    let revocation = home.revocation();
     if json {
         let v = serde_json::json!({
             "enrolled": true,
@@ -576,6 +652,9 @@ fn status(home: &Home, json: bool) -> Result<()> {
             "pending_uploads": pending.len(),
             "last_error": live.as_ref().and_then(|l| l.last_error.clone()),
             "refused": refused,
+            "revoked": revocation.as_ref().map(|r| serde_json::json!({
+                "at_ms": r.at_ms, "message": r.message, "advice": REVOKED_ADVICE,
+            })),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -586,20 +665,28 @@ fn status(home: &Home, json: bool) -> Result<()> {
         &e.cert_sha256[..16.min(e.cert_sha256.len())]
     );
     println!("host      {} ({})", e.host_id, e.name);
+    if let Some(r) = &revocation {
+        let at = std::time::UNIX_EPOCH + Duration::from_millis(r.at_ms);
+        println!(
+            "REVOKED   this host was revoked by the project (heard {}: {}): {REVOKED_ADVICE}",
+            control::local_time(at),
+            r.message
+        );
+    }
+    let human_ms = |ms: u64| beebot_shared::util::human_duration(Duration::from_millis(ms));
     match &live {
         Some(l) => {
             let now = control::unix_ms(std::time::SystemTime::now());
-            let until = l
-                .until_ms
-                .map(|u| format!(" for {}s more", u.saturating_sub(now) / 1000))
-                .unwrap_or_default();
-            println!("state     {}{until} (pid {})", l.state, l.pid);
+            println!("state     {} (pid {})", control::state_text(l, now), l.pid);
+            if let Some(t) = l.started_ms {
+                println!("up        {}", human_ms(now.saturating_sub(t)));
+            }
             for s in &l.scans {
                 // The deadline only says when the server would think this
                 // host gone; the server moves it while the scan reports.
                 let deadline = s
                     .deadline_ms
-                    .map(|d| format!("  deadline in {}s", d.saturating_sub(now) / 1000))
+                    .map(|d| format!("  deadline in {}", human_ms(d.saturating_sub(now))))
                     .unwrap_or_default();
                 println!(
                     "  scanning {}  {} pages  {} links  {:.1} pages/s{deadline}",
@@ -636,6 +723,50 @@ fn status(home: &Home, json: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_set_takes_the_rest_of_the_line_as_the_value() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| (c.cmd, c.home)) {
+            Ok((
+                Cmd::Config {
+                    cmd: ConfigCmd::Set { key, value },
+                },
+                home,
+            )) => (key, value.join(" "), home),
+            _ => panic!("not a config set: {args:?}"),
+        };
+        let (k, v, home) = parse(&[
+            "beebot",
+            "config",
+            "set",
+            "window",
+            "mon-fri",
+            "19:00-07:00,",
+            "sat-sun",
+            "00:00-24:00",
+        ]);
+        assert_eq!(
+            (k.as_str(), v.as_str()),
+            ("window", "mon-fri 19:00-07:00, sat-sun 00:00-24:00")
+        );
+        assert!(home.is_none());
+        // A global flag after the value is still the flag.
+        let (_, v, home) = parse(&[
+            "beebot",
+            "config",
+            "set",
+            "window",
+            "mon-fri",
+            "19:00-07:00",
+            "--home",
+            "/h",
+        ]);
+        assert_eq!(v, "mon-fri 19:00-07:00");
+        assert_eq!(home, Some(PathBuf::from("/h")));
+        let (_, v, _) = parse(&["beebot", "config", "set", "window", "mon-fri 19:00-07:00"]);
+        assert_eq!(v, "mon-fri 19:00-07:00");
+        assert!(Cli::try_parse_from(["beebot", "config", "set", "slots"]).is_err());
+    }
 
     #[test]
     fn the_invite_code_comes_from_the_argument_stdin_or_the_environment() {

@@ -335,6 +335,24 @@ impl Link {
         }
     }
 
+    /// Ask the server to prove it holds `project_key` (the invite's) for a
+    /// fresh nonce of ours and this connection's pinned certificate.
+    /// `Ok(false)`: it answered with a proof that key does not verify.
+    pub async fn proves_project(&self, project_key: &[u8; 32]) -> Result<bool, NetError> {
+        let nonce: [u8; 32] = rand::random();
+        match self.request(&Request::ProveProject { nonce }).await? {
+            Response::ProjectProof { signature } => {
+                Ok(
+                    sign::check_enrol_proof(project_key, &nonce, &self.fingerprint, &signature)
+                        .is_ok(),
+                )
+            }
+            other => Err(NetError::Protocol(format!(
+                "expected a project proof, got {other:?}"
+            ))),
+        }
+    }
+
     /// Enrol with an invite token; returns the new host id.
     pub async fn enrol(
         &self,

@@ -256,6 +256,60 @@ pub fn uninstall() -> Result<Vec<String>> {
     Ok(notes)
 }
 
+/// Whether a service file runs this home: `ExecStart` (systemd) or the
+/// program arguments (launchd) end in `--home HOME run`, or in `run`
+/// without `--home` for the default home.
+pub fn runs_home(service_file: &str, home: Option<&Path>) -> bool {
+    if service_file.contains("<plist") {
+        let array = service_file
+            .split("<key>ProgramArguments</key>")
+            .nth(1)
+            .and_then(|rest| rest.split("</array>").next())
+            .unwrap_or("");
+        let args: Vec<&str> = array
+            .split("<string>")
+            .skip(1)
+            .filter_map(|s| s.split("</string>").next())
+            .collect();
+        let n = args.len();
+        return match home {
+            Some(h) => {
+                n >= 3
+                    && args[n - 1] == "run"
+                    && args[n - 2] == xml_escape(&h.to_string_lossy())
+                    && args[n - 3] == "--home"
+            }
+            None => args.last() == Some(&"run") && !args.contains(&"--home"),
+        };
+    }
+    service_file
+        .lines()
+        .filter_map(|l| l.strip_prefix("ExecStart="))
+        .any(|cmd| match home {
+            Some(h) => cmd.ends_with(&format!(
+                " --home {} run",
+                quote_systemd(&h.to_string_lossy())
+            )),
+            None => cmd.ends_with(" run") && !cmd.contains(" --home "),
+        })
+}
+
+/// Whether this platform's service is installed and runs this home (`home`:
+/// the `--home` given, as `service install` wrote it).
+pub fn installed_for(home: Option<&Path>) -> Result<bool> {
+    let path = if cfg!(target_os = "linux") {
+        systemd_unit_path()?
+    } else if cfg!(target_os = "macos") {
+        let base = directories::BaseDirs::new().context("cannot find the home directory")?;
+        base.home_dir()
+            .join("Library/LaunchAgents")
+            .join(format!("{LAUNCHD_LABEL}.plist"))
+    } else {
+        return Ok(false);
+    };
+    Ok(std::fs::read_to_string(&path).is_ok_and(|text| runs_home(&text, home)))
+}
+
 /// Whether the service is installed, and what the service manager says.
 pub fn status() -> Result<String> {
     if cfg!(target_os = "linux") {
@@ -288,6 +342,29 @@ mod tests {
         );
         assert!(u.contains("Nice=10") && u.contains("WantedBy=default.target"));
         assert!(u.contains("Restart=on-failure"));
+    }
+
+    #[test]
+    fn a_service_file_is_known_by_the_home_it_runs() {
+        let exe = Path::new("/opt/bee bot/beebot");
+        let a = Path::new("/home/a/bee home");
+        let b = Path::new("/home/a/other");
+        for text in [
+            systemd_unit(exe, Some(a)),
+            launchd_plist(exe, Some(a), Path::new("/tmp")),
+        ] {
+            assert!(runs_home(&text, Some(a)), "{text}");
+            assert!(!runs_home(&text, Some(b)), "{text}");
+            assert!(!runs_home(&text, None), "{text}");
+        }
+        for text in [
+            systemd_unit(exe, None),
+            launchd_plist(exe, None, Path::new("/tmp")),
+        ] {
+            assert!(runs_home(&text, None), "{text}");
+            assert!(!runs_home(&text, Some(a)), "{text}");
+        }
+        assert!(!runs_home("", None));
     }
 
     #[test]

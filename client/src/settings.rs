@@ -261,9 +261,11 @@ pub fn load(
     Ok((s, shown))
 }
 
-/// `beebot config set KEY VALUE`: validate, then write the file.
-pub fn set(home: &Home, key: &str, value: &str) -> Result<()> {
+/// `beebot config set KEY VALUE`: validate, then write the file. Returns
+/// the value the file held before, if it held one.
+pub fn set(home: &Home, key: &str, value: &str) -> Result<Option<String>> {
     let mut table = read_file(home)?;
+    let old = table.get(key).map(value_text);
     // Validate against the file's other settings, too.
     let mut s = Settings::default();
     for (k, v) in &table {
@@ -289,7 +291,119 @@ pub fn set(home: &Home, key: &str, value: &str) -> Result<()> {
     let mut text =
         String::from("# BeeBot client settings (`beebot config show` lists them all).\n");
     text.push_str(&toml::to_string(&table).context("cannot encode settings")?);
-    write_atomic(&file_path(home), text.as_bytes(), true)
+    write_atomic(&file_path(home), text.as_bytes(), true)?;
+    Ok(old)
+}
+
+/// Settings a running client cannot change without a restart (the process
+/// priority can be lowered, not raised back).
+pub const NEEDS_RESTART: &[&str] = &["low_priority"];
+
+/// A value as the user typed it (`""` for an empty one).
+fn typed(v: &str) -> &str {
+    if v.is_empty() {
+        "\"\""
+    } else {
+        v
+    }
+}
+
+/// `beebot config show`: one line a setting, columns aligned: key, value as
+/// typed, where it came from, what it means.
+pub fn show_table(shown: &[Shown]) -> String {
+    let kw = shown.iter().map(|s| s.key.len()).max().unwrap_or(0);
+    let vw = shown
+        .iter()
+        .map(|s| typed(&s.value).chars().count())
+        .max()
+        .unwrap_or(0);
+    let sources: Vec<String> = shown.iter().map(|s| format!("({})", s.source)).collect();
+    let sw = sources.iter().map(String::len).max().unwrap_or(0);
+    let mut out = String::new();
+    for (s, src) in shown.iter().zip(&sources) {
+        let doc = KEYS.iter().find(|k| k.0 == s.key).map_or("", |k| k.2);
+        out.push_str(&format!(
+            "{:<kw$}  {:<vw$}  {:<sw$}  {doc}\n",
+            s.key,
+            typed(&s.value),
+            src
+        ));
+    }
+    out
+}
+
+/// What `reload` answers about `key` after settings went from `before` to
+/// `after` in a running client.
+pub fn reload_answer(before: &[Shown], after: &[Shown], key: Option<&str>) -> String {
+    let changed: Vec<String> = before
+        .iter()
+        .zip(after)
+        .filter(|(b, a)| b.value != a.value)
+        .map(|(b, a)| {
+            let note = if NEEDS_RESTART.contains(&a.key) {
+                " (takes effect when the client restarts)"
+            } else {
+                ""
+            };
+            format!("{} {} → {}{note}", a.key, typed(&b.value), typed(&a.value))
+        })
+        .collect();
+    let Some(key) = key else {
+        return if changed.is_empty() {
+            "the running client's settings are unchanged".into()
+        } else {
+            format!("the running client applied: {}", changed.join(", "))
+        };
+    };
+    let Some(a) = after.iter().find(|s| s.key == key) else {
+        return format!("unknown setting `{key}`");
+    };
+    match before.iter().find(|s| s.key == key) {
+        Some(b) if b.value != a.value && NEEDS_RESTART.contains(&key) => format!(
+            "the running client keeps {key} = {} until it restarts: this setting needs a restart",
+            typed(&b.value)
+        ),
+        Some(b) if b.value != a.value => format!(
+            "the running client now uses {key} = {} (was {})",
+            typed(&a.value),
+            typed(&b.value)
+        ),
+        _ if matches!(a.source, Source::Environment | Source::CommandLine) => format!(
+            "the running client keeps {key} = {}: its {} sets it, above the file",
+            typed(&a.value),
+            a.source
+        ),
+        _ => format!(
+            "the running client already uses {key} = {}",
+            typed(&a.value)
+        ),
+    }
+}
+
+/// The `reload` of a running client (`beebot run`): read the settings
+/// again under the same environment and command line, give the gate its
+/// window and battery rule and the work loop the rest, and say what changed.
+pub fn reloader(
+    home: Home,
+    cli: Vec<(&'static str, String)>,
+    shown: Vec<Shown>,
+) -> crate::control::Reloader {
+    let last = std::sync::Mutex::new(shown);
+    Box::new(move |gate, key| {
+        let (s, now) = load(&home, &|k| std::env::var(k).ok(), &cli)
+            .context("the running client keeps its settings")?;
+        gate.set_rules(s.window.clone(), !s.run_on_battery);
+        gate.offer_settings(s);
+        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+        let answer = reload_answer(&last, &now, key);
+        // A setting that needs a restart stays as the client started.
+        for (l, n) in last.iter_mut().zip(now) {
+            if !NEEDS_RESTART.contains(&l.key) {
+                *l = n;
+            }
+        }
+        Ok(answer)
+    })
 }
 
 /// Reject an unknown key early, with the list of known ones.
@@ -360,6 +474,58 @@ mod tests {
         let (s, _) = load(&h, &|_| None, &[]).unwrap();
         assert_eq!(s.proxy.as_deref(), Some("http://proxy.corp:3128"));
         assert_eq!(s.buffer_max_s, 600);
+    }
+
+    #[test]
+    fn show_prints_values_as_typed_in_aligned_columns() {
+        let (_d, h) = home();
+        set(&h, "window", "mon-fri 19:00-07:00").unwrap();
+        let (_, shown) = load(&h, &|_| None, &[]).unwrap();
+        let t = show_table(&shown);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), KEYS.len());
+        let w = lines.iter().find(|l| l.starts_with("window ")).unwrap();
+        assert!(w.contains("  mon-fri 19:00-07:00  (file)"), "{t}");
+        assert!(!t.contains("\"mon-fri"), "values as typed, not quoted: {t}");
+        // Every value starts in one column, every origin in another.
+        let col = |needle: &str| {
+            let cols: Vec<usize> = lines.iter().map(|l| l.find(needle).unwrap()).collect();
+            assert!(cols.windows(2).all(|p| p[0] == p[1]), "{needle}: {t}");
+        };
+        col(" (");
+        let value_col: Vec<usize> = lines
+            .iter()
+            .map(|l| l.find("  ").unwrap() + l[l.find("  ").unwrap()..].find(|c| c != ' ').unwrap())
+            .collect();
+        assert!(value_col.windows(2).all(|p| p[0] == p[1]), "{t}");
+        assert!(t.contains("proxy ") && t.contains("\"\""), "{t}");
+    }
+
+    #[test]
+    fn reload_says_what_the_running_client_does_with_a_setting() {
+        let (_d, h) = home();
+        let (_, before) = load(&h, &|_| None, &[("bandwidth_kbps", "100".into())]).unwrap();
+        set(&h, "slots", "3").unwrap();
+        set(&h, "bandwidth_kbps", "500").unwrap();
+        set(&h, "low_priority", "false").unwrap();
+        let (_, after) = load(&h, &|_| None, &[("bandwidth_kbps", "100".into())]).unwrap();
+        assert_eq!(
+            reload_answer(&before, &after, Some("slots")),
+            "the running client now uses slots = 3 (was 2)"
+        );
+        let a = reload_answer(&before, &after, Some("bandwidth_kbps"));
+        assert!(
+            a.contains("keeps bandwidth_kbps = 100") && a.contains("command line"),
+            "{a}"
+        );
+        let a = reload_answer(&before, &after, Some("low_priority"));
+        assert!(a.contains("needs a restart"), "{a}");
+        assert_eq!(
+            reload_answer(&before, &after, Some("window")),
+            "the running client already uses window = always"
+        );
+        let a = reload_answer(&before, &after, None);
+        assert!(a.contains("slots 2 → 3") && a.contains("restarts"), "{a}");
     }
 
     #[test]

@@ -529,6 +529,30 @@ struct Worker {
 }
 
 impl Worker {
+    /// Settings read again while running (`beebot config set`): slots,
+    /// buffers, the spool cap and the crawler's rules apply from the next
+    /// scan and request, the bandwidth cap at once (the window and battery
+    /// rule are the gate's).
+    fn apply_settings(&mut self, s: &crate::settings::Settings) {
+        self.opts.slots = s.slots;
+        self.opts.buffer_seconds = s.buffer_max_s;
+        self.opts.buffer_min_s = s.buffer_min_s;
+        self.opts.spool_cap_bytes = s.spool_cap_mb.saturating_mul(1024 * 1024);
+        self.opts.crawler.allow_private = s.allow_private;
+        self.opts.crawler.proxy = s.proxy.clone();
+        self.opts.bandwidth_kbps = s.bandwidth_kbps;
+        if let Some(b) = &self.bandwidth {
+            b.set_kb_per_s(s.bandwidth_kbps);
+        }
+        // Ask again now: free slots, buffers and open windows may differ.
+        self.next_request = Instant::now();
+        tracing::info!(
+            slots = s.slots,
+            bandwidth_kbps = s.bandwidth_kbps,
+            "settings applied"
+        );
+    }
+
     fn gate_open(&self) -> bool {
         self.opts.gate.as_ref().is_none_or(|g| g.is_open())
     }
@@ -600,6 +624,7 @@ impl Worker {
                 .filter(|h| matches!(h.state, HeldState::Finished))
                 .count() as u64,
             last_error: self.last_error.clone(),
+            started_ms: Some(control::process_started_ms()),
         };
         control::write_status(&self.home.data, &s);
     }
@@ -1406,7 +1431,8 @@ pub async fn run(
     let project_key = enrolment.project_verifying_key()?;
     let server = enrolment.server_id()?;
     let (done_tx, mut done_rx) = mpsc::channel::<ScanDone>(MAX_SPOOLED_UNITS);
-    let w_bandwidth = Bandwidth::new(opts.bandwidth_kbps).map(Arc::new);
+    // Adjustable: `beebot config set bandwidth_kbps` reaches running scans.
+    let w_bandwidth = Some(Arc::new(Bandwidth::adjustable(opts.bandwidth_kbps)));
     let mut w = Worker {
         home,
         enrolment,
@@ -1486,6 +1512,9 @@ pub async fn run(
             _ = &mut shutdown => break true,
             r = w.contact() => r?,
         }
+        if let Some(s) = w.opts.gate.as_ref().and_then(|g| g.take_settings()) {
+            w.apply_settings(&s);
+        }
         w.start_scans();
         w.write_status();
         if w.opts.once && w.server_idle && w.held.is_empty() {
@@ -1522,12 +1551,11 @@ pub async fn run(
 
 /// Join a project with an invite code: make the host key, enrol, save.
 ///
-/// The code's checksum is checked before anything is written or sent, so a
-/// damaged code leaves no key and spends no token. The project key saved is
-/// the invite's: the enrolment answer (`Enrolled`) carries only the host id,
-/// and the server proves its certificate (pinned) but not its project key, so
-/// there is nothing to check it against here; the checksum is what keeps a
-/// wrong one out.
+/// Nothing is written before the server has enrolled this host: the code's
+/// checksum is checked before anything is sent, the server must prove it
+/// holds the invite's project key (`ProveProject`, checked with the key from
+/// the code) before the token is spent, and the host key lives in memory
+/// until the enrolment is in. Any failure leaves the home as it was.
 pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrolment> {
     let invite = beebot_shared::invite::Invite::from_code(code)?;
     if invite.expires_ms <= now_ms() {
@@ -1540,7 +1568,7 @@ pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrol
             e.host_id
         );
     }
-    let key = home.host_key(true)?;
+    let key = sign::generate_key();
     let server = ServerId {
         addr: invite.addr.clone(),
         server_name: invite.server_name.clone(),
@@ -1557,7 +1585,18 @@ pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrol
     };
     let link = Link::connect(&server)
         .await
-        .context("cannot reach the server")?;
+        .with_context(|| format!("cannot reach the server at {}", invite.addr))?;
+    let proven = link
+        .proves_project(&invite.project_key)
+        .await
+        .with_context(|| format!("the server at {} did not prove its project", invite.addr))?;
+    if !proven {
+        link.close();
+        bail!(
+            "this invite code does not belong to the server at {}: its project key is not the server's; ask the admin for a new code",
+            invite.addr
+        );
+    }
     let host_id = link
         .enrol(invite.token.clone(), &key, info)
         .await
@@ -1572,35 +1611,8 @@ pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrol
         name,
         joined_ms: now_ms(),
     };
-    home.save_enrolment(&e)?;
+    home.save_joined(&key, &e)?;
     Ok(e)
-}
-
-/// Leave the project: tell the server (its held units go back to the queue at
-/// once), then remove the host key, enrolment and spool. With `force`, an
-/// unreachable server does not stop the local clean-up.
-pub async fn leave(home: &Home, force: bool) -> Result<()> {
-    let enrolment = home.require_enrolment()?;
-    let told = async {
-        let key = home.host_key(false)?;
-        let server = enrolment.server_id()?;
-        let link = Link::connect(&server).await?;
-        link.hello(enrolment.host_id, &key).await?;
-        link.request(&Request::Leave).await?;
-        link.close();
-        anyhow::Ok(())
-    }
-    .await;
-    match told {
-        Ok(()) => {}
-        Err(e) if force => tracing::warn!("could not tell the server ({e:#}); leaving anyway"),
-        Err(e) => {
-            return Err(e).context(
-                "could not tell the server; nothing was removed (use --force to leave anyway)",
-            )
-        }
-    }
-    home.wipe()
 }
 
 fn default_host_name() -> String {

@@ -501,6 +501,9 @@ pub struct GridStatus {
     pub sites: usize,
     pub hosts: usize,
     pub hosts_revoked: usize,
+    /// Hosts that left by themselves (`beebot leave`); not in `hosts_revoked`.
+    #[serde(default)]
+    pub hosts_left: usize,
     pub rounds_running: usize,
     pub jobs_queued: usize,
     pub jobs_running: usize,
@@ -825,6 +828,13 @@ impl Grid {
         self.project_key.verifying_key().to_bytes()
     }
 
+    /// Prove to a joining client that this server holds the project key:
+    /// a signature over the reserved enrolment context, the client's nonce
+    /// and the certificate fingerprint only (never a unit, see `sign`).
+    pub fn enrol_proof(&self, client_nonce: &[u8; 32], cert_fingerprint: &[u8; 32]) -> Vec<u8> {
+        sign::make_enrol_proof(&self.project_key, client_nonce, cert_fingerprint)
+    }
+
     // ---- sites ----
 
     /// Add sites (already parsed to hosts). Returns how many were new.
@@ -1013,6 +1023,7 @@ impl Grid {
             consecutive_valid: 0,
             valid_results: 0,
             invalid_results: 0,
+            left_ms: None,
         };
         self.store.put_invite(&inv)?;
         self.store.put_host(&host)?;
@@ -1139,9 +1150,12 @@ impl Grid {
         Ok(())
     }
 
-    /// A host leaves: like a revocation, asked for by the host itself.
+    /// A host leaves: like a revocation (refused from now on, its units
+    /// back in the queue), asked for by the host itself and recorded as left.
     pub fn leave(&mut self, host_id: u64, now_ms: u64) -> Result<(), GridError> {
-        let name = self.active_host(host_id, now_ms)?.info.name.clone();
+        let host = self.active_host(host_id, now_ms)?;
+        host.left_ms = Some(now_ms);
+        let name = host.info.name.clone();
         tracing::info!(host_id, host = ?name, "host left the project");
         self.revoke(host_id, now_ms)
     }
@@ -2855,7 +2869,12 @@ impl Grid {
         let mut s = GridStatus {
             sites: self.sites.len(),
             hosts: self.hosts.values().filter(|h| !h.revoked).count(),
-            hosts_revoked: self.hosts.values().filter(|h| h.revoked).count(),
+            hosts_revoked: self
+                .hosts
+                .values()
+                .filter(|h| h.state() == "revoked")
+                .count(),
+            hosts_left: self.hosts.values().filter(|h| h.state() == "left").count(),
             rounds_running: self
                 .rounds
                 .values()
@@ -4826,6 +4845,18 @@ mod tests {
             fx.grid.revoke(b + 1000, T0),
             Err(GridError::UnknownHost(_))
         ));
+
+        assert_eq!(fx.host_rec(a).state(), "revoked");
+        // A host that leaves is refused alike, but listed as left.
+        fx.grid.leave(b, T0 + 9).unwrap();
+        assert_eq!(fx.host_rec(b).state(), "left");
+        assert!(fx.host_rec(b).revoked);
+        assert!(matches!(
+            fx.grid.hello(b, T0 + 10),
+            Err(GridError::Revoked(_))
+        ));
+        let st = fx.grid.status();
+        assert_eq!((st.hosts, st.hosts_revoked, st.hosts_left), (0, 1, 1));
     }
 
     #[test]

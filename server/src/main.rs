@@ -607,7 +607,7 @@ fn run(cli: Cli) -> Result<i32> {
                             "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}s ago",
                             h.id,
                             h.info.name,
-                            if h.revoked { "revoked" } else { "active" },
+                            h.state(),
                             trust,
                             h.valid_results,
                             h.invalid_results,
@@ -637,8 +637,8 @@ fn run(cli: Cli) -> Result<i32> {
                 println!("certificate  sha256:{}", s.cert_sha256);
                 println!("sites        {}", s.grid.sites);
                 println!(
-                    "hosts        {} active, {} revoked",
-                    s.grid.hosts, s.grid.hosts_revoked
+                    "hosts        {} active, {} revoked, {} left",
+                    s.grid.hosts, s.grid.hosts_revoked, s.grid.hosts_left
                 );
                 println!("rounds       {} running", s.grid.rounds_running);
                 let of = match (s.grid.rounds_running, s.grid.jobs_rounds.as_slice()) {

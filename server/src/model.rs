@@ -470,6 +470,21 @@ pub struct HostRecord {
     pub consecutive_valid: u32,
     pub valid_results: u64,
     pub invalid_results: u64,
+    /// When the host left the project by itself (`beebot leave`), server
+    /// ms: it is then `revoked` too (refused from now on), but listed as left.
+    #[serde(default)]
+    pub left_ms: Option<u64>,
+}
+
+impl HostRecord {
+    /// `active`, `revoked` (by the admin) or `left` (by its owner).
+    pub fn state(&self) -> &'static str {
+        match (self.revoked, self.left_ms) {
+            (true, Some(_)) => "left",
+            (true, None) => "revoked",
+            (false, _) => "active",
+        }
+    }
 }
 
 /// An invite: only the token's SHA-256 is kept.

@@ -3,7 +3,10 @@
 //!
 //! Each connection starts unauthenticated with a fresh nonce. `Enrol` and
 //! `Hello` prove the host key over nonce ‖ certificate fingerprint; the nonce
-//! is then spent. Anything malformed gets an error answer, never a panic.
+//! is then spent. `ProveProject` (before `Enrol`) answers a joining client's
+//! nonce with the project key's enrolment proof, so the client knows its
+//! invite's key is this server's. Anything malformed gets an error answer,
+//! never a panic.
 //!
 //! Limits, each a named constant below: connections in all, unauthenticated
 //! connections per source address (IPv4 address or IPv6 /64; a flood from one
@@ -765,6 +768,10 @@ async fn dispatch(
             state.lock().await.nonce = Some(nonce);
             Response::Nonce { nonce }
         }
+        Request::ProveProject { nonce } => {
+            let signature = shared.with_grid(move |g| g.enrol_proof(&nonce, &fp)).await;
+            Response::ProjectProof { signature }
+        }
         Request::Enrol {
             token,
             host_key,
@@ -935,7 +942,10 @@ async fn authed(req: Request, host_id: u64, name: &str, shared: &Arc<Shared>) ->
                 Err(e) => Err(e),
             }
         }
-        Request::Challenge | Request::Enrol { .. } | Request::Hello { .. } => {
+        Request::Challenge
+        | Request::Enrol { .. }
+        | Request::Hello { .. }
+        | Request::ProveProject { .. } => {
             return error(ErrorCode::BadRequest, "already authenticated");
         }
     };

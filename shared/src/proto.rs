@@ -71,6 +71,11 @@ pub enum Request {
     /// The host leaves the project: its units go back to the queue at once and
     /// its key is refused from now on.
     Leave,
+    /// Before enrolling, a joining client asks the server to prove it holds
+    /// the project key of the invite: answered `ProjectProof`, a signature
+    /// over a reserved context ‖ this fresh nonce ‖ the certificate
+    /// fingerprint (`sign::make_enrol_proof`), never over anything else.
+    ProveProject { nonce: [u8; 32] },
 }
 
 /// What the server tells hosts in `Welcome`.
@@ -154,6 +159,10 @@ pub enum Response {
     /// the host sends `RequestWork` now instead of at its `retry_after` (for
     /// the new work, or to hear which held units to drop).
     WorkAvailable,
+    /// The answer to `ProveProject`.
+    ProjectProof {
+        signature: Vec<u8>,
+    },
 }
 
 /// The reason of the `Abort` that answers `Progress` and `FetchState` (and of

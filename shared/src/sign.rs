@@ -3,6 +3,12 @@
 //! A unit is signed by the project key over its exact encoded bytes; receivers
 //! run `verify_strict` on those bytes before decoding anything, and never
 //! re-encode to verify.
+//!
+//! The project key signs one other thing: the enrolment proof, by which the
+//! server shows a joining client that it holds the key named in the invite.
+//! That message starts with [`ENROL_PROOF_CONTEXT`]; a unit's bytes never do
+//! (`sign_unit` refuses to sign them, `verify_unit` to accept them), so a
+//! proof can never pass for a unit, whatever nonce the client chose.
 
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
@@ -75,12 +81,21 @@ pub enum SignError {
     TooLarge(usize),
     #[error("signed unit does not decode: {0}")]
     Decode(String),
+    #[error("unit bytes begin with a signing context reserved for proofs")]
+    ReservedContext,
 }
+
+/// The fixed start of every enrolment proof the project key signs: no
+/// unit's bytes may begin with it.
+pub const ENROL_PROOF_CONTEXT: &[u8] = b"beebot-enrol-proof-v1";
 
 /// Sign a unit with the project key.
 pub fn sign_unit(key: &SigningKey, unit: &WorkUnit) -> Result<SignedUnit, SignError> {
     let bytes =
         codec::encode(unit, MAX_UNIT_BYTES).map_err(|e| SignError::Decode(e.to_string()))?;
+    if bytes.starts_with(ENROL_PROOF_CONTEXT) {
+        return Err(SignError::ReservedContext);
+    }
     let signature = key.sign(&bytes).to_bytes().to_vec();
     Ok(SignedUnit { bytes, signature })
 }
@@ -89,6 +104,9 @@ pub fn sign_unit(key: &SigningKey, unit: &WorkUnit) -> Result<SignedUnit, SignEr
 pub fn verify_unit(project_key: &VerifyingKey, signed: &SignedUnit) -> Result<WorkUnit, SignError> {
     if signed.bytes.len() > MAX_UNIT_BYTES {
         return Err(SignError::TooLarge(signed.bytes.len()));
+    }
+    if signed.bytes.starts_with(ENROL_PROOF_CONTEXT) {
+        return Err(SignError::ReservedContext);
     }
     let sig = Signature::from_slice(&signed.signature).map_err(|_| SignError::Malformed)?;
     project_key
@@ -124,6 +142,43 @@ pub fn check_proof(
     let key = VerifyingKey::from_bytes(host_key).map_err(|_| SignError::Malformed)?;
     let sig = Signature::from_slice(proof).map_err(|_| SignError::Malformed)?;
     key.verify_strict(&proof_message(nonce, cert_fingerprint), &sig)
+        .map_err(|_| SignError::BadSignature)
+}
+
+/// The bytes the project key signs to prove itself to a joining client:
+/// the reserved context, the client's fresh nonce, the server certificate's
+/// SHA-256 (so a proof made for one server is no proof for another).
+fn enrol_proof_message(client_nonce: &[u8; 32], cert_fingerprint: &[u8; 32]) -> Vec<u8> {
+    let mut msg = Vec::with_capacity(ENROL_PROOF_CONTEXT.len() + 64);
+    msg.extend_from_slice(ENROL_PROOF_CONTEXT);
+    msg.extend_from_slice(client_nonce);
+    msg.extend_from_slice(cert_fingerprint);
+    msg
+}
+
+/// The server's enrolment proof: the project key's signature over the
+/// reserved context ‖ the client's nonce ‖ the certificate fingerprint.
+pub fn make_enrol_proof(
+    project_key: &SigningKey,
+    client_nonce: &[u8; 32],
+    cert_fingerprint: &[u8; 32],
+) -> Vec<u8> {
+    project_key
+        .sign(&enrol_proof_message(client_nonce, cert_fingerprint))
+        .to_bytes()
+        .to_vec()
+}
+
+/// Check the server's enrolment proof against the project key of the invite.
+pub fn check_enrol_proof(
+    project_key: &[u8; 32],
+    client_nonce: &[u8; 32],
+    cert_fingerprint: &[u8; 32],
+    proof: &[u8],
+) -> Result<(), SignError> {
+    let key = VerifyingKey::from_bytes(project_key).map_err(|_| SignError::Malformed)?;
+    let sig = Signature::from_slice(proof).map_err(|_| SignError::Malformed)?;
+    key.verify_strict(&enrol_proof_message(client_nonce, cert_fingerprint), &sig)
         .map_err(|_| SignError::BadSignature)
 }
 
@@ -199,5 +254,53 @@ mod tests {
         assert!(check_proof(&pk, &n, &fp, &p).is_ok());
         assert!(check_proof(&pk, &[8u8; 32], &fp, &p).is_err());
         assert!(check_proof(&pk, &n, &[1u8; 32], &p).is_err());
+    }
+
+    #[test]
+    fn the_enrol_proof_verifies_with_the_project_key_only() {
+        let k = generate_key();
+        let pk = k.verifying_key().to_bytes();
+        let (n, fp) = ([3u8; 32], [5u8; 32]);
+        let p = make_enrol_proof(&k, &n, &fp);
+        assert!(check_enrol_proof(&pk, &n, &fp, &p).is_ok());
+        // Another key (a code whose key was replaced), another nonce (a
+        // replayed proof), another certificate (a proof for another server).
+        let other = generate_key().verifying_key().to_bytes();
+        assert!(matches!(
+            check_enrol_proof(&other, &n, &fp, &p),
+            Err(SignError::BadSignature)
+        ));
+        assert!(check_enrol_proof(&pk, &[4u8; 32], &fp, &p).is_err());
+        assert!(check_enrol_proof(&pk, &n, &[6u8; 32], &p).is_err());
+        assert!(matches!(
+            check_enrol_proof(&pk, &n, &fp, &p[..10]),
+            Err(SignError::Malformed)
+        ));
+        // Nor is a host's connection proof (another context) an enrol proof.
+        let host = make_proof(&k, &n, &fp);
+        assert!(check_enrol_proof(&pk, &n, &fp, &host).is_err());
+    }
+
+    #[test]
+    fn an_enrol_proof_never_passes_for_a_unit() {
+        let k = generate_key();
+        for seed in 0..64u8 {
+            let n = [seed; 32];
+            let fp = [seed.wrapping_mul(7); 32];
+            // Exactly what the server signed, offered as a unit.
+            let forged = SignedUnit {
+                bytes: enrol_proof_message(&n, &fp),
+                signature: make_enrol_proof(&k, &n, &fp),
+            };
+            assert!(matches!(
+                verify_unit(&k.verifying_key(), &forged),
+                Err(SignError::ReservedContext)
+            ));
+            // And those bytes do not decode as a unit in any case.
+            assert!(codec::decode::<WorkUnit>(&forged.bytes, MAX_UNIT_BYTES).is_err());
+        }
+        // A real unit's bytes never start with the context.
+        let s = sign_unit(&k, &unit()).unwrap();
+        assert!(!s.bytes.starts_with(ENROL_PROOF_CONTEXT));
     }
 }

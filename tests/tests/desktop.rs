@@ -190,7 +190,12 @@ fn leaving_releases_units_at_once_and_removes_local_files() {
         .filter(|j| j["state"] == "Running")
         .count();
     assert_eq!(running, 0, "every unit went back to the queue: {d}");
-    assert!(stdout(&g.admin_ok(&["hosts", "list"])).contains("revoked"));
+    // Left by its owner, not revoked by the admin.
+    let hosts = stdout(&g.admin_ok(&["hosts", "list"]));
+    assert!(
+        hosts.contains("\tleft\t") && !hosts.contains("revoked"),
+        "{hosts}"
+    );
 }
 
 #[test]

@@ -1,0 +1,144 @@
+//! `beebot leave`: stop this home's runner, uninstall its service, tell the
+//! server, and remove every file the client made in the home. Leaving
+//! offline still cleans up, and says the server was not told.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+
+use beebot_shared::proto::{ErrorCode, Request};
+
+use crate::home::{Home, RunLock, RunLockError};
+use crate::net::{Link, NetError};
+use crate::{control, service};
+
+/// Longest `leave` waits for a running `beebot run` to stop: its scans get
+/// `SHUTDOWN_GRACE` (3 s) and their writes `SHUTDOWN_WRITES` (1.25 s), with
+/// room to spare for a loaded machine.
+pub const RUNNER_STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often `leave` looks whether the runner has exited.
+const RUNNER_POLL: Duration = Duration::from_millis(100);
+/// Longest `leave` tries to tell the server (connect, hello, `Leave`); past
+/// it the host leaves offline.
+pub const TELL_SERVER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the server heard of the leaving.
+#[derive(Debug)]
+pub enum ServerTold {
+    /// The server released this host's units and lists it as left.
+    Told,
+    /// The server had revoked this host already.
+    WasRevoked,
+    /// The server could not be told (why); it will see the host as silent.
+    NotTold(String),
+    /// This home had not joined a project.
+    NotJoined,
+}
+
+/// What `leave` did, for the user.
+#[derive(Debug)]
+pub struct LeaveReport {
+    /// Lines from uninstalling this home's service, if it had one.
+    pub service: Vec<String>,
+    /// The pid of the runner that was stopped, if one ran.
+    pub runner_stopped: Option<u32>,
+    pub server: ServerTold,
+    /// What was removed, with what each is.
+    pub removed: Vec<(&'static str, PathBuf)>,
+}
+
+/// Leave the project from `home` (`home_flag`: the `--home` given, which
+/// the service unit names).
+pub async fn leave(home: &Home, home_flag: Option<&Path>) -> Result<LeaveReport> {
+    let enrolment = home.enrolment()?;
+    let revoked = home.revocation().is_some();
+    // The service first: a service manager would start the runner again.
+    let service = if service::installed_for(home_flag)? {
+        service::uninstall()?
+    } else {
+        Vec::new()
+    };
+    let (runner_stopped, _lock) = stop_runner(home).await?;
+    let server = match &enrolment {
+        None => ServerTold::NotJoined,
+        Some(_) if revoked => ServerTold::WasRevoked,
+        Some(e) => match tokio::time::timeout(TELL_SERVER_TIMEOUT, tell_server(home, e)).await {
+            Ok(Ok(())) => ServerTold::Told,
+            Ok(Err(e)) if is_revoked(&e) => ServerTold::WasRevoked,
+            Ok(Err(e)) => ServerTold::NotTold(format!("{e:#}")),
+            Err(_) => ServerTold::NotTold(format!(
+                "no answer within {}",
+                beebot_shared::util::human_duration(TELL_SERVER_TIMEOUT)
+            )),
+        },
+    };
+    // The lock is held until every file is gone: no runner starts meanwhile.
+    let removed = home.remove_all()?;
+    if enrolment.is_none() && removed.iter().all(|(w, _)| *w == "run lock") {
+        bail!(
+            "this client has not joined a project (home {}): nothing to leave",
+            home.config.display()
+        );
+    }
+    Ok(LeaveReport {
+        service,
+        runner_stopped,
+        server,
+        removed,
+    })
+}
+
+fn is_revoked(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<NetError>(),
+            Some(NetError::Refused {
+                code: ErrorCode::Revoked,
+                ..
+            })
+        )
+    })
+}
+
+async fn tell_server(home: &Home, e: &crate::home::Enrolment) -> Result<()> {
+    let key = home.host_key(false)?;
+    let link = Link::connect(&e.server_id()?).await?;
+    link.hello(e.host_id, &key).await?;
+    link.request(&Request::Leave).await?;
+    link.close();
+    Ok(())
+}
+
+/// Take the home's run lock, first asking a running `beebot run` to stop
+/// (through its control socket) and waiting for it to exit, at most
+/// [`RUNNER_STOP_TIMEOUT`]. Returns the stopped runner's pid and the lock.
+async fn stop_runner(home: &Home) -> Result<(Option<u32>, RunLock)> {
+    let pid = match home.lock_runner() {
+        Ok(lock) => return Ok((None, lock)),
+        Err(RunLockError::Held { pid, .. }) => pid,
+        Err(e) => return Err(e.into()),
+    };
+    let who = pid.map_or("the running client".to_string(), |p| {
+        format!("the running client (pid {p})")
+    });
+    // A runner the service manager is stopping may be gone already.
+    let asked = control::send(&home.data, "stop");
+    let start = Instant::now();
+    loop {
+        tokio::time::sleep(RUNNER_POLL).await;
+        match home.lock_runner() {
+            Ok(lock) => return Ok((pid, lock)),
+            Err(RunLockError::Held { .. }) if start.elapsed() < RUNNER_STOP_TIMEOUT => {}
+            Err(RunLockError::Held { .. }) => bail!(
+                "{who} did not stop within {}{}; nothing was removed: stop it, then run `beebot leave` again",
+                beebot_shared::util::human_duration(RUNNER_STOP_TIMEOUT),
+                asked
+                    .err()
+                    .map(|e| format!(" (asking it to stop failed: {e:#})"))
+                    .unwrap_or_default()
+            ),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
