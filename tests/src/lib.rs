@@ -92,6 +92,15 @@ pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
     }
 }
 
+/// Poll `f` until it holds; panic naming `what` after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !f() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -382,6 +391,13 @@ impl Grid {
     }
 
     /// `round show ID --json`.
+    /// `beebot status --json` of client `name`.
+    pub fn status_json(&self, name: &str) -> serde_json::Value {
+        let o = self.client(name, &["status", "--json"]);
+        assert!(o.status.success(), "status: {}", stderr(&o));
+        serde_json::from_str(&stdout(&o)).expect("status json")
+    }
+
     pub fn round_json(&self, id: &str) -> serde_json::Value {
         let o = self.admin_ok(&["round", "show", id, "--json"]);
         serde_json::from_str(&stdout(&o)).expect("round json")

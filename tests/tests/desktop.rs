@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use beebot_tests::*;
 
@@ -13,20 +13,6 @@ fn join(g: &Grid, name: &str) {
     let code = last_line(&g.admin_ok(&["invite"]));
     let o = g.client(name, &["join", &code, "--name", name]);
     assert!(o.status.success(), "join: {}", stderr(&o));
-}
-
-fn status_json(g: &Grid, name: &str) -> serde_json::Value {
-    let o = g.client(name, &["status", "--json"]);
-    assert!(o.status.success(), "status: {}", stderr(&o));
-    serde_json::from_str(&stdout(&o)).expect("status json")
-}
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -52,7 +38,7 @@ fn pause_and_resume_a_running_client_mid_scan() {
 
     // Mid-scan: the live status shows a scan with pages.
     wait_for("a scan in progress", Duration::from_secs(60), || {
-        let s = status_json(&g, "a");
+        let s = g.status_json("a");
         s["state"] == "running" && s["scans"][0]["pages"].as_u64().unwrap_or(0) >= 2
     });
     let o = g.client("a", &["pause"]);
@@ -79,15 +65,15 @@ fn pause_and_resume_a_running_client_mid_scan() {
         || checkpoints() == 1,
     );
     wait_for("paused state", Duration::from_secs(10), || {
-        status_json(&g, "a")["state"] == "paused"
+        g.status_json("a")["state"] == "paused"
     });
     // The scan's deadline is shown (it finds dead hosts, it stops nothing).
     assert!(
-        status_json(&g, "a")["scans"][0]["deadline_ms"]
+        g.status_json("a")["scans"][0]["deadline_ms"]
             .as_u64()
             .is_some(),
         "{}",
-        status_json(&g, "a")
+        g.status_json("a")
     );
     let text = stdout(&g.client("a", &["status"]));
     assert!(text.contains("state     paused"), "{text}");
@@ -110,7 +96,7 @@ fn pause_and_resume_a_running_client_mid_scan() {
     assert_eq!(checkpoints(), 0, "checkpoints go with their units");
 
     // Not running: status comes from the spool.
-    let s = status_json(&g, "a");
+    let s = g.status_json("a");
     assert_eq!(s["state"], "not running");
     assert_eq!(s["pending_uploads"], 0);
     assert_eq!(s["today"]["results"], 3, "{s}");
@@ -171,7 +157,7 @@ fn leaving_releases_units_at_once_and_removes_local_files() {
         .spawn()
         .expect("spawn");
     wait_for("units held", Duration::from_secs(60), || {
-        status_json(&g, "l")["units_held"]
+        g.status_json("l")["units_held"]
             .as_array()
             .is_some_and(|u| !u.is_empty())
     });
@@ -305,7 +291,7 @@ fn a_full_spool_takes_no_new_work() {
         || std::fs::read_to_string(&log).is_ok_and(|l| l.contains("spool_cap_mb")),
     );
     std::thread::sleep(Duration::from_millis(1500));
-    let s = status_json(&g, "full");
+    let s = g.status_json("full");
     assert_eq!(s["units_held"].as_array().map(Vec::len), Some(0), "{s}");
     let d: serde_json::Value =
         serde_json::from_str(&stdout(&g.admin_ok(&["round", "show", &round, "--json"])))
@@ -316,90 +302,4 @@ fn a_full_spool_takes_no_new_work() {
     g.wait_round(&round, "120s");
     let _ = child.kill();
     let _ = child.wait();
-}
-
-/// Two `beebot run` on one home: the second used to take the control socket
-/// over and leave the first unreachable. Now it is refused naming the first,
-/// which stays reachable; a runner killed leaves a stale lock that the next
-/// takes over, and one that exits leaves the home free.
-#[test]
-fn a_second_runner_on_one_home_is_refused_and_the_first_stays_reachable() {
-    let g = Grid::start(47, 1);
-    join(&g, "a");
-    let log = g.home("a").join("runs.stderr");
-    let mut first = g.spawn_run("a", &[], &log);
-    let first_pid = first.id();
-    wait_for(
-        "the first runner's control socket",
-        Duration::from_secs(30),
-        || g.client("a", &["resume"]).status.success(),
-    );
-
-    let flags = g.crawl_flags();
-    let mut args = vec!["run"];
-    args.extend(flags.iter().map(String::as_str));
-    let started = Instant::now();
-    let o = g.client("a", &args);
-    assert!(!o.status.success(), "the second runner should be refused");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "refused quickly, not after {:?}",
-        started.elapsed()
-    );
-    let err = stderr(&o);
-    assert!(
-        err.contains(&format!("pid {first_pid}")) && err.contains("already running"),
-        "{err}"
-    );
-    assert!(err.lines().any(|l| l.starts_with("error: ")), "{err}");
-
-    // The first is still the one that answers.
-    let o = g.client("a", &["pause"]);
-    assert!(o.status.success(), "pause: {}", stderr(&o));
-    wait_for("paused state", Duration::from_secs(10), || {
-        status_json(&g, "a")["state"] == "paused"
-    });
-    let text = stdout(&g.client("a", &["status"]));
-    assert!(text.contains(&format!("(pid {first_pid})")), "{text}");
-    assert!(g.client("a", &["resume"]).status.success());
-
-    // Killed: its pid stays in the lock file, and the next runner takes over.
-    first.kill().expect("kill");
-    first.wait().expect("wait");
-    let lock = g.home("a").join("run.lock");
-    assert_eq!(
-        std::fs::read_to_string(&lock).expect("lock file").trim(),
-        first_pid.to_string()
-    );
-    let mut second = g.spawn_run("a", &[], &log);
-    let second_pid = second.id();
-    wait_for(
-        "the second runner's control socket",
-        Duration::from_secs(30),
-        || g.client("a", &["pause"]).status.success(),
-    );
-    wait_for(
-        "the second runner's status",
-        Duration::from_secs(10),
-        || stdout(&g.client("a", &["status"])).contains(&format!("(pid {second_pid})")),
-    );
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        text.contains(&format!("taking over the home from pid {first_pid}")),
-        "{text}"
-    );
-
-    // Stopped: the lock file is emptied and a new runner starts.
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &second_pid.to_string()])
-        .status()
-        .expect("kill -TERM");
-    assert!(term.success());
-    let status = second.wait().expect("wait");
-    assert!(status.success(), "{status}");
-    assert_eq!(std::fs::read_to_string(&lock).expect("lock file"), "");
-    let mut once = vec!["run", "--once"];
-    once.extend(flags.iter().map(String::as_str));
-    let o = g.client("a", &once);
-    assert!(o.status.success(), "run --once: {}", stderr(&o));
 }

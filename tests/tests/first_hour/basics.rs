@@ -1,6 +1,8 @@
-//! Items that lost work in the first hour and now refuse it: a host that
-//! takes units and drops them (the broken host of the damaged invite code)
-//! never takes a job past its attempt limit.
+//! What lost work in the first hour and is now refused: a second runner on
+//! one home, a damaged invite code, and a host that takes units and drops
+//! them (the broken host of a damaged code) taking a job past its limit.
+
+use std::time::{Duration, Instant};
 
 use beebot_shared::proto::{Request, Response};
 use beebot_shared::sign;
@@ -73,4 +75,129 @@ fn a_host_that_drops_its_units_never_takes_a_job_past_its_attempt_limit() {
         let over = last_line(&g.admin(&["round", "wait", &round, "--timeout", "10s"]));
         assert!(over.contains("INCOMPLETE"), "delay {delay_ms}: {over}");
     }
+}
+
+/// Two `beebot run` on one home: the second used to take the control socket
+/// over and leave the first unreachable. Now it is refused naming the first,
+/// which stays reachable; a runner killed leaves a stale lock that the next
+/// takes over, and one that exits leaves the home free.
+#[test]
+fn a_second_runner_on_one_home_is_refused_and_the_first_stays_reachable() {
+    let g = Grid::start(47, 1);
+    let code = g.invite(1);
+    g.join("a", &code);
+    let log = g.home("a").join("runs.stderr");
+    let mut first = g.spawn_run("a", &[], &log);
+    let first_pid = first.id();
+    wait_for(
+        "the first runner's control socket",
+        Duration::from_secs(30),
+        || g.client("a", &["resume"]).status.success(),
+    );
+
+    let flags = g.crawl_flags();
+    let mut args = vec!["run"];
+    args.extend(flags.iter().map(String::as_str));
+    let started = Instant::now();
+    let o = g.client("a", &args);
+    assert!(!o.status.success(), "the second runner should be refused");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused quickly, not after {:?}",
+        started.elapsed()
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("pid {first_pid}")) && err.contains("already running"),
+        "{err}"
+    );
+    assert!(err.lines().any(|l| l.starts_with("error: ")), "{err}");
+
+    // The first is still the one that answers.
+    let o = g.client("a", &["pause"]);
+    assert!(o.status.success(), "pause: {}", stderr(&o));
+    wait_for("paused state", Duration::from_secs(10), || {
+        g.status_json("a")["state"] == "paused"
+    });
+    let text = stdout(&g.client("a", &["status"]));
+    assert!(text.contains(&format!("(pid {first_pid})")), "{text}");
+    assert!(g.client("a", &["resume"]).status.success());
+
+    // Killed: its pid stays in the lock file, and the next runner takes over.
+    first.kill().expect("kill");
+    first.wait().expect("wait");
+    let lock = g.home("a").join("run.lock");
+    assert_eq!(
+        std::fs::read_to_string(&lock).expect("lock file").trim(),
+        first_pid.to_string()
+    );
+    let mut second = g.spawn_run("a", &[], &log);
+    let second_pid = second.id();
+    wait_for(
+        "the second runner's control socket",
+        Duration::from_secs(30),
+        || g.client("a", &["pause"]).status.success(),
+    );
+    wait_for(
+        "the second runner's status",
+        Duration::from_secs(10),
+        || stdout(&g.client("a", &["status"])).contains(&format!("(pid {second_pid})")),
+    );
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.contains(&format!("taking over the home from pid {first_pid}")),
+        "{text}"
+    );
+
+    // Stopped: the lock file is emptied and a new runner starts.
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &second_pid.to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(term.success());
+    let status = second.wait().expect("wait");
+    assert!(status.success(), "{status}");
+    assert_eq!(std::fs::read_to_string(&lock).expect("lock file"), "");
+    let mut once = vec!["run", "--once"];
+    once.extend(flags.iter().map(String::as_str));
+    let o = g.client("a", &once);
+    assert!(o.status.success(), "run --once: {}", stderr(&o));
+}
+
+/// A code copied with a character changed in the middle, or its tail cut
+/// off, is refused before anything is made: no host key, no enrolment, no
+/// token spent, and the intact code still joins.
+#[test]
+fn a_damaged_invite_code_joins_nothing() {
+    let g = Grid::start(37, 1);
+    let code = g.invite(1);
+    let mid = code.len() / 2;
+    let swap = if code.as_bytes()[mid] == b'A' {
+        "B"
+    } else {
+        "A"
+    };
+    let changed = format!("{}{swap}{}", &code[..mid], &code[mid + 1..]);
+    let cut = &code[..code.len() - 2];
+    for (name, bad) in [("changed", changed.as_str()), ("cut", cut)] {
+        let o = g.client(name, &["join", bad]);
+        assert!(!o.status.success(), "{name}: joined with a damaged code");
+        let err = stderr(&o);
+        assert!(
+            err.contains(
+                "this invite code is damaged (a character changed or missing): copy it again"
+            ),
+            "{err}"
+        );
+        assert!(err.lines().any(|l| l.starts_with("error: ")), "{err}");
+        assert!(!err.contains("expired"), "{err}");
+        assert!(!err.to_lowercase().contains("base64"), "{err}");
+        assert!(!g.home(name).join("host.key").exists(), "{name}: host key");
+        assert!(
+            !g.home(name).join("enrolment.json").exists(),
+            "{name}: enrolment"
+        );
+    }
+    assert!(!stdout(&g.admin_ok(&["hosts", "list"])).contains("changed"));
+    g.join("intact", &code);
 }

@@ -9,14 +9,6 @@ use std::time::{Duration, Instant};
 use beebot_shared::invite::Invite;
 use beebot_tests::*;
 
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// Every file under `dir` (none when it does not exist).
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -32,12 +24,6 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
-}
-
-fn status_json(g: &Grid, name: &str) -> serde_json::Value {
-    let o = g.client(name, &["status", "--json"]);
-    assert!(o.status.success(), "status: {}", stderr(&o));
-    serde_json::from_str(&stdout(&o)).expect("status json")
 }
 
 /// `hosts list`'s state column for host `id`.
@@ -176,7 +162,7 @@ fn leave_stops_the_runner_and_its_service_tells_the_server_and_removes_every_fil
     g.import_sites();
     let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "40"]));
     wait_for("units held", Duration::from_secs(60), || {
-        status_json(&g, "l")["units_held"]
+        g.status_json("l")["units_held"]
             .as_array()
             .is_some_and(|u| !u.is_empty())
     });
@@ -263,7 +249,7 @@ fn a_revoked_host_is_told_so_and_leaving_offline_still_cleans_up() {
             && text.contains("ask the admin for a new invite code"),
         "{text}"
     );
-    assert!(status_json(&g, "r")["revoked"]["message"].is_string());
+    assert!(g.status_json("r")["revoked"]["message"].is_string());
     let o = g.client("r", &["leave"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
@@ -310,7 +296,7 @@ fn settings_reach_the_running_client_and_times_read_as_words() {
     let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "60"]));
     let log = g.dir.path().join("runner-s.stderr");
     let mut runner = g.spawn_run("s", &["--once"], &log);
-    let scans = |g: &Grid| status_json(g, "s")["scans"].as_array().map_or(0, Vec::len);
+    let scans = |g: &Grid| g.status_json("s")["scans"].as_array().map_or(0, Vec::len);
     wait_for("one scan", Duration::from_secs(60), || scans(&g) == 1);
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(scans(&g), 1, "slots = 1 holds");

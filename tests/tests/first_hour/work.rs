@@ -7,7 +7,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use beebot_shared::synth::{SynthConfig, SynthWeb};
-use beebot_tests::{last_line, run, stderr, stdout, Grid};
+use beebot_tests::{last_line, run, stderr, stdout, wait_for, Grid};
 
 /// A new round reaches a connected idle client within this long (it asks
 /// every `RETRY_IDLE_S`, 60 s, otherwise).
@@ -25,14 +25,6 @@ impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
