@@ -677,8 +677,8 @@ async fn dashboard(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respo
          <form method=post action=/logout><button type=submit>Log out</button></form>",
     );
     html.push_str(&format!(
-        "<p>{} sites · {} hosts ({} revoked) · {} rounds running · jobs: {} queued, {} running, {} done, {} failed</p>",
-        status.sites, status.hosts, status.hosts_revoked, status.rounds_running,
+        "<p>{} sites · {} hosts ({} revoked, {} left) · {} rounds running · jobs: {} queued, {} running, {} done, {} failed</p>",
+        status.sites, status.hosts, status.hosts_revoked, status.hosts_left, status.rounds_running,
         status.jobs_queued, status.jobs_running, status.jobs_done, status.jobs_failed
     ));
     html.push_str("<h2>Rounds</h2><table><tr><th>id</th><th>state</th><th>policy</th><th>jobs</th><th>done</th><th>failed</th><th>running</th><th>complete</th><th>incomplete</th><th>pages</th><th>links</th><th>validation</th><th>pending</th><th>valid</th><th>trusted</th><th>invalid results</th></tr>");
@@ -690,7 +690,7 @@ async fn dashboard(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respo
             r.params.validate.as_str(), c.pending, c.valid, c.trusted, c.invalid
         ));
     }
-    html.push_str("</table><h2>Hosts</h2><table><tr><th>id</th><th>name</th><th>last seen (s ago)</th><th>jobs</th><th>pages</th><th>missed deadlines</th><th>revoked</th><th>trust (valid in a row)</th><th>valid</th><th>invalid</th></tr>");
+    html.push_str("</table><h2>Hosts</h2><table><tr><th>id</th><th>name</th><th>last seen (s ago)</th><th>jobs</th><th>pages</th><th>missed deadlines</th><th>state</th><th>trust (valid in a row)</th><th>valid</th><th>invalid</th></tr>");
     let now = now_ms();
     for HostLine { host: h, trusted } in &hosts {
         html.push_str(&format!(
@@ -701,7 +701,7 @@ async fn dashboard(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respo
             h.jobs_done,
             h.pages_done,
             h.deadlines_missed,
-            h.revoked,
+            h.state(),
             if *trusted { "trusted" } else { "untrusted" },
             h.consecutive_valid,
             h.valid_results,

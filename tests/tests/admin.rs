@@ -149,6 +149,32 @@ fn the_dashboard_logs_in_by_form_and_cookie_and_never_by_url() {
     // The CLI too.
     g.admin_ok(&["status"]);
 
+    // Hosts by their state: one left by its owner, one revoked by the admin.
+    let code = last_line(&g.admin_ok(&["invite", "--uses", "2", "--expires", "1h"]));
+    g.join("leaver", &code);
+    g.join("revokee", &code);
+    let o = g.client("leaver", &["leave"]);
+    assert!(o.status.success(), "leave: {}", stderr(&o));
+    g.admin_ok(&["hosts", "revoke", "revokee"]);
+    let page = get(addr, "/", &with_session);
+    assert!(
+        page.body.contains("0 hosts (1 revoked, 1 left)"),
+        "{}",
+        page.body
+    );
+    for (name, state) in [("leaver", "left"), ("revokee", "revoked")] {
+        assert!(
+            page.body.contains(&format!("<td>{name}</td>"))
+                && page
+                    .body
+                    .split("<tr>")
+                    .any(|row| row.contains(&format!("<td>{name}</td>"))
+                        && row.contains(&format!("<td>{state}</td>"))),
+            "{name} should be {state}: {}",
+            page.body
+        );
+    }
+
     // Logged out: the cookie opens nothing any more.
     let out = post_form(addr, "/logout", &with_session, "");
     assert_eq!(out.status, 303);
