@@ -677,9 +677,9 @@ async fn dashboard(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respo
          <form method=post action=/logout><button type=submit>Log out</button></form>",
     );
     html.push_str(&format!(
-        "<p>{} sites · {} hosts ({} revoked, {} left) · {} rounds running · jobs: {} queued, {} running, {} done, {} failed</p>",
+        "<p>{} sites · {} hosts ({} revoked, {} left) · {} rounds running · jobs: {} queued, {} running, {} done, {} failed, {} cancelled</p>",
         status.sites, status.hosts, status.hosts_revoked, status.hosts_left, status.rounds_running,
-        status.jobs_queued, status.jobs_running, status.jobs_done, status.jobs_failed
+        status.jobs_queued, status.jobs_running, status.jobs_done, status.jobs_failed, status.jobs_cancelled
     ));
     html.push_str("<h2>Rounds</h2><table><tr><th>id</th><th>state</th><th>policy</th><th>jobs</th><th>done</th><th>failed</th><th>running</th><th>complete</th><th>incomplete</th><th>pages</th><th>links</th><th>validation</th><th>pending</th><th>valid</th><th>trusted</th><th>invalid results</th></tr>");
     for (r, jobs) in &rounds {

@@ -509,6 +509,9 @@ pub struct GridStatus {
     pub jobs_running: usize,
     pub jobs_done: usize,
     pub jobs_failed: usize,
+    /// Jobs of a cancelled round that were not over when it was cancelled.
+    #[serde(default)]
+    pub jobs_cancelled: usize,
     /// The rounds whose jobs the counts are: the running ones, or when none
     /// runs, the newest.
     #[serde(default)]
@@ -2900,7 +2903,7 @@ impl Grid {
                     JobState::Running => s.jobs_running += 1,
                     JobState::Done => s.jobs_done += 1,
                     JobState::Failed => s.jobs_failed += 1,
-                    JobState::Cancelled => {}
+                    JobState::Cancelled => s.jobs_cancelled += 1,
                 }
             }
         }
@@ -5169,9 +5172,10 @@ mod tests {
         let s = fx.grid.status();
         assert_eq!(s.rounds_running, 0);
         assert_eq!(s.jobs_rounds, vec![round]);
+        assert_eq!(s.jobs_cancelled, 2);
         assert_eq!(
             s.jobs_queued + s.jobs_running + s.jobs_done + s.jobs_failed,
-            2
+            0
         );
     }
 

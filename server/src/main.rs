@@ -654,8 +654,12 @@ fn run(cli: Cli) -> Result<i32> {
                     ),
                 };
                 println!(
-                    "jobs         {} queued, {} running, {} done, {} failed{of}",
-                    s.grid.jobs_queued, s.grid.jobs_running, s.grid.jobs_done, s.grid.jobs_failed
+                    "jobs         {} queued, {} running, {} done, {} failed, {} cancelled{of}",
+                    s.grid.jobs_queued,
+                    s.grid.jobs_running,
+                    s.grid.jobs_done,
+                    s.grid.jobs_failed,
+                    s.grid.jobs_cancelled
                 );
                 if let Some(last) = &s.grid.last_round {
                     println!(

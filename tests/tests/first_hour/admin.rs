@@ -383,7 +383,7 @@ fn round_wait_shows_progress_round_show_names_hosts_and_status_counts_the_last_r
     let text = stdout(&o);
     assert!(
         text.contains(&format!(
-            "jobs         0 queued, 0 running, {total} done, 0 failed (round {round}, the last)"
+            "jobs         0 queued, 0 running, {total} done, 0 failed, 0 cancelled (round {round}, the last)"
         )),
         "{text}"
     );
