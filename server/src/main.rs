@@ -61,6 +61,15 @@ enum Cmd {
         /// one this server serves.
         #[arg(long, value_name = "URL")]
         reference_site: Option<String>,
+        /// How site owners reach whoever runs this crawler: a web page
+        /// (https://...) or an e-mail address. Shown on the about page the
+        /// User-Agent links to. Asked for on a terminal when not given.
+        #[arg(long, value_name = "URL|EMAIL")]
+        contact: Option<String>,
+        /// Who runs the crawler (an organisation or a person), shown on the
+        /// about page.
+        #[arg(long, value_name = "NAME", default_value = "")]
+        operator: String,
     },
     /// Serve clients (QUIC) and the admin API until Ctrl-C or SIGTERM.
     Serve,
@@ -377,6 +386,45 @@ fn main() {
     }
 }
 
+/// Times `init` asks for a contact on a terminal before giving up.
+const CONTACT_PROMPT_ATTEMPTS: u32 = 3;
+
+/// The operator contact for `init`: `--contact` checked, else asked for on
+/// a terminal, else refused with the flag to pass.
+fn init_contact(given: Option<String>) -> Result<String> {
+    if let Some(c) = given {
+        return config::check_contact(&c).context("--contact");
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!(
+            "no operator contact: pass --contact URL|EMAIL (a web page or an e-mail address              where site owners can reach whoever runs this crawler; it goes into the              User-Agent's about page)"
+        );
+    }
+    eprintln!(
+        "Site owners must be able to reach whoever runs this crawler. The contact          (a web page https://... or an e-mail address) is shown on the about page the          User-Agent links to."
+    );
+    let mut last = None;
+    for _ in 0..CONTACT_PROMPT_ATTEMPTS {
+        eprint!("contact: ");
+        std::io::stderr().flush().ok();
+        let mut line = String::new();
+        if std::io::stdin().read_line(&mut line)? == 0 {
+            break;
+        }
+        match config::check_contact(&line) {
+            Ok(c) => return Ok(c),
+            Err(e) => {
+                eprintln!("{e}");
+                last = Some(e);
+            }
+        }
+    }
+    match last {
+        Some(e) => Err(anyhow::Error::new(e).context("no usable operator contact")),
+        None => bail!("no operator contact given: pass --contact URL|EMAIL"),
+    }
+}
+
 fn data_dir(explicit: Option<PathBuf>) -> Result<DataDir> {
     if let Some(d) = explicit {
         return Ok(DataDir(d));
@@ -397,7 +445,12 @@ fn run(cli: Cli) -> Result<i32> {
             key,
             reference_listen,
             reference_site,
+            contact,
+            operator,
         } => {
+            // Checked before anything is written: a refused init leaves no file.
+            let contact = init_contact(contact)?;
+            let operator = config::check_operator(&operator).context("--operator")?;
             if let Some(addr) = reference_listen.as_deref().filter(|a| *a != "off") {
                 addr.parse::<std::net::SocketAddr>().with_context(|| {
                     format!("--reference-listen `{addr}` is not ADDR:PORT or off")
@@ -419,6 +472,8 @@ fn run(cli: Cli) -> Result<i32> {
                     admin_listen,
                     cert_pem: cert,
                     key_pem: key,
+                    contact,
+                    operator,
                 },
             )?;
             if reference_listen.is_some() || reference_site.is_some() {
@@ -434,6 +489,10 @@ fn run(cli: Cli) -> Result<i32> {
             println!("  QUIC listen  {}", cfg.listen);
             println!("  public addr  {}", cfg.public_addr);
             println!("  admin API    {}", cfg.admin_listen);
+            println!("  contact      {}", cfg.contact);
+            if !cfg.operator.is_empty() {
+                println!("  operator     {}", cfg.operator);
+            }
             match (cfg.reference_site.as_str(), cfg.reference_listen.as_str()) {
                 ("", "") => println!("  reference    none (hosts will not benchmark)"),
                 ("", addr) => println!("  reference    served on http://{addr}/"),

@@ -28,6 +28,12 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Semaphore;
 
+use crate::about::AboutPage;
+
+/// Where the crawler's about page is served (the User-Agent links to it).
+/// No reference page has this path.
+pub const ABOUT_PATH: &str = "/about";
+
 /// Connections served at once; more wait in the kernel's listen backlog,
 /// holding no file descriptor of the server's (the systemd unit's
 /// `LimitNOFILE` leaves room for these, the QUIC endpoint, store and files).
@@ -259,6 +265,16 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    serve_with_about(listener, None, shutdown).await
+}
+
+/// [`serve`], and the crawler's about page at [`ABOUT_PATH`] when `about`
+/// is given (read from the watch channel per request: no grid lock).
+pub async fn serve_with_about(
+    listener: tokio::net::TcpListener,
+    about: Option<AboutPage>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let per_address: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     let mut conns = tokio::task::JoinSet::new();
@@ -291,8 +307,9 @@ pub async fn serve(
             tracing::debug!(%peer, "reference site: too many connections from this address");
             continue;
         };
+        let about = about.clone();
         conns.spawn(async move {
-            serve_connection(stream).await;
+            serve_connection(stream, about).await;
             drop(address_slot);
             drop(slot);
         });
@@ -336,7 +353,7 @@ impl Drop for AddressSlot {
 
 /// Serve one connection (HTTP/1.1, kept alive) until it ends, its header
 /// is late, or it idles for [`IDLE_TIMEOUT`]; dropping it closes the socket.
-async fn serve_connection(stream: tokio::net::TcpStream) {
+async fn serve_connection(stream: tokio::net::TcpStream, about: Option<AboutPage>) {
     let started = tokio::time::Instant::now();
     let last = Arc::new(AtomicU64::new(0));
     let io = Watched {
@@ -344,10 +361,11 @@ async fn serve_connection(stream: tokio::net::TcpStream) {
         started,
         last: last.clone(),
     };
-    let service =
-        hyper::service::service_fn(|request: Request<hyper::body::Incoming>| async move {
-            Ok::<_, Infallible>(handle(request.method(), request.uri()))
-        });
+    let service = hyper::service::service_fn(|request: Request<hyper::body::Incoming>| {
+        // The page as rendered now: an `Arc` cloned under the channel's read lock.
+        let page = about.as_ref().map(|a| a.borrow().clone());
+        async move { Ok::<_, Infallible>(handle(request.method(), request.uri(), page)) }
+    });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
@@ -417,7 +435,7 @@ impl AsyncWrite for Watched {
     }
 }
 
-fn handle(method: &Method, uri: &axum::http::Uri) -> Response<Body> {
+fn handle(method: &Method, uri: &axum::http::Uri, about: Option<Arc<String>>) -> Response<Body> {
     if !matches!(*method, Method::GET | Method::HEAD) {
         let mut r = Response::new(Body::from("GET only\n"));
         *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
@@ -427,6 +445,12 @@ fn handle(method: &Method, uri: &axum::http::Uri) -> Response<Body> {
         .path_and_query()
         .map_or("/", |pq| pq.as_str())
         .to_string();
+    if let Some(page) = about.filter(|_| uri.path() == ABOUT_PATH) {
+        return Response::builder()
+            .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+            .body(Body::from(page.as_bytes().to_vec()))
+            .unwrap_or_else(|_| Response::new(Body::from("error\n")));
+    }
     // Generating a page is a few microseconds: no need for a blocking thread.
     let (status, content_type, body) = respond(&path);
     Response::builder()
