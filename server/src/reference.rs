@@ -553,6 +553,46 @@ mod tests {
         (addr, stop)
     }
 
+    /// `GET path` on a fresh connection: the whole answer as text.
+    async fn get(server: std::net::SocketAddr, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = connect_from("127.0.0.1", server).await;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: ref.test\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .expect("request");
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).await.expect("answer");
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_about_page_is_served_as_last_published_and_only_when_given() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (page, about) = tokio::sync::watch::channel(Arc::new("<p>first</p>".to_string()));
+        let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve_with_about(listener, Some(about), async move {
+            let _ = stopped.await;
+        }));
+        let answer = get(addr, ABOUT_PATH).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert!(answer.contains("text/html; charset=utf-8"));
+        assert!(answer.ends_with("<p>first</p>"), "{answer}");
+        page.send_replace(Arc::new("<p>second</p>".to_string()));
+        assert!(get(addr, "/about?x=1").await.ends_with("<p>second</p>"));
+        // The reference site is unchanged beside it.
+        assert!(get(addr, "/").await.starts_with("HTTP/1.1 200 OK"));
+        assert!(get(addr, "/about/").await.starts_with("HTTP/1.1 404"));
+        // Without a page (the benchmark's own server), /about is not found.
+        let (plain, _stop_plain) = start().await;
+        assert!(get(plain, ABOUT_PATH).await.starts_with("HTTP/1.1 404"));
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn idle_and_slow_connections_are_capped_and_closed_and_others_served() {
         use tokio::io::AsyncWriteExt;
