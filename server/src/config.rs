@@ -387,6 +387,17 @@ impl DataDir {
             .with_context(|| format!("{} is not valid", self.config().display()))?;
         check_config_durations(&cfg)
             .with_context(|| format!("{} is not valid", self.config().display()))?;
+        let about = cfg.about_url.trim();
+        // A URL (an e-mail address is no page to link to).
+        if !about.is_empty() && (!about.contains("://") || check_contact(about).is_err()) {
+            anyhow::bail!(
+                "{}: about_url `{about}` is not an http:// or https:// URL (leave it empty for the \
+                 about page this server serves)",
+                self.config().display()
+            );
+        }
+        check_operator(&cfg.operator)
+            .with_context(|| format!("{}: operator", self.config().display()))?;
         if cfg.validation.spot_check_percent > crate::validate::MAX_SPOT_CHECK_PERCENT {
             anyhow::bail!(
                 "{}: validation.spot_check_percent is {}, at most {}",
@@ -893,6 +904,26 @@ mod tests {
         );
         let old: ServerConfig = toml::from_str(&text).expect("decode");
         assert_eq!(old.contact, "https://old.example.edu/");
+        // An about_url that is no web page is refused when the config loads.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = DataDir(dir.path().to_path_buf());
+        for (about, ok) in [
+            ("", true),
+            ("https://lab.example.edu/beebot", true),
+            ("bot@lab.example.edu", false),
+            ("lab page", false),
+        ] {
+            cfg.about_url = about.into();
+            data.save_config(&cfg).expect("save");
+            let loaded = data.load_config();
+            assert_eq!(loaded.is_ok(), ok, "{about}: {loaded:?}");
+            if let Err(e) = loaded {
+                assert!(
+                    format!("{e:#}").contains("is not an http:// or https:// URL"),
+                    "{e:#}"
+                );
+            }
+        }
     }
 
     #[test]
