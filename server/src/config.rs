@@ -233,6 +233,8 @@ pub enum ContactError {
     NotEmail(String),
     #[error("`{0}` is neither a URL (https://...) nor an e-mail address (name@domain.example)")]
     Neither(String),
+    #[error("no operator contact given: pass --contact URL|EMAIL")]
+    NotGiven,
     #[error("the operator name is longer than {MAX_OPERATOR_CHARS} characters")]
     OperatorTooLong,
     #[error("the operator name holds a control character")]
@@ -285,6 +287,42 @@ pub fn check_contact(text: &str) -> Result<String, ContactError> {
         };
     }
     Err(ContactError::Neither(shown()))
+}
+
+/// Times `init` asks for a contact on a terminal before giving up.
+pub const CONTACT_PROMPT_ATTEMPTS: u32 = 3;
+
+/// Ask for a contact on `prompt`, reading answers from `input`, until one
+/// passes [`check_contact`] ([`CONTACT_PROMPT_ATTEMPTS`] at most; each
+/// refusal is said). `init` does this on a terminal.
+pub fn ask_contact(
+    mut input: impl std::io::BufRead,
+    mut prompt: impl Write,
+) -> Result<String, ContactError> {
+    let _ = writeln!(
+        prompt,
+        "Site owners must be able to reach whoever runs this crawler. The contact \
+         (a web page https://... or an e-mail address) is shown on the about page the \
+         User-Agent links to."
+    );
+    let mut last = ContactError::NotGiven;
+    for _ in 0..CONTACT_PROMPT_ATTEMPTS {
+        let _ = write!(prompt, "contact: ");
+        let _ = prompt.flush();
+        let mut line = String::new();
+        match input.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        match check_contact(&line) {
+            Ok(c) => return Ok(c),
+            Err(e) => {
+                let _ = writeln!(prompt, "{e}");
+                last = e;
+            }
+        }
+    }
+    Err(last)
 }
 
 /// Check an operator name (`init --operator`): returns it trimmed.
@@ -852,6 +890,30 @@ mod tests {
         assert_eq!(
             check_contact("bad").unwrap_err().to_string(),
             "`bad` is neither a URL (https://...) nor an e-mail address (name@domain.example)"
+        );
+    }
+
+    #[test]
+    fn init_asks_for_a_contact_until_one_will_do() {
+        let mut said = Vec::new();
+        let got = ask_contact(&b"\nbad\n  bot@lab.example.edu\n"[..], &mut said);
+        assert_eq!(got.as_deref(), Ok("bot@lab.example.edu"));
+        let said = String::from_utf8(said).expect("utf-8");
+        assert_eq!(said.matches("contact: ").count(), 3, "{said}");
+        assert!(said.contains("the operator contact is empty"), "{said}");
+        assert!(said.contains("`bad` is neither a URL"), "{said}");
+        // Refused every time: the last refusal; no answer at all: not given.
+        let mut sink = Vec::new();
+        assert_eq!(
+            ask_contact(
+                &b"a\nb\nftp://x.example/\nbot@lab.example.edu\n"[..],
+                &mut sink
+            ),
+            Err(ContactError::NotHttpUrl("ftp://x.example/".into()))
+        );
+        assert_eq!(
+            ask_contact(&b""[..], &mut sink),
+            Err(ContactError::NotGiven)
         );
     }
 

@@ -386,9 +386,6 @@ fn main() {
     }
 }
 
-/// Times `init` asks for a contact on a terminal before giving up.
-const CONTACT_PROMPT_ATTEMPTS: u32 = 3;
-
 /// The operator contact for `init`: `--contact` checked, else asked for on
 /// a terminal, else refused with the flag to pass.
 fn init_contact(given: Option<String>) -> Result<String> {
@@ -397,32 +394,13 @@ fn init_contact(given: Option<String>) -> Result<String> {
     }
     if !std::io::stdin().is_terminal() {
         bail!(
-            "no operator contact: pass --contact URL|EMAIL (a web page or an e-mail address              where site owners can reach whoever runs this crawler; it goes into the              User-Agent's about page)"
+            "no operator contact: pass --contact URL|EMAIL (a web page or an e-mail address \
+             where site owners can reach whoever runs this crawler; it goes into the \
+             User-Agent's about page)"
         );
     }
-    eprintln!(
-        "Site owners must be able to reach whoever runs this crawler. The contact          (a web page https://... or an e-mail address) is shown on the about page the          User-Agent links to."
-    );
-    let mut last = None;
-    for _ in 0..CONTACT_PROMPT_ATTEMPTS {
-        eprint!("contact: ");
-        std::io::stderr().flush().ok();
-        let mut line = String::new();
-        if std::io::stdin().read_line(&mut line)? == 0 {
-            break;
-        }
-        match config::check_contact(&line) {
-            Ok(c) => return Ok(c),
-            Err(e) => {
-                eprintln!("{e}");
-                last = Some(e);
-            }
-        }
-    }
-    match last {
-        Some(e) => Err(anyhow::Error::new(e).context("no usable operator contact")),
-        None => bail!("no operator contact given: pass --contact URL|EMAIL"),
-    }
+    config::ask_contact(std::io::stdin().lock(), std::io::stderr())
+        .context("no usable operator contact")
 }
 
 fn data_dir(explicit: Option<PathBuf>) -> Result<DataDir> {
