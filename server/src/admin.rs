@@ -412,6 +412,17 @@ async fn round_start(
     State(s): State<Arc<Shared>>,
     Json(req): Json<RoundStart>,
 ) -> ApiResult<Json<RoundStarted>> {
+    // Site owners must be able to reach whoever runs the crawler.
+    if let Some(problem) = s.config.contact_problem() {
+        return Err(fail(
+            StatusCode::CONFLICT,
+            format!(
+                "round refused: {problem}. Set `contact = \"https://...\"` (or an e-mail \
+                 address) in {} and restart `beebot-server serve`",
+                s.data.config().display()
+            ),
+        ));
+    }
     let mut p = s.config.round.params();
     if let Some(v) = req.policy {
         p.policy = v;
@@ -466,6 +477,7 @@ async fn round_start(
         .await
         .map_err(grid_fail)?;
     durable(&s)?;
+    s.refresh_about().await;
     tracing::info!(round = id, every_s = req.every_s, "round started");
     // A result is checked by another host's scan.
     let warning = (validate != ValidateMode::Off && hosts < 2).then(|| {

@@ -103,8 +103,20 @@ pub struct ServerConfig {
     pub server_name: String,
     /// Admin HTTP API address: loopback only.
     pub admin_listen: String,
-    /// Contact URL in the crawler's User-Agent.
-    pub contact_url: String,
+    /// How site owners reach whoever runs the crawler: an `http(s)://` URL or
+    /// an e-mail address (`init --contact`). Shown on the about page; a round
+    /// is refused while it is empty or [`PLACEHOLDER_CONTACT`].
+    #[serde(alias = "contact_url")]
+    pub contact: String,
+    /// Who runs the crawler (an organisation or a person), shown on the
+    /// about page (`init --operator`).
+    #[serde(default)]
+    pub operator: String,
+    /// The URL the User-Agent links to. Empty: the about page this server
+    /// serves (`http://` + the public address's host + the reference site's
+    /// port + `/about`), or the contact when the reference site is not served.
+    #[serde(default)]
+    pub about_url: String,
     /// URL of the reference site hosts benchmark against, sent to every host
     /// in `Welcome`. Empty: the one this server serves (`reference_listen`),
     /// at the public address's host and the bound port. Set it to point the
@@ -160,7 +172,9 @@ impl ServerConfig {
             public_addr: public_addr.into(),
             server_name,
             admin_listen: admin_listen.into(),
-            contact_url: "https://example.invalid/beebot".into(),
+            contact: PLACEHOLDER_CONTACT.into(),
+            operator: String::new(),
+            about_url: String::new(),
             reference_site: String::new(),
             reference_listen: String::new(),
             quic_retry: false,
@@ -171,13 +185,163 @@ impl ServerConfig {
         }
     }
 
-    pub fn user_agent(&self) -> String {
-        format!(
-            "BeeBot/{} (+{})",
-            env!("CARGO_PKG_VERSION"),
-            self.contact_url
-        )
+    /// The User-Agent the crawlers send: `BeeBot/<version> (+ABOUT)`, ABOUT
+    /// from [`ServerConfig::about_link`].
+    pub fn user_agent(&self, about_link: &str) -> String {
+        format!("BeeBot/{} (+{about_link})", env!("CARGO_PKG_VERSION"))
     }
+
+    /// What the User-Agent links to: `about_url` when set, else the about
+    /// page served beside the reference site (`reference_bound`) at the
+    /// public address's host, else the contact.
+    pub fn about_link(&self, public_addr: &str, reference_bound: Option<SocketAddr>) -> String {
+        if !self.about_url.trim().is_empty() {
+            return self.about_url.trim().to_string();
+        }
+        match reference_bound {
+            Some(bound) => format!("http://{}:{}/about", public_host(public_addr), bound.port()),
+            None => self.contact.trim().to_string(),
+        }
+    }
+
+    /// Why the contact cannot go out with a round (`None`: it can).
+    pub fn contact_problem(&self) -> Option<ContactError> {
+        check_contact(&self.contact).err()
+    }
+}
+
+/// The contact `ServerConfig::new` writes until the admin gives one: a round
+/// is refused while the config holds it.
+pub const PLACEHOLDER_CONTACT: &str = "https://example.invalid/beebot";
+/// Longest contact accepted (a URL or an e-mail address), in characters.
+pub const MAX_CONTACT_CHARS: usize = 256;
+/// Longest operator name accepted, in characters.
+pub const MAX_OPERATOR_CHARS: usize = 200;
+
+/// Why a contact was refused. Each message says what a contact must be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContactError {
+    #[error("the operator contact is empty: give a web page (https://...) or an e-mail address where site owners can reach whoever runs this crawler")]
+    Empty,
+    #[error("the operator contact is still the placeholder `{PLACEHOLDER_CONTACT}`: give a web page (https://...) or an e-mail address where site owners can reach whoever runs this crawler")]
+    Placeholder,
+    #[error("the operator contact is longer than {MAX_CONTACT_CHARS} characters")]
+    TooLong,
+    #[error("`{0}` is not an http:// or https:// URL with a host")]
+    NotHttpUrl(String),
+    #[error("`{0}` is not an e-mail address (name@domain.example)")]
+    NotEmail(String),
+    #[error("`{0}` is neither a URL (https://...) nor an e-mail address (name@domain.example)")]
+    Neither(String),
+    #[error("no operator contact given: pass --contact URL|EMAIL")]
+    NotGiven,
+    #[error("the operator name is longer than {MAX_OPERATOR_CHARS} characters")]
+    OperatorTooLong,
+    #[error("the operator name holds a control character")]
+    OperatorControl,
+}
+
+/// Check an operator contact: an `http://`/`https://` URL with a host, or
+/// an e-mail address; returns it trimmed.
+pub fn check_contact(text: &str) -> Result<String, ContactError> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(ContactError::Empty);
+    }
+    if t == PLACEHOLDER_CONTACT {
+        return Err(ContactError::Placeholder);
+    }
+    if t.chars().count() > MAX_CONTACT_CHARS {
+        return Err(ContactError::TooLong);
+    }
+    let shown = || t.to_string();
+    if t.contains("://") {
+        let ok = url::Url::parse(t).is_ok_and(|u| {
+            matches!(u.scheme(), "http" | "https")
+                && u.host_str().is_some_and(|h| !h.is_empty())
+                && !t.chars().any(char::is_whitespace)
+        });
+        return if ok {
+            Ok(t.to_string())
+        } else {
+            Err(ContactError::NotHttpUrl(shown()))
+        };
+    }
+    if t.contains('@') {
+        let addr = t.strip_prefix("mailto:").unwrap_or(t);
+        let ok = addr.split_once('@').is_some_and(|(local, domain)| {
+            !local.is_empty()
+                && !domain.contains('@')
+                && domain.contains('.')
+                && !domain.starts_with('.')
+                && !domain.ends_with('.')
+                && !domain.contains("..")
+                && addr
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || "@.!#$%&'*+/=?^_`{|}~-".contains(c))
+        });
+        return if ok {
+            Ok(addr.to_string())
+        } else {
+            Err(ContactError::NotEmail(shown()))
+        };
+    }
+    Err(ContactError::Neither(shown()))
+}
+
+/// Times `init` asks for a contact on a terminal before giving up.
+pub const CONTACT_PROMPT_ATTEMPTS: u32 = 3;
+
+/// Ask for a contact on `prompt`, reading answers from `input`, until one
+/// passes [`check_contact`] ([`CONTACT_PROMPT_ATTEMPTS`] at most; each
+/// refusal is said). `init` does this on a terminal.
+pub fn ask_contact(
+    mut input: impl std::io::BufRead,
+    mut prompt: impl Write,
+) -> Result<String, ContactError> {
+    let _ = writeln!(
+        prompt,
+        "Site owners must be able to reach whoever runs this crawler. The contact \
+         (a web page https://... or an e-mail address) is shown on the about page the \
+         User-Agent links to."
+    );
+    let mut last = ContactError::NotGiven;
+    for _ in 0..CONTACT_PROMPT_ATTEMPTS {
+        let _ = write!(prompt, "contact: ");
+        let _ = prompt.flush();
+        let mut line = String::new();
+        match input.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        match check_contact(&line) {
+            Ok(c) => return Ok(c),
+            Err(e) => {
+                let _ = writeln!(prompt, "{e}");
+                last = e;
+            }
+        }
+    }
+    Err(last)
+}
+
+/// Check an operator name (`init --operator`): returns it trimmed.
+pub fn check_operator(text: &str) -> Result<String, ContactError> {
+    let t = text.trim();
+    if t.chars().count() > MAX_OPERATOR_CHARS {
+        return Err(ContactError::OperatorTooLong);
+    }
+    if t.chars().any(char::is_control) {
+        return Err(ContactError::OperatorControl);
+    }
+    Ok(t.to_string())
+}
+
+/// The host of a `host:port` address (brackets of an IPv6 address kept).
+fn public_host(public_addr: &str) -> &str {
+    public_addr
+        .rsplit_once(':')
+        .map_or(public_addr, |(host, _)| host)
 }
 
 /// Port of the reference site's HTTP server unless `init` is told otherwise.
@@ -261,6 +425,17 @@ impl DataDir {
             .with_context(|| format!("{} is not valid", self.config().display()))?;
         check_config_durations(&cfg)
             .with_context(|| format!("{} is not valid", self.config().display()))?;
+        let about = cfg.about_url.trim();
+        // A URL (an e-mail address is no page to link to).
+        if !about.is_empty() && (!about.contains("://") || check_contact(about).is_err()) {
+            anyhow::bail!(
+                "{}: about_url `{about}` is not an http:// or https:// URL (leave it empty for the \
+                 about page this server serves)",
+                self.config().display()
+            );
+        }
+        check_operator(&cfg.operator)
+            .with_context(|| format!("{}: operator", self.config().display()))?;
         if cfg.validation.spot_check_percent > crate::validate::MAX_SPOT_CHECK_PERCENT {
             anyhow::bail!(
                 "{}: validation.spot_check_percent is {}, at most {}",
@@ -331,6 +506,10 @@ pub struct InitOptions {
     /// Use these PEM files instead of a self-signed certificate.
     pub cert_pem: Option<PathBuf>,
     pub key_pem: Option<PathBuf>,
+    /// The operator contact (checked by [`check_contact`]).
+    pub contact: String,
+    /// Who runs the crawler (checked by [`check_operator`]); may be empty.
+    pub operator: String,
 }
 
 /// Check an admin address is on loopback.
@@ -359,10 +538,14 @@ pub fn init(dir: &DataDir, opts: &InitOptions) -> Result<ServerConfig> {
     if !opts.public_addr.contains(':') {
         bail!("--public-addr `{}` is not HOST:PORT", opts.public_addr);
     }
+    let contact = check_contact(&opts.contact).context("--contact")?;
+    let operator = check_operator(&opts.operator).context("--operator")?;
     beebot_shared::util::create_private_dir(&dir.0)
         .with_context(|| format!("cannot create {}", dir.0.display()))?;
     let mut cfg = ServerConfig::new(&opts.public_addr, &opts.listen, &opts.admin_listen);
     cfg.reference_listen = default_reference_listen(&opts.listen);
+    cfg.contact = contact;
+    cfg.operator = operator;
 
     let key = beebot_shared::sign::generate_key();
     write_private(&dir.project_key(), hex::encode(key.to_bytes()).as_bytes())?;
@@ -646,6 +829,164 @@ fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_contact_is_an_http_url_or_an_email_address() {
+        for ok in [
+            "https://lab.example.edu/crawler",
+            "http://grid.example.edu:8080/about?x=1",
+            "  crawler@lab.example.edu ",
+            "first.last+bot@uni.example.ac.uk",
+        ] {
+            assert_eq!(check_contact(ok).as_deref(), Ok(ok.trim()), "{ok}");
+        }
+        assert_eq!(
+            check_contact("mailto:bot@lab.example.edu").as_deref(),
+            Ok("bot@lab.example.edu")
+        );
+        assert_eq!(check_contact(""), Err(ContactError::Empty));
+        assert_eq!(check_contact("  \t"), Err(ContactError::Empty));
+        assert_eq!(
+            check_contact(PLACEHOLDER_CONTACT),
+            Err(ContactError::Placeholder)
+        );
+        for (bad, want) in [
+            ("bad", ContactError::Neither("bad".into())),
+            (
+                "ftp://lab.example.edu/",
+                ContactError::NotHttpUrl("ftp://lab.example.edu/".into()),
+            ),
+            ("https://", ContactError::NotHttpUrl("https://".into())),
+            (
+                "https://a b.example/",
+                ContactError::NotHttpUrl("https://a b.example/".into()),
+            ),
+            (
+                "bot@localhost",
+                ContactError::NotEmail("bot@localhost".into()),
+            ),
+            (
+                "@lab.example.edu",
+                ContactError::NotEmail("@lab.example.edu".into()),
+            ),
+            (
+                "a@b@c.example",
+                ContactError::NotEmail("a@b@c.example".into()),
+            ),
+            (
+                "bot@lab..example",
+                ContactError::NotEmail("bot@lab..example".into()),
+            ),
+            (
+                "b<o>t@lab.example",
+                ContactError::NotEmail("b<o>t@lab.example".into()),
+            ),
+        ] {
+            assert_eq!(check_contact(bad), Err(want), "{bad}");
+        }
+        let long = format!("https://lab.example.edu/{}", "x".repeat(MAX_CONTACT_CHARS));
+        assert_eq!(check_contact(&long), Err(ContactError::TooLong));
+        // The message says what a contact must be, in the words typed.
+        assert_eq!(
+            check_contact("bad").unwrap_err().to_string(),
+            "`bad` is neither a URL (https://...) nor an e-mail address (name@domain.example)"
+        );
+    }
+
+    #[test]
+    fn init_asks_for_a_contact_until_one_will_do() {
+        let mut said = Vec::new();
+        let got = ask_contact(&b"\nbad\n  bot@lab.example.edu\n"[..], &mut said);
+        assert_eq!(got.as_deref(), Ok("bot@lab.example.edu"));
+        let said = String::from_utf8(said).expect("utf-8");
+        assert_eq!(said.matches("contact: ").count(), 3, "{said}");
+        assert!(said.contains("the operator contact is empty"), "{said}");
+        assert!(said.contains("`bad` is neither a URL"), "{said}");
+        // Refused every time: the last refusal; no answer at all: not given.
+        let mut sink = Vec::new();
+        assert_eq!(
+            ask_contact(
+                &b"a\nb\nftp://x.example/\nbot@lab.example.edu\n"[..],
+                &mut sink
+            ),
+            Err(ContactError::NotHttpUrl("ftp://x.example/".into()))
+        );
+        assert_eq!(
+            ask_contact(&b""[..], &mut sink),
+            Err(ContactError::NotGiven)
+        );
+    }
+
+    #[test]
+    fn operator_names_are_bounded_text() {
+        assert_eq!(check_operator("  Link Lab  ").as_deref(), Ok("Link Lab"));
+        assert_eq!(check_operator("").as_deref(), Ok(""));
+        assert_eq!(
+            check_operator("a\u{7}b"),
+            Err(ContactError::OperatorControl)
+        );
+        assert_eq!(
+            check_operator(&"x".repeat(MAX_OPERATOR_CHARS + 1)),
+            Err(ContactError::OperatorTooLong)
+        );
+    }
+
+    #[test]
+    fn the_user_agent_links_to_the_served_about_page_unless_told_otherwise() {
+        let mut cfg = ServerConfig::new("grid.example.edu:4433", "0.0.0.0:4433", "127.0.0.1:4480");
+        assert_eq!(cfg.contact_problem(), Some(ContactError::Placeholder));
+        cfg.contact = "bot@lab.example.edu".into();
+        assert_eq!(cfg.contact_problem(), None);
+        let bound: SocketAddr = "0.0.0.0:4481".parse().expect("addr");
+        let link = cfg.about_link("grid.example.edu:4433", Some(bound));
+        assert_eq!(link, "http://grid.example.edu:4481/about");
+        assert_eq!(
+            cfg.user_agent(&link),
+            format!(
+                "BeeBot/{} (+http://grid.example.edu:4481/about)",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        // Not served here: the contact.
+        assert_eq!(
+            cfg.about_link("grid.example.edu:4433", None),
+            "bot@lab.example.edu"
+        );
+        cfg.about_url = "https://lab.example.edu/beebot".into();
+        assert_eq!(
+            cfg.about_link("grid.example.edu:4433", Some(bound)),
+            "https://lab.example.edu/beebot"
+        );
+        // An old config's `contact_url` is read as the contact.
+        let mut text =
+            toml::to_string(&ServerConfig::new("h:1", "0.0.0.0:1", "127.0.0.1:2")).expect("encode");
+        text = text.replace(
+            &format!("contact = \"{PLACEHOLDER_CONTACT}\""),
+            "contact_url = \"https://old.example.edu/\"",
+        );
+        let old: ServerConfig = toml::from_str(&text).expect("decode");
+        assert_eq!(old.contact, "https://old.example.edu/");
+        // An about_url that is no web page is refused when the config loads.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = DataDir(dir.path().to_path_buf());
+        for (about, ok) in [
+            ("", true),
+            ("https://lab.example.edu/beebot", true),
+            ("bot@lab.example.edu", false),
+            ("lab page", false),
+        ] {
+            cfg.about_url = about.into();
+            data.save_config(&cfg).expect("save");
+            let loaded = data.load_config();
+            assert_eq!(loaded.is_ok(), ok, "{about}: {loaded:?}");
+            if let Err(e) = loaded {
+                assert!(
+                    format!("{e:#}").contains("is not an http:// or https:// URL"),
+                    "{e:#}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn bounds_refuse_in_the_unit_typed_and_force_lowers_only_the_sensible_end() {

@@ -21,6 +21,9 @@ use crate::config::{self, DataDir, InitOptions};
 use crate::model::RoundState;
 use crate::{now_ms, Server};
 
+/// The demo's operator contact: the demo crawls only its synthetic web on
+/// loopback, so a name under the reserved `.test` domain.
+pub const DEMO_CONTACT: &str = "https://beebot.test/contact";
 /// The demo's synthetic web seed: the same web every run.
 const DEMO_SEED: u64 = 2026;
 /// The demo stops waiting after this long, plus the round's pages at its
@@ -104,6 +107,8 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
             admin_listen: "127.0.0.1:0".into(),
             cert_pem: None,
             key_pem: None,
+            contact: DEMO_CONTACT.into(),
+            operator: "BeeBot demo (loopback only)".into(),
         },
     )?;
     let server = Server::bind(dir.clone()).await?;

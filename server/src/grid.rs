@@ -1435,6 +1435,15 @@ impl Grid {
         &self.links_dir
     }
 
+    /// The rounds in effect, for the about page: running ones, and
+    /// repeating ones waiting for their next scan.
+    pub fn rounds_in_effect(&self) -> impl Iterator<Item = &RoundRecord> {
+        self.rounds.values().filter(|r| {
+            r.state == RoundState::Running
+                || (r.state == RoundState::Done && r.every_ms.is_some() && r.next_round.is_none())
+        })
+    }
+
     /// Whether more work may come soon: a round is running, or a repeating
     /// round's next scan starts within [`REPEAT_SOON_MS`] (so `run --once`
     /// clients stay for it instead of leaving between two scans).

@@ -3,6 +3,7 @@
 //! HTTP API ([`admin`]), the synthetic web ([`web`]) and the demo ([`demo`]).
 //! `main.rs` is the CLI over these.
 
+pub mod about;
 pub mod admin;
 pub mod api;
 pub mod cli_util;
@@ -60,6 +61,13 @@ pub struct Shared {
     /// changes, so hosts ask at once (for a new round's work, or to hear
     /// which units of a cancelled round to drop).
     pub work_hint: tokio::sync::watch::Sender<u64>,
+    /// The User-Agent the crawlers send (links to the about page).
+    pub user_agent: String,
+    /// The about page the reference site serves at `/about`, rendered again
+    /// by [`Shared::refresh_about`] when what it shows changes.
+    pub about_page: tokio::sync::watch::Sender<Arc<String>>,
+    /// The snapshot `about_page` was rendered from.
+    about_shown: Mutex<Option<about::AboutInfo>>,
 }
 
 /// The units with an upload being verified or written.
@@ -144,6 +152,19 @@ impl Shared {
 }
 
 impl Shared {
+    /// Render the about page again if the rounds in effect changed (a
+    /// snapshot of a few fields under the grid lock; rendering outside it).
+    pub async fn refresh_about(self: &Arc<Self>) {
+        let s = self.clone();
+        let info = self
+            .with_grid(move |g| about::AboutInfo::of(&s.config, &s.user_agent, g))
+            .await;
+        let mut shown = self.about_shown.lock().unwrap_or_else(|p| p.into_inner());
+        about::publish(&self.about_page, &mut shown, info);
+    }
+}
+
+impl Shared {
     /// The storage error that stopped the store, if any: then nothing may be
     /// acknowledged until the server restarts.
     pub fn store_failure(&self) -> Option<String> {
@@ -201,8 +222,17 @@ impl Server {
                 dir.store().display()
             )
         })?;
+        let reference = match config.reference_listen.trim() {
+            "" => None,
+            addr => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("cannot bind the reference site on {addr} (reference_listen)")
+            })?),
+        };
+        let reference_addr = reference.as_ref().map(|l| l.local_addr()).transpose()?;
+        // The User-Agent links to the about page served beside the reference site.
+        let user_agent = config.user_agent(&config.about_link(&config.public_addr, reference_addr));
         let settings = GridSettings {
-            user_agent: config.user_agent(),
+            user_agent: user_agent.clone(),
             deadline_slack: config.deadline_slack,
             deadline_grace_s: config.deadline_grace_s,
             trust_after: config.validation.trust_after,
@@ -226,15 +256,10 @@ impl Server {
             Some((host, "0")) => format!("{host}:{}", quic_addr.port()),
             _ => config.public_addr.clone(),
         };
-        let reference = match config.reference_listen.trim() {
-            "" => None,
-            addr => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
-                format!("cannot bind the reference site on {addr} (reference_listen)")
-            })?),
-        };
-        let reference_addr = reference.as_ref().map(|l| l.local_addr()).transpose()?;
         let reference_site =
             config::reference_url(&config.reference_site, &public_addr, reference_addr);
+        let about = about::AboutInfo::of(&config, &user_agent, &grid);
+        let about_page = tokio::sync::watch::Sender::new(Arc::new(about::render(&about)));
         let runtime = Runtime {
             quic_addr,
             admin_addr,
@@ -253,6 +278,9 @@ impl Server {
             store: store_handle,
             uploads: Arc::default(),
             work_hint: tokio::sync::watch::Sender::new(0),
+            user_agent,
+            about_page,
+            about_shown: Mutex::new(Some(about)),
         });
         Ok(Server {
             shared,
@@ -317,14 +345,20 @@ impl Server {
                         }
                         Err(e) => tracing::error!("cannot start a repeating round: {e}"),
                     }
+                    shared.refresh_about().await;
                 }
             })
         };
         let reference_task = reference.map(|listener| {
             let mut stop = stop_rx.clone();
-            tokio::spawn(reference::serve(listener, async move {
-                let _ = stop.changed().await;
-            }))
+            let about = shared.about_page.subscribe();
+            tokio::spawn(reference::serve_with_about(
+                listener,
+                Some(about),
+                async move {
+                    let _ = stop.changed().await;
+                },
+            ))
         });
         let admin_task = {
             let shared = shared.clone();

@@ -61,6 +61,15 @@ enum Cmd {
         /// one this server serves.
         #[arg(long, value_name = "URL")]
         reference_site: Option<String>,
+        /// How site owners reach whoever runs this crawler: a web page
+        /// (https://...) or an e-mail address. Shown on the about page the
+        /// User-Agent links to. Asked for on a terminal when not given.
+        #[arg(long, value_name = "URL|EMAIL")]
+        contact: Option<String>,
+        /// Who runs the crawler (an organisation or a person), shown on the
+        /// about page.
+        #[arg(long, value_name = "NAME", default_value = "")]
+        operator: String,
     },
     /// Serve clients (QUIC) and the admin API until Ctrl-C or SIGTERM.
     Serve,
@@ -377,6 +386,23 @@ fn main() {
     }
 }
 
+/// The operator contact for `init`: `--contact` checked, else asked for on
+/// a terminal, else refused with the flag to pass.
+fn init_contact(given: Option<String>) -> Result<String> {
+    if let Some(c) = given {
+        return config::check_contact(&c).context("--contact");
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!(
+            "no operator contact: pass --contact URL|EMAIL (a web page or an e-mail address \
+             where site owners can reach whoever runs this crawler; it goes into the \
+             User-Agent's about page)"
+        );
+    }
+    config::ask_contact(std::io::stdin().lock(), std::io::stderr())
+        .context("no usable operator contact")
+}
+
 fn data_dir(explicit: Option<PathBuf>) -> Result<DataDir> {
     if let Some(d) = explicit {
         return Ok(DataDir(d));
@@ -397,7 +423,12 @@ fn run(cli: Cli) -> Result<i32> {
             key,
             reference_listen,
             reference_site,
+            contact,
+            operator,
         } => {
+            // Checked before anything is written: a refused init leaves no file.
+            let contact = init_contact(contact)?;
+            let operator = config::check_operator(&operator).context("--operator")?;
             if let Some(addr) = reference_listen.as_deref().filter(|a| *a != "off") {
                 addr.parse::<std::net::SocketAddr>().with_context(|| {
                     format!("--reference-listen `{addr}` is not ADDR:PORT or off")
@@ -419,6 +450,8 @@ fn run(cli: Cli) -> Result<i32> {
                     admin_listen,
                     cert_pem: cert,
                     key_pem: key,
+                    contact,
+                    operator,
                 },
             )?;
             if reference_listen.is_some() || reference_site.is_some() {
@@ -434,6 +467,10 @@ fn run(cli: Cli) -> Result<i32> {
             println!("  QUIC listen  {}", cfg.listen);
             println!("  public addr  {}", cfg.public_addr);
             println!("  admin API    {}", cfg.admin_listen);
+            println!("  contact      {}", cfg.contact);
+            if !cfg.operator.is_empty() {
+                println!("  operator     {}", cfg.operator);
+            }
             match (cfg.reference_site.as_str(), cfg.reference_listen.as_str()) {
                 ("", "") => println!("  reference    none (hosts will not benchmark)"),
                 ("", addr) => println!("  reference    served on http://{addr}/"),

@@ -28,6 +28,12 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Semaphore;
 
+use crate::about::AboutPage;
+
+/// Where the crawler's about page is served (the User-Agent links to it).
+/// No reference page has this path.
+pub const ABOUT_PATH: &str = "/about";
+
 /// Connections served at once; more wait in the kernel's listen backlog,
 /// holding no file descriptor of the server's (the systemd unit's
 /// `LimitNOFILE` leaves room for these, the QUIC endpoint, store and files).
@@ -259,6 +265,16 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    serve_with_about(listener, None, shutdown).await
+}
+
+/// [`serve`], and the crawler's about page at [`ABOUT_PATH`] when `about`
+/// is given (read from the watch channel per request: no grid lock).
+pub async fn serve_with_about(
+    listener: tokio::net::TcpListener,
+    about: Option<AboutPage>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let per_address: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     let mut conns = tokio::task::JoinSet::new();
@@ -291,8 +307,9 @@ pub async fn serve(
             tracing::debug!(%peer, "reference site: too many connections from this address");
             continue;
         };
+        let about = about.clone();
         conns.spawn(async move {
-            serve_connection(stream).await;
+            serve_connection(stream, about).await;
             drop(address_slot);
             drop(slot);
         });
@@ -336,7 +353,7 @@ impl Drop for AddressSlot {
 
 /// Serve one connection (HTTP/1.1, kept alive) until it ends, its header
 /// is late, or it idles for [`IDLE_TIMEOUT`]; dropping it closes the socket.
-async fn serve_connection(stream: tokio::net::TcpStream) {
+async fn serve_connection(stream: tokio::net::TcpStream, about: Option<AboutPage>) {
     let started = tokio::time::Instant::now();
     let last = Arc::new(AtomicU64::new(0));
     let io = Watched {
@@ -344,10 +361,11 @@ async fn serve_connection(stream: tokio::net::TcpStream) {
         started,
         last: last.clone(),
     };
-    let service =
-        hyper::service::service_fn(|request: Request<hyper::body::Incoming>| async move {
-            Ok::<_, Infallible>(handle(request.method(), request.uri()))
-        });
+    let service = hyper::service::service_fn(|request: Request<hyper::body::Incoming>| {
+        // The page as rendered now: an `Arc` cloned under the channel's read lock.
+        let page = about.as_ref().map(|a| a.borrow().clone());
+        async move { Ok::<_, Infallible>(handle(request.method(), request.uri(), page)) }
+    });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
@@ -417,7 +435,7 @@ impl AsyncWrite for Watched {
     }
 }
 
-fn handle(method: &Method, uri: &axum::http::Uri) -> Response<Body> {
+fn handle(method: &Method, uri: &axum::http::Uri, about: Option<Arc<String>>) -> Response<Body> {
     if !matches!(*method, Method::GET | Method::HEAD) {
         let mut r = Response::new(Body::from("GET only\n"));
         *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
@@ -427,6 +445,12 @@ fn handle(method: &Method, uri: &axum::http::Uri) -> Response<Body> {
         .path_and_query()
         .map_or("/", |pq| pq.as_str())
         .to_string();
+    if let Some(page) = about.filter(|_| uri.path() == ABOUT_PATH) {
+        return Response::builder()
+            .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+            .body(Body::from(page.as_bytes().to_vec()))
+            .unwrap_or_else(|_| Response::new(Body::from("error\n")));
+    }
     // Generating a page is a few microseconds: no need for a blocking thread.
     let (status, content_type, body) = respond(&path);
     Response::builder()
@@ -527,6 +551,46 @@ mod tests {
             let _ = stopped.await;
         }));
         (addr, stop)
+    }
+
+    /// `GET path` on a fresh connection: the whole answer as text.
+    async fn get(server: std::net::SocketAddr, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = connect_from("127.0.0.1", server).await;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: ref.test\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .expect("request");
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).await.expect("answer");
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_about_page_is_served_as_last_published_and_only_when_given() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (page, about) = tokio::sync::watch::channel(Arc::new("<p>first</p>".to_string()));
+        let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve_with_about(listener, Some(about), async move {
+            let _ = stopped.await;
+        }));
+        let answer = get(addr, ABOUT_PATH).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert!(answer.contains("text/html; charset=utf-8"));
+        assert!(answer.ends_with("<p>first</p>"), "{answer}");
+        page.send_replace(Arc::new("<p>second</p>".to_string()));
+        assert!(get(addr, "/about?x=1").await.ends_with("<p>second</p>"));
+        // The reference site is unchanged beside it.
+        assert!(get(addr, "/").await.starts_with("HTTP/1.1 200 OK"));
+        assert!(get(addr, "/about/").await.starts_with("HTTP/1.1 404"));
+        // Without a page (the benchmark's own server), /about is not found.
+        let (plain, _stop_plain) = start().await;
+        assert!(get(plain, ABOUT_PATH).await.starts_with("HTTP/1.1 404"));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

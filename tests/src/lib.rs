@@ -119,6 +119,9 @@ pub fn last_line(o: &Output) -> String {
         .to_string()
 }
 
+/// The operator contact of the tests' servers (a round is refused without one).
+pub const TEST_CONTACT: &str = "https://beebot.test/contact";
+
 /// A real server process in a temporary data dir, plus a synthetic web.
 pub struct Grid {
     pub dir: tempfile::TempDir,
@@ -152,6 +155,8 @@ impl Grid {
             "127.0.0.1:0",
             "--admin-listen",
             "127.0.0.1:0",
+            "--contact",
+            TEST_CONTACT,
         ]);
         assert!(o.status.success(), "init failed: {}", stderr(&o));
         // Most tests run one client, and a result is validated by another

@@ -147,6 +147,8 @@ fn init_can_point_the_project_at_another_reference_site() {
             "off",
             "--reference-site",
             "http://reference.example.org/",
+            "--contact",
+            beebot_tests::TEST_CONTACT,
         ]),
         Duration::from_secs(60),
     );

@@ -435,6 +435,8 @@ fn replace_server_files(g: &mut Grid, files: &[&str]) {
                 "127.0.0.1:0",
                 "--admin-listen",
                 "127.0.0.1:0",
+                "--contact",
+                beebot_tests::TEST_CONTACT,
                 "--data-dir",
             ])
             .arg(&other),

@@ -410,6 +410,8 @@ fn main() -> Result<()> {
             "127.0.0.1:0",
             "--admin-listen",
             "127.0.0.1:0",
+            "--contact",
+            beebot_server::demo::DEMO_CONTACT,
         ],
     )?;
     let mut child = start_server(&bin, &dir, &log)?;
