@@ -484,3 +484,15 @@ pub type HostsList = Vec<HostLine>;
 pub struct ApiError {
     pub error: String,
 }
+
+#[cfg(test)]
+mod exclusion_tests {
+    use super::*;
+
+    #[test]
+    fn exclusion_dates_are_iso_8601_in_utc() {
+        assert_eq!(iso_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso_utc(1_796_134_805_999), "2026-12-01T14:20:05Z");
+        assert_eq!(iso_utc(u64::MAX), "out-of-range");
+    }
+}
