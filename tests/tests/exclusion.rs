@@ -278,7 +278,13 @@ fn a_host_excluded_mid_scan_stops_being_crawled_and_its_job_fails_excluded() {
         .cloned()
         .collect();
     assert!(late.is_empty(), "requested after the exclusion: {late:?}");
-    let crawled = requests_to(&g.web_server.request_log(), site).len();
+    let log = g.web_server.request_log();
+    let crawled = requests_to(&log, site).len();
+    let last = requests_to(&log, site).iter().map(|r| r.at).max();
+    eprintln!(
+        "site0: {crawled} requests; the last {:?} after the exclusion",
+        last.map(|t| t.saturating_duration_since(excluded_at))
+    );
     assert!(
         crawled < 40,
         "the scan was stopped early: {crawled} requests"
