@@ -971,6 +971,9 @@ impl Grid {
     /// one for the host itself (`www.` and the bare host alike), or one
     /// with subdomains for a name above it.
     pub fn excluded_by(&self, host: &str) -> Option<&ExclusionRecord> {
+        if self.exclusions.is_empty() {
+            return None; // (round starts and imports parse no host then)
+        }
         let e = Exclusion::parse(host, false).ok()?;
         if let Some(r) = self.exclusions.get(&reversed_labels(&e.host)) {
             return Some(r);
