@@ -175,6 +175,8 @@ pub struct UploadPlan {
     max_pages: u64,
     /// The round's politeness delay: a scan's elapsed time covers it.
     delay_ms: u64,
+    /// Excluded hosts inside the scope: no record may come from a page on them.
+    excluded: Vec<Exclusion>,
 }
 
 /// A verified scan state uploaded with a scan that ended early, as the
@@ -247,10 +249,9 @@ impl UploadPlan {
                 return Ok(());
             }
             // A file claiming links from other sites lies about what was scanned.
-            let Some(u) = url::Url::parse(&r.source_url)
-                .ok()
-                .filter(|u| site_scope.contains(u))
-            else {
+            let Some(u) = url::Url::parse(&r.source_url).ok().filter(|u| {
+                site_scope.contains(u) && !self.excluded.iter().any(|e| e.covers_url(u))
+            }) else {
                 return Err(linkfile::LinkFileError::Refused(format!(
                     "link file holds a record whose source {} is not on site {}",
                     r.source_url.chars().take(200).collect::<String>(),
@@ -2551,12 +2552,14 @@ impl Grid {
                 let p = &r.params;
                 (p.max_depth, u64::from(p.max_pages), p.delay_ms)
             });
+        let excluded = self.unit_scope(&job.site, scope).1;
         Ok(UploadStep::Plan(UploadPlan {
             host_id,
             unit_id,
             job_id: job.id,
             round_id: job.round_id,
             site: job.site.clone(),
+            excluded,
             scope,
             path: self
                 .links_dir
@@ -5424,6 +5427,43 @@ mod tests {
             .map(|j| j.site)
             .collect();
         assert_eq!(sites, ["s1.test", "t.test"]);
+    }
+
+    /// A result with a record from a page on an excluded host inside the
+    /// scope is refused: a crawl never requests such a page.
+    #[test]
+    fn a_record_from_an_excluded_host_is_refused() {
+        let mut fx = Fx::new();
+        fx.grid.add_sites(&["t.test".into()], T0).unwrap();
+        fx.grid
+            .exclude(excl("lab.t.test"), "lab asked", T0)
+            .unwrap();
+        let mut p = params(3);
+        p.scope = Scope::Domain;
+        fx.grid.start_round(p, T0).unwrap();
+        let a = fx.host();
+        let unit = fx.one(a, &[], T0);
+        assert_eq!(unit.exclusions, vec![excl("lab.t.test")]);
+        let mut recs = records("t.test", 3);
+        recs[2].source_url = "http://www.lab.t.test/p".into();
+        let file = linkfile::encode(&header_for(&unit, 3), &recs).unwrap();
+        let out = fx
+            .grid
+            .upload(a, unit.unit_id, summary(3), &file, None, T0 + 1)
+            .unwrap();
+        assert!(
+            matches!(&out, UploadOutcome::Rejected(m) if m.contains("www.lab.t.test")),
+            "{out:?}"
+        );
+        // The job goes on; the same result without that record is taken
+        // (the source is inside the domain scope: only the exclusion refused it).
+        let again = fx.one(a, &[], T0 + 2);
+        let file = linkfile::encode(&header_for(&again, 2), &recs[..2]).unwrap();
+        let out = fx
+            .grid
+            .upload(a, again.unit_id, summary(2), &file, None, T0 + 3)
+            .unwrap();
+        assert_eq!(out, UploadOutcome::Accepted);
     }
 
     /// A unit carries only the exclusions inside its scope, at most
