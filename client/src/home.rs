@@ -716,6 +716,7 @@ mod tests {
             deadline_ms: 2,
             user_agent: "t".into(),
             resume: None,
+            exclusions: Vec::new(),
         }
     }
 

@@ -541,6 +541,7 @@ fn run(cli: Cli) -> Result<()> {
                     env!("CARGO_PKG_VERSION")
                 ),
                 resume: None,
+                excluded: Vec::new(),
             };
             let cfg = net.crawler_config()?;
             let cancel = AtomicBool::new(false);

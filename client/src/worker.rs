@@ -396,6 +396,7 @@ pub fn crawl_spec(
         max_duration: Duration::from_secs(unit.limits.max_seconds).saturating_sub(spent),
         user_agent: unit.user_agent.clone(),
         resume,
+        excluded: unit.exclusions.clone(),
     })
 }
 
@@ -1679,6 +1680,7 @@ mod tests {
             deadline_ms: 1_700_000_600_000,
             user_agent: "t".into(),
             resume: None,
+            exclusions: Vec::new(),
         }
     }
 

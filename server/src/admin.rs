@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 use beebot_shared::export::{ExportWriter, Format};
 use beebot_shared::limits::MAX_SITES;
-use beebot_shared::scope::{parse_site, Scope};
+use beebot_shared::scope::{parse_site, Exclusion, Scope};
 
 use crate::api::*;
 use crate::grid::GridError;
@@ -261,6 +261,8 @@ pub fn router(shared: Arc<Shared>, addr: SocketAddr) -> Router {
         .route("/api/invites/{id}/revoke", post(invite_revoke))
         .route("/api/sites", get(sites_list).post(sites_add))
         .route("/api/sites/{host}", delete(sites_remove))
+        .route("/api/exclusions", get(exclusions_list).post(exclude))
+        .route("/api/exclusions/{host}", delete(include))
         .route("/api/rounds", get(rounds_list).post(round_start))
         .route("/api/rounds/{id}", get(round_show))
         .route("/api/rounds/{id}/cancel", post(round_cancel))
@@ -364,12 +366,78 @@ async fn sites_add(
         }
     }
     let now = now_ms();
-    let (added, total) = s
-        .with_grid(move |g| g.add_sites(&hosts, now).map(|a| (a, g.sites().len())))
+    // An excluded host is refused alone: the other entries are added.
+    let (added, refused, total) = s
+        .with_grid(move |g| {
+            g.add_sites_except_excluded(&hosts, now)
+                .map(|(a, r)| (a, r, g.sites().len()))
+        })
         .await
         .map_err(grid_fail)?;
     durable(&s)?;
-    Ok(Json(SitesAdded { added, total }))
+    let excluded = refused
+        .into_iter()
+        .map(|(i, site, e)| SiteRefused {
+            entry: i + 1,
+            site,
+            excluded_by: e.exclusion.display(),
+            reason: e.reason.clone(),
+            excluded_at: iso_utc(e.excluded_ms),
+        })
+        .collect();
+    Ok(Json(SitesAdded {
+        added,
+        total,
+        excluded,
+    }))
+}
+
+async fn exclusions_list(State(s): State<Arc<Shared>>) -> ApiResult<Json<Vec<ExclusionListed>>> {
+    let all = s.with_grid(|g| g.exclusions()).await;
+    Ok(Json(all.iter().map(ExclusionListed::of).collect()))
+}
+
+/// Exclude a host from crawling for good (see `Grid::exclude`).
+async fn exclude(
+    State(s): State<Arc<Shared>>,
+    Json(req): Json<ExcludeRequest>,
+) -> ApiResult<Json<Excluded>> {
+    let exclusion = Exclusion::parse(&req.host, req.subdomains)
+        .map_err(|e| fail(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let now = now_ms();
+    let out = s
+        .with_grid(move |g| g.exclude(exclusion, &req.reason, now))
+        .await
+        .map_err(grid_fail)?;
+    durable(&s)?;
+    tracing::info!(
+        host = %out.record.exclusion.display(),
+        reason = %out.record.reason,
+        "host excluded from crawling"
+    );
+    Ok(Json(Excluded {
+        exclusion: ExclusionListed::of(&out.record),
+        replaced: out.replaced.as_ref().map(ExclusionListed::of),
+        sites_removed: out.sites_removed,
+        jobs_excluded: out.jobs_excluded,
+        copies_restarted: out.copies_restarted,
+    }))
+}
+
+/// Lift an exclusion; answers the one lifted.
+async fn include(
+    State(s): State<Arc<Shared>>,
+    Path(host): Path<String>,
+) -> ApiResult<Json<ExclusionListed>> {
+    let exclusion =
+        Exclusion::parse(&host, false).map_err(|e| fail(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let lifted = s
+        .with_grid(move |g| g.include(&exclusion))
+        .await
+        .map_err(grid_fail)?;
+    durable(&s)?;
+    tracing::info!(host = %lifted.exclusion.display(), "exclusion lifted");
+    Ok(Json(ExclusionListed::of(&lifted)))
 }
 
 async fn sites_remove(

@@ -61,6 +61,90 @@ pub struct HostRevoked {
 pub struct SitesAdded {
     pub added: usize,
     pub total: usize,
+    /// Entries refused because an exclusion covers them (nothing else of
+    /// the request is lost).
+    #[serde(default)]
+    pub excluded: Vec<SiteRefused>,
+}
+
+/// An entry of `sites add`/`sites import` an exclusion covers.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SiteRefused {
+    /// 1-based position of the entry in the request.
+    pub entry: usize,
+    pub site: String,
+    /// The exclusion that covers it, as listed (`.x.edu`: with subdomains).
+    pub excluded_by: String,
+    pub reason: String,
+    pub excluded_at: String,
+}
+
+/// `sites exclude`: the host, whether its subdomains go with it, and why.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ExcludeRequest {
+    pub host: String,
+    #[serde(default)]
+    pub subdomains: bool,
+    pub reason: String,
+}
+
+/// One exclusion as `sites exclusions --json` and its export print it:
+/// stable field names, the date in UTC as ISO 8601.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExclusionListed {
+    pub host: String,
+    pub subdomains: bool,
+    pub reason: String,
+    /// `2026-11-30T22:20:05Z`.
+    pub excluded_at: String,
+    pub excluded_ms: u64,
+}
+
+impl ExclusionListed {
+    pub fn of(e: &crate::model::ExclusionRecord) -> ExclusionListed {
+        ExclusionListed {
+            host: e.exclusion.host.clone(),
+            subdomains: e.exclusion.subdomains,
+            reason: e.reason.clone(),
+            excluded_at: iso_utc(e.excluded_ms),
+            excluded_ms: e.excluded_ms,
+        }
+    }
+
+    /// As typed and listed: `x.edu`, or `.x.edu` with its subdomains.
+    pub fn display(&self) -> String {
+        if self.subdomains {
+            format!(".{}", self.host)
+        } else {
+            self.host.clone()
+        }
+    }
+}
+
+/// What `sites exclude` did.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Excluded {
+    pub exclusion: ExclusionListed,
+    /// The earlier exclusion of the same host it replaced.
+    pub replaced: Option<ExclusionListed>,
+    /// Sites taken out of the target set.
+    pub sites_removed: Vec<String>,
+    /// Open jobs of running rounds failed with the reason `excluded`.
+    pub jobs_excluded: usize,
+    /// Running copies of other jobs whose scope reaches the host, restarted
+    /// with units that carry the exclusion.
+    pub copies_restarted: usize,
+}
+
+/// `ms` (Unix time) in UTC as ISO 8601 to the second: `2026-11-30T22:20:05Z`.
+pub fn iso_utc(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::<chrono::Utc>::from_timestamp_millis)
+        .map_or_else(
+            || "out-of-range".to_string(),
+            |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        )
 }
 
 /// `round start` options; unset ones take the config's defaults.
@@ -399,4 +483,16 @@ pub type HostsList = Vec<HostLine>;
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ApiError {
     pub error: String,
+}
+
+#[cfg(test)]
+mod exclusion_tests {
+    use super::*;
+
+    #[test]
+    fn exclusion_dates_are_iso_8601_in_utc() {
+        assert_eq!(iso_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso_utc(1_796_134_805_999), "2026-12-01T14:20:05Z");
+        assert_eq!(iso_utc(u64::MAX), "out-of-range");
+    }
 }

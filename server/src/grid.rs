@@ -19,12 +19,13 @@ use beebot_shared::limits::{
     MAX_TEXT_LEN, MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_REPLY, MAX_UNITS_PER_SLOT,
     PACE_FREE_PAGES, PACE_TOLERANCE,
 };
+use beebot_shared::limits::{MAX_EXCLUSIONS, MAX_EXCLUSION_REASON_CHARS, MAX_UNIT_EXCLUSIONS};
 use beebot_shared::linkfile::{self, ScanSummary};
 use beebot_shared::proto::{HostInfo, ABORT_ROUND_CANCELLED};
 use beebot_shared::scanstate::{state_sha256, ScanState};
-use beebot_shared::scope::{site_key, Scope};
+use beebot_shared::scope::{reversed_labels, site_key, Exclusion, Scope, SiteScope};
 use beebot_shared::sign::{self, ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
-use beebot_shared::util::{sha256, truncate_on_char};
+use beebot_shared::util::{collapse_whitespace, sha256, truncate_on_char};
 
 use crate::model::*;
 use crate::scheduler::{self, DeadlineRule, HeldUnit, HostView, JobView, RunningView, WorkAsk};
@@ -78,6 +79,34 @@ pub enum GridError {
         existing: String,
         where_: &'static str,
     },
+}
+
+/// The reason a job taken out of its round by an exclusion fails with.
+pub const EXCLUDED_REASON: &str = "excluded";
+
+/// Why `site` may not be added: the exclusion that covers it.
+pub fn excluded_message(site: &str, e: &ExclusionRecord) -> String {
+    format!(
+        "`{site}` is excluded from crawling ({}: {}); lift it with `sites include {}`",
+        e.exclusion.display(),
+        e.reason,
+        e.exclusion.display()
+    )
+}
+
+/// What [`Grid::exclude`] did.
+#[derive(Clone, Debug)]
+pub struct ExcludeOutcome {
+    pub record: ExclusionRecord,
+    /// The exclusion of the same host it replaced, if any.
+    pub replaced: Option<ExclusionRecord>,
+    /// Sites it took out of the target set.
+    pub sites_removed: Vec<String>,
+    /// Open jobs of running rounds it failed (their site is excluded).
+    pub jobs_excluded: usize,
+    /// Running copies of other jobs whose scope reaches the host, aborted
+    /// (their jobs go on with units that carry the exclusion).
+    pub copies_restarted: usize,
 }
 
 /// A work request as the grid sees it.
@@ -146,6 +175,8 @@ pub struct UploadPlan {
     max_pages: u64,
     /// The round's politeness delay: a scan's elapsed time covers it.
     delay_ms: u64,
+    /// Excluded hosts inside the scope: no record may come from a page on them.
+    excluded: Vec<Exclusion>,
 }
 
 /// A verified scan state uploaded with a scan that ended early, as the
@@ -218,10 +249,9 @@ impl UploadPlan {
                 return Ok(());
             }
             // A file claiming links from other sites lies about what was scanned.
-            let Some(u) = url::Url::parse(&r.source_url)
-                .ok()
-                .filter(|u| site_scope.contains(u))
-            else {
+            let Some(u) = url::Url::parse(&r.source_url).ok().filter(|u| {
+                site_scope.contains(u) && !self.excluded.iter().any(|e| e.covers_url(u))
+            }) else {
                 return Err(linkfile::LinkFileError::Refused(format!(
                     "link file holds a record whose source {} is not on site {}",
                     r.source_url.chars().take(200).collect::<String>(),
@@ -547,6 +577,9 @@ pub struct Grid {
     jobs: BTreeMap<u64, JobRecord>,
     hosts: BTreeMap<u64, HostRecord>,
     invites: HashMap<[u8; 32], InviteRecord>,
+    /// Hosts excluded from crawling, keyed by the host's
+    /// [`reversed_labels`] (the exclusions under a scope's root are a range).
+    exclusions: BTreeMap<String, ExclusionRecord>,
     /// unit id → job id
     units: HashMap<u64, u64>,
     /// The open jobs of each running round, kept in step with `jobs` by
@@ -677,6 +710,7 @@ impl Grid {
             jobs: BTreeMap::new(),
             hosts: BTreeMap::new(),
             invites: HashMap::new(),
+            exclusions: BTreeMap::new(),
             units: HashMap::new(),
             open: HashMap::new(),
             rounds_changed: 0,
@@ -699,6 +733,9 @@ impl Grid {
         }
         for i in g.store.invites()? {
             g.invites.insert(i.token_sha256, i);
+        }
+        for e in g.store.exclusions()? {
+            g.exclusions.insert(reversed_labels(&e.exclusion.host), e);
         }
         let running: Vec<u64> = g
             .rounds
@@ -805,6 +842,7 @@ impl Grid {
             jobs: self.jobs.clone(),
             hosts: BTreeMap::new(),
             invites: HashMap::new(),
+            exclusions: BTreeMap::new(),
             units: HashMap::new(),
             open: HashMap::new(),
             rounds_changed: 0,
@@ -846,6 +884,12 @@ impl Grid {
             return Err(GridError::Invalid(format!(
                 "the target set may hold at most {MAX_SITES} sites"
             )));
+        }
+        if let Some((h, e)) = hosts
+            .iter()
+            .find_map(|h| self.excluded_by(h).map(|e| (h, e)))
+        {
+            return Err(GridError::Invalid(excluded_message(h, e)));
         }
         // `www.x.edu` and `x.edu` are one site: one of them is kept.
         let mut keys: HashMap<String, &str> = self
@@ -903,6 +947,239 @@ impl Grid {
 
     pub fn sites(&self) -> Vec<SiteRecord> {
         self.sites.values().cloned().collect()
+    }
+
+    /// [`Grid::add_sites`] for the hosts no exclusion covers; the others are
+    /// refused one by one: `(index in hosts, host, its exclusion)`.
+    #[allow(clippy::type_complexity)]
+    pub fn add_sites_except_excluded(
+        &mut self,
+        hosts: &[String],
+        now_ms: u64,
+    ) -> Result<(usize, Vec<(usize, String, ExclusionRecord)>), GridError> {
+        let mut refused = Vec::new();
+        let mut allowed = Vec::with_capacity(hosts.len());
+        for (i, h) in hosts.iter().enumerate() {
+            match self.excluded_by(h) {
+                Some(e) => refused.push((i, h.clone(), e.clone())),
+                None => allowed.push(h.clone()),
+            }
+        }
+        let added = self.add_sites(&allowed, now_ms)?;
+        Ok((added, refused))
+    }
+
+    // ---- exclusions ----
+
+    /// The exclusion that covers `host` (a site, maybe with a port), if any:
+    /// one for the host itself (`www.` and the bare host alike), or one
+    /// with subdomains for a name above it.
+    pub fn excluded_by(&self, host: &str) -> Option<&ExclusionRecord> {
+        if self.exclusions.is_empty() {
+            return None; // (round starts and imports parse no host then)
+        }
+        let e = Exclusion::parse(host, false).ok()?;
+        if let Some(r) = self.exclusions.get(&reversed_labels(&e.host)) {
+            return Some(r);
+        }
+        let mut rest = e.host.as_str();
+        while let Some((_, parent)) = rest.split_once('.') {
+            if let Some(r) = self
+                .exclusions
+                .get(&reversed_labels(parent))
+                .filter(|r| r.exclusion.subdomains)
+            {
+                return Some(r);
+            }
+            rest = parent;
+        }
+        None
+    }
+
+    /// The exclusions of hosts at or under `root`, in key order.
+    fn exclusions_under<'a>(&'a self, root: &str) -> impl Iterator<Item = &'a ExclusionRecord> {
+        let key = reversed_labels(root);
+        let prefix = format!("{key}.");
+        self.exclusions.get(&key).into_iter().chain(
+            self.exclusions
+                .range(prefix.clone()..)
+                .take_while(move |(k, _)| k.starts_with(&prefix))
+                .map(|(_, r)| r),
+        )
+    }
+
+    /// The scope a unit of `site` is issued with and the exclusions it
+    /// carries: the round's scope with the exclusions at or under its root,
+    /// or `host` scope (which reaches no other host) when more than
+    /// [`MAX_UNIT_EXCLUSIONS`] lie there.
+    pub fn unit_scope(&self, site: &str, scope: Scope) -> (Scope, Vec<Exclusion>) {
+        let site_scope = SiteScope::new(site, scope);
+        let Some(root) = site_scope.root() else {
+            return (scope, Vec::new());
+        };
+        let inside: Vec<Exclusion> = self
+            .exclusions_under(root)
+            .take(MAX_UNIT_EXCLUSIONS + 1)
+            .map(|r| r.exclusion.clone())
+            .collect();
+        if inside.len() > MAX_UNIT_EXCLUSIONS {
+            (Scope::Host, Vec::new())
+        } else {
+            (scope, inside)
+        }
+    }
+
+    /// Every exclusion, a host before its subdomains.
+    pub fn exclusions(&self) -> Vec<ExclusionRecord> {
+        self.exclusions.values().cloned().collect()
+    }
+
+    /// Exclude a host from crawling (a site owner asked). The sites it
+    /// covers leave the target set; their open jobs in running rounds fail
+    /// with the reason `excluded` (running copies are aborted, and their
+    /// hosts told to drop them); running copies of other jobs whose scope
+    /// reaches the host are aborted and their jobs queued again, so they go
+    /// on with units that carry the exclusion. Excluding a host again
+    /// replaces its reason and date.
+    pub fn exclude(
+        &mut self,
+        exclusion: Exclusion,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<ExcludeOutcome, GridError> {
+        if reason.chars().count() > MAX_EXCLUSION_REASON_CHARS {
+            return Err(GridError::Invalid(format!(
+                "the reason is {} characters long; at most {MAX_EXCLUSION_REASON_CHARS} are kept",
+                reason.chars().count()
+            )));
+        }
+        let reason = collapse_whitespace(reason, MAX_EXCLUSION_REASON_CHARS);
+        if reason.is_empty() {
+            return Err(GridError::Invalid(
+                "say why the host is excluded (--reason, e.g. \"owner asked, ticket 42\")".into(),
+            ));
+        }
+        let key = reversed_labels(&exclusion.host);
+        let replaced = self.exclusions.get(&key).cloned();
+        if replaced.is_none() && self.exclusions.len() >= MAX_EXCLUSIONS {
+            return Err(GridError::Invalid(format!(
+                "at most {MAX_EXCLUSIONS} hosts may be excluded"
+            )));
+        }
+        let record = ExclusionRecord {
+            exclusion,
+            reason,
+            excluded_ms: now_ms,
+        };
+        self.store.put_exclusion(&record)?;
+        self.exclusions.insert(key, record.clone());
+        let e = &record.exclusion;
+        let sites_removed: Vec<String> = self
+            .sites
+            .keys()
+            .filter(|h| e.covers_host(h))
+            .cloned()
+            .collect();
+        for h in &sites_removed {
+            self.sites.remove(h);
+            self.store.remove_site(h)?;
+        }
+        let running: Vec<u64> = self
+            .rounds
+            .values()
+            .filter(|r| r.state == RoundState::Running)
+            .map(|r| r.id)
+            .collect();
+        let (mut jobs_excluded, mut copies_restarted) = (0, 0);
+        for round_id in running {
+            let Some(round) = self.rounds.get(&round_id) else {
+                continue;
+            };
+            let scope = round.params.scope;
+            let ids = round.job_ids.clone();
+            for id in ids {
+                let Some(job) = self.jobs.get_mut(&id) else {
+                    continue;
+                };
+                if job.state.is_final() {
+                    continue;
+                }
+                let covered = e.covers_host(&job.site);
+                // A copy running with an older list of exclusions must not go on.
+                let reached = !covered
+                    && SiteScope::new(&job.site, scope).root().is_some_and(|root| {
+                        Exclusion {
+                            host: root.to_string(),
+                            subdomains: true,
+                        }
+                        .covers_host(&e.host)
+                    });
+                if !covered && !reached {
+                    continue;
+                }
+                let mut aborted = 0;
+                for a in job.attempts.iter_mut() {
+                    if a.state == AttemptState::Running {
+                        a.state = AttemptState::Aborted;
+                        aborted += 1;
+                    }
+                }
+                if covered {
+                    job.state = JobState::Failed;
+                    push_reason(job, format!("{EXCLUDED_REASON}: {}", record.reason));
+                    jobs_excluded += 1;
+                } else if aborted > 0 {
+                    job.state = JobState::Queued;
+                    copies_restarted += aborted;
+                } else {
+                    continue;
+                }
+                let job = job.clone();
+                self.store.put_job(&job)?;
+                if job.state.is_final() {
+                    self.drop_states(&job);
+                }
+                self.reindex(id);
+            }
+            self.check_round_done(round_id, now_ms)?;
+        }
+        if jobs_excluded + copies_restarted > 0 {
+            // Connected hosts ask again at once and hear which units to drop.
+            self.rounds_changed += 1;
+        }
+        self.store.flush()?;
+        Ok(ExcludeOutcome {
+            record,
+            replaced,
+            sites_removed,
+            jobs_excluded,
+            copies_restarted,
+        })
+    }
+
+    /// Lift the exclusion of `exclusion.host` (with or without its
+    /// subdomains); returns it. The host's sites are not added back.
+    pub fn include(&mut self, exclusion: &Exclusion) -> Result<ExclusionRecord, GridError> {
+        let key = reversed_labels(&exclusion.host);
+        let Some(record) = self.exclusions.get(&key).cloned() else {
+            return Err(match self.excluded_by(&exclusion.host) {
+                Some(above) => GridError::Invalid(format!(
+                    "{} is excluded as part of {} ({}): lift that with `sites include {}`",
+                    exclusion.host,
+                    above.exclusion.display(),
+                    above.reason,
+                    above.exclusion.display()
+                )),
+                None => GridError::Invalid(format!(
+                    "{} is not excluded (see `sites exclusions`)",
+                    exclusion.host
+                )),
+            });
+        };
+        self.store.remove_exclusion(&record.exclusion.host)?;
+        self.exclusions.remove(&key);
+        self.store.flush()?;
+        Ok(record)
     }
 
     // ---- invites and hosts ----
@@ -1288,7 +1565,12 @@ impl Grid {
         let round_id = self.store.next_id()?;
         // Each job's size is fixed now, from its site's last scan.
         let mut jobs = Vec::with_capacity(self.sites.len());
-        for site in self.sites.values() {
+        // (An excluded host left the target set; one never gets a job.)
+        for site in self
+            .sites
+            .values()
+            .filter(|s| self.excluded_by(&s.host).is_none())
+        {
             let id = self.store.next_id()?;
             jobs.push(JobRecord {
                 id,
@@ -1365,7 +1647,8 @@ impl Grid {
         self.rounds_changed
     }
 
-    /// The units of `held` that belong to a cancelled round.
+    /// The units of `held` that belong to a cancelled round, or that an
+    /// exclusion stopped (see [`Grid::stopped_by_exclusion`]).
     fn cancelled_units(&self, held: &[u64]) -> Vec<u64> {
         held.iter()
             .copied()
@@ -1373,8 +1656,36 @@ impl Grid {
                 self.job_of_unit(*u)
                     .and_then(|j| self.rounds.get(&j.round_id))
                     .is_some_and(|r| r.state == RoundState::Cancelled)
+                    || self.stopped_by_exclusion(*u)
             })
             .collect()
+    }
+
+    /// Unit `unit_id` must not run: its site is excluded, or it was aborted
+    /// because a host inside its scope was excluded after it was issued.
+    fn stopped_by_exclusion(&self, unit_id: u64) -> bool {
+        if self.exclusions.is_empty() {
+            return false;
+        }
+        let Some(job) = self.job_of_unit(unit_id) else {
+            return false;
+        };
+        if self.excluded_by(&job.site).is_some() {
+            return true;
+        }
+        let Some(a) = job.attempts.iter().find(|a| a.unit_id == unit_id) else {
+            return false;
+        };
+        let Some(round) = self.rounds.get(&job.round_id) else {
+            return false;
+        };
+        a.state == AttemptState::Aborted
+            && SiteScope::new(&job.site, round.params.scope)
+                .root()
+                .is_some_and(|root| {
+                    self.exclusions_under(root)
+                        .any(|e| e.excluded_ms >= a.issued_ms)
+                })
     }
 
     pub fn cancel_round(&mut self, round_id: u64, now_ms: u64) -> Result<(), GridError> {
@@ -1867,6 +2178,7 @@ impl Grid {
             max_s: p.deadline_max_s,
         };
         let deadline = scheduler::deadline_ms(now_ms, wait_s.max(0.0) + expected, &rule);
+        let (scope, exclusions) = self.unit_scope(&job.site, p.scope);
         let unit = WorkUnit {
             unit_id,
             round_id: job.round_id,
@@ -1874,7 +2186,7 @@ impl Grid {
             host_id,
             site: job.site.clone(),
             seed_url: beebot_shared::scope::seed_url(&job.site).to_string(),
-            scope: p.scope,
+            scope,
             limits: UnitLimits {
                 max_pages: p.max_pages,
                 max_depth: p.max_depth,
@@ -1887,6 +2199,7 @@ impl Grid {
             deadline_ms: deadline,
             user_agent: self.settings.user_agent.clone(),
             resume,
+            exclusions,
         };
         let signed = sign::sign_unit(&self.project_key, &unit)
             .map_err(|e| GridError::Sign(e.to_string()))?;
@@ -1954,6 +2267,9 @@ impl Grid {
         }
         match job.state {
             JobState::Done => return Ok(ProgressOutcome::Abort("job done elsewhere".into())),
+            JobState::Failed if self.excluded_by(&job.site).is_some() => {
+                return Ok(ProgressOutcome::Abort("site excluded".into()))
+            }
             JobState::Failed => return Ok(ProgressOutcome::Abort("job failed".into())),
             JobState::Cancelled => return Ok(ProgressOutcome::Abort(ABORT_ROUND_CANCELLED.into())),
             JobState::Queued | JobState::Running => {}
@@ -2248,12 +2564,14 @@ impl Grid {
                 let p = &r.params;
                 (p.max_depth, u64::from(p.max_pages), p.delay_ms)
             });
+        let excluded = self.unit_scope(&job.site, scope).1;
         Ok(UploadStep::Plan(UploadPlan {
             host_id,
             unit_id,
             job_id: job.id,
             round_id: job.round_id,
             site: job.site.clone(),
+            excluded,
             scope,
             path: self
                 .links_dir
@@ -4954,6 +5272,243 @@ mod tests {
         assert_eq!(fx.grid.rounds_changed(), changed + 1);
         fx.grid.start_round(params(3), T0 + 6).unwrap();
         assert_eq!(fx.grid.rounds_changed(), changed + 2);
+    }
+
+    fn excl(host: &str) -> Exclusion {
+        Exclusion::parse(host, false).unwrap()
+    }
+
+    /// An excluded host leaves the target set and cannot come back by
+    /// `sites add` while the exclusion holds; the others are added.
+    #[test]
+    fn an_excluded_site_leaves_the_target_set_and_is_refused_again() {
+        let mut fx = Fx::new();
+        let sites = vec![
+            "www.a.test".to_string(),
+            "b.test".into(),
+            "c.test:8080".into(),
+        ];
+        fx.grid.add_sites(&sites, T0).unwrap();
+        let out = fx
+            .grid
+            .exclude(excl("a.test"), "  owner\n asked ", T0)
+            .unwrap();
+        assert_eq!(out.sites_removed, ["www.a.test"]);
+        assert_eq!(out.record.reason, "owner asked");
+        let out = fx
+            .grid
+            .exclude(excl("http://c.test/"), "ticket 7", T0)
+            .unwrap();
+        assert_eq!(out.sites_removed, ["c.test:8080"], "every port");
+        let left: Vec<String> = fx.grid.sites().into_iter().map(|s| s.host).collect();
+        assert_eq!(left, ["b.test"]);
+        let (added, refused) = fx
+            .grid
+            .add_sites_except_excluded(&["a.test".into(), "d.test".into(), "www.c.test".into()], T0)
+            .unwrap();
+        assert_eq!(added, 1);
+        let refused: Vec<(usize, String)> = refused.into_iter().map(|(i, h, _)| (i, h)).collect();
+        assert_eq!(
+            refused,
+            [(0, "a.test".to_string()), (2, "www.c.test".into())]
+        );
+        assert!(matches!(
+            fx.grid.add_sites(&["a.test".into()], T0),
+            Err(GridError::Invalid(m)) if m.contains("excluded") && m.contains("owner asked")
+        ));
+        // Empty reasons are refused; excluding again replaces the reason.
+        assert!(fx.grid.exclude(excl("e.test"), " \t", T0).is_err());
+        let again = fx
+            .grid
+            .exclude(excl("www.a.test"), "new reason", T0 + 1)
+            .unwrap();
+        assert_eq!(
+            again.replaced.map(|r| r.reason).as_deref(),
+            Some("owner asked")
+        );
+        assert_eq!(fx.grid.exclusions().len(), 2);
+        // Lifted: the site may be added again; it is not added by itself.
+        let lifted = fx.grid.include(&excl("a.test")).unwrap();
+        assert_eq!(lifted.reason, "new reason");
+        assert!(fx.grid.include(&excl("a.test")).is_err());
+        assert_eq!(fx.grid.sites().len(), 2);
+        fx.grid.add_sites(&["a.test".into()], T0).unwrap();
+        // The exclusions are durable.
+        drop(fx.grid);
+        let g = open_grid(fx.dir.path(), &fx.key);
+        let kept: Vec<String> = g
+            .exclusions()
+            .iter()
+            .map(|e| e.exclusion.display())
+            .collect();
+        assert_eq!(kept, ["c.test"]);
+    }
+
+    /// A subdomain exclusion covers every name under it; one of a name
+    /// covered by another cannot be lifted alone.
+    #[test]
+    fn subdomain_exclusions_cover_every_name_under_them() {
+        let mut fx = Fx::new();
+        fx.grid
+            .add_sites(&["x.test".into(), "lab.x.test".into(), "y.test".into()], T0)
+            .unwrap();
+        let out = fx
+            .grid
+            .exclude(Exclusion::parse(".x.test", false).unwrap(), "all of it", T0)
+            .unwrap();
+        assert_eq!(out.sites_removed, ["lab.x.test", "x.test"]);
+        assert!(fx.grid.excluded_by("a.b.lab.x.test").is_some());
+        assert!(fx.grid.excluded_by("y.test").is_none());
+        assert!(fx.grid.excluded_by("xx.test").is_none());
+        let err = fx
+            .grid
+            .include(&excl("lab.x.test"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sites include .x.test"), "{err}");
+    }
+
+    /// Excluding a host mid-round fails its job with the reason `excluded`,
+    /// its running copy hears so, and its held unit is named to drop; a
+    /// job whose `domain` scope reaches the host is restarted with units
+    /// that carry the exclusion.
+    #[test]
+    fn an_exclusion_takes_jobs_out_of_running_rounds_and_rides_in_units() {
+        let mut fx = Fx::new();
+        fx.grid
+            .add_sites(&["s0.test".into(), "s1.test".into(), "t.test".into()], T0)
+            .unwrap();
+        let mut p = params(3);
+        p.scope = Scope::Domain;
+        let round = fx.grid.start_round(p, T0).unwrap();
+        let a = fx.host();
+        let (units, _) = fx.ask(a, 3, &[], T0);
+        assert_eq!(units.len(), 3);
+        assert!(units.iter().all(|u| u.exclusions.is_empty()));
+        let held: Vec<u64> = units.iter().map(|u| u.unit_id).collect();
+        let changed = fx.grid.rounds_changed();
+        let of = |site: &str| units.iter().find(|u| u.site == site).unwrap().clone();
+        let out = fx
+            .grid
+            .exclude(excl("s0.test"), "owner asked", T0 + 1)
+            .unwrap();
+        assert_eq!(out.jobs_excluded, 1);
+        assert_eq!(fx.grid.rounds_changed(), changed + 1);
+        let s0 = of("s0.test");
+        assert_eq!(fx.job(s0.job_id).state, JobState::Failed);
+        assert_eq!(
+            fx.job(s0.job_id).completeness().why_not.as_deref(),
+            Some("failed: excluded: owner asked")
+        );
+        assert_eq!(
+            fx.grid.progress(a, s0.unit_id, 1, 1, T0 + 2).unwrap(),
+            ProgressOutcome::Abort("site excluded".into())
+        );
+        // A subdomain of t.test, inside t.test's domain scope.
+        let out = fx
+            .grid
+            .exclude(excl("lab.t.test"), "lab asked", T0 + 3)
+            .unwrap();
+        assert_eq!((out.jobs_excluded, out.copies_restarted), (0, 1));
+        let t = of("t.test");
+        assert_eq!(fx.job(t.job_id).state, JobState::Queued);
+        let (again, reply) = fx.ask(a, 3, &held, T0 + 4);
+        assert_eq!(reply.cancelled_units, vec![s0.unit_id, t.unit_id]);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].site, "t.test");
+        assert_eq!(again[0].exclusions, vec![excl("lab.t.test")]);
+        assert_eq!(again[0].scope, Scope::Domain);
+        // s1.test's unit goes on: nothing inside its scope was excluded.
+        assert_eq!(
+            fx.grid
+                .progress(a, of("s1.test").unit_id, 1, 1, T0 + 5)
+                .unwrap(),
+            ProgressOutcome::Continue
+        );
+        assert_eq!(fx.round_state(round), RoundState::Running);
+        // A new round has no job for the excluded site.
+        let mut p = params(3);
+        p.scope = Scope::Domain;
+        let next = fx.grid.start_round(p, T0 + 6).unwrap();
+        let sites: Vec<String> = fx
+            .grid
+            .round(next)
+            .unwrap()
+            .1
+            .into_iter()
+            .map(|j| j.site)
+            .collect();
+        assert_eq!(sites, ["s1.test", "t.test"]);
+    }
+
+    /// A result with a record from a page on an excluded host inside the
+    /// scope is refused: a crawl never requests such a page.
+    #[test]
+    fn a_record_from_an_excluded_host_is_refused() {
+        let mut fx = Fx::new();
+        fx.grid.add_sites(&["t.test".into()], T0).unwrap();
+        fx.grid
+            .exclude(excl("lab.t.test"), "lab asked", T0)
+            .unwrap();
+        let mut p = params(3);
+        p.scope = Scope::Domain;
+        fx.grid.start_round(p, T0).unwrap();
+        let a = fx.host();
+        let unit = fx.one(a, &[], T0);
+        assert_eq!(unit.exclusions, vec![excl("lab.t.test")]);
+        let mut recs = records("t.test", 3);
+        recs[2].source_url = "http://www.lab.t.test/p".into();
+        let file = linkfile::encode(&header_for(&unit, 3), &recs).unwrap();
+        let out = fx
+            .grid
+            .upload(a, unit.unit_id, summary(3), &file, None, T0 + 1)
+            .unwrap();
+        assert!(
+            matches!(&out, UploadOutcome::Rejected(m) if m.contains("www.lab.t.test")),
+            "{out:?}"
+        );
+        // The job goes on; the same result without that record is taken
+        // (the source is inside the domain scope: only the exclusion refused it).
+        let again = fx.one(a, &[], T0 + 2);
+        let file = linkfile::encode(&header_for(&again, 2), &recs[..2]).unwrap();
+        let out = fx
+            .grid
+            .upload(a, again.unit_id, summary(2), &file, None, T0 + 3)
+            .unwrap();
+        assert_eq!(out, UploadOutcome::Accepted);
+    }
+
+    /// A unit carries only the exclusions inside its scope, at most
+    /// MAX_UNIT_EXCLUSIONS; past that its site is scanned with scope host.
+    #[test]
+    fn a_unit_carries_the_exclusions_inside_its_scope_bounded() {
+        let mut fx = Fx::new();
+        fx.grid.exclude(excl("a.x.test"), "r", T0).unwrap();
+        fx.grid.exclude(excl("b.x.test"), "r", T0).unwrap();
+        fx.grid.exclude(excl("x-y.test"), "r", T0).unwrap();
+        fx.grid.exclude(excl("y.test"), "r", T0).unwrap();
+        let hosts = |v: Vec<Exclusion>| v.into_iter().map(|e| e.host).collect::<Vec<_>>();
+        let (scope, inside) = fx.grid.unit_scope("www.x.test", Scope::Subdomains);
+        assert_eq!(scope, Scope::Subdomains);
+        assert_eq!(hosts(inside), ["a.x.test", "b.x.test"]);
+        assert_eq!(
+            fx.grid.unit_scope("x.test", Scope::Host),
+            (Scope::Host, Vec::new())
+        );
+        let (_, none) = fx.grid.unit_scope("z.test", Scope::Domain);
+        assert!(none.is_empty());
+        for i in 0..MAX_UNIT_EXCLUSIONS - 2 {
+            fx.grid
+                .exclude(excl(&format!("h{i}.x.test")), "r", T0)
+                .unwrap();
+        }
+        let (scope, inside) = fx.grid.unit_scope("x.test", Scope::Domain);
+        assert_eq!((scope, inside.len()), (Scope::Domain, MAX_UNIT_EXCLUSIONS));
+        fx.grid.exclude(excl("one-more.x.test"), "r", T0).unwrap();
+        assert_eq!(
+            fx.grid.unit_scope("x.test", Scope::Domain),
+            (Scope::Host, Vec::new())
+        );
     }
 
     /// A scan that fetched no page because its site could not be reached

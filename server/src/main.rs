@@ -227,6 +227,34 @@ enum SitesCmd {
     },
     /// Remove a site, by host or URL (`x.edu` removes `www.x.edu`: one site).
     Remove { site: String },
+    /// Exclude a host from crawling for good (a site owner asked): it leaves
+    /// the target set, its jobs stop, no round or scope requests it again,
+    /// and adding or importing it is refused. `x.edu` covers `www.x.edu`;
+    /// `.x.edu` or --subdomains covers every name under it too.
+    Exclude {
+        /// A host or URL (every port); `.x.edu`: with its subdomains.
+        host: String,
+        /// Why (recorded with the date): e.g. "owner asked, ticket 42".
+        #[arg(long)]
+        reason: String,
+        /// Exclude every subdomain too.
+        #[arg(long)]
+        subdomains: bool,
+    },
+    /// Lift an exclusion (the site is not added back: `sites add` it).
+    Include { host: String },
+    /// Excluded hosts: host, reason, date (UTC).
+    Exclusions {
+        /// Print them as JSON (fields: host, subdomains, reason, excluded_at, excluded_ms).
+        #[arg(long, conflicts_with = "format")]
+        json: bool,
+        /// Export: tsv (with a header row) or json.
+        #[arg(long, value_parser = ["tsv", "json"])]
+        format: Option<String>,
+        /// Write the export to this file instead of stdout.
+        #[arg(long, requires = "format")]
+        out: Option<PathBuf>,
+    },
 }
 
 // Parsed once per run: the size of its largest variant costs nothing.
@@ -566,18 +594,125 @@ fn run(cli: Cli) -> Result<i32> {
                         parse_site(s).with_context(|| format!("`{s}`"))?;
                     }
                     let r: SitesAdded = c.post("/api/sites", &SitesAdd { sites })?;
+                    for x in &r.excluded {
+                        eprintln!("refused {}", refused_line(x));
+                    }
                     println!("added {} site(s); {} in the target set", r.added, r.total);
+                    if !r.excluded.is_empty() {
+                        return Ok(1);
+                    }
                 }
                 SitesCmd::Import { file } => {
                     let text = std::fs::read_to_string(&file)
                         .with_context(|| format!("cannot read {}", file.display()))?;
-                    let sites = parse_site_file(&text)
+                    let lines = parse_site_file(&text)
                         .with_context(|| format!("{}: nothing imported", file.display()))?;
+                    let sites = lines.iter().map(|(_, s)| s.clone()).collect();
                     let r: SitesAdded = c.post("/api/sites", &SitesAdd { sites })?;
+                    for x in &r.excluded {
+                        let line = lines.get(x.entry.wrapping_sub(1)).map_or(0, |l| l.0);
+                        eprintln!("line {line}: skipped {}", refused_line(x));
+                    }
+                    let skipped = if r.excluded.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {} line(s) skipped as excluded", r.excluded.len())
+                    };
                     println!(
-                        "imported {} new site(s); {} in the target set",
+                        "imported {} new site(s); {} in the target set{skipped}",
                         r.added, r.total
                     );
+                }
+                SitesCmd::Exclude {
+                    host,
+                    reason,
+                    subdomains,
+                } => {
+                    let e = beebot_shared::scope::Exclusion::parse(&host, subdomains)
+                        .with_context(|| format!("`{host}`"))?;
+                    if reason.trim().is_empty() {
+                        bail!("say why {host} is excluded: --reason \"owner asked, ticket 42\"");
+                    }
+                    let r: Excluded = c.post(
+                        "/api/exclusions",
+                        &ExcludeRequest {
+                            host: e.display(),
+                            subdomains: e.subdomains,
+                            reason,
+                        },
+                    )?;
+                    let x = &r.exclusion;
+                    if let Some(old) = &r.replaced {
+                        println!(
+                            "{} was excluded since {} ({}): reason and date replaced",
+                            old.display(),
+                            old.excluded_at,
+                            old.reason
+                        );
+                    }
+                    for site in &r.sites_removed {
+                        println!("removed {site} from the target set");
+                    }
+                    if r.jobs_excluded > 0 {
+                        println!(
+                            "stopped {} job(s) of running rounds (failed: excluded)",
+                            r.jobs_excluded
+                        );
+                    }
+                    if r.copies_restarted > 0 {
+                        println!(
+                            "restarted {} running scan(s) whose scope reaches it",
+                            r.copies_restarted
+                        );
+                    }
+                    println!(
+                        "excluded {}{} on {}: {}",
+                        x.display(),
+                        if x.subdomains {
+                            " and its subdomains"
+                        } else {
+                            ""
+                        },
+                        x.excluded_at,
+                        x.reason
+                    );
+                }
+                SitesCmd::Include { host } => {
+                    let e = beebot_shared::scope::Exclusion::parse(&host, false)
+                        .with_context(|| format!("`{host}`"))?;
+                    let path = path_segment(&e.host);
+                    let r: ExclusionListed = c.delete_json(&format!("/api/exclusions/{path}"))?;
+                    println!(
+                        "lifted the exclusion of {} (excluded on {}: {}); `sites add {}` to crawl it again",
+                        r.display(),
+                        r.excluded_at,
+                        r.reason,
+                        r.host
+                    );
+                }
+                SitesCmd::Exclusions { json, format, out } => {
+                    let list: Vec<ExclusionListed> = c.get("/api/exclusions")?;
+                    let text = match (json, format.as_deref()) {
+                        (true, _) | (_, Some("json")) => {
+                            format!("{}\n", serde_json::to_string_pretty(&list)?)
+                        }
+                        (_, Some(_)) => exclusions_tsv(&list),
+                        _ => {
+                            if list.is_empty() {
+                                eprintln!("no host is excluded");
+                            }
+                            list.iter()
+                                .map(|x| {
+                                    format!("{}\t{}\t{}\n", x.display(), x.excluded_at, x.reason)
+                                })
+                                .collect()
+                        }
+                    };
+                    match out {
+                        Some(p) => std::fs::write(&p, text)
+                            .with_context(|| format!("cannot write {}", p.display()))?,
+                        None => print!("{text}"),
+                    }
                 }
                 SitesCmd::List { json } => {
                     let sites: Vec<SiteRecord> = c.get("/api/sites")?;
@@ -933,8 +1068,30 @@ fn simulate_cmd(
     Ok(())
 }
 
-/// Parse a `sites import` file; the first bad line fails the whole file.
-fn parse_site_file(text: &str) -> Result<Vec<String>> {
+/// An entry an exclusion refused, in words.
+fn refused_line(x: &SiteRefused) -> String {
+    format!(
+        "{}: excluded ({} since {}: {}); lift it with `sites include {}`",
+        x.site, x.excluded_by, x.excluded_at, x.reason, x.excluded_by
+    )
+}
+
+/// Exclusions as TSV with a header row (reasons hold no tabs or newlines:
+/// their whitespace is collapsed when recorded).
+fn exclusions_tsv(list: &[ExclusionListed]) -> String {
+    let mut out = String::from("host\tsubdomains\texcluded_at\treason\n");
+    for x in list {
+        out.push_str(&format!(
+            "{}\t{}\t{}\t{}\n",
+            x.host, x.subdomains, x.excluded_at, x.reason
+        ));
+    }
+    out
+}
+
+/// Parse a `sites import` file into (line number, entry); the first bad
+/// line fails the whole file.
+fn parse_site_file(text: &str) -> Result<Vec<(usize, String)>> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -942,7 +1099,7 @@ fn parse_site_file(text: &str) -> Result<Vec<String>> {
             continue;
         }
         match parse_site(line) {
-            Ok(_) => out.push(line.to_string()),
+            Ok(_) => out.push((i + 1, line.to_string())),
             Err(e) => bail!("line {}: `{line}`: {e}", i + 1),
         }
     }
@@ -1215,9 +1372,27 @@ mod tests {
     #[test]
     fn site_file_reports_the_bad_line() {
         let ok = parse_site_file("# list\n\nwww.a.edu\nhttps://b.org/x  # trailing\n").unwrap();
-        assert_eq!(ok, vec!["www.a.edu", "https://b.org/x"]);
+        assert_eq!(
+            ok,
+            vec![(3, "www.a.edu".to_string()), (4, "https://b.org/x".into())]
+        );
         let err = parse_site_file("a.edu\nnot a host\nb.edu\n").unwrap_err();
         assert!(format!("{err:#}").contains("line 2"), "{err:#}");
         assert!(parse_site_file("# only comments\n").is_err());
+    }
+
+    #[test]
+    fn exclusions_export_as_tsv_with_a_header() {
+        let tsv = exclusions_tsv(&[ExclusionListed {
+            host: "x.edu".into(),
+            subdomains: true,
+            reason: "owner asked".into(),
+            excluded_at: "2026-11-30T22:20:05Z".into(),
+            excluded_ms: 1,
+        }]);
+        assert_eq!(
+            tsv,
+            "host\tsubdomains\texcluded_at\treason\nx.edu\ttrue\t2026-11-30T22:20:05Z\towner asked\n"
+        );
     }
 }

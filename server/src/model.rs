@@ -25,6 +25,17 @@ pub struct SiteRecord {
     pub last_scan: Option<SiteStats>,
 }
 
+/// A host excluded from crawling (`sites exclude`): never crawled again,
+/// in any round or scope, until `sites include` lifts it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExclusionRecord {
+    pub exclusion: beebot_shared::scope::Exclusion,
+    /// Why (a site owner's request, a ticket): whitespace collapsed.
+    pub reason: String,
+    /// When the server recorded it, Unix milliseconds.
+    pub excluded_ms: u64,
+}
+
 /// Settings of one round, fixed when it starts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RoundParams {

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use beebot_shared::codec;
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::model::{HostRecord, InviteRecord, JobRecord, RoundRecord, SiteRecord};
+use crate::model::{ExclusionRecord, HostRecord, InviteRecord, JobRecord, RoundRecord, SiteRecord};
 
 /// sled page cache: enough for the working set of a grid of this size.
 const CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
@@ -149,6 +149,8 @@ pub struct Store {
     jobs: Tree,
     hosts: Tree,
     invites: Tree,
+    /// Excluded hosts, keyed by [`beebot_shared::scope::reversed_labels`] of the host.
+    exclusions: Tree,
     durability: Arc<Durability>,
 }
 
@@ -185,6 +187,7 @@ impl Store {
             jobs: Tree::Sled(db.open_tree("jobs")?),
             hosts: Tree::Sled(db.open_tree("hosts")?),
             invites: Tree::Sled(db.open_tree("invites")?),
+            exclusions: Tree::Sled(db.open_tree("exclusions")?),
             backend: Backend::Sled(db),
             durability: Arc::new(Durability::default()),
         })
@@ -201,6 +204,7 @@ impl Store {
             jobs: Tree::memory(),
             hosts: Tree::memory(),
             invites: Tree::memory(),
+            exclusions: Tree::memory(),
             durability: Arc::new(Durability::default()),
         }
     }
@@ -359,6 +363,22 @@ impl Store {
     pub fn invites(&self) -> Result<Vec<InviteRecord>, StoreError> {
         Self::all(&self.invites, "invites")
     }
+    pub fn put_exclusion(&self, e: &ExclusionRecord) -> Result<(), StoreError> {
+        let key = beebot_shared::scope::reversed_labels(&e.exclusion.host);
+        self.put(&self.exclusions, key.as_bytes(), e)
+    }
+    pub fn exclusions(&self) -> Result<Vec<ExclusionRecord>, StoreError> {
+        Self::all(&self.exclusions, "exclusions")
+    }
+    pub fn remove_exclusion(&self, host: &str) -> Result<bool, StoreError> {
+        self.check()?;
+        self.durability.written.fetch_add(1, Ordering::SeqCst);
+        let key = beebot_shared::scope::reversed_labels(host);
+        match self.exclusions.remove(key.as_bytes()) {
+            Ok(removed) => Ok(removed),
+            Err(e) => self.failed(e),
+        }
+    }
     pub fn remove_invite(&self, token_sha256: &[u8; 32]) -> Result<bool, StoreError> {
         self.check()?;
         self.durability.written.fetch_add(1, Ordering::SeqCst);
@@ -423,6 +443,27 @@ mod tests {
         assert!(!s.remove_invite(&[6; 32]).unwrap());
         assert_eq!(s.invites().unwrap().len(), 1);
         assert!(s.rounds().unwrap().is_empty() && s.jobs().unwrap().is_empty());
+        let excluded = |host: &str| ExclusionRecord {
+            exclusion: beebot_shared::scope::Exclusion {
+                host: host.into(),
+                subdomains: false,
+            },
+            reason: "owner asked".into(),
+            excluded_ms: 5,
+        };
+        s.put_exclusion(&excluded("b.x.test")).unwrap();
+        s.put_exclusion(&excluded("x.test")).unwrap();
+        s.put_exclusion(&excluded("y.test")).unwrap();
+        assert!(s.remove_exclusion("y.test").unwrap());
+        assert!(!s.remove_exclusion("y.test").unwrap());
+        let kept: Vec<String> = s
+            .exclusions()
+            .unwrap()
+            .into_iter()
+            .map(|e| e.exclusion.host)
+            .collect();
+        // In the order of their reversed labels: a host before its subdomains.
+        assert_eq!(kept, ["x.test", "b.x.test"]);
         assert!(s.failure().is_none());
     }
 
@@ -435,6 +476,7 @@ mod tests {
         }
         let s = Store::open(dir.path()).unwrap();
         assert_eq!(s.sites().unwrap().len(), 1);
+        assert_eq!(s.exclusions().unwrap().len(), 2);
         assert_eq!(s.invites().unwrap()[0].uses_left, 2);
         assert!(s.remove_site("a.test").unwrap());
         assert!(s.sites().unwrap().is_empty());

@@ -10,7 +10,8 @@ use serde::{de::DeserializeOwned, Serialize};
 use crate::limits::MAX_FRAME_BYTES;
 
 /// The protocol version this build speaks. Bump on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// 4: work units carry the excluded hosts inside their scope.
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// Bytes of the frame length prefix.
 pub const FRAME_HEADER_BYTES: usize = 4;

@@ -59,6 +59,19 @@ pub const MAX_SLOTS: u32 = 64;
 /// Largest encoded work unit: a unit is a few hundred bytes of fields.
 pub const MAX_UNIT_BYTES: usize = 16 * 1024;
 
+/// Exclusions one work unit carries (those inside its scope, see
+/// `scope::Exclusion`): 32 of the longest host names (253 bytes) are about
+/// 8 KiB, so a unit stays within [`MAX_UNIT_BYTES`]. A site whose scope holds
+/// more is scanned with scope `host`, which reaches no other host.
+pub const MAX_UNIT_EXCLUSIONS: usize = 32;
+
+/// Hosts excluded from crawling at once (`sites exclude`): a bound on memory,
+/// far above what site owners ask for.
+pub const MAX_EXCLUSIONS: usize = 100_000;
+
+/// Characters of an exclusion's reason (a site owner's request, a ticket).
+pub const MAX_EXCLUSION_REASON_CHARS: usize = 500;
+
 /// Host names longer than this are not valid DNS names.
 pub const MAX_HOST_LEN: usize = 253;
 

@@ -356,6 +356,82 @@ pub fn site_key(site: &str) -> String {
     }
 }
 
+/// A host a site owner asked not to be crawled (`sites exclude`). An
+/// exclusion names a host, with every port: `x.edu` (or `www.x.edu`, the same
+/// site) covers `x.edu` and `www.x.edu`; with `subdomains` (typed `.x.edu` or
+/// `--subdomains`) it covers `x.edu` and every name under it too.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Exclusion {
+    /// Lower case, punycode, no port, no trailing dot, no leading `www.`.
+    pub host: String,
+    /// Every name under `host` is excluded too.
+    pub subdomains: bool,
+}
+
+impl Exclusion {
+    /// The exclusion an admin typed: a host or URL as [`parse_site`] takes it
+    /// (its port and a leading `www.` are dropped), or `.host` for the host
+    /// and its subdomains.
+    pub fn parse(input: &str, subdomains: bool) -> Result<Exclusion, ScopeError> {
+        let trimmed = input.trim_matches(|c: char| c.is_ascii_whitespace());
+        let (text, dot) = match trimmed.strip_prefix('.') {
+            Some(rest) => (rest, true),
+            None => (trimmed, false),
+        };
+        let site = parse_site(text)?;
+        let (host, _, _) = normalize_site_host(&site);
+        Ok(Exclusion {
+            host: without_www(&host).to_string(),
+            subdomains: subdomains || dot,
+        })
+    }
+
+    /// Whether this exclusion covers `host` (a host name, or a site with a port).
+    pub fn covers_host(&self, host: &str) -> bool {
+        let (host, _, _) = normalize_site_host(host);
+        if self.subdomains {
+            is_same_or_subdomain(&host, &self.host)
+        } else {
+            without_www(&host) == self.host
+        }
+    }
+
+    /// Whether this exclusion covers the host of `url` (any port).
+    pub fn covers_url(&self, url: &Url) -> bool {
+        url.host_str().is_some_and(|h| self.covers_host(h))
+    }
+
+    /// How it is written in lists: `x.edu`, or `.x.edu` with its subdomains.
+    pub fn display(&self) -> String {
+        if self.subdomains {
+            format!(".{}", self.host)
+        } else {
+            self.host.clone()
+        }
+    }
+}
+
+impl SiteScope {
+    /// The name every host of this scope is or lies under, when the scope
+    /// may reach hosts other than the site's own (`subdomains` and
+    /// `domain`); `None` for `host` scope and IP addresses. The exclusions a
+    /// unit must carry are the ones at or under it.
+    pub fn root(&self) -> Option<&str> {
+        match &self.rule {
+            Rule::Exact(_) | Rule::HostOrWww(_) => None,
+            Rule::Suffix(base) => Some(base),
+            Rule::Registrable(domain) => Some(domain),
+        }
+    }
+}
+
+/// `host` with its labels in reverse order (`www.x.edu` → `edu.x.www`): every
+/// name under a host starts with its reversed name and a dot, so the
+/// exclusions under a scope's root are one range of an ordered map.
+pub fn reversed_labels(host: &str) -> String {
+    host.rsplit('.').collect::<Vec<_>>().join(".")
+}
+
 /// `host` equals `base` or ends with `.` + `base`.
 fn is_same_or_subdomain(host: &str, base: &str) -> bool {
     match host.strip_suffix(base) {
@@ -739,5 +815,64 @@ mod tests {
         assert_eq!(seed_url("u@x.edu").as_str(), "http://invalid.invalid/");
         let site = parse_site("https://Bücher.test:81/x").expect("valid");
         assert_eq!(seed_url(&site).as_str(), "http://xn--bcher-kva.test:81/");
+    }
+
+    #[test]
+    fn an_exclusion_covers_the_site_and_www_or_every_subdomain() {
+        let e = Exclusion::parse("https://www.Example.edu:8080/x", false).expect("valid");
+        assert_eq!(e.host, "example.edu");
+        assert!(!e.subdomains);
+        for covered in [
+            "example.edu",
+            "www.example.edu",
+            "example.edu:8080",
+            "EXAMPLE.edu.",
+        ] {
+            assert!(e.covers_host(covered), "{covered}");
+        }
+        for free in ["lab.example.edu", "example.org", "notexample.edu", "edu"] {
+            assert!(!e.covers_host(free), "{free}");
+        }
+        assert!(e.covers_url(&u("http://www.example.edu:81/a")));
+        assert!(!e.covers_url(&u("http://lab.example.edu/")));
+
+        let dot = Exclusion::parse(".example.edu", false).expect("valid");
+        let flag = Exclusion::parse("www.example.edu", true).expect("valid");
+        assert_eq!(dot, flag);
+        assert_eq!(dot.display(), ".example.edu");
+        for covered in ["example.edu", "www.example.edu", "a.b.example.edu:8080"] {
+            assert!(dot.covers_host(covered), "{covered}");
+        }
+        for free in ["badexample.edu", "example.edu.org", "org"] {
+            assert!(!dot.covers_host(free), "{free}");
+        }
+        assert!(Exclusion::parse("", false).is_err());
+        assert!(Exclusion::parse("ftp://x.edu/", false).is_err());
+        assert!(Exclusion::parse("..x.edu", false).is_err());
+    }
+
+    #[test]
+    fn a_scope_root_holds_the_hosts_it_may_reach() {
+        assert_eq!(SiteScope::new("www.x.test", Scope::Host).root(), None);
+        assert_eq!(SiteScope::new("127.0.0.1", Scope::Domain).root(), None);
+        assert_eq!(
+            SiteScope::new("www.lab.x.test", Scope::Subdomains).root(),
+            Some("lab.x.test")
+        );
+        assert_eq!(
+            SiteScope::new("lab.example.co.uk", Scope::Domain).root(),
+            Some("example.co.uk")
+        );
+        // No registrable domain (an unknown suffix): the site and its subdomains.
+        assert_eq!(
+            SiteScope::new("site0.synth.test", Scope::Domain).root(),
+            Some("site0.synth.test")
+        );
+        assert_eq!(reversed_labels("www.x.edu"), "edu.x.www");
+        // Names under a host share its reversed name and a dot; a sibling
+        // may sort between them (`-` before `.`), so a range takes the prefix.
+        let mut keys = ["x.edu", "a.x.edu", "x-y.edu", "b.a.x.edu"].map(reversed_labels);
+        keys.sort();
+        assert_eq!(keys, ["edu.x", "edu.x-y", "edu.x.a", "edu.x.a.b"]);
     }
 }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec;
 use crate::limits::MAX_UNIT_BYTES;
-use crate::scope::Scope;
+use crate::scope::{Exclusion, Scope};
 
 /// Limits of one scan, set by the round.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +51,10 @@ pub struct WorkUnit {
     /// A continuation: the scan goes on from this frontier (fetched with
     /// `Request::FetchState` and checked against the hash signed here).
     pub resume: Option<ResumeFrom>,
+    /// Hosts inside the unit's scope that are excluded from crawling (at
+    /// most [`crate::limits::MAX_UNIT_EXCLUSIONS`]): no URL on them is
+    /// requested, robots.txt included. Protocol version 4.
+    pub exclusions: Vec<Exclusion>,
 }
 
 /// The frontier a continuation unit starts from: the scan state an earlier
@@ -212,7 +216,49 @@ mod tests {
             deadline_ms: 2,
             user_agent: "BeeBot".into(),
             resume: None,
+            exclusions: Vec::new(),
         }
+    }
+
+    /// The largest unit the server may issue (every text at its longest,
+    /// the most exclusions, each of the longest host name) signs and verifies.
+    #[test]
+    fn a_unit_with_the_most_exclusions_fits_its_byte_limit() {
+        use crate::limits::{MAX_HOST_LEN, MAX_UNIT_EXCLUSIONS};
+        let long_host = |i: usize| {
+            let mut h = format!("{i:03}");
+            while h.len() + 2 <= MAX_HOST_LEN {
+                h.push_str(".a");
+            }
+            h
+        };
+        let mut u = unit();
+        u.site = long_host(999);
+        u.seed_url = format!("http://{}/", u.site);
+        u.user_agent = format!("BeeBot/0.1 (+https://{}/)", long_host(998));
+        u.resume = Some(ResumeFrom {
+            state_sha256: [7; 32],
+            state_bytes: u64::MAX,
+            pages_done: u64::MAX,
+        });
+        u.exclusions = (0..MAX_UNIT_EXCLUSIONS)
+            .map(|i| Exclusion {
+                host: long_host(i),
+                subdomains: true,
+            })
+            .collect();
+        assert!(u
+            .exclusions
+            .iter()
+            .all(|e| e.host.len() >= MAX_HOST_LEN - 1));
+        let k = generate_key();
+        let s = sign_unit(&k, &u).expect("the largest unit signs");
+        assert!(s.bytes.len() <= MAX_UNIT_BYTES, "{}", s.bytes.len());
+        assert_eq!(verify_unit(&k.verifying_key(), &s).unwrap(), u);
+        // Four times as many would not fit: the bound keeps units small.
+        u.exclusions.extend(u.exclusions.clone());
+        u.exclusions.extend(u.exclusions.clone());
+        assert!(matches!(sign_unit(&k, &u), Err(SignError::Decode(_))));
     }
 
     #[test]

@@ -454,6 +454,18 @@ impl SynthWeb {
         }
     }
 
+    /// Serve `robots_txt` as the robots.txt of site `host` instead of the
+    /// generated one (e.g. rules for one robot only). The truth is not
+    /// recomputed: it stays what obeying the generated robots.txt gives.
+    /// Returns whether `host` is a site of this web.
+    pub fn set_robots_txt(&mut self, host: &str, robots_txt: &str) -> bool {
+        let Some(i) = site_index(host).filter(|i| *i < self.sites.len()) else {
+            return false;
+        };
+        self.sites[i].robots_txt = robots_txt.to_string();
+        true
+    }
+
     /// Every site's truth: `(site host, record)`, sorted by site, source, target.
     pub fn truth(&self) -> Vec<(String, LinkRecord)> {
         let mut all = Vec::new();
@@ -1667,5 +1679,22 @@ mod tests {
         assert_eq!(site_index("site.synth.test"), None);
         assert_eq!(site_index("blog.site1.synth.test"), None);
         assert_eq!(site_index("site1xsynth.test"), None);
+    }
+
+    #[test]
+    fn one_site_may_serve_its_own_robots_txt() {
+        let mut web = SynthWeb::generate(3, 2);
+        let generated = web.respond("site1.synth.test", "/robots.txt").body;
+        let ours = "User-agent: BeeBot\nDisallow: /\n";
+        assert!(web.set_robots_txt("site0.synth.test", ours));
+        assert!(!web.set_robots_txt("site2.synth.test", ours));
+        assert_eq!(
+            web.respond("site0.synth.test", "/robots.txt").body,
+            ours.as_bytes()
+        );
+        assert_eq!(
+            web.respond("site1.synth.test", "/robots.txt").body,
+            generated
+        );
     }
 }

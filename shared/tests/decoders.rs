@@ -109,6 +109,7 @@ fn unit(id: u64, site: String) -> WorkUnit {
         deadline_ms: 2,
         user_agent: "BeeBot".into(),
         resume: None,
+        exclusions: Vec::new(),
     }
 }
 

@@ -397,6 +397,7 @@ fn a_continuation_unit_whose_state_is_refused_does_not_hold_run_once() {
             state_bytes: 100,
             pages_done: 3,
         }),
+        exclusions: Vec::new(),
     };
     let signed = sign::sign_unit(&key, &unit).expect("sign");
     h.spool_unit(&SpooledUnit { signed, unit })

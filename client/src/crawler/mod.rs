@@ -56,7 +56,7 @@ use beebot_shared::linkfile::{LinkRecord, ScanSummary, StopReason};
 use beebot_shared::scanstate::{
     url_digest, RobotsAnswer, ScanState, ScanStateError, MAX_SEEN_DIGESTS, MAX_STATE_ROBOTS_BODY,
 };
-use beebot_shared::scope::{canonical_url, seed_url, Scope, SiteScope};
+use beebot_shared::scope::{canonical_url, seed_url, Exclusion, Scope, SiteScope};
 use url::Url;
 
 use fetch::{BodyWanted, FetchError, Fetcher};
@@ -125,6 +125,9 @@ pub struct CrawlSpec {
     /// queue (not the seed), skips what it saw, obeys its robots.txt answers
     /// without asking again, and counts its pages against `max_pages`.
     pub resume: Option<ScanState>,
+    /// Hosts never requested (robots.txt included), though inside the scope:
+    /// links to them are recorded as outbound links.
+    pub excluded: Vec<Exclusion>,
 }
 
 impl CrawlSpec {
@@ -144,6 +147,7 @@ impl CrawlSpec {
             max_duration: Duration::from_secs(3600),
             user_agent: DEFAULT_USER_AGENT.to_string(),
             resume: None,
+            excluded: Vec::new(),
         }
     }
 }
@@ -333,7 +337,8 @@ enum PageResult {
 
 impl<'a> Crawler<'a> {
     fn new(spec: &'a CrawlSpec, cfg: &CrawlerConfig, cancel: &'a AtomicBool) -> Crawler<'a> {
-        let agent_token = robots::agent_token(&spec.user_agent).to_string();
+        // Groups are matched by our product token, whatever the User-Agent says.
+        let agent_token = robots::ROBOTS_TOKEN.to_string();
         let mut frontier = Frontier::new(MAX_FRONTIER_URLS);
         let mut fetched = HashSet::new();
         let mut robots = HashMap::new();
@@ -417,6 +422,11 @@ impl<'a> Crawler<'a> {
         if let Some(stop) = self.limit_reached() {
             return Some(stop);
         }
+        if self.is_excluded(&seed) {
+            // Never issued by the server: nothing of the site is requested.
+            tracing::warn!(site = %self.spec.site, "the site is excluded from crawling");
+            return Some(StopReason::SeedUnreachable);
+        }
         // robots.txt of the seed's host decides whether we crawl at all.
         if let Err(stop) = self.ensure_robots(&seed) {
             return Some(stop);
@@ -447,6 +457,11 @@ impl<'a> Crawler<'a> {
             }
             if self.fetched.contains(&url_digest(url.as_str())) {
                 continue; // already reached through a redirect
+            }
+            if self.is_excluded(&url) || (url != seed && !self.scope.contains(&url)) {
+                // Queued by an earlier scan before the host was excluded, or
+                // under a wider scope than this unit's.
+                continue;
             }
             if self.pages_taken() >= self.max_pages {
                 self.frontier.unpop(url, depth);
@@ -681,7 +696,14 @@ impl<'a> Crawler<'a> {
                 let Some(location) = &response.location else {
                     return PageResult::Answered;
                 };
-                match redirect::next_step(&current, location, &chain, &self.scope) {
+                let step = match redirect::next_step(&current, location, &chain, &self.scope) {
+                    // An excluded host is left like one outside the scope.
+                    RedirectStep::Follow(next) if self.is_excluded(&next) => {
+                        RedirectStep::Outbound(next)
+                    }
+                    step => step,
+                };
+                match step {
                     RedirectStep::Follow(next) => {
                         if self.fetched.contains(&url_digest(next.as_str())) {
                             return PageResult::Answered;
@@ -745,7 +767,7 @@ impl<'a> Crawler<'a> {
                 self.bounds.long_urls += 1;
                 continue;
             }
-            if self.scope.contains(&target) {
+            if self.scope.contains(&target) && !self.is_excluded(&target) {
                 if depth >= self.spec.max_depth {
                     self.bounds.beyond_depth += 1;
                 } else if self.frontier.is_seen(&target) {
@@ -875,6 +897,11 @@ impl<'a> Crawler<'a> {
         Ok(())
     }
 
+    /// Whether `url` is on a host excluded from crawling.
+    fn is_excluded(&self, url: &Url) -> bool {
+        self.spec.excluded.iter().any(|e| e.covers_url(url))
+    }
+
     fn robots_for(&self, url: &Url) -> Option<&Robots> {
         self.robots.get(&origin(url))
     }
@@ -934,7 +961,7 @@ impl<'a> Crawler<'a> {
                 _ => None,
             };
             match next {
-                Some(next) if !self.scope.contains(&next) => {
+                Some(next) if !self.scope.contains(&next) || self.is_excluded(&next) => {
                     tracing::debug!(url = %current, to = %next, "robots.txt redirect out of the scope: unavailable");
                     policy = Robots::Unavailable;
                     // Answered, but not kept: a resumed scan asks again.
@@ -1164,6 +1191,31 @@ mod tests {
         assert!(cut > 0);
         assert_eq!(state.seen.len(), MAX_SEEN_DIGESTS);
         assert!(ScanState::decode(&bytes).is_ok());
+    }
+
+    #[test]
+    fn robots_groups_are_matched_by_our_token_whatever_the_user_agent() {
+        let spec = CrawlSpec {
+            user_agent: "Mozilla/5.0 (compatible; Crawler/2; +https://x.test/)".into(),
+            ..CrawlSpec::new("a.test", Scope::Host)
+        };
+        let cfg = CrawlerConfig::default();
+        let cancel = AtomicBool::new(false);
+        assert_eq!(Crawler::new(&spec, &cfg, &cancel).agent_token, "BeeBot");
+    }
+
+    #[test]
+    fn excluded_hosts_are_not_queued_and_a_queued_one_is_skipped() {
+        let spec = CrawlSpec {
+            excluded: vec![Exclusion::parse("b.a.test", false).expect("valid")],
+            ..CrawlSpec::new("a.test", Scope::Subdomains)
+        };
+        let cfg = CrawlerConfig::default();
+        let cancel = AtomicBool::new(false);
+        let c = Crawler::new(&spec, &cfg, &cancel);
+        assert!(c.is_excluded(&url("http://www.b.a.test:8080/x")));
+        assert!(!c.is_excluded(&url("http://c.a.test/")));
+        assert!(!c.is_excluded(&url("http://a.test/")));
     }
 
     #[test]

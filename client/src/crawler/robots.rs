@@ -68,19 +68,10 @@ impl Robots {
     }
 }
 
-/// The product token robots.txt groups are matched against: `BeeBot` of
-/// `BeeBot/0.1 (+https://…)`.
-pub fn agent_token(user_agent: &str) -> &str {
-    let token = user_agent
-        .split(|c: char| c == '/' || c.is_whitespace())
-        .next()
-        .unwrap_or("");
-    if token.is_empty() {
-        "*"
-    } else {
-        token
-    }
-}
+/// The product token robots.txt groups are matched against (as
+/// `User-agent: BeeBot`), whatever the full User-Agent string a unit sets:
+/// a site owner names the robot, not its version or contact.
+pub const ROBOTS_TOKEN: &str = "BeeBot";
 
 #[cfg(test)]
 mod tests {
@@ -142,9 +133,20 @@ mod tests {
     }
 
     #[test]
-    fn agent_tokens() {
-        assert_eq!(agent_token("BeeBot/0.1 (+https://x.test/)"), "BeeBot");
-        assert_eq!(agent_token("BeeBot"), "BeeBot");
-        assert_eq!(agent_token(""), "*");
+    fn a_beebot_group_binds_us_whatever_the_star_group_says() {
+        // Disallowed by name only: nothing for `*`.
+        let only_us = b"User-agent: BeeBot\nDisallow: /\n";
+        let r = Robots::from_response(200, only_us, ROBOTS_TOKEN);
+        assert!(!r.allowed(&url("http://a.test/")));
+        assert!(!r.allowed(&url("http://a.test/page.html")));
+        // `*` allows everything, but our own group wins (case-insensitive).
+        let both = b"User-agent: *\nAllow: /\n\nUser-agent: beebot\nDisallow: /\n";
+        assert!(!Robots::from_response(200, both, ROBOTS_TOKEN).allowed(&url("http://a.test/")));
+        // Our group allows what `*` forbids.
+        let star_only = b"User-agent: *\nDisallow: /\n\nUser-agent: BeeBot\nAllow: /\n";
+        assert!(Robots::from_response(200, star_only, ROBOTS_TOKEN).allowed(&url("http://a.test/")));
+        // Another robot's group is not ours.
+        let other = b"User-agent: OtherBot\nDisallow: /\n";
+        assert!(Robots::from_response(200, other, ROBOTS_TOKEN).allowed(&url("http://a.test/")));
     }
 }
