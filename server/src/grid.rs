@@ -560,6 +560,10 @@ pub struct Grid {
     /// Jobs handed over (job id → the host that handed its scan over): the
     /// continuation goes to another host while one is online.
     handed_from: HashMap<u64, u64>,
+    /// Reaches ([`reach_key`]) whose scan uploaded lately, with the time
+    /// the round's delay has passed since: no job of a site that shares
+    /// a host starts before (a continuation, or the next job of the host).
+    settling: HashMap<(String, bool), u64>,
 }
 
 /// A running round's queued and running jobs, so that a work request, an
@@ -591,6 +595,24 @@ fn reach_key(site: &str, scope: Scope) -> (String, bool) {
     let (root, all_under) = s.reach();
     let key: Vec<&str> = root.rsplit('.').collect();
     (key.join("."), all_under)
+}
+
+/// The one running copy of `job` that could hand its scan over to `asker`:
+/// on another host, scanning, with pages of its own taken (a unit still
+/// waiting in a host's buffer crawls nothing, and one that stopped at once
+/// would be a failed attempt).
+fn hand_over_from(job: &JobRecord, asker: u64) -> Option<&Attempt> {
+    let mut running = job.running_attempts();
+    let (Some(a), None) = (running.next(), running.next()) else {
+        return None;
+    };
+    // Pages of the scans it continues from (progress counts the unit's).
+    let pages_before = (a.resume_seq as usize)
+        .checked_sub(1)
+        .and_then(|k| job.segments.get(k))
+        .map_or(0, |s| s.pages_done);
+    let scanning = a.first_report_ms != 0 && a.pages > pages_before;
+    (a.host_id != asker && scanning && !job.is_behind(a)).then_some(a)
 }
 
 /// Whether two reaches ([`reach_key`]) share a host name.
@@ -741,6 +763,7 @@ impl Grid {
             rounds_changed: 0,
             hand_overs: HashMap::new(),
             handed_from: HashMap::new(),
+            settling: HashMap::new(),
             store,
         };
         for s in g.store.sites()? {
@@ -884,6 +907,7 @@ impl Grid {
             rounds_changed: 0,
             hand_overs: HashMap::new(),
             handed_from: HashMap::new(),
+            settling: HashMap::new(),
         };
         let ids: Vec<u64> = g.jobs.keys().copied().collect();
         for id in ids {
@@ -1746,6 +1770,10 @@ impl Grid {
                 }
             }
         }
+        // And a host whose scan uploaded less than the round's delay ago
+        // (its last request came before) gets no new stream yet.
+        self.settling.retain(|_, until| *until > now_ms);
+        busy.extend(self.settling.keys().cloned());
         let others_online = hosts.iter().any(|h| h.online && h.host_id != host_id);
         // Running jobs whose scan the asker wants a copy of: handed over.
         let mut hand_over: Vec<u64> = Vec::new();
@@ -1816,7 +1844,14 @@ impl Grid {
             }
             let mut running_jobs: Vec<RunningView> = Vec::new();
             if policy.replicates() {
-                for j in open.running.iter().filter_map(|id| self.jobs.get(id)) {
+                // Only scans that can be handed over: a copy is never run
+                // beside another (one silent is replaced at its deadline).
+                for j in open
+                    .running
+                    .iter()
+                    .filter_map(|id| self.jobs.get(id))
+                    .filter(|j| hand_over_from(j, host_id).is_some())
+                {
                     let copies: Vec<&Attempt> = j.running_attempts().collect();
                     running_jobs.push(RunningView {
                         job_id: j.id,
@@ -1936,27 +1971,16 @@ impl Grid {
     /// unit still waiting in a host's buffer crawls nothing, and one that
     /// stopped at once would be a failed attempt).
     fn ask_hand_over(&mut self, job_id: u64, asker: u64) {
-        let Some(job) = self.jobs.get(&job_id) else {
+        let Some((unit_id, host)) = self
+            .jobs
+            .get(&job_id)
+            .and_then(|j| hand_over_from(j, asker))
+            .map(|a| (a.unit_id, a.host_id))
+        else {
             return;
         };
-        let mut running = job.running_attempts();
-        let (Some(a), None) = (running.next(), running.next()) else {
-            return;
-        };
-        // Pages of the scans it continues from (progress counts the unit's).
-        let pages_before = (a.resume_seq as usize)
-            .checked_sub(1)
-            .and_then(|k| job.segments.get(k))
-            .map_or(0, |s| s.pages_done);
-        if a.host_id == asker
-            || a.pages <= pages_before
-            || a.first_report_ms == 0
-            || job.is_behind(a)
-        {
-            return;
-        }
-        self.hand_overs.insert(a.unit_id, asker);
-        self.handed_from.insert(job_id, a.host_id);
+        self.hand_overs.insert(unit_id, asker);
+        self.handed_from.insert(job_id, host);
     }
 
     /// Whether another running job's site shares a host with `job`'s.
@@ -2635,6 +2659,16 @@ impl Grid {
             };
             job.chain_sketch = Vec::new();
             self.conclude(job_id, candidate)?;
+        }
+        if let Some((job, round)) = self
+            .jobs
+            .get(&job_id)
+            .zip(self.rounds.get(&round_id))
+            .filter(|(_, r)| r.params.delay_ms > 0)
+        {
+            let until = now_ms.saturating_add(round.params.delay_ms);
+            self.settling
+                .insert(reach_key(&job.site, round.params.scope), until);
         }
         self.reindex(job_id);
         self.check_round_done(round_id, now_ms)?;
