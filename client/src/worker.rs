@@ -26,7 +26,7 @@ use url::Url;
 
 use beebot_shared::limits::{MAX_RETRY_AFTER_SECS, MAX_SLOTS};
 use beebot_shared::linkfile::{self, LinkFileHeader, StopReason};
-use beebot_shared::proto::{ErrorCode, Request, Response, ABORT_ROUND_CANCELLED};
+use beebot_shared::proto::{ErrorCode, Request, Response, ABORT_HAND_OVER, ABORT_ROUND_CANCELLED};
 use beebot_shared::scanstate::{state_sha256, ScanState, ScanStateError};
 use beebot_shared::sign::{self, ResumeFrom, WorkUnit};
 
@@ -208,6 +208,9 @@ enum HeldState {
     Waiting,
     Crawling {
         cancel: Arc<AtomicBool>,
+        /// Set with `cancel` when the server wants the scan on another host
+        /// ([`ABORT_HAND_OVER`]): it ends with a result and its frontier.
+        hand_over: Arc<AtomicBool>,
         pages: Arc<AtomicU64>,
         links: Arc<AtomicU64>,
         last_progress: Instant,
@@ -403,6 +406,8 @@ pub fn crawl_spec(
 /// What a running scan shares with the work loop.
 struct ScanHooks {
     cancel: Arc<AtomicBool>,
+    /// The cancel is a hand-over: upload what was done, with the frontier.
+    hand_over: Arc<AtomicBool>,
     pages: Arc<AtomicU64>,
     links: Arc<AtomicU64>,
     /// Holds the scan at a page boundary while paused or outside the window.
@@ -460,7 +465,11 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
     let stopped_by = out.summary.stopped_by;
     let state = out.state;
     let mut whole = slot.close(out.records, &out.summary);
-    if let Some(stop @ (StopReason::Cancelled | StopReason::Offline)) = stopped_by {
+    let handed_over =
+        stopped_by == Some(StopReason::Cancelled) && hooks.hand_over.load(Ordering::Relaxed);
+    if let Some(stop @ (StopReason::Cancelled | StopReason::Offline)) =
+        stopped_by.filter(|_| !handed_over)
+    {
         // Kept, to go on from its checkpoint: after the client restarts,
         // or once the site answers again.
         whole.state = state.unwrap_or_default();
@@ -839,6 +848,18 @@ impl Worker {
                 continue;
             };
             match r {
+                Ok(Response::Abort { reason }) if reason == ABORT_HAND_OVER => {
+                    // Another host continues the scan: stop at a page
+                    // boundary and upload what was done with the frontier.
+                    tracing::info!(unit_id, "the scan is handed over to another host");
+                    if let HeldState::Crawling {
+                        cancel, hand_over, ..
+                    } = &h.state
+                    {
+                        hand_over.store(true, Ordering::Relaxed);
+                        cancel.store(true, Ordering::Relaxed);
+                    }
+                }
                 Ok(Response::Abort { reason }) => {
                     tracing::info!(unit_id, "server aborted the scan: {reason}");
                     if let HeldState::Crawling { cancel, .. } = &h.state {
@@ -1075,11 +1096,13 @@ impl Worker {
                 .as_ref()
                 .map_or((0, 0), |c| (c.summary.pages, c.records.len() as u64));
             let cancel = Arc::new(AtomicBool::new(false));
+            let hand_over = Arc::new(AtomicBool::new(false));
             let pages = Arc::new(AtomicU64::new(pages_before));
             let links = Arc::new(AtomicU64::new(links_before));
             let slot = Arc::new(CheckpointSlot::new(checkpoint.as_ref()));
             h.state = HeldState::Crawling {
                 cancel: cancel.clone(),
+                hand_over: hand_over.clone(),
                 pages: pages.clone(),
                 links: links.clone(),
                 last_progress: Instant::now(),
@@ -1089,6 +1112,7 @@ impl Worker {
             let cfg = self.opts.crawler.clone();
             let hooks = ScanHooks {
                 cancel,
+                hand_over,
                 pages,
                 links,
                 gate: self.opts.gate.clone(),

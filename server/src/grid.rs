@@ -21,7 +21,7 @@ use beebot_shared::limits::{
 };
 use beebot_shared::limits::{MAX_EXCLUSIONS, MAX_EXCLUSION_REASON_CHARS, MAX_UNIT_EXCLUSIONS};
 use beebot_shared::linkfile::{self, ScanSummary};
-use beebot_shared::proto::{HostInfo, ABORT_ROUND_CANCELLED};
+use beebot_shared::proto::{HostInfo, ABORT_HAND_OVER, ABORT_ROUND_CANCELLED};
 use beebot_shared::scanstate::{state_sha256, ScanState};
 use beebot_shared::scope::{reversed_labels, site_key, Exclusion, Scope, SiteScope};
 use beebot_shared::sign::{self, ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
@@ -588,6 +588,18 @@ pub struct Grid {
     /// Rounds started or cancelled since the grid opened: the server tells
     /// connected hosts when it changes (see [`Grid::rounds_changed`]).
     rounds_changed: u64,
+    /// Running units asked to hand their scan over (unit id → the host that
+    /// wanted a copy): their next `Progress` is answered
+    /// [`ABORT_HAND_OVER`]. Kept in memory only: after a restart the
+    /// scheduler asks again.
+    hand_overs: HashMap<u64, u64>,
+    /// Jobs handed over (job id → the host that handed its scan over): the
+    /// continuation goes to another host while one is online.
+    handed_from: HashMap<u64, u64>,
+    /// Reaches ([`reach_key`]) whose scan uploaded lately, with the time
+    /// the round's delay has passed since: no job of a site that shares
+    /// a host starts before (a continuation, or the next job of the host).
+    settling: HashMap<(String, bool), u64>,
 }
 
 /// A running round's queued and running jobs, so that a work request, an
@@ -605,6 +617,78 @@ struct OpenJobs {
     /// Open jobs whose results are being checked, with the hosts that may
     /// not take them (the results' authors).
     checks: BTreeMap<u64, Vec<u64>>,
+    /// Queued jobs by their site's reach ([`reach_key`] → job id → whether
+    /// every name under it is inside): a job whose reach meets a running
+    /// job's waits, so no host is scanned by two jobs at once.
+    reach: BTreeMap<String, BTreeMap<u64, bool>>,
+}
+
+/// A site's reach ([`SiteScope::reach`]) as a key whose names under a root
+/// sort right after it: labels reversed (`cs.example.edu` is
+/// `edu.example.cs`), ports dropped.
+fn reach_key(site: &str, scope: Scope) -> (String, bool) {
+    let s = SiteScope::new(site, scope);
+    let (root, all_under) = s.reach();
+    let key: Vec<&str> = root.rsplit('.').collect();
+    (key.join("."), all_under)
+}
+
+/// The one running copy of `job` that could hand its scan over to `asker`:
+/// on another host, scanning, with pages of its own taken (a unit still
+/// waiting in a host's buffer crawls nothing, and one that stopped at once
+/// would be a failed attempt).
+fn hand_over_from(job: &JobRecord, asker: u64) -> Option<&Attempt> {
+    let mut running = job.running_attempts();
+    let (Some(a), None) = (running.next(), running.next()) else {
+        return None;
+    };
+    // Pages of the scans it continues from (progress counts the unit's).
+    let pages_before = (a.resume_seq as usize)
+        .checked_sub(1)
+        .and_then(|k| job.segments.get(k))
+        .map_or(0, |s| s.pages_done);
+    let scanning = a.first_report_ms != 0 && a.pages > pages_before;
+    (a.host_id != asker && scanning && !job.is_behind(a)).then_some(a)
+}
+
+/// Whether two reaches ([`reach_key`]) share a host name.
+fn reaches_meet(a: &(String, bool), b: &(String, bool)) -> bool {
+    let under = |x: &str, root: &str| {
+        x.len() > root.len() && x.starts_with(root) && x.as_bytes()[root.len()] == b'.'
+    };
+    a.0 == b.0 || (a.1 && under(&b.0, &a.0)) || (b.1 && under(&a.0, &b.0))
+}
+
+/// Queued jobs of `reach` (an index of [`OpenJobs::reach`]) whose reach
+/// meets `busy`'s: O(labels × log n) plus the jobs found.
+fn queued_meeting(
+    reach: &BTreeMap<String, BTreeMap<u64, bool>>,
+    busy: &(String, bool),
+    out: &mut BTreeSet<u64>,
+) {
+    let (root, all_under) = (busy.0.as_str(), busy.1);
+    // The same root, and roots above it that reach every name under them.
+    for (i, b) in root.bytes().enumerate().chain([(root.len(), b'.')]) {
+        if b != b'.' {
+            continue;
+        }
+        let above = &root[..i];
+        for (id, tree) in reach.get(above).into_iter().flatten() {
+            if *tree || i == root.len() {
+                out.insert(*id);
+            }
+        }
+    }
+    // Roots under it, when it reaches every name under it.
+    if all_under {
+        let from = format!("{root}.");
+        for (_, jobs) in reach
+            .range(from.clone()..)
+            .take_while(|(k, _)| k.starts_with(&from))
+        {
+            out.extend(jobs.keys().copied());
+        }
+    }
 }
 
 /// The host had an attempt of `job` that expired or failed.
@@ -714,6 +798,9 @@ impl Grid {
             units: HashMap::new(),
             open: HashMap::new(),
             rounds_changed: 0,
+            hand_overs: HashMap::new(),
+            handed_from: HashMap::new(),
+            settling: HashMap::new(),
             store,
         };
         for s in g.store.sites()? {
@@ -782,6 +869,19 @@ impl Grid {
         if let Ok(p) = open.queue.binary_search_by_key(&job_id, |v| v.job_id) {
             open.queue.remove(p);
         }
+        let reach = reach_key(&job.site, round.params.scope);
+        if let Some(jobs) = open.reach.get_mut(&reach.0) {
+            jobs.remove(&job_id);
+            if jobs.is_empty() {
+                open.reach.remove(&reach.0);
+            }
+        }
+        if job.state == JobState::Queued {
+            open.reach
+                .entry(reach.0)
+                .or_default()
+                .insert(job_id, reach.1);
+        }
         if job.state == JobState::Queued {
             let order = round.job_ids.binary_search(&job_id).unwrap_or(0) as u32;
             let view = JobView {
@@ -846,6 +946,9 @@ impl Grid {
             units: HashMap::new(),
             open: HashMap::new(),
             rounds_changed: 0,
+            hand_overs: HashMap::new(),
+            handed_from: HashMap::new(),
+            settling: HashMap::new(),
         };
         let ids: Vec<u64> = g.jobs.keys().copied().collect();
         for id in ids {
@@ -1976,6 +2079,27 @@ impl Grid {
             !authors.contains(&host_id)
                 && (asker_trusted || trusted_online.iter().all(|t| authors.contains(t)))
         };
+        // Hand-overs and handed-over jobs of the past are forgotten.
+        self.prune_hand_overs();
+        // The reach of every running job: a queued job whose reach meets
+        // one waits (the same host from two sites, or a site in
+        // subdomains/domain scope over another's host), so no host gets
+        // two request streams from the grid.
+        let mut busy: Vec<(String, bool)> = Vec::new();
+        for (round_id, params, _) in &running {
+            for id in self.open.get(round_id).into_iter().flat_map(|o| &o.running) {
+                if let Some(j) = self.jobs.get(id) {
+                    busy.push(reach_key(&j.site, params.scope));
+                }
+            }
+        }
+        // And a host whose scan uploaded less than the round's delay ago
+        // (its last request came before) gets no new stream yet.
+        self.settling.retain(|_, until| *until > now_ms);
+        busy.extend(self.settling.keys().cloned());
+        let others_online = hosts.iter().any(|h| h.online && h.host_id != host_id);
+        // Running jobs whose scan the asker wants a copy of: handed over.
+        let mut hand_over: Vec<u64> = Vec::new();
         for (round_id, params, started_ms) in &running {
             let Some(asker) = asker else { break };
             if free == 0 {
@@ -2026,6 +2150,16 @@ impl Grid {
                     barred.insert(*id);
                 }
             }
+            // A job this host handed over goes to another host while one
+            // is online (else the hand-over gained nothing).
+            for (job, from) in &self.handed_from {
+                if *from == host_id && others_online {
+                    barred.insert(*job);
+                }
+            }
+            for b in &busy {
+                queued_meeting(&open.reach, b, &mut barred);
+            }
             for id in &barred {
                 if let Ok(p) = queue.binary_search_by_key(id, |v| v.job_id) {
                     queue.to_mut().remove(p);
@@ -2033,7 +2167,14 @@ impl Grid {
             }
             let mut running_jobs: Vec<RunningView> = Vec::new();
             if policy.replicates() {
-                for j in open.running.iter().filter_map(|id| self.jobs.get(id)) {
+                // Only scans that can be handed over: a copy is never run
+                // beside another (one silent is replaced at its deadline).
+                for j in open
+                    .running
+                    .iter()
+                    .filter_map(|id| self.jobs.get(id))
+                    .filter(|j| hand_over_from(j, host_id).is_some())
+                {
                     let copies: Vec<&Attempt> = j.running_attempts().collect();
                     running_jobs.push(RunningView {
                         job_id: j.id,
@@ -2082,33 +2223,46 @@ impl Grid {
                 }
                 if let Ok(p) = queue.binary_search_by_key(&id, |v| v.job_id) {
                     let v = &queue[p];
-                    if chosen.iter().all(|c| c.0 != id) {
+                    // Two jobs chosen at once whose sites share a host: the
+                    // later one waits.
+                    let reach = self.jobs.get(&id).map(|j| reach_key(&j.site, params.scope));
+                    let meets = reach
+                        .as_ref()
+                        .is_some_and(|r| busy.iter().any(|b| reaches_meet(b, r)));
+                    if chosen.iter().all(|c| c.0 != id) && !meets {
                         want -= v.pages * cost;
                         chosen.push((id, false));
+                        busy.extend(reach);
                         free -= 1;
                     }
                 }
             }
+            // A copy of a running job is wanted (a hedge or a tail replica):
+            // never a second stream of requests to its site, but a hand-over.
+            // The running copy stops at a page boundary and uploads what it
+            // did with its frontier, and another host continues from there.
             for id in decision.replicas {
-                if free == 0 {
-                    break;
-                }
                 let ok = !barred.contains(&id)
                     && running_jobs
                         .iter()
                         .any(|r| r.job_id == id && r.copies < scheduler::MAX_COPIES && !r.on_asker);
-                if ok && chosen.iter().all(|c| c.0 != id) {
-                    chosen.push((id, true));
-                    free -= 1;
+                if ok && !hand_over.contains(&id) {
+                    hand_over.push(id);
                 }
             }
         }
 
+        for job_id in hand_over {
+            self.ask_hand_over(job_id, host_id);
+        }
         // Each unit's deadline counts the wait for a slot behind what the host holds.
         let slots = asker.map(|i| hosts[i].slots).unwrap_or(1);
         let mut mine = held.remove(&host_id).unwrap_or_default();
         let mut units = Vec::with_capacity(chosen.len());
-        for (job_id, replica) in chosen {
+        for (job_id, _) in chosen {
+            // The continuation of a handed-over scan counts as the copy
+            // the scheduler wanted.
+            let replica = self.handed_from.remove(&job_id).is_some();
             let wait_s = scheduler::slot_schedule(&mine, slots, now_ms).free_at_s;
             let (unit, expected_s) = self.issue(job_id, host_id, speed, replica, wait_s, now_ms)?;
             mine.push(HeldUnit {
@@ -2133,6 +2287,54 @@ impl Grid {
             rounds_open,
             cancelled_units,
         })
+    }
+
+    /// Ask the one running copy of `job_id` to hand its scan over, for
+    /// `asker` (who wanted a copy). Only a scan that has taken pages (a
+    /// unit still waiting in a host's buffer crawls nothing, and one that
+    /// stopped at once would be a failed attempt).
+    fn ask_hand_over(&mut self, job_id: u64, asker: u64) {
+        let Some((unit_id, host)) = self
+            .jobs
+            .get(&job_id)
+            .and_then(|j| hand_over_from(j, asker))
+            .map(|a| (a.unit_id, a.host_id))
+        else {
+            return;
+        };
+        self.hand_overs.insert(unit_id, asker);
+        self.handed_from.insert(job_id, host);
+    }
+
+    /// Whether another running job's site shares a host with `job`'s.
+    fn meets_running_job(&self, job: &JobRecord) -> bool {
+        let scope_of = |j: &JobRecord| self.rounds.get(&j.round_id).map(|r| r.params.scope);
+        let Some(reach) = scope_of(job).map(|sc| reach_key(&job.site, sc)) else {
+            return false;
+        };
+        self.running_job_ids()
+            .iter()
+            .filter(|id| **id != job.id)
+            .filter_map(|id| self.jobs.get(id))
+            .filter_map(|j| scope_of(j).map(|sc| reach_key(&j.site, sc)))
+            .any(|r| reaches_meet(&r, &reach))
+    }
+
+    /// Forget hand-overs of units no longer running and handed-over jobs
+    /// no longer open (both maps stay as small as the scans running).
+    fn prune_hand_overs(&mut self) {
+        let jobs = &self.jobs;
+        let units = &self.units;
+        self.hand_overs.retain(|unit, _| {
+            units
+                .get(unit)
+                .and_then(|j| jobs.get(j))
+                .is_some_and(|j| j.running_attempts().any(|a| a.unit_id == *unit))
+        });
+        self.handed_from.retain(|job, _| {
+            jobs.get(job)
+                .is_some_and(|j| matches!(j.state, JobState::Queued | JobState::Running))
+        });
     }
 
     /// Create, record and sign one unit of a job (queued, or running when
@@ -2289,6 +2491,8 @@ impl Grid {
                 .hosts
                 .get(&host_id)
                 .is_some_and(|_| self.running_units_of(host_id) >= self.units_cap(host_id));
+        // Nor beside another job of a site that shares a host with this one.
+        let shares_host = asleep && self.meets_running_job(job);
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(ProgressOutcome::Abort("unknown unit".into()));
         };
@@ -2351,6 +2555,11 @@ impl Grid {
                     "the scan was given to another host while this one was away".into(),
                 ));
             }
+            AttemptState::Expired | AttemptState::Released if shares_host => {
+                return Ok(ProgressOutcome::Abort(
+                    "another scan of the site's host started while this one was away".into(),
+                ));
+            }
             AttemptState::Expired | AttemptState::Released if at_cap => {
                 return Ok(ProgressOutcome::Abort(
                     "the host holds as many units as its slots allow: this one was given up".into(),
@@ -2383,6 +2592,11 @@ impl Grid {
         a.last_report_ms = a.last_report_ms.max(now_ms);
         a.pages = pages;
         a.links = links;
+        if self.hand_overs.contains_key(&unit_id) {
+            // Another host takes the scan over from its frontier: this one
+            // stops at a page boundary and uploads what it did.
+            return Ok(ProgressOutcome::Abort(ABORT_HAND_OVER.into()));
+        }
         // Extend a unit whose scan still makes progress in the last half of its
         // window: deadlines find silent hosts, they never cut a live scan.
         if let Some(d) =
@@ -2775,6 +2989,16 @@ impl Grid {
             };
             job.chain_sketch = Vec::new();
             self.conclude(job_id, candidate)?;
+        }
+        if let Some((job, round)) = self
+            .jobs
+            .get(&job_id)
+            .zip(self.rounds.get(&round_id))
+            .filter(|(_, r)| r.params.delay_ms > 0)
+        {
+            let until = now_ms.saturating_add(round.params.delay_ms);
+            self.settling
+                .insert(reach_key(&job.site, round.params.scope), until);
         }
         self.reindex(job_id);
         self.check_round_done(round_id, now_ms)?;
@@ -4160,7 +4384,8 @@ mod tests {
     /// What must hold whatever the hosts sent: the open-job index matches
     /// the jobs, no host holds more than its cap (unless it held them
     /// before, e.g. its benchmark lowered its slots), every count is within
-    /// the round's page cap, at most two copies of a job run, and speeds and
+    /// the round's page cap, one copy of a job runs at a time (a wanted copy
+    /// is a hand-over, never a second stream of requests), and speeds and
     /// benchmarks are within their bounds.
     fn check_consistent(g: &Grid, before: &HashMap<u64, usize>, max_pages: u64) {
         g.check_open();
@@ -4168,8 +4393,8 @@ mod tests {
         for job in g.jobs.values() {
             let copies = job.running_attempts().count();
             assert!(
-                copies <= scheduler::MAX_COPIES as usize,
-                "job {}: {copies} copies",
+                copies <= 1,
+                "job {}: {copies} copies running at once",
                 job.id
             );
             for a in job.running_attempts() {
@@ -5762,7 +5987,7 @@ mod tests {
     }
 
     #[test]
-    fn adaptive_copies_the_straggler_and_the_loser_is_aborted() {
+    fn adaptive_hands_the_stragglers_scan_over_to_a_faster_host_never_beside_it() {
         let (mut fx, hosts) = two_hosts(1);
         let (slow, fast) = (hosts[0], hosts[1]);
         let idle = fx.host();
@@ -5776,23 +6001,240 @@ mod tests {
         // only job (500 s expected).
         let t = T0 + scheduler::ONLINE_WINDOW_MS + 1;
         let u = fx.one(slow, &[], t);
-        // Nothing queued, the fast host back and idle: it gets a copy (0.5 s expected).
-        let v = fx.one(fast, &[], t + 1000);
-        assert_eq!(v.job_id, u.job_id);
-        assert!(fx.attempt(v.unit_id).replica);
-        assert!(!fx.attempt(u.unit_id).replica);
-        // Never a third copy.
-        let (none, _) = fx.ask(idle, 2, &[], t + 2000);
+        // A unit still waiting in its host's buffer is not handed over.
+        let (none, _) = fx.ask(fast, 1, &[], t + 500);
         assert!(none.is_empty());
-        // The copy wins; the original hears Abort at its next progress report.
+        assert_eq!(
+            fx.grid.progress(slow, u.unit_id, 2, 2, t + 600).unwrap(),
+            ProgressOutcome::Continue
+        );
+        // The fast host, idle, wants a copy: it gets none (two copies
+        // would crawl the site at twice the round's rate), and the running
+        // scan is asked to hand over at its next report.
+        let (none, _) = fx.ask(fast, 1, &[], t + 1000);
+        assert!(none.is_empty(), "no second copy beside a running scan");
+        assert_eq!(fx.job(u.job_id).running_attempts().count(), 1);
+        let (none, _) = fx.ask(idle, 2, &[], t + 1100);
+        assert!(none.is_empty());
+        assert_eq!(
+            fx.grid.progress(slow, u.unit_id, 3, 3, t + 1500).unwrap(),
+            ProgressOutcome::Abort(ABORT_HAND_OVER.into())
+        );
+        // The scan stops at a page boundary and uploads its part with its
+        // frontier: a segment, and the job back in the queue.
+        let (sum, file, state) = partial_for(&u, 3, 3);
+        assert_eq!(
+            fx.grid
+                .upload(slow, u.unit_id, sum, &file, Some(&state), t + 2000)
+                .unwrap(),
+            UploadOutcome::Accepted
+        );
+        assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Partial);
+        // The host that handed it over does not take it back while another
+        // is online; the fast host continues from the frontier.
+        let (none, _) = fx.ask(slow, 1, &[], t + 2100);
+        assert!(none.is_empty(), "the continuation is for another host");
+        let v = fx.one(fast, &[], t + 2200);
+        assert_eq!(v.job_id, u.job_id);
+        assert_eq!(v.resume.as_ref().map(|r| r.pages_done), Some(3));
+        assert!(fx.attempt(v.unit_id).replica, "counted as the copy wanted");
         assert_eq!(fx.upload(fast, &v, 2, t + 3000), UploadOutcome::Accepted);
-        assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Aborted);
-        // (The round, one job, is over too.)
-        assert!(matches!(
-            fx.grid.progress(slow, u.unit_id, 1, 1, t + 4000).unwrap(),
-            ProgressOutcome::Abort(_)
+        let job = fx.job(u.job_id);
+        assert_eq!(job.state, JobState::Done);
+        assert_eq!(
+            job.attempts
+                .iter()
+                .filter(|a| a.state == AttemptState::Aborted)
+                .count(),
+            0,
+            "no scan was thrown away"
+        );
+    }
+
+    #[test]
+    fn reaches_meet_where_two_sites_share_a_host_name() {
+        let meet = |a: &str, b: &str, scope: Scope| {
+            reaches_meet(&reach_key(a, scope), &reach_key(b, scope))
+        };
+        // Domain scope: the registrable domain covers every host under it.
+        assert!(meet("example.edu", "cs.example.edu", Scope::Domain));
+        assert!(meet("cs.example.edu", "math.example.edu", Scope::Domain));
+        assert!(!meet("example.edu", "example.org", Scope::Domain));
+        // Subdomains scope: a host covers the names under it, not beside it.
+        assert!(meet("example.edu", "cs.example.edu", Scope::Subdomains));
+        assert!(meet("cs.example.edu", "example.edu", Scope::Subdomains));
+        assert!(!meet(
+            "cs.example.edu",
+            "math.example.edu",
+            Scope::Subdomains
         ));
-        assert_eq!(fx.upload(slow, &u, 2, t + 5000), UploadOutcome::Duplicate);
+        assert!(!meet("ample.edu", "example.edu", Scope::Subdomains));
+        // Host scope: only the same host, on any port.
+        assert!(!meet("example.edu", "cs.example.edu", Scope::Host));
+        assert!(meet("example.edu:8080", "example.edu", Scope::Host));
+        // Across rounds of other scopes: a host inside a domain-scope site.
+        assert!(reaches_meet(
+            &reach_key("cs.example.edu", Scope::Host),
+            &reach_key("example.edu", Scope::Domain)
+        ));
+        // The index finds the queued jobs a running one meets, above and under it.
+        let mut index: BTreeMap<String, BTreeMap<u64, bool>> = BTreeMap::new();
+        for (id, site, scope) in [
+            (1, "example.edu", Scope::Subdomains),
+            (2, "a.cs.example.edu", Scope::Host),
+            (3, "math.example.edu", Scope::Subdomains),
+            (4, "example.org", Scope::Subdomains),
+            (5, "edu", Scope::Host),
+        ] {
+            let (k, tree) = reach_key(site, scope);
+            index.entry(k).or_default().insert(id, tree);
+        }
+        let found = |site: &str, scope: Scope| {
+            let mut out = BTreeSet::new();
+            queued_meeting(&index, &reach_key(site, scope), &mut out);
+            out.into_iter().collect::<Vec<u64>>()
+        };
+        assert_eq!(found("cs.example.edu", Scope::Subdomains), vec![1, 2]);
+        assert_eq!(found("cs.example.edu", Scope::Host), vec![1]);
+        assert_eq!(found("example.edu", Scope::Subdomains), vec![1, 2, 3]);
+        assert_eq!(found("example.net", Scope::Subdomains), Vec::<u64>::new());
+    }
+
+    /// A round over `sites` in `scope`, and two hosts.
+    fn round_of(sites: &[&str], scope: Scope, policy: &str) -> (Fx, Vec<u64>) {
+        let mut fx = Fx::new();
+        let names: Vec<String> = sites.iter().map(|s| s.to_string()).collect();
+        fx.grid.add_sites(&names, T0).unwrap();
+        let hosts = vec![fx.host(), fx.host()];
+        let p = RoundParams {
+            scope,
+            policy: policy.into(),
+            ..params(3)
+        };
+        fx.grid.start_round(p, T0).unwrap();
+        (fx, hosts)
+    }
+
+    #[test]
+    fn jobs_whose_sites_share_a_host_never_run_at_once() {
+        for scope in [Scope::Domain, Scope::Subdomains] {
+            let (mut fx, h) = round_of(
+                &["example.edu", "cs.example.edu", "other.edu"],
+                scope,
+                "round-robin",
+            );
+            // Three free slots: the two sites that share hosts are not both given.
+            let (mine, _) = fx.ask(h[0], 3, &[], T0 + 1);
+            let sites: BTreeSet<String> = mine.iter().map(|u| u.site.clone()).collect();
+            assert_eq!(mine.len(), 2, "{scope:?}: {sites:?}");
+            assert!(sites.contains("other.edu"), "{scope:?}");
+            // Nor to another host while the first runs: it waits in the queue.
+            let (none, _) = fx.ask(h[1], 3, &[], T0 + 2);
+            assert!(none.is_empty(), "{scope:?}: {none:?}");
+            let first = mine.iter().find(|u| u.site != "other.edu").unwrap();
+            assert_eq!(fx.upload(h[0], first, 3, T0 + 3), UploadOutcome::Accepted);
+            // Once it is done, the other goes.
+            let later = fx.one(h[1], &[], T0 + 4);
+            assert_ne!(later.site, first.site);
+            assert_ne!(later.site, "other.edu");
+        }
+        // The same host from two sites (two ports): one at a time too; in
+        // host scope, a host and its subdomain are not the same host.
+        let (mut fx, h) = round_of(
+            &["example.edu", "example.edu:8080", "cs.example.edu"],
+            Scope::Host,
+            "round-robin",
+        );
+        let (mine, _) = fx.ask(h[0], 3, &[], T0 + 1);
+        let sites: BTreeSet<String> = mine.iter().map(|u| u.site.clone()).collect();
+        assert_eq!(mine.len(), 2, "{sites:?}");
+        assert!(sites.contains("cs.example.edu"));
+    }
+
+    /// Under every policy, with hosts of different speeds asking, reporting
+    /// and uploading in turn: a job never has two running copies (its checks
+    /// included), and two jobs whose sites share a host never run at once.
+    #[test]
+    fn under_every_policy_one_stream_of_requests_per_host() {
+        for policy in scheduler::POLICY_NAMES {
+            for validate in [ValidateMode::Off, ValidateMode::All] {
+                let mut fx = Fx::new();
+                let sites = ["example.edu", "cs.example.edu", "a.test", "b.test"];
+                let names: Vec<String> = sites.iter().map(|s| s.to_string()).collect();
+                fx.grid.add_sites(&names, T0).unwrap();
+                let hosts: Vec<u64> = (0..3).map(|_| fx.host()).collect();
+                for (i, h) in hosts.iter().enumerate() {
+                    let speed = [0.2, 5.0, 50.0][i];
+                    fx.grid.benchmark(*h, speed, speed * 10.0, 2, T0).unwrap();
+                }
+                let p = RoundParams {
+                    scope: Scope::Domain,
+                    policy: policy.into(),
+                    validate,
+                    ..params(5)
+                };
+                let round = fx.grid.start_round(p, T0).unwrap();
+                let mut held: HashMap<u64, Vec<WorkUnit>> = HashMap::new();
+                let mut hand_overs = 0;
+                for step in 0..200u64 {
+                    let now = T0 + step * 5_000;
+                    let h = hosts[(step % 3) as usize];
+                    let ids: Vec<u64> = held
+                        .get(&h)
+                        .into_iter()
+                        .flatten()
+                        .map(|u| u.unit_id)
+                        .collect();
+                    let (got, _) = fx.ask(h, 2, &ids, now);
+                    held.entry(h).or_default().extend(got);
+                    // Each held unit reports progress; every third step the
+                    // oldest finishes.
+                    let mine = held.remove(&h).unwrap_or_default();
+                    let mut keep = Vec::new();
+                    for (k, u) in mine.into_iter().enumerate() {
+                        let pages = 1 + step / 3;
+                        match fx
+                            .grid
+                            .progress(h, u.unit_id, pages, pages, now + 1)
+                            .unwrap()
+                        {
+                            ProgressOutcome::Abort(r) if r == ABORT_HAND_OVER => {
+                                hand_overs += 1;
+                                let (sum, file, state) = partial_for(&u, 2, pages.min(49));
+                                fx.grid
+                                    .upload(h, u.unit_id, sum, &file, Some(&state), now + 2)
+                                    .unwrap();
+                            }
+                            ProgressOutcome::Abort(_) => {}
+                            _ if k == 0 && step % 3 == 2 => {
+                                fx.upload(h, &u, 3, now + 2);
+                            }
+                            _ => keep.push(u),
+                        }
+                    }
+                    held.insert(h, keep);
+                    fx.grid.tick(now + 3).unwrap();
+                    let (_, jobs) = fx.grid.round(round).unwrap();
+                    let running: Vec<&JobRecord> = jobs
+                        .iter()
+                        .filter(|j| j.running_attempts().next().is_some())
+                        .collect();
+                    for j in &running {
+                        assert_eq!(j.running_attempts().count(), 1, "{policy}: job {}", j.id);
+                    }
+                    let shared = running
+                        .iter()
+                        .filter(|j| j.site.ends_with("example.edu"))
+                        .count();
+                    assert!(shared <= 1, "{policy}: two jobs on example.edu at once");
+                }
+                // The policy that wants copies got them as hand-overs.
+                let replicates = scheduler::policy_by_name(policy).unwrap().replicates();
+                if replicates && validate == ValidateMode::Off {
+                    assert!(hand_overs > 0, "{policy}: no hand-over");
+                }
+            }
+        }
     }
 
     /// The steps the server runs apart (the link file is verified and
@@ -5808,6 +6250,10 @@ mod tests {
         start(&mut fx, "adaptive", T0);
         let t = T0 + scheduler::ONLINE_WINDOW_MS + 1;
         let u = fx.one(slow, &[], t);
+        // Two copies run at once only when one passed its deadline (a host
+        // asleep, which may wake up and upload late).
+        let t = u.deadline_ms;
+        assert_eq!(fx.grid.tick(t).unwrap(), 1);
         let v = fx.one(fast, &[], t + 1000);
         assert_eq!(v.job_id, u.job_id);
         let begin = |fx: &mut Fx, host: u64, unit: &WorkUnit| match fx

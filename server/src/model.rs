@@ -162,7 +162,8 @@ pub struct Attempt {
     pub state: AttemptState,
     pub pages: u64,
     pub links: u64,
-    /// A copy (a hedge or a tail replica) of a job already running elsewhere.
+    /// The copy (a hedge or a tail replica) the scheduler wanted of a job
+    /// running elsewhere: the continuation after that scan was handed over.
     pub replica: bool,
     /// First and latest progress reports (0: none yet): the scan's pace.
     pub first_report_ms: u64,

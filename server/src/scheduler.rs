@@ -27,8 +27,9 @@ pub const BUSY_ONLINE_WINDOW_MS: u64 = 40_000;
 /// A host's availability (share of time online) is never taken below this,
 /// so one long absence does not make a host look ten times slower.
 pub const MIN_AVAILABILITY: f64 = 0.25;
-/// Most running copies of one job (the original and one replica: a hedge or
-/// a tail replica).
+/// Most copies of one job a policy may count on (the original and one
+/// replica: a hedge or a tail replica). The grid runs a replica as a
+/// hand-over, so one copy scans at a time (see `Grid::request_work`).
 pub const MAX_COPIES: u32 = 2;
 /// How long a host with nothing to do waits before asking again while a round
 /// is open (the grid's `retry_after`). Short, because `adaptive` may keep a job

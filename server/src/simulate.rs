@@ -40,7 +40,7 @@ use beebot_client::window::Windows;
 use beebot_client::worker::{work_wanted, DEFAULT_BUFFER_MAX_S, DEFAULT_BUFFER_MIN_S};
 use beebot_shared::limits::MAX_WINDOW_INTERVALS;
 use beebot_shared::linkfile::{self, LinkFileHeader, ScanSummary, StopReason};
-use beebot_shared::proto::HostInfo;
+use beebot_shared::proto::{HostInfo, ABORT_HAND_OVER};
 use beebot_shared::scanstate::ScanState;
 use beebot_shared::sign::{self, WorkUnit};
 
@@ -978,6 +978,12 @@ impl Sim<'_> {
         if self.clients[h].epoch != epoch || self.clients[h].avail != Avail::On {
             return Ok(());
         }
+        self.end_scan(h, unit_id, false)
+    }
+
+    /// End a running scan now: at its natural end or its time budget, or
+    /// handed over ([`ABORT_HAND_OVER`]: what it did, with its frontier).
+    fn end_scan(&mut self, h: usize, unit_id: u64, hand_over: bool) -> Result<(), SimError> {
         let Some((i, scan)) = self.scan_of(h, unit_id) else {
             return Ok(());
         };
@@ -987,7 +993,9 @@ impl Sim<'_> {
             (scan.start_page, scan.started_ms, scan.done_at(self.now));
         let held = self.clients[h].held.remove(i);
         let site = held.site;
-        let stopped_by = if !natural {
+        let stopped_by = if !natural && hand_over {
+            Some(StopReason::Cancelled)
+        } else if !natural {
             Some(StopReason::MaxTime)
         } else if self.sites[site].capped {
             Some(StopReason::MaxPages)
@@ -1065,6 +1073,9 @@ impl Sim<'_> {
             .grid
             .progress(host_id, unit_id, pages, 0, self.grid_now())?
         {
+            ProgressOutcome::Abort(r) if r == ABORT_HAND_OVER => {
+                return self.end_scan(h, unit_id, true);
+            }
             ProgressOutcome::Abort(_) => {
                 let held = self.clients[h].held.remove(i);
                 if let HeldState::Scanning(s) = held.state {

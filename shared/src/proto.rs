@@ -169,3 +169,10 @@ pub enum Response {
 /// the `Rejected` that answers `Upload`) for a unit of a cancelled round: the
 /// host then drops every unit it holds of that round.
 pub const ABORT_ROUND_CANCELLED: &str = "round cancelled";
+
+/// The reason of the `Abort` that answers `Progress` when the grid wants the
+/// scan on another host (the scheduler wanted a second copy of it): the host
+/// stops the scan at a page boundary and uploads what it did with its
+/// frontier, and the job continues from there elsewhere. Two copies of a job
+/// never crawl a site at once, so the round's delay holds for the grid.
+pub const ABORT_HAND_OVER: &str = "hand over";

@@ -287,6 +287,17 @@ impl SiteScope {
         self.scope
     }
 
+    /// How far the site reaches on the web, by host name (ports aside): a
+    /// root name and whether every name under it is inside too (`true` for
+    /// the subdomains and domain scopes). Two sites whose reaches meet share
+    /// a host, so the grid never scans them at the same time.
+    pub fn reach(&self) -> (&str, bool) {
+        match &self.rule {
+            Rule::Exact(h) | Rule::HostOrWww(h) => (h, false),
+            Rule::Suffix(h) | Rule::Registrable(h) => (h, true),
+        }
+    }
+
     /// The site's explicit port (`None`: the scheme's default port).
     pub fn port(&self) -> Option<u16> {
         self.port
