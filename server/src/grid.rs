@@ -623,6 +623,52 @@ struct OpenJobs {
     reach: BTreeMap<String, BTreeMap<u64, bool>>,
 }
 
+/// The sites of `targets` that a wider site's scope covers
+/// ([`SiteScope::covers_site`]), each with the widest site covering it (of
+/// sites with the same reach, the first in the target set's order keeps its
+/// job): a round gives them no job of their own, so no host is crawled by two
+/// jobs of one round. Linear in the sites and their names' labels.
+fn fold_covered_sites(targets: &[&SiteRecord], scope: Scope) -> Vec<FoldedSite> {
+    let scopes: Vec<SiteScope> = targets
+        .iter()
+        .map(|s| SiteScope::new(&s.host, scope))
+        .collect();
+    // Sites that take every name under their root, by (root, port).
+    let mut wide: HashMap<(&str, Option<u16>), Vec<usize>> = HashMap::new();
+    for (i, sc) in scopes.iter().enumerate() {
+        if let (root, true) = sc.reach() {
+            wide.entry((root, sc.port())).or_default().push(i);
+        }
+    }
+    let mut folded = Vec::new();
+    for (i, sc) in scopes.iter().enumerate() {
+        let (root, all) = sc.reach();
+        // The root and each name above it, widest last.
+        let mut name = Some(root);
+        let mut into: Option<(usize, usize)> = None; // (labels, index)
+        while let Some(n) = name {
+            for &a in wide.get(&(n, sc.port())).into_iter().flatten() {
+                // The same reach: the first listed keeps its job.
+                let same = n == root && all;
+                if a != i && (!same || a < i) {
+                    let key = (n.split('.').count(), a);
+                    if into.is_none_or(|k| key < k) {
+                        into = Some(key);
+                    }
+                }
+            }
+            name = n.split_once('.').map(|(_, up)| up);
+        }
+        if let Some((_, a)) = into {
+            folded.push(FoldedSite {
+                site: targets[i].host.clone(),
+                into: targets[a].host.clone(),
+            });
+        }
+    }
+    folded
+}
+
 /// A site's reach ([`SiteScope::reach`]) as a key whose names under a root
 /// sort right after it: labels reversed (`cs.example.edu` is
 /// `edu.example.cs`), ports dropped.
@@ -1669,10 +1715,16 @@ impl Grid {
         // Each job's size is fixed now, from its site's last scan.
         let mut jobs = Vec::with_capacity(self.sites.len());
         // (An excluded host left the target set; one never gets a job.)
-        for site in self
+        let targets: Vec<&SiteRecord> = self
             .sites
             .values()
             .filter(|s| self.excluded_by(&s.host).is_none())
+            .collect();
+        let folded = fold_covered_sites(&targets, params.scope);
+        let folded_away: BTreeSet<&str> = folded.iter().map(|f| f.site.as_str()).collect();
+        for site in targets
+            .iter()
+            .filter(|s| !folded_away.contains(s.host.as_str()))
         {
             let id = self.store.next_id()?;
             jobs.push(JobRecord {
@@ -1731,6 +1783,7 @@ impl Grid {
             job_ids,
             every_ms,
             next_round: None,
+            folded,
         };
         self.store.put_round(&round)?;
         self.store.flush()?;
@@ -5951,6 +6004,72 @@ mod tests {
             }
             other => panic!("ambiguous: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_site_a_wider_sites_scope_covers_is_folded_into_it_for_the_round() {
+        let sites: Vec<String> = [
+            "example.edu",
+            "cs.example.edu",
+            "lab.cs.example.edu",
+            "other.org",
+            "example.edu:8080",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let jobs_and_folds = |scope: Scope| {
+            let mut fx = Fx::new();
+            fx.grid.add_sites(&sites, T0).unwrap();
+            let p = RoundParams { scope, ..params(3) };
+            let round = fx.grid.start_round(p, T0).unwrap();
+            let r = fx.grid.rounds[&round].clone();
+            let mut jobs: Vec<String> = r
+                .job_ids
+                .iter()
+                .map(|j| fx.grid.jobs[j].site.clone())
+                .collect();
+            jobs.sort();
+            let mut folds: Vec<(String, String)> = r
+                .folded
+                .iter()
+                .map(|f| (f.site.clone(), f.into.clone()))
+                .collect();
+            folds.sort();
+            (jobs, folds)
+        };
+        // Host scope: every site crawls its own host; none folded.
+        let (jobs, folds) = jobs_and_folds(Scope::Host);
+        assert_eq!(jobs.len(), 5, "{jobs:?}");
+        assert!(folds.is_empty(), "{folds:?}");
+        // Subdomains: example.edu covers every name under it (its port only).
+        let (jobs, folds) = jobs_and_folds(Scope::Subdomains);
+        let want = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            let mut v: Vec<_> = v
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            folds,
+            want(&[
+                ("cs.example.edu", "example.edu"),
+                ("lab.cs.example.edu", "example.edu")
+            ])
+        );
+        assert_eq!(jobs, ["example.edu", "example.edu:8080", "other.org"]);
+        // Domain: one registrable domain, one job (the first listed).
+        let (jobs, folds) = jobs_and_folds(Scope::Domain);
+        assert_eq!(jobs, ["cs.example.edu", "example.edu:8080", "other.org"]);
+        assert_eq!(
+            folds,
+            want(&[
+                ("example.edu", "cs.example.edu"),
+                ("lab.cs.example.edu", "cs.example.edu")
+            ])
+        );
     }
 
     #[test]

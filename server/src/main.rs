@@ -1267,6 +1267,12 @@ fn round(dir: &DataDir, cmd: RoundCmd) -> Result<i32> {
                         j.reasons.join("; ")
                     );
                 }
+                for f in &d.round.folded {
+                    println!(
+                        "{}\tfolded into {}: its {:?} scope covers it, one job crawls both",
+                        f.site, f.into, p.scope
+                    );
+                }
                 if d.round.state != RoundState::Running {
                     println!("round {}: {}", d.round.id, d.counts.verdict());
                 }

@@ -89,6 +89,17 @@ pub struct RoundRecord {
     pub every_ms: Option<u64>,
     /// The round started as this one's repetition.
     pub next_round: Option<u64>,
+    /// Sites of the target set that got no job of their own: a wider
+    /// site's scope covers them, and its job crawls them once.
+    pub folded: Vec<FoldedSite>,
+}
+
+/// A site folded into a wider one for a round ([`RoundRecord::folded`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FoldedSite {
+    pub site: String,
+    /// The site whose job crawls it.
+    pub into: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -298,6 +298,24 @@ impl SiteScope {
         }
     }
 
+    /// Whether every page of `other` is inside this site too: the same port,
+    /// and `other`'s reach under this one's, this one taking every name under
+    /// its root (or both the same host). A round folds such a site into the
+    /// wider one, so no host is crawled by two jobs of one round.
+    pub fn covers_site(&self, other: &SiteScope) -> bool {
+        let ((root, all), (other_root, other_all)) = (self.reach(), other.reach());
+        if self.port != other.port {
+            return false;
+        }
+        if !all {
+            return root == other_root && !other_all;
+        }
+        other_root == root
+            || other_root
+                .strip_suffix(root)
+                .is_some_and(|head| head.ends_with('.'))
+    }
+
     /// The site's explicit port (`None`: the scheme's default port).
     pub fn port(&self) -> Option<u16> {
         self.port
@@ -885,5 +903,20 @@ mod tests {
         let mut keys = ["x.edu", "a.x.edu", "x-y.edu", "b.a.x.edu"].map(reversed_labels);
         keys.sort();
         assert_eq!(keys, ["edu.x", "edu.x-y", "edu.x.a", "edu.x.a.b"]);
+    }
+
+    #[test]
+    fn a_wider_site_covers_the_names_under_it_on_its_port_only() {
+        let sc = |h: &str, scope| SiteScope::new(h, scope);
+        let sub = Scope::Subdomains;
+        assert!(sc("example.edu", sub).covers_site(&sc("cs.example.edu", sub)));
+        assert!(sc("example.edu", sub).covers_site(&sc("a.b.example.edu", Scope::Host)));
+        assert!(!sc("cs.example.edu", sub).covers_site(&sc("example.edu", sub)));
+        assert!(!sc("example.edu", sub).covers_site(&sc("badexample.edu", sub)));
+        assert!(!sc("example.edu", sub).covers_site(&sc("cs.example.edu:8080", sub)));
+        assert!(!sc("example.edu", Scope::Host).covers_site(&sc("cs.example.edu", Scope::Host)));
+        let dom = Scope::Domain;
+        assert!(sc("cs.example.edu", dom).covers_site(&sc("lab.example.edu", dom)));
+        assert!(!sc("example.edu", dom).covers_site(&sc("example.org", dom)));
     }
 }
