@@ -1018,13 +1018,6 @@ impl Grid {
         self.project_key.verifying_key().to_bytes()
     }
 
-    /// Prove to a joining client that this server holds the project key:
-    /// a signature over the reserved enrolment context, the client's nonce
-    /// and the certificate fingerprint only (never a unit, see `sign`).
-    pub fn enrol_proof(&self, client_nonce: &[u8; 32], cert_fingerprint: &[u8; 32]) -> Vec<u8> {
-        sign::make_enrol_proof(&self.project_key, client_nonce, cert_fingerprint)
-    }
-
     // ---- sites ----
 
     /// Add sites (already parsed to hosts). Returns how many were new.

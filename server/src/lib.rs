@@ -45,6 +45,9 @@ pub fn now_ms() -> u64 {
 pub struct Shared {
     grid: Mutex<Grid>,
     pub cert_fingerprint: [u8; 32],
+    /// The project key, to answer `ProveProject` (a joining client's check)
+    /// without the grid lock or a store sync: anyone may ask, unauthenticated.
+    enrol_key: ed25519_dalek::SigningKey,
     pub reference_site: String,
     pub config: ServerConfig,
     pub data: DataDir,
@@ -112,6 +115,12 @@ impl Drop for UploadSlot {
 }
 
 impl Shared {
+    /// The project key's enrolment proof over a joining client's nonce and
+    /// this server's certificate ([`beebot_shared::sign::make_enrol_proof`]).
+    pub fn enrol_proof(&self, client_nonce: &[u8; 32]) -> Vec<u8> {
+        beebot_shared::sign::make_enrol_proof(&self.enrol_key, client_nonce, &self.cert_fingerprint)
+    }
+
     /// Take `unit_id`'s upload slot; `None` while another upload of it is
     /// in flight.
     pub fn upload_slot(&self, unit_id: u64) -> Option<UploadSlot> {
@@ -240,6 +249,7 @@ impl Server {
         };
         let store_handle = store.clone();
         store_handle.defer_flushes();
+        let enrol_key = key.clone();
         let grid = Grid::open(store, dir.links(), key, settings)?;
         let listen: SocketAddr = config
             .listen
@@ -270,6 +280,7 @@ impl Server {
         let shared = Arc::new(Shared {
             grid: Mutex::new(grid),
             cert_fingerprint: fingerprint,
+            enrol_key,
             reference_site,
             config,
             data: dir,

@@ -3,7 +3,7 @@
 //!
 //! Each connection starts unauthenticated with a fresh nonce. `Enrol` and
 //! `Hello` prove the host key over nonce ‖ certificate fingerprint; the nonce
-//! is then spent. `ProveProject` (before `Enrol`) answers a joining client's
+//! is then spent. `ProveProject` (before `Enrol`, unauthenticated: answered from `Shared`'s copy of the key, without the grid lock or a store sync) answers a joining client's
 //! nonce with the project key's enrolment proof, so the client knows its
 //! invite's key is this server's. Anything malformed gets an error answer,
 //! never a panic.
@@ -769,7 +769,7 @@ async fn dispatch(
             Response::Nonce { nonce }
         }
         Request::ProveProject { nonce } => {
-            let signature = shared.with_grid(move |g| g.enrol_proof(&nonce, &fp)).await;
+            let signature = shared.enrol_proof(&nonce);
             Response::ProjectProof { signature }
         }
         Request::Enrol {
