@@ -29,7 +29,7 @@ use beebot_shared::util::{collapse_whitespace, sha256, truncate_on_char};
 
 use crate::model::*;
 use crate::scheduler::{self, DeadlineRule, HeldUnit, HostView, JobView, RunningView, WorkAsk};
-use crate::store::{Store, StoreError};
+use crate::store::{SharedStore, StoreError};
 use crate::validate::{self, SketchBuilder, ValidateMode};
 
 /// How long a host with nothing to do waits before asking again while a round
@@ -568,7 +568,7 @@ pub struct RoundOutcome {
 
 /// The grid: all state, written through to the store.
 pub struct Grid {
-    store: Store,
+    store: SharedStore,
     links_dir: PathBuf,
     project_key: SigningKey,
     settings: GridSettings,
@@ -826,7 +826,7 @@ pub fn for_each_job_link(
 impl Grid {
     /// Load the grid from its store.
     pub fn open(
-        store: Store,
+        store: SharedStore,
         links_dir: PathBuf,
         project_key: SigningKey,
         settings: GridSettings,
@@ -3565,7 +3565,7 @@ mod tests {
     }
 
     fn open_grid(dir: &Path, key: &SigningKey) -> Grid {
-        let store = Store::open(&dir.join("db")).unwrap();
+        let store = crate::store::open(&dir.join("db")).unwrap();
         Grid::open(store, dir.join("links"), key.clone(), settings()).unwrap()
     }
 
@@ -4514,7 +4514,7 @@ mod tests {
         ) {
             let dir = tempfile::tempdir().unwrap();
             let key = sign::generate_key();
-            let mut g = Grid::open(Store::memory(), dir.path().join("links"), key.clone(), settings())
+            let mut g = Grid::open(crate::store::memory(), dir.path().join("links"), key.clone(), settings())
                 .unwrap();
             let pk = key.verifying_key();
             let hosts = [enrol_host(&mut g, T0), enrol_host(&mut g, T0)];
@@ -6925,7 +6925,7 @@ mod tests {
         ) {
             let dir = tempfile::tempdir().unwrap();
             let mut g = Grid::open(
-                Store::memory(),
+                crate::store::memory(),
                 dir.path().join("links"),
                 sign::generate_key(),
                 settings(),

@@ -56,7 +56,7 @@ pub struct Shared {
     pub public_addr: String,
     /// A handle to the grid's store, with flushes deferred: [`Shared::with_grid`]
     /// syncs it after releasing the grid lock (group commit).
-    store: store::Store,
+    store: store::SharedStore,
     /// Units with an upload being verified or written: one at a time each.
     uploads: Arc<UploadsInFlight>,
     /// [`Grid::rounds_changed`] as last seen by [`Shared::with_grid`]: each
@@ -225,7 +225,7 @@ impl Server {
         let token = dir.load_admin_token()?;
         let (certs, cert_key) = net::load_cert(&dir.cert(), &dir.cert_key())?;
         let fingerprint = net::cert_fingerprint(&certs);
-        let store = store::Store::open(&dir.store()).with_context(|| {
+        let store = store::open(&dir.store()).with_context(|| {
             format!(
                 "cannot open the store in {} (is another server running on this data dir?)",
                 dir.store().display()

@@ -2,7 +2,7 @@
 //! desktop hosts on a virtual clock.
 //!
 //! The simulator runs the code `serve` runs: a [`Grid`] over an in-memory
-//! [`Store`], asked for work ([`Grid::request_work`]: views, policy, issuing,
+//! [`Store`](crate::store::Store), asked for work ([`Grid::request_work`]: views, policy, issuing,
 //! signing, deadlines), told of progress ([`Grid::progress`], extensions and
 //! aborts), of failures ([`Grid::fail`]) and of results
 //! ([`Grid::upload_begin`], [`UploadPlan::verify`], [`Grid::upload_finish`];
@@ -51,7 +51,6 @@ use crate::grid::{
 };
 use crate::model::{RoundState, SiteRecord, SiteStats};
 use crate::scheduler;
-use crate::store::Store;
 use crate::validate::ValidateMode;
 
 /// Most sites one simulation takes.
@@ -1291,7 +1290,7 @@ pub fn run(
     let lower = lower_bound_s(&seconds, &slots, &timelines);
 
     // The grid, over a store in memory: the sites with their last scans.
-    let store = Store::memory();
+    let store = crate::store::memory();
     for (s, _) in sites.iter().zip(&truths) {
         store
             .put_site(&SiteRecord {

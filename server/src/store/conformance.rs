@@ -1,0 +1,361 @@
+//! The contracts of [`Store`], written once as functions over `&dyn Store`
+//! and run against both implementations: [`MemoryStore`], and
+//! [`SledStore`] in a fresh directory. Tests of what only a disk can show
+//! (reopening) are at the end.
+
+use super::*;
+use crate::config::RoundDefaults;
+use crate::model::*;
+use beebot_shared::proto::HostInfo;
+use beebot_shared::scope::Exclusion;
+
+fn site(host: &str, pages: Option<u64>) -> SiteRecord {
+    SiteRecord {
+        host: host.into(),
+        added_ms: 1,
+        last_scan: pages.map(|pages| SiteStats {
+            pages,
+            ..Default::default()
+        }),
+    }
+}
+
+fn invite(byte: u8, uses_left: u32) -> InviteRecord {
+    InviteRecord {
+        token_sha256: [byte; 32],
+        uses_left,
+        expires_ms: 9,
+        created_ms: 1,
+    }
+}
+
+fn excluded(host: &str) -> ExclusionRecord {
+    ExclusionRecord {
+        exclusion: Exclusion {
+            host: host.into(),
+            subdomains: false,
+        },
+        reason: "owner asked".into(),
+        excluded_ms: 5,
+    }
+}
+
+fn round(id: u64, job_ids: Vec<u64>) -> RoundRecord {
+    RoundRecord {
+        id,
+        created_ms: 1,
+        finished_ms: None,
+        params: RoundDefaults::default().params(),
+        state: RoundState::Running,
+        job_ids,
+        every_ms: None,
+        next_round: None,
+        folded: Vec::new(),
+    }
+}
+
+fn job(id: u64, round_id: u64, site: &str) -> JobRecord {
+    JobRecord {
+        id,
+        round_id,
+        site: site.into(),
+        state: JobState::Queued,
+        attempts: Vec::new(),
+        result: None,
+        reasons: Vec::new(),
+        est_pages: 10.0,
+        size_known: false,
+        batch_host: None,
+        segments: Vec::new(),
+        chain_sketch: Vec::new(),
+        chain: 0,
+        candidates: Vec::new(),
+        validation: JobValidation::default(),
+    }
+}
+
+fn host(id: u64, name: &str) -> HostRecord {
+    HostRecord {
+        id,
+        key: [id as u8; 32],
+        info: HostInfo {
+            name: name.into(),
+            os: "linux".into(),
+            client_version: "0".into(),
+            cores: 4,
+        },
+        enrolled_ms: 1,
+        last_seen_ms: 1,
+        revoked: false,
+        benchmark: None,
+        jobs_done: 0,
+        pages_done: 0,
+        seconds_done: 0.0,
+        deadlines_missed: 0,
+        failures: 0,
+        avg_pages_per_s: None,
+        avg_kb_per_s: None,
+        bytes_done: 0,
+        offline_ms: 0,
+        last_missed_ms: 0,
+        consecutive_valid: 0,
+        valid_results: 0,
+        invalid_results: 0,
+        left_ms: None,
+    }
+}
+
+/// Sites, invites and exclusions: puts replace, removes say whether there
+/// was a record, listings are in key order.
+fn contract_keyed_records(s: &dyn Store) {
+    s.put_site(&site("b.test", None)).unwrap();
+    s.put_site(&site("a.test", Some(3))).unwrap();
+    s.put_site(&site("a.test", Some(7))).unwrap();
+    s.put_invite(&invite(5, 2)).unwrap();
+    s.flush().unwrap();
+    s.sync().unwrap();
+    let sites = s.sites().unwrap();
+    assert_eq!(
+        sites.iter().map(|x| x.host.as_str()).collect::<Vec<_>>(),
+        ["a.test", "b.test"]
+    );
+    assert_eq!(sites[0].last_scan.as_ref().map(|l| l.pages), Some(7));
+    assert!(s.remove_site("b.test").unwrap());
+    assert!(!s.remove_site("b.test").unwrap());
+    assert_eq!(s.sites().unwrap(), [site("a.test", Some(7))]);
+    s.put_invite(&invite(6, 1)).unwrap();
+    assert!(s.remove_invite(&[6; 32]).unwrap());
+    assert!(!s.remove_invite(&[6; 32]).unwrap());
+    assert_eq!(s.invites().unwrap(), [invite(5, 2)]);
+    s.put_exclusion(&excluded("b.x.test")).unwrap();
+    s.put_exclusion(&excluded("x.test")).unwrap();
+    s.put_exclusion(&excluded("y.test")).unwrap();
+    assert!(s.remove_exclusion("y.test").unwrap());
+    assert!(!s.remove_exclusion("y.test").unwrap());
+    let kept: Vec<String> = s
+        .exclusions()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.exclusion.host)
+        .collect();
+    // In the order of their reversed labels: a host before its subdomains.
+    assert_eq!(kept, ["x.test", "b.x.test"]);
+    assert!(s.failure().is_none());
+}
+
+/// Rounds, jobs and hosts come back as stored, by id (numeric order, not
+/// the order of their decimal digits), a put replacing the record of its id.
+fn contract_records_by_id(s: &dyn Store) {
+    assert!(s.rounds().unwrap().is_empty() && s.jobs().unwrap().is_empty());
+    assert!(s.hosts().unwrap().is_empty());
+    for id in [300, 2, 1000] {
+        s.put_round(&round(id, vec![id + 1])).unwrap();
+        s.put_job(&job(id, 7, "a.test")).unwrap();
+        s.put_host(&host(id, "desk")).unwrap();
+    }
+    let mut done = job(300, 7, "a.test");
+    done.state = JobState::Done;
+    done.reasons.push("a reason: ünïcode".into());
+    s.put_job(&done).unwrap();
+    s.put_host(&host(2, "renamed")).unwrap();
+    s.flush().unwrap();
+    assert_eq!(
+        s.rounds().unwrap(),
+        [
+            round(2, vec![3]),
+            round(300, vec![301]),
+            round(1000, vec![1001])
+        ]
+    );
+    assert_eq!(
+        s.jobs().unwrap(),
+        [job(2, 7, "a.test"), done, job(1000, 7, "a.test")]
+    );
+    assert_eq!(
+        s.hosts().unwrap(),
+        [host(2, "renamed"), host(300, "desk"), host(1000, "desk")]
+    );
+}
+
+/// Ids are unique and increasing, and 0 stays free.
+fn contract_ids(s: &dyn Store) {
+    let mut last = 0;
+    for _ in 0..1000 {
+        let id = s.next_id().unwrap();
+        assert!(id > last, "ids grow and 0 stays free: {last} then {id}");
+        last = id;
+    }
+}
+
+/// With flushes deferred, `flush` succeeds without syncing and `sync`
+/// succeeds, then again with nothing new; the records are all there.
+fn contract_group_commit(s: &dyn Store) {
+    s.defer_flushes();
+    s.put_site(&site("d.test", None)).unwrap();
+    s.flush().unwrap();
+    s.put_site(&site("e.test", None)).unwrap();
+    s.sync().unwrap();
+    s.sync().unwrap();
+    s.flush().unwrap();
+    assert_eq!(s.sites().unwrap().len(), 2);
+    assert!(s.failure().is_none());
+}
+
+/// A record too large to store is refused, and the store goes on.
+fn contract_oversized_records_are_refused(s: &dyn Store) {
+    let huge = SiteRecord {
+        host: "x".repeat(MAX_RECORD_BYTES + 1),
+        added_ms: 0,
+        last_scan: None,
+    };
+    assert!(matches!(s.put_site(&huge), Err(StoreError::Encode(_))));
+    assert!(s.sites().unwrap().is_empty());
+    assert!(s.failure().is_none());
+    s.put_site(&site("a.test", None)).unwrap();
+    s.flush().unwrap();
+}
+
+/// After a failed write every write, flush and sync fails naming the first
+/// error, `failure` names it, and what was stored before is still there.
+/// `fail_next_write` makes the store's next write fail.
+fn contract_fail_stop(s: &dyn Store, fail_next_write: &dyn Fn()) {
+    s.put_site(&site("a.test", None)).unwrap();
+    s.sync().unwrap();
+    fail_next_write();
+    let first = s.put_site(&site("b.test", None)).unwrap_err();
+    assert!(matches!(first, StoreError::Injected), "{first}");
+    assert_eq!(s.failure(), Some(first.to_string()));
+    let same = |r: Result<(), StoreError>| match r {
+        Err(StoreError::Failed(f)) => assert_eq!(f, first.to_string()),
+        other => panic!("a write after the failure: {other:?}"),
+    };
+    same(s.put_site(&site("c.test", None)));
+    same(s.put_job(&job(1, 1, "c.test")));
+    same(s.remove_site("a.test").map(|_| ()));
+    same(s.remove_invite(&[1; 32]).map(|_| ()));
+    same(s.remove_exclusion("a.test").map(|_| ()));
+    same(s.next_id().map(|_| ()));
+    same(s.flush());
+    same(s.sync());
+    assert_eq!(s.sites().unwrap(), [site("a.test", None)]);
+}
+
+/// A sync that fails stops the store like a failed write.
+fn contract_a_failed_sync_stops_the_store(s: &dyn Store, fail_next_write: &dyn Fn()) {
+    s.defer_flushes();
+    s.put_site(&site("a.test", None)).unwrap();
+    s.flush().unwrap();
+    fail_next_write();
+    let first = s.sync().unwrap_err();
+    assert_eq!(s.failure(), Some(first.to_string()));
+    assert!(matches!(s.sync(), Err(StoreError::Failed(_))));
+    assert!(matches!(
+        s.put_site(&site("b.test", None)),
+        Err(StoreError::Failed(_))
+    ));
+}
+
+/// One `#[test]` per contract and implementation.
+macro_rules! on_both_stores {
+    ($($contract:ident),* $(,)?) => {
+        mod memory {
+            $(#[test]
+            fn $contract() {
+                super::$contract(&super::MemoryStore::new());
+            })*
+        }
+        mod sled {
+            $(#[test]
+            fn $contract() {
+                let dir = tempfile::tempdir().unwrap();
+                super::$contract(&super::SledStore::open(dir.path()).unwrap());
+            })*
+        }
+    };
+}
+
+on_both_stores!(
+    contract_keyed_records,
+    contract_records_by_id,
+    contract_ids,
+    contract_group_commit,
+    contract_oversized_records_are_refused,
+);
+
+#[test]
+fn the_memory_store_stops_after_a_failure() {
+    let s = MemoryStore::new();
+    contract_fail_stop(&s, &|| s.fail_next_write());
+    let s = MemoryStore::new();
+    contract_a_failed_sync_stops_the_store(&s, &|| s.fail_next_write());
+}
+
+#[test]
+fn the_sled_store_stops_after_a_failure_and_keeps_what_was_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        contract_fail_stop(&s, &|| s.fail_next_write());
+    }
+    // Reopened (the server restarted): what was acknowledged is there.
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(s.sites().unwrap(), [site("a.test", None)]);
+    assert!(s.failure().is_none());
+    s.put_site(&site("b.test", None)).unwrap();
+    s.sync().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    contract_a_failed_sync_stops_the_store(&s, &|| s.fail_next_write());
+}
+
+#[test]
+fn records_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = {
+        let s = SledStore::open(dir.path()).unwrap();
+        let before = s.next_id().unwrap();
+        contract_keyed_records(&s);
+        contract_records_by_id(&s);
+        s.sync().unwrap();
+        before
+    };
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(s.sites().unwrap().len(), 1);
+    assert_eq!(s.exclusions().unwrap().len(), 2);
+    assert_eq!(s.invites().unwrap()[0].uses_left, 2);
+    assert_eq!(s.jobs().unwrap().len(), 3);
+    assert_eq!(s.hosts().unwrap()[0].info.name, "renamed");
+    assert!(s.remove_site("a.test").unwrap());
+    assert!(s.sites().unwrap().is_empty());
+    // Ids stay unique across a reopen.
+    assert!(s.next_id().unwrap() > before);
+}
+
+#[test]
+fn ids_grow_across_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut last = 0;
+    for _ in 0..3 {
+        let s = SledStore::open(dir.path()).unwrap();
+        for _ in 0..10 {
+            let id = s.next_id().unwrap();
+            assert!(id > last, "{last} then {id}");
+            last = id;
+        }
+        s.sync().unwrap();
+    }
+}
+
+#[test]
+fn shared_handles_see_the_same_records_and_a_new_store_none() {
+    let s = memory();
+    let other = s.clone();
+    other.put_site(&site("c.test", None)).unwrap();
+    assert_eq!(s.sites().unwrap().len(), 1);
+    assert!(memory().sites().unwrap().is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path()).unwrap();
+    let other = s.clone();
+    other.put_site(&site("c.test", None)).unwrap();
+    assert_eq!(s.sites().unwrap().len(), 1);
+}

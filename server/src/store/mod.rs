@@ -1,0 +1,410 @@
+//! Durable state behind one interface, the [`Store`] trait: the grid and the
+//! server read and write records through it and never see how they are kept.
+//!
+//! Two implementations: [`SledStore`] on disk (the server's; the only module
+//! that knows sled) and [`MemoryStore`] in memory (the simulator's and the
+//! unit tests'). Both keep every record kind in a tree of its own, keyed and
+//! encoded alike, so both list records in the same order and refuse the same
+//! records; what they share (keys, encodings, ids handed out, group commit,
+//! fail-stop) is written once here, over the few primitives each one
+//! provides ([`Backend`]). `conformance` holds the contract tests both pass.
+//!
+//! Invariants, for every implementation (the contracts of [`Store`]):
+//! - every write is followed by [`Store::flush`] (or, with flushes deferred,
+//!   by [`Store::sync`]) before the caller acknowledges anything, so nothing
+//!   acknowledged is lost on a crash;
+//! - ids are unique, increasing and never reused, across restarts, one
+//!   sequence shared by every record kind; 0 is never handed out ("none");
+//! - fail-stop: after the first failed write or sync every later write and
+//!   sync fails, naming that first error, until the server restarts and
+//!   reloads what is on disk. Reads still answer.
+//!
+//! A store never decides anything about the grid: it keeps the records it is
+//! given, and checks only that they encode within [`MAX_RECORD_BYTES`].
+
+mod memory;
+mod sled;
+
+#[cfg(test)]
+mod conformance;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use beebot_shared::codec;
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::model::{ExclusionRecord, HostRecord, InviteRecord, JobRecord, RoundRecord, SiteRecord};
+
+pub use self::memory::MemoryStore;
+pub use self::sled::SledStore;
+
+/// Largest stored record (a job with its attempts and reasons).
+pub const MAX_RECORD_BYTES: usize = 1024 * 1024;
+
+/// Storage failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("storage error: {}", sled_message(.0))]
+    Sled(#[from] ::sled::Error),
+    #[error("stored record is unreadable ({tree}/{key}): {msg}")]
+    Corrupt {
+        tree: &'static str,
+        key: String,
+        msg: String,
+    },
+    #[error("cannot encode record: {0}")]
+    Encode(String),
+    #[error("storage failed earlier ({0}); restart the server")]
+    Failed(String),
+    /// A failure asked for by [`MemoryStore::fail_next_write`] (tests, what-ifs).
+    #[error("storage error: injected failure")]
+    Injected,
+}
+
+/// sled's error in words. sled wraps the OS error's debug form in its I/O
+/// errors, so a known kind is named by the kind ("no storage space").
+fn sled_message(e: &::sled::Error) -> String {
+    match e {
+        ::sled::Error::Io(io) if io.raw_os_error().is_some() => io.to_string(),
+        ::sled::Error::Io(io) if io.kind() != std::io::ErrorKind::Other => {
+            format!("{} ({io})", io.kind())
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The server's records, kept durably.
+///
+/// Contracts every implementation keeps (`conformance` tests them on each):
+///
+/// - **Records.** `put_*` stores a record under its key (a site by host, an
+///   invite by token hash, an exclusion by the host's reversed labels, the
+///   others by id), replacing the one stored there; `remove_*` removes it and
+///   says whether there was one; the listing methods return every record of
+///   a kind in key order. A record that does not encode within
+///   [`MAX_RECORD_BYTES`] is refused with [`StoreError::Encode`] (not a
+///   storage failure: the store goes on).
+/// - **Ids.** [`Store::next_id`] hands out ids that are unique and increasing,
+///   never 0 and never reused, also after a restart; rounds, jobs, hosts and
+///   units all draw from this one sequence.
+/// - **Group commit.** [`Store::flush`] makes every write so far durable,
+///   unless [`Store::defer_flushes`] was called: then it only notes that a
+///   sync is due, and the caller promises to call [`Store::sync`] before it
+///   acknowledges anything. `sync` makes every write made before the call
+///   durable (also other callers' writes), sharing one fsync with concurrent
+///   callers; it returns at once when there is nothing new to sync.
+/// - **Fail-stop.** The first write or sync that fails is remembered
+///   ([`Store::failure`] names it from then on), and every later write,
+///   `flush` and `sync` fails with [`StoreError::Failed`] naming it. Nothing
+///   acknowledged is lost: what was synced before the failure stays stored.
+pub trait Store: Send + Sync {
+    /// From now on [`Store::flush`] only notes that a sync is due: the caller
+    /// promises to call [`Store::sync`] before acknowledging anything.
+    fn defer_flushes(&self);
+    /// The storage error that stopped this store, if one did.
+    fn failure(&self) -> Option<String>;
+    /// A new unique id (increasing, never 0, never reused across restarts).
+    fn next_id(&self) -> Result<u64, StoreError>;
+    /// Make every write so far durable (deferred: see [`Store::defer_flushes`]).
+    fn flush(&self) -> Result<(), StoreError>;
+    /// Make every write made before this call durable, sharing one fsync with
+    /// concurrent callers.
+    fn sync(&self) -> Result<(), StoreError>;
+
+    fn put_site(&self, site: &SiteRecord) -> Result<(), StoreError>;
+    fn remove_site(&self, host: &str) -> Result<bool, StoreError>;
+    fn sites(&self) -> Result<Vec<SiteRecord>, StoreError>;
+
+    fn put_round(&self, round: &RoundRecord) -> Result<(), StoreError>;
+    fn rounds(&self) -> Result<Vec<RoundRecord>, StoreError>;
+
+    fn put_job(&self, job: &JobRecord) -> Result<(), StoreError>;
+    fn jobs(&self) -> Result<Vec<JobRecord>, StoreError>;
+
+    fn put_host(&self, host: &HostRecord) -> Result<(), StoreError>;
+    fn hosts(&self) -> Result<Vec<HostRecord>, StoreError>;
+
+    fn put_invite(&self, invite: &InviteRecord) -> Result<(), StoreError>;
+    fn remove_invite(&self, token_sha256: &[u8; 32]) -> Result<bool, StoreError>;
+    fn invites(&self) -> Result<Vec<InviteRecord>, StoreError>;
+
+    fn put_exclusion(&self, e: &ExclusionRecord) -> Result<(), StoreError>;
+    fn remove_exclusion(&self, host: &str) -> Result<bool, StoreError>;
+    fn exclusions(&self) -> Result<Vec<ExclusionRecord>, StoreError>;
+}
+
+/// A handle to a store, shared by the grid and the server: cloning gives
+/// another handle to the same records.
+pub type SharedStore = Arc<dyn Store>;
+
+/// Open (or create) the store on disk in `dir` (see [`SledStore::open`]).
+pub fn open(dir: &Path) -> Result<SharedStore, StoreError> {
+    Ok(Arc::new(SledStore::open(dir)?))
+}
+
+/// A new, empty store in memory (see [`MemoryStore`]).
+pub fn memory() -> SharedStore {
+    Arc::new(MemoryStore::new())
+}
+
+/// The record kinds, each kept in a tree of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tree {
+    Sites,
+    Rounds,
+    Jobs,
+    Hosts,
+    Invites,
+    /// Excluded hosts, keyed by [`beebot_shared::scope::reversed_labels`] of the host.
+    Exclusions,
+}
+
+impl Tree {
+    const ALL: [Tree; 6] = [
+        Tree::Sites,
+        Tree::Rounds,
+        Tree::Jobs,
+        Tree::Hosts,
+        Tree::Invites,
+        Tree::Exclusions,
+    ];
+
+    /// The tree's name on disk (and in errors).
+    fn name(self) -> &'static str {
+        match self {
+            Tree::Sites => "sites",
+            Tree::Rounds => "rounds",
+            Tree::Jobs => "jobs",
+            Tree::Hosts => "hosts",
+            Tree::Invites => "invites",
+            Tree::Exclusions => "exclusions",
+        }
+    }
+}
+
+/// A stored record: its key and its encoded value.
+type Entry = (Vec<u8>, Vec<u8>);
+
+/// What an implementation provides: trees of encoded records, an id
+/// sequence, and a way to make writes durable. Errors are passed on as they
+/// are; [`Store`]'s implementation over a backend turns them into fail-stop.
+trait Backend: Send + Sync {
+    /// The write and durability bookkeeping of this store.
+    fn ledger(&self) -> &Ledger;
+    fn insert(&self, tree: Tree, key: &[u8], value: Vec<u8>) -> Result<(), StoreError>;
+    fn remove(&self, tree: Tree, key: &[u8]) -> Result<bool, StoreError>;
+    /// Every `(key, value)` of `tree`, in key order.
+    fn entries(&self, tree: Tree) -> Result<Vec<Entry>, StoreError>;
+    /// The next of an increasing sequence that starts at 0 and survives restarts.
+    fn generate_id(&self) -> Result<u64, StoreError>;
+    /// Make every write so far durable (one fsync).
+    fn write_out(&self) -> Result<(), StoreError>;
+}
+
+/// Write and durability bookkeeping, one per store.
+#[derive(Default)]
+struct Ledger {
+    /// `flush` defers to the caller's `sync`.
+    deferred: AtomicBool,
+    /// Writes made so far.
+    written: AtomicU64,
+    /// Writes known to be durable.
+    durable: AtomicU64,
+    /// One fsync at a time; the others wait and usually find their writes covered.
+    syncing: Mutex<()>,
+    /// The first storage error, once there was one.
+    failure: Mutex<Option<String>>,
+    /// The next write or sync fails ([`StoreError::Injected`]).
+    fail_next: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Ledger {
+    fn failure(&self) -> Option<String> {
+        lock(&self.failure).clone()
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        match self.failure() {
+            Some(f) => Err(StoreError::Failed(f)),
+            None => Ok(()),
+        }
+    }
+
+    /// Remember the first storage error (fail-stop) and pass it on.
+    fn failed<T>(&self, e: StoreError) -> Result<T, StoreError> {
+        let mut f = lock(&self.failure);
+        if f.is_none() {
+            tracing::error!("storage failed: {e}; answering errors until restarted");
+            *f = Some(e.to_string());
+        }
+        Err(e)
+    }
+
+    /// Make the next write or sync fail.
+    fn fail_next(&self) {
+        self.fail_next.store(true, Ordering::SeqCst);
+    }
+
+    /// Run `op`, a storage operation: refused once the store failed, its
+    /// error made the store's failure.
+    fn attempt<T>(&self, op: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+        self.check()?;
+        let outcome = if self.fail_next.swap(false, Ordering::SeqCst) {
+            Err(StoreError::Injected)
+        } else {
+            op()
+        };
+        outcome.or_else(|e| self.failed(e))
+    }
+
+    /// Run `op`, one write, counting it for [`Ledger::sync`].
+    fn write<T>(&self, op: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+        self.check()?;
+        self.written.fetch_add(1, Ordering::SeqCst);
+        self.attempt(op)
+    }
+
+    /// Make every write counted before this call durable with `write_out`,
+    /// unless a concurrent call already did.
+    fn sync(&self, write_out: impl FnOnce() -> Result<(), StoreError>) -> Result<(), StoreError> {
+        self.check()?;
+        let target = self.written.load(Ordering::SeqCst);
+        if self.durable.load(Ordering::SeqCst) >= target {
+            return Ok(());
+        }
+        let _one = lock(&self.syncing);
+        if self.durable.load(Ordering::SeqCst) >= target {
+            return Ok(());
+        }
+        // Everything written up to here is covered by this write-out.
+        let covered = self.written.load(Ordering::SeqCst);
+        self.attempt(write_out)?;
+        self.durable.fetch_max(covered, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+fn id_key(id: u64) -> [u8; 8] {
+    id.to_be_bytes()
+}
+
+fn exclusion_key(host: &str) -> String {
+    beebot_shared::scope::reversed_labels(host)
+}
+
+/// Encode `value` and store it under `key` in `tree`.
+fn put<T: Serialize>(
+    b: &impl Backend,
+    tree: Tree,
+    key: &[u8],
+    value: &T,
+) -> Result<(), StoreError> {
+    b.ledger().check()?;
+    let bytes =
+        codec::encode(value, MAX_RECORD_BYTES).map_err(|e| StoreError::Encode(e.to_string()))?;
+    b.ledger().write(|| b.insert(tree, key, bytes))
+}
+
+fn remove(b: &impl Backend, tree: Tree, key: &[u8]) -> Result<bool, StoreError> {
+    b.ledger().write(|| b.remove(tree, key))
+}
+
+/// Every record of `tree`, decoded, in key order.
+fn all<T: DeserializeOwned>(b: &impl Backend, tree: Tree) -> Result<Vec<T>, StoreError> {
+    let mut out = Vec::new();
+    for (k, v) in b.entries(tree)? {
+        out.push(
+            codec::decode(&v, MAX_RECORD_BYTES).map_err(|e| StoreError::Corrupt {
+                tree: tree.name(),
+                key: hex::encode(&k),
+                msg: e.to_string(),
+            })?,
+        );
+    }
+    Ok(out)
+}
+
+impl<B: Backend> Store for B {
+    fn defer_flushes(&self) {
+        self.ledger().deferred.store(true, Ordering::SeqCst);
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.ledger().failure()
+    }
+
+    fn next_id(&self) -> Result<u64, StoreError> {
+        // Sequences start at 0; keep 0 free as "none".
+        self.ledger().write(|| self.generate_id()).map(|id| id + 1)
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        self.ledger().check()?;
+        if self.ledger().deferred.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.sync()
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        self.ledger().sync(|| self.write_out())
+    }
+
+    fn put_site(&self, site: &SiteRecord) -> Result<(), StoreError> {
+        put(self, Tree::Sites, site.host.as_bytes(), site)
+    }
+    fn remove_site(&self, host: &str) -> Result<bool, StoreError> {
+        remove(self, Tree::Sites, host.as_bytes())
+    }
+    fn sites(&self) -> Result<Vec<SiteRecord>, StoreError> {
+        all(self, Tree::Sites)
+    }
+
+    fn put_round(&self, round: &RoundRecord) -> Result<(), StoreError> {
+        put(self, Tree::Rounds, &id_key(round.id), round)
+    }
+    fn rounds(&self) -> Result<Vec<RoundRecord>, StoreError> {
+        all(self, Tree::Rounds)
+    }
+
+    fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
+        put(self, Tree::Jobs, &id_key(job.id), job)
+    }
+    fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        all(self, Tree::Jobs)
+    }
+
+    fn put_host(&self, host: &HostRecord) -> Result<(), StoreError> {
+        put(self, Tree::Hosts, &id_key(host.id), host)
+    }
+    fn hosts(&self) -> Result<Vec<HostRecord>, StoreError> {
+        all(self, Tree::Hosts)
+    }
+
+    fn put_invite(&self, invite: &InviteRecord) -> Result<(), StoreError> {
+        put(self, Tree::Invites, &invite.token_sha256, invite)
+    }
+    fn remove_invite(&self, token_sha256: &[u8; 32]) -> Result<bool, StoreError> {
+        remove(self, Tree::Invites, token_sha256)
+    }
+    fn invites(&self) -> Result<Vec<InviteRecord>, StoreError> {
+        all(self, Tree::Invites)
+    }
+
+    fn put_exclusion(&self, e: &ExclusionRecord) -> Result<(), StoreError> {
+        let key = exclusion_key(&e.exclusion.host);
+        put(self, Tree::Exclusions, key.as_bytes(), e)
+    }
+    fn remove_exclusion(&self, host: &str) -> Result<bool, StoreError> {
+        remove(self, Tree::Exclusions, exclusion_key(host).as_bytes())
+    }
+    fn exclusions(&self) -> Result<Vec<ExclusionRecord>, StoreError> {
+        all(self, Tree::Exclusions)
+    }
+}
