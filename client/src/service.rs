@@ -369,11 +369,16 @@ mod tests {
 
     #[test]
     fn systemd_unit_verifies_where_systemd_analyze_exists() {
-        let Ok(out) = Command::new("systemd-analyze").arg("--version").output() else {
+        let found = Command::new("systemd-analyze").arg("--version").output();
+        if !found.is_ok_and(|out| out.status.success()) {
+            // CI has it: only an explicit BEEBOT_ALLOW_MISSING_TOOLS=1 skips.
+            let allowed = std::env::var("BEEBOT_ALLOW_MISSING_TOOLS").is_ok_and(|v| v == "1");
+            assert!(
+                allowed,
+                "systemd-analyze is not available to verify the unit: install it, \
+                 or set BEEBOT_ALLOW_MISSING_TOOLS=1 to check the content only"
+            );
             eprintln!("systemd-analyze not available: content checked above only");
-            return;
-        };
-        if !out.status.success() {
             return;
         }
         let dir = tempfile::tempdir().unwrap();

@@ -244,11 +244,21 @@ proptest! {
         };
         let code = inv.to_code();
         prop_assert_eq!(Invite::from_code(&code).expect("decode"), inv);
+        // Cut off: damaged, unless nothing of the prefix is left.
         let cut = at % code.len();
-        let _ = Invite::from_code(&code[..cut]);
-        let _ = Invite::from_code(&junk);
-        let _ = Invite::from_code(&format!("beebot1-{junk}"));
-        let _ = Invite::from_code(&format!("beebot2-{junk}"));
+        let want = if cut == 0 { InviteError::Prefix } else { InviteError::Damaged };
+        prop_assert_eq!(Invite::from_code(&code[..cut]), Err(want));
+        prop_assert!(Invite::from_code(&junk).is_err(), "{}", junk);
+        let old = Invite::from_code(&format!("beebot1-{junk}"));
+        prop_assert!(
+            matches!(old, Err(InviteError::Damaged | InviteError::OldFormat)),
+            "{:?}",
+            old
+        );
+        prop_assert_eq!(
+            Invite::from_code(&format!("beebot2-{junk}")),
+            Err(InviteError::Damaged)
+        );
     }
 
     /// A code copied with one character changed, one missing or its tail cut

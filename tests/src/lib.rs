@@ -270,8 +270,9 @@ impl Grid {
         self.admin_ok(&["sites", "import", path.to_str().expect("path")]);
     }
 
-    /// Export a round as TSV and parse its rows (header checked).
-    pub fn export_rows(&self, round: &str) -> BTreeSet<Vec<String>> {
+    /// Export a round as TSV and parse its rows (header checked), in the
+    /// order exported, repeats kept ([`assert_same_rows`] refuses them).
+    pub fn export_rows(&self, round: &str) -> Vec<Vec<String>> {
         let out = self.dir.path().join(format!("export-{round}.tsv"));
         self.admin_ok(&[
             "export",
@@ -288,16 +289,9 @@ impl Grid {
             lines.next(),
             Some("site\tsource_url\ttarget_url\ttarget_host\ttag\tnofollow\tanchor_text")
         );
-        let rows: Vec<Vec<String>> = lines
+        lines
             .map(|l| l.split('\t').map(str::to_string).collect())
-            .collect();
-        let distinct: BTreeSet<Vec<String>> = rows.iter().cloned().collect();
-        assert_eq!(
-            distinct.len(),
-            rows.len(),
-            "the export of round {round} repeats rows"
-        );
-        distinct
+            .collect()
     }
 
     /// The synthetic web's truth as export rows.
@@ -423,18 +417,51 @@ impl Drop for Grid {
     }
 }
 
-/// Compare two row sets, describing the first differences.
-pub fn assert_same_rows(got: &BTreeSet<Vec<String>>, want: &BTreeSet<Vec<String>>) {
-    if got == want {
+/// Set to `1` to let a test that needs a system tool (`unshare`,
+/// `systemd-analyze`) pass where the tool is missing, saying it skipped.
+/// Unset, a missing tool fails the test: CI has them all.
+pub const ALLOW_MISSING_TOOLS: &str = "BEEBOT_ALLOW_MISSING_TOOLS";
+
+/// `tool`, which the test needs to `needed_for`, is not available: fail
+/// naming it, unless [`ALLOW_MISSING_TOOLS`] is `1` (then say the test is
+/// skipped; the caller returns).
+pub fn tool_missing(tool: &str, needed_for: &str) {
+    let allowed = std::env::var(ALLOW_MISSING_TOOLS).is_ok_and(|v| v == "1");
+    assert!(
+        allowed,
+        "`{tool}` is not available, and this test needs it to {needed_for}: \
+         install it, or set {ALLOW_MISSING_TOOLS}=1 to skip the test"
+    );
+    eprintln!("skipped ({ALLOW_MISSING_TOOLS}=1): `{tool}` is not available to {needed_for}");
+}
+
+/// Compare exported rows with the truth: no row exported twice, and the
+/// same rows, describing the first differences.
+pub fn assert_same_rows(got: &[Vec<String>], want: &BTreeSet<Vec<String>>) {
+    let got = distinct_rows(got);
+    if &got == want {
         return;
     }
-    let missing: Vec<_> = want.difference(got).take(10).collect();
+    let missing: Vec<_> = want.difference(&got).take(10).collect();
     let extra: Vec<_> = got.difference(want).take(10).collect();
     panic!(
         "export differs from the truth: {} rows exported, {} true\nmissing (first 10): {missing:#?}\nextra (first 10): {extra:#?}",
         got.len(),
         want.len()
     );
+}
+
+/// The exported rows as a set, asserting that no row is exported twice.
+pub fn distinct_rows(rows: &[Vec<String>]) -> BTreeSet<Vec<String>> {
+    let mut distinct = BTreeSet::new();
+    let repeated: Vec<&Vec<String>> = rows.iter().filter(|r| !distinct.insert(*r)).collect();
+    assert!(
+        repeated.is_empty(),
+        "the export repeats {} row(s) (first 10): {:#?}",
+        repeated.len(),
+        &repeated[..repeated.len().min(10)]
+    );
+    distinct.into_iter().cloned().collect()
 }
 
 /// A running `beebot` process; killed when dropped (a failed test leaves

@@ -139,7 +139,7 @@ fn killed_client_jobs_are_reissued_after_their_deadline() {
     // One slot: the victim holds a second unit it has not started when it dies.
     let (mut victim_proc, _) = run_once_slots(&g, "victim", "1");
     let start = Instant::now();
-    let held = loop {
+    loop {
         let d = round_json(&g, &round);
         let held =
             d["jobs"]
@@ -153,17 +153,16 @@ fn killed_client_jobs_are_reissued_after_their_deadline() {
                 })
                 .count();
         if held > 0 {
-            break held;
+            break;
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "victim never got work"
         );
         std::thread::sleep(Duration::from_millis(50));
-    };
+    }
     victim_proc.kill().expect("kill victim");
     let _ = victim_proc.wait();
-    assert!(held > 0);
 
     let b = run_once(&g, "b");
     let c = run_once(&g, "c");
