@@ -1,13 +1,14 @@
 //! Durable state behind one interface, the [`Store`] trait: the grid and the
 //! server read and write records through it and never see how they are kept.
 //!
-//! Two implementations: [`SledStore`] on disk (the server's; the only module
-//! that knows sled) and [`MemoryStore`] in memory (the simulator's and the
-//! unit tests'). Both keep every record kind in a tree of its own, keyed and
-//! encoded alike, so both list records in the same order and refuse the same
-//! records; what they share (keys, encodings, ids handed out, group commit,
-//! fail-stop) is written once here, over the few primitives each one
-//! provides ([`Backend`]). `conformance` holds the contract tests both pass.
+//! Two implementations: [`SledStore`] on disk (the server's) and
+//! [`MemoryStore`] in memory (the simulator's and the unit tests'). sled is
+//! named nowhere outside this module and its `sled` child. Both keep every
+//! record kind in a tree of its own, keyed and encoded alike, so both list
+//! records in the same order and refuse the same records; what they share
+//! (keys, encodings, ids handed out, group commit, fail-stop) is written
+//! once here, over the few primitives each one provides (`Backend`).
+//! `conformance` holds the contract tests both pass.
 //!
 //! Invariants, for every implementation (the contracts of [`Store`]):
 //! - every write is followed by [`Store::flush`] (or, with flushes deferred,
