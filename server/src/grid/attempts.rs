@@ -33,6 +33,38 @@ pub enum ProgressOutcome {
     Extend(u64),
 }
 
+/// What keeps a unit back from sleep from running again (see
+/// [`Grid::progress`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AwayBars {
+    /// The host holds as many units as its slots allow.
+    at_cap: bool,
+    /// Another job of a site that shares a host with this one runs.
+    shares_host: bool,
+}
+
+/// A progress report's `(pages, links)` of attempt `i`, bounded by what the
+/// unit allows (the page cap left after the scans it continues from, at
+/// most [`MAX_LINK_RECORDS`] links); a count going backwards is not
+/// believed.
+fn bounded_report(
+    job: &JobRecord,
+    i: usize,
+    (pages, links): (u64, u64),
+    max_pages: u64,
+) -> (u64, u64) {
+    let a = &job.attempts[i];
+    let pages_before = (a.resume_seq as usize)
+        .checked_sub(1)
+        .and_then(|k| job.segments.get(k))
+        .map_or(0, |s| s.pages_done);
+    let pages = pages
+        .min(max_pages.saturating_sub(pages_before))
+        .max(a.pages);
+    let links = links.min(MAX_LINK_RECORDS as u64).max(a.links);
+    (pages, links)
+}
+
 impl Grid {
     /// Release the host's running attempts not in `keep` (all when `None`).
     pub(super) fn release_host_units(
@@ -84,40 +116,16 @@ impl Grid {
         let Some(job) = self.job_of_unit(unit_id) else {
             return Ok(ProgressOutcome::Abort("unknown unit".into()));
         };
-        match self.rounds.get(&job.round_id).map(|r| r.state) {
-            Some(RoundState::Running) => {}
-            Some(RoundState::Cancelled) => {
-                return Ok(ProgressOutcome::Abort(ABORT_ROUND_CANCELLED.into()))
-            }
-            _ => return Ok(ProgressOutcome::Abort("round ended".into())),
-        }
-        match job.state {
-            JobState::Done => return Ok(ProgressOutcome::Abort("job done elsewhere".into())),
-            JobState::Failed if self.excluded_by(&job.site).is_some() => {
-                return Ok(ProgressOutcome::Abort("site excluded".into()))
-            }
-            JobState::Failed => return Ok(ProgressOutcome::Abort("job failed".into())),
-            JobState::Cancelled => return Ok(ProgressOutcome::Abort(ABORT_ROUND_CANCELLED.into())),
-            JobState::Queued | JobState::Running => {}
+        if let Some(abort) = self.progress_unwanted(job) {
+            return Ok(abort);
         }
         let job_id = job.id;
         let max_pages = self
             .rounds
             .get(&job.round_id)
             .map_or(0, |r| u64::from(r.params.max_pages));
-        // A unit back from sleep runs again only within the host's cap.
-        let asleep = job.attempts.iter().any(|a| {
-            a.unit_id == unit_id
-                && matches!(a.state, AttemptState::Expired | AttemptState::Released)
-        });
-        let at_cap = asleep
-            && self
-                .hosts
-                .get(&host_id)
-                .is_some_and(|_| self.running_units_of(host_id) >= self.units_cap(host_id));
-        // Nor beside another job of a site that shares a host with this one.
-        let shares_host = asleep && self.meets_running_job(job);
-        let Some(job) = self.jobs.get_mut(&job_id) else {
+        let away = self.away_bars(job, unit_id, host_id);
+        let Some(job) = self.jobs.get(&job_id) else {
             return Ok(ProgressOutcome::Abort("unknown unit".into()));
         };
         let Some(i) = job
@@ -129,34 +137,78 @@ impl Grid {
                 "unit belongs to another host".into(),
             ));
         };
+        let report = bounded_report(job, i, (pages, links), max_pages);
+        if let Some(answer) = self.progress_of_stopped(job_id, i, report, away, now_ms)? {
+            return Ok(answer);
+        }
+        let handed_over = self.hand_overs.contains_key(&unit_id);
+        self.progress_of_running(job_id, i, report, handed_over, now_ms)
+    }
+
+    /// The abort a progress report of `job` hears when its round or the job
+    /// is over (cancelled, ended, done elsewhere, failed or excluded).
+    fn progress_unwanted(&self, job: &JobRecord) -> Option<ProgressOutcome> {
+        match self.rounds.get(&job.round_id).map(|r| r.state) {
+            Some(RoundState::Running) => {}
+            Some(RoundState::Cancelled) => {
+                return Some(ProgressOutcome::Abort(ABORT_ROUND_CANCELLED.into()))
+            }
+            _ => return Some(ProgressOutcome::Abort("round ended".into())),
+        }
+        match job.state {
+            JobState::Done => Some(ProgressOutcome::Abort("job done elsewhere".into())),
+            JobState::Failed if self.excluded_by(&job.site).is_some() => {
+                Some(ProgressOutcome::Abort("site excluded".into()))
+            }
+            JobState::Failed => Some(ProgressOutcome::Abort("job failed".into())),
+            JobState::Cancelled => Some(ProgressOutcome::Abort(ABORT_ROUND_CANCELLED.into())),
+            JobState::Queued | JobState::Running => None,
+        }
+    }
+
+    /// What keeps a unit back from sleep (its attempt expired or released)
+    /// from running again: the host holds its cap of units, or another
+    /// job of a site that shares a host with this one runs.
+    fn away_bars(&self, job: &JobRecord, unit_id: u64, host_id: u64) -> AwayBars {
+        let asleep = job.attempts.iter().any(|a| {
+            a.unit_id == unit_id
+                && matches!(a.state, AttemptState::Expired | AttemptState::Released)
+        });
+        AwayBars {
+            at_cap: asleep
+                && self
+                    .hosts
+                    .get(&host_id)
+                    .is_some_and(|_| self.running_units_of(host_id) >= self.units_cap(host_id)),
+            shares_host: asleep && self.meets_running_job(job),
+        }
+    }
+
+    /// A progress report of attempt `i` of a job that is not running: the
+    /// abort it hears, or the scan going on with a fresh deadline when it
+    /// is back from sleep and nobody took the job over. `None` when the
+    /// attempt runs.
+    fn progress_of_stopped(
+        &mut self,
+        job_id: u64,
+        i: usize,
+        (pages, links): (u64, u64),
+        away: AwayBars,
+        now_ms: u64,
+    ) -> Result<Option<ProgressOutcome>, GridError> {
+        let job = self.job_mut(job_id)?;
         let (seq, chain) = (job.attempts[i].resume_seq, job.attempts[i].chain);
         let behind = job.is_behind(&job.attempts[i]);
-        // What the host says is bounded by what the unit allows (the page
-        // cap left after the scans it continues from), and a count going
-        // backwards is not believed.
-        let pages_before = (seq as usize)
-            .checked_sub(1)
-            .and_then(|k| job.segments.get(k))
-            .map_or(0, |s| s.pages_done);
-        let pages = pages
-            .min(max_pages.saturating_sub(pages_before))
-            .max(job.attempts[i].pages);
-        let links = links
-            .min(MAX_LINK_RECORDS as u64)
-            .max(job.attempts[i].links);
         let other_copy = job.attempts.iter().enumerate().any(|(j, o)| {
             j != i && o.state == AttemptState::Running && o.resume_seq == seq && o.chain == chain
         });
         let a = &mut job.attempts[i];
+        let abort = |why: &str| Ok(Some(ProgressOutcome::Abort(why.into())));
         match &a.state {
             AttemptState::Aborted | AttemptState::Partial | AttemptState::Done => {
-                return Ok(ProgressOutcome::Abort(
-                    "another copy's scan went on further".into(),
-                ))
+                abort("another copy's scan went on further")
             }
-            AttemptState::Failed(_) => {
-                return Ok(ProgressOutcome::Abort("the unit was given back".into()))
-            }
+            AttemptState::Failed(_) => abort("the unit was given back"),
             _ if behind => {
                 // Another copy's scan already went on from where this one started.
                 let was_running = a.state == AttemptState::Running;
@@ -168,26 +220,18 @@ impl Grid {
                 }
                 self.reindex(job_id);
                 self.store.flush()?;
-                return Ok(ProgressOutcome::Abort(
-                    "another copy's scan went on further".into(),
-                ));
+                abort("another copy's scan went on further")
             }
+            // The job went to another host while this one was away: one
+            // scan of a site at a time.
             AttemptState::Expired | AttemptState::Released if other_copy => {
-                // The job went to another host while this one was away: one
-                // scan of a site at a time.
-                return Ok(ProgressOutcome::Abort(
-                    "the scan was given to another host while this one was away".into(),
-                ));
+                abort("the scan was given to another host while this one was away")
             }
-            AttemptState::Expired | AttemptState::Released if shares_host => {
-                return Ok(ProgressOutcome::Abort(
-                    "another scan of the site's host started while this one was away".into(),
-                ));
+            AttemptState::Expired | AttemptState::Released if away.shares_host => {
+                abort("another scan of the site's host started while this one was away")
             }
-            AttemptState::Expired | AttemptState::Released if at_cap => {
-                return Ok(ProgressOutcome::Abort(
-                    "the host holds as many units as its slots allow: this one was given up".into(),
-                ));
+            AttemptState::Expired | AttemptState::Released if away.at_cap => {
+                abort("the host holds as many units as its slots allow: this one was given up")
             }
             AttemptState::Expired | AttemptState::Released => {
                 // Back from sleep or a lost connection, and nobody took the
@@ -204,10 +248,25 @@ impl Grid {
                 self.reindex(job_id);
                 self.store.flush()?;
                 self.check_open();
-                return Ok(ProgressOutcome::Extend(d));
+                Ok(Some(ProgressOutcome::Extend(d)))
             }
-            AttemptState::Running => {}
+            AttemptState::Running => Ok(None),
         }
+    }
+
+    /// A progress report of running attempt `i`: its counts noted, the
+    /// hand-over asked of it (`handed_over`), or its deadline extended while
+    /// its scan makes progress.
+    fn progress_of_running(
+        &mut self,
+        job_id: u64,
+        i: usize,
+        (pages, links): (u64, u64),
+        handed_over: bool,
+        now_ms: u64,
+    ) -> Result<ProgressOutcome, GridError> {
+        let job = self.job_mut(job_id)?;
+        let a = &mut job.attempts[i];
         if a.first_report_ms == 0 {
             a.first_report_ms = now_ms;
             a.first_report_pages = pages;
@@ -216,7 +275,7 @@ impl Grid {
         a.last_report_ms = a.last_report_ms.max(now_ms);
         a.pages = pages;
         a.links = links;
-        if self.hand_overs.contains_key(&unit_id) {
+        if handed_over {
             // Another host takes the scan over from its frontier: this one
             // stops at a page boundary and uploads what it did.
             return Ok(ProgressOutcome::Abort(ABORT_HAND_OVER.into()));
@@ -233,6 +292,13 @@ impl Grid {
             return Ok(ProgressOutcome::Extend(d));
         }
         Ok(ProgressOutcome::Continue)
+    }
+
+    /// The job `job_id`, to change.
+    pub(super) fn job_mut(&mut self, job_id: u64) -> Result<&mut JobRecord, GridError> {
+        self.jobs
+            .get_mut(&job_id)
+            .ok_or_else(|| GridError::Invalid(format!("job {job_id} vanished")))
     }
 
     /// A host gives a unit back without result.

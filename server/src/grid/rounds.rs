@@ -73,6 +73,47 @@ impl Grid {
         every_ms: Option<u64>,
         now_ms: u64,
     ) -> Result<u64, GridError> {
+        self.check_round_params(&params, every_ms)?;
+        let policy = scheduler::policy_by_name(&params.policy)
+            .ok_or_else(|| GridError::Invalid(format!("unknown policy `{}`", params.policy)))?;
+        let round_id = self.store.next_id()?;
+        let (jobs, folded) = self.new_jobs(round_id, &params)?;
+        let plan = self.batch_plan(policy.as_ref(), &jobs, &params, now_ms);
+        let mut job_ids = Vec::with_capacity(jobs.len());
+        for mut job in jobs {
+            job.batch_host = plan.get(&job.id).copied();
+            self.store.put_job(&job)?;
+            job_ids.push(job.id);
+            self.jobs.insert(job.id, job);
+        }
+        let round = RoundRecord {
+            id: round_id,
+            created_ms: now_ms,
+            finished_ms: None,
+            params,
+            state: RoundState::Running,
+            job_ids,
+            every_ms,
+            next_round: None,
+            folded,
+        };
+        self.store.put_round(&round)?;
+        self.store.flush()?;
+        let job_ids = round.job_ids.clone();
+        self.rounds.insert(round_id, round);
+        for id in job_ids {
+            self.reindex(id);
+        }
+        self.rounds_changed += 1;
+        Ok(round_id)
+    }
+
+    /// Refuse round parameters no round can run with.
+    fn check_round_params(
+        &self,
+        params: &RoundParams,
+        every_ms: Option<u64>,
+    ) -> Result<(), GridError> {
         if self.sites.is_empty() {
             return Err(GridError::Invalid(
                 "the target set is empty: add sites first (`sites add` or `sites import`)".into(),
@@ -115,9 +156,17 @@ impl Grid {
                 "a repeat period must be positive".into(),
             ));
         }
-        let policy = scheduler::policy_by_name(&params.policy)
-            .ok_or_else(|| GridError::Invalid(format!("unknown policy `{}`", params.policy)))?;
-        let round_id = self.store.next_id()?;
+        Ok(())
+    }
+
+    /// The jobs of a new round: one per site of the target set that no
+    /// exclusion covers and no wider site's scope folds away, each sized
+    /// from its site's last scan; and the sites folded.
+    fn new_jobs(
+        &self,
+        round_id: u64,
+        params: &RoundParams,
+    ) -> Result<(Vec<JobRecord>, Vec<FoldedSite>), GridError> {
         // Each job's size is fixed now, from its site's last scan.
         let mut jobs = Vec::with_capacity(self.sites.len());
         // (An excluded host left the target set; one never gets a job.)
@@ -151,7 +200,18 @@ impl Grid {
                 validation: JobValidation::None,
             });
         }
-        // A round-start plan (batch) over the hosts heard from lately.
+        Ok((jobs, folded))
+    }
+
+    /// A round-start plan (batch) over the hosts heard from lately: job id
+    /// → the host it is kept for.
+    fn batch_plan(
+        &self,
+        policy: &dyn scheduler::Policy,
+        jobs: &[JobRecord],
+        params: &RoundParams,
+        now_ms: u64,
+    ) -> HashMap<u64, u64> {
         let views: Vec<JobView> = jobs
             .iter()
             .enumerate()
@@ -169,37 +229,10 @@ impl Grid {
             .into_iter()
             .filter(|h| now_ms.saturating_sub(h.last_seen_ms) <= PLAN_HOSTS_SEEN_WITHIN_MS)
             .collect();
-        let plan: HashMap<u64, u64> = policy
+        policy
             .plan(&views, &recent, params.delay_ms as f64 / 1000.0)
             .into_iter()
-            .collect();
-        let mut job_ids = Vec::with_capacity(jobs.len());
-        for mut job in jobs {
-            job.batch_host = plan.get(&job.id).copied();
-            self.store.put_job(&job)?;
-            job_ids.push(job.id);
-            self.jobs.insert(job.id, job);
-        }
-        let round = RoundRecord {
-            id: round_id,
-            created_ms: now_ms,
-            finished_ms: None,
-            params,
-            state: RoundState::Running,
-            job_ids,
-            every_ms,
-            next_round: None,
-            folded,
-        };
-        self.store.put_round(&round)?;
-        self.store.flush()?;
-        let job_ids = round.job_ids.clone();
-        self.rounds.insert(round_id, round);
-        for id in job_ids {
-            self.reindex(id);
-        }
-        self.rounds_changed += 1;
-        Ok(round_id)
+            .collect()
     }
 
     /// Rounds started (by `round start` or a repeat) or cancelled since the

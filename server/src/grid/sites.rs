@@ -45,6 +45,24 @@ pub struct ExcludeOutcome {
     pub copies_restarted: usize,
 }
 
+/// An exclusion's reason as kept: at most [`MAX_EXCLUSION_REASON_CHARS`]
+/// characters, its whitespace collapsed, never empty.
+fn exclusion_reason(reason: &str) -> Result<String, GridError> {
+    if reason.chars().count() > MAX_EXCLUSION_REASON_CHARS {
+        return Err(GridError::Invalid(format!(
+            "the reason is {} characters long; at most {MAX_EXCLUSION_REASON_CHARS} are kept",
+            reason.chars().count()
+        )));
+    }
+    let reason = collapse_whitespace(reason, MAX_EXCLUSION_REASON_CHARS);
+    if reason.is_empty() {
+        return Err(GridError::Invalid(
+            "say why the host is excluded (--reason, e.g. \"owner asked, ticket 42\")".into(),
+        ));
+    }
+    Ok(reason)
+}
+
 impl Grid {
     /// Add sites (already parsed to hosts). Returns how many were new.
     pub fn add_sites(&mut self, hosts: &[String], now_ms: u64) -> Result<usize, GridError> {
@@ -216,18 +234,7 @@ impl Grid {
         reason: &str,
         now_ms: u64,
     ) -> Result<ExcludeOutcome, GridError> {
-        if reason.chars().count() > MAX_EXCLUSION_REASON_CHARS {
-            return Err(GridError::Invalid(format!(
-                "the reason is {} characters long; at most {MAX_EXCLUSION_REASON_CHARS} are kept",
-                reason.chars().count()
-            )));
-        }
-        let reason = collapse_whitespace(reason, MAX_EXCLUSION_REASON_CHARS);
-        if reason.is_empty() {
-            return Err(GridError::Invalid(
-                "say why the host is excluded (--reason, e.g. \"owner asked, ticket 42\")".into(),
-            ));
-        }
+        let reason = exclusion_reason(reason)?;
         let key = reversed_labels(&exclusion.host);
         let replaced = self.exclusions.get(&key).cloned();
         if replaced.is_none() && self.exclusions.len() >= MAX_EXCLUSIONS {
@@ -253,6 +260,29 @@ impl Grid {
             self.sites.remove(h);
             self.store.remove_site(h)?;
         }
+        let (jobs_excluded, copies_restarted) = self.exclude_from_rounds(&record, now_ms)?;
+        if jobs_excluded + copies_restarted > 0 {
+            // Connected hosts ask again at once and hear which units to drop.
+            self.rounds_changed += 1;
+        }
+        self.store.flush()?;
+        Ok(ExcludeOutcome {
+            record,
+            replaced,
+            sites_removed,
+            jobs_excluded,
+            copies_restarted,
+        })
+    }
+
+    /// Take the jobs an exclusion covers out of the running rounds (failed
+    /// with the reason `excluded`), and restart the running copies of jobs
+    /// whose scope reaches the host. Returns (jobs excluded, copies restarted).
+    fn exclude_from_rounds(
+        &mut self,
+        record: &ExclusionRecord,
+        now_ms: u64,
+    ) -> Result<(usize, usize), GridError> {
         let running: Vec<u64> = self
             .rounds
             .values()
@@ -267,63 +297,68 @@ impl Grid {
             let scope = round.params.scope;
             let ids = round.job_ids.clone();
             for id in ids {
-                let Some(job) = self.jobs.get_mut(&id) else {
-                    continue;
-                };
-                if job.state.is_final() {
-                    continue;
-                }
-                let covered = e.covers_host(&job.site);
-                // A copy running with an older list of exclusions must not go on.
-                let reached = !covered
-                    && SiteScope::new(&job.site, scope).root().is_some_and(|root| {
-                        Exclusion {
-                            host: root.to_string(),
-                            subdomains: true,
-                        }
-                        .covers_host(&e.host)
-                    });
-                if !covered && !reached {
-                    continue;
-                }
-                let mut aborted = 0;
-                for a in job.attempts.iter_mut() {
-                    if a.state == AttemptState::Running {
-                        a.state = AttemptState::Aborted;
-                        aborted += 1;
-                    }
-                }
-                if covered {
-                    job.state = JobState::Failed;
-                    push_reason(job, format!("{EXCLUDED_REASON}: {}", record.reason));
-                    jobs_excluded += 1;
-                } else if aborted > 0 {
-                    job.state = JobState::Queued;
-                    copies_restarted += aborted;
-                } else {
-                    continue;
-                }
-                let job = job.clone();
-                self.store.put_job(&job)?;
-                if job.state.is_final() {
-                    self.drop_states(&job);
-                }
-                self.reindex(id);
+                let (excluded, restarted) = self.exclude_job(id, scope, record)?;
+                jobs_excluded += excluded;
+                copies_restarted += restarted;
             }
             self.check_round_done(round_id, now_ms)?;
         }
-        if jobs_excluded + copies_restarted > 0 {
-            // Connected hosts ask again at once and hear which units to drop.
-            self.rounds_changed += 1;
+        Ok((jobs_excluded, copies_restarted))
+    }
+
+    /// [`Grid::exclude_from_rounds`] for job `id` of a running round of
+    /// `scope`: (1, 0) when the exclusion covers its site, (0, copies
+    /// aborted) when its scope reaches the host, else (0, 0).
+    fn exclude_job(
+        &mut self,
+        id: u64,
+        scope: Scope,
+        record: &ExclusionRecord,
+    ) -> Result<(usize, usize), GridError> {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return Ok((0, 0));
+        };
+        if job.state.is_final() {
+            return Ok((0, 0));
         }
-        self.store.flush()?;
-        Ok(ExcludeOutcome {
-            record,
-            replaced,
-            sites_removed,
-            jobs_excluded,
-            copies_restarted,
-        })
+        let e = &record.exclusion;
+        let covered = e.covers_host(&job.site);
+        // A copy running with an older list of exclusions must not go on.
+        let reached = !covered
+            && SiteScope::new(&job.site, scope).root().is_some_and(|root| {
+                Exclusion {
+                    host: root.to_string(),
+                    subdomains: true,
+                }
+                .covers_host(&e.host)
+            });
+        if !covered && !reached {
+            return Ok((0, 0));
+        }
+        let mut aborted = 0;
+        for a in job.attempts.iter_mut() {
+            if a.state == AttemptState::Running {
+                a.state = AttemptState::Aborted;
+                aborted += 1;
+            }
+        }
+        let counts = if covered {
+            job.state = JobState::Failed;
+            push_reason(job, format!("{EXCLUDED_REASON}: {}", record.reason));
+            (1, 0)
+        } else if aborted > 0 {
+            job.state = JobState::Queued;
+            (0, aborted)
+        } else {
+            return Ok((0, 0));
+        };
+        let job = job.clone();
+        self.store.put_job(&job)?;
+        if job.state.is_final() {
+            self.drop_states(&job);
+        }
+        self.reindex(id);
+        Ok(counts)
     }
 
     /// Lift the exclusion of `exclusion.host` (with or without its

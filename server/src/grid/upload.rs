@@ -116,6 +116,28 @@ impl UploadPlan {
         state: Option<&[u8]>,
     ) -> Result<Verified, String> {
         self.check_summary(summary)?;
+        let (sketch, origins) = self.check_records(summary, link_file)?;
+        self.check_pace(summary, origins)?;
+        if !stopped_early(summary) {
+            return Ok(Verified {
+                state: None,
+                sketch,
+            });
+        }
+        Ok(Verified {
+            state: Some(self.check_state(summary, state)?),
+            sketch,
+        })
+    }
+
+    /// The link file's records, checked as they are decoded (see
+    /// [`UploadPlan::verify`]): its pairs' sketch, and how many origins its
+    /// records come from.
+    fn check_records(
+        &self,
+        summary: &ScanSummary,
+        link_file: &[u8],
+    ) -> Result<(Vec<u64>, u64), String> {
         // Records are checked as they are decoded, one at a time: none is
         // kept, so a file's size in memory costs nothing here.
         let site_scope = beebot_shared::scope::SiteScope::new(&self.site, self.scope);
@@ -176,14 +198,16 @@ impl UploadPlan {
                 summary.links,
             ));
         }
-        self.check_pace(summary, origins.len() as u64)?;
-        let sketch = sketch.finish();
-        if !stopped_early(summary) {
-            return Ok(Verified {
-                state: None,
-                sketch,
-            });
-        }
+        Ok((sketch.finish(), origins.len() as u64))
+    }
+
+    /// The frontier a scan that stopped early must bring (see
+    /// [`UploadPlan::verify`]), as the server keeps it.
+    fn check_state(
+        &self,
+        summary: &ScanSummary,
+        state: Option<&[u8]>,
+    ) -> Result<StateInfo, String> {
         let Some(bytes) = state else {
             return Err(format!(
                 "the scan stopped early ({}) without its frontier, so the job cannot go on from it",
@@ -225,14 +249,11 @@ impl UploadPlan {
         let encoded = st
             .encode()
             .map_err(|e| format!("scan state refused: {e}"))?;
-        Ok(Verified {
-            state: Some(StateInfo {
-                sha256: state_sha256(&encoded),
-                bytes: encoded.len() as u64,
-                pages_done: st.pages_done,
-                encoded,
-            }),
-            sketch,
+        Ok(StateInfo {
+            sha256: state_sha256(&encoded),
+            bytes: encoded.len() as u64,
+            pages_done: st.pages_done,
+            encoded,
         })
     }
 
@@ -495,31 +516,101 @@ impl Grid {
         verified: Verified,
         now_ms: u64,
     ) -> Result<UploadOutcome, GridError> {
-        let (host_id, unit_id) = (plan.host_id, plan.unit_id);
-        self.active_host(host_id, now_ms)?;
-        if let Err(o) = self.open_job_of(host_id, unit_id) {
-            // Unless it is the winner's own file (the same unit uploaded twice).
-            let kept = self
-                .jobs
-                .get(&plan.job_id)
-                .is_some_and(|j| j.link_files().any(|f| f == plan.rel));
-            if !kept {
-                plan.remove_files();
-            }
+        self.active_host(plan.host_id, now_ms)?;
+        if let Some(o) = self.finish_unwanted(plan, now_ms)? {
+            return Ok(o);
+        }
+        let Verified { state, sketch } = verified;
+        let early = state.filter(|_| stopped_early(&summary));
+        if let Some(o) = self.finish_without_pages(plan, &summary, early.is_some(), now_ms)? {
             return Ok(o);
         }
         let (job_id, round_id) = (plan.job_id, plan.round_id);
         let Some(job) = self.jobs.get_mut(&job_id) else {
-            return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
+            return Ok(UploadOutcome::Rejected(format!(
+                "unknown unit {}",
+                plan.unit_id
+            )));
+        };
+        let mine = if early.is_some() {
+            AttemptState::Partial
+        } else {
+            AttemptState::Done
+        };
+        for a in job.attempts.iter_mut() {
+            if a.unit_id == plan.unit_id {
+                a.state = mine.clone();
+                a.pages = summary.pages;
+                a.links = summary.links;
+            } else if a.state == AttemptState::Running {
+                // A copy from the same start: it would redo what this one did.
+                a.state = AttemptState::Aborted;
+            }
+        }
+        let chain_sketch = validate::merge(&job.chain_sketch, &sketch);
+        match &early {
+            Some(info) => self.keep_segment(plan, summary, info, chain_sketch, now_ms)?,
+            None => {
+                // The chain reached the site's natural end: a complete result.
+                let candidate = Candidate {
+                    segments: std::mem::take(&mut job.segments),
+                    result: JobResult {
+                        unit_id: plan.unit_id,
+                        host_id: plan.host_id,
+                        summary,
+                        file: plan.rel.clone(),
+                        accepted_ms: now_ms,
+                    },
+                    sketch: chain_sketch,
+                    verdict: Verdict::Pending,
+                    similarity: None,
+                };
+                job.chain_sketch = Vec::new();
+                self.conclude(job_id, candidate)?;
+            }
+        }
+        self.settle(job_id, round_id, now_ms);
+        self.reindex(job_id);
+        self.check_round_done(round_id, now_ms)?;
+        self.store.flush()?;
+        self.check_open();
+        Ok(UploadOutcome::Accepted)
+    }
+
+    /// The answer to an upload whose unit is not wanted any more now that
+    /// its file is written (its files removed, unless they are the winner's
+    /// own), or that another copy's scan overtook (aborted, a duplicate).
+    /// `None` when the upload is still wanted.
+    fn finish_unwanted(
+        &mut self,
+        plan: &UploadPlan,
+        now_ms: u64,
+    ) -> Result<Option<UploadOutcome>, GridError> {
+        let (host_id, unit_id, job_id) = (plan.host_id, plan.unit_id, plan.job_id);
+        if let Err(o) = self.open_job_of(host_id, unit_id) {
+            // Unless it is the winner's own file (the same unit uploaded twice).
+            let kept = self
+                .jobs
+                .get(&job_id)
+                .is_some_and(|j| j.link_files().any(|f| f == plan.rel));
+            if !kept {
+                plan.remove_files();
+            }
+            return Ok(Some(o));
+        }
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Ok(Some(UploadOutcome::Rejected(format!(
+                "unknown unit {unit_id}"
+            ))));
         };
         if let Some(o @ UploadOutcome::Rejected(_)) = unwanted_upload(job, unit_id) {
             // Given back or released while its file was checked.
             plan.remove_files();
-            return Ok(o);
+            return Ok(Some(o));
         }
         if job.segments.iter().any(|s| s.unit_id == unit_id) {
             // This unit's segment, uploaded again.
-            return Ok(UploadOutcome::Duplicate);
+            return Ok(Some(UploadOutcome::Duplicate));
         }
         if (plan.resume_seq as usize) < job.segments.len() || plan.chain != job.chain {
             // Another copy's scan went on from the same place first (or the
@@ -535,96 +626,85 @@ impl Grid {
             self.reindex(job_id);
             self.after_attempt_ended(job_id, now_ms)?;
             self.store.flush()?;
-            return Ok(UploadOutcome::Duplicate);
+            return Ok(Some(UploadOutcome::Duplicate));
         }
-        let Verified { state, sketch } = verified;
-        let early = state.filter(|_| stopped_early(&summary));
-        if early.is_some() && summary.pages == 0 {
-            // Nothing gained: an attempt that failed, not a segment.
-            plan.remove_files();
-            let reason = format!(
+        Ok(None)
+    }
+
+    /// An upload that gained nothing is a failed attempt, not a result: a
+    /// scan that stopped `early` without a page, or one that reached no page
+    /// of the site at all (its name, its address, its robots.txt), named by
+    /// its cause. Its files are removed. `None` when it took pages.
+    fn finish_without_pages(
+        &mut self,
+        plan: &UploadPlan,
+        summary: &ScanSummary,
+        early: bool,
+        now_ms: u64,
+    ) -> Result<Option<UploadOutcome>, GridError> {
+        let failed_site = summary.stopped_by.filter(|s| s.is_site_failure());
+        let reason = if early && summary.pages == 0 {
+            format!(
                 "scan stopped early ({}) without a page",
                 summary.stopped_by.map_or("-", |s| s.as_str())
+            )
+        } else if let (Some(stop), 0, 0) = (failed_site, summary.pages, plan.pages_before) {
+            stop.as_str().to_string()
+        } else {
+            return Ok(None);
+        };
+        plan.remove_files();
+        self.fail(plan.host_id, plan.unit_id, &reason, now_ms)?;
+        Ok(Some(UploadOutcome::Rejected(reason)))
+    }
+
+    /// Keep a scan that stopped early as the job's next segment (its frontier
+    /// `info`), and queue the job for its continuation, or fail it past
+    /// [`MAX_SCANS_PER_JOB`] scans.
+    fn keep_segment(
+        &mut self,
+        plan: &UploadPlan,
+        summary: ScanSummary,
+        info: &StateInfo,
+        chain_sketch: Vec<u64>,
+        now_ms: u64,
+    ) -> Result<(), GridError> {
+        let job = self.job_mut(plan.job_id)?;
+        let pages = summary.pages;
+        job.segments.push(Segment {
+            unit_id: plan.unit_id,
+            host_id: plan.host_id,
+            summary,
+            file: plan.rel.clone(),
+            state_file: plan.state_rel.clone(),
+            state_sha256: info.sha256,
+            state_bytes: info.bytes,
+            pages_done: info.pages_done,
+            accepted_ms: now_ms,
+        });
+        job.chain_sketch = chain_sketch;
+        job.est_pages = (job.est_pages - pages as f64).max(1.0);
+        if job.segments.len() >= MAX_SCANS_PER_JOB {
+            job.state = JobState::Failed;
+            push_reason(
+                job,
+                format!("the site needed more than {MAX_SCANS_PER_JOB} scans"),
             );
-            self.fail(host_id, unit_id, &reason, now_ms)?;
-            return Ok(UploadOutcome::Rejected(reason));
-        }
-        let failed_site = summary.stopped_by.filter(|s| s.is_site_failure());
-        if let (Some(stop), 0, 0) = (failed_site, summary.pages, plan.pages_before) {
-            // No page of the site at all (its name, its address, its
-            // robots.txt): a failed attempt, named by its cause, not a result.
-            plan.remove_files();
-            let reason = stop.as_str().to_string();
-            self.fail(host_id, unit_id, &reason, now_ms)?;
-            return Ok(UploadOutcome::Rejected(reason));
-        }
-        let Some(job) = self.jobs.get_mut(&job_id) else {
-            return Ok(UploadOutcome::Rejected(format!("unknown unit {unit_id}")));
-        };
-        let mine = if early.is_some() {
-            AttemptState::Partial
         } else {
-            AttemptState::Done
-        };
-        for a in job.attempts.iter_mut() {
-            if a.unit_id == unit_id {
-                a.state = mine.clone();
-                a.pages = summary.pages;
-                a.links = summary.links;
-            } else if a.state == AttemptState::Running {
-                // A copy from the same start: it would redo what this one did.
-                a.state = AttemptState::Aborted;
-            }
+            job.state = JobState::Queued;
         }
-        let chain_sketch = validate::merge(&job.chain_sketch, &sketch);
-        if let Some(info) = &early {
-            let pages = summary.pages;
-            job.segments.push(Segment {
-                unit_id,
-                host_id,
-                summary,
-                file: plan.rel.clone(),
-                state_file: plan.state_rel.clone(),
-                state_sha256: info.sha256,
-                state_bytes: info.bytes,
-                pages_done: info.pages_done,
-                accepted_ms: now_ms,
-            });
-            job.chain_sketch = chain_sketch;
-            job.est_pages = (job.est_pages - pages as f64).max(1.0);
-            if job.segments.len() >= MAX_SCANS_PER_JOB {
-                job.state = JobState::Failed;
-                push_reason(
-                    job,
-                    format!("the site needed more than {MAX_SCANS_PER_JOB} scans"),
-                );
-            } else {
-                job.state = JobState::Queued;
-            }
-            let job = job.clone();
-            self.store.put_job(&job)?;
-            if job.state.is_final() {
-                // The frontiers are of no more use.
-                self.drop_states(&job);
-            }
-        } else {
-            // The chain reached the site's natural end: a complete result.
-            let candidate = Candidate {
-                segments: std::mem::take(&mut job.segments),
-                result: JobResult {
-                    unit_id,
-                    host_id,
-                    summary,
-                    file: plan.rel.clone(),
-                    accepted_ms: now_ms,
-                },
-                sketch: chain_sketch,
-                verdict: Verdict::Pending,
-                similarity: None,
-            };
-            job.chain_sketch = Vec::new();
-            self.conclude(job_id, candidate)?;
+        let job = job.clone();
+        self.store.put_job(&job)?;
+        if job.state.is_final() {
+            // The frontiers are of no more use.
+            self.drop_states(&job);
         }
+        Ok(())
+    }
+
+    /// A scan of the job's site just uploaded: no job of a site that shares a
+    /// host starts before the round's delay has passed.
+    fn settle(&mut self, job_id: u64, round_id: u64, now_ms: u64) {
         if let Some((job, round)) = self
             .jobs
             .get(&job_id)
@@ -635,11 +715,6 @@ impl Grid {
             self.settling
                 .insert(reach_key(&job.site, round.params.scope), until);
         }
-        self.reindex(job_id);
-        self.check_round_done(round_id, now_ms)?;
-        self.store.flush()?;
-        self.check_open();
-        Ok(UploadOutcome::Accepted)
     }
 }
 

@@ -15,6 +15,34 @@ use crate::model::*;
 use crate::scheduler;
 use crate::validate::{self, ValidateMode};
 
+/// The verdicts once the result `w` of `candidates` is kept: the results
+/// that agree with it are valid, the others (the minority) invalid; returns
+/// the authors of results newly found invalid (sorted, once each).
+fn judge_by(candidates: &mut [Candidate], w: usize) -> Vec<u64> {
+    let keep_sketch = candidates[w].sketch.clone();
+    let mut liars = Vec::new();
+    for (i, c) in candidates.iter_mut().enumerate() {
+        let sim = if i == w {
+            1.0
+        } else {
+            validate::similarity(&c.sketch, &keep_sketch)
+        };
+        c.similarity = Some(sim);
+        c.verdict = if i == w || (c.verdict != Verdict::Invalid && sim >= validate::MIN_SIMILARITY)
+        {
+            Verdict::Valid
+        } else {
+            if c.verdict != Verdict::Invalid {
+                liars.extend(c.authors());
+            }
+            Verdict::Invalid
+        };
+    }
+    liars.sort_unstable();
+    liars.dedup();
+    liars
+}
+
 impl Grid {
     /// A job's chain of scans reached its natural end with `candidate`:
     /// take it (validation off, or a trusted host not drawn for a spot
@@ -27,31 +55,8 @@ impl Grid {
             .rounds
             .get(&job.round_id)
             .map_or(ValidateMode::Off, |r| r.params.validate);
-        let authors = candidate.authors();
-        let needs_check = match mode {
-            ValidateMode::Off => false,
-            ValidateMode::All => true,
-            ValidateMode::Adaptive => {
-                job.candidates.iter().any(|c| c.verdict != Verdict::Invalid)
-                    || !authors.iter().all(|h| self.is_trusted(*h))
-                    || validate::spot_check(
-                        self.project_key.as_bytes(),
-                        job_id,
-                        candidate.result.unit_id,
-                        self.settings.spot_check_percent,
-                    )
-            }
-        };
-        // Hosts heard from lately that could scan the site for a check:
-        // none of its results' authors.
-        let now_ms = candidate.result.accepted_ms;
-        let mut all_authors = job.authors();
-        all_authors.extend(authors.iter().copied());
-        let checkers_left = self.hosts.values().any(|h| {
-            !h.revoked
-                && now_ms.saturating_sub(h.last_seen_ms) <= PLAN_HOSTS_SEEN_WITHIN_MS
-                && !all_authors.contains(&h.id)
-        });
+        let needs_check = self.needs_check(job, mode, &candidate);
+        let checkers_left = self.checkers_left(job, &candidate);
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(());
         };
@@ -74,33 +79,51 @@ impl Grid {
                     >= validate::MIN_SIMILARITY
         });
         if let Some(w) = agree {
-            // The results that agree with the kept one are valid, the others
-            // (the minority) invalid.
-            let keep_sketch = job.candidates[w].sketch.clone();
-            let mut liars = Vec::new();
-            for (i, c) in job.candidates.iter_mut().enumerate() {
-                let sim = if i == w {
-                    1.0
-                } else {
-                    validate::similarity(&c.sketch, &keep_sketch)
-                };
-                c.similarity = Some(sim);
-                c.verdict = if i == w
-                    || (c.verdict != Verdict::Invalid && sim >= validate::MIN_SIMILARITY)
-                {
-                    Verdict::Valid
-                } else {
-                    if c.verdict != Verdict::Invalid {
-                        liars.extend(c.authors());
-                    }
-                    Verdict::Invalid
-                };
-            }
+            let liars = judge_by(&mut job.candidates, w);
             job.validation = JobValidation::Valid;
-            liars.sort_unstable();
-            liars.dedup();
             return self.keep_result(job_id, w, &liars);
         }
+        self.disagreed(job_id, new, checkers_left)
+    }
+
+    /// Whether a job's new result `candidate` is checked under `mode`: all
+    /// are, or (adaptive) one beside other results, of an untrusted author,
+    /// or drawn for a spot check.
+    fn needs_check(&self, job: &JobRecord, mode: ValidateMode, candidate: &Candidate) -> bool {
+        match mode {
+            ValidateMode::Off => false,
+            ValidateMode::All => true,
+            ValidateMode::Adaptive => {
+                job.candidates.iter().any(|c| c.verdict != Verdict::Invalid)
+                    || !candidate.authors().iter().all(|h| self.is_trusted(*h))
+                    || validate::spot_check(
+                        self.project_key.as_bytes(),
+                        job.id,
+                        candidate.result.unit_id,
+                        self.settings.spot_check_percent,
+                    )
+            }
+        }
+    }
+
+    /// Whether a host heard from lately could scan the site for a check:
+    /// none of the authors of the job's results or of `candidate`.
+    fn checkers_left(&self, job: &JobRecord, candidate: &Candidate) -> bool {
+        let now_ms = candidate.result.accepted_ms;
+        let mut all_authors = job.authors();
+        all_authors.extend(candidate.authors());
+        self.hosts.values().any(|h| {
+            !h.revoked
+                && now_ms.saturating_sub(h.last_seen_ms) <= PLAN_HOSTS_SEEN_WITHIN_MS
+                && !all_authors.contains(&h.id)
+        })
+    }
+
+    /// The new result `new` of a job agrees with none before it: the job
+    /// fails once enough results never agreed (or no host is left to scan
+    /// again), else another host scans the site afresh to compare with.
+    fn disagreed(&mut self, job_id: u64, new: usize, checkers_left: bool) -> Result<(), GridError> {
+        let job = self.job_mut(job_id)?;
         let compared = job
             .candidates
             .iter()
@@ -203,7 +226,23 @@ impl Grid {
         for (i, (host, summary)) in pieces.iter().enumerate() {
             self.learn_from(*host, summary, delay_s, i == last)?;
         }
-        // The checks found valid are real work of their hosts too.
+        self.credit_valid(&valid, &kept, delay_s)?;
+        self.reindex(job_id);
+        for &host in liars {
+            self.distrust(host)?;
+        }
+        Ok(())
+    }
+
+    /// The results found `valid` are real work of their hosts (the checks
+    /// beside the `kept` one teach their speeds too), and each author gains
+    /// trust.
+    fn credit_valid(
+        &mut self,
+        valid: &[Candidate],
+        kept: &Candidate,
+        delay_s: f64,
+    ) -> Result<(), GridError> {
         for c in valid
             .iter()
             .filter(|c| c.result.unit_id != kept.result.unit_id)
@@ -213,7 +252,7 @@ impl Grid {
             }
             self.learn_from(c.result.host_id, &c.result.summary, delay_s, false)?;
         }
-        for c in &valid {
+        for c in valid {
             for host in c.authors() {
                 if let Some(h) = self.hosts.get_mut(&host) {
                     h.consecutive_valid = h.consecutive_valid.saturating_add(1);
@@ -222,10 +261,6 @@ impl Grid {
                     self.store.put_host(&h)?;
                 }
             }
-        }
-        self.reindex(job_id);
-        for &host in liars {
-            self.distrust(host)?;
         }
         Ok(())
     }
