@@ -351,6 +351,63 @@ fn jobs_whose_sites_share_a_host_never_run_at_once() {
     assert!(sites.contains("cs.example.edu"));
 }
 
+/// Each unit `h` holds reports progress at `step`; a unit asked to hand its
+/// scan over uploads it cut, and every third step the oldest finishes.
+/// Returns the units still held and how many were handed over.
+fn report_held_units(
+    fx: &mut Fx,
+    h: u64,
+    mine: Vec<WorkUnit>,
+    step: u64,
+    now: u64,
+) -> (Vec<WorkUnit>, usize) {
+    let mut keep = Vec::new();
+    let mut hand_overs = 0;
+    for (k, u) in mine.into_iter().enumerate() {
+        let pages = 1 + step / 3;
+        match fx
+            .grid
+            .progress(h, u.unit_id, pages, pages, now + 1)
+            .unwrap()
+        {
+            ProgressOutcome::Abort(r) if r == ABORT_HAND_OVER => {
+                hand_overs += 1;
+                let (sum, file, state) = partial_for(&u, 2, pages.min(49));
+                fx.grid
+                    .upload(h, u.unit_id, sum, &file, Some(&state), now + 2)
+                    .unwrap();
+            }
+            ProgressOutcome::Abort(_) => {}
+            _ if k == 0 && step % 3 == 2 => {
+                fx.upload(h, &u, 3, now + 2);
+            }
+            _ => keep.push(u),
+        }
+    }
+    (keep, hand_overs)
+}
+
+/// No job of `round` has two running copies, and at most one job on the
+/// host example.edu runs.
+fn assert_one_stream_per_host(fx: &Fx, round: u64, policy: &str) {
+    let (_, jobs) = fx.grid.round(round).unwrap();
+    let running: Vec<&JobRecord> = jobs
+        .iter()
+        .filter(|j| j.running_attempts().next().is_some())
+        .collect();
+    for j in &running {
+        assert_eq!(j.running_attempts().count(), 1, "{policy}: job {}", j.id);
+    }
+    let shared = running
+        .iter()
+        .filter(|j| j.site.starts_with("example.edu"))
+        .count();
+    assert!(
+        shared <= 1,
+        "{policy}: two jobs on the host example.edu at once"
+    );
+}
+
 /// Under every policy, with hosts of different speeds asking, reporting
 /// and uploading in turn: a job never has two running copies (its checks
 /// included), and two jobs whose sites share a host never run at once.
@@ -392,46 +449,11 @@ fn under_every_policy_one_stream_of_requests_per_host() {
                 // Each held unit reports progress; every third step the
                 // oldest finishes.
                 let mine = held.remove(&h).unwrap_or_default();
-                let mut keep = Vec::new();
-                for (k, u) in mine.into_iter().enumerate() {
-                    let pages = 1 + step / 3;
-                    match fx
-                        .grid
-                        .progress(h, u.unit_id, pages, pages, now + 1)
-                        .unwrap()
-                    {
-                        ProgressOutcome::Abort(r) if r == ABORT_HAND_OVER => {
-                            hand_overs += 1;
-                            let (sum, file, state) = partial_for(&u, 2, pages.min(49));
-                            fx.grid
-                                .upload(h, u.unit_id, sum, &file, Some(&state), now + 2)
-                                .unwrap();
-                        }
-                        ProgressOutcome::Abort(_) => {}
-                        _ if k == 0 && step % 3 == 2 => {
-                            fx.upload(h, &u, 3, now + 2);
-                        }
-                        _ => keep.push(u),
-                    }
-                }
+                let (keep, handed) = report_held_units(&mut fx, h, mine, step, now);
+                hand_overs += handed;
                 held.insert(h, keep);
                 fx.grid.tick(now + 3).unwrap();
-                let (_, jobs) = fx.grid.round(round).unwrap();
-                let running: Vec<&JobRecord> = jobs
-                    .iter()
-                    .filter(|j| j.running_attempts().next().is_some())
-                    .collect();
-                for j in &running {
-                    assert_eq!(j.running_attempts().count(), 1, "{policy}: job {}", j.id);
-                }
-                let shared = running
-                    .iter()
-                    .filter(|j| j.site.starts_with("example.edu"))
-                    .count();
-                assert!(
-                    shared <= 1,
-                    "{policy}: two jobs on the host example.edu at once"
-                );
+                assert_one_stream_per_host(&fx, round, policy);
             }
             // The policy that wants copies got them as hand-overs.
             let replicates = scheduler::policy_by_name(policy).unwrap().replicates();

@@ -563,72 +563,75 @@ fn a_scan_that_stops_early_without_its_frontier_or_a_page_is_refused() {
     assert!(matches!(&o, UploadOutcome::Rejected(r) if r.contains("fewer than")));
 }
 
+/// Upload a cut scan of `unit` (2 records, 3 pages done) whose frontier
+/// `edit` changed; returns the answer and the frontier sent.
+fn upload_edited_state(
+    fx: &mut Fx,
+    host: u64,
+    unit: &WorkUnit,
+    edit: impl FnOnce(&mut ScanState),
+    now: u64,
+) -> (UploadOutcome, ScanState) {
+    let (sum, file, state) = partial_for(unit, 2, 3);
+    let mut st = ScanState::decode(&state).unwrap();
+    edit(&mut st);
+    let o = fx
+        .grid
+        .upload(
+            host,
+            unit.unit_id,
+            sum,
+            &file,
+            Some(&st.encode().unwrap()),
+            now,
+        )
+        .unwrap();
+    (o, st)
+}
+
 #[test]
 fn a_kept_frontier_holds_only_the_sites_urls_and_no_robots_answers() {
     let (mut fx, _) = Fx::with_round(1, 3);
     let a = fx.host();
     let u = fx.one(a, &[], T0);
-    let (sum, file, state) = partial_for(&u, 2, 3);
     // A frontier sending the next host elsewhere is refused.
-    let mut st = ScanState::decode(&state).unwrap();
-    st.queue.push(beebot_shared::scanstate::QueuedUrl {
-        url: "http://victim.test/".into(),
-        depth: 1,
-    });
-    let o = fx
-        .grid
-        .upload(
-            a,
-            u.unit_id,
-            sum.clone(),
-            &file,
-            Some(&st.encode().unwrap()),
-            T0 + 1,
-        )
-        .unwrap();
+    let (o, _) = upload_edited_state(
+        &mut fx,
+        a,
+        &u,
+        |st| {
+            st.queue.push(beebot_shared::scanstate::QueuedUrl {
+                url: "http://victim.test/".into(),
+                depth: 1,
+            })
+        },
+        T0 + 1,
+    );
     assert!(
         matches!(&o, UploadOutcome::Rejected(r) if r.contains("victim.test")),
         "{o:?}"
     );
     // So is one deeper than the round allows (params: depth 3).
     let v = fx.one(a, &[], T0 + 2);
-    let (sum, file, state) = partial_for(&v, 2, 3);
-    let mut st = ScanState::decode(&state).unwrap();
-    st.queue[0].depth = 4;
-    let o = fx
-        .grid
-        .upload(
-            a,
-            v.unit_id,
-            sum,
-            &file,
-            Some(&st.encode().unwrap()),
-            T0 + 3,
-        )
-        .unwrap();
+    let (o, _) = upload_edited_state(&mut fx, a, &v, |st| st.queue[0].depth = 4, T0 + 3);
     assert!(matches!(&o, UploadOutcome::Rejected(r) if r.contains("depth")));
     // A host's robots.txt answers are not passed on: the next scan asks.
     let w = fx.one(a, &[], T0 + 4);
-    let (sum, file, state) = partial_for(&w, 2, 3);
-    let mut st = ScanState::decode(&state).unwrap();
-    st.robots.push(beebot_shared::scanstate::RobotsAnswer {
-        origin: format!("http://{}", w.site),
-        status: 404,
-        body: Vec::new(),
-    });
-    assert_eq!(
-        fx.grid
-            .upload(
-                a,
-                w.unit_id,
-                sum,
-                &file,
-                Some(&st.encode().unwrap()),
-                T0 + 5
-            )
-            .unwrap(),
-        UploadOutcome::Accepted
+    let origin = format!("http://{}", w.site);
+    let (o, st) = upload_edited_state(
+        &mut fx,
+        a,
+        &w,
+        |st| {
+            st.robots.push(beebot_shared::scanstate::RobotsAnswer {
+                origin,
+                status: 404,
+                body: Vec::new(),
+            })
+        },
+        T0 + 5,
     );
+    assert_eq!(o, UploadOutcome::Accepted);
     let job = fx.job(w.job_id);
     let kept = fs::read(fx.links().join(&job.segments[0].state_file)).unwrap();
     let kept = ScanState::decode(&kept).unwrap();
