@@ -46,7 +46,9 @@ use index::OpenJobs;
 pub use links::{for_each_job_link, write_durable};
 pub use sites::{excluded_message, ExcludeOutcome, EXCLUDED_REASON};
 pub use status::{GridStatus, RoundOutcome};
-pub use upload::{stopped_early, StateInfo, UploadOutcome, UploadPlan, UploadStep, Verified};
+pub use upload::{
+    stopped_early, StateInfo, SummaryError, UploadOutcome, UploadPlan, UploadStep, Verified,
+};
 pub use work::{held_cap, WorkReply, WorkRequest};
 
 /// How long a host with nothing to do waits before asking again while a round

@@ -98,6 +98,42 @@ pub struct Verified {
     pub sketch: Vec<u64>,
 }
 
+/// Why a scan's summary is refused before its link file is read, or once
+/// its pace is known: its counts do not fit what the unit allowed, each
+/// other, or the round's politeness delay. The text reaches the host.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SummaryError {
+    #[error(
+        "summary says {pages} pages but the unit allowed {allowed} (page cap {max_pages}, {pages_before} done before)"
+    )]
+    PagesOverCap {
+        pages: u64,
+        allowed: u64,
+        max_pages: u64,
+        pages_before: u64,
+    },
+    #[error("summary says {links} links, more than a link file may hold ({MAX_LINK_RECORDS})")]
+    LinksOverFile { links: u64 },
+    #[error("summary says {hosts} target hosts but only {links} links")]
+    HostsOverLinks { hosts: u64, links: u64 },
+    /// A count of pages of a kind (`what`) above the pages scanned.
+    #[error("summary says {n} {what} but only {pages} pages")]
+    PartOverPages {
+        n: u64,
+        what: &'static str,
+        pages: u64,
+    },
+    #[error(
+        "summary says {pages} pages in {elapsed_ms} ms, faster than the round's delay of {delay_ms} ms allows (at least {least_ms} ms)"
+    )]
+    FasterThanDelay {
+        pages: u64,
+        elapsed_ms: u64,
+        delay_ms: u64,
+        least_ms: u64,
+    },
+}
+
 impl UploadPlan {
     /// Check the link file against the unit, outside the grid lock: it
     /// decodes (bounded), its header names this unit, round and site, every
@@ -115,9 +151,10 @@ impl UploadPlan {
         link_file: &[u8],
         state: Option<&[u8]>,
     ) -> Result<Verified, String> {
-        self.check_summary(summary)?;
+        self.check_summary(summary).map_err(|e| e.to_string())?;
         let (sketch, origins) = self.check_records(summary, link_file)?;
-        self.check_pace(summary, origins)?;
+        self.check_pace(summary, origins)
+            .map_err(|e| e.to_string())?;
         if !stopped_early(summary) {
             return Ok(Verified {
                 state: None,
@@ -261,25 +298,26 @@ impl UploadPlan {
     /// other, before the file is decoded: no more pages than the page cap
     /// leaves after the job's earlier scans, and no count that is a part of
     /// another larger than it.
-    fn check_summary(&self, summary: &ScanSummary) -> Result<(), String> {
+    fn check_summary(&self, summary: &ScanSummary) -> Result<(), SummaryError> {
         let allowed = self.max_pages.saturating_sub(self.pages_before);
         if summary.pages > allowed {
-            return Err(format!(
-                "summary says {} pages but the unit allowed {allowed} (page cap {}, {} done before)",
-                summary.pages, self.max_pages, self.pages_before
-            ));
+            return Err(SummaryError::PagesOverCap {
+                pages: summary.pages,
+                allowed,
+                max_pages: self.max_pages,
+                pages_before: self.pages_before,
+            });
         }
         if summary.links > MAX_LINK_RECORDS as u64 {
-            return Err(format!(
-                "summary says {} links, more than a link file may hold ({MAX_LINK_RECORDS})",
-                summary.links
-            ));
+            return Err(SummaryError::LinksOverFile {
+                links: summary.links,
+            });
         }
         if summary.distinct_target_hosts > summary.links {
-            return Err(format!(
-                "summary says {} target hosts but only {} links",
-                summary.distinct_target_hosts, summary.links
-            ));
+            return Err(SummaryError::HostsOverLinks {
+                hosts: summary.distinct_target_hosts,
+                links: summary.links,
+            });
         }
         // Counted once per page at most (a page's redirect hops are not pages).
         for (what, n) in [
@@ -287,10 +325,11 @@ impl UploadPlan {
             ("non-HTML pages", summary.non_html),
         ] {
             if n > summary.pages {
-                return Err(format!(
-                    "summary says {n} {what} but only {} pages",
-                    summary.pages
-                ));
+                return Err(SummaryError::PartOverPages {
+                    n,
+                    what,
+                    pages: summary.pages,
+                });
             }
         }
         Ok(())
@@ -302,15 +341,17 @@ impl UploadPlan {
     /// [`PACE_FREE_PAGES`] of each free, within [`PACE_TOLERANCE`]. A
     /// summary claiming more pages than that is a lie about the scan (or a
     /// host that ignored the politeness delay).
-    fn check_pace(&self, summary: &ScanSummary, origins: u64) -> Result<(), String> {
+    fn check_pace(&self, summary: &ScanSummary, origins: u64) -> Result<(), SummaryError> {
         let per_origin = summary.pages.div_ceil(origins.max(1));
         let delays = per_origin.saturating_sub(PACE_FREE_PAGES);
         let least_ms = delays as f64 * self.delay_ms as f64 * PACE_TOLERANCE;
         if (summary.elapsed_ms as f64) < least_ms {
-            return Err(format!(
-                "summary says {} pages in {} ms, faster than the round's delay of {} ms allows (at least {} ms)",
-                summary.pages, summary.elapsed_ms, self.delay_ms, least_ms as u64
-            ));
+            return Err(SummaryError::FasterThanDelay {
+                pages: summary.pages,
+                elapsed_ms: summary.elapsed_ms,
+                delay_ms: self.delay_ms,
+                least_ms: least_ms as u64,
+            });
         }
         Ok(())
     }
