@@ -294,13 +294,6 @@ impl Grid {
         Ok(ProgressOutcome::Continue)
     }
 
-    /// The job `job_id`, to change.
-    pub(super) fn job_mut(&mut self, job_id: u64) -> Result<&mut JobRecord, GridError> {
-        self.jobs
-            .get_mut(&job_id)
-            .ok_or_else(|| GridError::Invalid(format!("job {job_id} vanished")))
-    }
-
     /// A host gives a unit back without result.
     pub fn fail(
         &mut self,

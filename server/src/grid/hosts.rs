@@ -5,8 +5,9 @@
 //! Invariants: only an invite token's SHA-256 is kept, never the token; no
 //! two active hosts share a name (compared trimmed, ignoring case) and no
 //! key is enrolled twice; a host's texts are cut to [`MAX_TEXT_LEN`] on
-//! whole characters. A host's units are released here when it goes, never
-//! judged: that is [`super::attempts`]'s.
+//! whole characters. A host that goes (revoked or leaving) gives its
+//! running units back ([`super::attempts`] requeues them); nothing here
+//! judges a unit or a result.
 
 use beebot_shared::limits::{
     INVITE_TOKEN_LEN, MAX_BENCHMARK_KB_PER_S, MAX_BENCHMARK_PAGES_PER_S, MAX_HOST_PAGES_PER_S,

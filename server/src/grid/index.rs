@@ -174,24 +174,14 @@ impl Grid {
     /// The index of open jobs, built afresh from the jobs.
     #[cfg(debug_assertions)]
     pub(super) fn open_from_scratch(&self) -> HashMap<u64, OpenJobs> {
-        let mut g = Grid {
-            store: self.store.clone(),
-            links_dir: PathBuf::new(),
-            project_key: self.project_key.clone(),
-            settings: self.settings.clone(),
-            sites: BTreeMap::new(),
-            rounds: self.rounds.clone(),
-            jobs: self.jobs.clone(),
-            hosts: BTreeMap::new(),
-            invites: HashMap::new(),
-            exclusions: BTreeMap::new(),
-            units: HashMap::new(),
-            open: HashMap::new(),
-            rounds_changed: 0,
-            hand_overs: HashMap::new(),
-            handed_from: HashMap::new(),
-            settling: HashMap::new(),
-        };
+        let mut g = Grid::empty(
+            self.store.clone(),
+            PathBuf::new(),
+            self.project_key.clone(),
+            self.settings.clone(),
+        );
+        g.rounds = self.rounds.clone();
+        g.jobs = self.jobs.clone();
         let ids: Vec<u64> = g.jobs.keys().copied().collect();
         for id in ids {
             g.reindex(id);

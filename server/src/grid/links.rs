@@ -86,12 +86,7 @@ impl Grid {
     /// rounds' directories (each write has its own temporary name), so
     /// crashes cannot pile them up.
     pub(super) fn sweep_temporaries(&self) {
-        let rounds: Vec<u64> = self
-            .rounds
-            .values()
-            .filter(|r| r.state == RoundState::Running)
-            .map(|r| r.id)
-            .collect();
+        let rounds = self.running_round_ids();
         for round_id in rounds {
             let dir = self.links_dir.join(round_id.to_string());
             for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {

@@ -158,14 +158,15 @@ fn push_reason(job: &mut JobRecord, reason: String) {
 }
 
 impl Grid {
-    /// Load the grid from its store.
-    pub fn open(
+    /// A grid holding nothing yet, over `store`.
+    fn empty(
         store: Store,
         links_dir: PathBuf,
         project_key: SigningKey,
         settings: GridSettings,
-    ) -> Result<Grid, GridError> {
-        let mut g = Grid {
+    ) -> Grid {
+        Grid {
+            store,
             links_dir,
             project_key,
             settings,
@@ -181,8 +182,33 @@ impl Grid {
             hand_overs: HashMap::new(),
             handed_from: HashMap::new(),
             settling: HashMap::new(),
-            store,
-        };
+        }
+    }
+
+    /// The job `job_id`, to change.
+    fn job_mut(&mut self, job_id: u64) -> Result<&mut JobRecord, GridError> {
+        self.jobs
+            .get_mut(&job_id)
+            .ok_or_else(|| GridError::Invalid(format!("job {job_id} vanished")))
+    }
+
+    /// Ids of the running rounds, in id order.
+    fn running_round_ids(&self) -> Vec<u64> {
+        self.rounds
+            .values()
+            .filter(|r| r.state == RoundState::Running)
+            .map(|r| r.id)
+            .collect()
+    }
+
+    /// Load the grid from its store.
+    pub fn open(
+        store: Store,
+        links_dir: PathBuf,
+        project_key: SigningKey,
+        settings: GridSettings,
+    ) -> Result<Grid, GridError> {
+        let mut g = Grid::empty(store, links_dir, project_key, settings);
         for s in g.store.sites()? {
             g.sites.insert(s.host.clone(), s);
         }

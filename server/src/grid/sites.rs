@@ -283,12 +283,7 @@ impl Grid {
         record: &ExclusionRecord,
         now_ms: u64,
     ) -> Result<(usize, usize), GridError> {
-        let running: Vec<u64> = self
-            .rounds
-            .values()
-            .filter(|r| r.state == RoundState::Running)
-            .map(|r| r.id)
-            .collect();
+        let running = self.running_round_ids();
         let (mut jobs_excluded, mut copies_restarted) = (0, 0);
         for round_id in running {
             let Some(round) = self.rounds.get(&round_id) else {

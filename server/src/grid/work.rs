@@ -710,10 +710,7 @@ impl Grid {
         };
         let signed = sign::sign_unit(&self.project_key, &unit)
             .map_err(|e| GridError::Sign(e.to_string()))?;
-        let job = self
-            .jobs
-            .get_mut(&job_id)
-            .ok_or_else(|| GridError::Invalid(format!("job {job_id} vanished")))?;
+        let job = self.job_mut(job_id)?;
         job.attempts.push(Attempt {
             replica,
             resume_seq,
