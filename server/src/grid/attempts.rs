@@ -1,0 +1,447 @@
+//! Attempts: a running unit's progress (continue, extend, abort), a failure
+//! reported, deadlines passed at a tick, an attempt that ended without a
+//! result, and the scan state a continuation fetches.
+//!
+//! Invariants: an attempt's page and link counts are bounded by its unit
+//! and never go back; a job whose attempts run out fails; a job whose
+//! attempt ended is queued again while it has attempts left. Results are
+//! not judged here ([`super::upload`], [`super::verdict`]).
+
+use std::path::PathBuf;
+
+use beebot_shared::limits::{MAX_LINK_RECORDS, MAX_TEXT_LEN};
+use beebot_shared::proto::{ABORT_HAND_OVER, ABORT_ROUND_CANCELLED};
+
+use super::{push_reason, Grid, GridError};
+use crate::model::*;
+use crate::scheduler;
+
+/// What [`Grid::state_of_unit`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StateAnswer {
+    /// The state file to send, and the SHA-256 the unit names.
+    Read(PathBuf, [u8; 32]),
+    /// The unit is not wanted any more: the client drops it.
+    Abort(String),
+}
+
+/// The answer to a progress report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProgressOutcome {
+    Continue,
+    Abort(String),
+    Extend(u64),
+}
+
+/// What keeps a unit back from sleep from running again (see
+/// [`Grid::progress`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AwayBars {
+    /// The host holds as many units as its slots allow.
+    at_cap: bool,
+    /// Another job of a site that shares a host with this one runs.
+    shares_host: bool,
+}
+
+/// A progress report's `(pages, links)` of attempt `i`, bounded by what the
+/// unit allows (the page cap left after the scans it continues from, at
+/// most [`MAX_LINK_RECORDS`] links); a count going backwards is not
+/// believed.
+fn bounded_report(
+    job: &JobRecord,
+    i: usize,
+    (pages, links): (u64, u64),
+    max_pages: u64,
+) -> (u64, u64) {
+    let a = &job.attempts[i];
+    let pages_before = (a.resume_seq as usize)
+        .checked_sub(1)
+        .and_then(|k| job.segments.get(k))
+        .map_or(0, |s| s.pages_done);
+    let pages = pages
+        .min(max_pages.saturating_sub(pages_before))
+        .max(a.pages);
+    let links = links.min(MAX_LINK_RECORDS as u64).max(a.links);
+    (pages, links)
+}
+
+impl Grid {
+    /// Release the host's running attempts not in `keep` (all when `None`).
+    pub(super) fn release_host_units(
+        &mut self,
+        host_id: u64,
+        keep: Option<&[u64]>,
+        now_ms: u64,
+    ) -> Result<(), GridError> {
+        let mut changed = Vec::new();
+        for id in self.running_job_ids() {
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            let mut released = Vec::new();
+            for a in job.attempts.iter_mut() {
+                if a.host_id == host_id
+                    && a.state == AttemptState::Running
+                    && !keep.is_some_and(|k| k.contains(&a.unit_id))
+                {
+                    a.state = AttemptState::Released;
+                    released.push(a.unit_id);
+                }
+            }
+            for unit in &released {
+                push_reason(job, format!("host {host_id} no longer holds unit {unit}"));
+            }
+            if !released.is_empty() {
+                changed.push(job.id);
+            }
+        }
+        // Each ended without a result: requeued, or failed once its
+        // attempts ran out.
+        for id in changed {
+            self.after_attempt_ended(id, now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// A running unit reports progress.
+    pub fn progress(
+        &mut self,
+        host_id: u64,
+        unit_id: u64,
+        pages: u64,
+        links: u64,
+        now_ms: u64,
+    ) -> Result<ProgressOutcome, GridError> {
+        self.active_host(host_id, now_ms)?;
+        let Some(job) = self.job_of_unit(unit_id) else {
+            return Ok(ProgressOutcome::Abort("unknown unit".into()));
+        };
+        if let Some(abort) = self.progress_unwanted(job) {
+            return Ok(abort);
+        }
+        let job_id = job.id;
+        let max_pages = self
+            .rounds
+            .get(&job.round_id)
+            .map_or(0, |r| u64::from(r.params.max_pages));
+        let away = self.away_bars(job, unit_id, host_id);
+        let Some(job) = self.jobs.get(&job_id) else {
+            return Ok(ProgressOutcome::Abort("unknown unit".into()));
+        };
+        let Some(i) = job
+            .attempts
+            .iter()
+            .position(|a| a.unit_id == unit_id && a.host_id == host_id)
+        else {
+            return Ok(ProgressOutcome::Abort(
+                "unit belongs to another host".into(),
+            ));
+        };
+        let report = bounded_report(job, i, (pages, links), max_pages);
+        if let Some(answer) = self.progress_of_stopped(job_id, i, report, away, now_ms)? {
+            return Ok(answer);
+        }
+        let handed_over = self.hand_overs.contains_key(&unit_id);
+        self.progress_of_running(job_id, i, report, handed_over, now_ms)
+    }
+
+    /// The abort a progress report of `job` hears when its round or the job
+    /// is over (cancelled, ended, done elsewhere, failed or excluded).
+    fn progress_unwanted(&self, job: &JobRecord) -> Option<ProgressOutcome> {
+        match self.rounds.get(&job.round_id).map(|r| r.state) {
+            Some(RoundState::Running) => {}
+            Some(RoundState::Cancelled) => {
+                return Some(ProgressOutcome::Abort(ABORT_ROUND_CANCELLED.into()))
+            }
+            _ => return Some(ProgressOutcome::Abort("round ended".into())),
+        }
+        match job.state {
+            JobState::Done => Some(ProgressOutcome::Abort("job done elsewhere".into())),
+            JobState::Failed if self.excluded_by(&job.site).is_some() => {
+                Some(ProgressOutcome::Abort("site excluded".into()))
+            }
+            JobState::Failed => Some(ProgressOutcome::Abort("job failed".into())),
+            JobState::Cancelled => Some(ProgressOutcome::Abort(ABORT_ROUND_CANCELLED.into())),
+            JobState::Queued | JobState::Running => None,
+        }
+    }
+
+    /// What keeps a unit back from sleep (its attempt expired or released)
+    /// from running again: the host holds its cap of units, or another
+    /// job of a site that shares a host with this one runs.
+    fn away_bars(&self, job: &JobRecord, unit_id: u64, host_id: u64) -> AwayBars {
+        let asleep = job.attempts.iter().any(|a| {
+            a.unit_id == unit_id
+                && matches!(a.state, AttemptState::Expired | AttemptState::Released)
+        });
+        AwayBars {
+            at_cap: asleep
+                && self
+                    .hosts
+                    .get(&host_id)
+                    .is_some_and(|_| self.running_units_of(host_id) >= self.units_cap(host_id)),
+            shares_host: asleep && self.meets_running_job(job),
+        }
+    }
+
+    /// A progress report of attempt `i` of a job that is not running: the
+    /// abort it hears, or the scan going on with a fresh deadline when it
+    /// is back from sleep and nobody took the job over. `None` when the
+    /// attempt runs.
+    fn progress_of_stopped(
+        &mut self,
+        job_id: u64,
+        i: usize,
+        (pages, links): (u64, u64),
+        away: AwayBars,
+        now_ms: u64,
+    ) -> Result<Option<ProgressOutcome>, GridError> {
+        let job = self.job_mut(job_id)?;
+        let (seq, chain) = (job.attempts[i].resume_seq, job.attempts[i].chain);
+        let behind = job.is_behind(&job.attempts[i]);
+        let other_copy = job.attempts.iter().enumerate().any(|(j, o)| {
+            j != i && o.state == AttemptState::Running && o.resume_seq == seq && o.chain == chain
+        });
+        let a = &mut job.attempts[i];
+        let abort = |why: &str| Ok(Some(ProgressOutcome::Abort(why.into())));
+        match &a.state {
+            AttemptState::Aborted | AttemptState::Partial | AttemptState::Done => {
+                abort("another copy's scan went on further")
+            }
+            AttemptState::Failed(_) => abort("the unit was given back"),
+            _ if behind => {
+                // Another copy's scan already went on from where this one started.
+                let was_running = a.state == AttemptState::Running;
+                a.state = AttemptState::Aborted;
+                let job = job.clone();
+                self.store.put_job(&job)?;
+                if was_running {
+                    self.after_attempt_ended(job_id, now_ms)?;
+                }
+                self.reindex(job_id);
+                self.store.flush()?;
+                abort("another copy's scan went on further")
+            }
+            // The job went to another host while this one was away: one
+            // scan of a site at a time.
+            AttemptState::Expired | AttemptState::Released if other_copy => {
+                abort("the scan was given to another host while this one was away")
+            }
+            AttemptState::Expired | AttemptState::Released if away.shares_host => {
+                abort("another scan of the site's host started while this one was away")
+            }
+            AttemptState::Expired | AttemptState::Released if away.at_cap => {
+                abort("the host holds as many units as its slots allow: this one was given up")
+            }
+            AttemptState::Expired | AttemptState::Released => {
+                // Back from sleep or a lost connection, and nobody took the
+                // job over: the scan goes on, with a fresh deadline.
+                a.state = AttemptState::Running;
+                a.pages = pages;
+                a.links = links;
+                a.last_report_ms = now_ms;
+                let d = now_ms.saturating_add(a.window_ms).max(a.deadline_ms);
+                a.deadline_ms = d;
+                job.state = JobState::Running;
+                let job = job.clone();
+                self.store.put_job(&job)?;
+                self.reindex(job_id);
+                self.store.flush()?;
+                self.check_open();
+                Ok(Some(ProgressOutcome::Extend(d)))
+            }
+            AttemptState::Running => Ok(None),
+        }
+    }
+
+    /// A progress report of running attempt `i`: its counts noted, the
+    /// hand-over asked of it (`handed_over`), or its deadline extended while
+    /// its scan makes progress.
+    fn progress_of_running(
+        &mut self,
+        job_id: u64,
+        i: usize,
+        (pages, links): (u64, u64),
+        handed_over: bool,
+        now_ms: u64,
+    ) -> Result<ProgressOutcome, GridError> {
+        let job = self.job_mut(job_id)?;
+        let a = &mut job.attempts[i];
+        if a.first_report_ms == 0 {
+            a.first_report_ms = now_ms;
+            a.first_report_pages = pages;
+        }
+        let progressed = pages > a.pages || a.last_report_ms == 0;
+        a.last_report_ms = a.last_report_ms.max(now_ms);
+        a.pages = pages;
+        a.links = links;
+        if handed_over {
+            // Another host takes the scan over from its frontier: this one
+            // stops at a page boundary and uploads what it did.
+            return Ok(ProgressOutcome::Abort(ABORT_HAND_OVER.into()));
+        }
+        // Extend a unit whose scan still makes progress in the last half of its
+        // window: deadlines find silent hosts, they never cut a live scan.
+        if let Some(d) =
+            scheduler::extended_deadline(a.deadline_ms, a.window_ms, now_ms, progressed)
+        {
+            a.deadline_ms = d;
+            let job = job.clone();
+            self.store.put_job(&job)?;
+            self.store.flush()?;
+            return Ok(ProgressOutcome::Extend(d));
+        }
+        Ok(ProgressOutcome::Continue)
+    }
+
+    /// A host gives a unit back without result.
+    pub fn fail(
+        &mut self,
+        host_id: u64,
+        unit_id: u64,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<(), GridError> {
+        self.active_host(host_id, now_ms)?;
+        let Some(&job_id) = self.units.get(&unit_id) else {
+            return Ok(());
+        };
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Ok(());
+        };
+        let mut found = false;
+        for a in job.attempts.iter_mut() {
+            if a.unit_id == unit_id && a.host_id == host_id && a.state == AttemptState::Running {
+                a.state = AttemptState::Failed(reason.chars().take(MAX_TEXT_LEN).collect());
+                found = true;
+            }
+        }
+        if found {
+            push_reason(job, format!("host {host_id}: {reason}"));
+            self.after_attempt_ended(job_id, now_ms)?;
+            if let Some(h) = self.hosts.get_mut(&host_id) {
+                h.failures += 1;
+                let h = h.clone();
+                self.store.put_host(&h)?;
+            }
+        }
+        self.store.flush()?;
+        Ok(())
+    }
+
+    /// After an attempt ended without result: requeue, or fail the job.
+    pub(super) fn after_attempt_ended(
+        &mut self,
+        job_id: u64,
+        now_ms: u64,
+    ) -> Result<(), GridError> {
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Ok(());
+        };
+        if job.state.is_final() {
+            return Ok(());
+        }
+        let max_attempts = self
+            .rounds
+            .get(&job.round_id)
+            .map(|r| r.params.max_attempts)
+            .unwrap_or(1);
+        if job.running_attempts().next().is_none() {
+            if job.failed_attempts() >= max_attempts as usize {
+                job.state = JobState::Failed;
+            } else {
+                job.state = JobState::Queued;
+            }
+        }
+        let round_id = job.round_id;
+        let job = job.clone();
+        self.store.put_job(&job)?;
+        if job.state.is_final() {
+            self.drop_states(&job);
+        }
+        self.reindex(job_id);
+        self.check_round_done(round_id, now_ms)
+    }
+
+    /// Expire every unit whose deadline has passed. Returns how many expired.
+    pub fn tick(&mut self, now_ms: u64) -> Result<usize, GridError> {
+        let mut expired: Vec<(u64, u64)> = Vec::new(); // (job, host)
+        for id in self.running_job_ids() {
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            for a in job.attempts.iter_mut() {
+                if a.state == AttemptState::Running && a.deadline_ms <= now_ms {
+                    a.state = AttemptState::Expired;
+                    expired.push((job.id, a.host_id));
+                }
+            }
+        }
+        for &(job_id, host_id) in &expired {
+            if let Some(job) = self.jobs.get_mut(&job_id) {
+                push_reason(job, format!("host {host_id}: deadline passed"));
+            }
+            if let Some(h) = self.hosts.get_mut(&host_id) {
+                h.deadlines_missed += 1;
+                h.last_missed_ms = h.last_missed_ms.max(now_ms);
+                let h = h.clone();
+                self.store.put_host(&h)?;
+            }
+            self.after_attempt_ended(job_id, now_ms)?;
+        }
+        if !expired.is_empty() {
+            self.store.flush()?;
+        }
+        self.check_open();
+        Ok(expired.len())
+    }
+
+    /// Where the scan state a continuation unit of `host_id` starts from
+    /// is (read outside the grid lock), with its expected SHA-256; or why
+    /// the unit is not wanted any more (its job is over, or went on from
+    /// another copy), so the host drops it.
+    pub fn state_of_unit(&self, host_id: u64, unit_id: u64) -> Result<StateAnswer, GridError> {
+        let Some(job) = self.job_of_unit(unit_id) else {
+            return Ok(StateAnswer::Abort(format!("unknown unit {unit_id}")));
+        };
+        let Some(a) = job
+            .attempts
+            .iter()
+            .find(|a| a.unit_id == unit_id && a.host_id == host_id)
+        else {
+            return Ok(StateAnswer::Abort(format!(
+                "unit {unit_id} was not issued to host {host_id}"
+            )));
+        };
+        if self.rounds.get(&job.round_id).map(|r| r.state) == Some(RoundState::Cancelled) {
+            return Ok(StateAnswer::Abort(ABORT_ROUND_CANCELLED.into()));
+        }
+        if job.state.is_final()
+            || self.rounds.get(&job.round_id).map(|r| r.state) != Some(RoundState::Running)
+        {
+            return Ok(StateAnswer::Abort(format!(
+                "the job of unit {unit_id} is over"
+            )));
+        }
+        if job.is_behind(a) || a.state == AttemptState::Aborted {
+            return Ok(StateAnswer::Abort(
+                "another copy's scan went on further".into(),
+            ));
+        }
+        let Some(seg) = (a.resume_seq as usize)
+            .checked_sub(1)
+            .and_then(|i| job.segments.get(i))
+        else {
+            return Ok(StateAnswer::Abort(format!(
+                "unit {unit_id} starts from the seed, not a scan state"
+            )));
+        };
+        Ok(StateAnswer::Read(
+            self.links_dir.join(&seg.state_file),
+            seg.state_sha256,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,249 @@
+//! The grid's state machine: sites, rounds, jobs, hosts and invites in memory,
+//! written through to the [`Store`](crate::store::Store) and flushed before any answer leaves.
+//!
+//! Every method takes the time (`now_ms`, Unix milliseconds) as an argument.
+//! The QUIC and admin layers call it under one lock (see [`crate::Shared`]).
+//!
+//! This module holds the [`Grid`] itself, its settings and errors; its
+//! methods live in one room per concern, each an `impl Grid` block:
+//! [`hosts`] (invites, enrolment, trust), [`sites`] (target set and
+//! exclusions), [`rounds`], [`index`] (the open jobs), [`work`] (requests
+//! and issuing), [`attempts`] (progress, failures, deadlines), [`upload`],
+//! [`verdict`] (validation), [`links`] (link files on disk) and [`status`].
+//! The fields are private to this module tree: only the rooms change them.
+
+mod attempts;
+mod hosts;
+mod index;
+mod links;
+mod rounds;
+mod sites;
+mod status;
+mod upload;
+mod verdict;
+mod work;
+
+#[cfg(test)]
+pub(crate) mod testkit;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use ed25519_dalek::SigningKey;
+
+use beebot_shared::limits::{MAX_REASONS_PER_JOB, MAX_TEXT_LEN};
+use beebot_shared::scope::reversed_labels;
+use beebot_shared::util::truncate_on_char;
+
+use crate::model::*;
+use crate::store::{SharedStore, StoreError};
+
+pub use attempts::{ProgressOutcome, StateAnswer};
+pub use hosts::{invite_id, INVITE_ID_LEN, MIN_INVITE_ID_LEN};
+use index::OpenJobs;
+pub use links::{for_each_job_link, write_durable};
+pub use sites::{excluded_message, ExcludeOutcome, EXCLUDED_REASON};
+pub use status::{GridStatus, RoundOutcome};
+pub use upload::{
+    stopped_early, StateInfo, SummaryError, UploadOutcome, UploadPlan, UploadStep, Verified,
+};
+pub use work::{held_cap, WorkReply, WorkRequest};
+
+/// How long a host with nothing to do waits before asking again while a round
+/// is open (jobs may come back after a deadline, or wait for this host).
+pub use crate::scheduler::RETRY_WHILE_ROUND_OPEN_S;
+/// A repeating round whose next scan starts within this long counts as open.
+pub const REPEAT_SOON_MS: u64 = 60_000;
+/// How long a host waits when no round is open.
+pub const RETRY_IDLE_S: u64 = 60;
+/// A round-start plan (`batch`) covers the hosts heard from within this long.
+pub const PLAN_HOSTS_SEEN_WITHIN_MS: u64 = 24 * 3600 * 1000;
+
+/// Errors of grid operations, each one a clear answer to the caller.
+#[derive(Debug, thiserror::Error)]
+pub enum GridError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot write link file: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("unknown host {0}")]
+    UnknownHost(u64),
+    #[error("host {0} is revoked")]
+    Revoked(u64),
+    #[error("invite is unknown, expired or used up")]
+    BadInvite,
+    #[error("no invite has the id {0} (see `invite list`)")]
+    UnknownInvite(String),
+    #[error("this host key is already enrolled as host {0}")]
+    KeyEnrolled(u64),
+    #[error("unknown round {0}")]
+    UnknownRound(u64),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("cannot sign unit: {0}")]
+    Sign(String),
+    #[error(
+        "the name `{name}` is taken by host {host_id}: pick another with `beebot join --name NAME`"
+    )]
+    NameTaken { name: String, host_id: u64 },
+    #[error("no host is named `{0}` (see `hosts list`)")]
+    UnknownHostName(String),
+    #[error("`{name}` names more than one host (ids {}): give the id", ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))]
+    AmbiguousHostName { name: String, ids: Vec<u64> },
+    #[error("`{given}` is the same site as `{existing}`, {where_}")]
+    SameSite {
+        given: String,
+        existing: String,
+        where_: &'static str,
+    },
+}
+
+/// Settings the grid needs from the config.
+#[derive(Clone, Debug)]
+pub struct GridSettings {
+    pub user_agent: String,
+    pub deadline_slack: f64,
+    pub deadline_grace_s: u64,
+    /// Consecutive valid results after which a host is trusted.
+    pub trust_after: u32,
+    /// Share of a trusted host's results still checked, percent.
+    pub spot_check_percent: u32,
+}
+
+/// The grid: all state, written through to the store.
+pub struct Grid {
+    store: SharedStore,
+    links_dir: PathBuf,
+    project_key: SigningKey,
+    settings: GridSettings,
+    sites: BTreeMap<String, SiteRecord>,
+    rounds: BTreeMap<u64, RoundRecord>,
+    jobs: BTreeMap<u64, JobRecord>,
+    hosts: BTreeMap<u64, HostRecord>,
+    invites: HashMap<[u8; 32], InviteRecord>,
+    /// Hosts excluded from crawling, keyed by the host's
+    /// [`reversed_labels`] (the exclusions under a scope's root are a range).
+    exclusions: BTreeMap<String, ExclusionRecord>,
+    /// unit id → job id
+    units: HashMap<u64, u64>,
+    /// The open jobs of each running round, kept in step with `jobs` by
+    /// [`Grid::reindex`].
+    open: HashMap<u64, OpenJobs>,
+    /// Rounds started or cancelled since the grid opened: the server tells
+    /// connected hosts when it changes (see [`Grid::rounds_changed`]).
+    rounds_changed: u64,
+    /// Running units asked to hand their scan over (unit id → the host that
+    /// wanted a copy): their next `Progress` is answered
+    /// [`ABORT_HAND_OVER`]. Kept in memory only: after a restart the
+    /// scheduler asks again.
+    hand_overs: HashMap<u64, u64>,
+    /// Jobs handed over (job id → the host that handed its scan over): the
+    /// continuation goes to another host while one is online.
+    handed_from: HashMap<u64, u64>,
+    /// Reaches ([`reach_key`]) whose scan uploaded lately, with the time
+    /// the round's delay has passed since: no job of a site that shares
+    /// a host starts before (a continuation, or the next job of the host).
+    settling: HashMap<(String, bool), u64>,
+}
+
+fn push_reason(job: &mut JobRecord, reason: String) {
+    let mut r = reason;
+    truncate_on_char(&mut r, MAX_TEXT_LEN);
+    if job.reasons.len() >= MAX_REASONS_PER_JOB {
+        job.reasons.remove(0);
+    }
+    job.reasons.push(r);
+}
+
+impl Grid {
+    /// A grid holding nothing yet, over `store`.
+    fn empty(
+        store: SharedStore,
+        links_dir: PathBuf,
+        project_key: SigningKey,
+        settings: GridSettings,
+    ) -> Grid {
+        Grid {
+            store,
+            links_dir,
+            project_key,
+            settings,
+            sites: BTreeMap::new(),
+            rounds: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            hosts: BTreeMap::new(),
+            invites: HashMap::new(),
+            exclusions: BTreeMap::new(),
+            units: HashMap::new(),
+            open: HashMap::new(),
+            rounds_changed: 0,
+            hand_overs: HashMap::new(),
+            handed_from: HashMap::new(),
+            settling: HashMap::new(),
+        }
+    }
+
+    /// The job `job_id`, to change.
+    fn job_mut(&mut self, job_id: u64) -> Result<&mut JobRecord, GridError> {
+        self.jobs
+            .get_mut(&job_id)
+            .ok_or_else(|| GridError::Invalid(format!("job {job_id} vanished")))
+    }
+
+    /// Ids of the running rounds, in id order.
+    fn running_round_ids(&self) -> Vec<u64> {
+        self.rounds
+            .values()
+            .filter(|r| r.state == RoundState::Running)
+            .map(|r| r.id)
+            .collect()
+    }
+
+    /// Load the grid from its store.
+    pub fn open(
+        store: SharedStore,
+        links_dir: PathBuf,
+        project_key: SigningKey,
+        settings: GridSettings,
+    ) -> Result<Grid, GridError> {
+        let mut g = Grid::empty(store, links_dir, project_key, settings);
+        for s in g.store.sites()? {
+            g.sites.insert(s.host.clone(), s);
+        }
+        for r in g.store.rounds()? {
+            g.rounds.insert(r.id, r);
+        }
+        for j in g.store.jobs()? {
+            for a in &j.attempts {
+                g.units.insert(a.unit_id, j.id);
+            }
+            g.jobs.insert(j.id, j);
+        }
+        for h in g.store.hosts()? {
+            g.hosts.insert(h.id, h);
+        }
+        for i in g.store.invites()? {
+            g.invites.insert(i.token_sha256, i);
+        }
+        for e in g.store.exclusions()? {
+            g.exclusions.insert(reversed_labels(&e.exclusion.host), e);
+        }
+        let running: Vec<u64> = g
+            .rounds
+            .values()
+            .filter(|r| r.state == RoundState::Running)
+            .flat_map(|r| r.job_ids.iter().copied())
+            .collect();
+        for id in running {
+            g.reindex(id);
+        }
+        g.sweep_temporaries();
+        Ok(g)
+    }
+
+    pub fn project_public_key(&self) -> [u8; 32] {
+        self.project_key.verifying_key().to_bytes()
+    }
+}

@@ -1,0 +1,763 @@
+//! The three-step upload: [`Grid::upload_begin`] decides under the grid lock
+//! whether the upload is wanted and plans it ([`UploadPlan`]); the plan
+//! verifies and writes the link file (and the scan state of a scan that
+//! stopped early) outside the lock; [`Grid::upload_finish`] records it.
+//!
+//! Invariants: a refused upload writes nothing and keeps nothing; every
+//! record's source is on the unit's site and no excluded host; a summary
+//! fits the unit's limits and the file; an upload of an attempt no longer
+//! wanted is refused before its file is decoded.
+
+use std::fs;
+use std::path::PathBuf;
+
+use beebot_shared::limits::MAX_SCANS_PER_JOB;
+use beebot_shared::limits::{MAX_LINK_RECORDS, PACE_FREE_PAGES, PACE_TOLERANCE};
+use beebot_shared::linkfile::{self, ScanSummary};
+use beebot_shared::proto::ABORT_ROUND_CANCELLED;
+use beebot_shared::scanstate::{state_sha256, ScanState};
+use beebot_shared::scope::{Exclusion, Scope};
+
+use crate::model::*;
+use crate::validate::{self, SketchBuilder};
+
+use super::index::*;
+use super::links::*;
+use super::{push_reason, Grid, GridError};
+
+/// The answer to an upload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UploadOutcome {
+    Accepted,
+    Duplicate,
+    Rejected(String),
+}
+
+/// What [`Grid::upload_begin`] decided.
+#[derive(Debug)]
+pub enum UploadStep {
+    /// The answer, with nothing to verify or write.
+    Answer(UploadOutcome),
+    /// The link file is to be verified and written, then the upload finished.
+    Plan(UploadPlan),
+}
+
+/// An upload the grid expects: what its link file must say, and where it goes.
+#[derive(Clone, Debug)]
+pub struct UploadPlan {
+    host_id: u64,
+    unit_id: u64,
+    job_id: u64,
+    round_id: u64,
+    site: String,
+    scope: Scope,
+    /// The link file's path. One per unit: two copies of a job uploading at
+    /// once never write the same file.
+    path: PathBuf,
+    /// The same, relative to the links directory (kept in the job's result).
+    rel: String,
+    /// Where the scan state goes when the scan ended early, and relative.
+    state_path: PathBuf,
+    state_rel: String,
+    /// The job's scans this unit continued from (its attempt's `resume_seq`).
+    resume_seq: u32,
+    /// The job's chain of scans the unit belongs to (its attempt's `chain`).
+    chain: u32,
+    /// Pages the job's earlier scans took.
+    pages_before: u64,
+    /// The round's depth limit: a state's queue may not go deeper.
+    max_depth: u32,
+    /// The round's page cap (the job's, all its scans together).
+    max_pages: u64,
+    /// The round's politeness delay: a scan's elapsed time covers it.
+    delay_ms: u64,
+    /// Excluded hosts inside the scope: no record may come from a page on them.
+    excluded: Vec<Exclusion>,
+}
+
+/// A verified scan state uploaded with a scan that ended early, as the
+/// server keeps it: only queued URLs inside the site's scope and depth, and
+/// no robots.txt answers (the next scan asks the site itself, rather than
+/// trust what one host said of it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateInfo {
+    pub sha256: [u8; 32],
+    pub bytes: u64,
+    /// Pages the job's scans took up to this state.
+    pub pages_done: u64,
+    /// The state as stored and served to the continuation.
+    pub encoded: Vec<u8>,
+}
+
+/// What [`UploadPlan::verify`] found in an upload it accepts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verified {
+    /// The frontier of a scan that stopped early.
+    pub state: Option<StateInfo>,
+    /// Sketch of the link file's pairs, for validation.
+    pub sketch: Vec<u64>,
+}
+
+/// Why a scan's summary is refused before its link file is read, or once
+/// its pace is known: its counts do not fit what the unit allowed, each
+/// other, or the round's politeness delay. The text reaches the host.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SummaryError {
+    #[error(
+        "summary says {pages} pages but the unit allowed {allowed} (page cap {max_pages}, {pages_before} done before)"
+    )]
+    PagesOverCap {
+        pages: u64,
+        allowed: u64,
+        max_pages: u64,
+        pages_before: u64,
+    },
+    #[error("summary says {links} links, more than a link file may hold ({MAX_LINK_RECORDS})")]
+    LinksOverFile { links: u64 },
+    #[error("summary says {hosts} target hosts but only {links} links")]
+    HostsOverLinks { hosts: u64, links: u64 },
+    /// A count of pages of a kind (`what`) above the pages scanned.
+    #[error("summary says {n} {what} but only {pages} pages")]
+    PartOverPages {
+        n: u64,
+        what: &'static str,
+        pages: u64,
+    },
+    #[error(
+        "summary says {pages} pages in {elapsed_ms} ms, faster than the round's delay of {delay_ms} ms allows (at least {least_ms} ms)"
+    )]
+    FasterThanDelay {
+        pages: u64,
+        elapsed_ms: u64,
+        delay_ms: u64,
+        least_ms: u64,
+    },
+}
+
+impl UploadPlan {
+    /// Check the link file against the unit, outside the grid lock: it
+    /// decodes (bounded), its header names this unit, round and site, every
+    /// record's source is on the site, and the summary counts its links.
+    /// The summary must fit what the unit allowed and the file holds (see
+    /// [`UploadPlan::check_summary`]). `Err` holds the reason it is refused.
+    ///
+    /// A scan that stopped before its natural end must bring its frontier
+    /// (`state`): it is decoded (bounded) and checked against the site and
+    /// the pages the job already took; its digest comes back for the
+    /// continuation unit to name.
+    pub fn verify(
+        &self,
+        summary: &ScanSummary,
+        link_file: &[u8],
+        state: Option<&[u8]>,
+    ) -> Result<Verified, String> {
+        self.check_summary(summary).map_err(|e| e.to_string())?;
+        let (sketch, origins) = self.check_records(summary, link_file)?;
+        self.check_pace(summary, origins)
+            .map_err(|e| e.to_string())?;
+        if !stopped_early(summary) {
+            return Ok(Verified {
+                state: None,
+                sketch,
+            });
+        }
+        Ok(Verified {
+            state: Some(self.check_state(summary, state)?),
+            sketch,
+        })
+    }
+
+    /// The link file's records, checked as they are decoded (see
+    /// [`UploadPlan::verify`]): its pairs' sketch, and how many origins its
+    /// records come from.
+    fn check_records(
+        &self,
+        summary: &ScanSummary,
+        link_file: &[u8],
+    ) -> Result<(Vec<u64>, u64), String> {
+        // Records are checked as they are decoded, one at a time: none is
+        // kept, so a file's size in memory costs nothing here.
+        let site_scope = beebot_shared::scope::SiteScope::new(&self.site, self.scope);
+        let mut records = 0u64;
+        let mut sketch = SketchBuilder::default();
+        // A page's records come together: its source is checked once.
+        let mut last_source = String::new();
+        // Digests of the pages the records come from (one source per page,
+        // so never more than the summary's pages: the set stops there) and
+        // of their origins (each keeps its own politeness pace): 8 bytes
+        // each, whatever the URLs' lengths.
+        let mut sources: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        let mut origins: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        let header = linkfile::for_each_record(link_file, |r| {
+            sketch.add(validate::pair_digest(&r.source_url, &r.target_url));
+            if records > 0 && r.source_url == last_source {
+                records += 1;
+                return Ok(());
+            }
+            // A file claiming links from other sites lies about what was scanned.
+            let Some(u) = url::Url::parse(&r.source_url).ok().filter(|u| {
+                site_scope.contains(u) && !self.excluded.iter().any(|e| e.covers_url(u))
+            }) else {
+                return Err(linkfile::LinkFileError::Refused(format!(
+                    "link file holds a record whose source {} is not on site {}",
+                    r.source_url.chars().take(200).collect::<String>(),
+                    self.site
+                )));
+            };
+            if sources.insert(beebot_shared::scanstate::url_digest(&r.source_url))
+                && sources.len() as u64 > summary.pages
+            {
+                return Err(linkfile::LinkFileError::Refused(format!(
+                    "summary says {} pages but the link file holds records of more pages",
+                    summary.pages
+                )));
+            }
+            origins.insert(beebot_shared::scanstate::url_digest(
+                &u.origin().ascii_serialization(),
+            ));
+            records += 1;
+            last_source = r.source_url;
+            Ok(())
+        })
+        .map_err(|e| match e {
+            linkfile::LinkFileError::Refused(why) => why,
+            e => format!("link file refused: {e}"),
+        })?;
+        if header.unit_id != self.unit_id
+            || header.round_id != self.round_id
+            || header.site != self.site
+        {
+            return Err("link file header does not match the unit".into());
+        }
+        if summary.links != records {
+            return Err(format!(
+                "summary says {} links but the link file holds {records}",
+                summary.links,
+            ));
+        }
+        Ok((sketch.finish(), origins.len() as u64))
+    }
+
+    /// The frontier a scan that stopped early must bring (see
+    /// [`UploadPlan::verify`]), as the server keeps it.
+    fn check_state(
+        &self,
+        summary: &ScanSummary,
+        state: Option<&[u8]>,
+    ) -> Result<StateInfo, String> {
+        let Some(bytes) = state else {
+            return Err(format!(
+                "the scan stopped early ({}) without its frontier, so the job cannot go on from it",
+                summary.stopped_by.map_or("-", |s| s.as_str())
+            ));
+        };
+        let mut st = ScanState::decode(bytes).map_err(|e| format!("scan state refused: {e}"))?;
+        if st.site != self.site {
+            return Err("scan state is of another site".into());
+        }
+        let least = self.pages_before.saturating_add(summary.pages);
+        if st.pages_done < least {
+            return Err(format!(
+                "scan state counts {} pages done, fewer than the job's {} so far",
+                st.pages_done, least
+            ));
+        }
+        if st.pages_done > self.max_pages {
+            return Err(format!(
+                "scan state counts {} pages done, more than the round's cap of {}",
+                st.pages_done, self.max_pages
+            ));
+        }
+        // Another host continues from this: it gets only URLs of this site,
+        // within the round's depth, and asks robots.txt itself.
+        let site_scope = beebot_shared::scope::SiteScope::new(&self.site, self.scope);
+        if let Some(q) = st.queue.iter().find(|q| {
+            q.depth > self.max_depth
+                || !url::Url::parse(&q.url).is_ok_and(|u| site_scope.contains(&u))
+        }) {
+            return Err(format!(
+                "scan state queues {} (depth {}), outside site {} or its depth limit",
+                q.url.chars().take(200).collect::<String>(),
+                q.depth,
+                self.site
+            ));
+        }
+        st.robots.clear();
+        let encoded = st
+            .encode()
+            .map_err(|e| format!("scan state refused: {e}"))?;
+        Ok(StateInfo {
+            sha256: state_sha256(&encoded),
+            bytes: encoded.len() as u64,
+            pages_done: st.pages_done,
+            encoded,
+        })
+    }
+
+    /// The summary's counts against what the unit allowed and against each
+    /// other, before the file is decoded: no more pages than the page cap
+    /// leaves after the job's earlier scans, and no count that is a part of
+    /// another larger than it.
+    fn check_summary(&self, summary: &ScanSummary) -> Result<(), SummaryError> {
+        let allowed = self.max_pages.saturating_sub(self.pages_before);
+        if summary.pages > allowed {
+            return Err(SummaryError::PagesOverCap {
+                pages: summary.pages,
+                allowed,
+                max_pages: self.max_pages,
+                pages_before: self.pages_before,
+            });
+        }
+        if summary.links > MAX_LINK_RECORDS as u64 {
+            return Err(SummaryError::LinksOverFile {
+                links: summary.links,
+            });
+        }
+        if summary.distinct_target_hosts > summary.links {
+            return Err(SummaryError::HostsOverLinks {
+                hosts: summary.distinct_target_hosts,
+                links: summary.links,
+            });
+        }
+        // Counted once per page at most (a page's redirect hops are not pages).
+        for (what, n) in [
+            ("pages whose links were capped", summary.link_capped_pages),
+            ("non-HTML pages", summary.non_html),
+        ] {
+            if n > summary.pages {
+                return Err(SummaryError::PartOverPages {
+                    n,
+                    what,
+                    pages: summary.pages,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A scan waits the round's delay between two requests to one origin:
+    /// its elapsed time covers the delays of its pages, spread over the
+    /// `origins` its records come from (at least one), the first
+    /// [`PACE_FREE_PAGES`] of each free, within [`PACE_TOLERANCE`]. A
+    /// summary claiming more pages than that is a lie about the scan (or a
+    /// host that ignored the politeness delay).
+    fn check_pace(&self, summary: &ScanSummary, origins: u64) -> Result<(), SummaryError> {
+        let per_origin = summary.pages.div_ceil(origins.max(1));
+        let delays = per_origin.saturating_sub(PACE_FREE_PAGES);
+        let least_ms = delays as f64 * self.delay_ms as f64 * PACE_TOLERANCE;
+        if (summary.elapsed_ms as f64) < least_ms {
+            return Err(SummaryError::FasterThanDelay {
+                pages: summary.pages,
+                elapsed_ms: summary.elapsed_ms,
+                delay_ms: self.delay_ms,
+                least_ms: least_ms as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// Make the link file (and the scan state of a scan that ended early)
+    /// durable at their places (outside the grid lock).
+    pub fn write(&self, link_file: &[u8], state: Option<&StateInfo>) -> std::io::Result<()> {
+        if let Some(st) = state {
+            write_durable(&self.state_path, &st.encoded)?;
+        }
+        write_durable(&self.path, link_file)
+    }
+
+    /// Remove what [`UploadPlan::write`] wrote (a loser's or a refused file).
+    fn remove_files(&self) {
+        let _ = fs::remove_file(&self.path);
+        let _ = fs::remove_file(&self.state_path);
+    }
+}
+
+/// The answer to an upload of `unit_id` whose attempt is no longer wanted,
+/// given before anything of it is decoded: its result is in already
+/// (`Done`, `Partial`) or another copy's went on (`Aborted`): `Duplicate`;
+/// the host gave it back, its result was refused, or the host no longer
+/// held it (`Failed`, `Released`): `Rejected`. A `Running` attempt is
+/// wanted, and so is an `Expired` one: a late result for a job still open
+/// (at the same position, which the caller checks) is accepted, so a host
+/// that slept keeps its work.
+pub(super) fn unwanted_upload(job: &JobRecord, unit_id: u64) -> Option<UploadOutcome> {
+    let a = job.attempts.iter().find(|a| a.unit_id == unit_id)?;
+    match &a.state {
+        AttemptState::Running | AttemptState::Expired => None,
+        AttemptState::Done | AttemptState::Partial | AttemptState::Aborted => {
+            Some(UploadOutcome::Duplicate)
+        }
+        AttemptState::Failed(_) => Some(UploadOutcome::Rejected(format!(
+            "unit {unit_id} was given back or its result refused: it is not wanted any more"
+        ))),
+        AttemptState::Released => Some(UploadOutcome::Rejected(format!(
+            "unit {unit_id} was released (the host no longer held it): it is not wanted any more"
+        ))),
+    }
+}
+
+/// Whether a scan stopped before its natural end (so its job goes on).
+pub fn stopped_early(summary: &ScanSummary) -> bool {
+    summary.stopped_by.is_some_and(|s| !s.is_natural_end())
+}
+
+impl Grid {
+    /// A host delivers a unit's result. The link file is durable before
+    /// `Accepted`. The server runs the three steps apart, so that the link
+    /// file is verified and written outside the grid lock:
+    /// [`Grid::upload_begin`], [`UploadPlan::verify`] and
+    /// [`UploadPlan::write`], then [`Grid::upload_finish`] (or
+    /// [`Grid::upload_refused`] when the file is refused).
+    pub fn upload(
+        &mut self,
+        host_id: u64,
+        unit_id: u64,
+        summary: ScanSummary,
+        link_file: &[u8],
+        state: Option<&[u8]>,
+        now_ms: u64,
+    ) -> Result<UploadOutcome, GridError> {
+        let plan = match self.upload_begin(host_id, unit_id, now_ms)? {
+            UploadStep::Answer(o) => return Ok(o),
+            UploadStep::Plan(p) => p,
+        };
+        let verified = match plan.verify(&summary, link_file, state) {
+            Ok(v) => v,
+            Err(reason) => return self.upload_refused(&plan, reason, now_ms),
+        };
+        plan.write(link_file, verified.state.as_ref())?;
+        self.upload_finish(&plan, summary, verified, now_ms)
+    }
+
+    /// First step of an upload: is this unit the host's, and is its job
+    /// still open? Writes nothing.
+    pub fn upload_begin(
+        &mut self,
+        host_id: u64,
+        unit_id: u64,
+        now_ms: u64,
+    ) -> Result<UploadStep, GridError> {
+        self.active_host(host_id, now_ms)?;
+        let job = match self.open_job_of(host_id, unit_id) {
+            Ok(job) => job,
+            Err(o) => return Ok(UploadStep::Answer(o)),
+        };
+        let scope = self
+            .rounds
+            .get(&job.round_id)
+            .map(|r| r.params.scope)
+            .unwrap_or_default();
+        if let Some(o) = unwanted_upload(job, unit_id) {
+            // Refused before anything of it is decoded.
+            return Ok(UploadStep::Answer(o));
+        }
+        let Some(attempt) = job.attempts.iter().find(|a| a.unit_id == unit_id) else {
+            return Ok(UploadStep::Answer(UploadOutcome::Rejected(format!(
+                "unknown unit {unit_id}"
+            ))));
+        };
+        let resume_seq = attempt.resume_seq;
+        if job.segments.iter().any(|s| s.unit_id == unit_id) || job.is_behind(attempt) {
+            // Its segment is kept already, or another copy went further from
+            // where it started: nothing of it is written again.
+            return Ok(UploadStep::Answer(UploadOutcome::Duplicate));
+        }
+        let pages_before = job
+            .segments
+            .get((resume_seq as usize).wrapping_sub(1))
+            .map_or(0, |s| s.pages_done);
+        let (max_depth, max_pages, delay_ms) =
+            self.rounds.get(&job.round_id).map_or((0, 0, 0), |r| {
+                let p = &r.params;
+                (p.max_depth, u64::from(p.max_pages), p.delay_ms)
+            });
+        let excluded = self.unit_scope(&job.site, scope).1;
+        Ok(UploadStep::Plan(UploadPlan {
+            host_id,
+            unit_id,
+            job_id: job.id,
+            round_id: job.round_id,
+            site: job.site.clone(),
+            excluded,
+            scope,
+            path: self
+                .links_dir
+                .join(job.round_id.to_string())
+                .join(format!("{}-{unit_id}.lf", job.id)),
+            rel: format!("{}/{}-{unit_id}.lf", job.round_id, job.id),
+            state_path: self
+                .links_dir
+                .join(job.round_id.to_string())
+                .join(format!("{}-{unit_id}.state", job.id)),
+            state_rel: format!("{}/{}-{unit_id}.state", job.round_id, job.id),
+            resume_seq,
+            chain: attempt.chain,
+            pages_before,
+            max_depth,
+            max_pages,
+            delay_ms,
+        }))
+    }
+
+    /// The job `unit_id` of `host_id` works on, while it is open; otherwise
+    /// the answer to give (`Duplicate` once the job or its round is over).
+    pub(super) fn open_job_of(
+        &self,
+        host_id: u64,
+        unit_id: u64,
+    ) -> Result<&JobRecord, UploadOutcome> {
+        let unknown = || UploadOutcome::Rejected(format!("unknown unit {unit_id}"));
+        let job_id = *self.units.get(&unit_id).ok_or_else(unknown)?;
+        let job = self.jobs.get(&job_id).ok_or_else(unknown)?;
+        if !job
+            .attempts
+            .iter()
+            .any(|a| a.unit_id == unit_id && a.host_id == host_id)
+        {
+            return Err(UploadOutcome::Rejected(format!(
+                "unit {unit_id} was not issued to host {host_id}"
+            )));
+        }
+        let round_state = self.rounds.get(&job.round_id).map(|r| r.state);
+        if round_state == Some(RoundState::Cancelled) {
+            // Dropped, and the host drops the round's other units.
+            return Err(UploadOutcome::Rejected(ABORT_ROUND_CANCELLED.into()));
+        }
+        if job.state.is_final() || round_state != Some(RoundState::Running) {
+            // Acknowledged and dropped: the job is finished (or its round ended).
+            return Err(UploadOutcome::Duplicate);
+        }
+        Ok(job)
+    }
+
+    /// Last step of a refused upload: the attempt fails with `reason`.
+    pub fn upload_refused(
+        &mut self,
+        plan: &UploadPlan,
+        reason: String,
+        now_ms: u64,
+    ) -> Result<UploadOutcome, GridError> {
+        if let Err(o) = self.open_job_of(plan.host_id, plan.unit_id) {
+            return Ok(o);
+        }
+        self.fail(plan.host_id, plan.unit_id, &reason, now_ms)?;
+        Ok(UploadOutcome::Rejected(reason))
+    }
+
+    /// Last step of an upload whose link file is verified and durable. A
+    /// scan that reached its natural end finishes the job; one that stopped
+    /// early (with its frontier, `state`) becomes a segment of the job,
+    /// which goes back to the queue to continue from there. Unless another
+    /// copy finished the job or went further meanwhile (or its round ended):
+    /// then the files written for this one are removed.
+    pub fn upload_finish(
+        &mut self,
+        plan: &UploadPlan,
+        summary: ScanSummary,
+        verified: Verified,
+        now_ms: u64,
+    ) -> Result<UploadOutcome, GridError> {
+        self.active_host(plan.host_id, now_ms)?;
+        if let Some(o) = self.finish_unwanted(plan, now_ms)? {
+            return Ok(o);
+        }
+        let Verified { state, sketch } = verified;
+        let early = state.filter(|_| stopped_early(&summary));
+        if let Some(o) = self.finish_without_pages(plan, &summary, early.is_some(), now_ms)? {
+            return Ok(o);
+        }
+        let (job_id, round_id) = (plan.job_id, plan.round_id);
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Ok(UploadOutcome::Rejected(format!(
+                "unknown unit {}",
+                plan.unit_id
+            )));
+        };
+        let mine = if early.is_some() {
+            AttemptState::Partial
+        } else {
+            AttemptState::Done
+        };
+        for a in job.attempts.iter_mut() {
+            if a.unit_id == plan.unit_id {
+                a.state = mine.clone();
+                a.pages = summary.pages;
+                a.links = summary.links;
+            } else if a.state == AttemptState::Running {
+                // A copy from the same start: it would redo what this one did.
+                a.state = AttemptState::Aborted;
+            }
+        }
+        let chain_sketch = validate::merge(&job.chain_sketch, &sketch);
+        match &early {
+            Some(info) => self.keep_segment(plan, summary, info, chain_sketch, now_ms)?,
+            None => {
+                // The chain reached the site's natural end: a complete result.
+                let candidate = Candidate {
+                    segments: std::mem::take(&mut job.segments),
+                    result: JobResult {
+                        unit_id: plan.unit_id,
+                        host_id: plan.host_id,
+                        summary,
+                        file: plan.rel.clone(),
+                        accepted_ms: now_ms,
+                    },
+                    sketch: chain_sketch,
+                    verdict: Verdict::Pending,
+                    similarity: None,
+                };
+                job.chain_sketch = Vec::new();
+                self.conclude(job_id, candidate)?;
+            }
+        }
+        self.settle(job_id, round_id, now_ms);
+        self.reindex(job_id);
+        self.check_round_done(round_id, now_ms)?;
+        self.store.flush()?;
+        self.check_open();
+        Ok(UploadOutcome::Accepted)
+    }
+
+    /// The answer to an upload whose unit is not wanted any more now that
+    /// its file is written (its files removed, unless they are the winner's
+    /// own), or that another copy's scan overtook (aborted, a duplicate).
+    /// `None` when the upload is still wanted.
+    fn finish_unwanted(
+        &mut self,
+        plan: &UploadPlan,
+        now_ms: u64,
+    ) -> Result<Option<UploadOutcome>, GridError> {
+        let (host_id, unit_id, job_id) = (plan.host_id, plan.unit_id, plan.job_id);
+        if let Err(o) = self.open_job_of(host_id, unit_id) {
+            // Unless it is the winner's own file (the same unit uploaded twice).
+            let kept = self
+                .jobs
+                .get(&job_id)
+                .is_some_and(|j| j.link_files().any(|f| f == plan.rel));
+            if !kept {
+                plan.remove_files();
+            }
+            return Ok(Some(o));
+        }
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Ok(Some(UploadOutcome::Rejected(format!(
+                "unknown unit {unit_id}"
+            ))));
+        };
+        if let Some(o @ UploadOutcome::Rejected(_)) = unwanted_upload(job, unit_id) {
+            // Given back or released while its file was checked.
+            plan.remove_files();
+            return Ok(Some(o));
+        }
+        if job.segments.iter().any(|s| s.unit_id == unit_id) {
+            // This unit's segment, uploaded again.
+            return Ok(Some(UploadOutcome::Duplicate));
+        }
+        if (plan.resume_seq as usize) < job.segments.len() || plan.chain != job.chain {
+            // Another copy's scan went on from the same place first (or the
+            // job started over).
+            plan.remove_files();
+            for a in job.attempts.iter_mut() {
+                if a.unit_id == unit_id && a.state == AttemptState::Running {
+                    a.state = AttemptState::Aborted;
+                }
+            }
+            let job = job.clone();
+            self.store.put_job(&job)?;
+            self.reindex(job_id);
+            self.after_attempt_ended(job_id, now_ms)?;
+            self.store.flush()?;
+            return Ok(Some(UploadOutcome::Duplicate));
+        }
+        Ok(None)
+    }
+
+    /// An upload that gained nothing is a failed attempt, not a result: a
+    /// scan that stopped `early` without a page, or one that reached no page
+    /// of the site at all (its name, its address, its robots.txt), named by
+    /// its cause. Its files are removed. `None` when it took pages.
+    fn finish_without_pages(
+        &mut self,
+        plan: &UploadPlan,
+        summary: &ScanSummary,
+        early: bool,
+        now_ms: u64,
+    ) -> Result<Option<UploadOutcome>, GridError> {
+        let failed_site = summary.stopped_by.filter(|s| s.is_site_failure());
+        let reason = if early && summary.pages == 0 {
+            format!(
+                "scan stopped early ({}) without a page",
+                summary.stopped_by.map_or("-", |s| s.as_str())
+            )
+        } else if let (Some(stop), 0, 0) = (failed_site, summary.pages, plan.pages_before) {
+            stop.as_str().to_string()
+        } else {
+            return Ok(None);
+        };
+        plan.remove_files();
+        self.fail(plan.host_id, plan.unit_id, &reason, now_ms)?;
+        Ok(Some(UploadOutcome::Rejected(reason)))
+    }
+
+    /// Keep a scan that stopped early as the job's next segment (its frontier
+    /// `info`), and queue the job for its continuation, or fail it past
+    /// [`MAX_SCANS_PER_JOB`] scans.
+    fn keep_segment(
+        &mut self,
+        plan: &UploadPlan,
+        summary: ScanSummary,
+        info: &StateInfo,
+        chain_sketch: Vec<u64>,
+        now_ms: u64,
+    ) -> Result<(), GridError> {
+        let job = self.job_mut(plan.job_id)?;
+        let pages = summary.pages;
+        job.segments.push(Segment {
+            unit_id: plan.unit_id,
+            host_id: plan.host_id,
+            summary,
+            file: plan.rel.clone(),
+            state_file: plan.state_rel.clone(),
+            state_sha256: info.sha256,
+            state_bytes: info.bytes,
+            pages_done: info.pages_done,
+            accepted_ms: now_ms,
+        });
+        job.chain_sketch = chain_sketch;
+        job.est_pages = (job.est_pages - pages as f64).max(1.0);
+        if job.segments.len() >= MAX_SCANS_PER_JOB {
+            job.state = JobState::Failed;
+            push_reason(
+                job,
+                format!("the site needed more than {MAX_SCANS_PER_JOB} scans"),
+            );
+        } else {
+            job.state = JobState::Queued;
+        }
+        let job = job.clone();
+        self.store.put_job(&job)?;
+        if job.state.is_final() {
+            // The frontiers are of no more use.
+            self.drop_states(&job);
+        }
+        Ok(())
+    }
+
+    /// A scan of the job's site just uploaded: no job of a site that shares a
+    /// host starts before the round's delay has passed.
+    fn settle(&mut self, job_id: u64, round_id: u64, now_ms: u64) {
+        if let Some((job, round)) = self
+            .jobs
+            .get(&job_id)
+            .zip(self.rounds.get(&round_id))
+            .filter(|(_, r)| r.params.delay_ms > 0)
+        {
+            let until = now_ms.saturating_add(round.params.delay_ms);
+            self.settling
+                .insert(reach_key(&job.site, round.params.scope), until);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,655 @@
+//! Tests of uploads: summaries, link files, duplicates and frontiers.
+
+use super::*;
+use crate::grid::testkit::*;
+use crate::grid::*;
+use std::fs;
+
+use beebot_shared::limits::{PACE_FREE_PAGES, PACE_TOLERANCE};
+use beebot_shared::linkfile::{self, ScanSummary};
+use beebot_shared::scanstate::{state_sha256, ScanState};
+use beebot_shared::scope::Scope;
+use beebot_shared::sign::WorkUnit;
+
+use crate::scheduler;
+use beebot_shared::linkfile::LinkRecord;
+
+#[test]
+fn a_summary_claiming_more_pages_than_the_unit_allowed_is_rejected() {
+    let (mut fx, _) = Fx::with_round(1, 5);
+    let a = fx.host();
+    let u = fx.one(a, &[], T0);
+    let mut sum = summary(3);
+    sum.pages = u64::from(params(5).max_pages) + 1;
+    let why = upload_with(&mut fx, a, &u, sum, &records(&u.site, 3), T0 + 1).unwrap();
+    assert!(why.contains("unit allowed 50"), "{why}");
+    // A continuation may take only what the earlier scans left.
+    let u = fx.one(a, &[], T0 + 2);
+    let (sum, file, state) = partial_for(&u, 3, 45);
+    let mut sum45 = sum.clone();
+    sum45.pages = 45;
+    assert_eq!(
+        fx.grid
+            .upload(a, u.unit_id, sum45, &file, Some(&state), T0 + 3)
+            .unwrap(),
+        UploadOutcome::Accepted
+    );
+    let v = fx.one(a, &[], T0 + 4);
+    assert_eq!(v.job_id, u.job_id);
+    let mut sum = summary(3);
+    sum.pages = 6;
+    let why = upload_with(&mut fx, a, &v, sum.clone(), &records(&v.site, 3), T0 + 5).unwrap();
+    assert!(
+        why.contains("unit allowed 5 (page cap 50, 45 done before)"),
+        "{why}"
+    );
+    // What is left is fine.
+    let w = fx.one(a, &[], T0 + 6);
+    sum.pages = 5;
+    assert_eq!(
+        upload_with(&mut fx, a, &w, sum, &records(&w.site, 3), T0 + 7),
+        None
+    );
+    // A frontier counting more pages than the cap is refused.
+    let (mut fx, _) = Fx::with_round(1, 5);
+    let a = fx.host();
+    let u = fx.one(a, &[], T0);
+    let (sum, file, state) = partial_for(&u, 3, 51);
+    match fx
+        .grid
+        .upload(a, u.unit_id, sum, &file, Some(&state), T0 + 1)
+        .unwrap()
+    {
+        UploadOutcome::Rejected(why) => assert!(why.contains("cap of 50"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_summary_faster_than_the_politeness_delay_is_rejected() {
+    let mut fx = Fx::new();
+    fx.grid.add_sites(&site_names(4), T0).unwrap();
+    let mut p = params(5);
+    p.delay_ms = 1000;
+    fx.grid.start_round(p, T0).unwrap();
+    let a = fx.host();
+    let one_source = |site: &str, n: usize| -> Vec<LinkRecord> {
+        records(site, n)
+            .into_iter()
+            .map(|mut r| {
+                r.source_url = format!("http://{site}/");
+                r
+            })
+            .collect()
+    };
+    // Ten pages on one origin: nine delays, the first two pages free.
+    let least = ((10 - PACE_FREE_PAGES) as f64 * 1000.0 * PACE_TOLERANCE) as u64;
+    let u = fx.one(a, &[], T0);
+    let mut sum = summary(3);
+    sum.pages = 10;
+    sum.elapsed_ms = 1000;
+    let why = upload_with(&mut fx, a, &u, sum.clone(), &one_source(&u.site, 3), T0 + 1);
+    assert!(why.unwrap().contains("faster than the round's delay"));
+    let u = fx.one(a, &[], T0 + 2);
+    sum.elapsed_ms = least - 1;
+    assert!(upload_with(&mut fx, a, &u, sum.clone(), &one_source(&u.site, 3), T0 + 3).is_some());
+    let u = fx.one(a, &[], T0 + 4);
+    sum.elapsed_ms = least;
+    assert_eq!(
+        upload_with(&mut fx, a, &u, sum.clone(), &one_source(&u.site, 3), T0 + 5),
+        None
+    );
+    // Two origins (http and https of the site) each keep their own pace.
+    let u = fx.one(a, &[], T0 + 6);
+    let mut recs = one_source(&u.site, 4);
+    recs[2].source_url = format!("https://{}/", u.site);
+    recs[3].source_url = format!("https://{}/", u.site);
+    sum.links = 4;
+    sum.distinct_target_hosts = 4;
+    sum.elapsed_ms = ((5 - PACE_FREE_PAGES) as f64 * 1000.0 * PACE_TOLERANCE) as u64;
+    assert_eq!(upload_with(&mut fx, a, &u, sum, &recs, T0 + 7), None);
+}
+
+#[test]
+fn summary_counts_that_do_not_fit_the_file_are_rejected() {
+    let (mut fx, _) = Fx::with_round(8, 5);
+    let a = fx.host();
+    let (units, _) = fx.ask(a, 8, &[], T0);
+    type Change = fn(&mut ScanSummary);
+    let cases: Vec<(Change, &str)> = vec![
+        // Records exist, yet no page was scanned.
+        (|s| s.pages = 0, "0 pages"),
+        // Records of three pages (p0, p1, p2), two pages claimed.
+        (|s| s.pages = 2, "more pages"),
+        (|s| s.links += 1, "links"),
+        (|s| s.distinct_target_hosts = s.links + 1, "target hosts"),
+        (|s| s.link_capped_pages = s.pages + 1, "capped"),
+        (|s| s.non_html = s.pages + 1, "non-HTML"),
+        (|s| s.links = u64::MAX, "links"),
+    ];
+    for ((change, what), u) in cases.into_iter().zip(&units) {
+        let mut sum = summary(6);
+        change(&mut sum);
+        let why = upload_with(&mut fx, a, u, sum, &records(&u.site, 6), T0 + 1)
+            .unwrap_or_else(|| panic!("{what}: accepted"));
+        assert!(why.contains(what), "{what}: {why}");
+    }
+    // The honest summary of the same file is accepted.
+    let u = &units[7];
+    assert_eq!(
+        upload_with(&mut fx, a, u, summary(6), &records(&u.site, 6), T0 + 2),
+        None
+    );
+}
+
+#[test]
+fn uploads_of_attempts_no_longer_wanted_are_refused_before_decoding() {
+    let (mut fx, _) = Fx::with_round(4, 3);
+    let a = fx.host();
+    let not_wanted = |step: UploadStep| matches!(step, UploadStep::Answer(UploadOutcome::Rejected(r)) if r.contains("not wanted"));
+    // Given back (Failed).
+    let u = fx.one(a, &[], T0);
+    fx.grid.fail(a, u.unit_id, "gave up", T0 + 1).unwrap();
+    assert!(matches!(
+        fx.attempt(u.unit_id).state,
+        AttemptState::Failed(_)
+    ));
+    assert!(not_wanted(
+        fx.grid.upload_begin(a, u.unit_id, T0 + 2).unwrap()
+    ));
+    // Released: a work request that does not list it.
+    let v = fx.one(a, &[], T0 + 3);
+    let (w, _) = fx.ask(a, 1, &[], T0 + 4);
+    assert_eq!(fx.attempt(v.unit_id).state, AttemptState::Released);
+    assert!(not_wanted(
+        fx.grid.upload_begin(a, v.unit_id, T0 + 5).unwrap()
+    ));
+    // Expired, its job still open at the same place: a late result is wanted.
+    let w = &w[0];
+    fx.grid.tick(w.deadline_ms).unwrap();
+    assert_eq!(fx.attempt(w.unit_id).state, AttemptState::Expired);
+    assert!(matches!(
+        fx.grid
+            .upload_begin(a, w.unit_id, w.deadline_ms + 1)
+            .unwrap(),
+        UploadStep::Plan(_)
+    ));
+    assert_eq!(
+        fx.upload(a, w, 2, w.deadline_ms + 2),
+        UploadOutcome::Accepted
+    );
+    // Done: answered `Duplicate` at once.
+    assert!(matches!(
+        fx.grid
+            .upload_begin(a, w.unit_id, w.deadline_ms + 3)
+            .unwrap(),
+        UploadStep::Answer(UploadOutcome::Duplicate)
+    ));
+    // A refused result fails the attempt: the next upload is not decoded.
+    let x = fx.one(a, &[], w.deadline_ms + 4);
+    let (sum, _) = result_for(&x, 2);
+    assert!(matches!(
+        fx.grid
+            .upload(a, x.unit_id, sum.clone(), b"junk", None, w.deadline_ms + 5)
+            .unwrap(),
+        UploadOutcome::Rejected(_)
+    ));
+    assert!(not_wanted(
+        fx.grid
+            .upload_begin(a, x.unit_id, w.deadline_ms + 6)
+            .unwrap()
+    ));
+}
+
+#[test]
+fn a_late_result_for_an_open_job_is_accepted_once() {
+    // Two sites: the second job stays queued so the round stays open.
+    let (mut fx, round) = Fx::with_round(2, 3);
+    let a = fx.host();
+    let b = fx.host();
+    let u = fx.one(a, &[], T0);
+    fx.grid.tick(u.deadline_ms).unwrap();
+    // Round-robin offers the expired job first to a host that did not miss it.
+    let v = fx.one(b, &[], u.deadline_ms + 1);
+    assert_eq!(v.job_id, u.job_id);
+
+    // A's result arrives after its deadline while B is still on the job.
+    let late = u.deadline_ms + 10;
+    let (sum_a, file_a) = result_for(&u, 4);
+    assert_eq!(
+        fx.grid
+            .upload(a, u.unit_id, sum_a.clone(), &file_a, None, late)
+            .unwrap(),
+        UploadOutcome::Accepted
+    );
+    let job = fx.job(u.job_id);
+    assert_eq!(job.state, JobState::Done);
+    assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Done);
+    assert_eq!(fx.attempt(v.unit_id).state, AttemptState::Aborted);
+    let result = job.result.clone().unwrap();
+    assert_eq!((result.unit_id, result.host_id), (u.unit_id, a));
+    assert_eq!(result.summary, sum_a);
+    assert_eq!(result.accepted_ms, late);
+    assert_eq!(
+        result.file,
+        format!("{}/{}-{}.lf", u.round_id, u.job_id, u.unit_id)
+    );
+    let ha = fx.host_rec(a);
+    assert_eq!(
+        (ha.jobs_done, ha.pages_done, ha.deadlines_missed),
+        (1, 3, 1)
+    );
+    let site = fx.grid.sites[&u.site].last_scan.clone().unwrap();
+    assert_eq!((site.round_id, site.pages, site.links), (round, 3, 4));
+    let st = fx.grid.status();
+    assert_eq!((st.jobs_done, st.jobs_queued, st.jobs_running), (1, 1, 0));
+
+    // B is told to stop, and its own result is acknowledged and dropped.
+    assert_eq!(
+        fx.grid.progress(b, v.unit_id, 5, 5, late + 1).unwrap(),
+        ProgressOutcome::Abort("job done elsewhere".into())
+    );
+    let (sum_b, file_b) = result_for(&v, 9);
+    for t in [late + 2, late + 3] {
+        assert_eq!(
+            fx.grid
+                .upload(b, v.unit_id, sum_b.clone(), &file_b, None, t)
+                .unwrap(),
+            UploadOutcome::Duplicate
+        );
+    }
+    assert_eq!(fx.job(u.job_id), job);
+    assert_eq!(fs::read(lf_path(&fx, &u)).unwrap(), file_a);
+    assert_eq!(files_under(&fx.links()).len(), 1);
+    assert_eq!(fx.host_rec(a), ha);
+    let hb = fx.host_rec(b);
+    assert_eq!((hb.jobs_done, hb.pages_done, hb.failures), (0, 0, 0));
+    assert_eq!(fx.grid.sites[&u.site].last_scan.as_ref(), Some(&site));
+    let st = fx.grid.status();
+    assert_eq!((st.jobs_done, st.jobs_queued, st.jobs_running), (1, 1, 0));
+    assert_eq!(fx.round_state(round), RoundState::Running);
+}
+
+#[test]
+fn the_same_upload_again_is_a_duplicate() {
+    let (mut fx, round) = Fx::with_round(2, 3);
+    let a = fx.host();
+    let u = fx.one(a, &[], T0);
+    let (sum, file) = result_for(&u, 5);
+    assert_eq!(
+        fx.grid
+            .upload(a, u.unit_id, sum.clone(), &file, None, T0 + 1)
+            .unwrap(),
+        UploadOutcome::Accepted
+    );
+    let path = lf_path(&fx, &u);
+    let mtime = fs::metadata(&path).unwrap().modified().unwrap();
+    let job = fx.job(u.job_id);
+    let host = fx.host_rec(a);
+    // The same upload again (a retry after a lost answer), then a different file
+    // for the same unit: both acknowledged, neither changes anything.
+    assert_eq!(
+        fx.grid
+            .upload(a, u.unit_id, sum, &file, None, T0 + 2)
+            .unwrap(),
+        UploadOutcome::Duplicate
+    );
+    assert_eq!(fx.upload(a, &u, 7, T0 + 3), UploadOutcome::Duplicate);
+    assert_eq!(fs::read(&path).unwrap(), file);
+    assert_eq!(fs::metadata(&path).unwrap().modified().unwrap(), mtime);
+    assert_eq!(files_under(&fx.links()), vec![path]);
+    assert_eq!(fx.job(u.job_id), job);
+    assert_eq!(fx.host_rec(a).jobs_done, 1);
+    assert_eq!(fx.host_rec(a).pages_done, host.pages_done);
+    assert_eq!(fx.grid.status().jobs_done, 1);
+    assert_eq!(fx.round_state(round), RoundState::Running);
+}
+
+#[test]
+fn bad_uploads_are_rejected_and_write_nothing() {
+    let (mut fx, _) = Fx::with_round(8, 5);
+    let a = fx.host();
+    let b = fx.host();
+    let (units, _) = fx.ask(a, 8, &[], T0);
+    assert_eq!(units.len(), 8);
+    let now = T0 + 1000;
+    let mut rejected = Vec::new();
+    let mut expect_rejected =
+        |fx: &mut Fx, host: u64, unit_id: u64, sum: ScanSummary, file: &[u8]| match fx
+            .grid
+            .upload(host, unit_id, sum, file, None, now)
+            .unwrap()
+        {
+            UploadOutcome::Rejected(reason) => {
+                assert!(!reason.is_empty());
+                rejected.push(reason);
+            }
+            other => panic!("unit {unit_id}: expected Rejected, got {other:?}"),
+        };
+
+    // Not a link file at all.
+    expect_rejected(&mut fx, a, units[0].unit_id, summary(0), b"not a link file");
+    // A valid file with one byte flipped.
+    let (sum, mut file) = result_for(&units[1], 20);
+    let mid = file.len() / 2;
+    file[mid] ^= 0x40;
+    expect_rejected(&mut fx, a, units[1].unit_id, sum, &file);
+    // A header for another unit, another round, another site.
+    let (sum, file) = result_for(&units[3], 2);
+    expect_rejected(&mut fx, a, units[2].unit_id, sum, &file);
+    let mut h = header_for(&units[3], 2);
+    h.round_id += 1000;
+    let file = linkfile::encode(&h, &records(&units[3].site, 2)).unwrap();
+    expect_rejected(&mut fx, a, units[3].unit_id, summary(2), &file);
+    let mut h = header_for(&units[4], 2);
+    h.site = "elsewhere.test".into();
+    let file = linkfile::encode(&h, &records(&units[4].site, 2)).unwrap();
+    expect_rejected(&mut fx, a, units[4].unit_id, summary(2), &file);
+    // A summary whose link count disagrees with the file.
+    let (_, file) = result_for(&units[5], 3);
+    expect_rejected(&mut fx, a, units[5].unit_id, summary(4), &file);
+    // A unit issued to another host, with an otherwise valid file.
+    let (sum, file) = result_for(&units[6], 3);
+    expect_rejected(&mut fx, b, units[6].unit_id, sum.clone(), &file);
+    // A unit nobody issued.
+    expect_rejected(&mut fx, a, 987_654_321, sum, &file);
+    assert_eq!(rejected.len(), 8);
+    assert!(rejected[5].contains("summary"));
+    assert!(rejected[6].contains("not issued"));
+    assert!(rejected[7].contains("unknown unit"));
+
+    assert!(files_under(&fx.links()).is_empty(), "nothing under links/");
+    // A refused result ends its attempt: the job goes back to the queue.
+    for u in &units[..6] {
+        assert!(matches!(
+            fx.attempt(u.unit_id).state,
+            AttemptState::Failed(_)
+        ));
+        let job = fx.job(u.job_id);
+        assert_eq!(job.state, JobState::Queued);
+        assert!(job.result.is_none());
+        assert_eq!(job.reasons.len(), 1);
+    }
+    assert_eq!(fx.host_rec(a).failures, 6);
+    assert_eq!(fx.host_rec(a).jobs_done, 0);
+    // Another host's upload does not touch the owner's attempt nor count against it.
+    assert_eq!(fx.attempt(units[6].unit_id).state, AttemptState::Running);
+    assert_eq!(fx.job(units[6].job_id).state, JobState::Running);
+    assert_eq!(fx.host_rec(b).failures, 0);
+    assert_eq!(fx.grid.status().jobs_done, 0);
+}
+
+#[test]
+fn an_accepted_link_file_is_durable_and_decodes() {
+    let (mut fx, _) = Fx::with_round(1, 3);
+    let a = fx.host();
+    let u = fx.one(a, &[], T0);
+    let (sum, file) = result_for(&u, 12);
+    assert!(!lf_path(&fx, &u).exists());
+    assert_eq!(
+        fx.grid
+            .upload(a, u.unit_id, sum, &file, None, T0 + 1)
+            .unwrap(),
+        UploadOutcome::Accepted
+    );
+    assert_eq!(fx.grid.links_dir(), fx.links().as_path());
+    let path = lf_path(&fx, &u);
+    let on_disk = fs::read(&path).unwrap();
+    assert_eq!(on_disk, file);
+    let (h, recs) = linkfile::decode(&on_disk).unwrap();
+    assert_eq!(h, header_for(&u, 12));
+    assert_eq!(recs, records(&u.site, 12));
+    let all = files_under(&fx.links());
+    assert_eq!(all, vec![path.clone()]);
+    assert!(all.iter().all(|p| p.extension().is_some_and(|e| e == "lf")));
+    let job = fx.job(u.job_id);
+    assert_eq!(
+        fx.links().join(&job.result.unwrap().file),
+        path,
+        "the stored relative path names the file"
+    );
+}
+
+/// A result with a record from a page on an excluded host inside the
+/// scope is refused: a crawl never requests such a page.
+#[test]
+fn a_record_from_an_excluded_host_is_refused() {
+    let mut fx = Fx::new();
+    fx.grid.add_sites(&["t.test".into()], T0).unwrap();
+    fx.grid
+        .exclude(excl("lab.t.test"), "lab asked", T0)
+        .unwrap();
+    let mut p = params(3);
+    p.scope = Scope::Domain;
+    fx.grid.start_round(p, T0).unwrap();
+    let a = fx.host();
+    let unit = fx.one(a, &[], T0);
+    assert_eq!(unit.exclusions, vec![excl("lab.t.test")]);
+    let mut recs = records("t.test", 3);
+    recs[2].source_url = "http://www.lab.t.test/p".into();
+    let file = linkfile::encode(&header_for(&unit, 3), &recs).unwrap();
+    let out = fx
+        .grid
+        .upload(a, unit.unit_id, summary(3), &file, None, T0 + 1)
+        .unwrap();
+    assert!(
+        matches!(&out, UploadOutcome::Rejected(m) if m.contains("www.lab.t.test")),
+        "{out:?}"
+    );
+    // The job goes on; the same result without that record is taken
+    // (the source is inside the domain scope: only the exclusion refused it).
+    let again = fx.one(a, &[], T0 + 2);
+    let file = linkfile::encode(&header_for(&again, 2), &recs[..2]).unwrap();
+    let out = fx
+        .grid
+        .upload(a, again.unit_id, summary(2), &file, None, T0 + 3)
+        .unwrap();
+    assert_eq!(out, UploadOutcome::Accepted);
+}
+
+/// The steps the server runs apart (the link file is verified and
+/// written outside the grid lock), interleaved: two copies of a job and
+/// the same unit twice each write a whole file of their own; the first
+/// to finish wins, a loser's file is removed, the winner's stays.
+#[test]
+fn interleaved_uploads_keep_exactly_the_winners_file() {
+    let (mut fx, hosts) = two_hosts(1);
+    let (slow, fast) = (hosts[0], hosts[1]);
+    fx.grid.benchmark(slow, 0.1, 10.0, 1, T0).unwrap();
+    fx.grid.benchmark(fast, 100.0, 1000.0, 1, T0).unwrap();
+    start(&mut fx, "adaptive", T0);
+    let t = T0 + scheduler::ONLINE_WINDOW_MS + 1;
+    let u = fx.one(slow, &[], t);
+    // Two copies run at once only when one passed its deadline (a host
+    // asleep, which may wake up and upload late).
+    let t = u.deadline_ms;
+    assert_eq!(fx.grid.tick(t).unwrap(), 1);
+    let v = fx.one(fast, &[], t + 1000);
+    assert_eq!(v.job_id, u.job_id);
+    let begin = |fx: &mut Fx, host: u64, unit: &WorkUnit| match fx
+        .grid
+        .upload_begin(host, unit.unit_id, t + 2000)
+        .unwrap()
+    {
+        UploadStep::Plan(p) => p,
+        UploadStep::Answer(o) => panic!("{o:?}"),
+    };
+    let (sum_u, file_u) = result_for(&u, 3);
+    let (sum_v, file_v) = result_for(&v, 4);
+    // Both copies, and the fast copy a second time (a retry in flight).
+    let pu = begin(&mut fx, slow, &u);
+    let pv = begin(&mut fx, fast, &v);
+    let pv2 = begin(&mut fx, fast, &v);
+    for (p, sum, file) in [
+        (&pu, &sum_u, &file_u),
+        (&pv, &sum_v, &file_v),
+        (&pv2, &sum_v, &file_v),
+    ] {
+        p.verify(sum, file, None).unwrap();
+        p.write(file, None).unwrap();
+    }
+    // A file that lies is refused by `verify`, before anything is written.
+    assert!(pu.verify(&sum_v, &file_v, None).is_err());
+    let done = |fx: &mut Fx, p: &UploadPlan, sum: &ScanSummary| {
+        fx.grid
+            .upload_finish(p, sum.clone(), Verified::default(), t + 3000)
+            .unwrap()
+    };
+    assert_eq!(done(&mut fx, &pv, &sum_v), UploadOutcome::Accepted);
+    assert_eq!(done(&mut fx, &pu, &sum_u), UploadOutcome::Duplicate);
+    assert_eq!(done(&mut fx, &pv2, &sum_v), UploadOutcome::Duplicate);
+    let path = lf_path(&fx, &v);
+    assert_eq!(files_under(&fx.links()), vec![path.clone()]);
+    assert_eq!(fs::read(&path).unwrap(), file_v);
+    let job = fx.job(v.job_id);
+    assert_eq!(job.result.as_ref().map(|r| r.unit_id), Some(v.unit_id));
+    assert_eq!(fx.host_rec(fast).jobs_done, 1);
+    assert_eq!(fx.host_rec(slow).jobs_done, 0);
+}
+
+#[test]
+fn a_scan_that_stops_early_without_its_frontier_or_a_page_is_refused() {
+    let (mut fx, _) = Fx::with_round(1, 5);
+    let a = fx.host();
+    let u = fx.one(a, &[], T0);
+    let (sum, file, _) = partial_for(&u, 3, 3);
+    let o = fx
+        .grid
+        .upload(a, u.unit_id, sum, &file, None, T0 + 1)
+        .unwrap();
+    assert!(
+        matches!(&o, UploadOutcome::Rejected(r) if r.contains("without its frontier")),
+        "{o:?}"
+    );
+    assert!(files_under(&fx.links()).is_empty(), "nothing kept");
+    let job = fx.job(u.job_id);
+    assert_eq!(job.state, JobState::Queued);
+    assert!(job.segments.is_empty() && job.result.is_none());
+    // A frontier with no page gained is a failed attempt, not a segment.
+    let v = fx.one(a, &[], T0 + 2);
+    let (mut sum, file, state) = partial_for(&v, 0, 0);
+    sum.pages = 0;
+    let o = fx
+        .grid
+        .upload(a, v.unit_id, sum, &file, Some(&state), T0 + 3)
+        .unwrap();
+    assert!(matches!(&o, UploadOutcome::Rejected(r) if r.contains("without a page")));
+    assert!(files_under(&fx.links()).is_empty());
+    assert_eq!(fx.job(u.job_id).failed_attempts(), 2);
+    // A frontier of another site, or one that counts fewer pages than
+    // the job already took, is refused.
+    let w = fx.one(a, &[], T0 + 4);
+    let (sum, file, _) = partial_for(&w, 3, 3);
+    let mut other = ScanState::decode(&partial_for(&w, 3, 3).2).unwrap();
+    other.site = "elsewhere.test".into();
+    let o = fx
+        .grid
+        .upload(
+            a,
+            w.unit_id,
+            sum.clone(),
+            &file,
+            Some(&other.encode().unwrap()),
+            T0 + 5,
+        )
+        .unwrap();
+    assert!(matches!(&o, UploadOutcome::Rejected(r) if r.contains("another site")));
+    let x = fx.one(a, &[], T0 + 6);
+    let (sum, file, state) = partial_for(&x, 3, 2);
+    let o = fx
+        .grid
+        .upload(a, x.unit_id, sum, &file, Some(&state), T0 + 7)
+        .unwrap();
+    assert!(matches!(&o, UploadOutcome::Rejected(r) if r.contains("fewer than")));
+}
+
+/// Upload a cut scan of `unit` (2 records, 3 pages done) whose frontier
+/// `edit` changed; returns the answer and the frontier sent.
+fn upload_edited_state(
+    fx: &mut Fx,
+    host: u64,
+    unit: &WorkUnit,
+    edit: impl FnOnce(&mut ScanState),
+    now: u64,
+) -> (UploadOutcome, ScanState) {
+    let (sum, file, state) = partial_for(unit, 2, 3);
+    let mut st = ScanState::decode(&state).unwrap();
+    edit(&mut st);
+    let o = fx
+        .grid
+        .upload(
+            host,
+            unit.unit_id,
+            sum,
+            &file,
+            Some(&st.encode().unwrap()),
+            now,
+        )
+        .unwrap();
+    (o, st)
+}
+
+#[test]
+fn a_kept_frontier_holds_only_the_sites_urls_and_no_robots_answers() {
+    let (mut fx, _) = Fx::with_round(1, 3);
+    let a = fx.host();
+    let u = fx.one(a, &[], T0);
+    // A frontier sending the next host elsewhere is refused.
+    let (o, _) = upload_edited_state(
+        &mut fx,
+        a,
+        &u,
+        |st| {
+            st.queue.push(beebot_shared::scanstate::QueuedUrl {
+                url: "http://victim.test/".into(),
+                depth: 1,
+            })
+        },
+        T0 + 1,
+    );
+    assert!(
+        matches!(&o, UploadOutcome::Rejected(r) if r.contains("victim.test")),
+        "{o:?}"
+    );
+    // So is one deeper than the round allows (params: depth 3).
+    let v = fx.one(a, &[], T0 + 2);
+    let (o, _) = upload_edited_state(&mut fx, a, &v, |st| st.queue[0].depth = 4, T0 + 3);
+    assert!(matches!(&o, UploadOutcome::Rejected(r) if r.contains("depth")));
+    // A host's robots.txt answers are not passed on: the next scan asks.
+    let w = fx.one(a, &[], T0 + 4);
+    let origin = format!("http://{}", w.site);
+    let (o, st) = upload_edited_state(
+        &mut fx,
+        a,
+        &w,
+        |st| {
+            st.robots.push(beebot_shared::scanstate::RobotsAnswer {
+                origin,
+                status: 404,
+                body: Vec::new(),
+            })
+        },
+        T0 + 5,
+    );
+    assert_eq!(o, UploadOutcome::Accepted);
+    let job = fx.job(w.job_id);
+    let kept = fs::read(fx.links().join(&job.segments[0].state_file)).unwrap();
+    let kept = ScanState::decode(&kept).unwrap();
+    assert!(kept.robots.is_empty());
+    assert_eq!(kept.queue, st.queue);
+    assert_eq!(
+        job.segments[0].state_sha256,
+        state_sha256(&kept.encode().unwrap())
+    );
+    // Sent again, the unit's segment is acknowledged before anything is
+    // written: its stored files stay as they were.
+    let before = fs::read(fx.links().join(&job.segments[0].file)).unwrap();
+    assert!(matches!(
+        fx.grid.upload_begin(a, w.unit_id, T0 + 6).unwrap(),
+        UploadStep::Answer(UploadOutcome::Duplicate)
+    ));
+    assert_eq!(
+        fs::read(fx.links().join(&job.segments[0].file)).unwrap(),
+        before
+    );
+}

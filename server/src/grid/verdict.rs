@@ -1,0 +1,378 @@
+//! Verdicts on results: a job's result concluded (kept at once, or checked
+//! against another host's scan), the kept result and its files, a liar's
+//! trust taken away and its other scans dropped, speeds learned from real
+//! jobs.
+//!
+//! Invariants: a job keeps one result, and only the winner's files stay on
+//! disk; a host loses its trust only when another host's scan disagrees
+//! with its result and a third agrees with the other. Nothing here reads an
+//! upload's bytes (see [`super::upload`]).
+
+use beebot_shared::linkfile::ScanSummary;
+
+use super::{push_reason, Grid, GridError, PLAN_HOSTS_SEEN_WITHIN_MS};
+use crate::model::*;
+use crate::scheduler;
+use crate::validate::{self, ValidateMode};
+
+/// The verdicts once the result `w` of `candidates` is kept: the results
+/// that agree with it are valid, the others (the minority) invalid; returns
+/// the authors of results newly found invalid (sorted, once each).
+fn judge_by(candidates: &mut [Candidate], w: usize) -> Vec<u64> {
+    let keep_sketch = candidates[w].sketch.clone();
+    let mut liars = Vec::new();
+    for (i, c) in candidates.iter_mut().enumerate() {
+        let sim = if i == w {
+            1.0
+        } else {
+            validate::similarity(&c.sketch, &keep_sketch)
+        };
+        c.similarity = Some(sim);
+        c.verdict = if i == w || (c.verdict != Verdict::Invalid && sim >= validate::MIN_SIMILARITY)
+        {
+            Verdict::Valid
+        } else {
+            if c.verdict != Verdict::Invalid {
+                liars.extend(c.authors());
+            }
+            Verdict::Invalid
+        };
+    }
+    liars.sort_unstable();
+    liars.dedup();
+    liars
+}
+
+impl Grid {
+    /// A job's chain of scans reached its natural end with `candidate`:
+    /// take it (validation off, or a trusted host not drawn for a spot
+    /// check), or compare it with the job's other results, and decide.
+    pub(super) fn conclude(&mut self, job_id: u64, candidate: Candidate) -> Result<(), GridError> {
+        let Some(job) = self.jobs.get(&job_id) else {
+            return Ok(());
+        };
+        let mode = self
+            .rounds
+            .get(&job.round_id)
+            .map_or(ValidateMode::Off, |r| r.params.validate);
+        let needs_check = self.needs_check(job, mode, &candidate);
+        let checkers_left = self.checkers_left(job, &candidate);
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Ok(());
+        };
+        job.candidates.push(candidate);
+        let new = job.candidates.len() - 1;
+        if !needs_check {
+            job.candidates[new].verdict = Verdict::Unchecked;
+            job.validation = if mode == ValidateMode::Off {
+                JobValidation::Off
+            } else {
+                JobValidation::Trusted
+            };
+            return self.keep_result(job_id, new, &[]);
+        }
+        // The first earlier result this one agrees with (results found
+        // invalid are not compared again).
+        let agree = job.candidates[..new].iter().position(|c| {
+            c.verdict != Verdict::Invalid
+                && validate::similarity(&c.sketch, &job.candidates[new].sketch)
+                    >= validate::MIN_SIMILARITY
+        });
+        if let Some(w) = agree {
+            let liars = judge_by(&mut job.candidates, w);
+            job.validation = JobValidation::Valid;
+            return self.keep_result(job_id, w, &liars);
+        }
+        self.disagreed(job_id, new, checkers_left)
+    }
+
+    /// Whether a job's new result `candidate` is checked under `mode`: all
+    /// are, or (adaptive) one beside other results, of an untrusted author,
+    /// or drawn for a spot check.
+    fn needs_check(&self, job: &JobRecord, mode: ValidateMode, candidate: &Candidate) -> bool {
+        match mode {
+            ValidateMode::Off => false,
+            ValidateMode::All => true,
+            ValidateMode::Adaptive => {
+                job.candidates.iter().any(|c| c.verdict != Verdict::Invalid)
+                    || !candidate.authors().iter().all(|h| self.is_trusted(*h))
+                    || validate::spot_check(
+                        self.project_key.as_bytes(),
+                        job.id,
+                        candidate.result.unit_id,
+                        self.settings.spot_check_percent,
+                    )
+            }
+        }
+    }
+
+    /// Whether a host heard from lately could scan the site for a check:
+    /// none of the authors of the job's results or of `candidate`.
+    fn checkers_left(&self, job: &JobRecord, candidate: &Candidate) -> bool {
+        let now_ms = candidate.result.accepted_ms;
+        let mut all_authors = job.authors();
+        all_authors.extend(candidate.authors());
+        self.hosts.values().any(|h| {
+            !h.revoked
+                && now_ms.saturating_sub(h.last_seen_ms) <= PLAN_HOSTS_SEEN_WITHIN_MS
+                && !all_authors.contains(&h.id)
+        })
+    }
+
+    /// The new result `new` of a job agrees with none before it: the job
+    /// fails once enough results never agreed (or no host is left to scan
+    /// again), else another host scans the site afresh to compare with.
+    fn disagreed(&mut self, job_id: u64, new: usize, checkers_left: bool) -> Result<(), GridError> {
+        let job = self.job_mut(job_id)?;
+        let compared = job
+            .candidates
+            .iter()
+            .filter(|c| c.verdict != Verdict::Invalid)
+            .count();
+        // (A first result waits for a host to check it, however long: the
+        // admin was told at round start when there was none.)
+        if compared >= validate::MAX_RESULTS_PER_JOB || (compared >= 2 && !checkers_left) {
+            let n = compared;
+            job.state = JobState::Failed;
+            job.validation = JobValidation::Invalid;
+            let why = if compared >= validate::MAX_RESULTS_PER_JOB {
+                format!("the results of {n} scans by different hosts never agreed")
+            } else {
+                format!(
+                    "the results of {n} scans by different hosts disagree, and no other \
+                     host to scan it again has been heard from in a day"
+                )
+            };
+            push_reason(job, why);
+            let job = job.clone();
+            self.remove_candidate_files(&job, None);
+            self.store.put_job(&job)?;
+            return Ok(());
+        }
+        // Another host scans the site afresh to compare with.
+        job.validation = JobValidation::Pending;
+        job.chain += 1;
+        job.state = JobState::Queued;
+        job.batch_host = None;
+        job.est_pages = job.candidates[new].pages().max(1) as f64;
+        let job = job.clone();
+        self.store.put_job(&job)?;
+        Ok(())
+    }
+
+    /// The job is done with its result `keep`: the figures of the result's
+    /// scans are learned, hosts whose results were found valid gain trust,
+    /// and `liars` (authors of invalid results) lose it.
+    pub(super) fn keep_result(
+        &mut self,
+        job_id: u64,
+        keep: usize,
+        liars: &[u64],
+    ) -> Result<(), GridError> {
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Ok(());
+        };
+        let kept = job.candidates[keep].clone();
+        job.segments = kept.segments.clone();
+        job.result = Some(kept.result.clone());
+        job.state = JobState::Done;
+        for c in job.candidates.iter_mut() {
+            c.sketch = Vec::new();
+        }
+        let round_id = job.round_id;
+        let valid: Vec<Candidate> = if job.validation == JobValidation::Valid {
+            job.candidates
+                .iter()
+                .filter(|c| c.verdict == Verdict::Valid)
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let job = job.clone();
+        self.remove_candidate_files(&job, Some(keep));
+        self.store.put_job(&job)?;
+        // The frontiers are of no more use.
+        self.drop_states(&job);
+        let delay_s = self
+            .rounds
+            .get(&round_id)
+            .map(|r| r.params.delay_ms as f64 / 1000.0)
+            .unwrap_or(0.0);
+        // The site's figures for the next round: all of the kept result's scans.
+        let pieces: Vec<(u64, &ScanSummary)> = kept
+            .segments
+            .iter()
+            .map(|s| (s.host_id, &s.summary))
+            .chain([(kept.result.host_id, &kept.result.summary)])
+            .collect();
+        if let Some(s) = self.sites.get_mut(&job.site) {
+            s.last_scan = Some(SiteStats {
+                round_id,
+                pages: pieces.iter().map(|(_, p)| p.pages).sum(),
+                bytes: pieces.iter().map(|(_, p)| p.bytes).sum(),
+                links: pieces.iter().map(|(_, p)| p.links).sum(),
+                seconds: pieces
+                    .iter()
+                    .map(|(_, p)| p.elapsed_ms as f64 / 1000.0)
+                    .sum(),
+            });
+            let s = s.clone();
+            self.store.put_site(&s)?;
+        }
+        // Speeds are learned from results found valid or taken from trusted
+        // hosts only, never from a result that waits for its check.
+        let last = pieces.len() - 1;
+        for (i, (host, summary)) in pieces.iter().enumerate() {
+            self.learn_from(*host, summary, delay_s, i == last)?;
+        }
+        self.credit_valid(&valid, &kept, delay_s)?;
+        self.reindex(job_id);
+        for &host in liars {
+            self.distrust(host)?;
+        }
+        Ok(())
+    }
+
+    /// The results found `valid` are real work of their hosts (the checks
+    /// beside the `kept` one teach their speeds too), and each author gains
+    /// trust.
+    fn credit_valid(
+        &mut self,
+        valid: &[Candidate],
+        kept: &Candidate,
+        delay_s: f64,
+    ) -> Result<(), GridError> {
+        for c in valid
+            .iter()
+            .filter(|c| c.result.unit_id != kept.result.unit_id)
+        {
+            for seg in &c.segments {
+                self.learn_from(seg.host_id, &seg.summary, delay_s, false)?;
+            }
+            self.learn_from(c.result.host_id, &c.result.summary, delay_s, false)?;
+        }
+        for c in valid {
+            for host in c.authors() {
+                if let Some(h) = self.hosts.get_mut(&host) {
+                    h.consecutive_valid = h.consecutive_valid.saturating_add(1);
+                    h.valid_results += 1;
+                    let h = h.clone();
+                    self.store.put_host(&h)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A result of `host_id` was found invalid: its trust is reset, and
+    /// every result of it not validated yet is invalid too: results waiting
+    /// for their check (dropped, their job scanned again by others), and the
+    /// scans of open jobs that continue from its segments (those jobs start
+    /// over from their seed).
+    pub(super) fn distrust(&mut self, host_id: u64) -> Result<(), GridError> {
+        if let Some(h) = self.hosts.get_mut(&host_id) {
+            h.consecutive_valid = 0;
+            h.invalid_results += 1;
+            let h = h.clone();
+            self.store.put_host(&h)?;
+        }
+        let open: Vec<u64> = self
+            .open
+            .values()
+            .flat_map(|o| {
+                o.queue
+                    .iter()
+                    .map(|v| v.job_id)
+                    .chain(o.running.iter().copied())
+            })
+            .collect();
+        for job_id in open {
+            let Some(job) = self.jobs.get(&job_id) else {
+                continue;
+            };
+            let pending_by_host = job
+                .candidates
+                .iter()
+                .any(|c| c.verdict == Verdict::Pending && c.authors().contains(&host_id));
+            let chain_by_host = job.segments.iter().any(|s| s.host_id == host_id);
+            if !pending_by_host && !chain_by_host {
+                continue;
+            }
+            let mut job = job.clone();
+            if pending_by_host {
+                let mut dropped = 0;
+                for c in job.candidates.iter_mut() {
+                    if c.verdict == Verdict::Pending && c.authors().contains(&host_id) {
+                        self.remove_chain_files(&c.segments, Some(&c.result));
+                        c.verdict = Verdict::Invalid;
+                        c.sketch = Vec::new();
+                        dropped += 1;
+                    }
+                }
+                if let Some(h) = self.hosts.get_mut(&host_id) {
+                    h.invalid_results += dropped;
+                    let h = h.clone();
+                    self.store.put_host(&h)?;
+                }
+                push_reason(
+                    &mut job,
+                    format!("host {host_id} was found lying: its result here is dropped"),
+                );
+            }
+            if chain_by_host {
+                self.remove_chain_files(&job.segments, None);
+                job.segments.clear();
+                job.chain_sketch.clear();
+                job.chain += 1;
+                for a in job.attempts.iter_mut() {
+                    if a.state == AttemptState::Running {
+                        a.state = AttemptState::Aborted;
+                    }
+                }
+                job.state = JobState::Queued;
+                push_reason(
+                    &mut job,
+                    format!("host {host_id} was found lying: the scan starts over"),
+                );
+            }
+            if job.validation == JobValidation::Pending
+                && job.candidates.iter().all(|c| c.verdict == Verdict::Invalid)
+            {
+                job.validation = JobValidation::None;
+            }
+            self.store.put_job(&job)?;
+            self.jobs.insert(job_id, job);
+            self.reindex(job_id);
+        }
+        Ok(())
+    }
+
+    /// A host's figures from one of its scans, in a result taken.
+    pub(super) fn learn_from(
+        &mut self,
+        host_id: u64,
+        summary: &ScanSummary,
+        delay_s: f64,
+        job_done: bool,
+    ) -> Result<(), GridError> {
+        let (pages, bytes) = (summary.pages, summary.bytes);
+        let seconds = summary.elapsed_ms as f64 / 1000.0;
+        if let Some(h) = self.hosts.get_mut(&host_id) {
+            if job_done {
+                h.jobs_done += 1;
+            }
+            h.pages_done += pages;
+            h.seconds_done += seconds;
+            h.bytes_done = h.bytes_done.saturating_add(bytes);
+            h.avg_pages_per_s = scheduler::learn_speed(h.avg_pages_per_s, pages, seconds, delay_s);
+            h.avg_kb_per_s = scheduler::learn_speed(h.avg_kb_per_s, bytes / 1024, seconds, 0.0);
+            let h = h.clone();
+            self.store.put_host(&h)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

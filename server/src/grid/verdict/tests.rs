@@ -1,0 +1,315 @@
+//! Tests of validation: checks, third copies, distrust.
+
+use super::*;
+use crate::grid::testkit::*;
+use crate::grid::*;
+
+use beebot_shared::linkfile;
+use beebot_shared::sign::WorkUnit;
+
+use crate::validate::{self, ValidateMode};
+use beebot_shared::extract::LinkTag;
+use beebot_shared::linkfile::LinkRecord;
+
+/// A grid with `sites` sites, `hosts` hosts and a round validating `mode`.
+fn validating(sites: usize, hosts: usize, mode: ValidateMode) -> (Fx, Vec<u64>) {
+    let mut fx = Fx::new();
+    fx.grid.add_sites(&site_names(sites), T0).unwrap();
+    let ids = (0..hosts).map(|_| fx.host()).collect();
+    let p = RoundParams {
+        validate: mode,
+        ..params(3)
+    };
+    fx.grid.start_round(p, T0).unwrap();
+    (fx, ids)
+}
+
+/// Upload a natural-end result of `records` for `unit`.
+fn upload_records(
+    fx: &mut Fx,
+    host: u64,
+    unit: &WorkUnit,
+    records: &[LinkRecord],
+    now: u64,
+) -> UploadOutcome {
+    let file = linkfile::encode(&header_for(unit, records.len()), records).unwrap();
+    fx.grid
+        .upload(host, unit.unit_id, summary(records.len()), &file, None, now)
+        .unwrap()
+}
+
+/// What a liar returns for `site`: links that do not exist.
+fn fabricated(site: &str, n: usize) -> Vec<LinkRecord> {
+    (0..n)
+        .map(|i| LinkRecord {
+            source_url: format!("http://{site}/made-up{}", i % 3),
+            target_url: format!("http://{site}/nowhere{i}"),
+            tag: LinkTag::A,
+            nofollow: false,
+            anchor_text: String::new(),
+        })
+        .collect()
+}
+
+#[test]
+fn an_untrusted_hosts_result_is_checked_by_another_hosts_scan() {
+    let (mut fx, h) = validating(1, 2, ValidateMode::Adaptive);
+    let u = fx.one(h[0], &[], T0);
+    assert_eq!(fx.upload(h[0], &u, 6, T0 + 1000), UploadOutcome::Accepted);
+    let job = fx.job(u.job_id);
+    // Not done: it waits for another host's scan, which the author may not make.
+    assert_eq!(job.state, JobState::Queued);
+    assert_eq!(job.validation, JobValidation::Pending);
+    assert!(job.result.is_none());
+    assert_eq!(job.candidates.len(), 1);
+    nothing_for(&mut fx, h[0], T0 + 2000);
+    // Its speed is not learned from a result not yet validated.
+    assert_eq!(fx.host_rec(h[0]).avg_pages_per_s, None);
+    assert_eq!(fx.host_rec(h[0]).jobs_done, 0);
+    let v = fx.one(h[1], &[], T0 + 3000);
+    assert_eq!(v.job_id, u.job_id);
+    assert!(v.resume.is_none(), "a check scans the site afresh");
+    assert_eq!(fx.upload(h[1], &v, 6, T0 + 4000), UploadOutcome::Accepted);
+    let job = fx.job(u.job_id);
+    assert_eq!(job.state, JobState::Done);
+    assert_eq!(job.validation, JobValidation::Valid);
+    assert!(job.candidates.iter().all(|c| c.verdict == Verdict::Valid));
+    // The first result is kept; the check's file is removed.
+    assert_eq!(job.result.as_ref().unwrap().unit_id, u.unit_id);
+    assert!(lf_path(&fx, &u).exists());
+    assert!(!lf_path(&fx, &v).exists());
+    for id in &h {
+        let rec = fx.host_rec(*id);
+        assert_eq!((rec.consecutive_valid, rec.valid_results), (1, 1));
+        assert!(rec.avg_pages_per_s.is_some(), "learned once valid");
+    }
+    assert_eq!(fx.host_rec(h[0]).jobs_done, 1);
+    assert_eq!(fx.round_state(job.round_id), RoundState::Done);
+    // Trust is stored.
+    let (dir, key) = (fx.dir.path().to_path_buf(), fx.key.clone());
+    drop(fx.grid);
+    let g = open_grid(&dir, &key);
+    assert_eq!(g.hosts[&h[1]].consecutive_valid, 1);
+}
+
+#[test]
+fn a_result_that_disagrees_gets_a_third_copy_and_the_liar_loses_its_trust() {
+    let (mut fx, h) = validating(2, 3, ValidateMode::All);
+    let (liar, honest, third) = (h[0], h[1], h[2]);
+    // The liar earned some trust before.
+    fx.grid.hosts.get_mut(&liar).unwrap().consecutive_valid = 5;
+    let u = fx.one(liar, &[], T0);
+    let u2 = fx.one(liar, &[u.unit_id], T0);
+    let fake = fabricated(&u.site, 6);
+    assert_eq!(
+        upload_records(&mut fx, liar, &u, &fake, T0 + 1000),
+        UploadOutcome::Accepted
+    );
+    // Its second result waits for its check too.
+    assert_eq!(fx.upload(liar, &u2, 6, T0 + 1000), UploadOutcome::Accepted);
+    assert_eq!(fx.job(u2.job_id).validation, JobValidation::Pending);
+    let v = fx.one(honest, &[], T0 + 2000);
+    assert_eq!(v.job_id, u.job_id);
+    assert_eq!(fx.upload(honest, &v, 6, T0 + 3000), UploadOutcome::Accepted);
+    // They disagree: a third host scans the site.
+    let job = fx.job(u.job_id);
+    assert_eq!(job.state, JobState::Queued);
+    assert_eq!(job.candidates.len(), 2);
+    nothing_for(&mut fx, liar, T0 + 3500);
+    let w = fx.one(third, &[], T0 + 4000);
+    assert_eq!(w.job_id, u.job_id);
+    assert_eq!(fx.upload(third, &w, 6, T0 + 5000), UploadOutcome::Accepted);
+    let job = fx.job(u.job_id);
+    assert_eq!(job.state, JobState::Done);
+    assert_eq!(job.validation, JobValidation::Valid);
+    let verdicts: Vec<Verdict> = job.candidates.iter().map(|c| c.verdict).collect();
+    assert_eq!(
+        verdicts,
+        [Verdict::Invalid, Verdict::Valid, Verdict::Valid],
+        "the minority is invalid"
+    );
+    assert_eq!(job.candidates[0].similarity, Some(0.0));
+    assert_eq!(job.result.as_ref().unwrap().unit_id, v.unit_id);
+    assert!(!lf_path(&fx, &u).exists(), "an invalid result's file goes");
+    let rec = fx.host_rec(liar);
+    assert_eq!(rec.consecutive_valid, 0);
+    assert_eq!(rec.avg_pages_per_s, None, "nothing learned from a liar");
+    // The liar's other result, not validated yet, is dropped and its
+    // job scanned afresh by someone else.
+    let job2 = fx.job(u2.job_id);
+    let verdicts: Vec<Verdict> = job2.candidates.iter().map(|c| c.verdict).collect();
+    assert_eq!(verdicts, [Verdict::Invalid]);
+    assert_eq!(fx.host_rec(liar).invalid_results, 2);
+    nothing_for(&mut fx, liar, T0 + 5500);
+    assert_eq!(job2.state, JobState::Queued);
+    assert_eq!(job2.validation, JobValidation::None);
+    assert!(!lf_path(&fx, &u2).exists());
+    assert!(job2.reasons.iter().any(|r| r.contains("found lying")));
+}
+
+#[test]
+fn a_trusted_host_is_checked_only_when_drawn_for_a_spot_check() {
+    // trust_after is 2 in these tests, spot checks 0%.
+    let (mut fx, h) = validating(5, 2, ValidateMode::Adaptive);
+    fx.grid.hosts.get_mut(&h[0]).unwrap().consecutive_valid = 2;
+    assert!(fx.grid.is_trusted(h[0]));
+    let u = fx.one(h[0], &[], T0);
+    assert_eq!(fx.upload(h[0], &u, 6, T0 + 1000), UploadOutcome::Accepted);
+    let job = fx.job(u.job_id);
+    assert_eq!(
+        (job.state, job.validation),
+        (JobState::Done, JobValidation::Trusted)
+    );
+    assert_eq!(
+        fx.host_rec(h[0]).jobs_done,
+        1,
+        "a trusted result is learned at once"
+    );
+    // Every result drawn: the trusted host's result waits for its check,
+    // which goes to a host that is not its author.
+    fx.grid.settings.spot_check_percent = 100;
+    let u = fx.one(h[0], &[], T0 + 2000);
+    assert_eq!(fx.upload(h[0], &u, 6, T0 + 3000), UploadOutcome::Accepted);
+    assert_eq!(fx.job(u.job_id).validation, JobValidation::Pending);
+    let v = fx.one(h[1], &[], T0 + 4000);
+    assert_eq!(v.job_id, u.job_id, "the check comes first in list order");
+    // With validation off, nothing is ever checked.
+    let (mut fx, h) = validating(1, 1, ValidateMode::Off);
+    let u = fx.one(h[0], &[], T0);
+    assert_eq!(fx.upload(h[0], &u, 6, T0 + 1000), UploadOutcome::Accepted);
+    assert_eq!(fx.job(u.job_id).validation, JobValidation::Off);
+    assert_eq!(fx.job(u.job_id).state, JobState::Done);
+}
+
+#[test]
+fn a_check_goes_to_a_trusted_host_while_one_is_online() {
+    let (mut fx, h) = validating(2, 3, ValidateMode::Adaptive);
+    let (author, untrusted, trusted) = (h[0], h[1], h[2]);
+    fx.grid.hosts.get_mut(&trusted).unwrap().consecutive_valid = 2;
+    let u = fx.one(author, &[], T0);
+    assert_eq!(fx.upload(author, &u, 6, T0 + 1000), UploadOutcome::Accepted);
+    // The untrusted host gets the other site, not the check.
+    let (units, _) = fx.ask(untrusted, 4, &[], T0 + 1500);
+    assert!(units.iter().all(|x| x.job_id != u.job_id), "{units:?}");
+    let v = fx.one(trusted, &[], T0 + 2000);
+    assert_eq!(v.job_id, u.job_id);
+}
+
+#[test]
+fn results_that_never_agree_fail_the_job_and_nobody_loses_trust() {
+    let (mut fx, h) = validating(1, validate::MAX_RESULTS_PER_JOB, ValidateMode::All);
+    let mut t = T0;
+    for (i, host) in h.iter().enumerate() {
+        let u = fx.one(*host, &[], t);
+        let mine = fabricated(&format!("{}/{i}", u.site), 5);
+        let mine: Vec<LinkRecord> = mine
+            .into_iter()
+            .map(|mut r| {
+                r.source_url = format!("http://{}/p{i}", u.site);
+                r
+            })
+            .collect();
+        assert_eq!(
+            upload_records(&mut fx, *host, &u, &mine, t + 500),
+            UploadOutcome::Accepted
+        );
+        t += 1000;
+    }
+    let job = fx.job(fx.grid.jobs.keys().copied().next().unwrap());
+    assert_eq!(
+        (job.state, job.validation),
+        (JobState::Failed, JobValidation::Invalid)
+    );
+    assert!(
+        job.reasons.last().unwrap().contains("never agreed"),
+        "{:?}",
+        job.reasons
+    );
+    assert!(h.iter().all(|id| fx.host_rec(*id).invalid_results == 0));
+    assert_eq!(fx.round_state(job.round_id), RoundState::Done);
+}
+
+#[test]
+fn a_liars_scans_that_others_continue_are_dropped_and_the_site_starts_over() {
+    let (mut fx, h) = validating(2, 3, ValidateMode::All);
+    let (liar, honest, third) = (h[0], h[1], h[2]);
+    let u = fx.one(liar, &[], T0);
+    let u2 = fx.one(liar, &[u.unit_id], T0);
+    // The liar's scan of the second site stops early: a segment the job
+    // continues from.
+    let (sum, file, state) = partial_for(&u2, 6, 3);
+    assert_eq!(
+        fx.grid
+            .upload(liar, u2.unit_id, sum, &file, Some(&state), T0 + 500)
+            .unwrap(),
+        UploadOutcome::Accepted
+    );
+    assert_eq!(fx.job(u2.job_id).segments.len(), 1);
+    let fake = fabricated(&u.site, 6);
+    assert_eq!(
+        upload_records(&mut fx, liar, &u, &fake, T0 + 1000),
+        UploadOutcome::Accepted
+    );
+    // An honest host continues the second site from the liar's frontier.
+    let (units, _) = fx.ask(honest, 2, &[], T0 + 2000);
+    let cont = units
+        .iter()
+        .find(|x| x.job_id == u2.job_id)
+        .unwrap()
+        .clone();
+    assert!(cont.resume.is_some());
+    let check = units.iter().find(|x| x.job_id == u.job_id).unwrap().clone();
+    assert_eq!(
+        fx.upload(honest, &check, 6, T0 + 3000),
+        UploadOutcome::Accepted
+    );
+    let w = fx.one(third, &[], T0 + 4000);
+    assert_eq!(w.job_id, u.job_id);
+    assert_eq!(fx.upload(third, &w, 6, T0 + 5000), UploadOutcome::Accepted);
+    assert_eq!(fx.host_rec(liar).invalid_results, 1);
+    // The second site starts over from its seed: the liar's segment is
+    // dropped, and the continuation built on it is stopped.
+    let job2 = fx.job(u2.job_id);
+    assert!(job2.segments.is_empty());
+    assert_eq!(job2.chain, 1);
+    assert_eq!(job2.state, JobState::Queued);
+    assert!(!lf_path(&fx, &u2).exists());
+    assert!(matches!(
+        fx.grid
+            .progress(honest, cont.unit_id, 5, 5, T0 + 6000)
+            .unwrap(),
+        ProgressOutcome::Abort(_)
+    ));
+    assert_eq!(
+        fx.upload(honest, &cont, 6, T0 + 6500),
+        UploadOutcome::Duplicate,
+        "a result built on a dropped frontier is not kept"
+    );
+    let fresh = fx.one(honest, &[], T0 + 7000);
+    assert_eq!(fresh.job_id, u2.job_id);
+    assert!(fresh.resume.is_none());
+}
+
+#[test]
+fn results_that_disagree_with_no_other_host_to_scan_again_fail_the_job() {
+    let (mut fx, h) = validating(1, 2, ValidateMode::All);
+    let u = fx.one(h[0], &[], T0);
+    let fake = fabricated(&u.site, 6);
+    assert_eq!(
+        upload_records(&mut fx, h[0], &u, &fake, T0 + 500),
+        UploadOutcome::Accepted
+    );
+    let v = fx.one(h[1], &[], T0 + 1000);
+    assert_eq!(fx.upload(h[1], &v, 6, T0 + 2000), UploadOutcome::Accepted);
+    let job = fx.job(u.job_id);
+    assert_eq!(
+        (job.state, job.validation),
+        (JobState::Failed, JobValidation::Invalid)
+    );
+    assert!(
+        job.reasons.last().unwrap().contains("no other host"),
+        "{:?}",
+        job.reasons
+    );
+    assert_eq!(fx.round_state(job.round_id), RoundState::Done);
+}
