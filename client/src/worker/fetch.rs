@@ -1,0 +1,162 @@
+//! Asking for work: when the buffer runs low (see [`super::work_wanted`]),
+//! or the server hinted that work is available, request units, verify each
+//! against the project key and spool it before holding it.
+//!
+//! A unit signed with another key or issued to another host is refused and
+//! never held; answers whose every unit is refused back off like failures.
+//! A full spool takes no new work. Nothing here starts a scan.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use beebot_shared::limits::MAX_RETRY_AFTER_SECS;
+use beebot_shared::proto::{Request, Response};
+use beebot_shared::sign;
+
+use crate::home::{SpooledUnit, MAX_SPOOLED_UNITS};
+
+use super::held::{Held, HeldState, Worker};
+use super::{backoff_bound, backoff_delay, work_wanted};
+
+/// What the status says while the spool is over its cap.
+const SPOOL_FULL: &str =
+    "the spool is over its disk cap (spool_cap_mb): no new work until results are uploaded";
+
+/// A host told that work is available (`WorkAvailable`) asks within a
+/// random wait of up to this long, so connected hosts do not ask in lockstep.
+pub const WORK_HINT_JITTER: Duration = Duration::from_secs(1);
+
+impl Worker {
+    /// Ask for work when the buffer runs low.
+    pub(super) async fn fetch_work(&mut self) -> Result<bool> {
+        // A full spool takes no new work until uploads free it.
+        if self.opts.spool_cap_bytes > 0 && self.home.spool_bytes() >= self.opts.spool_cap_bytes {
+            if self.last_error.as_deref() != Some(SPOOL_FULL) {
+                tracing::warn!("{SPOOL_FULL}");
+                self.last_error = Some(SPOOL_FULL.into());
+            }
+            return Ok(true);
+        }
+        // The server pushed `WorkAvailable` (a round started or was
+        // cancelled): ask within a moment, whatever the buffer holds.
+        if self.link.as_ref().is_some_and(|l| l.take_work_hint()) {
+            let wait = WORK_HINT_JITTER.mul_f64(rand::random::<f64>());
+            self.hinted_at = Some(Instant::now() + wait);
+        }
+        let hinted = self.hinted_at.is_some_and(|t| Instant::now() >= t);
+        let unfinished = self
+            .held
+            .values()
+            .filter(|h| matches!(h.state, HeldState::Waiting | HeldState::Crawling { .. }))
+            .count();
+        // Hold enough units per slot that no slot idles for a round trip, and
+        // the buffer's seconds of work (see `work_wanted`).
+        let wanted = work_wanted(
+            self.opts.slots,
+            unfinished,
+            self.job_s,
+            self.round_trip_s,
+            self.opts.buffer_min_s,
+            self.opts.buffer_seconds,
+        )
+        .filter(|_| self.held.len() < MAX_SPOOLED_UNITS && self.gate_open());
+        if !hinted && (wanted.is_none() || Instant::now() < self.next_request) {
+            return Ok(true);
+        }
+        // Hinted with a full buffer (or the gate shut): nothing asked for,
+        // but the answer names the held units of a cancelled round.
+        let (want_seconds, free_slots) = wanted.unwrap_or((0, 0));
+        self.hinted_at = None;
+        // Near the end of a window, ask only for work that fits in it.
+        let want_seconds = match self.opts.gate.as_ref().and_then(|g| g.seconds_left_open()) {
+            Some(left) => want_seconds.min(left),
+            None => want_seconds,
+        };
+        let req = Request::RequestWork {
+            want_seconds,
+            free_slots,
+            units_held: self.units_held(),
+            open_windows: self.opts.gate.as_ref().and_then(|g| g.open_intervals()),
+        };
+        match self.request(&req).await {
+            Ok(Response::Work {
+                units,
+                retry_after_s,
+                rounds_open,
+                cancelled_units,
+            }) => {
+                self.drop_cancelled(&cancelled_units);
+                self.server_idle = units.is_empty() && !rounds_open;
+                if units.is_empty() {
+                    let wait = retry_after_s.unwrap_or(30).min(MAX_RETRY_AFTER_SECS);
+                    // A little jitter so hosts do not ask in lockstep.
+                    let jitter = 1.0 + rand::random::<f64>() * 0.2;
+                    self.next_request = Instant::now() + Duration::from_secs(wait).mul_f64(jitter);
+                }
+                let offered = units.len();
+                let refused_before = self.stats.units_refused;
+                for signed in units {
+                    match sign::verify_unit(&self.project_key, &signed) {
+                        Ok(unit) if unit.host_id == self.enrolment.host_id => {
+                            let s = SpooledUnit { signed, unit };
+                            self.home.spool_unit(&s)?;
+                            self.stats.units_received += 1;
+                            self.refusals = 0;
+                            self.held.insert(
+                                s.unit.unit_id,
+                                Held {
+                                    deadline_ms: s.unit.deadline_ms,
+                                    needs_state: s.unit.resume.is_some(),
+                                    unit: s,
+                                    state: HeldState::Waiting,
+                                },
+                            );
+                        }
+                        Ok(unit) => {
+                            self.stats.units_refused += 1;
+                            tracing::error!(
+                                unit_id = unit.unit_id,
+                                "refused a unit issued to another host"
+                            );
+                        }
+                        Err(e) => {
+                            self.stats.units_refused += 1;
+                            tracing::error!("refused a work unit: {e}");
+                        }
+                    }
+                }
+                if offered > 0 && self.stats.units_refused - refused_before == offered as u64 {
+                    // Nothing usable (a server signing with another key than
+                    // the one joined, or sending others' units): back off
+                    // like a failure instead of asking again at once, longer
+                    // each time until a usable unit arrives.
+                    self.refusals = self.refusals.saturating_add(1);
+                    let wait = backoff_delay(
+                        self.refusals,
+                        self.opts.backoff_base,
+                        self.opts.backoff_cap,
+                        rand::random::<f64>(),
+                    );
+                    tracing::warn!(
+                        "every unit offered was refused; asking again in {:.1}s (backoff bound {}s)",
+                        wait.as_secs_f64(),
+                        backoff_bound(self.refusals, self.opts.backoff_base, self.opts.backoff_cap)
+                            .as_secs()
+                    );
+                    self.next_request = Instant::now() + wait;
+                }
+                Ok(true)
+            }
+            Ok(other) => {
+                tracing::warn!("unexpected answer to a work request: {other:?}");
+                self.next_request = Instant::now() + Duration::from_secs(30);
+                Ok(true)
+            }
+            Err(e) if e.is_permanent() => Err(e).context("the server refused this host"),
+            Err(e) => {
+                self.net_failed(&e);
+                Ok(false)
+            }
+        }
+    }
+}
