@@ -16,24 +16,7 @@ use super::held::{HeldState, Worker};
 impl Worker {
     /// Report progress of running scans; stop the ones the server aborts.
     pub(super) async fn report_progress(&mut self) -> Result<bool> {
-        let due: Vec<(u64, u64, u64)> = self
-            .held
-            .iter()
-            .filter_map(|(id, h)| match &h.state {
-                HeldState::Crawling {
-                    pages,
-                    links,
-                    last_progress,
-                    ..
-                } if last_progress.elapsed() >= self.opts.progress_interval => Some((
-                    *id,
-                    pages.load(Ordering::Relaxed),
-                    links.load(Ordering::Relaxed),
-                )),
-                _ => None,
-            })
-            .collect();
-        for (unit_id, pages, links) in due {
+        for (unit_id, pages, links) in self.progress_due() {
             let r = self
                 .request(&Request::Progress {
                     unit_id,
@@ -95,5 +78,25 @@ impl Worker {
             }
         }
         Ok(true)
+    }
+
+    /// `(unit_id, pages, links)` of the running scans due to report.
+    fn progress_due(&self) -> Vec<(u64, u64, u64)> {
+        self.held
+            .iter()
+            .filter_map(|(id, h)| match &h.state {
+                HeldState::Crawling {
+                    pages,
+                    links,
+                    last_progress,
+                    ..
+                } if last_progress.elapsed() >= self.opts.progress_interval => Some((
+                    *id,
+                    pages.load(Ordering::Relaxed),
+                    links.load(Ordering::Relaxed),
+                )),
+                _ => None,
+            })
+            .collect()
     }
 }

@@ -204,92 +204,109 @@ impl Worker {
             if running >= slots {
                 break;
             }
-            let Some(h) = self.held.get_mut(&unit_id) else {
-                continue;
-            };
-            if h.needs_state {
-                continue; // its state comes first (`fetch_states`)
+            if self.start_scan(unit_id) {
+                running += 1;
             }
-            // The unit's checkpoint: its own earlier run, or the state of a
-            // continuation unit. A damaged one starts the scan over (a
-            // continuation unit fetches its state again).
-            let read = self.home.checkpoint(unit_id);
-            if let Err(e) = &read {
-                tracing::warn!(unit_id, "checkpoint unreadable, not used: {e:#}");
-                self.home.remove_checkpoint(unit_id);
-            }
-            let checkpoint = match start_from(h.unit.unit.resume.is_some(), read) {
-                StartFrom::Seed => None,
-                StartFrom::Checkpoint(c) => Some(*c),
-                StartFrom::FetchState => {
-                    tracing::warn!(unit_id, "continuation unit without its state: fetching it");
-                    h.needs_state = true;
-                    continue;
-                }
-            };
-            let unit = h.unit.unit.clone();
-            let spent =
-                Duration::from_millis(checkpoint.as_ref().map_or(0, |c| c.summary.elapsed_ms));
-            let spec = match crawl_spec(&unit, checkpoint.as_ref().map(|c| c.state.clone()), spent)
-            {
-                Ok(s) => s,
-                Err(e) => {
-                    let _ = self.done_tx.try_send(ScanDone {
-                        unit_id,
-                        result: ScanEnd::Failed(e.to_string()),
-                    });
-                    h.state = HeldState::Aborted;
-                    continue;
-                }
-            };
-            let (pages_before, links_before) = checkpoint
-                .as_ref()
-                .map_or((0, 0), |c| (c.summary.pages, c.records.len() as u64));
-            let cancel = Arc::new(AtomicBool::new(false));
-            let hand_over = Arc::new(AtomicBool::new(false));
-            let pages = Arc::new(AtomicU64::new(pages_before));
-            let links = Arc::new(AtomicU64::new(links_before));
-            let slot = Arc::new(CheckpointSlot::new(checkpoint.as_ref()));
-            h.state = HeldState::Crawling {
-                cancel: cancel.clone(),
-                hand_over: hand_over.clone(),
-                pages: pages.clone(),
-                links: links.clone(),
-                last_progress: Instant::now(),
-                started: Instant::now(),
-                slot: slot.clone(),
-            };
-            let cfg = self.opts.crawler.clone();
-            let hooks = ScanHooks {
-                cancel,
-                hand_over,
-                pages,
-                links,
-                gate: self.opts.gate.clone(),
-                throttle: self.opts.throttle,
-                bandwidth: self.bandwidth.clone(),
-                slot,
-                pages_before,
-                links_before,
-                home: self.home.clone(),
-            };
-            let tx = self.done_tx.clone();
-            match &checkpoint {
-                Some(c) => tracing::info!(
-                    unit_id,
-                    site = %unit.site,
-                    pages_done = c.state.pages_done,
-                    queued = c.state.queue.len(),
-                    "scan resumed from its checkpoint"
-                ),
-                None => tracing::info!(unit_id, site = %unit.site, "scan started"),
-            }
-            tokio::task::spawn_blocking(move || {
-                let result = scan(&unit, &spec, &cfg, &hooks);
-                let _ = tx.blocking_send(ScanDone { unit_id, result });
-            });
-            running += 1;
         }
+    }
+
+    /// Start the scan of a waiting unit, from its checkpoint or its seed.
+    /// False when it did not start: its state comes first, or its crawl
+    /// cannot be built (then it ends as failed).
+    fn start_scan(&mut self, unit_id: u64) -> bool {
+        let Some(h) = self.held.get_mut(&unit_id) else {
+            return false;
+        };
+        if h.needs_state {
+            return false; // its state comes first (`fetch_states`)
+        }
+        // The unit's checkpoint: its own earlier run, or the state of a
+        // continuation unit. A damaged one starts the scan over (a
+        // continuation unit fetches its state again).
+        let read = self.home.checkpoint(unit_id);
+        if let Err(e) = &read {
+            tracing::warn!(unit_id, "checkpoint unreadable, not used: {e:#}");
+            self.home.remove_checkpoint(unit_id);
+        }
+        let checkpoint = match start_from(h.unit.unit.resume.is_some(), read) {
+            StartFrom::Seed => None,
+            StartFrom::Checkpoint(c) => Some(*c),
+            StartFrom::FetchState => {
+                tracing::warn!(unit_id, "continuation unit without its state: fetching it");
+                h.needs_state = true;
+                return false;
+            }
+        };
+        let unit = h.unit.unit.clone();
+        let spent = Duration::from_millis(checkpoint.as_ref().map_or(0, |c| c.summary.elapsed_ms));
+        let spec = match crawl_spec(&unit, checkpoint.as_ref().map(|c| c.state.clone()), spent) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = self.done_tx.try_send(ScanDone {
+                    unit_id,
+                    result: ScanEnd::Failed(e.to_string()),
+                });
+                h.state = HeldState::Aborted;
+                return false;
+            }
+        };
+        self.spawn_scan(unit, spec, checkpoint);
+        true
+    }
+
+    /// Run a unit's scan on a blocking thread, the unit crawling meanwhile;
+    /// its end comes back on `done_tx`.
+    fn spawn_scan(&mut self, unit: WorkUnit, spec: CrawlSpec, checkpoint: Option<Checkpoint>) {
+        let unit_id = unit.unit_id;
+        let (pages_before, links_before) = checkpoint
+            .as_ref()
+            .map_or((0, 0), |c| (c.summary.pages, c.records.len() as u64));
+        let cancel = Arc::new(AtomicBool::new(false));
+        let hand_over = Arc::new(AtomicBool::new(false));
+        let pages = Arc::new(AtomicU64::new(pages_before));
+        let links = Arc::new(AtomicU64::new(links_before));
+        let slot = Arc::new(CheckpointSlot::new(checkpoint.as_ref()));
+        let crawling = HeldState::Crawling {
+            cancel: cancel.clone(),
+            hand_over: hand_over.clone(),
+            pages: pages.clone(),
+            links: links.clone(),
+            last_progress: Instant::now(),
+            started: Instant::now(),
+            slot: slot.clone(),
+        };
+        if let Some(h) = self.held.get_mut(&unit_id) {
+            h.state = crawling;
+        }
+        let cfg = self.opts.crawler.clone();
+        let hooks = ScanHooks {
+            cancel,
+            hand_over,
+            pages,
+            links,
+            gate: self.opts.gate.clone(),
+            throttle: self.opts.throttle,
+            bandwidth: self.bandwidth.clone(),
+            slot,
+            pages_before,
+            links_before,
+            home: self.home.clone(),
+        };
+        let tx = self.done_tx.clone();
+        match &checkpoint {
+            Some(c) => tracing::info!(
+                unit_id,
+                site = %unit.site,
+                pages_done = c.state.pages_done,
+                queued = c.state.queue.len(),
+                "scan resumed from its checkpoint"
+            ),
+            None => tracing::info!(unit_id, site = %unit.site, "scan started"),
+        }
+        tokio::task::spawn_blocking(move || {
+            let result = scan(&unit, &spec, &cfg, &hooks);
+            let _ = tx.blocking_send(ScanDone { unit_id, result });
+        });
     }
 }
 
