@@ -42,19 +42,8 @@ pub enum Cmd {
     },
     /// Pull work, crawl, upload, repeat.
     Run {
-        /// Exit when the server has no more work and every result is uploaded.
-        #[arg(long)]
-        once: bool,
-        /// Sites scanned at once (setting `slots`).
-        #[arg(long)]
-        slots: Option<u32>,
-        /// When to crawl (setting `window`), e.g. `mon-fri 19:00-07:00`.
-        #[arg(long)]
-        window: Option<String>,
-        /// Pause this many ms after every page: a deliberately slower client
-        /// (tests and demos of scheduling; 0 in real use).
-        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
-        throttle_ms: u64,
+        #[command(flatten)]
+        flags: RunFlags,
         #[command(flatten)]
         net: NetArgs,
     },
@@ -101,20 +90,8 @@ pub enum Cmd {
     },
     /// Scan one site locally, without a server.
     Crawl {
-        url: String,
-        #[arg(long, default_value_t = 100)]
-        max_pages: u32,
-        #[arg(long, default_value_t = 20)]
-        max_depth: u32,
-        #[arg(long, default_value_t = 1000)]
-        delay_ms: u64,
-        #[arg(long, default_value = "host", value_parser = ["host", "subdomains", "domain"])]
-        scope: String,
-        #[arg(long, default_value = "tsv", value_parser = ["tsv", "jsonl"])]
-        format: String,
-        /// Write here instead of stdout.
-        #[arg(long)]
-        out: Option<PathBuf>,
+        #[command(flatten)]
+        flags: CrawlFlags,
         #[command(flatten)]
         net: NetArgs,
     },
@@ -149,6 +126,43 @@ pub enum ServiceCmd {
     },
     Uninstall,
     Status,
+}
+
+/// The flags of `beebot run` other than the network ones.
+#[derive(clap::Args)]
+pub struct RunFlags {
+    /// Exit when the server has no more work and every result is uploaded.
+    #[arg(long)]
+    pub once: bool,
+    /// Sites scanned at once (setting `slots`).
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// When to crawl (setting `window`), e.g. `mon-fri 19:00-07:00`.
+    #[arg(long)]
+    pub window: Option<String>,
+    /// Pause this many ms after every page: a deliberately slower client
+    /// (tests and demos of scheduling; 0 in real use).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub throttle_ms: u64,
+}
+
+/// The flags of `beebot crawl` other than the network ones.
+#[derive(clap::Args)]
+pub struct CrawlFlags {
+    pub url: String,
+    #[arg(long, default_value_t = 100)]
+    pub max_pages: u32,
+    #[arg(long, default_value_t = 20)]
+    pub max_depth: u32,
+    #[arg(long, default_value_t = 1000)]
+    pub delay_ms: u64,
+    #[arg(long, default_value = "host", value_parser = ["host", "subdomains", "domain"])]
+    pub scope: String,
+    #[arg(long, default_value = "tsv", value_parser = ["tsv", "jsonl"])]
+    pub format: String,
+    /// Write here instead of stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]

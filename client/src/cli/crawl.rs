@@ -5,7 +5,6 @@
 //! A scan that fetched nothing is an error that names why, after the
 //! summary. Nothing here talks to a server or touches the home.
 
-use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -16,24 +15,13 @@ use beebot_client::crawler::{self, progress, CrawlSpec};
 use beebot_shared::export::{ExportWriter, Format};
 use beebot_shared::scope::Scope;
 
-use super::args::NetArgs;
+use super::args::{CrawlFlags, NetArgs};
 use super::Said;
 
 /// Longest page read by a local crawl, bytes.
 const MAX_PAGE_BYTES: u64 = 2 * 1024 * 1024;
 /// Time budget of a local crawl.
 const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
-
-/// The flags of `beebot crawl` other than the network ones.
-pub struct CrawlFlags {
-    pub url: String,
-    pub max_pages: u32,
-    pub max_depth: u32,
-    pub delay_ms: u64,
-    pub scope: String,
-    pub format: String,
-    pub out: Option<PathBuf>,
-}
 
 /// Crawl the site and write its links.
 pub fn crawl(flags: CrawlFlags, net: &NetArgs) -> Result<Said> {

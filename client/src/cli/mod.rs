@@ -101,21 +101,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
 fn command(cmd: Cmd, home: &Home, home_flag: Option<&Path>) -> Result<Said> {
     Ok(match cmd {
         Cmd::Join { code, name } => join::join(home, code.as_deref(), name)?.into(),
-        Cmd::Run {
-            once,
-            slots,
-            window,
-            throttle_ms,
-            net,
-        } => {
-            let flags = run::RunFlags {
-                once,
-                slots,
-                window,
-                throttle_ms,
-            };
-            run::run(home, flags, &net)?.into()
-        }
+        Cmd::Run { flags, net } => run::run(home, flags, &net)?.into(),
         Cmd::Status { json } => status::status(home, json)?.into(),
         Cmd::Config { cmd } => match cmd {
             ConfigCmd::Show { json } => config::show(home, json)?.into(),
@@ -132,26 +118,6 @@ fn command(cmd: Cmd, home: &Home, home_flag: Option<&Path>) -> Result<Said> {
             ServiceCmd::Status => service::status()?.into(),
         },
         Cmd::Benchmark { url, net } => benchmark::benchmark(home, url, &net)?,
-        Cmd::Crawl {
-            url,
-            max_pages,
-            max_depth,
-            delay_ms,
-            scope,
-            format,
-            out,
-            net,
-        } => {
-            let flags = crawl::CrawlFlags {
-                url,
-                max_pages,
-                max_depth,
-                delay_ms,
-                scope,
-                format,
-                out,
-            };
-            crawl::crawl(flags, &net)?
-        }
+        Cmd::Crawl { flags, net } => crawl::crawl(flags, &net)?,
     })
 }

@@ -22,16 +22,8 @@ use beebot_client::{display, net::NetError};
 use beebot_shared::limits::MAX_SLOTS;
 use beebot_shared::proto::ErrorCode;
 
-use super::args::NetArgs;
+use super::args::{NetArgs, RunFlags};
 use super::REVOKED_ADVICE;
-
-/// The flags of `beebot run` other than the network ones.
-pub struct RunFlags {
-    pub once: bool,
-    pub slots: Option<u32>,
-    pub window: Option<String>,
-    pub throttle_ms: u64,
-}
 
 /// Run the work loop until SIGTERM, Ctrl-C or `beebot leave` (or, with
 /// `--once`, until the work is done), and say what it did.

@@ -16,7 +16,7 @@ use beebot_shared::sign::{self, SignedUnit};
 use crate::home::{SpooledUnit, MAX_SPOOLED_UNITS};
 
 use super::held::{Held, HeldState, Worker};
-use super::{backoff_bound, backoff_delay, work_wanted};
+use super::{backoff_bound, work_wanted};
 
 /// What the status says while the spool is over its cap.
 const SPOOL_FULL: &str =
@@ -179,12 +179,7 @@ impl Worker {
     /// asking again at once, longer each time until a usable unit arrives.
     fn back_off_refusals(&mut self) {
         self.refusals = self.refusals.saturating_add(1);
-        let wait = backoff_delay(
-            self.refusals,
-            self.opts.backoff_base,
-            self.opts.backoff_cap,
-            rand::random::<f64>(),
-        );
+        let wait = self.backoff(self.refusals);
         tracing::warn!(
             "every unit offered was refused; asking again in {:.1}s (backoff bound {}s)",
             wait.as_secs_f64(),

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use tokio::sync::mpsc;
@@ -21,7 +21,7 @@ use crate::home::{Enrolment, Home, SpooledUnit};
 use crate::net::{Link, ServerId};
 
 use super::scan::ScanDone;
-use super::{RunOptions, RunStats};
+use super::{backoff_delay, RunOptions, RunStats};
 
 /// A unit the client holds.
 pub(super) struct Held {
@@ -115,6 +115,17 @@ impl Worker {
             bandwidth_kbps = s.bandwidth_kbps,
             "settings applied"
         );
+    }
+
+    /// The wait of reconnect attempt `attempt`: full jitter within this
+    /// run's backoff bounds.
+    pub(super) fn backoff(&self, attempt: u32) -> Duration {
+        backoff_delay(
+            attempt,
+            self.opts.backoff_base,
+            self.opts.backoff_cap,
+            rand::random::<f64>(),
+        )
     }
 
     pub(super) fn gate_open(&self) -> bool {

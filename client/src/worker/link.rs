@@ -14,7 +14,7 @@ use beebot_shared::proto::{Request, Response};
 use crate::net::{Link, NetError};
 
 use super::held::Worker;
-use super::{backoff_delay, now_ms, AVERAGE_WEIGHT};
+use super::{now_ms, AVERAGE_WEIGHT};
 
 impl Worker {
     /// Connect and say hello when not connected; errors start the backoff.
@@ -41,12 +41,7 @@ impl Worker {
             l.close();
         }
         self.failures = self.failures.saturating_add(1);
-        let wait = backoff_delay(
-            self.failures,
-            self.opts.backoff_base,
-            self.opts.backoff_cap,
-            rand::random::<f64>(),
-        );
+        let wait = self.backoff(self.failures);
         tracing::warn!(
             "server unreachable ({e}); retrying in {:.1}s",
             wait.as_secs_f64()
