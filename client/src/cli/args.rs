@@ -191,6 +191,7 @@ impl NetArgs {
         v
     }
 
+    /// The crawler's configuration these flags give (each checked).
     pub fn crawler_config(&self) -> Result<CrawlerConfig> {
         let mut resolve = Vec::new();
         for r in &self.resolve {

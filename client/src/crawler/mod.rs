@@ -11,7 +11,10 @@
 //! - [`resolve`]: `--resolve` rules and the private-address guard (of the
 //!   resolver, and of targets sent through a proxy);
 //! - [`trap`]: crawler-trap rules (repeated path segments);
-//! - [`fetch`]: the HTTP shell.
+//! - [`fetch`]: the HTTP shell;
+//! - `page`: one page of a crawl (its request, redirects, links taken);
+//! - `polite`: robots.txt asked per origin, the wait between requests;
+//! - `state`: the scan state of a crawl, fitted so that it always encodes.
 //!
 //! Every bound is explicit and counted in the summary when it bites: pages,
 //! depth, bytes per page (the part read is still parsed), HTML content types
@@ -330,6 +333,7 @@ enum PageResult {
 }
 
 impl<'a> Crawler<'a> {
+    /// A crawl of `spec`, from its seed or from the state it resumes.
     fn new(spec: &'a CrawlSpec, cfg: &CrawlerConfig, cancel: &'a AtomicBool) -> Crawler<'a> {
         // Groups are matched by our product token, whatever the User-Agent says.
         let agent_token = robots::ROBOTS_TOKEN.to_string();
@@ -556,6 +560,8 @@ impl<'a> Crawler<'a> {
         }
     }
 
+    /// The crawl's output: its records, summary, and its state when it
+    /// stopped before its natural end.
     fn finish(self, stopped_by: Option<StopReason>) -> CrawlOutput {
         if self.records_dropped > 0 {
             tracing::warn!(

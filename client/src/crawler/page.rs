@@ -212,7 +212,9 @@ impl Crawler<'_> {
         }
     }
 
-    pub(super) fn add_record(
+    /// Record an outbound link (at most [`MAX_LINK_RECORDS`]; the rest are
+    /// counted as dropped).
+    fn add_record(
         &mut self,
         source: &Url,
         target: Url,
@@ -238,6 +240,7 @@ impl Crawler<'_> {
         });
     }
 
+    /// Count a failed request, and the bound it met (timeout, refused address).
     pub(super) fn count_error(&mut self, url: &Url, error: &FetchError) {
         self.errors += 1;
         match error {

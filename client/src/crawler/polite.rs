@@ -102,6 +102,7 @@ impl Crawler<'_> {
         Ok(())
     }
 
+    /// The robots.txt policy of `url`'s origin, once asked.
     pub(super) fn robots_for(&self, url: &Url) -> Option<&Robots> {
         self.robots.get(&origin(url))
     }

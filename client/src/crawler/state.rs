@@ -57,6 +57,8 @@ impl Crawler<'_> {
         (state, cut)
     }
 
+    /// A snapshot between two pages: the state, the records from
+    /// `records_from` on, and the summary so far.
     pub(super) fn snapshot(&self, records_from: usize) -> Snapshot {
         let (state, cut) = self.state();
         let mut summary = self.summary(None);

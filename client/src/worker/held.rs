@@ -128,6 +128,8 @@ impl Worker {
         )
     }
 
+    /// Whether scans may run now (not paused, inside the window, on power
+    /// when the battery rule says so).
     pub(super) fn gate_open(&self) -> bool {
         self.opts.gate.as_ref().is_none_or(|g| g.is_open())
     }
@@ -174,10 +176,12 @@ impl Worker {
         }
     }
 
+    /// Ids of every held unit (told to the server with each work request).
     pub(super) fn units_held(&self) -> Vec<u64> {
         self.held.keys().copied().collect()
     }
 
+    /// Scans whose thread still runs (aborted ones until they return).
     pub(super) fn crawling(&self) -> usize {
         self.held
             .values()

@@ -77,6 +77,8 @@ pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrol
     Ok(e)
 }
 
+/// This machine's host name (`HOSTNAME`, else `/etc/hostname`), else a
+/// stand-in: the name shown to the admin unless `--name` says otherwise.
 fn default_host_name() -> String {
     std::env::var("HOSTNAME")
         .ok()

@@ -36,6 +36,8 @@ impl Worker {
         Ok(())
     }
 
+    /// The network failed: close the link and wait a backoff before the
+    /// next contact (said in the log and the status).
     pub(super) fn net_failed(&mut self, e: &NetError) {
         if let Some(l) = self.link.take() {
             l.close();
@@ -50,6 +52,8 @@ impl Worker {
         self.next_contact = Instant::now() + wait;
     }
 
+    /// Send one request over the link (connecting first when needed); an
+    /// answer resets the failures and updates the round-trip average.
     pub(super) async fn request(&mut self, req: &Request) -> Result<Response, NetError> {
         self.ensure_link().await?;
         let link = self.link.as_ref().ok_or(NetError::Lost("no link".into()))?;

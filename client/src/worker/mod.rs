@@ -14,7 +14,7 @@
 //! On SIGTERM or Ctrl-C every scan is checkpointed and the loop returns
 //! within [`SHUTDOWN_GRACE`] plus the writes, whatever requests are in flight.
 //!
-//! Its rooms: [`run`](mod@run) (the loop), `held` (the units held), `fetch`
+//! Its rooms: `run` (the loop), `held` (the units held), `fetch`
 //! (asking for work), `continuation` (fetched states), `scan` (scans in
 //! flight), `finish` (a scan's end and stopping), `progress` (reports),
 //! `upload` (results), `link` (the server link), `status` (the live status)
