@@ -148,79 +148,97 @@ pub fn install(
     log_dir: &Path,
     start: bool,
 ) -> Result<Vec<String>> {
-    let mut notes = Vec::new();
     if cfg!(target_os = "linux") {
-        let path = systemd_unit_path()?;
-        crate::home::write_atomic(&path, systemd_unit(exe, home).as_bytes(), false)?;
-        notes.push(format!("wrote {}", path.display()));
-        if start {
-            let ok = run_quiet(Command::new("systemctl").args(["--user", "daemon-reload"]))
-                .is_some()
-                && run_quiet(Command::new("systemctl").args([
-                    "--user",
-                    "enable",
-                    "--now",
-                    SYSTEMD_UNIT,
-                ]))
-                .is_some();
-            if ok {
-                notes.push(format!("started: systemctl --user status {SYSTEMD_UNIT}"));
-            } else {
-                notes.push(format!(
-                    "could not start it through `systemctl --user` (no user session?); start it with `systemctl --user enable --now {SYSTEMD_UNIT}`"
-                ));
-            }
-            let user = std::env::var("USER").unwrap_or_default();
-            let linger = run_quiet(Command::new("loginctl").args([
-                "show-user",
-                &user,
-                "-p",
-                "Linger",
-                "--value",
-            ]));
-            if linger.as_deref() != Some("yes") {
-                notes.push(format!(
-                    "to run while you are logged out, enable lingering once: `loginctl enable-linger {user}`"
-                ));
-            }
-        }
+        install_systemd(exe, home, start)
     } else if cfg!(target_os = "macos") {
-        let base = directories::BaseDirs::new().context("cannot find the home directory")?;
-        let path = base
-            .home_dir()
-            .join("Library/LaunchAgents")
-            .join(format!("{LAUNCHD_LABEL}.plist"));
-        crate::home::write_atomic(&path, launchd_plist(exe, home, log_dir).as_bytes(), false)?;
-        notes.push(format!("wrote {}", path.display()));
-        if start && run_quiet(Command::new("launchctl").arg("load").arg("-w").arg(&path)).is_none()
-        {
-            notes.push(format!(
-                "could not load it; run `launchctl load -w {}`",
-                path.display()
-            ));
-        }
+        install_launchd(exe, home, log_dir, start)
     } else if cfg!(windows) {
-        let path = log_dir.join("beebot-task.xml");
-        crate::home::write_atomic(&path, windows_task_xml(exe, home).as_bytes(), false)?;
-        notes.push(format!("wrote {}", path.display()));
-        if start {
-            let ok = run_quiet(
-                Command::new("schtasks")
-                    .args(["/Create", "/F", "/TN", WINDOWS_TASK, "/XML"])
-                    .arg(&path),
-            )
-            .is_some();
-            if !ok {
-                notes.push(format!(
-                    "could not register it; run `schtasks /Create /TN \"{WINDOWS_TASK}\" /XML {}`",
-                    path.display()
-                ));
-            }
-        }
+        install_windows_task(exe, home, log_dir, start)
     } else {
         bail!(
             "no service support on this platform: run `beebot run` from your session's autostart"
         );
+    }
+}
+
+/// The systemd user unit; started, lingering is suggested when off.
+fn install_systemd(exe: &Path, home: Option<&Path>, start: bool) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    let path = systemd_unit_path()?;
+    crate::home::write_atomic(&path, systemd_unit(exe, home).as_bytes(), false)?;
+    notes.push(format!("wrote {}", path.display()));
+    if !start {
+        return Ok(notes);
+    }
+    let ok = run_quiet(Command::new("systemctl").args(["--user", "daemon-reload"])).is_some()
+        && run_quiet(Command::new("systemctl").args(["--user", "enable", "--now", SYSTEMD_UNIT]))
+            .is_some();
+    if ok {
+        notes.push(format!("started: systemctl --user status {SYSTEMD_UNIT}"));
+    } else {
+        notes.push(format!(
+            "could not start it through `systemctl --user` (no user session?); start it with `systemctl --user enable --now {SYSTEMD_UNIT}`"
+        ));
+    }
+    let user = std::env::var("USER").unwrap_or_default();
+    let linger =
+        run_quiet(Command::new("loginctl").args(["show-user", &user, "-p", "Linger", "--value"]));
+    if linger.as_deref() != Some("yes") {
+        notes.push(format!(
+            "to run while you are logged out, enable lingering once: `loginctl enable-linger {user}`"
+        ));
+    }
+    Ok(notes)
+}
+
+/// The launchd agent of this user.
+fn install_launchd(
+    exe: &Path,
+    home: Option<&Path>,
+    log_dir: &Path,
+    start: bool,
+) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    let base = directories::BaseDirs::new().context("cannot find the home directory")?;
+    let path = base
+        .home_dir()
+        .join("Library/LaunchAgents")
+        .join(format!("{LAUNCHD_LABEL}.plist"));
+    crate::home::write_atomic(&path, launchd_plist(exe, home, log_dir).as_bytes(), false)?;
+    notes.push(format!("wrote {}", path.display()));
+    if start && run_quiet(Command::new("launchctl").arg("load").arg("-w").arg(&path)).is_none() {
+        notes.push(format!(
+            "could not load it; run `launchctl load -w {}`",
+            path.display()
+        ));
+    }
+    Ok(notes)
+}
+
+/// The Windows scheduled task (its XML kept beside the logs).
+fn install_windows_task(
+    exe: &Path,
+    home: Option<&Path>,
+    log_dir: &Path,
+    start: bool,
+) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    let path = log_dir.join("beebot-task.xml");
+    crate::home::write_atomic(&path, windows_task_xml(exe, home).as_bytes(), false)?;
+    notes.push(format!("wrote {}", path.display()));
+    if start {
+        let ok = run_quiet(
+            Command::new("schtasks")
+                .args(["/Create", "/F", "/TN", WINDOWS_TASK, "/XML"])
+                .arg(&path),
+        )
+        .is_some();
+        if !ok {
+            notes.push(format!(
+                "could not register it; run `schtasks /Create /TN \"{WINDOWS_TASK}\" /XML {}`",
+                path.display()
+            ));
+        }
     }
     Ok(notes)
 }

@@ -8,12 +8,12 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use beebot_shared::limits::MAX_SLOTS;
 
 use crate::home::{write_atomic, Home};
-use crate::window::Windows;
+use crate::window::{WindowError, Windows};
 
 /// Largest bandwidth cap accepted (10 GB/s is no cap).
 const MAX_BANDWIDTH_KBPS: u64 = 10_000_000;
@@ -110,21 +110,45 @@ pub struct Shown {
     pub source: Source,
 }
 
-fn parse_bool(v: &str) -> Result<bool, String> {
+/// Why a setting's value was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SettingError {
+    #[error("`{0}` is not true or false")]
+    NotBool(String),
+    #[error("`{0}` is not a whole number")]
+    NotNumber(String),
+    #[error("{value} is outside {min}..={max}")]
+    OutOfRange { value: u64, min: u64, max: u64 },
+    #[error(transparent)]
+    Window(#[from] WindowError),
+    #[error("`{value}` is not a URL: {error}")]
+    NotUrl {
+        value: String,
+        error: url::ParseError,
+    },
+    #[error("`{0}` is not an http proxy URL")]
+    NotHttpProxy(String),
+    #[error("unknown setting `{0}` (known: {known})", known = KEYS.map(|k| k.0).join(", "))]
+    UnknownKey(String),
+    #[error("buffer_min_s ({min}) is above buffer_max_s ({max})")]
+    BufferMinAboveMax { min: u64, max: u64 },
+}
+
+fn parse_bool(v: &str) -> Result<bool, SettingError> {
     match v.to_ascii_lowercase().as_str() {
         "true" | "yes" | "on" | "1" => Ok(true),
         "false" | "no" | "off" | "0" => Ok(false),
-        _ => Err(format!("`{v}` is not true or false")),
+        _ => Err(SettingError::NotBool(v.to_string())),
     }
 }
 
-fn parse_num(v: &str, min: u64, max: u64) -> Result<u64, String> {
+fn parse_num(v: &str, min: u64, max: u64) -> Result<u64, SettingError> {
     let n: u64 = v
         .trim()
         .parse()
-        .map_err(|_| format!("`{v}` is not a whole number"))?;
+        .map_err(|_| SettingError::NotNumber(v.to_string()))?;
     if n < min || n > max {
-        return Err(format!("{n} is outside {min}..={max}"));
+        return Err(SettingError::OutOfRange { value: n, min, max });
     }
     Ok(n)
 }
@@ -153,9 +177,9 @@ impl Default for Settings {
 
 impl Settings {
     /// Set one key from its text form, validating it.
-    pub fn apply(&mut self, key: &str, value: &str) -> Result<(), String> {
+    pub fn apply(&mut self, key: &str, value: &str) -> Result<(), SettingError> {
         match key {
-            "window" => self.window = Windows::parse(value).map_err(|e| e.to_string())?,
+            "window" => self.window = Windows::parse(value)?,
             "bandwidth_kbps" => self.bandwidth_kbps = parse_num(value, 0, MAX_BANDWIDTH_KBPS)?,
             "slots" => self.slots = parse_num(value, 1, MAX_SLOTS as u64)? as u32,
             "low_priority" => self.low_priority = parse_bool(value)?,
@@ -169,29 +193,27 @@ impl Settings {
                 self.proxy = if v.is_empty() {
                     None
                 } else {
-                    let u = url::Url::parse(v).map_err(|e| format!("`{v}` is not a URL: {e}"))?;
+                    let u = url::Url::parse(v).map_err(|error| SettingError::NotUrl {
+                        value: v.to_string(),
+                        error,
+                    })?;
                     if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none() {
-                        return Err(format!("`{v}` is not an http proxy URL"));
+                        return Err(SettingError::NotHttpProxy(v.to_string()));
                     }
                     Some(v.to_string())
                 }
             }
-            other => {
-                return Err(format!(
-                    "unknown setting `{other}` (known: {})",
-                    KEYS.map(|k| k.0).join(", ")
-                ))
-            }
+            other => return Err(SettingError::UnknownKey(other.to_string())),
         }
         Ok(())
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), SettingError> {
         if self.buffer_min_s > self.buffer_max_s {
-            return Err(format!(
-                "buffer_min_s ({}) is above buffer_max_s ({})",
-                self.buffer_min_s, self.buffer_max_s
-            ));
+            return Err(SettingError::BufferMinAboveMax {
+                min: self.buffer_min_s,
+                max: self.buffer_max_s,
+            });
         }
         Ok(())
     }
@@ -257,7 +279,7 @@ pub fn load(
     for (k, v) in cli {
         set(&mut s, k, v.clone(), Source::CommandLine)?;
     }
-    s.check().map_err(|e| anyhow::anyhow!(e))?;
+    s.check()?;
     Ok((s, shown))
 }
 
@@ -273,12 +295,12 @@ pub fn set(home: &Home, key: &str, value: &str) -> Result<Option<String>> {
             let _ = s.apply(k, &value_text(v));
         }
     }
-    s.apply(key, value).map_err(|e| anyhow::anyhow!(e))?;
-    s.check().map_err(|e| anyhow::anyhow!(e))?;
+    s.apply(key, value)?;
+    s.check()?;
     let typed = match key {
         "window" | "proxy" => toml::Value::String(value.trim().to_string()),
         "low_priority" | "run_on_battery" | "allow_private" => {
-            toml::Value::Boolean(parse_bool(value).map_err(|e| anyhow::anyhow!(e))?)
+            toml::Value::Boolean(parse_bool(value)?)
         }
         _ => toml::Value::Integer(
             value
@@ -411,10 +433,7 @@ pub fn check_key(key: &str) -> Result<()> {
     if KEYS.iter().any(|k| k.0 == key) {
         Ok(())
     } else {
-        bail!(
-            "unknown setting `{key}` (known: {})",
-            KEYS.map(|k| k.0).join(", ")
-        )
+        Err(SettingError::UnknownKey(key.to_string()).into())
     }
 }
 
@@ -526,6 +545,81 @@ mod tests {
         );
         let a = reload_answer(&before, &after, None);
         assert!(a.contains("slots 2 → 3") && a.contains("restarts"), "{a}");
+    }
+
+    #[test]
+    fn a_refused_value_is_named_by_its_cause() {
+        let apply = |k: &str, v: &str| Settings::default().apply(k, v);
+        assert_eq!(
+            apply("slots", "0"),
+            Err(SettingError::OutOfRange {
+                value: 0,
+                min: 1,
+                max: MAX_SLOTS as u64
+            })
+        );
+        assert_eq!(
+            apply("slots", "many"),
+            Err(SettingError::NotNumber("many".into()))
+        );
+        assert_eq!(
+            apply("low_priority", "perhaps"),
+            Err(SettingError::NotBool("perhaps".into()))
+        );
+        assert!(matches!(
+            apply("window", "25:00-01:00"),
+            Err(SettingError::Window(_))
+        ));
+        assert!(matches!(
+            apply("proxy", "not a url"),
+            Err(SettingError::NotUrl { .. })
+        ));
+        assert_eq!(
+            apply("proxy", "ftp://x"),
+            Err(SettingError::NotHttpProxy("ftp://x".into()))
+        );
+        assert_eq!(
+            apply("nonsense", "1"),
+            Err(SettingError::UnknownKey("nonsense".into()))
+        );
+        let mut s = Settings::default();
+        s.apply("buffer_min_s", "900").unwrap();
+        s.apply("buffer_max_s", "600").unwrap();
+        assert_eq!(
+            s.check(),
+            Err(SettingError::BufferMinAboveMax { min: 900, max: 600 })
+        );
+    }
+
+    #[test]
+    fn a_refused_value_says_why_in_words() {
+        let says = |k: &str, v: &str| Settings::default().apply(k, v).unwrap_err().to_string();
+        assert_eq!(says("slots", "0"), format!("0 is outside 1..={MAX_SLOTS}"));
+        assert_eq!(says("slots", "many"), "`many` is not a whole number");
+        assert_eq!(
+            says("run_on_battery", "perhaps"),
+            "`perhaps` is not true or false"
+        );
+        assert_eq!(
+            says("proxy", "ftp://x"),
+            "`ftp://x` is not an http proxy URL"
+        );
+        assert_eq!(
+            says("proxy", "nope"),
+            "`nope` is not a URL: relative URL without a base"
+        );
+        assert!(says("window", "25:00-01:00").starts_with("bad time window `25:00-01:00`"));
+        assert_eq!(
+            says("nonsense", "1"),
+            format!(
+                "unknown setting `nonsense` (known: {})",
+                KEYS.map(|k| k.0).join(", ")
+            )
+        );
+        assert_eq!(
+            SettingError::BufferMinAboveMax { min: 900, max: 600 }.to_string(),
+            "buffer_min_s (900) is above buffer_max_s (600)"
+        );
     }
 
     #[test]

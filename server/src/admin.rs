@@ -515,7 +515,7 @@ async fn round_start(
     if let Some(v) = req.validate {
         p.validate = v
             .parse::<ValidateMode>()
-            .map_err(|e| fail(StatusCode::BAD_REQUEST, e))?;
+            .map_err(|e| fail(StatusCode::BAD_REQUEST, e.to_string()))?;
     }
     if let Some(v) = req.max_seconds {
         p.max_seconds = v;

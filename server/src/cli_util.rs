@@ -27,7 +27,7 @@ pub struct BadDuration(String);
 /// Clap's parser of a duration flag: a unit is required (`90s`, `15m`,
 /// `12h`, `7d`).
 pub fn typed_duration(s: &str) -> std::result::Result<TypedDuration, BadDuration> {
-    let value = parse_duration(s).map_err(BadDuration)?;
+    let value = parse_duration(s).map_err(|e| BadDuration(e.to_string()))?;
     Ok(TypedDuration {
         text: s.trim().to_string(),
         value,

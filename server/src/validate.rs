@@ -69,16 +69,19 @@ impl ValidateMode {
     }
 }
 
+/// A validation mode that is none of `off`, `adaptive` or `all`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown validation mode {0:?}: use off, adaptive or all")]
+pub struct UnknownValidateMode(pub String);
+
 impl std::str::FromStr for ValidateMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownValidateMode;
+    fn from_str(s: &str) -> Result<Self, UnknownValidateMode> {
         match s {
             "off" => Ok(ValidateMode::Off),
             "adaptive" => Ok(ValidateMode::Adaptive),
             "all" => Ok(ValidateMode::All),
-            other => Err(format!(
-                "unknown validation mode {other:?}: use off, adaptive or all"
-            )),
+            other => Err(UnknownValidateMode(other.to_string())),
         }
     }
 }
@@ -231,7 +234,14 @@ mod tests {
         for m in [ValidateMode::Off, ValidateMode::Adaptive, ValidateMode::All] {
             assert_eq!(m.as_str().parse::<ValidateMode>(), Ok(m));
         }
-        assert!("sometimes".parse::<ValidateMode>().is_err());
+        assert_eq!(
+            "sometimes".parse::<ValidateMode>(),
+            Err(UnknownValidateMode("sometimes".into()))
+        );
+        assert_eq!(
+            UnknownValidateMode("sometimes".into()).to_string(),
+            "unknown validation mode \"sometimes\": use off, adaptive or all"
+        );
     }
 
     proptest! {

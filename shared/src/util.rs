@@ -1,4 +1,5 @@
-//! Small helpers shared by both sides: text clean-up and hashing.
+//! Small helpers shared by both sides: text clean-up, hashing, private
+//! directories, and durations as people type and read them.
 
 use sha2::{Digest, Sha256};
 
@@ -29,30 +30,44 @@ pub fn collapse_whitespace(text: &str, max_chars: usize) -> String {
     out
 }
 
+/// Examples of durations, for the messages of [`ParseDurationError`].
+const DURATION_EXAMPLES: &str = "90s, 15m, 12h or 7d";
+
+/// Why a text is not a duration; each message quotes the text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParseDurationError {
+    /// A bare number: its unit is asked for.
+    #[error("`{0}` has no unit: write it with one, e.g. {0}s, {0}m, {0}h or {0}d")]
+    NoUnit(String),
+    /// Not a whole number and a unit.
+    #[error("`{0}` is not a duration (examples: {DURATION_EXAMPLES})")]
+    NotADuration(String),
+    /// More seconds than a duration holds.
+    #[error("`{0}` is too long")]
+    TooLong(String),
+}
+
 /// Parse a typed duration: a whole number and a unit, `s`, `m`, `h` or `d`
 /// (`90s`, `15m`, `12h`, `7d`). A bare number is refused: `--every 5` once
 /// meant five seconds to the program and five days to its user.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, ParseDurationError> {
     let s = s.trim();
-    const EXAMPLES: &str = "90s, 15m, 12h or 7d";
     let (num, mult) = match s.char_indices().last() {
         Some((i, 's')) => (&s[..i], 1),
         Some((i, 'm')) => (&s[..i], 60),
         Some((i, 'h')) => (&s[..i], 3600),
         Some((i, 'd')) => (&s[..i], 86400),
         Some(_) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
-            return Err(format!(
-                "`{s}` has no unit: write it with one, e.g. {s}s, {s}m, {s}h or {s}d"
-            ))
+            return Err(ParseDurationError::NoUnit(s.to_string()))
         }
-        _ => return Err(format!("`{s}` is not a duration (examples: {EXAMPLES})")),
+        _ => return Err(ParseDurationError::NotADuration(s.to_string())),
     };
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("`{s}` is not a duration (examples: {EXAMPLES})"))?;
+        .map_err(|_| ParseDurationError::NotADuration(s.to_string()))?;
     n.checked_mul(mult)
         .map(std::time::Duration::from_secs)
-        .ok_or_else(|| format!("`{s}` is too long"))
+        .ok_or_else(|| ParseDurationError::TooLong(s.to_string()))
 }
 
 /// A duration in words a person reads at a glance: `45s`, `4m 5s`,
@@ -185,13 +200,44 @@ mod tests {
             parse_duration("7d").unwrap(),
             Duration::from_secs(7 * 86400)
         );
-        let e = parse_duration("90").unwrap_err();
-        assert!(e.contains("has no unit") && e.contains("90s"), "{e}");
+        assert_eq!(
+            parse_duration("90"),
+            Err(ParseDurationError::NoUnit("90".into()))
+        );
         for bad in ["x", "", "s", "1.5h", "-3m", "3 w"] {
-            let e = parse_duration(bad).unwrap_err();
-            assert!(e.contains("not a duration"), "{bad}: {e}");
+            assert!(
+                matches!(
+                    parse_duration(bad),
+                    Err(ParseDurationError::NotADuration(_))
+                ),
+                "{bad}"
+            );
         }
-        assert!(parse_duration("99999999999999999999d").is_err());
+        assert!(matches!(
+            parse_duration("99999999999999999999d"),
+            Err(ParseDurationError::NotADuration(_))
+        ));
+        assert_eq!(
+            parse_duration("99999999999999999d"),
+            Err(ParseDurationError::TooLong("99999999999999999d".into()))
+        );
+    }
+
+    #[test]
+    fn a_duration_refused_says_why_in_words() {
+        let says = |s: &str| parse_duration(s).unwrap_err().to_string();
+        assert_eq!(
+            says("90"),
+            "`90` has no unit: write it with one, e.g. 90s, 90m, 90h or 90d"
+        );
+        assert_eq!(
+            says(" 1.5h "),
+            "`1.5h` is not a duration (examples: 90s, 15m, 12h or 7d)"
+        );
+        assert_eq!(
+            says("99999999999999999d"),
+            "`99999999999999999d` is too long"
+        );
     }
 
     #[test]

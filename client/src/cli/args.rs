@@ -1,0 +1,264 @@
+//! The command line of `beebot`: its commands, flags and their help text
+//! (clap's derive), and the network flags several commands share.
+//!
+//! Flags and their meanings are the user's interface: they change only on
+//! purpose. Nothing here runs a command.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+use beebot_client::crawler::{CrawlerConfig, ResolveRule};
+use beebot_client::settings;
+
+#[derive(Parser)]
+#[command(
+    name = "beebot",
+    version,
+    about = "BeeBot grid desktop client: crawl websites for a research link graph"
+)]
+pub struct Cli {
+    /// Client home (keys, enrolment, spool). Default: the platform's config and data dirs.
+    #[arg(long, global = true, env = "BEEBOT_HOME")]
+    pub home: Option<PathBuf>,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Join a project with the invite code from its admin. The code is
+    /// secret: rather than on the command line (shell history, `ps`), give
+    /// `-` and pipe it in, or set BEEBOT_INVITE; with no code and stdin not a
+    /// terminal, it is read from stdin.
+    Join {
+        /// The invite code, or `-` to read it from stdin.
+        code: Option<String>,
+        /// Name shown to the admin (default: this machine's host name).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Pull work, crawl, upload, repeat.
+    Run {
+        #[command(flatten)]
+        flags: RunFlags,
+        #[command(flatten)]
+        net: NetArgs,
+    },
+    /// What the client is doing: state, scans, totals, pending uploads.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Settings (a TOML file in the config dir, under environment and flags).
+    Config {
+        #[command(subcommand)]
+        cmd: ConfigCmd,
+    },
+    /// Pause the running client's scans at a page boundary.
+    Pause {
+        /// Resume by itself after this long (e.g. 2h); default: until `beebot resume`.
+        #[arg(long = "for", value_parser = beebot_shared::util::parse_duration)]
+        duration: Option<Duration>,
+    },
+    /// Resume a paused client.
+    Resume,
+    /// Leave the project: stop this home's client and its service, tell the
+    /// server (it releases this host's units and lists it as left), and
+    /// remove every file the client made here. Offline, the files are
+    /// removed all the same and the server is not told.
+    Leave {
+        /// Kept for old scripts: leaving always cleans up, reachable or not.
+        #[arg(long, hide = true)]
+        force: bool,
+    },
+    /// Run the client as a background service that starts at login.
+    Service {
+        #[command(subcommand)]
+        cmd: ServiceCmd,
+    },
+    /// Scan the project's reference site and report pages/s and KB/s (the
+    /// result goes to the server, as `beebot run` does on first start and weekly).
+    Benchmark {
+        /// Benchmark against this URL instead; nothing is sent to the server.
+        #[arg(long)]
+        url: Option<String>,
+        #[command(flatten)]
+        net: NetArgs,
+    },
+    /// Scan one site locally, without a server.
+    Crawl {
+        #[command(flatten)]
+        flags: CrawlFlags,
+        #[command(flatten)]
+        net: NetArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ConfigCmd {
+    /// Every setting, its value, and where the value came from.
+    Show {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate and write one setting; a running client applies it at once.
+    /// The rest of the line is the value: `config set window mon-fri 19:00-07:00`.
+    Set {
+        key: String,
+        #[arg(required = true, num_args = 1..)]
+        value: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ServiceCmd {
+    /// Install and start the per-user service.
+    Install {
+        /// Crawl only in this window (saved as the `window` setting).
+        #[arg(long)]
+        window: Option<String>,
+        /// Write the service files without starting them.
+        #[arg(long)]
+        no_start: bool,
+    },
+    Uninstall,
+    Status,
+}
+
+/// The flags of `beebot run` other than the network ones.
+#[derive(clap::Args)]
+pub struct RunFlags {
+    /// Exit when the server has no more work and every result is uploaded.
+    #[arg(long)]
+    pub once: bool,
+    /// Sites scanned at once (setting `slots`).
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// When to crawl (setting `window`), e.g. `mon-fri 19:00-07:00`.
+    #[arg(long)]
+    pub window: Option<String>,
+    /// Pause this many ms after every page: a deliberately slower client
+    /// (tests and demos of scheduling; 0 in real use).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub throttle_ms: u64,
+}
+
+/// The flags of `beebot crawl` other than the network ones.
+#[derive(clap::Args)]
+pub struct CrawlFlags {
+    pub url: String,
+    #[arg(long, default_value_t = 100)]
+    pub max_pages: u32,
+    #[arg(long, default_value_t = 20)]
+    pub max_depth: u32,
+    #[arg(long, default_value_t = 1000)]
+    pub delay_ms: u64,
+    #[arg(long, default_value = "host", value_parser = ["host", "subdomains", "domain"])]
+    pub scope: String,
+    #[arg(long, default_value = "tsv", value_parser = ["tsv", "jsonl"])]
+    pub format: String,
+    /// Write here instead of stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct NetArgs {
+    /// Allow crawling loopback, private and link-local addresses.
+    #[arg(long)]
+    pub allow_private: bool,
+    /// HTTP proxy for crawling (setting `proxy`), e.g. http://proxy.corp:3128.
+    #[arg(long, value_name = "URL")]
+    pub proxy: Option<String>,
+    /// Map a host name for crawling, like curl: HOST=IP[:PORT] (HOST may be *.suffix).
+    #[arg(long, value_name = "HOST=IP[:PORT]")]
+    pub resolve: Vec<String>,
+}
+
+impl NetArgs {
+    /// The settings these flags override.
+    pub fn overrides(&self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        if self.allow_private {
+            v.push(("allow_private", "true".to_string()));
+        }
+        if let Some(p) = &self.proxy {
+            v.push(("proxy", p.clone()));
+        }
+        v
+    }
+
+    /// The crawler's configuration these flags give (each checked).
+    pub fn crawler_config(&self) -> Result<CrawlerConfig> {
+        let mut resolve = Vec::new();
+        for r in &self.resolve {
+            resolve.push(
+                r.parse::<ResolveRule>()
+                    .map_err(|e| anyhow::anyhow!("--resolve {r}: {e}"))?,
+            );
+        }
+        if let Some(p) = &self.proxy {
+            settings::Settings::default()
+                .apply("proxy", p)
+                .map_err(|e| anyhow::anyhow!("--proxy: {e}"))?;
+        }
+        Ok(CrawlerConfig {
+            allow_private: self.allow_private,
+            resolve,
+            proxy: self.proxy.clone(),
+            ..CrawlerConfig::default()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_set_takes_the_rest_of_the_line_as_the_value() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| (c.cmd, c.home)) {
+            Ok((
+                Cmd::Config {
+                    cmd: ConfigCmd::Set { key, value },
+                },
+                home,
+            )) => (key, value.join(" "), home),
+            _ => panic!("not a config set: {args:?}"),
+        };
+        let (k, v, home) = parse(&[
+            "beebot",
+            "config",
+            "set",
+            "window",
+            "mon-fri",
+            "19:00-07:00,",
+            "sat-sun",
+            "00:00-24:00",
+        ]);
+        assert_eq!(
+            (k.as_str(), v.as_str()),
+            ("window", "mon-fri 19:00-07:00, sat-sun 00:00-24:00")
+        );
+        assert!(home.is_none());
+        // A global flag after the value is still the flag.
+        let (_, v, home) = parse(&[
+            "beebot",
+            "config",
+            "set",
+            "window",
+            "mon-fri",
+            "19:00-07:00",
+            "--home",
+            "/h",
+        ]);
+        assert_eq!(v, "mon-fri 19:00-07:00");
+        assert_eq!(home, Some(PathBuf::from("/h")));
+        let (_, v, _) = parse(&["beebot", "config", "set", "window", "mon-fri 19:00-07:00"]);
+        assert_eq!(v, "mon-fri 19:00-07:00");
+        assert!(Cli::try_parse_from(["beebot", "config", "set", "slots"]).is_err());
+    }
+}

@@ -1,0 +1,161 @@
+//! `beebot run`: load the settings (file, environment, flags), set up the
+//! gate (window, battery, pause) and the terminal display, and run the work
+//! loop until stopped; then say what the run did.
+//!
+//! A host the project revoked is remembered in the home (for `beebot
+//! status`) and said plainly. Scan threads stuck in a request are not
+//! waited for: their scans are checkpointed already.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use beebot_client::control::{self, Gate};
+use beebot_client::home::Home;
+use beebot_client::rt::{block_on_then_exit, shutdown_signal};
+use beebot_client::settings::{self, Settings};
+use beebot_client::worker::{self, RunOptions, RunStats};
+use beebot_client::{display, net::NetError};
+use beebot_shared::limits::MAX_SLOTS;
+use beebot_shared::proto::ErrorCode;
+
+use super::args::{NetArgs, RunFlags};
+use super::REVOKED_ADVICE;
+
+/// Run the work loop until SIGTERM, Ctrl-C or `beebot leave` (or, with
+/// `--once`, until the work is done), and say what it did.
+pub fn run(home: &Home, flags: RunFlags, net: &NetArgs) -> Result<String> {
+    let mut cli = net.overrides();
+    if let Some(s) = flags.slots {
+        anyhow::ensure!(
+            (1..=MAX_SLOTS).contains(&s),
+            "--slots must be between 1 and {MAX_SLOTS}"
+        );
+        cli.push(("slots", s.to_string()));
+    }
+    if let Some(w) = flags.window {
+        cli.push(("window", w));
+    }
+    control::process_started_ms();
+    let (settings, shown) = settings::load(home, &|k| std::env::var(k).ok(), &cli)?;
+    if settings.low_priority {
+        lower_priority();
+    }
+    let gate = Arc::new(Gate::new(settings.window.clone(), !settings.run_on_battery));
+    gate.set_reloader(settings::reloader(home.clone(), cli, shown));
+    let opts = run_options(&settings, flags.once, flags.throttle_ms, net, gate.clone())?;
+    let stop_display = Arc::new(AtomicBool::new(false));
+    let display = std::io::stderr().is_terminal().then(|| {
+        let (dir, stop) = (home.data.clone(), stop_display.clone());
+        std::thread::spawn(move || display::run(dir, stop))
+    });
+    // SIGTERM, Ctrl-C, or `beebot leave` through the control socket.
+    let stop = async move {
+        tokio::select! {
+            _ = shutdown_signal() => {}
+            _ = gate.stopped() => {}
+        }
+    };
+    let stats = block_on_then_exit(worker::run(home.clone(), opts, stop))?;
+    stop_display.store(true, Ordering::Relaxed);
+    if let Some(d) = display {
+        let _ = d.join();
+    }
+    let stats = stats.map_err(|e| revoked_in_words(home, e))?;
+    Ok(stats_line(&stats))
+}
+
+/// The work loop's options from the settings and flags.
+fn run_options(
+    settings: &Settings,
+    once: bool,
+    throttle_ms: u64,
+    net: &NetArgs,
+    gate: Arc<Gate>,
+) -> Result<RunOptions> {
+    let mut crawler = net.crawler_config()?;
+    crawler.allow_private = settings.allow_private;
+    crawler.proxy = settings.proxy.clone();
+    Ok(RunOptions {
+        once,
+        slots: settings.slots,
+        buffer_seconds: settings.buffer_max_s,
+        buffer_min_s: settings.buffer_min_s,
+        throttle: Duration::from_millis(throttle_ms),
+        crawler,
+        bandwidth_kbps: settings.bandwidth_kbps,
+        spool_cap_bytes: settings.spool_cap_mb.saturating_mul(1024 * 1024),
+        gate: Some(gate),
+        ..RunOptions::default()
+    })
+}
+
+/// What a run did, in one line.
+fn stats_line(stats: &RunStats) -> String {
+    format!(
+        "scans finished {}, results accepted {}, duplicates {}, rejected {}, pages {}, links {}\n",
+        stats.scans_finished,
+        stats.uploads_accepted,
+        stats.uploads_duplicate,
+        stats.uploads_rejected,
+        stats.pages,
+        stats.links
+    )
+}
+
+/// Run at low CPU priority (nice 10), so the employee's own work comes first.
+fn lower_priority() {
+    #[cfg(unix)]
+    {
+        let pid = std::process::id().to_string();
+        let _ = std::process::Command::new("renice")
+            .args(["-n", "10", "-p", &pid])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// A runner's error in the user's terms: the server refused this host as
+/// revoked is remembered in the home (for `beebot status`) and said plainly.
+fn revoked_in_words(home: &Home, e: anyhow::Error) -> anyhow::Error {
+    let revoked = e.chain().find_map(|c| match c.downcast_ref::<NetError>() {
+        Some(NetError::Refused {
+            code: ErrorCode::Revoked,
+            message,
+        }) => Some(message.clone()),
+        _ => None,
+    });
+    let Some(message) = revoked else {
+        return e;
+    };
+    if let Err(w) = home.mark_revoked(&message) {
+        eprintln!("warning: {w:#}");
+    }
+    anyhow::anyhow!("this host was revoked by the project ({message}): {REVOKED_ADVICE}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_says_what_it_did_in_one_line() {
+        let stats = RunStats {
+            scans_finished: 3,
+            uploads_accepted: 2,
+            uploads_duplicate: 1,
+            uploads_rejected: 0,
+            pages: 40,
+            links: 900,
+            ..RunStats::default()
+        };
+        assert_eq!(
+            stats_line(&stats),
+            "scans finished 3, results accepted 2, duplicates 1, rejected 0, pages 40, links 900\n"
+        );
+    }
+}

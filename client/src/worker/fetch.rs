@@ -1,0 +1,190 @@
+//! Asking for work: when the buffer runs low (see [`super::work_wanted`]),
+//! or the server hinted that work is available, request units, verify each
+//! against the project key and spool it before holding it.
+//!
+//! A unit signed with another key or issued to another host is refused and
+//! never held; answers whose every unit is refused back off like failures.
+//! A full spool takes no new work. Nothing here starts a scan.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use beebot_shared::limits::MAX_RETRY_AFTER_SECS;
+use beebot_shared::proto::{Request, Response};
+use beebot_shared::sign::{self, SignedUnit};
+
+use crate::home::{SpooledUnit, MAX_SPOOLED_UNITS};
+
+use super::held::{Held, HeldState, Worker};
+use super::{backoff_bound, work_wanted};
+
+/// What the status says while the spool is over its cap.
+const SPOOL_FULL: &str =
+    "the spool is over its disk cap (spool_cap_mb): no new work until results are uploaded";
+
+/// A host told that work is available (`WorkAvailable`) asks within a
+/// random wait of up to this long, so connected hosts do not ask in lockstep.
+pub const WORK_HINT_JITTER: Duration = Duration::from_secs(1);
+
+/// Seconds before asking again when the server gave no work and no
+/// `retry_after`, or answered something unexpected.
+const DEFAULT_RETRY_AFTER_S: u64 = 30;
+
+impl Worker {
+    /// Ask for work when the buffer runs low. Returns false when the
+    /// network failed.
+    pub(super) async fn fetch_work(&mut self) -> Result<bool> {
+        if self.spool_full() {
+            return Ok(true);
+        }
+        let Some(req) = self.work_request() else {
+            return Ok(true);
+        };
+        match self.request(&req).await {
+            Ok(Response::Work {
+                units,
+                retry_after_s,
+                rounds_open,
+                cancelled_units,
+            }) => {
+                self.drop_cancelled(&cancelled_units);
+                self.server_idle = units.is_empty() && !rounds_open;
+                if units.is_empty() {
+                    let wait = retry_after_s
+                        .unwrap_or(DEFAULT_RETRY_AFTER_S)
+                        .min(MAX_RETRY_AFTER_SECS);
+                    // A little jitter so hosts do not ask in lockstep.
+                    let jitter = 1.0 + rand::random::<f64>() * 0.2;
+                    self.next_request = Instant::now() + Duration::from_secs(wait).mul_f64(jitter);
+                }
+                self.hold_offered(units)?;
+                Ok(true)
+            }
+            Ok(other) => {
+                tracing::warn!("unexpected answer to a work request: {other:?}");
+                self.next_request = Instant::now() + Duration::from_secs(DEFAULT_RETRY_AFTER_S);
+                Ok(true)
+            }
+            Err(e) if e.is_permanent() => Err(e).context("the server refused this host"),
+            Err(e) => {
+                self.net_failed(&e);
+                Ok(false)
+            }
+        }
+    }
+
+    /// A full spool takes no new work until uploads free it (said once in
+    /// the log and the status).
+    fn spool_full(&mut self) -> bool {
+        if self.opts.spool_cap_bytes == 0 || self.home.spool_bytes() < self.opts.spool_cap_bytes {
+            return false;
+        }
+        if self.last_error.as_deref() != Some(SPOOL_FULL) {
+            tracing::warn!("{SPOOL_FULL}");
+            self.last_error = Some(SPOOL_FULL.into());
+        }
+        true
+    }
+
+    /// The work request to send now, or `None` when the buffer holds enough
+    /// (or it is too early to ask again) and no hint came.
+    fn work_request(&mut self) -> Option<Request> {
+        // The server pushed `WorkAvailable` (a round started or was
+        // cancelled): ask within a moment, whatever the buffer holds.
+        if self.link.as_ref().is_some_and(|l| l.take_work_hint()) {
+            let wait = WORK_HINT_JITTER.mul_f64(rand::random::<f64>());
+            self.hinted_at = Some(Instant::now() + wait);
+        }
+        let hinted = self.hinted_at.is_some_and(|t| Instant::now() >= t);
+        let unfinished = self
+            .held
+            .values()
+            .filter(|h| matches!(h.state, HeldState::Waiting | HeldState::Crawling { .. }))
+            .count();
+        // Hold enough units per slot that no slot idles for a round trip, and
+        // the buffer's seconds of work (see `work_wanted`).
+        let wanted = work_wanted(
+            self.opts.slots,
+            unfinished,
+            self.job_s,
+            self.round_trip_s,
+            self.opts.buffer_min_s,
+            self.opts.buffer_seconds,
+        )
+        .filter(|_| self.held.len() < MAX_SPOOLED_UNITS && self.gate_open());
+        if !hinted && (wanted.is_none() || Instant::now() < self.next_request) {
+            return None;
+        }
+        // Hinted with a full buffer (or the gate shut): nothing asked for,
+        // but the answer names the held units of a cancelled round.
+        let (want_seconds, free_slots) = wanted.unwrap_or((0, 0));
+        self.hinted_at = None;
+        // Near the end of a window, ask only for work that fits in it.
+        let want_seconds = match self.opts.gate.as_ref().and_then(|g| g.seconds_left_open()) {
+            Some(left) => want_seconds.min(left),
+            None => want_seconds,
+        };
+        Some(Request::RequestWork {
+            want_seconds,
+            free_slots,
+            units_held: self.units_held(),
+            open_windows: self.opts.gate.as_ref().and_then(|g| g.open_intervals()),
+        })
+    }
+
+    /// Verify each offered unit, spool and hold the ones signed by the
+    /// project for this host; refuse the others. An answer whose every unit
+    /// is refused backs off.
+    fn hold_offered(&mut self, units: Vec<SignedUnit>) -> Result<()> {
+        let offered = units.len();
+        let refused_before = self.stats.units_refused;
+        for signed in units {
+            match sign::verify_unit(&self.project_key, &signed) {
+                Ok(unit) if unit.host_id == self.enrolment.host_id => {
+                    let s = SpooledUnit { signed, unit };
+                    self.home.spool_unit(&s)?;
+                    self.stats.units_received += 1;
+                    self.refusals = 0;
+                    self.held.insert(
+                        s.unit.unit_id,
+                        Held {
+                            deadline_ms: s.unit.deadline_ms,
+                            needs_state: s.unit.resume.is_some(),
+                            unit: s,
+                            state: HeldState::Waiting,
+                        },
+                    );
+                }
+                Ok(unit) => {
+                    self.stats.units_refused += 1;
+                    tracing::error!(
+                        unit_id = unit.unit_id,
+                        "refused a unit issued to another host"
+                    );
+                }
+                Err(e) => {
+                    self.stats.units_refused += 1;
+                    tracing::error!("refused a work unit: {e}");
+                }
+            }
+        }
+        if offered > 0 && self.stats.units_refused - refused_before == offered as u64 {
+            self.back_off_refusals();
+        }
+        Ok(())
+    }
+
+    /// Nothing usable (a server signing with another key than the one
+    /// joined, or sending others' units): back off like a failure instead of
+    /// asking again at once, longer each time until a usable unit arrives.
+    fn back_off_refusals(&mut self) {
+        self.refusals = self.refusals.saturating_add(1);
+        let wait = self.backoff(self.refusals);
+        tracing::warn!(
+            "every unit offered was refused; asking again in {:.1}s (backoff bound {}s)",
+            wait.as_secs_f64(),
+            backoff_bound(self.refusals, self.opts.backoff_base, self.opts.backoff_cap).as_secs()
+        );
+        self.next_request = Instant::now() + wait;
+    }
+}

@@ -1,0 +1,194 @@
+//! The loop of `beebot run`: take the home (one runner per home), resume
+//! the spooled units, then contact the server, start scans and keep their
+//! ends until told to stop (or, with `once`, until the server is idle and
+//! every result is delivered).
+//!
+//! A stop is heard even while a request is in flight; every scan is then
+//! checkpointed before the loop returns. Nothing here decides what to ask
+//! the server: that is the link's pass ([`Worker::contact`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::bandwidth::Bandwidth;
+use crate::control;
+use crate::home::{Enrolment, Home, MAX_SPOOLED_UNITS};
+
+use super::held::{Held, HeldState, Worker};
+use super::scan::ScanDone;
+use super::{RunOptions, RunStats};
+
+/// Longest the loop sleeps between passes when nothing happens.
+const LOOP_TICK: Duration = Duration::from_millis(500);
+
+/// Run the work loop until `shutdown` resolves (or, with `once`, until the
+/// server is idle and every result is delivered).
+pub async fn run(
+    home: Home,
+    opts: RunOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<RunStats> {
+    let enrolment = home.require_enrolment()?;
+    // One runner per home: a second would take over the control socket and
+    // share the host key and the spool. Held until this function returns.
+    let run_lock = home.lock_runner()?;
+    if let Some(pid) = run_lock.stale_pid {
+        tracing::info!("taking over the home from pid {pid}, which is no longer running");
+    }
+    let (done_tx, mut done_rx) = mpsc::channel::<ScanDone>(MAX_SPOOLED_UNITS);
+    let mut w = Worker::open(home, enrolment, opts, done_tx)?;
+    let control_task = w.serve_control();
+    w.resume_spooled()?;
+    let stopped = w.work_until(shutdown, &mut done_rx).await?;
+    w.bench.stop();
+    if stopped {
+        tracing::info!("stopping; scans are checkpointed, unfinished units stay in the spool");
+        w.stop_scans(&mut done_rx).await;
+    }
+    if let Some(l) = w.link.take() {
+        l.close();
+    }
+    if let Some(t) = control_task {
+        t.abort();
+        let _ = std::fs::remove_file(control::socket_path(&w.home.data));
+    }
+    let _ = std::fs::remove_file(control::status_path(&w.home.data));
+    drop(run_lock);
+    Ok(w.stats)
+}
+
+impl Worker {
+    /// The worker of an enrolled home, holding nothing yet.
+    fn open(
+        home: Home,
+        enrolment: Enrolment,
+        opts: RunOptions,
+        done_tx: mpsc::Sender<ScanDone>,
+    ) -> Result<Worker> {
+        let key = home.host_key(false)?;
+        let project_key = enrolment.project_verifying_key()?;
+        let server = enrolment.server_id()?;
+        // Adjustable: `beebot config set bandwidth_kbps` reaches running scans.
+        let bandwidth = Some(Arc::new(Bandwidth::adjustable(opts.bandwidth_kbps)));
+        Ok(Worker {
+            home,
+            enrolment,
+            key,
+            project_key,
+            server,
+            opts,
+            held: BTreeMap::new(),
+            link: None,
+            clock_offset_ms: 0,
+            failures: 0,
+            refusals: 0,
+            next_contact: Instant::now(),
+            next_request: Instant::now(),
+            server_idle: false,
+            stats: RunStats::default(),
+            done_tx,
+            last_error: None,
+            status_written: Instant::now() - Duration::from_secs(60),
+            bandwidth,
+            job_s: None,
+            round_trip_s: 0.0,
+            bench: Default::default(),
+            stopping: false,
+            offline_stops: 0,
+            scans_resume_at: None,
+            hinted_at: None,
+        })
+    }
+
+    /// The control socket, for `beebot pause` / `beebot resume` (with a gate).
+    fn serve_control(&self) -> Option<JoinHandle<()>> {
+        self.opts.gate.clone().map(|gate| {
+            let dir = self.home.data.clone();
+            tokio::spawn(async move {
+                if let Err(e) = control::serve(dir, gate).await {
+                    tracing::warn!("control socket unavailable: {e:#}");
+                }
+            })
+        })
+    }
+
+    /// Resume from the spool: units verified again, finished results queued
+    /// for upload; what a kill left half-written or orphaned swept first.
+    fn resume_spooled(&mut self) -> Result<()> {
+        self.home.sweep_spool();
+        let (units, refused) = self.home.spooled_units(&self.project_key)?;
+        for r in refused {
+            tracing::error!("refused a spooled unit: {r}");
+            self.stats.units_refused += 1;
+        }
+        for u in units {
+            if u.unit.host_id != self.enrolment.host_id {
+                self.home.remove_unit(u.unit.unit_id);
+                continue;
+            }
+            let id = u.unit.unit_id;
+            let state = if self.home.result(id)?.is_some() {
+                HeldState::Finished
+            } else {
+                HeldState::Waiting
+            };
+            tracing::info!(
+                unit_id = id,
+                checkpoint = self.home.has_checkpoint(id),
+                "resuming spooled unit"
+            );
+            let held = Held {
+                deadline_ms: self.home.deadline(id).unwrap_or(u.unit.deadline_ms),
+                needs_state: u.unit.resume.is_some() && !self.home.has_checkpoint(id),
+                unit: u,
+                state,
+            };
+            self.held.insert(id, held);
+        }
+        Ok(())
+    }
+
+    /// Contact the server, start scans and keep their ends until `shutdown`
+    /// resolves (true) or, with `once`, the server is idle and nothing is
+    /// held (false). A stop (SIGTERM, Ctrl-C) is heard even while a request
+    /// is in flight.
+    async fn work_until(
+        &mut self,
+        shutdown: impl std::future::Future<Output = ()>,
+        done_rx: &mut mpsc::Receiver<ScanDone>,
+    ) -> Result<bool> {
+        tokio::pin!(shutdown);
+        let mut tick = tokio::time::interval(LOOP_TICK);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => return Ok(true),
+                r = self.contact() => r?,
+            }
+            if let Some(s) = self.opts.gate.as_ref().and_then(|g| g.take_settings()) {
+                self.apply_settings(&s);
+            }
+            self.start_scans();
+            self.write_status();
+            if self.opts.once && self.server_idle && self.held.is_empty() {
+                return Ok(false);
+            }
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => return Ok(true),
+                r = async {
+                    match done_rx.recv().await {
+                        Some(done) => self.scan_done(done).await,
+                        None => Ok(()),
+                    }
+                } => r?,
+                _ = tick.tick() => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The live status `beebot status` reads: what the client is doing (running,
+//! paused, offline, backing off), its scans with their pages and deadlines,
+//! today's totals and the last error, written at most once a second.
+//!
+//! Deadlines are kept on the server's clock and shown on the local one
+//! ([`local_deadline`]). Nothing here changes the units held.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::control::{self, Hold, LiveStatus, ScanStatus};
+use crate::home::today_date;
+
+use super::held::{HeldState, Worker};
+
+/// A unit's deadline (server clock, Unix ms) on the local clock.
+/// `clock_offset_ms` = server time − local time.
+pub fn local_deadline(deadline_ms: u64, clock_offset_ms: i64) -> SystemTime {
+    let local_ms = (deadline_ms as i64 - clock_offset_ms).max(0) as u64;
+    UNIX_EPOCH + Duration::from_millis(local_ms)
+}
+
+impl Worker {
+    /// Write the live status for `beebot status` (at most once a second).
+    pub(super) fn write_status(&mut self) {
+        if self.status_written.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.status_written = Instant::now();
+        let now = SystemTime::now();
+        let (state, until) = match self.opts.gate.as_ref().map(|g| g.hold()) {
+            Some(Hold::Paused(u)) => ("paused", u),
+            Some(Hold::OutsideWindow(u)) => ("outside-window", u),
+            Some(Hold::OnBattery) => ("on-battery", None),
+            _ if self.scans_resume_at.is_some_and(|t| Instant::now() < t) => {
+                let wait = self
+                    .scans_resume_at
+                    .map_or(Duration::ZERO, |t| t - Instant::now());
+                ("offline", Some(now + wait))
+            }
+            _ if Instant::now() < self.next_contact => {
+                let wait = self.next_contact - Instant::now();
+                ("backing-off", Some(now + wait))
+            }
+            _ if self.link.is_none() && self.failures > 0 => ("offline", None),
+            _ if self.crawling() > 0 => ("running", None),
+            _ => ("idle", None),
+        };
+        let scans = self
+            .held
+            .iter()
+            .filter_map(|(id, h)| match &h.state {
+                HeldState::Crawling {
+                    pages,
+                    links,
+                    started,
+                    ..
+                } => {
+                    let p = pages.load(Ordering::Relaxed);
+                    Some(ScanStatus {
+                        unit_id: *id,
+                        site: h.unit.unit.site.clone(),
+                        pages: p,
+                        links: links.load(Ordering::Relaxed),
+                        pages_per_s: p as f64 / started.elapsed().as_secs_f64().max(0.001),
+                        deadline_ms: Some(control::unix_ms(local_deadline(
+                            h.deadline_ms,
+                            self.clock_offset_ms,
+                        ))),
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        let today = self.home.today(&today_date());
+        let s = LiveStatus {
+            pid: std::process::id(),
+            updated_ms: control::unix_ms(now),
+            state: state.into(),
+            until_ms: until.map(control::unix_ms),
+            scans,
+            today_pages: today.pages,
+            today_links: today.links,
+            today_results: today.results,
+            pending_uploads: self
+                .held
+                .values()
+                .filter(|h| matches!(h.state, HeldState::Finished))
+                .count() as u64,
+            last_error: self.last_error.clone(),
+            started_ms: Some(control::process_started_ms()),
+        };
+        control::write_status(&self.home.data, &s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::tests::unit;
+
+    #[test]
+    fn deadlines_follow_the_server_clock_whatever_the_skew() {
+        let unit = unit();
+        const HOUR_MS: i64 = 3_600_000;
+        // offset = server clock − client clock, learned from `Welcome`.
+        for skew_hours in [-7i64, -1, 0, 2, 9] {
+            let offset = -skew_hours * HOUR_MS;
+            let local = local_deadline(unit.deadline_ms, offset);
+            let want = UNIX_EPOCH
+                + Duration::from_millis((unit.deadline_ms as i64 + skew_hours * HOUR_MS) as u64);
+            assert_eq!(local, want, "client clock {skew_hours} h off");
+            // The time left is the same on both clocks: ten minutes.
+            let issued_local = unit.issued_ms as i64 + skew_hours * HOUR_MS;
+            let left = local
+                .duration_since(UNIX_EPOCH + Duration::from_millis(issued_local as u64))
+                .expect("after issue");
+            assert_eq!(left, Duration::from_secs(600));
+        }
+    }
+}
