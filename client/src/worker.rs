@@ -187,12 +187,7 @@ pub fn backoff_bound(attempt: u32, base: Duration, cap: Duration) -> Duration {
     base.saturating_mul(1u32 << attempt.min(20)).min(cap)
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+use beebot_shared::clock::now_ms;
 
 /// A unit the client holds.
 struct Held {

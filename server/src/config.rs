@@ -481,21 +481,10 @@ impl DataDir {
 
 pub use beebot_shared::util::check_private;
 
-/// Write a file readable by its owner only.
+/// Write a file readable by its owner only, durably (replaced whole).
 pub fn write_private(path: &Path, data: &[u8]) -> Result<()> {
-    let mut opts = fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    Ok(())
+    beebot_shared::durable::write_private(path, data)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Options of `beebot-server init`.

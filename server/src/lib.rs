@@ -32,13 +32,7 @@ use crate::grid::{Grid, GridSettings};
 /// How often deadlines are checked.
 const TICK_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Unix milliseconds now.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub use beebot_shared::clock::now_ms;
 
 /// What the QUIC and admin layers share: the grid behind one lock, and the
 /// server's identity.
