@@ -27,7 +27,6 @@ use beebot_shared::scope::{parse_site, Exclusion, Scope};
 
 use crate::api::*;
 use crate::grid::GridError;
-use crate::model::JobState;
 use crate::validate::ValidateMode;
 use crate::{now_ms, Shared};
 
@@ -621,17 +620,8 @@ async fn round_export(
     let links_dir = s.data.links();
     let body = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
         let mut w = ExportWriter::new(Vec::new(), format).map_err(|e| e.to_string())?;
-        let mut done: Vec<_> = jobs
-            .iter()
-            .filter(|j| j.state == JobState::Done && j.result.is_some())
-            .collect();
-        done.sort_by(|a, b| a.site.cmp(&b.site));
-        for job in done {
-            // A site scanned in several scans (continuations) is their union.
-            crate::grid::for_each_job_link(&links_dir, job, |r| {
-                w.write(&job.site, r).map_err(|e| e.to_string())
-            })?;
-        }
+        crate::export::export_round(&links_dir, &jobs, &mut w, |_, _| {})
+            .map_err(|e| e.to_string())?;
         w.finish().map_err(|e| e.to_string())
     })
     .await

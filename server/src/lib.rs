@@ -9,6 +9,7 @@ pub mod api;
 pub mod cli_util;
 pub mod config;
 pub mod demo;
+pub mod export;
 pub mod grid;
 pub mod model;
 pub mod net;
