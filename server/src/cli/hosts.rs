@@ -37,10 +37,7 @@ pub fn run(dir: &DataDir, cmd: HostsCmd) -> Result<Report> {
         HostsCmd::List { json } => {
             let hosts: Vec<HostLine> = c.get("/api/hosts")?;
             if json {
-                return Ok(Report::out(format!(
-                    "{}\n",
-                    serde_json::to_string_pretty(&hosts)?
-                )));
+                return Report::json(&hosts);
             }
             Ok(list(&hosts, beebot_server::now_ms()))
         }

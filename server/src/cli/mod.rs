@@ -52,6 +52,14 @@ impl Report {
         }
     }
 
+    /// `value` as pretty JSON on standard output (the `--json` of lists).
+    pub fn json(value: &impl serde::Serialize) -> Result<Report> {
+        Ok(Report::out(format!(
+            "{}\n",
+            serde_json::to_string_pretty(value)?
+        )))
+    }
+
     /// Append a line to standard output.
     pub fn say(&mut self, line: impl fmt::Display) {
         self.out.push_str(&format!("{line}\n"));

@@ -75,10 +75,7 @@ pub fn run(dir: &DataDir, cmd: RoundCmd) -> Result<Report> {
         RoundCmd::Show { id, json } => {
             let d: RoundDetail = c.get(&format!("/api/rounds/{id}"))?;
             if json {
-                return Ok(Report::out(format!(
-                    "{}\n",
-                    serde_json::to_string_pretty(&d)?
-                )));
+                return Report::json(&d);
             }
             Ok(Report::out(show(&d)))
         }
@@ -116,10 +113,7 @@ fn started(r: &RoundStarted, every: Option<Duration>) -> Report {
 fn list(rounds: &[RoundSummary], json: bool) -> Result<Report> {
     if json {
         let listed: Vec<RoundListed> = rounds.iter().map(RoundListed::of).collect();
-        return Ok(Report::out(format!(
-            "{}\n",
-            serde_json::to_string_pretty(&listed)?
-        )));
+        return Report::json(&listed);
     }
     if rounds.is_empty() {
         return Ok(Report::note(

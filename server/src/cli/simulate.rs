@@ -181,10 +181,7 @@ pub fn run(a: SimulateArgs) -> Result<Report> {
                 })
             })
             .collect();
-        return Ok(Report::out(format!(
-            "{}\n",
-            serde_json::to_string_pretty(&out)?
-        )));
+        return Report::json(&out);
     }
     let mut out = format!(
         "{}, {}; {}{:.1}s)\n",

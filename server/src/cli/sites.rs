@@ -236,9 +236,7 @@ fn excluded(r: &Excluded) -> String {
 /// stderr when empty).
 fn exclusions(list: &[ExclusionListed], format: Option<ExclusionsFormat>) -> Result<Report> {
     Ok(match format {
-        Some(ExclusionsFormat::Json) => {
-            Report::out(format!("{}\n", serde_json::to_string_pretty(list)?))
-        }
+        Some(ExclusionsFormat::Json) => Report::json(&list)?,
         Some(ExclusionsFormat::Tsv) => Report::out(exclusions_tsv(list)),
         None => {
             let mut r = Report::default();
@@ -257,10 +255,7 @@ fn exclusions(list: &[ExclusionListed], format: Option<ExclusionsFormat>) -> Res
 fn list(sites: &[SiteRecord], json: bool) -> Result<Report> {
     if json {
         let listed: Vec<SiteListed> = sites.iter().map(SiteListed::of).collect();
-        return Ok(Report::out(format!(
-            "{}\n",
-            serde_json::to_string_pretty(&listed)?
-        )));
+        return Report::json(&listed);
     }
     let mut r = Report::default();
     if sites.is_empty() {

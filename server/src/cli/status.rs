@@ -15,10 +15,7 @@ pub fn run(dir: &DataDir, json: bool) -> Result<Report> {
     let c = AdminClient::new(dir)?;
     let s: StatusResponse = c.get("/api/status")?;
     if json {
-        return Ok(Report::out(format!(
-            "{}\n",
-            serde_json::to_string_pretty(&s)?
-        )));
+        return Report::json(&s);
     }
     let mut out = summary(&s);
     out.push_str(&format!(

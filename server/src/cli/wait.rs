@@ -98,3 +98,51 @@ fn timed_out(id: u64, d: &RoundDetail, timeout: Duration) -> Report {
     r.code = EXIT_TIMEOUT;
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use beebot_server::api::JobCounts;
+    use beebot_server::model::{RoundParams, RoundRecord};
+
+    fn detail(state: RoundState) -> RoundDetail {
+        RoundDetail {
+            round: RoundRecord {
+                id: 9,
+                created_ms: 0,
+                finished_ms: None,
+                params: RoundParams::default(),
+                state,
+                job_ids: Vec::new(),
+                every_ms: None,
+                next_round: None,
+                folded: Vec::new(),
+            },
+            counts: JobCounts {
+                total: 3,
+                done: 2,
+                failed: 1,
+                complete: 2,
+                incomplete: 1,
+                ..JobCounts::default()
+            },
+            sites: Vec::new(),
+            jobs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_wait_ends_with_a_summary_and_says_cancelled_and_timeout_by_exit_code() {
+        let r = over(9, &detail(RoundState::Done));
+        assert_eq!(
+            r.out,
+            "round 9 done: 2 done, 1 failed of 3 jobs; 1 of 3 sites INCOMPLETE (see `round show`)\n"
+        );
+        assert_eq!(r.code, 0);
+        assert_eq!(over(9, &detail(RoundState::Cancelled)).code, EXIT_CANCELLED);
+        let r = timed_out(9, &detail(RoundState::Running), Duration::from_secs(60));
+        assert_eq!(r.code, EXIT_TIMEOUT);
+        assert_eq!(r.err, "error: round 9 still has 0 open job(s) after 1m\n");
+        assert_eq!(r.out, "");
+    }
+}
