@@ -17,7 +17,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use url::Url;
@@ -74,11 +74,7 @@ pub enum BenchmarkError {
     NoPages(String),
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+use beebot_shared::clock::now_ms;
 
 /// Scan the reference site at `url` and measure. `on_progress` sees the crawl.
 pub fn run(

@@ -113,40 +113,21 @@ pub struct Home {
 
 pub use beebot_shared::util::check_private;
 
-/// Write a file durably: temporary name, fsync, rename. On failure (disk
-/// full, read-only) the temporary file is removed: nothing half-written stays.
+/// Write a file durably ([`beebot_shared::durable`]): a temporary name of its
+/// own, fsync, rename, fsync the directory. On failure (disk full,
+/// read-only) the temporary file is removed: nothing half-written stays.
 pub fn write_atomic(path: &Path, data: &[u8], private: bool) -> Result<()> {
+    use beebot_shared::durable::{self, Access};
     let dir = path.parent().context("path without parent")?;
     beebot_shared::util::create_private_dir(dir)
         .with_context(|| format!("cannot create {}", dir.display()))?;
-    let tmp = path.with_extension("tmp");
-    {
-        let mut opts = fs::OpenOptions::new();
-        opts.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        if private {
-            use std::os::unix::fs::OpenOptionsExt;
-            opts.mode(0o600);
-        }
-        #[cfg(not(unix))]
-        let _ = private;
-        let written = opts.open(&tmp).and_then(|mut f| {
-            f.write_all(data)?;
-            f.sync_all()
-        });
-        if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
-            return Err(e).with_context(|| format!("cannot write {}", path.display()));
-        }
-    }
-    if let Err(e) = fs::rename(&tmp, path) {
-        let _ = fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", path.display()));
-    }
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    let access = if private {
+        Access::Private
+    } else {
+        Access::Default
+    };
+    durable::write_with(path, data, access)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 impl Home {

@@ -23,11 +23,10 @@ use serde::Deserialize;
 
 use beebot_shared::export::{ExportWriter, Format};
 use beebot_shared::limits::MAX_SITES;
-use beebot_shared::scope::{parse_site, Exclusion, Scope};
+use beebot_shared::scope::{parse_site, Exclusion};
 
 use crate::api::*;
 use crate::grid::GridError;
-use crate::model::JobState;
 use crate::validate::ValidateMode;
 use crate::{now_ms, Shared};
 
@@ -491,50 +490,14 @@ async fn round_start(
             ),
         ));
     }
-    let mut p = s.config.round.params();
-    if let Some(v) = req.policy {
-        p.policy = v;
-    }
-    if let Some(v) = req.max_pages {
-        p.max_pages = v;
-    }
-    if let Some(v) = req.max_depth {
-        p.max_depth = v;
-    }
-    if let Some(v) = req.delay_ms {
-        p.delay_ms = v;
-    }
-    if let Some(v) = req.scope {
-        p.scope = v
-            .parse::<Scope>()
-            .map_err(|e| fail(StatusCode::BAD_REQUEST, e.to_string()))?;
-    }
-    if let Some(v) = req.max_crawl_delay_ms {
-        p.max_crawl_delay_ms = v;
-    }
-    if let Some(v) = req.validate {
-        p.validate = v
-            .parse::<ValidateMode>()
-            .map_err(|e| fail(StatusCode::BAD_REQUEST, e.to_string()))?;
-    }
-    if let Some(v) = req.max_seconds {
-        p.max_seconds = v;
-    }
-    if let Some(v) = req.deadline_min_s {
-        p.deadline_min_s = v;
-    }
-    if let Some(v) = req.deadline_max_s {
-        p.deadline_max_s = v;
-    }
-    if let Some(v) = req.max_attempts {
-        p.max_attempts = v;
-    }
+    let p = s.config.round.clone().with(&req.params);
     // Out of range, or deadlines crossed: refused, never clamped.
-    let every = req.every_s.map(Duration::from_secs);
-    crate::config::check_round_durations(&p, every, req.force)
+    let every = req.every();
+    p.validate(every, req.force)
         .map_err(|e| fail(StatusCode::BAD_REQUEST, e.to_string()))?;
     let now = now_ms();
-    let every_ms = req.every_s.map(|e| e.saturating_mul(1000));
+    let every_s = req.every_s.as_ref().map(|d| d.as_secs());
+    let every_ms = every_s.map(|e| e.saturating_mul(1000));
     let validate = p.validate;
     let (id, hosts) = s
         .with_grid(move |g| {
@@ -546,7 +509,7 @@ async fn round_start(
         .map_err(grid_fail)?;
     durable(&s)?;
     s.refresh_about().await;
-    tracing::info!(round = id, every_s = req.every_s, "round started");
+    tracing::info!(round = id, every_s, "round started");
     // A result is checked by another host's scan.
     let warning = (validate != ValidateMode::Off && hosts < 2).then(|| {
         format!(
@@ -621,17 +584,8 @@ async fn round_export(
     let links_dir = s.data.links();
     let body = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
         let mut w = ExportWriter::new(Vec::new(), format).map_err(|e| e.to_string())?;
-        let mut done: Vec<_> = jobs
-            .iter()
-            .filter(|j| j.state == JobState::Done && j.result.is_some())
-            .collect();
-        done.sort_by(|a, b| a.site.cmp(&b.site));
-        for job in done {
-            // A site scanned in several scans (continuations) is their union.
-            crate::grid::for_each_job_link(&links_dir, job, |r| {
-                w.write(&job.site, r).map_err(|e| e.to_string())
-            })?;
-        }
+        crate::export::export_round(&links_dir, &jobs, &mut w, |_, _| {})
+            .map_err(|e| e.to_string())?;
         w.finish().map_err(|e| e.to_string())
     })
     .await

@@ -2,10 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::durations::{opt_seconds, typed_duration, DurationError, TypedDuration, REPEAT_PERIOD};
 use crate::grid::GridStatus;
 use crate::model::{
     Completeness, HostRecord, JobRecord, JobState, JobValidation, RoundRecord, SiteRecord, Verdict,
 };
+use crate::params::RoundOverrides;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct InviteRequest {
@@ -147,30 +149,40 @@ pub fn iso_utc(ms: u64) -> String {
         )
 }
 
-/// `round start` options; unset ones take the config's defaults.
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// `round start`: its flags and the admin API's body (one type). Unset
+/// parameters take the config's defaults.
+#[derive(Clone, Debug, Default, clap::Args, Serialize, Deserialize)]
 pub struct RoundStart {
-    pub policy: Option<String>,
-    pub max_pages: Option<u32>,
-    pub max_depth: Option<u32>,
-    pub delay_ms: Option<u64>,
-    pub scope: Option<String>,
-    pub max_seconds: Option<u64>,
-    pub deadline_min_s: Option<u64>,
-    pub deadline_max_s: Option<u64>,
-    pub max_attempts: Option<u32>,
-    /// Longest robots.txt Crawl-delay honoured, ms.
-    #[serde(default)]
-    pub max_crawl_delay_ms: Option<u64>,
-    /// Repeat period, seconds (`round start --every`).
-    #[serde(default)]
-    pub every_s: Option<u64>,
-    /// Validation: off, adaptive or all.
-    #[serde(default)]
-    pub validate: Option<String>,
-    /// Durations under their sensible minimum are meant (`--force`).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub params: RoundOverrides,
+    /// Repeat: start the next scan when this one is over and this long
+    /// has passed since it started (e.g. 7d; at least 1h unless --force).
+    #[arg(long = "every", value_parser = typed_duration)]
+    #[serde(default, with = "opt_seconds")]
+    pub every_s: Option<TypedDuration>,
+    /// Allow durations under their sensible minimum (--every under 1h,
+    /// deadlines and scan time under 1m): trials and tests.
+    #[arg(long)]
     #[serde(default)]
     pub force: bool,
+}
+
+impl RoundStart {
+    /// Each duration given within its bounds, refused in the words typed
+    /// after its flag (what the CLI checks before it asks the server).
+    pub fn check_typed(&self) -> Result<(), DurationError> {
+        self.params.check_typed(self.force)?;
+        if let Some(every) = &self.every_s {
+            every.within("--every", &REPEAT_PERIOD, self.force)?;
+        }
+        Ok(())
+    }
+
+    /// The repeat period asked for.
+    pub fn every(&self) -> Option<std::time::Duration> {
+        self.every_s.as_ref().map(|d| d.value)
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]

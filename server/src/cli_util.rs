@@ -11,40 +11,7 @@ use beebot_shared::util::human_duration;
 
 pub use beebot_shared::util::parse_duration;
 
-/// A duration as the admin typed it: its value and its text (errors quote
-/// the text and speak its unit).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TypedDuration {
-    pub text: String,
-    pub value: Duration,
-}
-
-/// The text is not a duration with a unit (the message says why).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BadDuration(String);
-
-/// Clap's parser of a duration flag: a unit is required (`90s`, `15m`,
-/// `12h`, `7d`).
-pub fn typed_duration(s: &str) -> std::result::Result<TypedDuration, BadDuration> {
-    let value = parse_duration(s).map_err(|e| BadDuration(e.to_string()))?;
-    Ok(TypedDuration {
-        text: s.trim().to_string(),
-        value,
-    })
-}
-
-impl TypedDuration {
-    /// The value within `bounds`, or an error naming `flag` and the text typed.
-    pub fn within(
-        &self,
-        flag: &str,
-        bounds: &crate::config::DurationBounds,
-        force: bool,
-    ) -> std::result::Result<Duration, crate::config::DurationError> {
-        bounds.check(flag, &self.text, self.value, force)
-    }
-}
+pub use crate::durations::{typed_duration, BadDuration, TypedDuration};
 
 /// How far a round is: `round wait`'s progress line.
 #[derive(Clone, Debug, PartialEq)]

@@ -15,79 +15,27 @@ use std::fs;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 
-use beebot_shared::limits::MAX_DELAY_MS;
-use beebot_shared::scope::Scope;
-use beebot_shared::util::{human_duration, parse_duration};
+pub use crate::durations::{
+    in_unit_of, DurationBounds, DurationError, CRAWL_DELAY, DEADLINE, DEADLINE_GRACE,
+    INVITE_EXPIRY, REPEAT_PERIOD, REPORT_EVERY, SCAN_TIME, WAIT_TIMEOUT,
+};
+use crate::durations::{seconds, secs};
+use crate::params::{round_defaults, RoundParams};
+use crate::validate::{DEFAULT_SPOT_CHECK_PERCENT, DEFAULT_TRUST_AFTER};
 
-use crate::model::RoundParams;
-use crate::validate::{ValidateMode, DEFAULT_SPOT_CHECK_PERCENT, DEFAULT_TRUST_AFTER};
+/// The config file's `[round]` table: the parameters rounds start from
+/// (the built-in defaults with the table's keys laid over them).
+pub type RoundDefaults = RoundParams;
 
-/// Round defaults an admin can override per round.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RoundDefaults {
-    pub policy: String,
-    pub max_pages: u32,
-    pub max_depth: u32,
-    pub delay_ms: u64,
-    pub scope: Scope,
-    pub max_page_bytes: u64,
-    /// Seconds as a number, or a duration as text (`"6h"`): so are the others.
-    #[serde(deserialize_with = "seconds")]
-    pub max_seconds: u64,
-    #[serde(deserialize_with = "seconds")]
-    pub deadline_min_s: u64,
-    #[serde(deserialize_with = "seconds")]
-    pub deadline_max_s: u64,
-    pub max_attempts: u32,
-    /// Milliseconds as a number, or a duration as text (`"30s"`).
-    #[serde(deserialize_with = "millis")]
-    pub max_crawl_delay_ms: u64,
-    /// How results are validated: off, adaptive or all.
-    pub validate: ValidateMode,
-}
-
-impl Default for RoundDefaults {
-    fn default() -> Self {
-        RoundDefaults {
-            policy: "adaptive".into(),
-            max_pages: 1000,
-            max_depth: 20,
-            delay_ms: 1000,
-            scope: Scope::Host,
-            max_page_bytes: 2 * 1024 * 1024,
-            max_seconds: 6 * 3600,
-            deadline_min_s: 120,
-            deadline_max_s: 2 * 24 * 3600,
-            max_attempts: 5,
-            max_crawl_delay_ms: 30_000,
-            validate: ValidateMode::Adaptive,
-        }
-    }
-}
-
-impl RoundDefaults {
+impl RoundParams {
+    /// A copy of these parameters (the round defaults' former accessor).
     pub fn params(&self) -> RoundParams {
-        RoundParams {
-            policy: self.policy.clone(),
-            max_pages: self.max_pages,
-            max_depth: self.max_depth,
-            delay_ms: self.delay_ms,
-            scope: self.scope,
-            max_page_bytes: self.max_page_bytes,
-            max_seconds: self.max_seconds,
-            deadline_min_s: self.deadline_min_s,
-            deadline_max_s: self.deadline_max_s,
-            max_attempts: self.max_attempts,
-            max_crawl_delay_ms: self.max_crawl_delay_ms,
-            validate: self.validate,
-        }
+        self.clone()
     }
 }
 
@@ -135,8 +83,9 @@ pub struct ServerConfig {
     pub deadline_slack: f64,
     #[serde(deserialize_with = "seconds")]
     pub deadline_grace_s: u64,
-    #[serde(default)]
-    pub round: RoundDefaults,
+    /// `[round]`: any of [`crate::params::RoundOverrides`]' keys.
+    #[serde(default, deserialize_with = "round_defaults")]
+    pub round: RoundParams,
     #[serde(default)]
     pub validation: ValidationConfig,
 }
@@ -180,7 +129,7 @@ impl ServerConfig {
             quic_retry: false,
             deadline_slack: 3.0,
             deadline_grace_s: 60,
-            round: RoundDefaults::default(),
+            round: RoundParams::default(),
             validation: ValidationConfig::default(),
         }
     }
@@ -481,21 +430,10 @@ impl DataDir {
 
 pub use beebot_shared::util::check_private;
 
-/// Write a file readable by its owner only.
+/// Write a file readable by its owner only, durably (replaced whole).
 pub fn write_private(path: &Path, data: &[u8]) -> Result<()> {
-    let mut opts = fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    Ok(())
+    beebot_shared::durable::write_private(path, data)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Options of `beebot-server init`.
@@ -576,259 +514,18 @@ pub fn init(dir: &DataDir, opts: &InitOptions) -> Result<ServerConfig> {
     Ok(cfg)
 }
 
-// ---- durations the admin types ----
-
-/// The range a duration the admin types must fall in: below `min` only with
-/// `--force` (never below `floor`), never above `max`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DurationBounds {
-    /// What the duration is, in the admin's words.
-    pub what: &'static str,
-    /// Nothing shorter works at all.
-    pub floor: Duration,
-    /// Shorter than this needs `--force` (tests, trials).
-    pub min: Duration,
-    pub max: Duration,
-}
-
-const fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
-}
-const MINUTE: u64 = 60;
-const HOUR: u64 = 3600;
-const DAY: u64 = 24 * HOUR;
-
-/// `round start --every`: a round repeated more often than hourly keeps the
-/// sites busy for nothing; at most a year apart.
-pub const REPEAT_PERIOD: DurationBounds = DurationBounds {
-    what: "repeat period",
-    floor: secs(1),
-    min: secs(HOUR),
-    max: secs(366 * DAY),
-};
-/// `invite --expires`: between a minute and a year.
-pub const INVITE_EXPIRY: DurationBounds = DurationBounds {
-    what: "invite lifetime",
-    floor: secs(1),
-    min: secs(MINUTE),
-    max: secs(365 * DAY),
-};
-/// `round start --min-deadline`/`--max-deadline`: a unit's deadline finds a
-/// silent host; under a minute it would also take units from live ones
-/// (they report progress every 10 s), beyond a month it finds nothing.
-pub const DEADLINE: DurationBounds = DurationBounds {
-    what: "deadline",
-    floor: secs(1),
-    min: secs(MINUTE),
-    max: secs(30 * DAY),
-};
-/// `round start --max-scan-time`: one scan's time budget (a scan that
-/// reaches it continues in another: nothing is cut, only split).
-pub const SCAN_TIME: DurationBounds = DurationBounds {
-    what: "scan time budget",
-    floor: secs(1),
-    min: secs(MINUTE),
-    max: secs(7 * DAY),
-};
-/// `round start --max-crawl-delay`: the longest robots.txt Crawl-delay a
-/// round honours ([`MAX_DELAY_MS`]); 0 honours none.
-pub const CRAWL_DELAY: DurationBounds = DurationBounds {
-    what: "Crawl-delay a round honours",
-    floor: secs(0),
-    min: secs(0),
-    max: Duration::from_millis(MAX_DELAY_MS),
-};
-/// `round wait --timeout`.
-pub const WAIT_TIMEOUT: DurationBounds = DurationBounds {
-    what: "wait",
-    floor: secs(1),
-    min: secs(1),
-    max: secs(366 * DAY),
-};
-/// `round wait --report-every`: how often a wait not on a terminal prints a line.
-pub const REPORT_EVERY: DurationBounds = DurationBounds {
-    what: "report interval",
-    floor: secs(1),
-    min: secs(1),
-    max: secs(DAY),
-};
-/// `deadline_grace_s` in `config.toml`: added to every deadline.
-pub const DEADLINE_GRACE: DurationBounds = DurationBounds {
-    what: "deadline grace",
-    floor: secs(0),
-    min: secs(0),
-    max: secs(DAY),
-};
-
-/// A duration outside its [`DurationBounds`], said with the text the admin
-/// typed and the limit in the unit they typed it in.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DurationError {
-    #[error(
-        "{flag} {typed} is shorter than {min}, the shortest {what} (add --force if you mean it)"
-    )]
-    ShortUnlessForced {
-        flag: String,
-        typed: String,
-        min: String,
-        what: &'static str,
-    },
-    #[error("{flag} {typed} is shorter than {min}, the shortest {what}")]
-    TooShort {
-        flag: String,
-        typed: String,
-        min: String,
-        what: &'static str,
-    },
-    #[error("{flag} {typed} is longer than {max}, the longest {what}")]
-    TooLong {
-        flag: String,
-        typed: String,
-        max: String,
-        what: &'static str,
-    },
-    #[error(
-        "the maximum deadline ({max}) is below the minimum deadline ({min}): lower the minimum \
-         with --min-deadline (and --force under a minute), or raise --max-deadline"
-    )]
-    DeadlinesCrossed { min: String, max: String },
-}
-
-/// `d` in the unit of `typed` (`90s` → seconds) when it is a whole number
-/// of it, else in words ([`human_duration`]).
-pub fn in_unit_of(typed: &str, d: Duration) -> String {
-    let s = d.as_secs();
-    let unit = match typed.trim().chars().last() {
-        Some('s') => 1,
-        Some('m') => MINUTE,
-        Some('h') => HOUR,
-        Some('d') => DAY,
-        _ => 0,
-    };
-    if d.subsec_nanos() == 0 && unit > 0 && s % unit == 0 {
-        let suffix = typed.trim().chars().last().unwrap_or('s');
-        format!("{}{suffix}", s / unit)
-    } else {
-        human_duration(d)
-    }
-}
-
-impl DurationBounds {
-    /// `value` (typed as `typed` after `flag`) within these bounds.
-    pub fn check(
-        &self,
-        flag: &str,
-        typed: &str,
-        value: Duration,
-        force: bool,
-    ) -> Result<Duration, DurationError> {
-        let (flag, typed_s, what) = (flag.to_string(), typed.trim().to_string(), self.what);
-        if value < self.floor {
-            return Err(DurationError::TooShort {
-                flag,
-                typed: typed_s,
-                min: in_unit_of(typed, self.floor),
-                what,
-            });
-        }
-        if value < self.min && !force {
-            return Err(DurationError::ShortUnlessForced {
-                flag,
-                typed: typed_s,
-                min: in_unit_of(typed, self.min),
-                what,
-            });
-        }
-        if value > self.max {
-            return Err(DurationError::TooLong {
-                flag,
-                typed: typed_s,
-                max: in_unit_of(typed, self.max),
-                what,
-            });
-        }
-        Ok(value)
-    }
-
-    /// [`DurationBounds::check`] of a value that came as a number (the API,
-    /// the config file): said in words.
-    pub fn check_value(
-        &self,
-        name: &str,
-        value: Duration,
-        force: bool,
-    ) -> Result<Duration, DurationError> {
-        self.check(name, &human_duration(value), value, force)
-    }
-}
-
-/// A round's durations within their bounds (`force`: the short ends
-/// allowed), and its deadlines not crossed.
-pub fn check_round_durations(
-    p: &RoundParams,
-    every: Option<Duration>,
-    force: bool,
-) -> Result<(), DurationError> {
-    DEADLINE.check_value("--min-deadline", secs(p.deadline_min_s), force)?;
-    DEADLINE.check_value("--max-deadline", secs(p.deadline_max_s), force)?;
-    if p.deadline_max_s < p.deadline_min_s {
-        return Err(DurationError::DeadlinesCrossed {
-            min: human_duration(secs(p.deadline_min_s)),
-            max: human_duration(secs(p.deadline_max_s)),
-        });
-    }
-    SCAN_TIME.check_value("--max-scan-time", secs(p.max_seconds), force)?;
-    CRAWL_DELAY.check_value(
-        "--max-crawl-delay",
-        Duration::from_millis(p.max_crawl_delay_ms),
-        force,
-    )?;
-    if let Some(every) = every {
-        REPEAT_PERIOD.check_value("--every", every, force)?;
-    }
-    Ok(())
-}
-
 /// The config file's durations: within their bounds (its short ends
 /// allowed, as with `--force`: the file is deliberate).
 fn check_config_durations(cfg: &ServerConfig) -> Result<(), DurationError> {
-    check_round_durations(&cfg.round.params(), None, true)?;
+    cfg.round.check_durations(None, true)?;
     DEADLINE_GRACE.check_value("deadline_grace_s", secs(cfg.deadline_grace_s), true)?;
     Ok(())
-}
-
-/// A number in a field's own unit, or a duration as text (unit required).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumberOrText {
-    Number(u64),
-    Text(String),
-}
-
-fn duration_field<'de, D: serde::Deserializer<'de>>(d: D, unit_ms: u64) -> Result<u64, D::Error> {
-    match NumberOrText::deserialize(d)? {
-        NumberOrText::Number(n) => Ok(n),
-        NumberOrText::Text(t) => {
-            let value = parse_duration(&t).map_err(serde::de::Error::custom)?;
-            let ms = u64::try_from(value.as_millis()).map_err(serde::de::Error::custom)?;
-            Ok(ms / unit_ms)
-        }
-    }
-}
-
-/// A `*_s` field: seconds, or a duration as text.
-fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    duration_field(d, 1000)
-}
-
-/// A `*_ms` field: milliseconds, or a duration as text.
-fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    duration_field(d, 1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::durations::DAY;
 
     #[test]
     fn a_contact_is_an_http_url_or_an_email_address() {
@@ -986,71 +683,6 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn bounds_refuse_in_the_unit_typed_and_force_lowers_only_the_sensible_end() {
-        let e = REPEAT_PERIOD
-            .check("--every", "5m", secs(300), false)
-            .unwrap_err();
-        assert!(matches!(e, DurationError::ShortUnlessForced { .. }), "{e}");
-        assert_eq!(
-            e.to_string(),
-            "--every 5m is shorter than 60m, the shortest repeat period (add --force if you mean it)"
-        );
-        assert_eq!(
-            REPEAT_PERIOD.check("--every", "5m", secs(300), true),
-            Ok(secs(300))
-        );
-        assert_eq!(
-            REPEAT_PERIOD.check("--every", "7d", secs(7 * DAY), false),
-            Ok(secs(7 * DAY))
-        );
-        let e = CRAWL_DELAY
-            .check("--max-crawl-delay", "90s", secs(90), false)
-            .unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "--max-crawl-delay 90s is longer than 60s, the longest Crawl-delay a round honours"
-        );
-        assert!(!e.to_string().contains("ms"), "{e}");
-        let e = INVITE_EXPIRY
-            .check("--expires", "400d", secs(400 * DAY), true)
-            .unwrap_err();
-        assert!(matches!(e, DurationError::TooLong { .. }), "{e}");
-        assert!(e.to_string().contains("365d"), "{e}");
-        let e = DEADLINE
-            .check("--min-deadline", "0s", secs(0), true)
-            .unwrap_err();
-        assert!(matches!(e, DurationError::TooShort { .. }), "{e}");
-        // A limit not whole in the typed unit is said in words.
-        assert_eq!(in_unit_of("2h", secs(90)), "1m 30s");
-        assert_eq!(in_unit_of("1d", secs(366 * DAY)), "366d");
-    }
-
-    #[test]
-    fn round_deadlines_may_not_cross() {
-        let mut p = RoundDefaults::default().params();
-        assert_eq!(check_round_durations(&p, None, false), Ok(()));
-        p.deadline_max_s = 2;
-        // Below the sensible minimum first...
-        assert!(matches!(
-            check_round_durations(&p, None, false),
-            Err(DurationError::ShortUnlessForced { .. })
-        ));
-        // ...and with --force, below the round's minimum deadline: refused,
-        // not clamped.
-        let e = check_round_durations(&p, None, true).unwrap_err();
-        assert_eq!(
-            e,
-            DurationError::DeadlinesCrossed {
-                min: "2m".into(),
-                max: "2s".into()
-            }
-        );
-        p.deadline_min_s = 2;
-        assert_eq!(check_round_durations(&p, None, true), Ok(()));
-        assert!(check_round_durations(&p, Some(secs(5)), false).is_err());
     }
 
     #[test]

@@ -9,9 +9,12 @@ pub mod api;
 pub mod cli_util;
 pub mod config;
 pub mod demo;
+pub mod durations;
+pub mod export;
 pub mod grid;
 pub mod model;
 pub mod net;
+pub mod params;
 pub mod reference;
 pub mod scheduler;
 pub mod simulate;
@@ -32,13 +35,7 @@ use crate::grid::{Grid, GridSettings};
 /// How often deadlines are checked.
 const TICK_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Unix milliseconds now.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub use beebot_shared::clock::now_ms;
 
 /// What the QUIC and admin layers share: the grid behind one lock, and the
 /// server's identity.

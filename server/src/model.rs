@@ -1,10 +1,8 @@
 //! The server's records: sites, rounds, jobs (with their attempts), hosts and
 //! invites. Plain data, stored by [`crate::store`] and changed by [`crate::grid`].
 
-use crate::validate::ValidateMode;
 use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::proto::HostInfo;
-use beebot_shared::scope::Scope;
 use serde::{Deserialize, Serialize};
 
 /// Figures of a site's last finished scan: the scheduler's size estimate.
@@ -36,27 +34,8 @@ pub struct ExclusionRecord {
     pub excluded_ms: u64,
 }
 
-/// Settings of one round, fixed when it starts.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RoundParams {
-    pub policy: String,
-    pub max_pages: u32,
-    pub max_depth: u32,
-    pub delay_ms: u64,
-    pub scope: Scope,
-    pub max_page_bytes: u64,
-    /// Longest one scan may run, seconds.
-    pub max_seconds: u64,
-    /// Deadlines are bounded to `[deadline_min_s, deadline_max_s]` after issue.
-    pub deadline_min_s: u64,
-    pub deadline_max_s: u64,
-    /// Failed or expired attempts after which a job is marked failed.
-    pub max_attempts: u32,
-    /// Longest robots.txt Crawl-delay the round honours, ms.
-    pub max_crawl_delay_ms: u64,
-    /// How the round's results are validated.
-    pub validate: ValidateMode,
-}
+/// Settings of one round, fixed when it starts (written once, in [`crate::params`]).
+pub use crate::params::RoundParams;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RoundState {

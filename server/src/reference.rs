@@ -143,17 +143,8 @@ pub fn respond(path_and_query: &str) -> (u16, &'static str, Vec<u8>) {
     }
 }
 
-/// splitmix64 step.
-fn next(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 fn below(state: &mut u64, n: usize) -> usize {
-    (next(state) % n.max(1) as u64) as usize
+    (beebot_shared::rng::SplitMix64::step(state) % n.max(1) as u64) as usize
 }
 
 /// A link to page `to` from page `from`: relative within a section, absolute

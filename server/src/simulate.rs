@@ -285,22 +285,19 @@ pub struct PolicySummary {
 /// A small, stable random generator (SplitMix64): the same seed gives the same
 /// run on every platform and every version of the `rand` crate.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(beebot_shared::rng::SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+        use beebot_shared::rng::{SplitMix64, GOLDEN_GAMMA};
+        Rng(SplitMix64::new(seed ^ GOLDEN_GAMMA))
     }
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Uniform in `[0, 1)`.
     pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.unit()
     }
     /// Uniform in `[1 - f, 1 + f]`.
     pub fn around_one(&mut self, f: f64) -> f64 {

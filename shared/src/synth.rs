@@ -46,6 +46,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use crate::extract::LinkTag;
 use crate::limits::{MAX_ANCHOR_CHARS, MAX_URL_LEN};
 use crate::linkfile::LinkRecord;
+use crate::rng::{SplitMix64, GOLDEN_GAMMA};
 use crate::util::collapse_whitespace;
 
 /// Domain under which every synthetic site lives (`.test` is reserved, RFC 2606).
@@ -235,26 +236,28 @@ enum Target {
     Ignored,
 }
 
-/// splitmix64: tiny, fast, and fixed forever, so a seed always means the same web.
+/// The web's generator ([`SplitMix64`]: fixed forever, so a seed always
+/// means the same web), with the draws the pages are made of.
 #[derive(Clone, Debug)]
-struct Rng(u64);
+struct Rng(SplitMix64);
 
 impl Rng {
+    /// A generator starting at `state`.
+    fn new(state: u64) -> Rng {
+        Rng(SplitMix64::new(state))
+    }
+
     /// A generator for one purpose, derived from the web seed and two indices.
     fn derive(seed: u64, a: u64, b: u64) -> Rng {
-        let mut r = Rng(seed ^ 0x5EED_BEEB_0700_0000);
-        let x = r.next_u64() ^ a.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mut r = Rng(x);
+        let mut r = Rng::new(seed ^ 0x5EED_BEEB_0700_0000);
+        let x = r.next_u64() ^ a.wrapping_mul(GOLDEN_GAMMA);
+        let mut r = Rng::new(x);
         let y = r.next_u64() ^ b.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
-        Rng(y)
+        Rng::new(y)
     }
 
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `0..n` (0 when `n` is 0).
@@ -267,7 +270,7 @@ impl Rng {
 
     /// Uniform in `[0, 1)`.
     fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.unit()
     }
 
     fn chance(&mut self, p: f64) -> bool {
@@ -1313,7 +1316,7 @@ fn anchor_text(rng: &mut Rng, label: &str) -> (String, String) {
 // Rendering.
 
 fn render_page(site: &Site, page: &Page) -> String {
-    let mut rng = Rng(page.text_seed);
+    let mut rng = Rng::new(page.text_seed);
     let mut out = String::with_capacity(6 * 1024);
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     out.push_str(&format!("<title>{} | {}</title>\n", page.title, site.host));

@@ -33,7 +33,7 @@ mod status;
 mod upload;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use beebot_shared::limits::MAX_SLOTS;
 
@@ -177,12 +177,7 @@ pub fn backoff_bound(attempt: u32, base: Duration, cap: Duration) -> Duration {
     base.saturating_mul(1u32 << attempt.min(20)).min(cap)
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+use beebot_shared::clock::now_ms;
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,6 @@
 //! the store.
 
 use std::fs;
-use std::io::Write;
 use std::path::Path;
 
 use beebot_shared::linkfile;
@@ -21,26 +20,11 @@ use crate::model::*;
 /// dir. Each call writes its own temporary file, so concurrent writers of
 /// one path each rename a whole file into place.
 pub fn write_durable(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = path
         .parent()
         .ok_or_else(|| std::io::Error::other("path has no parent"))?;
     beebot_shared::util::create_private_dir(dir)?;
-    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = path.with_extension(format!("{}-{n}.tmp", std::process::id()));
-    let written = (|| {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()
-    })();
-    if let Err(e) = written {
-        // Disk full or read-only: leave no half-written file behind.
-        let _ = fs::remove_file(&tmp);
-        return Err(e);
-    }
-    fs::rename(&tmp, path)?;
-    fs::File::open(dir)?.sync_all()?;
-    Ok(())
+    beebot_shared::durable::write(path, data)
 }
 
 /// Visit the link records of a job: the union of its scans' link files

@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use beebot_shared::limits::{MAX_DELAY_MS, MAX_PAGES_PER_SITE};
 use beebot_shared::scope::{Scope, SiteScope};
 
 use super::{Grid, GridError, PLAN_HOSTS_SEEN_WITHIN_MS, REPEAT_SOON_MS};
@@ -119,43 +118,9 @@ impl Grid {
                 "the target set is empty: add sites first (`sites add` or `sites import`)".into(),
             ));
         }
-        if scheduler::policy_by_name(&params.policy).is_none() {
-            return Err(GridError::Invalid(format!(
-                "unknown policy `{}` (known: {})",
-                params.policy,
-                scheduler::POLICY_NAMES.join(", ")
-            )));
-        }
-        if params.max_pages == 0 || params.max_pages > MAX_PAGES_PER_SITE {
-            return Err(GridError::Invalid(format!(
-                "max pages must be between 1 and {MAX_PAGES_PER_SITE}"
-            )));
-        }
-        if params.max_crawl_delay_ms > MAX_DELAY_MS {
-            return Err(GridError::Invalid(format!(
-                "the Crawl-delay maximum must be at most {MAX_DELAY_MS} ms"
-            )));
-        }
-        if params.delay_ms > MAX_DELAY_MS {
-            return Err(GridError::Invalid(format!(
-                "delay must be at most {MAX_DELAY_MS} ms"
-            )));
-        }
-        if params.max_seconds == 0 {
-            return Err(GridError::Invalid(
-                "the scan time budget (max scan time) must be positive".into(),
-            ));
-        }
-        if params.max_attempts == 0 || params.deadline_min_s == 0 {
-            return Err(GridError::Invalid(
-                "max attempts and minimum deadline must be positive".into(),
-            ));
-        }
-        if every_ms == Some(0) {
-            return Err(GridError::Invalid(
-                "a repeat period must be positive".into(),
-            ));
-        }
+        params
+            .check_values(every_ms)
+            .map_err(|e| GridError::Invalid(e.to_string()))?;
         Ok(())
     }
 

@@ -1,0 +1,175 @@
+//! `init`: create a data dir (project key, certificate, admin token,
+//! config). Every check runs before anything is written: a refused init
+//! leaves no file.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use beebot_server::config::{self, DataDir, InitOptions, ServerConfig};
+
+use super::Report;
+
+/// The word that turns the reference site off (`--reference-listen off`).
+const OFF: &str = "off";
+
+#[derive(Args)]
+pub struct InitArgs {
+    /// HOST:PORT that clients use to reach this server (goes into invites).
+    #[arg(long, default_value = "127.0.0.1:4433")]
+    public_addr: String,
+    /// UDP address the QUIC endpoint binds.
+    #[arg(long, default_value = "0.0.0.0:4433")]
+    listen: String,
+    /// Admin API address (loopback only).
+    #[arg(long, default_value = "127.0.0.1:4480")]
+    admin_listen: String,
+    /// Use this PEM certificate instead of a self-signed one (with --key).
+    #[arg(long)]
+    cert: Option<PathBuf>,
+    /// PEM private key of --cert.
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// TCP address of the reference site hosts benchmark against, or `off`
+    /// (default: the --listen IP, port 4481; port 0 when --listen's is 0).
+    #[arg(long, value_name = "ADDR:PORT|off")]
+    reference_listen: Option<String>,
+    /// Point the project at another reference site (a URL) instead of the
+    /// one this server serves.
+    #[arg(long, value_name = "URL")]
+    reference_site: Option<String>,
+    /// How site owners reach whoever runs this crawler: a web page
+    /// (https://...) or an e-mail address. Shown on the about page the
+    /// User-Agent links to. Asked for on a terminal when not given.
+    #[arg(long, value_name = "URL|EMAIL")]
+    contact: Option<String>,
+    /// Who runs the crawler (an organisation or a person), shown on the
+    /// about page.
+    #[arg(long, value_name = "NAME", default_value = "")]
+    operator: String,
+}
+
+/// `beebot-server init`.
+pub fn run(dir: &DataDir, a: InitArgs) -> Result<Report> {
+    let contact = init_contact(a.contact)?;
+    let operator = config::check_operator(&a.operator).context("--operator")?;
+    check_reference(a.reference_listen.as_deref(), a.reference_site.as_deref())?;
+    let mut cfg = config::init(
+        dir,
+        &InitOptions {
+            public_addr: a.public_addr,
+            listen: a.listen,
+            admin_listen: a.admin_listen,
+            cert_pem: a.cert,
+            key_pem: a.key,
+            contact,
+            operator,
+        },
+    )?;
+    if a.reference_listen.is_some() || a.reference_site.is_some() {
+        if let Some(addr) = a.reference_listen {
+            cfg.reference_listen = if addr == OFF { String::new() } else { addr };
+        }
+        if let Some(url) = a.reference_site {
+            cfg.reference_site = url;
+        }
+        dir.save_config(&cfg)?;
+    }
+    Ok(Report::out(initialised(dir, &cfg)))
+}
+
+/// `--reference-listen` is ADDR:PORT or `off`; `--reference-site` an
+/// http(s) URL.
+fn check_reference(listen: Option<&str>, site: Option<&str>) -> Result<()> {
+    if let Some(addr) = listen.filter(|a| *a != OFF) {
+        addr.parse::<std::net::SocketAddr>()
+            .with_context(|| format!("--reference-listen `{addr}` is not ADDR:PORT or off"))?;
+    }
+    if let Some(url) = site {
+        let parsed = url::Url::parse(url)
+            .with_context(|| format!("--reference-site `{url}` is not a URL"))?;
+        anyhow::ensure!(
+            matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some(),
+            "--reference-site `{url}` is not an http(s) URL"
+        );
+    }
+    Ok(())
+}
+
+/// What `init` says it made.
+fn initialised(dir: &DataDir, cfg: &ServerConfig) -> String {
+    let mut out = format!("initialised {}\n", dir.0.display());
+    out.push_str(&format!("  QUIC listen  {}\n", cfg.listen));
+    out.push_str(&format!("  public addr  {}\n", cfg.public_addr));
+    out.push_str(&format!("  admin API    {}\n", cfg.admin_listen));
+    out.push_str(&format!("  contact      {}\n", cfg.contact));
+    if !cfg.operator.is_empty() {
+        out.push_str(&format!("  operator     {}\n", cfg.operator));
+    }
+    out.push_str(
+        &match (cfg.reference_site.as_str(), cfg.reference_listen.as_str()) {
+            ("", "") => "  reference    none (hosts will not benchmark)\n".to_string(),
+            ("", addr) => format!("  reference    served on http://{addr}/\n"),
+            (url, _) => format!("  reference    {url}\n"),
+        },
+    );
+    out.push_str("next: `beebot-server serve`, then `beebot-server invite`\n");
+    out
+}
+
+/// The operator contact for `init`: `--contact` checked, else asked for on
+/// a terminal, else refused with the flag to pass.
+fn init_contact(given: Option<String>) -> Result<String> {
+    if let Some(c) = given {
+        return config::check_contact(&c).context("--contact");
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!(
+            "no operator contact: pass --contact URL|EMAIL (a web page or an e-mail address \
+             where site owners can reach whoever runs this crawler; it goes into the \
+             User-Agent's about page)"
+        );
+    }
+    config::ask_contact(std::io::stdin().lock(), std::io::stderr())
+        .context("no usable operator contact")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_says_what_it_made_and_what_comes_next() {
+        let mut cfg = ServerConfig::new("grid.example.edu:4433", "0.0.0.0:4433", "127.0.0.1:4480");
+        cfg.contact = "bot@lab.example.edu".into();
+        let dir = DataDir(PathBuf::from("/srv/beebot"));
+        let text = initialised(&dir, &cfg);
+        assert!(text.starts_with("initialised /srv/beebot\n  QUIC listen  0.0.0.0:4433\n"));
+        assert!(
+            text.contains("  reference    none (hosts will not benchmark)\n"),
+            "{text}"
+        );
+        assert!(!text.contains("operator"), "{text}");
+        cfg.reference_listen = "0.0.0.0:4481".into();
+        cfg.operator = "Link Lab".into();
+        let text = initialised(&dir, &cfg);
+        assert!(text.contains("  operator     Link Lab\n"), "{text}");
+        assert!(text.contains("  reference    served on http://0.0.0.0:4481/\n"));
+        assert!(text.ends_with("next: `beebot-server serve`, then `beebot-server invite`\n"));
+    }
+
+    #[test]
+    fn reference_flags_are_checked_before_anything_is_written() {
+        assert!(check_reference(Some("off"), None).is_ok());
+        assert!(check_reference(Some("127.0.0.1:4481"), Some("https://r.example/")).is_ok());
+        let e = check_reference(Some("nowhere"), None).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("is not ADDR:PORT or off"),
+            "{e:#}"
+        );
+        let e = check_reference(None, Some("ftp://r.example/")).unwrap_err();
+        assert!(format!("{e:#}").contains("is not an http(s) URL"), "{e:#}");
+    }
+}

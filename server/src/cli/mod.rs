@@ -1,0 +1,116 @@
+//! The commands of `beebot-server`, one module per command group. Each
+//! command is a function that returns what it says ([`Report`]: standard
+//! output, notes for standard error, exit code), so its text is tested
+//! without a terminal; `main.rs` only parses the command line, runs the
+//! command and prints its report. Commands other than `init`, `serve` and
+//! `simulate` are calls to the running server's admin API
+//! ([`beebot_server::cli_util::AdminClient`]). Nothing here prints, except
+//! the commands that stream (`serve`'s banner, `round wait`'s progress,
+//! `export`'s rows).
+
+pub mod export;
+pub mod hosts;
+pub mod init;
+pub mod invite;
+pub mod round;
+pub mod serve;
+pub mod simulate;
+pub mod sites;
+pub mod status;
+pub mod wait;
+
+use std::fmt;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use beebot_server::config::DataDir;
+
+/// What a command says: its standard output, its notes for standard error
+/// (each line ends in a newline), and the exit code of the process.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub out: String,
+    pub err: String,
+    pub code: i32,
+}
+
+impl Report {
+    /// A report of standard output only, exit code 0.
+    pub fn out(out: impl Into<String>) -> Report {
+        Report {
+            out: out.into(),
+            ..Report::default()
+        }
+    }
+
+    /// A report of a note on standard error only, exit code 0.
+    pub fn note(line: impl fmt::Display) -> Report {
+        Report {
+            err: format!("{line}\n"),
+            ..Report::default()
+        }
+    }
+
+    /// `value` as pretty JSON on standard output (the `--json` of lists).
+    pub fn json(value: &impl serde::Serialize) -> Result<Report> {
+        Ok(Report::out(format!(
+            "{}\n",
+            serde_json::to_string_pretty(value)?
+        )))
+    }
+
+    /// Append a line to standard output.
+    pub fn say(&mut self, line: impl fmt::Display) {
+        self.out.push_str(&format!("{line}\n"));
+    }
+
+    /// Append a line to standard error.
+    pub fn warn(&mut self, line: impl fmt::Display) {
+        self.err.push_str(&format!("{line}\n"));
+    }
+
+    /// Print the report (notes first) and return its exit code.
+    pub fn print(&self) -> i32 {
+        eprint!("{}", self.err);
+        print!("{}", self.out);
+        self.code
+    }
+}
+
+impl fmt::Display for Report {
+    /// The standard output.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.out)
+    }
+}
+
+/// The data dir: `--data-dir`, else the platform's.
+pub fn data_dir(explicit: Option<PathBuf>) -> Result<DataDir> {
+    if let Some(d) = explicit {
+        return Ok(DataDir(d));
+    }
+    let dirs = directories::ProjectDirs::from("org", "BeeBot", "beebot-server")
+        .context("cannot find a data dir; pass --data-dir DIR")?;
+    Ok(DataDir(dirs.data_dir().to_path_buf()))
+}
+
+/// Write `text` to `path` (an export the admin asked for).
+pub fn write_out(path: &std::path::Path, text: &[u8]) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_keeps_output_notes_and_code_apart() {
+        let mut r = Report::note("no hosts yet");
+        r.say("a\tb");
+        r.code = 3;
+        assert_eq!(r.to_string(), "a\tb\n");
+        assert_eq!(r.err, "no hosts yet\n");
+        assert_eq!(Report::out("x\n").code, 0);
+    }
+}

@@ -1,0 +1,368 @@
+//! `sites`: the target set (add, import, list, remove) and the hosts
+//! excluded from crawling for good (exclude, include, exclusions).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Subcommand, ValueEnum};
+
+use beebot_server::api::{
+    ExcludeRequest, Excluded, ExclusionListed, SiteListed, SiteRefused, SiteRemoved, SitesAdd,
+    SitesAdded,
+};
+use beebot_server::cli_util::{path_segment, AdminClient};
+use beebot_server::config::DataDir;
+use beebot_server::model::SiteRecord;
+use beebot_shared::scope::{parse_site, Exclusion};
+
+use super::Report;
+
+#[derive(Subcommand)]
+pub enum SitesCmd {
+    /// Add sites by host or URL.
+    Add {
+        #[arg(required = true)]
+        sites: Vec<String>,
+    },
+    /// Import a file: one host or URL a line, `#` comments, blank lines ignored.
+    Import { file: PathBuf },
+    /// Every site of the target set, with its last scan's pages and links.
+    List {
+        /// Print the sites as JSON (fields: site, added_ms, last_round, pages, links).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a site, by host or URL (`x.edu` removes `www.x.edu`: one site).
+    Remove { site: String },
+    /// Exclude a host from crawling for good (a site owner asked): it leaves
+    /// the target set, its jobs stop, no round or scope requests it again,
+    /// and adding or importing it is refused. `x.edu` covers `www.x.edu`;
+    /// `.x.edu` or --subdomains covers every name under it too.
+    Exclude {
+        /// A host or URL (every port); `.x.edu`: with its subdomains.
+        host: String,
+        /// Why (recorded with the date): e.g. "owner asked, ticket 42".
+        #[arg(long)]
+        reason: String,
+        /// Exclude every subdomain too.
+        #[arg(long)]
+        subdomains: bool,
+    },
+    /// Lift an exclusion (the site is not added back: `sites add` it).
+    Include { host: String },
+    /// Excluded hosts: host, reason, date (UTC).
+    Exclusions {
+        /// Print them as JSON (fields: host, subdomains, reason, excluded_at, excluded_ms).
+        #[arg(long, conflicts_with = "format")]
+        json: bool,
+        /// Export: tsv (with a header row) or json.
+        #[arg(long, value_enum)]
+        format: Option<ExclusionsFormat>,
+        /// Write the export to this file instead of stdout.
+        #[arg(long, requires = "format")]
+        out: Option<PathBuf>,
+    },
+}
+
+/// `sites exclusions --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExclusionsFormat {
+    Tsv,
+    Json,
+}
+
+/// `beebot-server sites ...`.
+pub fn run(dir: &DataDir, cmd: SitesCmd) -> Result<Report> {
+    let c = AdminClient::new(dir)?;
+    match cmd {
+        SitesCmd::Add { sites } => add(&c, sites),
+        SitesCmd::Import { file } => import(&c, &file),
+        SitesCmd::Exclude {
+            host,
+            reason,
+            subdomains,
+        } => exclude(&c, &host, reason, subdomains),
+        SitesCmd::Include { host } => {
+            let e = Exclusion::parse(&host, false).with_context(|| format!("`{host}`"))?;
+            let path = path_segment(&e.host);
+            let r: ExclusionListed = c.delete_json(&format!("/api/exclusions/{path}"))?;
+            Ok(Report::out(format!(
+                "lifted the exclusion of {} (excluded on {}: {}); `sites add {}` to crawl it again\n",
+                r.display(),
+                r.excluded_at,
+                r.reason,
+                r.host
+            )))
+        }
+        SitesCmd::Exclusions { json, format, out } => {
+            let list: Vec<ExclusionListed> = c.get("/api/exclusions")?;
+            let format = if json {
+                Some(ExclusionsFormat::Json)
+            } else {
+                format
+            };
+            let r = exclusions(&list, format)?;
+            match out {
+                Some(p) => {
+                    super::write_out(&p, r.out.as_bytes())?;
+                    Ok(Report {
+                        out: String::new(),
+                        ..r
+                    })
+                }
+                None => Ok(r),
+            }
+        }
+        SitesCmd::List { json } => {
+            let sites: Vec<SiteRecord> = c.get("/api/sites")?;
+            list(&sites, json)
+        }
+        SitesCmd::Remove { site } => {
+            // A URL names its site as its host does.
+            let host = parse_site(&site).with_context(|| format!("`{site}`"))?;
+            let path = path_segment(&host);
+            let r: SiteRemoved = c.delete_json(&format!("/api/sites/{path}"))?;
+            Ok(Report::out(format!("removed {}\n", r.site)))
+        }
+    }
+}
+
+/// `sites add`: every entry checked first; exit 1 when an exclusion
+/// refused one (the others are added).
+fn add(c: &AdminClient, sites: Vec<String>) -> Result<Report> {
+    for s in &sites {
+        parse_site(s).with_context(|| format!("`{s}`"))?;
+    }
+    let r: SitesAdded = c.post("/api/sites", &SitesAdd { sites })?;
+    let mut report = Report::default();
+    for x in &r.excluded {
+        report.warn(format!("refused {}", refused_line(x)));
+    }
+    report.say(format!(
+        "added {} site(s); {} in the target set",
+        r.added, r.total
+    ));
+    if !r.excluded.is_empty() {
+        report.code = 1;
+    }
+    Ok(report)
+}
+
+/// `sites import FILE`: the first bad line fails the whole file; lines an
+/// exclusion covers are skipped and said.
+fn import(c: &AdminClient, file: &std::path::Path) -> Result<Report> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let lines =
+        parse_site_file(&text).with_context(|| format!("{}: nothing imported", file.display()))?;
+    let sites = lines.iter().map(|(_, s)| s.clone()).collect();
+    let r: SitesAdded = c.post("/api/sites", &SitesAdd { sites })?;
+    let mut report = Report::default();
+    for x in &r.excluded {
+        let line = lines.get(x.entry.wrapping_sub(1)).map_or(0, |l| l.0);
+        report.warn(format!("line {line}: skipped {}", refused_line(x)));
+    }
+    let skipped = if r.excluded.is_empty() {
+        String::new()
+    } else {
+        format!("; {} line(s) skipped as excluded", r.excluded.len())
+    };
+    report.say(format!(
+        "imported {} new site(s); {} in the target set{skipped}",
+        r.added, r.total
+    ));
+    Ok(report)
+}
+
+/// `sites exclude HOST --reason WHY [--subdomains]`.
+fn exclude(c: &AdminClient, host: &str, reason: String, subdomains: bool) -> Result<Report> {
+    let e = Exclusion::parse(host, subdomains).with_context(|| format!("`{host}`"))?;
+    if reason.trim().is_empty() {
+        bail!("say why {host} is excluded: --reason \"owner asked, ticket 42\"");
+    }
+    let r: Excluded = c.post(
+        "/api/exclusions",
+        &ExcludeRequest {
+            host: e.display(),
+            subdomains: e.subdomains,
+            reason,
+        },
+    )?;
+    Ok(Report::out(excluded(&r)))
+}
+
+/// What `sites exclude` did, in words.
+fn excluded(r: &Excluded) -> String {
+    let mut out = String::new();
+    if let Some(old) = &r.replaced {
+        out.push_str(&format!(
+            "{} was excluded since {} ({}): reason and date replaced\n",
+            old.display(),
+            old.excluded_at,
+            old.reason
+        ));
+    }
+    for site in &r.sites_removed {
+        out.push_str(&format!("removed {site} from the target set\n"));
+    }
+    if r.jobs_excluded > 0 {
+        out.push_str(&format!(
+            "stopped {} job(s) of running rounds (failed: excluded)\n",
+            r.jobs_excluded
+        ));
+    }
+    if r.copies_restarted > 0 {
+        out.push_str(&format!(
+            "restarted {} running scan(s) whose scope reaches it\n",
+            r.copies_restarted
+        ));
+    }
+    let x = &r.exclusion;
+    let subdomains = if x.subdomains {
+        " and its subdomains"
+    } else {
+        ""
+    };
+    out.push_str(&format!(
+        "excluded {}{subdomains} on {}: {}\n",
+        x.display(),
+        x.excluded_at,
+        x.reason
+    ));
+    out
+}
+
+/// `sites exclusions`: JSON, TSV with a header, or a plain list (said on
+/// stderr when empty).
+fn exclusions(list: &[ExclusionListed], format: Option<ExclusionsFormat>) -> Result<Report> {
+    Ok(match format {
+        Some(ExclusionsFormat::Json) => Report::json(&list)?,
+        Some(ExclusionsFormat::Tsv) => Report::out(exclusions_tsv(list)),
+        None => {
+            let mut r = Report::default();
+            if list.is_empty() {
+                r.warn("no host is excluded");
+            }
+            for x in list {
+                r.say(format!("{}\t{}\t{}", x.display(), x.excluded_at, x.reason));
+            }
+            r
+        }
+    })
+}
+
+/// `sites list`: JSON, or a line a site.
+fn list(sites: &[SiteRecord], json: bool) -> Result<Report> {
+    if json {
+        let listed: Vec<SiteListed> = sites.iter().map(SiteListed::of).collect();
+        return Report::json(&listed);
+    }
+    let mut r = Report::default();
+    if sites.is_empty() {
+        r.warn("no sites yet: add some with `beebot-server sites add HOST` or `sites import FILE`");
+    }
+    for s in sites {
+        match &s.last_scan {
+            Some(l) => r.say(format!("{}\t{} pages\t{} links", s.host, l.pages, l.links)),
+            None => r.say(format!("{}\tnever scanned", s.host)),
+        }
+    }
+    Ok(r)
+}
+
+/// An entry an exclusion refused, in words.
+fn refused_line(x: &SiteRefused) -> String {
+    format!(
+        "{}: excluded ({} since {}: {}); lift it with `sites include {}`",
+        x.site, x.excluded_by, x.excluded_at, x.reason, x.excluded_by
+    )
+}
+
+/// Exclusions as TSV with a header row (reasons hold no tabs or newlines:
+/// their whitespace is collapsed when recorded).
+fn exclusions_tsv(list: &[ExclusionListed]) -> String {
+    let mut out = String::from("host\tsubdomains\texcluded_at\treason\n");
+    for x in list {
+        out.push_str(&format!(
+            "{}\t{}\t{}\t{}\n",
+            x.host, x.subdomains, x.excluded_at, x.reason
+        ));
+    }
+    out
+}
+
+/// Parse a `sites import` file into (line number, entry); the first bad
+/// line fails the whole file.
+fn parse_site_file(text: &str) -> Result<Vec<(usize, String)>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        match parse_site(line) {
+            Ok(_) => out.push((i + 1, line.to_string())),
+            Err(e) => bail!("line {}: `{line}`: {e}", i + 1),
+        }
+    }
+    if out.is_empty() {
+        bail!("no sites in the file");
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn site_file_reports_the_bad_line() {
+        let ok = parse_site_file("# list\n\nwww.a.edu\nhttps://b.org/x  # trailing\n").unwrap();
+        assert_eq!(
+            ok,
+            vec![(3, "www.a.edu".to_string()), (4, "https://b.org/x".into())]
+        );
+        let err = parse_site_file("a.edu\nnot a host\nb.edu\n").unwrap_err();
+        assert!(format!("{err:#}").contains("line 2"), "{err:#}");
+        assert!(parse_site_file("# only comments\n").is_err());
+    }
+
+    fn listed() -> ExclusionListed {
+        ExclusionListed {
+            host: "x.edu".into(),
+            subdomains: true,
+            reason: "owner asked".into(),
+            excluded_at: "2026-11-30T22:20:05Z".into(),
+            excluded_ms: 1,
+        }
+    }
+
+    #[test]
+    fn exclusions_export_as_tsv_with_a_header() {
+        let tsv = exclusions_tsv(&[listed()]);
+        assert_eq!(
+            tsv,
+            "host\tsubdomains\texcluded_at\treason\nx.edu\ttrue\t2026-11-30T22:20:05Z\towner asked\n"
+        );
+        let plain = exclusions(&[listed()], None).unwrap();
+        assert_eq!(plain.out, ".x.edu\t2026-11-30T22:20:05Z\towner asked\n");
+        assert_eq!(exclusions(&[], None).unwrap().err, "no host is excluded\n");
+    }
+
+    #[test]
+    fn an_exclusion_says_what_it_stopped() {
+        let r = Excluded {
+            exclusion: listed(),
+            replaced: None,
+            sites_removed: vec!["www.x.edu".into()],
+            jobs_excluded: 2,
+            copies_restarted: 0,
+        };
+        assert_eq!(
+            excluded(&r),
+            "removed www.x.edu from the target set\n\
+             stopped 2 job(s) of running rounds (failed: excluded)\n\
+             excluded .x.edu and its subdomains on 2026-11-30T22:20:05Z: owner asked\n"
+        );
+    }
+}
