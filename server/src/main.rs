@@ -1,5 +1,5 @@
-//! `beebot-server`: the admin's command line. `init`, `serve` and `demo` work on
-//! the data dir directly; every other command talks to the running server's
+//! `beebot-server`: the admin's command line. `init` and `serve` work on the
+//! data dir directly; every other command talks to the running server's
 //! admin API on loopback with the token from the data dir.
 
 use std::io::{IsTerminal, Write};
@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use beebot_client::rt::{runtime, shutdown_signal};
 use clap::{Parser, Subcommand};
 
 use beebot_server::api::*;
@@ -16,7 +15,8 @@ use beebot_server::cli_util::{
 };
 use beebot_server::config::{self, DataDir, InitOptions};
 use beebot_server::model::{JobState, RoundState, SiteRecord};
-use beebot_server::{demo, simulate, Server};
+use beebot_server::{simulate, Server};
+use beebot_shared::rt::{runtime, shutdown_signal};
 use beebot_shared::scope::parse_site;
 use beebot_shared::util::human_duration;
 
@@ -186,27 +186,6 @@ enum Cmd {
         /// Print every run as JSON instead of the table.
         #[arg(long)]
         json: bool,
-    },
-    /// Run the whole grid on loopback: synthetic web, server, clients, one round.
-    Demo {
-        #[arg(long, default_value_t = 40)]
-        sites: usize,
-        #[arg(long, default_value_t = 4)]
-        clients: usize,
-        /// Keep the demo's data dir here instead of a temporary one.
-        #[arg(long)]
-        keep: Option<PathBuf>,
-        /// Politeness delay between two requests to one site (1000 is what a
-        /// real round uses; 0 runs as fast as loopback allows).
-        #[arg(long, default_value_t = 0)]
-        delay_ms: u64,
-        /// Sites each client scans at once.
-        #[arg(long, default_value_t = 4)]
-        slots: u32,
-        /// Time budget of one scan (e.g. 30s): longer sites continue in
-        /// further scans from their frontier.
-        #[arg(long, value_parser = parse_duration)]
-        max_scan_time: Option<Duration>,
     },
 }
 
@@ -934,24 +913,6 @@ fn run(cli: Cli) -> Result<i32> {
             },
             json,
         )?,
-        Cmd::Demo {
-            sites,
-            clients,
-            keep,
-            delay_ms,
-            slots,
-            max_scan_time,
-        } => {
-            let rt = runtime()?;
-            rt.block_on(demo::run(demo::DemoOptions {
-                sites,
-                clients,
-                keep,
-                delay_ms,
-                slots,
-                max_scan_s: max_scan_time.map(|d| d.as_secs()),
-            }))?;
-        }
     }
     Ok(0)
 }

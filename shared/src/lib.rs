@@ -1,16 +1,22 @@
 //! BeeBot grid shared code: wire messages and codec, signing, limits, link files,
-//! URL scope rules, link extraction and the synthetic web. Pure code: no tokio,
-//! quinn or sled here.
+//! URL scope rules, link extraction, the synthetic web, and what client and
+//! server both play: the work-fetch rules and the crawl time windows. Pure
+//! code: no tokio, quinn or sled here, except the process plumbing of `rt`
+//! (the `rt` feature) that the command lines share.
 
 pub mod codec;
 pub mod export;
 pub mod extract;
+pub mod fetch_rules;
 pub mod invite;
 pub mod limits;
 pub mod linkfile;
 pub mod proto;
+#[cfg(feature = "rt")]
+pub mod rt;
 pub mod scanstate;
 pub mod scope;
 pub mod sign;
 pub mod synth;
 pub mod util;
+pub mod window;

@@ -19,9 +19,9 @@ use clap::Parser;
 use tokio::sync::Semaphore;
 
 use beebot_client::net::{Link, ServerId};
-use beebot_client::worker::backoff_delay;
 use beebot_server::config::DataDir;
 use beebot_shared::extract::LinkTag;
+use beebot_shared::fetch_rules::backoff_delay;
 use beebot_shared::invite::Invite;
 use beebot_shared::limits::MAX_UNIT_BYTES;
 use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary};
@@ -411,7 +411,7 @@ fn main() -> Result<()> {
             "--admin-listen",
             "127.0.0.1:0",
             "--contact",
-            beebot_server::demo::DEMO_CONTACT,
+            beebot_tools::demo::DEMO_CONTACT,
         ],
     )?;
     let mut child = start_server(&bin, &dir, &log)?;

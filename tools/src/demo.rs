@@ -16,10 +16,10 @@ use beebot_client::worker::{self, RunOptions};
 use beebot_shared::export::{ExportWriter, Format};
 use beebot_shared::synth::SynthWeb;
 
-use crate::api::JobCounts;
-use crate::config::{self, DataDir, InitOptions};
-use crate::model::RoundState;
-use crate::{now_ms, Server};
+use beebot_server::api::JobCounts;
+use beebot_server::config::{self, DataDir, InitOptions};
+use beebot_server::model::RoundState;
+use beebot_server::{now_ms, Server};
 
 /// The demo's operator contact: the demo crawls only its synthetic web on
 /// loopback, so a name under the reserved `.test` domain.
@@ -87,7 +87,7 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
     let web_task = {
         let web = web.clone();
         let mut stop = stop_rx.clone();
-        tokio::spawn(crate::web::serve(web_listener, web, async move {
+        tokio::spawn(beebot_server::web::serve(web_listener, web, async move {
             let _ = stop.changed().await;
         }))
     };
@@ -139,10 +139,10 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
     // Every result of a new host is checked by another host's scan: one
     // client alone has nobody to check it.
     let validate = if opts.clients >= 2 {
-        crate::validate::ValidateMode::Adaptive
+        beebot_server::validate::ValidateMode::Adaptive
     } else {
         println!("one client: results are not validated (that takes two hosts)");
-        crate::validate::ValidateMode::Off
+        beebot_server::validate::ValidateMode::Off
     };
     let round_id = shared
         .with_grid(move |g| -> Result<u64> {
@@ -262,7 +262,7 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
             if job.result.is_none() {
                 continue;
             }
-            crate::grid::for_each_job_link(&dir.links(), job, |r| {
+            beebot_server::grid::for_each_job_link(&dir.links(), job, |r| {
                 w.write(&job.site, r).map_err(|e| e.to_string())?;
                 exported.insert((job.site.clone(), r.source_url.clone(), r.target_url.clone()));
                 Ok(())
