@@ -1,14 +1,14 @@
 //! BeeBot grid server library: the QUIC endpoint ([`net`]), the grid state
 //! machine ([`grid`]) over the sled [`store`], the pure [`scheduler`], the admin
-//! HTTP API ([`admin`]), the synthetic web ([`web`]) and the demo ([`demo`]).
-//! `main.rs` is the CLI over these.
+//! HTTP API ([`admin`]) and the synthetic web ([`web`]). `main.rs` is the CLI
+//! over these; the demo, the load generator and the crawler bench live in the
+//! `beebot-tools` package.
 
 pub mod about;
 pub mod admin;
 pub mod api;
 pub mod cli_util;
 pub mod config;
-pub mod demo;
 pub mod durations;
 pub mod export;
 pub mod grid;

@@ -1,6 +1,6 @@
 //! `beebot-server`: the admin's command line. It parses the command line,
 //! runs the command (each group in its own module of [`cli`]) and prints
-//! the command's report. `init`, `serve`, `simulate` and `demo` work on
+//! the command's report. `init`, `serve` and `simulate` work on
 //! their own; every other command talks to the running server's admin API
 //! on loopback with the token from the data dir.
 
@@ -8,16 +8,9 @@ mod cli;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Result;
-use beebot_client::rt::runtime;
 use clap::{Parser, Subcommand};
-
-use beebot_server::cli_util::parse_duration;
-use beebot_server::demo;
-
-use cli::Report;
 
 #[derive(Parser)]
 #[command(
@@ -68,27 +61,6 @@ enum Cmd {
     /// Run the real scheduler against simulated hosts on a virtual clock and
     /// print a table per policy (makespan, ratio to the lower bound, ...).
     Simulate(cli::simulate::SimulateArgs),
-    /// Run the whole grid on loopback: synthetic web, server, clients, one round.
-    Demo {
-        #[arg(long, default_value_t = 40)]
-        sites: usize,
-        #[arg(long, default_value_t = 4)]
-        clients: usize,
-        /// Keep the demo's data dir here instead of a temporary one.
-        #[arg(long)]
-        keep: Option<PathBuf>,
-        /// Politeness delay between two requests to one site (1000 is what a
-        /// real round uses; 0 runs as fast as loopback allows).
-        #[arg(long, default_value_t = 0)]
-        delay_ms: u64,
-        /// Sites each client scans at once.
-        #[arg(long, default_value_t = 4)]
-        slots: u32,
-        /// Time budget of one scan (e.g. 30s): longer sites continue in
-        /// further scans from their frontier.
-        #[arg(long, value_parser = parse_duration)]
-        max_scan_time: Option<Duration>,
-    },
 }
 
 fn main() {
@@ -143,25 +115,6 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Status { json } => cli::status::run(&dir, json)?,
         Cmd::Export(a) => cli::export::run(&dir, a)?,
         Cmd::Simulate(a) => cli::simulate::run(a)?,
-        Cmd::Demo {
-            sites,
-            clients,
-            keep,
-            delay_ms,
-            slots,
-            max_scan_time,
-        } => {
-            let rt = runtime()?;
-            rt.block_on(demo::run(demo::DemoOptions {
-                sites,
-                clients,
-                keep,
-                delay_ms,
-                slots,
-                max_scan_s: max_scan_time.map(|d| d.as_secs()),
-            }))?;
-            Report::default()
-        }
     };
     Ok(report.print())
 }

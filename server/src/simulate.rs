@@ -11,8 +11,8 @@
 //! replaced by events.
 //!
 //! The hosts model the real client: its buffer rule
-//! ([`beebot_client::worker::work_wanted`]), its time windows
-//! ([`beebot_client::window::Windows`], sent as open intervals), units
+//! ([`beebot_shared::fetch_rules::work_wanted`]), its time windows
+//! ([`beebot_shared::window::Windows`], sent as open intervals), units
 //! verified with the project key, progress every 10 s while scanning,
 //! `Extend` followed, `Abort` obeyed, `retry_after` honoured, elapsed time
 //! reported as wall time (pauses included), checkpoints every 30 s (a host
@@ -36,13 +36,13 @@ use chrono::{DateTime, NaiveDateTime};
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use serde::Serialize;
 
-use beebot_client::window::Windows;
-use beebot_client::worker::{work_wanted, DEFAULT_BUFFER_MAX_S, DEFAULT_BUFFER_MIN_S};
+use beebot_shared::fetch_rules::{work_wanted, DEFAULT_BUFFER_MAX_S, DEFAULT_BUFFER_MIN_S};
 use beebot_shared::limits::MAX_WINDOW_INTERVALS;
 use beebot_shared::linkfile::{self, LinkFileHeader, ScanSummary, StopReason};
 use beebot_shared::proto::{HostInfo, ABORT_HAND_OVER};
 use beebot_shared::scanstate::ScanState;
 use beebot_shared::sign::{self, WorkUnit};
+use beebot_shared::window::Windows;
 
 use crate::config::RoundDefaults;
 use crate::grid::{

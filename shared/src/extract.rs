@@ -29,7 +29,7 @@
 //! `<base href>` in the document (even after some links) sets the base URL for
 //! every link. SVG and MathML (foreign content) are treated as HTML.
 //!
-//! Throughput in release (`cargo bench -p beebot-server --bench crawler`):
+//! Throughput in release (`cargo bench -p beebot-tools --bench crawler`):
 //! about 200-220 MB/s per core on a real-looking 80 KB portal page and about
 //! 190-200 MB/s on the synthetic web's link-dense 4 KB pages (a link every
 //! 100 bytes). html5gum's states take about 40% of the time, URL resolution

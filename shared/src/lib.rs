@@ -1,19 +1,25 @@
 //! BeeBot grid shared code: wire messages and codec, signing, limits, link files,
-//! URL scope rules, link extraction and the synthetic web. Pure code: no tokio,
-//! quinn or sled here.
+//! URL scope rules, link extraction, the synthetic web, and what client and
+//! server both play: the work-fetch rules and the crawl time windows. Pure
+//! code: no tokio, quinn or sled here, except the process plumbing of `rt`
+//! (the `rt` feature) that the command lines share.
 
 pub mod clock;
 pub mod codec;
 pub mod durable;
 pub mod export;
 pub mod extract;
+pub mod fetch_rules;
 pub mod invite;
 pub mod limits;
 pub mod linkfile;
 pub mod proto;
 pub mod rng;
+#[cfg(feature = "rt")]
+pub mod rt;
 pub mod scanstate;
 pub mod scope;
 pub mod sign;
 pub mod synth;
 pub mod util;
+pub mod window;

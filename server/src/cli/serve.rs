@@ -2,7 +2,7 @@
 //! It says where it listens as soon as it is bound, then runs.
 
 use anyhow::Result;
-use beebot_client::rt::{runtime, shutdown_signal};
+use beebot_shared::rt::{runtime, shutdown_signal};
 
 use beebot_server::config::{DataDir, Runtime};
 use beebot_server::Server;

@@ -6,7 +6,8 @@
 //! full jitter) spread over the backoff window instead of arriving at once.
 //!
 //! Build with `--release` (it runs the `beebot-server` beside its own binary):
-//! `cargo run --release -p beebot-server --bin beebot-loadgen -- --hosts 2000`.
+//! `cargo build --release -p beebot-server -p beebot-tools --bins`, then
+//! `target/release/beebot-loadgen --hosts 2000`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -19,13 +20,14 @@ use clap::Parser;
 use tokio::sync::Semaphore;
 
 use beebot_client::net::{Link, ServerId};
-use beebot_client::worker::backoff_delay;
 use beebot_server::config::DataDir;
 use beebot_shared::extract::LinkTag;
+use beebot_shared::fetch_rules::backoff_delay;
 use beebot_shared::invite::Invite;
 use beebot_shared::limits::MAX_UNIT_BYTES;
 use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary};
 use beebot_shared::proto::{HostInfo, Request, Response};
+use beebot_shared::rt::runtime;
 use beebot_shared::sign::WorkUnit;
 
 /// Connections set up at once (enrolment, reconnection): stays under the
@@ -97,6 +99,7 @@ fn pct(sorted: &[u32], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)] as f64 / 1000.0
 }
 
+#[derive(Default)]
 struct Stats {
     work: Samples,
     upload: Samples,
@@ -292,6 +295,8 @@ fn row(name: &str, count: usize, secs: f64, s: &[u32]) {
     );
 }
 
+/// Kill the server, restart it, and reconnect `hosts` with the client's
+/// backoff; prints when they came back. Returns the new server process.
 async fn herd(
     hosts: &[Arc<Host>],
     server: &ServerId,
@@ -314,6 +319,19 @@ async fn herd(
     let killed = Instant::now();
     let new_child = start_server(bin, dir, log)?;
     let restarted = killed.elapsed();
+    let (times, failed) = reconnect_all(hosts, server, killed).await;
+    print_herd(&times, restarted, failed);
+    Ok(new_child)
+}
+
+/// Each host reconnects (and says hello) after the client's backoff from
+/// `killed`; returns the sorted times since `killed` of those that came
+/// back, and how many gave up.
+async fn reconnect_all(
+    hosts: &[Arc<Host>],
+    server: &ServerId,
+    killed: Instant,
+) -> (Vec<Duration>, u64) {
     let times: Arc<Mutex<Vec<Duration>>> = Arc::new(Mutex::new(Vec::new()));
     let failed = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -354,11 +372,17 @@ async fn herd(
     }
     let mut v = times.lock().unwrap_or_else(|p| p.into_inner()).clone();
     v.sort();
+    (v, failed.load(Ordering::Relaxed))
+}
+
+/// When the herd came back: first and last, and a histogram of
+/// [`HERD_BUCKET`] windows.
+fn print_herd(v: &[Duration], restarted: Duration, failed: u64) {
     println!(
         "server back after {:.2}s; {} reconnected, {} gave up",
         restarted.as_secs_f64(),
         v.len(),
-        failed.load(Ordering::Relaxed)
+        failed
     );
     if let (Some(first), Some(last)) = (v.first(), v.last()) {
         println!(
@@ -372,7 +396,7 @@ async fn herd(
         .map(|l| (l.as_millis() / HERD_BUCKET.as_millis()) as usize + 1)
         .unwrap_or(0);
     let mut counts = vec![0usize; buckets];
-    for t in &v {
+    for t in v {
         counts[(t.as_millis() / HERD_BUCKET.as_millis()) as usize] += 1;
     }
     let busiest = counts.iter().copied().max().unwrap_or(0);
@@ -390,17 +414,16 @@ async fn herd(
         v.len(),
         100.0 * busiest as f64 / v.len().max(1) as f64
     );
-    Ok(new_child)
 }
 
-fn main() -> Result<()> {
-    let args = Args::parse();
-    let bin = server_bin(&args)?;
-    let tmp = tempfile::tempdir().context("temp dir")?;
-    let dir = tmp.path().join("server");
-    let log = tmp.path().join("server.log");
+/// A fresh data dir in `tmp` and a server on it with its ports pinned (so a
+/// restarted server is where the hosts look for it), a round of
+/// `args.sites` one-page sites, and an invite for `args.hosts` hosts.
+fn setup_server(args: &Args, bin: &Path, tmp: &Path) -> Result<(Child, Invite)> {
+    let dir = tmp.join("server");
+    let log = tmp.join("server.log");
     admin(
-        &bin,
+        bin,
         &dir,
         &[
             "init",
@@ -411,11 +434,10 @@ fn main() -> Result<()> {
             "--admin-listen",
             "127.0.0.1:0",
             "--contact",
-            beebot_server::demo::DEMO_CONTACT,
+            beebot_tools::demo::DEMO_CONTACT,
         ],
     )?;
-    let mut child = start_server(&bin, &dir, &log)?;
-    // Pin the ports, so a restarted server is where the hosts look for it.
+    let child = start_server(bin, &dir, &log)?;
     let data = DataDir(dir.clone());
     let rt_info = data.load_runtime().context("serve.json")?;
     let mut cfg = data.load_config()?;
@@ -427,163 +449,190 @@ fn main() -> Result<()> {
     let sites: String = (0..args.sites)
         .map(|i| format!("load{i}.synth.test\n"))
         .collect();
-    let sites_path = tmp.path().join("sites.txt");
+    let sites_path = tmp.join("sites.txt");
     std::fs::write(&sites_path, sites)?;
     admin(
-        &bin,
+        bin,
         &dir,
         &["sites", "import", sites_path.to_str().context("path")?],
     )?;
     admin(
-        &bin,
+        bin,
         &dir,
         &["round", "start", "--delay-ms", "0", "--max-pages", "1"],
     )?;
-    let code = admin(
-        &bin,
-        &dir,
-        &[
-            "invite",
-            "--uses",
-            &args.hosts.to_string(),
-            "--expires",
-            "1h",
-        ],
-    )?;
+    let hosts = args.hosts.to_string();
+    let code = admin(bin, &dir, &["invite", "--uses", &hosts, "--expires", "1h"])?;
     let invite = Invite::from_code(code.lines().last().unwrap_or_default())?;
+    Ok((child, invite))
+}
+
+/// Enrol `count` hosts, [`SETUP_CONCURRENCY`] at a time; a failed
+/// enrolment is printed and left out.
+async fn enrol_all(
+    count: usize,
+    server: &ServerId,
+    token: &[u8],
+    stats: &Arc<Stats>,
+) -> Result<Vec<Arc<Host>>> {
+    let gate = Arc::new(Semaphore::new(SETUP_CONCURRENCY));
+    let mut pending = Vec::new();
+    for n in 0..count {
+        let gate = gate.clone();
+        let server = server.clone();
+        let token = token.to_vec();
+        let stats = stats.clone();
+        pending.push(tokio::spawn(async move {
+            let _g = gate.acquire_owned().await?;
+            enrol(&server, token, n, &stats).await
+        }));
+    }
+    let mut hosts = Vec::new();
+    for p in pending {
+        match p.await? {
+            Ok(h) => hosts.push(Arc::new(h)),
+            Err(e) => eprintln!("enrolment failed: {e:#}"),
+        }
+    }
+    Ok(hosts)
+}
+
+/// Every host plays the load until `until`, into `stats`.
+async fn load(hosts: &[Arc<Host>], interval: Duration, until: Instant, stats: &Arc<Stats>) {
+    let tasks: Vec<_> = hosts
+        .iter()
+        .map(|h| tokio::spawn(play(h.clone(), interval, until, stats.clone())))
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// What the measured load did, for the table.
+struct Measured {
+    enrol_secs: f64,
+    secs: f64,
+    held: usize,
+    enrolled: usize,
+    rss_idle: f64,
+    rss: f64,
+    hwm: f64,
+}
+
+/// The table: requests, their rates and latencies, hosts held, memory.
+fn print_table(args: &Args, bin: &Path, stats: &Stats, m: &Measured) {
+    println!(
+        "beebot-loadgen: {} hosts over QUIC on loopback against {}",
+        args.hosts,
+        bin.display()
+    );
+    println!(
+        "round of {} sites; asked {} work requests/s for {}s; {} enrolled in {:.1}s",
+        args.sites, args.rate, args.seconds, m.enrolled, m.enrol_secs
+    );
+    println!();
+    println!(
+        "{:<16} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8}",
+        "request", "count", "per s", "p50 ms", "p90 ms", "p99 ms", "max ms"
+    );
+    let work = stats.work.sorted();
+    let upload = stats.upload.sorted();
+    let hello = stats.hello.sorted();
+    row("hello (setup)", hello.len(), m.enrol_secs, &hello);
+    row("request work", work.len(), m.secs, &work);
+    row("upload", upload.len(), m.secs, &upload);
+    println!();
+    println!("{:<28} {:>10}", "hosts held connected", m.held);
+    println!(
+        "{:<28} {:>10}",
+        "units handed out",
+        stats.units.load(Ordering::Relaxed)
+    );
+    println!(
+        "{:<28} {:>10}",
+        "uploads accepted",
+        stats.accepted.load(Ordering::Relaxed)
+    );
+    println!(
+        "{:<28} {:>10}",
+        "errors",
+        stats.errors.load(Ordering::Relaxed)
+    );
+    println!("{:<28} {:>10.0}", "server RSS idle, MB", m.rss_idle);
+    println!("{:<28} {:>10.0}", "server RSS after load, MB", m.rss);
+    println!("{:<28} {:>10.0}", "server peak RSS, MB", m.hwm);
+}
+
+/// Enrol the hosts, warm up, measure, print the table, then the herd.
+async fn run_load(
+    args: &Args,
+    bin: &Path,
+    tmp: &Path,
+    invite: &Invite,
+    mut child: Child,
+) -> Result<Child> {
     let server = ServerId {
         addr: invite.addr.clone(),
         server_name: invite.server_name.clone(),
         cert_sha256: invite.cert_sha256,
     };
+    let stats = Arc::new(Stats::default());
+    let enrol_start = Instant::now();
+    let hosts = enrol_all(args.hosts, &server, &invite.token, &stats).await?;
+    let enrol_secs = enrol_start.elapsed().as_secs_f64();
+    let (rss_idle, _) = memory_mb(child.id());
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let stats = Arc::new(Stats {
-            work: Samples::default(),
-            upload: Samples::default(),
-            hello: Samples::default(),
-            errors: AtomicU64::new(0),
-            units: AtomicU64::new(0),
-            accepted: AtomicU64::new(0),
-        });
-        let gate = Arc::new(Semaphore::new(SETUP_CONCURRENCY));
-        let enrol_start = Instant::now();
-        let mut pending = Vec::new();
-        for n in 0..args.hosts {
-            let gate = gate.clone();
-            let server = server.clone();
-            let token = invite.token.clone();
-            let stats = stats.clone();
-            pending.push(tokio::spawn(async move {
-                let _g = gate.acquire_owned().await?;
-                enrol(&server, token, n, &stats).await
-            }));
-        }
-        let mut hosts = Vec::new();
-        for p in pending {
-            match p.await? {
-                Ok(h) => hosts.push(Arc::new(h)),
-                Err(e) => eprintln!("enrolment failed: {e:#}"),
-            }
-        }
-        let enrol_secs = enrol_start.elapsed().as_secs_f64();
-        let (rss_idle, _) = memory_mb(child.id());
+    let interval = Duration::from_secs_f64(hosts.len() as f64 / args.rate.max(1) as f64);
+    if args.warmup > 0 {
+        let warm = Arc::new(Stats::default());
+        let until = Instant::now() + Duration::from_secs(args.warmup);
+        load(&hosts, interval, until, &warm).await;
+        println!(
+            "warm-up: {}s, {} work requests, {} uploads accepted (not in the table)",
+            args.warmup,
+            warm.work.sorted().len(),
+            warm.accepted.load(Ordering::Relaxed)
+        );
+    }
+    let start = Instant::now();
+    load(
+        &hosts,
+        interval,
+        start + Duration::from_secs(args.seconds),
+        &stats,
+    )
+    .await;
+    let secs = start.elapsed().as_secs_f64();
+    let (rss, hwm) = memory_mb(child.id());
+    let held = hosts.iter().filter(|h| h.link.is_open()).count();
+    let measured = Measured {
+        enrol_secs,
+        secs,
+        held,
+        enrolled: hosts.len(),
+        rss_idle,
+        rss,
+        hwm,
+    };
+    print_table(args, bin, &stats, &measured);
 
-        let interval = Duration::from_secs_f64(hosts.len() as f64 / args.rate.max(1) as f64);
-        if args.warmup > 0 {
-            let until = Instant::now() + Duration::from_secs(args.warmup);
-            let warm = Arc::new(Stats {
-                work: Samples::default(),
-                upload: Samples::default(),
-                hello: Samples::default(),
-                errors: AtomicU64::new(0),
-                units: AtomicU64::new(0),
-                accepted: AtomicU64::new(0),
-            });
-            let tasks: Vec<_> = hosts
-                .iter()
-                .map(|h| tokio::spawn(play(h.clone(), interval, until, warm.clone())))
-                .collect();
-            for t in tasks {
-                let _ = t.await;
-            }
-            println!(
-                "warm-up: {}s, {} work requests, {} uploads accepted (not in the table)",
-                args.warmup,
-                warm.work.sorted().len(),
-                warm.accepted.load(Ordering::Relaxed)
-            );
-        }
-        let start = Instant::now();
-        let until = start + Duration::from_secs(args.seconds);
-        let tasks: Vec<_> = hosts
-            .iter()
-            .map(|h| tokio::spawn(play(h.clone(), interval, until, stats.clone())))
-            .collect();
-        for t in tasks {
-            let _ = t.await;
-        }
-        let secs = start.elapsed().as_secs_f64();
-        let (rss, hwm) = memory_mb(child.id());
-        let held = hosts.iter().filter(|h| h.link.is_open()).count();
+    if args.herd > 0 {
+        let n = args.herd.min(hosts.len());
+        let (dir, log) = (tmp.join("server"), tmp.join("server.log"));
+        child = herd(&hosts[..n], &server, bin, &dir, &log, &mut child).await?;
+    }
+    for h in &hosts {
+        h.link.close();
+    }
+    Ok(child)
+}
 
-        println!(
-            "beebot-loadgen: {} hosts over QUIC on loopback against {}",
-            args.hosts,
-            bin.display()
-        );
-        println!(
-            "round of {} sites; asked {} work requests/s for {}s; {} enrolled in {:.1}s",
-            args.sites,
-            args.rate,
-            args.seconds,
-            hosts.len(),
-            enrol_secs
-        );
-        println!();
-        println!(
-            "{:<16} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8}",
-            "request", "count", "per s", "p50 ms", "p90 ms", "p99 ms", "max ms"
-        );
-        let work = stats.work.sorted();
-        let upload = stats.upload.sorted();
-        let hello = stats.hello.sorted();
-        row("hello (setup)", hello.len(), enrol_secs, &hello);
-        row("request work", work.len(), secs, &work);
-        row("upload", upload.len(), secs, &upload);
-        println!();
-        println!("{:<28} {:>10}", "hosts held connected", held);
-        println!(
-            "{:<28} {:>10}",
-            "units handed out",
-            stats.units.load(Ordering::Relaxed)
-        );
-        println!(
-            "{:<28} {:>10}",
-            "uploads accepted",
-            stats.accepted.load(Ordering::Relaxed)
-        );
-        println!(
-            "{:<28} {:>10}",
-            "errors",
-            stats.errors.load(Ordering::Relaxed)
-        );
-        println!("{:<28} {:>10.0}", "server RSS idle, MB", rss_idle);
-        println!("{:<28} {:>10.0}", "server RSS after load, MB", rss);
-        println!("{:<28} {:>10.0}", "server peak RSS, MB", hwm);
-
-        if args.herd > 0 {
-            let n = args.herd.min(hosts.len());
-            child = herd(&hosts[..n], &server, &bin, &dir, &log, &mut child).await?;
-        }
-        for h in &hosts {
-            h.link.close();
-        }
-        anyhow::Ok(())
-    })?;
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let bin = server_bin(&args)?;
+    let tmp = tempfile::tempdir().context("temp dir")?;
+    let (child, invite) = setup_server(&args, &bin, tmp.path())?;
+    let mut child = runtime()?.block_on(run_load(&args, &bin, tmp.path(), &invite, child))?;
     let _ = child.kill();
     let _ = child.wait();
     Ok(())

@@ -1,4 +1,4 @@
-//! Crawler bench (`cargo bench -p beebot-server --bench crawler`): prints one
+//! Crawler bench (`cargo bench -p beebot-tools --bench crawler`): prints one
 //! table with link extraction in MB/s on one core (synthetic-web pages and a
 //! real-looking portal page), whole-scan pages/s for one client scanning 16
 //! synthetic sites with 16 slots and with 1 slot (delay 0, loopback), and the

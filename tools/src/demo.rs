@@ -1,25 +1,28 @@
-//! `beebot-server demo`: the whole grid in one process on loopback. A
+//! `beebot-demo`: the whole grid in one process on loopback. A
 //! synthetic web of N sites, a fresh data dir, a server, M clients that join
 //! with an invite, one round, live progress, a summary, and an export checked
 //! against the synthetic web's truth.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use beebot_client::crawler::{CrawlerConfig, ResolveRule};
 use beebot_client::home::Home;
-use beebot_client::worker::{self, RunOptions};
+use beebot_client::worker::{self, RunOptions, RunStats};
 use beebot_shared::export::{ExportWriter, Format};
 use beebot_shared::synth::SynthWeb;
 
-use crate::api::JobCounts;
-use crate::config::{self, DataDir, InitOptions};
-use crate::model::RoundState;
-use crate::{now_ms, Server};
+use beebot_server::api::JobCounts;
+use beebot_server::config::{self, DataDir, InitOptions};
+use beebot_server::model::RoundState;
+use beebot_server::{now_ms, Server, Shared};
 
 /// The demo's operator contact: the demo crawls only its synthetic web on
 /// loopback, so a name under the reserved `.test` domain.
@@ -32,6 +35,19 @@ const DEMO_TIMEOUT: Duration = Duration::from_secs(300);
 /// Most sites and clients the demo runs (it is a demo, on one machine).
 const MAX_DEMO_SITES: usize = 2000;
 const MAX_DEMO_CLIENTS: usize = 64;
+/// How often the live progress line is refreshed.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(1000);
+/// Each client's buffer of work, seconds: small, so the sites spread over
+/// the clients.
+const CLIENT_BUFFER_S: u64 = 30;
+/// How often each client reports its scans' progress.
+const CLIENT_PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
+/// Pages a demo site may have (the synthetic web's sites are far smaller).
+const DEMO_MAX_PAGES: u32 = 10_000;
+/// The round's shortest unit deadline, seconds.
+const DEMO_DEADLINE_MIN_S: u64 = 60;
+/// Lifetime of the clients' invite, seconds.
+const INVITE_TTL_S: u64 = 3600;
 
 pub struct DemoOptions {
     pub sites: usize,
@@ -46,8 +62,43 @@ pub struct DemoOptions {
     pub max_scan_s: Option<u64>,
 }
 
+/// A client running in-process: its number, how long it ran, what it did.
+type ClientTask = JoinHandle<(usize, Duration, Result<RunStats>)>;
+
 /// Run the demo; returns the export path.
 pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
+    check_options(&opts)?;
+    let started = Instant::now();
+    let (_tmp, root) = scratch_dir(opts.keep.as_deref())?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (web, web_addr, web_task) = start_web(opts.sites, &stop_rx).await?;
+    let (dir, shared, server_task) = start_server(&root, &stop_rx).await?;
+    let (round_id, code) = start_round(&shared, &web, &opts).await?;
+
+    let (clients_stop_tx, clients_stop) = watch::channel(false);
+    let clients = start_clients(&root, &code, web_addr, &opts, &clients_stop).await?;
+    watch_round(&shared, round_id, started, demo_timeout(&web, &opts)).await?;
+    let _ = clients_stop_tx.send(true);
+    report_clients(clients).await?;
+
+    let (export_path, exported) = export_round(&shared, &dir, &root, round_id).await?;
+    report_round(&shared, &web, round_id, started, &exported).await?;
+    let _ = stop_tx.send(true);
+    let _ = server_task.await;
+    let _ = web_task.await;
+    if opts.keep.is_some() {
+        println!("export: {}", export_path.display());
+    } else {
+        let kept = std::env::temp_dir().join(format!("beebot-demo-round-{round_id}.tsv"));
+        std::fs::copy(&export_path, &kept)?;
+        println!("export: {}", kept.display());
+        return Ok(kept);
+    }
+    Ok(export_path)
+}
+
+/// Refuse sizes the demo does not run.
+fn check_options(opts: &DemoOptions) -> Result<()> {
     if opts.sites == 0 || opts.sites > MAX_DEMO_SITES {
         bail!("--sites must be between 1 and {MAX_DEMO_SITES}");
     }
@@ -66,38 +117,54 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
             beebot_shared::limits::MAX_DELAY_MS
         );
     }
-    let started = Instant::now();
-    let (_tmp, root) = match &opts.keep {
+    Ok(())
+}
+
+/// The demo's root dir: `keep`, or a temporary dir removed when its guard
+/// is dropped.
+fn scratch_dir(keep: Option<&Path>) -> Result<(Option<tempfile::TempDir>, PathBuf)> {
+    Ok(match keep {
         Some(p) => {
             std::fs::create_dir_all(p)?;
-            (None, p.clone())
+            (None, p.to_path_buf())
         }
         None => {
             let t = tempfile::Builder::new().prefix("beebot-demo-").tempdir()?;
             let p = t.path().to_path_buf();
             (Some(t), p)
         }
-    };
+    })
+}
 
-    // The synthetic web on loopback.
-    let web = Arc::new(SynthWeb::generate(DEMO_SEED, opts.sites));
+/// The synthetic web on loopback, served until `stop` changes.
+async fn start_web(
+    sites: usize,
+    stop: &watch::Receiver<bool>,
+) -> Result<(Arc<SynthWeb>, SocketAddr, JoinHandle<std::io::Result<()>>)> {
+    let web = Arc::new(SynthWeb::generate(DEMO_SEED, sites));
     let web_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let web_addr = web_listener.local_addr()?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let web_task = {
         let web = web.clone();
-        let mut stop = stop_rx.clone();
-        tokio::spawn(crate::web::serve(web_listener, web, async move {
+        let mut stop = stop.clone();
+        tokio::spawn(beebot_server::web::serve(web_listener, web, async move {
             let _ = stop.changed().await;
         }))
     };
     println!(
         "synthetic web: {} sites, {} pages, on http://{web_addr}",
-        opts.sites,
+        sites,
         web.total_pages()
     );
+    Ok((web, web_addr, web_task))
+}
 
-    // The server.
+/// A fresh server data dir under `root` and the server on it, run until
+/// `stop` changes.
+async fn start_server(
+    root: &Path,
+    stop: &watch::Receiver<bool>,
+) -> Result<(DataDir, Arc<Shared>, JoinHandle<Result<()>>)> {
     let dir = DataDir(root.join("server"));
     config::init(
         &dir,
@@ -120,29 +187,42 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
         dir.0.display()
     );
     let server_task = {
-        let mut stop = stop_rx.clone();
+        let mut stop = stop.clone();
         tokio::spawn(server.run(async move {
             let _ = stop.changed().await;
         }))
     };
+    Ok((dir, shared, server_task))
+}
 
-    // Target set and round.
+/// How long the demo waits for its round: [`DEMO_TIMEOUT`] plus the round's
+/// pages at its politeness delay over the clients' slots, twice over (new
+/// hosts' results are scanned twice, for validation).
+fn demo_timeout(web: &SynthWeb, opts: &DemoOptions) -> Duration {
+    DEMO_TIMEOUT
+        + Duration::from_millis(
+            4 * web.total_pages() as u64 * opts.delay_ms
+                / (opts.clients as u64 * u64::from(opts.slots.max(1))),
+        )
+}
+
+/// The target set and the round over it; returns the round and an invite
+/// code for the clients.
+async fn start_round(
+    shared: &Arc<Shared>,
+    web: &SynthWeb,
+    opts: &DemoOptions,
+) -> Result<(u64, String)> {
     let hosts = web.site_hosts();
     let now = now_ms();
     let (delay_ms, max_scan_s) = (opts.delay_ms, opts.max_scan_s);
-    // New hosts' results are scanned twice (validation).
-    let timeout = DEMO_TIMEOUT
-        + Duration::from_millis(
-            4 * web.total_pages() as u64 * delay_ms
-                / (opts.clients as u64 * u64::from(opts.slots.max(1))),
-        );
     // Every result of a new host is checked by another host's scan: one
     // client alone has nobody to check it.
     let validate = if opts.clients >= 2 {
-        crate::validate::ValidateMode::Adaptive
+        beebot_server::validate::ValidateMode::Adaptive
     } else {
         println!("one client: results are not validated (that takes two hosts)");
-        crate::validate::ValidateMode::Off
+        beebot_server::validate::ValidateMode::Off
     };
     let round_id = shared
         .with_grid(move |g| -> Result<u64> {
@@ -150,40 +230,50 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
             let mut p = config::RoundDefaults::default().params();
             p.validate = validate;
             p.delay_ms = delay_ms;
-            p.max_pages = 10_000;
-            p.deadline_min_s = 60;
+            p.max_pages = DEMO_MAX_PAGES;
+            p.deadline_min_s = DEMO_DEADLINE_MIN_S;
             if let Some(s) = max_scan_s {
                 p.max_seconds = s;
             }
             Ok(g.start_round(p, now)?)
         })
         .await?;
-    let (code, _) = shared.make_invite(opts.clients as u32, 3600).await?;
+    let (code, _) = shared
+        .make_invite(opts.clients as u32, INVITE_TTL_S)
+        .await?;
     println!(
         "round {round_id} started; invite: {}…",
         &code[..24.min(code.len())]
     );
+    Ok((round_id, code))
+}
 
-    // Clients: each joins with the invite and runs until the grid is idle.
+/// Clients: each joins with the invite and runs until `stop` changes.
+async fn start_clients(
+    root: &Path,
+    code: &str,
+    web_addr: SocketAddr,
+    opts: &DemoOptions,
+    stop: &watch::Receiver<bool>,
+) -> Result<Vec<ClientTask>> {
     let resolve: ResolveRule = format!("*.synth.test={web_addr}")
         .parse()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (clients_stop_tx, clients_stop) = tokio::sync::watch::channel(false);
     let mut clients = Vec::new();
     for i in 0..opts.clients {
         let home = Home {
             config: root.join(format!("client-{i}")),
             data: root.join(format!("client-{i}")),
         };
-        worker::join(&home, &code, Some(format!("demo-client-{i}")))
+        worker::join(&home, code, Some(format!("demo-client-{i}")))
             .await
             .with_context(|| format!("client {i} cannot join"))?;
         let run_opts = RunOptions {
             // The demo stops its clients when the round is over.
             once: false,
             slots: opts.slots,
-            buffer_seconds: 30,
-            progress_interval: Duration::from_secs(2),
+            buffer_seconds: CLIENT_BUFFER_S,
+            progress_interval: CLIENT_PROGRESS_INTERVAL,
             crawler: CrawlerConfig {
                 allow_private: true,
                 resolve: vec![resolve.clone()],
@@ -191,7 +281,7 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
             },
             ..RunOptions::default()
         };
-        let mut stop = clients_stop.clone();
+        let mut stop = stop.clone();
         clients.push(tokio::spawn(async move {
             let t = Instant::now();
             let r = worker::run(home, run_opts, async move {
@@ -201,8 +291,16 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
             (i, t.elapsed(), r)
         }));
     }
+    Ok(clients)
+}
 
-    // Live progress until the round ends.
+/// Live progress until the round ends; an error past `timeout`.
+async fn watch_round(
+    shared: &Arc<Shared>,
+    round_id: u64,
+    started: Instant,
+    timeout: Duration,
+) -> Result<()> {
     let mut last_line = String::new();
     loop {
         let (round, jobs) = shared.with_grid(move |g| g.round(round_id)).await?;
@@ -223,7 +321,7 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
             last_line = line;
         }
         if round.state != RoundState::Running {
-            break;
+            return Ok(());
         }
         if started.elapsed() > timeout {
             bail!(
@@ -231,11 +329,13 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
                 timeout.as_secs()
             );
         }
-        tokio::time::sleep(Duration::from_millis(1000)).await;
+        tokio::time::sleep(PROGRESS_INTERVAL).await;
     }
+}
 
+/// Wait for the stopped clients and print what each did.
+async fn report_clients(clients: Vec<ClientTask>) -> Result<()> {
     println!("\nclient        scans   pages   links  seconds  pages/hour");
-    let _ = clients_stop_tx.send(true);
     for c in clients {
         let (i, elapsed, r) = c.await?;
         let stats = r.with_context(|| format!("client {i} failed"))?;
@@ -248,29 +348,41 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
             stats.pages as f64 * 3600.0 / elapsed.as_secs_f64().max(0.001)
         );
     }
+    Ok(())
+}
 
-    // Export and check against the truth.
+/// A link as the export and the truth name it: (site, source, target).
+type LinkKey = (String, String, String);
+
+/// Export the round's links as TSV under `root`; returns the file and the
+/// links written.
+async fn export_round(
+    shared: &Arc<Shared>,
+    dir: &DataDir,
+    root: &Path,
+    round_id: u64,
+) -> Result<(PathBuf, BTreeSet<LinkKey>)> {
     let (_, jobs) = shared.with_grid(move |g| g.round(round_id)).await?;
     let export_path = root.join(format!("round-{round_id}.tsv"));
     let mut exported = BTreeSet::new();
-    {
-        let file = std::fs::File::create(&export_path)?;
-        let mut w = ExportWriter::new(std::io::BufWriter::new(file), Format::Tsv)?;
-        let mut jobs = jobs;
-        jobs.sort_by(|a, b| a.site.cmp(&b.site));
-        for job in &jobs {
-            if job.result.is_none() {
-                continue;
-            }
-            crate::grid::for_each_job_link(&dir.links(), job, |r| {
-                w.write(&job.site, r).map_err(|e| e.to_string())?;
-                exported.insert((job.site.clone(), r.source_url.clone(), r.target_url.clone()));
-                Ok(())
-            })
-            .map_err(|e| anyhow::anyhow!(e))?;
-        }
-        w.finish()?;
-    }
+    let file = std::fs::File::create(&export_path)?;
+    let mut w = ExportWriter::new(std::io::BufWriter::new(file), Format::Tsv)?;
+    beebot_server::export::export_round(&dir.links(), &jobs, &mut w, |site, r| {
+        exported.insert((site.to_string(), r.source_url.clone(), r.target_url.clone()));
+    })?;
+    w.finish()?;
+    Ok((export_path, exported))
+}
+
+/// Print the round's summary, its validation, and the export against the
+/// synthetic web's truth.
+async fn report_round(
+    shared: &Arc<Shared>,
+    web: &SynthWeb,
+    round_id: u64,
+    started: Instant,
+    exported: &BTreeSet<LinkKey>,
+) -> Result<()> {
     let truth: BTreeSet<_> = web
         .truth()
         .into_iter()
@@ -292,7 +404,7 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
         "validation: {} sites valid (two hosts agree), {} taken from trusted hosts, {} results invalid, {} pages scanned to check",
         c.valid, c.trusted, c.invalid, c.check_pages
     );
-    if exported == truth {
+    if *exported == truth {
         println!(
             "export matches the synthetic web's truth exactly ({} links)",
             truth.len()
@@ -302,20 +414,9 @@ pub async fn run(opts: DemoOptions) -> Result<PathBuf> {
             "export differs from the truth: {} exported, {} true, {} missing, {} extra",
             exported.len(),
             truth.len(),
-            truth.difference(&exported).count(),
+            truth.difference(exported).count(),
             exported.difference(&truth).count()
         );
     }
-    let _ = stop_tx.send(true);
-    let _ = server_task.await;
-    let _ = web_task.await;
-    if opts.keep.is_some() {
-        println!("export: {}", export_path.display());
-    } else {
-        let kept = std::env::temp_dir().join(format!("beebot-demo-round-{round_id}.tsv"));
-        std::fs::copy(&export_path, &kept)?;
-        println!("export: {}", kept.display());
-        return Ok(kept);
-    }
-    Ok(export_path)
+    Ok(())
 }
