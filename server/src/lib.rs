@@ -30,7 +30,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::config::{DataDir, Runtime, ServerConfig};
-use crate::grid::{Grid, GridSettings};
+use crate::grid::{Grid, GridIo, GridSettings, ProjectSigner};
 
 /// How often deadlines are checked.
 const TICK_INTERVAL: Duration = Duration::from_secs(1);
@@ -42,9 +42,9 @@ pub use beebot_shared::clock::now_ms;
 pub struct Shared {
     grid: Mutex<Grid>,
     pub cert_fingerprint: [u8; 32],
-    /// The project key, to answer `ProveProject` (a joining client's check)
+    /// The grid's signer, to answer `ProveProject` (a joining client's check)
     /// without the grid lock or a store sync: anyone may ask, unauthenticated.
-    enrol_key: ed25519_dalek::SigningKey,
+    enrol_key: Arc<dyn ProjectSigner>,
     pub reference_site: String,
     pub config: ServerConfig,
     pub data: DataDir,
@@ -115,7 +115,8 @@ impl Shared {
     /// The project key's enrolment proof over a joining client's nonce and
     /// this server's certificate ([`beebot_shared::sign::make_enrol_proof`]).
     pub fn enrol_proof(&self, client_nonce: &[u8; 32]) -> Vec<u8> {
-        beebot_shared::sign::make_enrol_proof(&self.enrol_key, client_nonce, &self.cert_fingerprint)
+        self.enrol_key
+            .enrol_proof(client_nonce, &self.cert_fingerprint)
     }
 
     /// Take `unit_id`'s upload slot; `None` while another upload of it is
@@ -246,8 +247,8 @@ impl Server {
         };
         let store_handle = store.clone();
         store_handle.defer_flushes();
-        let enrol_key = key.clone();
-        let grid = Grid::open(store, dir.links(), key, settings)?;
+        let grid = Grid::open(GridIo::server(store, dir.links(), key), settings)?;
+        let enrol_key = grid.signer();
         let listen: SocketAddr = config
             .listen
             .parse()

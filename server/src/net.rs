@@ -44,7 +44,7 @@ use beebot_shared::proto::{ErrorCode, PolicyHints, Request, Response, ALPN};
 use beebot_shared::sign;
 
 use crate::grid::{
-    GridError, ProgressOutcome, StateAnswer, UploadOutcome, UploadStep, WorkRequest,
+    GridError, ProgressOutcome, StateAnswer, StateFile, UploadOutcome, UploadStep, WorkRequest,
 };
 use crate::{now_ms, Shared};
 
@@ -676,9 +676,9 @@ fn upload_response(o: UploadOutcome) -> Response {
 /// against the digest its unit names. A state that is gone or damaged
 /// cannot be continued from: the host is told to drop the unit (and the
 /// server's log says why).
-async fn read_state(path: std::path::PathBuf, sha: [u8; 32]) -> Result<Response, GridError> {
-    let shown = path.display().to_string();
-    let read = tokio::task::spawn_blocking(move || std::fs::read(&path))
+async fn read_state(file: StateFile) -> Result<Response, GridError> {
+    let (shown, sha) = (file.location(), file.sha256);
+    let read = tokio::task::spawn_blocking(move || file.read())
         .await
         .map_err(|e| GridError::Io(std::io::Error::other(e.to_string())))?;
     let reason = match read {
@@ -937,7 +937,7 @@ async fn authed(req: Request, host_id: u64, name: &str, shared: &Arc<Shared>) ->
                 .with_grid(move |g| g.state_of_unit(host_id, unit_id))
                 .await
             {
-                Ok(StateAnswer::Read(path, sha)) => read_state(path, sha).await,
+                Ok(StateAnswer::Read(file)) => read_state(file).await,
                 Ok(StateAnswer::Abort(reason)) => Ok(Response::Abort { reason }),
                 Err(e) => Err(e),
             }

@@ -5,10 +5,11 @@
 //! [`Store`](crate::store::Store), asked for work ([`Grid::request_work`]: views, policy, issuing,
 //! signing, deadlines), told of progress ([`Grid::progress`], extensions and
 //! aborts), of failures ([`Grid::fail`]) and of results
-//! ([`Grid::upload_begin`], [`UploadPlan::verify`], [`Grid::upload_finish`];
-//! link files are verified, never written), and ticked at deadlines
-//! ([`Grid::tick`]). Only the network, the disk and the crawling are
-//! replaced by events.
+//! ([`Grid::upload_begin`], [`UploadPlan::verify`], [`UploadPlan::write`],
+//! [`Grid::upload_finish`]; link files and states are kept in memory,
+//! [`MemoryLinks`]), and ticked at deadlines ([`Grid::tick`]). Only the
+//! network, the disk and the crawling are replaced by events; invite tokens
+//! are drawn from the run's seed.
 //!
 //! The hosts model the real client: its buffer rule
 //! ([`beebot_shared::fetch_rules::work_wanted`]), its time windows
@@ -30,7 +31,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::path::PathBuf;
+use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDateTime};
 use ed25519_dalek::{SigningKey, VerifyingKey};
@@ -46,8 +47,8 @@ use beebot_shared::window::Windows;
 
 use crate::config::RoundDefaults;
 use crate::grid::{
-    Grid, GridError, GridSettings, ProgressOutcome, UploadOutcome, UploadPlan, UploadStep,
-    WorkRequest,
+    Grid, GridError, GridIo, GridSettings, MemoryLinks, ProgressOutcome, UploadOutcome, UploadPlan,
+    UploadStep, WorkRequest,
 };
 use crate::model::{RoundState, SiteRecord, SiteStats};
 use crate::scheduler;
@@ -101,8 +102,6 @@ pub const SIM_START_MS: u64 = 1_704_099_600_000;
 pub const OFFICE_HOURS: &str = "mon-fri 08:00-18:00";
 /// Night machines stay on; their client crawls only outside office hours.
 pub const NIGHTS_AND_WEEKENDS: &str = "mon-fri 19:00-07:00, sat-sun 00:00-24:00";
-/// Simulated link files are never written: the grid's paths point here.
-const NO_LINKS_DIR: &str = "/nonexistent/beebot-simulate/links";
 /// Bytes a simulated page weighs (only the grid's KB/s figure uses it).
 const PAGE_BYTES: u64 = 30 * 1024;
 
@@ -1186,9 +1185,8 @@ impl Sim<'_> {
     }
 }
 
-/// The last two upload steps as `serve` runs them, but for the write
-/// (`UploadPlan::write`): the grid never reads link files or states back
-/// while it schedules.
+/// The last upload steps as `serve` runs them: verify, write (to memory),
+/// then finish or refuse.
 fn finish_upload(
     grid: &mut Grid,
     plan: &UploadPlan,
@@ -1198,7 +1196,11 @@ fn finish_upload(
     now: u64,
 ) -> Result<UploadOutcome, SimError> {
     match plan.verify(&summary, link_file, state.as_deref()) {
-        Ok(info) => Ok(grid.upload_finish(plan, summary, info, now)?),
+        Ok(info) => {
+            plan.write(link_file, info.state.as_ref())
+                .map_err(GridError::from)?;
+            Ok(grid.upload_finish(plan, summary, info, now)?)
+        }
         Err(reason) => Ok(grid.upload_refused(plan, reason, now)?),
     }
 }
@@ -1308,7 +1310,11 @@ pub fn run(
         trust_after: crate::validate::DEFAULT_TRUST_AFTER,
         spot_check_percent: crate::validate::DEFAULT_SPOT_CHECK_PERCENT,
     };
-    let mut grid = Grid::open(store, PathBuf::from(NO_LINKS_DIR), key.clone(), settings)?;
+    // In memory: a simulated link file holds a header and no records (about
+    // 50 bytes a site once the round is done), and the files and states no
+    // result keeps are removed as on disk.
+    let io = GridIo::in_memory(store, Arc::new(MemoryLinks::new()), key.clone(), seed);
+    let mut grid = Grid::open(io, settings)?;
     let token = grid.create_invite(hosts.len() as u32, SIM_START_MS + HORIZON_MS, SIM_START_MS)?;
     let mut clients = Vec::with_capacity(hosts.len());
     for ((h, window), tl) in hosts.iter().zip(windows).zip(&timelines) {

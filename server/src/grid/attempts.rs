@@ -7,20 +7,53 @@
 //! attempt ended is queued again while it has attempts left. Results are
 //! not judged here ([`super::upload`], [`super::verdict`]).
 
-use std::path::PathBuf;
+use std::sync::Arc;
 
 use beebot_shared::limits::{MAX_LINK_RECORDS, MAX_TEXT_LEN};
 use beebot_shared::proto::{ABORT_HAND_OVER, ABORT_ROUND_CANCELLED};
 
+use super::links::LinkFiles;
 use super::{push_reason, Grid, GridError};
 use crate::model::*;
 use crate::scheduler;
 
+/// A kept scan state a continuation fetches, with the SHA-256 its unit
+/// names: read from the grid's link-file storage outside the grid lock.
+/// Two are equal when they name one file and one digest.
+#[derive(Clone, Debug)]
+pub struct StateFile {
+    files: Arc<dyn LinkFiles>,
+    /// The state's name in the link-file storage.
+    pub name: String,
+    /// The SHA-256 the unit names: what is read must have it.
+    pub sha256: [u8; 32],
+}
+
+impl StateFile {
+    /// The state's bytes as stored (not checked against [`Self::sha256`]).
+    pub fn read(&self) -> std::io::Result<Vec<u8>> {
+        self.files.read(&self.name)
+    }
+
+    /// Where the state is, for messages.
+    pub fn location(&self) -> String {
+        self.files.location(&self.name)
+    }
+}
+
+impl PartialEq for StateFile {
+    fn eq(&self, other: &StateFile) -> bool {
+        (&self.name, self.sha256) == (&other.name, other.sha256)
+    }
+}
+
+impl Eq for StateFile {}
+
 /// What [`Grid::state_of_unit`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StateAnswer {
-    /// The state file to send, and the SHA-256 the unit names.
-    Read(PathBuf, [u8; 32]),
+    /// The state file to send.
+    Read(StateFile),
     /// The unit is not wanted any more: the client drops it.
     Abort(String),
 }
@@ -436,10 +469,11 @@ impl Grid {
                 "unit {unit_id} starts from the seed, not a scan state"
             )));
         };
-        Ok(StateAnswer::Read(
-            self.links_dir.join(&seg.state_file),
-            seg.state_sha256,
-        ))
+        Ok(StateAnswer::Read(StateFile {
+            files: self.links.clone(),
+            name: seg.state_file.clone(),
+            sha256: seg.state_sha256,
+        }))
     }
 }
 

@@ -15,6 +15,7 @@ use beebot_shared::limits::{
 };
 use beebot_shared::proto::HostInfo;
 use beebot_shared::util::{sha256, truncate_on_char};
+use rand::RngCore;
 
 use super::{Grid, GridError};
 use crate::model::*;
@@ -50,9 +51,8 @@ impl Grid {
                 "an invite needs at least one use".into(),
             ));
         }
-        let token: Vec<u8> = (0..INVITE_TOKEN_LEN)
-            .map(|_| rand::random::<u8>())
-            .collect();
+        let mut token = vec![0u8; INVITE_TOKEN_LEN];
+        self.rng.fill_bytes(&mut token);
         let rec = InviteRecord {
             token_sha256: sha256(&token),
             uses_left: uses,

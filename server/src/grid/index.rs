@@ -8,11 +8,10 @@
 //! when the grid opens; it never writes to the store.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::PathBuf;
 
 use beebot_shared::scope::{Scope, SiteScope};
 
-use super::Grid;
+use super::{Grid, GridIo};
 use crate::model::*;
 use crate::scheduler::JobView;
 
@@ -174,12 +173,14 @@ impl Grid {
     /// The index of open jobs, built afresh from the jobs.
     #[cfg(debug_assertions)]
     pub(super) fn open_from_scratch(&self) -> HashMap<u64, OpenJobs> {
-        let mut g = Grid::empty(
-            self.store.clone(),
-            PathBuf::new(),
-            self.project_key.clone(),
-            self.settings.clone(),
-        );
+        let io = GridIo {
+            store: self.store.clone(),
+            links: self.links.clone(),
+            signer: self.signer.clone(),
+            // Never drawn from: this grid only builds an index.
+            rng: Box::new(rand::rngs::OsRng),
+        };
+        let mut g = Grid::empty(io, self.settings.clone());
         g.rounds = self.rounds.clone();
         g.jobs = self.jobs.clone();
         let ids: Vec<u64> = g.jobs.keys().copied().collect();

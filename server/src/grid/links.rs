@@ -1,20 +1,177 @@
-//! The link-file directory: where link files and scan states go, how they
-//! are written durably ([`write_durable`]) and read back per job
-//! ([`for_each_job_link`]), temporaries a crash left swept at open, and files
-//! no result keeps removed.
+//! Link-file storage: where link files and scan states go. The grid reaches
+//! it only through [`LinkFiles`], so the server keeps them in a directory
+//! ([`LinkDir`]) and the simulator and unit tests in memory
+//! ([`MemoryLinks`]), both driving the same grid code. Also here: the
+//! durable write ([`write_durable`]), the read of a job's records
+//! ([`for_each_job_link`], [`for_each_link`]) and the grid's removal of
+//! files no result keeps.
 //!
-//! Invariants: a file is renamed into place whole, never written in place;
-//! removing a file that is gone already is no error. Nothing here touches
-//! the store.
+//! The contract of every [`LinkFiles`]: a file is named by a relative name,
+//! `ROUND/JOB-UNIT.lf` (or `.state`), never a path outside its storage (a
+//! name with an empty, `.` or `..` part, or a character outside
+//! `[A-Za-z0-9._-]` besides the `/`, is refused); a write is whole and
+//! durable before it returns, never seen half-written; removing a file that
+//! is gone already is no error. Nothing here touches the store.
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use beebot_shared::linkfile;
 use beebot_shared::util::sha256;
 
 use super::Grid;
 use crate::model::*;
+
+/// Where the grid keeps link files and scan states. See the module docs for
+/// the contract every implementation keeps.
+pub trait LinkFiles: Send + Sync + fmt::Debug {
+    /// Store `bytes` as `name`, replacing what was there: whole and durable
+    /// when this returns. Concurrent writers of one name each put a whole
+    /// file in place.
+    fn write(&self, name: &str, bytes: &[u8]) -> std::io::Result<()>;
+    /// The bytes stored as `name`.
+    fn read(&self, name: &str) -> std::io::Result<Vec<u8>>;
+    /// Forget `name`; a file that is gone already (or a name refused) is
+    /// no error: nothing is reported.
+    fn remove(&self, name: &str);
+    /// Remove what writes a crash interrupted among round `round_id`'s
+    /// files (called when the grid opens).
+    fn sweep_temporaries(&self, round_id: u64);
+    /// Where `name` is, for messages (a path for a directory).
+    fn location(&self, name: &str) -> String;
+}
+
+/// Whether `name` is a relative name the contract allows (see the module
+/// docs): `Err` says why not.
+pub fn check_name(name: &str) -> std::io::Result<()> {
+    let part_ok = |p: &str| {
+        !p.is_empty()
+            && p != "."
+            && p != ".."
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    };
+    if name.split('/').all(part_ok) {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{name:?} is not a link file name"),
+        ))
+    }
+}
+
+/// Link files in a directory on disk (the server's `links/`): each write
+/// goes through [`write_durable`], temporaries a crash left are swept.
+#[derive(Clone, Debug)]
+pub struct LinkDir {
+    dir: PathBuf,
+}
+
+impl LinkDir {
+    /// Link files under `dir` (created on the first write).
+    pub fn new(dir: impl Into<PathBuf>) -> LinkDir {
+        LinkDir { dir: dir.into() }
+    }
+
+    /// The directory itself.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, name: &str) -> std::io::Result<PathBuf> {
+        check_name(name)?;
+        Ok(self.dir.join(name))
+    }
+}
+
+impl LinkFiles for LinkDir {
+    fn write(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        write_durable(&self.path(name)?, bytes)
+    }
+
+    fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
+        fs::read(self.path(name)?)
+    }
+
+    fn remove(&self, name: &str) {
+        if let Ok(path) = self.path(name) {
+            let _ = fs::remove_file(path);
+        }
+    }
+
+    fn sweep_temporaries(&self, round_id: u64) {
+        let dir = self.dir.join(round_id.to_string());
+        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|x| x == "tmp") {
+                let _ = fs::remove_file(&path);
+            }
+        }
+    }
+
+    fn location(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+}
+
+/// Link files in memory, for the simulator and unit tests: a write is in
+/// place whole under a lock (so there is never a temporary to sweep), and
+/// "durable" for as long as the value lives. Holds every byte written and
+/// not removed.
+#[derive(Debug, Default)]
+pub struct MemoryLinks {
+    files: Mutex<BTreeMap<String, Vec<u8>>>,
+}
+
+impl MemoryLinks {
+    pub fn new() -> MemoryLinks {
+        MemoryLinks::default()
+    }
+
+    /// The names held, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    /// Bytes held, all files together.
+    pub fn bytes(&self) -> u64 {
+        self.lock().values().map(|b| b.len() as u64).sum()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<u8>>> {
+        // A panic elsewhere while the lock was held leaves whole files only.
+        self.files.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl LinkFiles for MemoryLinks {
+    fn write(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        check_name(name)?;
+        self.lock().insert(name.to_string(), bytes.to_vec());
+        Ok(())
+    }
+
+    fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
+        check_name(name)?;
+        self.lock().get(name).cloned().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, format!("no file {name}"))
+        })
+    }
+
+    fn remove(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    fn sweep_temporaries(&self, _round_id: u64) {}
+
+    fn location(&self, name: &str) -> String {
+        format!("memory:{name}")
+    }
+}
 
 /// Write `data` to `path` durably: temporary name, fsync, rename, fsync the
 /// dir. Each call writes its own temporary file, so concurrent writers of
@@ -27,20 +184,31 @@ pub fn write_durable(path: &Path, data: &[u8]) -> std::io::Result<()> {
     beebot_shared::durable::write(path, data)
 }
 
+/// Visit the link records of a job kept under `links_dir` (the admin
+/// export): [`for_each_link`] over a [`LinkDir`].
+pub fn for_each_job_link(
+    links_dir: &Path,
+    job: &JobRecord,
+    f: impl FnMut(&linkfile::LinkRecord) -> Result<(), String>,
+) -> Result<(), String> {
+    for_each_link(&LinkDir::new(links_dir), job, f)
+}
+
 /// Visit the link records of a job: the union of its scans' link files
 /// (segments and the final scan), each (source, target) once, in scan order.
 /// Records stream from each file (bounded by the link-file decoder), and the
 /// pairs already seen are kept as 8-byte digests, not strings: a job of many
 /// continuations costs its record count × 8 bytes, not its text.
-pub fn for_each_job_link(
-    links_dir: &Path,
+pub fn for_each_link(
+    files: &dyn LinkFiles,
     job: &JobRecord,
     mut f: impl FnMut(&linkfile::LinkRecord) -> Result<(), String>,
 ) -> Result<(), String> {
     let mut seen: std::collections::HashSet<u64> = std::collections::HashSet::new();
     for file in job.link_files() {
-        let path = links_dir.join(file);
-        let bytes = fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let bytes = files
+            .read(file)
+            .map_err(|e| format!("cannot read {}: {e}", files.location(file)))?;
         let mut failed = None;
         let decoded = linkfile::for_each_record(&bytes, |r| {
             let key = sha256(format!("{}\n{}", r.source_url, r.target_url).as_bytes());
@@ -60,7 +228,7 @@ pub fn for_each_job_link(
         if let Some(e) = failed {
             return Err(e);
         }
-        decoded.map_err(|e| format!("{}: {e}", path.display()))?;
+        decoded.map_err(|e| format!("{}: {e}", files.location(file)))?;
     }
     Ok(())
 }
@@ -70,20 +238,14 @@ impl Grid {
     /// rounds' directories (each write has its own temporary name), so
     /// crashes cannot pile them up.
     pub(super) fn sweep_temporaries(&self) {
-        let rounds = self.running_round_ids();
-        for round_id in rounds {
-            let dir = self.links_dir.join(round_id.to_string());
-            for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
-                let path = entry.path();
-                if path.extension().is_some_and(|x| x == "tmp") {
-                    let _ = fs::remove_file(&path);
-                }
-            }
+        for round_id in self.running_round_ids() {
+            self.links.sweep_temporaries(round_id);
         }
     }
 
-    pub fn links_dir(&self) -> &Path {
-        &self.links_dir
+    /// Where the grid keeps link files and scan states.
+    pub fn link_files(&self) -> &dyn LinkFiles {
+        self.links.as_ref()
     }
 
     /// Remove the link and state files of a job's results but `keep`.
@@ -98,18 +260,18 @@ impl Grid {
 
     pub(super) fn remove_chain_files(&self, segments: &[Segment], result: Option<&JobResult>) {
         for seg in segments {
-            let _ = fs::remove_file(self.links_dir.join(&seg.file));
-            let _ = fs::remove_file(self.links_dir.join(&seg.state_file));
+            self.links.remove(&seg.file);
+            self.links.remove(&seg.state_file);
         }
         if let Some(r) = result {
-            let _ = fs::remove_file(self.links_dir.join(&r.file));
+            self.links.remove(&r.file);
         }
     }
 
     /// Remove the scan states a job kept (it is over: nothing continues).
     pub(super) fn drop_states(&self, job: &JobRecord) {
         for seg in &job.segments {
-            let _ = fs::remove_file(self.links_dir.join(&seg.state_file));
+            self.links.remove(&seg.state_file);
         }
     }
 }
@@ -131,5 +293,82 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b"second");
         assert_eq!(files_under(dir.path()), vec![path]);
         assert!(write_durable(Path::new("/"), b"x").is_err());
+    }
+
+    /// The contract every [`LinkFiles`] keeps, run on each implementation.
+    fn keeps_the_contract(files: &dyn LinkFiles) {
+        let name = "7/3-12.lf";
+        assert_eq!(
+            files.read(name).unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
+        files.write(name, b"first").unwrap();
+        assert_eq!(files.read(name).unwrap(), b"first");
+        files.write(name, b"second").unwrap();
+        assert_eq!(files.read(name).unwrap(), b"second", "a write replaces");
+        files.write("7/3-12.state", b"state").unwrap();
+        files.sweep_temporaries(7);
+        files.sweep_temporaries(8);
+        assert_eq!(files.read(name).unwrap(), b"second", "a sweep keeps files");
+        assert_eq!(files.read("7/3-12.state").unwrap(), b"state");
+        files.remove(name);
+        files.remove(name);
+        files.remove("8/1-1.lf");
+        assert!(files.read(name).is_err(), "removed");
+        assert_eq!(files.read("7/3-12.state").unwrap(), b"state");
+        for bad in [
+            "/etc/passwd",
+            "../x.lf",
+            "7/../../x.lf",
+            "7//x.lf",
+            "",
+            "7/x y.lf",
+            "./x",
+        ] {
+            assert_eq!(
+                files.write(bad, b"x").unwrap_err().kind(),
+                std::io::ErrorKind::InvalidInput,
+                "{bad:?}"
+            );
+            assert!(files.read(bad).is_err(), "{bad:?}");
+            files.remove(bad);
+        }
+        assert!(files.location(name).contains(name));
+    }
+
+    #[test]
+    fn a_directory_keeps_the_contract_and_stays_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let links = LinkDir::new(dir.path().join("links"));
+        keeps_the_contract(&links);
+        assert_eq!(
+            files_under(dir.path()),
+            vec![dir.path().join("links").join("7").join("3-12.state")]
+        );
+        assert_eq!(links.dir(), dir.path().join("links"));
+    }
+
+    #[test]
+    fn memory_keeps_the_contract() {
+        let links = MemoryLinks::new();
+        keeps_the_contract(&links);
+        assert_eq!(links.names(), vec!["7/3-12.state".to_string()]);
+        assert_eq!(links.bytes(), 5);
+    }
+
+    #[test]
+    fn a_directory_sweeps_the_temporaries_of_a_round() {
+        let dir = tempfile::tempdir().unwrap();
+        let links = LinkDir::new(dir.path());
+        links.write("7/3-12.lf", b"kept").unwrap();
+        let stray = dir.path().join("7").join("3-12.1-0.tmp");
+        let other = dir.path().join("8").join("3-12.1-0.tmp");
+        fs::create_dir_all(other.parent().unwrap()).unwrap();
+        fs::write(&stray, b"half").unwrap();
+        fs::write(&other, b"half").unwrap();
+        links.sweep_temporaries(7);
+        assert!(!stray.exists());
+        assert!(other.exists(), "only the round's own");
+        assert_eq!(links.read("7/3-12.lf").unwrap(), b"kept");
     }
 }

@@ -1,20 +1,27 @@
 //! The grid's state machine: sites, rounds, jobs, hosts and invites in memory,
 //! written through to the [`Store`](crate::store::Store) and flushed before any answer leaves.
 //!
-//! Every method takes the time (`now_ms`, Unix milliseconds) as an argument.
-//! The QUIC and admin layers call it under one lock (see [`crate::Shared`]).
+//! Sans-I/O, like a protocol state machine: the grid never reads a clock
+//! (every method takes the time, `now_ms` in Unix milliseconds, as an
+//! argument), never draws from the operating system's random source, never
+//! holds the project key itself and never names a file: its store, link-file
+//! storage, signer and random generator come in as one [`GridIo`] when it
+//! opens. So the server and the simulator drive the same code. The QUIC and
+//! admin layers call it under one lock (see [`crate::Shared`]).
 //!
 //! This module holds the [`Grid`] itself, its settings and errors; its
 //! methods live in one room per concern, each an `impl Grid` block:
 //! [`hosts`] (invites, enrolment, trust), [`sites`] (target set and
 //! exclusions), [`rounds`], [`index`] (the open jobs), [`work`] (requests
 //! and issuing), [`attempts`] (progress, failures, deadlines), [`upload`],
-//! [`verdict`] (validation), [`links`] (link files on disk) and [`status`].
+//! [`verdict`] (validation), [`links`] (link-file storage) and [`status`];
+//! [`io`] holds what the grid is given.
 //! The fields are private to this module tree: only the rooms change them.
 
 mod attempts;
 mod hosts;
 mod index;
+mod io;
 mod links;
 mod rounds;
 mod sites;
@@ -29,9 +36,7 @@ pub(crate) mod testkit;
 mod tests;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
-
-use ed25519_dalek::SigningKey;
+use std::sync::Arc;
 
 use beebot_shared::limits::{MAX_REASONS_PER_JOB, MAX_TEXT_LEN};
 use beebot_shared::scope::reversed_labels;
@@ -40,10 +45,13 @@ use beebot_shared::util::truncate_on_char;
 use crate::model::*;
 use crate::store::{SharedStore, StoreError};
 
-pub use attempts::{ProgressOutcome, StateAnswer};
+pub use attempts::{ProgressOutcome, StateAnswer, StateFile};
 pub use hosts::{invite_id, INVITE_ID_LEN, MIN_INVITE_ID_LEN};
 use index::OpenJobs;
-pub use links::{for_each_job_link, write_durable};
+pub use io::{GridIo, ProjectSigner, SecretRng};
+pub use links::{
+    check_name, for_each_job_link, for_each_link, write_durable, LinkDir, LinkFiles, MemoryLinks,
+};
 pub use sites::{excluded_message, ExcludeOutcome, EXCLUDED_REASON};
 pub use status::{GridStatus, RoundOutcome};
 pub use upload::{
@@ -115,8 +123,10 @@ pub struct GridSettings {
 /// The grid: all state, written through to the store.
 pub struct Grid {
     store: SharedStore,
-    links_dir: PathBuf,
-    project_key: SigningKey,
+    links: Arc<dyn LinkFiles>,
+    signer: Arc<dyn ProjectSigner>,
+    /// Where invite tokens are drawn from.
+    rng: Box<dyn SecretRng>,
     settings: GridSettings,
     sites: BTreeMap<String, SiteRecord>,
     rounds: BTreeMap<u64, RoundRecord>,
@@ -158,17 +168,19 @@ fn push_reason(job: &mut JobRecord, reason: String) {
 }
 
 impl Grid {
-    /// A grid holding nothing yet, over `store`.
-    fn empty(
-        store: SharedStore,
-        links_dir: PathBuf,
-        project_key: SigningKey,
-        settings: GridSettings,
-    ) -> Grid {
+    /// A grid holding nothing yet, over `io`.
+    fn empty(io: GridIo, settings: GridSettings) -> Grid {
+        let GridIo {
+            store,
+            links,
+            signer,
+            rng,
+        } = io;
         Grid {
             store,
-            links_dir,
-            project_key,
+            links,
+            signer,
+            rng,
             settings,
             sites: BTreeMap::new(),
             rounds: BTreeMap::new(),
@@ -201,14 +213,9 @@ impl Grid {
             .collect()
     }
 
-    /// Load the grid from its store.
-    pub fn open(
-        store: SharedStore,
-        links_dir: PathBuf,
-        project_key: SigningKey,
-        settings: GridSettings,
-    ) -> Result<Grid, GridError> {
-        let mut g = Grid::empty(store, links_dir, project_key, settings);
+    /// Load the grid from its store, with the rest of `io` to work with.
+    pub fn open(io: GridIo, settings: GridSettings) -> Result<Grid, GridError> {
+        let mut g = Grid::empty(io, settings);
         for s in g.store.sites()? {
             g.sites.insert(s.host.clone(), s);
         }
@@ -244,6 +251,11 @@ impl Grid {
     }
 
     pub fn project_public_key(&self) -> [u8; 32] {
-        self.project_key.verifying_key().to_bytes()
+        self.signer.public_key()
+    }
+
+    /// What signs for the project (units, and the enrolment proof).
+    pub fn signer(&self) -> Arc<dyn ProjectSigner> {
+        self.signer.clone()
     }
 }

@@ -46,7 +46,8 @@ pub(crate) fn settings() -> GridSettings {
 
 pub(crate) fn open_grid(dir: &Path, key: &SigningKey) -> Grid {
     let store = crate::store::open(&dir.join("db")).unwrap();
-    Grid::open(store, dir.join("links"), key.clone(), settings()).unwrap()
+    let io = GridIo::server(store, dir.join("links"), key.clone());
+    Grid::open(io, settings()).unwrap()
 }
 
 impl Fx {

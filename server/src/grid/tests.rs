@@ -80,3 +80,64 @@ fn everything_survives_a_reopen() {
     assert_eq!(fx.host_rec(a).jobs_done, 1);
     assert_eq!(fx.host_rec(b).jobs_done, 1);
 }
+
+/// Ask `g` for one unit for `host`, verified with the project key.
+fn one_unit(g: &mut Grid, host: u64, now: u64) -> sign::WorkUnit {
+    let ask = WorkRequest {
+        want_seconds: 3600,
+        free_slots: 1,
+        units_held: Vec::new(),
+        open_windows: None,
+    };
+    let reply = g.request_work(host, &ask, now).unwrap();
+    assert_eq!(reply.units.len(), 1, "one unit for host {host}");
+    let pk = ed25519_dalek::VerifyingKey::from_bytes(&g.project_public_key()).unwrap();
+    sign::verify_unit(&pk, &reply.units[0]).unwrap()
+}
+
+#[test]
+fn a_round_runs_end_to_end_in_memory_with_no_disk() {
+    let links = std::sync::Arc::new(MemoryLinks::new());
+    let key = sign::generate_key();
+    let io = GridIo::in_memory(crate::store::memory(), links.clone(), key.clone(), 7);
+    let mut g = Grid::open(io, settings()).unwrap();
+    assert_eq!(g.project_public_key(), key.verifying_key().to_bytes());
+    g.add_sites(&site_names(1), T0).unwrap();
+    let round = g.start_round(params(2), T0).unwrap();
+    let (a, b) = (enrol_host(&mut g, T0), enrol_host(&mut g, T0));
+    // A scan cut by its time budget: its link file and frontier are kept.
+    let u = one_unit(&mut g, a, T0);
+    let (sum, file, state) = partial_for(&u, 3, 3);
+    let outcome = g.upload(a, u.unit_id, sum, &file, Some(&state), T0 + 10);
+    assert_eq!(outcome.unwrap(), UploadOutcome::Accepted);
+    let lf = format!("{round}/{}-{}.lf", u.job_id, u.unit_id);
+    let st = format!("{round}/{}-{}.state", u.job_id, u.unit_id);
+    assert_eq!(links.names(), vec![lf.clone(), st.clone()]);
+    assert_eq!(links.read(&lf).unwrap(), file);
+    // The continuation reads the frontier back from memory.
+    let v = one_unit(&mut g, b, T0 + 20);
+    assert_eq!(v.job_id, u.job_id);
+    let StateAnswer::Read(kept) = g.state_of_unit(b, v.unit_id).unwrap() else {
+        panic!("the continuation reads its state");
+    };
+    assert_eq!(kept.read().unwrap(), state);
+    assert_eq!(kept.location(), format!("memory:{st}"));
+    // It reaches the natural end: the job and round are done, the frontier
+    // is removed and the export is both scans' union.
+    let (sum, file) = result_for(&v, 4);
+    let outcome = g.upload(b, v.unit_id, sum, &file, None, T0 + 30);
+    assert_eq!(outcome.unwrap(), UploadOutcome::Accepted);
+    let job = g.jobs[&u.job_id].clone();
+    assert_eq!(job.state, JobState::Done);
+    assert_eq!(g.rounds[&round].state, RoundState::Done);
+    let names = links.names();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(!names.contains(&st));
+    let mut pairs = 0;
+    for_each_link(links.as_ref(), &job, |_| {
+        pairs += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(pairs, records(&u.site, 4).len());
+}

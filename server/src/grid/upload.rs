@@ -8,8 +8,7 @@
 //! fits the unit's limits and the file; an upload of an attempt no longer
 //! wanted is refused before its file is decoded.
 
-use std::fs;
-use std::path::PathBuf;
+use std::sync::Arc;
 
 use beebot_shared::limits::MAX_SCANS_PER_JOB;
 use beebot_shared::limits::{MAX_LINK_RECORDS, PACE_FREE_PAGES, PACE_TOLERANCE};
@@ -51,13 +50,13 @@ pub struct UploadPlan {
     round_id: u64,
     site: String,
     scope: Scope,
-    /// The link file's path. One per unit: two copies of a job uploading at
-    /// once never write the same file.
-    path: PathBuf,
-    /// The same, relative to the links directory (kept in the job's result).
+    /// Where the files go: the grid's link-file storage, written outside
+    /// the grid lock.
+    files: Arc<dyn LinkFiles>,
+    /// The link file's name (kept in the job's result). One per unit: two
+    /// copies of a job uploading at once never write the same file.
     rel: String,
-    /// Where the scan state goes when the scan ended early, and relative.
-    state_path: PathBuf,
+    /// The name of the scan state, kept when the scan ended early.
     state_rel: String,
     /// The job's scans this unit continued from (its attempt's `resume_seq`).
     resume_seq: u32,
@@ -360,15 +359,15 @@ impl UploadPlan {
     /// durable at their places (outside the grid lock).
     pub fn write(&self, link_file: &[u8], state: Option<&StateInfo>) -> std::io::Result<()> {
         if let Some(st) = state {
-            write_durable(&self.state_path, &st.encoded)?;
+            self.files.write(&self.state_rel, &st.encoded)?;
         }
-        write_durable(&self.path, link_file)
+        self.files.write(&self.rel, link_file)
     }
 
     /// Remove what [`UploadPlan::write`] wrote (a loser's or a refused file).
     fn remove_files(&self) {
-        let _ = fs::remove_file(&self.path);
-        let _ = fs::remove_file(&self.state_path);
+        self.files.remove(&self.rel);
+        self.files.remove(&self.state_rel);
     }
 }
 
@@ -480,15 +479,8 @@ impl Grid {
             site: job.site.clone(),
             excluded,
             scope,
-            path: self
-                .links_dir
-                .join(job.round_id.to_string())
-                .join(format!("{}-{unit_id}.lf", job.id)),
+            files: self.links.clone(),
             rel: format!("{}/{}-{unit_id}.lf", job.round_id, job.id),
-            state_path: self
-                .links_dir
-                .join(job.round_id.to_string())
-                .join(format!("{}-{unit_id}.state", job.id)),
             state_rel: format!("{}/{}-{unit_id}.state", job.round_id, job.id),
             resume_seq,
             chain: attempt.chain,

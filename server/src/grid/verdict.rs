@@ -97,7 +97,7 @@ impl Grid {
                 job.candidates.iter().any(|c| c.verdict != Verdict::Invalid)
                     || !candidate.authors().iter().all(|h| self.is_trusted(*h))
                     || validate::spot_check(
-                        self.project_key.as_bytes(),
+                        &self.signer.spot_check_secret(),
                         job.id,
                         candidate.result.unit_id,
                         self.settings.spot_check_percent,

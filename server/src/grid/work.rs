@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use beebot_shared::limits::{MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_REPLY, MAX_UNITS_PER_SLOT};
 use beebot_shared::scope::Scope;
-use beebot_shared::sign::{self, ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
+use beebot_shared::sign::{ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
 
 use crate::model::*;
 use crate::scheduler::{self, DeadlineRule, HeldUnit, HostView, JobView, RunningView, WorkAsk};
@@ -708,7 +708,9 @@ impl Grid {
             resume,
             exclusions,
         };
-        let signed = sign::sign_unit(&self.project_key, &unit)
+        let signed = self
+            .signer
+            .sign_unit(&unit)
             .map_err(|e| GridError::Sign(e.to_string()))?;
         let job = self.job_mut(job_id)?;
         job.attempts.push(Attempt {

@@ -400,13 +400,12 @@ proptest::proptest! {
         reason in ".{0,1200}",
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let mut g = Grid::open(
+        let io = GridIo::server(
             crate::store::memory(),
             dir.path().join("links"),
             sign::generate_key(),
-            settings(),
-        )
-        .unwrap();
+        );
+        let mut g = Grid::open(io, settings()).unwrap();
         let token = g.create_invite(1, T0 + HOUR_MS, T0).unwrap();
         let key = sign::generate_key();
         let info = HostInfo {

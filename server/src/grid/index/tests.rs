@@ -199,8 +199,8 @@ proptest::proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let key = sign::generate_key();
-        let mut g = Grid::open(crate::store::memory(), dir.path().join("links"), key.clone(), settings())
-            .unwrap();
+        let io = GridIo::server(crate::store::memory(), dir.path().join("links"), key.clone());
+        let mut g = Grid::open(io, settings()).unwrap();
         let pk = key.verifying_key();
         let hosts = [enrol_host(&mut g, T0), enrol_host(&mut g, T0)];
         g.add_sites(&site_names(12), T0).unwrap();

@@ -392,8 +392,12 @@ fn an_accepted_link_file_is_durable_and_decodes() {
             .unwrap(),
         UploadOutcome::Accepted
     );
-    assert_eq!(fx.grid.links_dir(), fx.links().as_path());
     let path = lf_path(&fx, &u);
+    let name = format!("{}/{}-{}.lf", u.round_id, u.job_id, u.unit_id);
+    assert_eq!(
+        fx.grid.link_files().location(&name),
+        path.display().to_string()
+    );
     let on_disk = fs::read(&path).unwrap();
     assert_eq!(on_disk, file);
     let (h, recs) = linkfile::decode(&on_disk).unwrap();
