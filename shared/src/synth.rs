@@ -1697,4 +1697,90 @@ mod tests {
             generated
         );
     }
+
+    /// FNV-1a over length-prefixed parts: a hash that is the same on every
+    /// platform and Rust version, for the golden-bytes test below.
+    struct Fnv(u64);
+
+    impl Fnv {
+        fn new() -> Fnv {
+            Fnv(0xCBF2_9CE4_8422_2325)
+        }
+
+        fn bytes(&mut self, bytes: &[u8]) {
+            for b in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
+                self.0 ^= u64::from(*b);
+                self.0 = self.0.wrapping_mul(0x0000_0100_0000_01B3);
+            }
+        }
+
+        fn str(&mut self, s: &str) {
+            self.bytes(s.as_bytes());
+        }
+    }
+
+    /// Every answer and the truth of a few fixed webs, through the public API.
+    fn web_hash(web: &SynthWeb) -> u64 {
+        let mut h = Fnv::new();
+        for (i, host) in web.site_hosts().iter().enumerate() {
+            h.str(host);
+            h.str(&format!("{:?}", web.site_urls(host)));
+            let mut paths = web.site_page_paths(host).unwrap();
+            paths.extend(web.site_disallowed_paths(host).unwrap());
+            for extra in [
+                "/robots.txt".to_string(),
+                format!("/old-{i}"),
+                format!("/go/{i}"),
+                "/loop-a".into(),
+                "/loop-b".into(),
+                format!("/missing-{i}.html"),
+                format!("/error-{i}.html"),
+                format!("/files/report-{i}.pdf"),
+                "/nowhere".into(),
+            ] {
+                paths.push(extra);
+            }
+            for path in &paths {
+                let r = web.respond(&format!("{host}:8080"), path);
+                h.str(path);
+                h.str(&r.status.to_string());
+                h.str(&r.content_type);
+                h.str(&format!("{:?}", r.location));
+                h.bytes(&r.body);
+            }
+        }
+        for (host, record) in web.truth() {
+            h.str(&host);
+            h.str(&record.source_url);
+            h.str(&record.target_url);
+            h.str(record.tag.as_str());
+            h.str(&record.nofollow.to_string());
+            h.str(&record.anchor_text);
+        }
+        h.0
+    }
+
+    #[test]
+    fn golden_bytes_never_change() {
+        let mut h = Fnv::new();
+        for (seed, sites) in [(0u64, 1usize), (1, 7), (42, 20), (0xDEAD_BEEF, 33)] {
+            h.bytes(&web_hash(&SynthWeb::generate(seed, sites)).to_le_bytes());
+        }
+        let small = SynthConfig {
+            min_pages_per_site: 1,
+            max_pages_per_site: 9,
+            crawl_delay_ms: Some(1_250),
+        };
+        h.bytes(&web_hash(&SynthWeb::with_config(5, 12, small)).to_le_bytes());
+        let big = SynthConfig {
+            min_pages_per_site: 200,
+            max_pages_per_site: 400,
+            crawl_delay_ms: Some(u64::MAX),
+        };
+        h.bytes(&web_hash(&SynthWeb::with_config(7, 3, big)).to_le_bytes());
+        assert_eq!(
+            h.0, 11188824895636413028,
+            "the synthetic web's bytes changed"
+        );
+    }
 }

@@ -442,4 +442,75 @@ mod tests {
         let deeper = respond("calendar.hostile.test", "/calendar/2024/12/2025/01/").expect("cal");
         assert_eq!(deeper.status, 200);
     }
+
+    /// Every listed answer of every hostile site, hashed (FNV-1a over
+    /// length-prefixed parts, bodies described rather than expanded).
+    #[test]
+    fn golden_answers_never_change() {
+        let mut h: u64 = 0xCBF2_9CE4_8422_2325;
+        let mut feed = |bytes: &[u8]| {
+            for b in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
+                h ^= u64::from(*b);
+                h = h.wrapping_mul(0x0000_0100_0000_01B3);
+            }
+        };
+        let paths = [
+            "/",
+            "/robots.txt",
+            "/nowhere",
+            "/garbage.html",
+            "/slow.html",
+            "/loop-a",
+            "/loop-b",
+            "/chain-0",
+            "/chain-9",
+            "/chain-10",
+            "/chain-11",
+            "/chain-x",
+            "/calendar/2024/01/",
+            "/calendar/2024/12/",
+            "/calendar/2024/12/2025/01/",
+            "/calendar/x/",
+            "/events?month=0",
+            "/events?month=7",
+            "/events?month=x",
+            "/go-intranet",
+            "/admin",
+            "/page.html",
+            "/open.html",
+            "/private/secret.html",
+            "/secret/members.html",
+        ];
+        let mut hosts = hostile_hosts();
+        hosts.extend(SSRF_PRIVATE_NAMES.iter().map(|n| n.to_string()));
+        hosts.extend([
+            "www.movedrobots.hostile.test".into(),
+            "site0.synth.test".into(),
+        ]);
+        for host in &hosts {
+            for path in paths {
+                let Some(r) = respond(&format!("{host}:80"), path) else {
+                    feed(b"none");
+                    continue;
+                };
+                feed(&r.status.to_le_bytes());
+                feed(r.content_type.as_bytes());
+                feed(format!("{:?}", r.location).as_bytes());
+                match &r.body {
+                    HostileBody::Bytes(b) => feed(b),
+                    HostileBody::Repeat(parts) => {
+                        for (chunk, n) in parts {
+                            feed(chunk);
+                            feed(&n.to_le_bytes());
+                        }
+                    }
+                    HostileBody::Drip { bytes, every } => {
+                        feed(bytes);
+                        feed(&every.as_millis().to_le_bytes());
+                    }
+                }
+            }
+        }
+        assert_eq!(h, 3119174987718649398, "the hostile sites' answers changed");
+    }
 }
