@@ -7,6 +7,8 @@
 //! are decoded one at a time with a running count and memory budget
 //! ([`MAX_LINK_FILE_MEMORY_BYTES`]), so a record bomb (a few KB of zeros
 //! after a huge count) is refused at the first record over a limit.
+//!
+//! Bytes in, bytes out: this module never reads or writes files itself.
 
 use std::io::Read;
 

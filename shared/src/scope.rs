@@ -6,6 +6,10 @@
 //! [`parse_site`]). Scope checks respect the port: a site added without one
 //! holds only URLs on the scheme's default port (80 for http, 443 for
 //! https), and `example.edu:8080` only URLs on port 8080.
+//!
+//! Pure functions on strings and parsed URLs: nothing here resolves a name or
+//! touches the network, so whether an address is safe to fetch is decided
+//! elsewhere, at connect time.
 
 use std::fmt;
 use std::net::IpAddr;

@@ -69,7 +69,16 @@ fn an_excluded_host_is_listed_refused_never_requested_in_any_scope_and_lifted() 
     let sub = SSRF_PRIVATE_NAMES[0]; // inside ssrf.hostile.test's domain scope
     let other_sub = SSRF_PRIVATE_NAMES[1];
 
-    // A reason is required, in the user's terms.
+    exclusion_needs_a_reason_and_says_what_it_did(&g, excluded, sub);
+    let at = exclusions_are_listed_with_reason_and_date(&g, excluded);
+    exclusions_are_exported_as_tsv_and_json(&g, excluded, &at);
+    an_excluded_host_is_refused_on_import_and_add(&g, excluded);
+    let seen = rounds_in_domain_scope_never_request_excluded_hosts(&g, excluded, sub, other_sub);
+    a_lifted_exclusion_is_crawled_again(&g, excluded, seen);
+}
+
+/// A reason is required, in the user's terms; excluding says what it did.
+fn exclusion_needs_a_reason_and_says_what_it_did(g: &Grid, excluded: &str, sub: &str) {
     let o = g.admin(&["sites", "exclude", excluded]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--reason"), "{}", stderr(&o));
@@ -91,8 +100,11 @@ fn an_excluded_host_is_listed_refused_never_requested_in_any_scope_and_lifted() 
     );
     assert!(out.contains(&format!("excluded {excluded} on ")), "{out}");
     g.admin_ok(&["sites", "exclude", sub, "--reason", "intranet, not public"]);
+}
 
-    // Listed with reason and date, exported as TSV and JSON.
+/// The exclusions are listed as JSON with reason and date; returns the date of
+/// `excluded` as listed.
+fn exclusions_are_listed_with_reason_and_date(g: &Grid, excluded: &str) -> String {
     let o = g.admin_ok(&["sites", "exclusions", "--json"]);
     let list: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
     let list = list.as_array().expect("array");
@@ -114,6 +126,11 @@ fn an_excluded_host_is_listed_refused_never_requested_in_any_scope_and_lifted() 
         .map(|c| if c.is_ascii_digit() { 'd' } else { c })
         .collect();
     assert_eq!(shape, "dddd-dd-ddTdd:dd:ddZ", "{at}");
+    at.to_string()
+}
+
+/// The exclusions are exported as TSV (`excluded` dated `at`) and JSON.
+fn exclusions_are_exported_as_tsv_and_json(g: &Grid, excluded: &str, at: &str) {
     let tsv = g.dir.path().join("exclusions.tsv");
     g.admin_ok(&[
         "sites",
@@ -140,8 +157,11 @@ fn an_excluded_host_is_listed_refused_never_requested_in_any_scope_and_lifted() 
             .map(Vec::len),
         Some(2)
     );
+}
 
-    // Re-importing the list skips it, naming the line; the rest is there.
+/// Re-importing the list skips the excluded host, naming the line; the rest
+/// is there. `sites add` refuses it.
+fn an_excluded_host_is_refused_on_import_and_add(g: &Grid, excluded: &str) {
     let list_file = g.dir.path().join("sites.txt");
     let o = g.admin_ok(&["sites", "import", list_file.to_str().expect("path")]);
     let (out, err) = (stdout(&o), stderr(&o));
@@ -169,15 +189,23 @@ fn an_excluded_host_is_listed_refused_never_requested_in_any_scope_and_lifted() 
         .filter_map(|s| s["site"].as_str())
         .collect();
     assert!(!names.contains(&excluded) && names.len() == 3, "{names:?}");
+}
 
-    // Rounds in domain scope, at a delay and at none: the excluded hosts
-    // are never asked for anything; the domain scope reaches the other
-    // subdomain, so it would have reached this one.
+/// Rounds in domain scope, at a delay and at none: the excluded hosts are
+/// never asked for anything; the domain scope reaches the other subdomain,
+/// so it would have reached this one. Returns how many requests the web
+/// server has logged.
+fn rounds_in_domain_scope_never_request_excluded_hosts(
+    g: &Grid,
+    excluded: &str,
+    sub: &str,
+    other_sub: &str,
+) -> usize {
     let code = g.invite(1);
     g.join("a", &code);
     let mut seen = 0;
     for delay in ["40", "0"] {
-        let round = run_round(&g, "a", &["--scope", "domain", "--delay-ms", delay]);
+        let round = run_round(g, "a", &["--scope", "domain", "--delay-ms", delay]);
         let log = g.web_server.request_log();
         let new = &log[seen..];
         seen = log.len();
@@ -201,16 +229,20 @@ fn an_excluded_host_is_listed_refused_never_requested_in_any_scope_and_lifted() 
                 !requests_to(new, site).is_empty(),
                 "delay {delay}: {site} crawled"
             );
-            let line = site_line(&g, &round, site);
+            let line = site_line(g, &round, site);
             assert_eq!(line["state"], "Done", "delay {delay}: {line}");
         }
         assert!(
-            site_line(&g, &round, excluded).is_null(),
+            site_line(g, &round, excluded).is_null(),
             "no job for an excluded site"
         );
     }
+    seen
+}
 
-    // Lifted: said what it lifts; the site is added again and crawled.
+/// Lifted: said what it lifts; the site is added again and crawled (its
+/// requests after the first `seen` of the web server's log).
+fn a_lifted_exclusion_is_crawled_again(g: &Grid, excluded: &str, seen: usize) {
     let o = g.admin_ok(&["sites", "include", excluded]);
     let out = stdout(&o);
     assert!(
@@ -222,7 +254,7 @@ fn an_excluded_host_is_listed_refused_never_requested_in_any_scope_and_lifted() 
     assert!(!o.status.success());
     assert!(stderr(&o).contains("is not excluded"), "{}", stderr(&o));
     g.admin_ok(&["sites", "add", excluded]);
-    run_round(&g, "a", &["--delay-ms", "0"]);
+    run_round(g, "a", &["--delay-ms", "0"]);
     let log = g.web_server.request_log();
     assert!(
         !requests_to(&log[seen..], excluded).is_empty(),

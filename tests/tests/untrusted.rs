@@ -117,29 +117,7 @@ fn a_host_claiming_large_frames_neither_starves_other_hosts_nor_holds_for_long()
         // B holds a unit and has its result ready.
         let lb = hello(&b).await;
         let unit = take_unit(&lb, &b).await;
-
-        // A names more held units than any client holds: refused by name,
-        // before the grid sees it; the limit itself is fine.
-        let la = hello(&a).await;
-        match la
-            .request(&work_request((1..=MAX_UNITS_HELD as u64 + 1).collect()))
-            .await
-        {
-            Err(NetError::Refused {
-                code: ErrorCode::BadRequest,
-                message,
-            }) => assert!(
-                message.contains(&format!("at most {MAX_UNITS_HELD} held units")),
-                "{message}"
-            ),
-            other => panic!("too many held units: {other:?}"),
-        }
-        assert!(matches!(
-            la.request(&work_request((1..=MAX_UNITS_HELD as u64).collect()))
-                .await,
-            Ok(Response::Work { .. })
-        ));
-        la.close();
+        too_many_held_units_are_refused_by_name(&a).await;
 
         // A, on every connection it may hold, drips one body (a few bytes a
         // second) and claims frames that together are the whole shared
@@ -153,101 +131,156 @@ fn a_host_claiming_large_frames_neither_starves_other_hosts_nor_holds_for_long()
         for _ in 0..conns {
             raw.push(raw_hello(&a).await);
         }
-        let attack_start = Instant::now();
-        let (mut drip, drip_recv) = raw[0].1.open_bi().await.expect("stream");
-        drip.write_all(&(1024u32 * 1024).to_le_bytes())
-            .await
-            .expect("header");
-        let dripper = tokio::spawn(async move {
-            let mut sent = 0usize;
-            while drip.write_all(&[0u8; 8]).await.is_ok() && sent < 4096 {
-                sent += 8;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            sent
-        });
-        let drip_answer = tokio::spawn(async move {
-            let r = read_response(drip_recv).await;
-            (r, attack_start.elapsed())
-        });
+        let (dripper, drip_answer) = start_drip(&raw[0].1).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let mut held = Vec::new();
-        let mut silent = Vec::new();
-        for (i, (_, conn)) in raw.iter().enumerate() {
-            let streams = if i == 0 {
-                STREAMS_PER_CONNECTION - 1
-            } else {
-                STREAMS_PER_CONNECTION
-            };
-            for _ in 0..streams {
-                let (mut send, recv) = conn.open_bi().await.expect("stream");
-                send.write_all(&(claim as u32).to_le_bytes())
-                    .await
-                    .expect("header");
-                let start = Instant::now();
-                silent.push(tokio::spawn(async move {
-                    let r = read_response(recv).await;
-                    (r, start.elapsed())
-                }));
-                held.push(send);
-            }
-        }
+        let (held, silent) = claim_silently(&raw, claim).await;
         // Let the server take the claims in.
         tokio::time::sleep(Duration::from_millis(500)).await;
 
-        // B uploads at once, long before any of A's claims is cut.
-        let started = Instant::now();
-        let answer = tokio::time::timeout(
-            Duration::from_secs(20),
-            lb.request(&one_record_upload(&unit)),
-        )
-        .await
-        .expect("B's upload waited behind A's claims");
-        let took = started.elapsed();
-        assert!(
-            matches!(answer, Ok(Response::Accepted)),
-            "B's upload: {answer:?}"
-        );
-        eprintln!("B's upload answered in {took:?} while A claimed {claims} × {claim} bytes");
-        assert!(
-            took < BODY_GRACE / 2,
-            "B's upload took {took:?}: it waited for A's claims to be cut"
-        );
-
-        // The dripped body is cut within the body timeout though bytes came.
-        let (r, after) = drip_answer.await.expect("drip answer");
-        assert!(cut_for_slowness(&r), "dripped body: {r:?}");
-        eprintln!("dripped body cut after {after:?}");
-        assert!(
-            after >= BODY_GRACE - Duration::from_millis(500)
-                && after < BODY_GRACE + Duration::from_secs(3),
-            "dripped body cut after {after:?}"
-        );
-        assert!(
-            dripper.await.expect("dripper") > 0,
-            "the dripper sent bytes"
-        );
-
-        // The silent claims that had room are cut within the body timeout;
-        // the ones that waited behind A's own claims are cut one timeout
-        // later each round, never all held for the request timeout.
-        let mut cut_first = Duration::MAX;
-        let mut cut = 0;
-        for s in silent {
-            let (r, after) = s.await.expect("silent answer");
-            assert!(cut_for_slowness(&r), "silent claim: {r:?}");
-            cut_first = cut_first.min(after);
-            cut += 1;
-        }
-        eprintln!("{cut} silent claims cut, the first after {cut_first:?}");
-        assert_eq!(cut, claims);
-        assert!(
-            cut_first < BODY_GRACE + Duration::from_secs(3),
-            "first silent claim cut after {cut_first:?}"
-        );
+        b_uploads_at_once(&lb, &unit, claims, claim).await;
+        the_dripped_body_is_cut(dripper, drip_answer).await;
+        silent_claims_are_cut(silent, claims).await;
         drop(held);
         lb.close();
     });
+}
+
+/// What a stream of the attack got back, and how long after it began.
+type Timed = tokio::task::JoinHandle<(Result<Response, String>, Duration)>;
+
+/// A names more held units than any client holds: refused by name, before
+/// the grid sees it; the limit itself is fine.
+async fn too_many_held_units_are_refused_by_name(a: &Joined) {
+    let la = hello(a).await;
+    match la
+        .request(&work_request((1..=MAX_UNITS_HELD as u64 + 1).collect()))
+        .await
+    {
+        Err(NetError::Refused {
+            code: ErrorCode::BadRequest,
+            message,
+        }) => assert!(
+            message.contains(&format!("at most {MAX_UNITS_HELD} held units")),
+            "{message}"
+        ),
+        other => panic!("too many held units: {other:?}"),
+    }
+    assert!(matches!(
+        la.request(&work_request((1..=MAX_UNITS_HELD as u64).collect()))
+            .await,
+        Ok(Response::Work { .. })
+    ));
+    la.close();
+}
+
+/// On `conn`, claim a 1 MiB frame and drip its body a few bytes a second:
+/// the dripper (bytes sent) and the server's answer.
+async fn start_drip(conn: &quinn::Connection) -> (tokio::task::JoinHandle<usize>, Timed) {
+    let attack_start = Instant::now();
+    let (mut drip, drip_recv) = conn.open_bi().await.expect("stream");
+    drip.write_all(&(1024u32 * 1024).to_le_bytes())
+        .await
+        .expect("header");
+    let dripper = tokio::spawn(async move {
+        let mut sent = 0usize;
+        while drip.write_all(&[0u8; 8]).await.is_ok() && sent < 4096 {
+            sent += 8;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        sent
+    });
+    let drip_answer = tokio::spawn(async move {
+        let r = read_response(drip_recv).await;
+        (r, attack_start.elapsed())
+    });
+    (dripper, drip_answer)
+}
+
+/// On every stream left on the connections `raw`, claim a frame of `claim`
+/// bytes and send nothing more: the held send sides and the answers.
+async fn claim_silently(
+    raw: &[(quinn::Endpoint, quinn::Connection)],
+    claim: usize,
+) -> (Vec<quinn::SendStream>, Vec<Timed>) {
+    let mut held = Vec::new();
+    let mut silent = Vec::new();
+    for (i, (_, conn)) in raw.iter().enumerate() {
+        let streams = if i == 0 {
+            STREAMS_PER_CONNECTION - 1
+        } else {
+            STREAMS_PER_CONNECTION
+        };
+        for _ in 0..streams {
+            let (mut send, recv) = conn.open_bi().await.expect("stream");
+            send.write_all(&(claim as u32).to_le_bytes())
+                .await
+                .expect("header");
+            let start = Instant::now();
+            silent.push(tokio::spawn(async move {
+                let r = read_response(recv).await;
+                (r, start.elapsed())
+            }));
+            held.push(send);
+        }
+    }
+    (held, silent)
+}
+
+/// B uploads at once, long before any of A's `claims` claims of `claim` bytes is cut.
+async fn b_uploads_at_once(lb: &Link, unit: &WorkUnit, claims: usize, claim: usize) {
+    let started = Instant::now();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(20),
+        lb.request(&one_record_upload(unit)),
+    )
+    .await
+    .expect("B's upload waited behind A's claims");
+    let took = started.elapsed();
+    assert!(
+        matches!(answer, Ok(Response::Accepted)),
+        "B's upload: {answer:?}"
+    );
+    eprintln!("B's upload answered in {took:?} while A claimed {claims} × {claim} bytes");
+    assert!(
+        took < BODY_GRACE / 2,
+        "B's upload took {took:?}: it waited for A's claims to be cut"
+    );
+}
+
+/// The dripped body is cut within the body timeout though bytes came.
+async fn the_dripped_body_is_cut(dripper: tokio::task::JoinHandle<usize>, drip_answer: Timed) {
+    let (r, after) = drip_answer.await.expect("drip answer");
+    assert!(cut_for_slowness(&r), "dripped body: {r:?}");
+    eprintln!("dripped body cut after {after:?}");
+    assert!(
+        after >= BODY_GRACE - Duration::from_millis(500)
+            && after < BODY_GRACE + Duration::from_secs(3),
+        "dripped body cut after {after:?}"
+    );
+    assert!(
+        dripper.await.expect("dripper") > 0,
+        "the dripper sent bytes"
+    );
+}
+
+/// The silent claims that had room are cut within the body timeout; the ones
+/// that waited behind A's own claims are cut one timeout later each round,
+/// never all held for the request timeout.
+async fn silent_claims_are_cut(silent: Vec<Timed>, claims: usize) {
+    let mut cut_first = Duration::MAX;
+    let mut cut = 0;
+    for s in silent {
+        let (r, after) = s.await.expect("silent answer");
+        assert!(cut_for_slowness(&r), "silent claim: {r:?}");
+        cut_first = cut_first.min(after);
+        cut += 1;
+    }
+    eprintln!("{cut} silent claims cut, the first after {cut_first:?}");
+    assert_eq!(cut, claims);
+    assert!(
+        cut_first < BODY_GRACE + Duration::from_secs(3),
+        "first silent claim cut after {cut_first:?}"
+    );
 }
 
 /// Restart `g`'s server with `quic_retry` set and net debug logs on.

@@ -135,22 +135,37 @@ pub fn respond(host: &str, path_and_query: &str) -> Option<HostileResponse> {
     if !is_hostile_host(host) {
         return None;
     }
+    let name = site_name(host);
+    if path_and_query == "/robots.txt" {
+        return Some(robots_txt(&name));
+    }
+    Some(answer(&name, path_and_query))
+}
+
+/// `deep.hostile.test:8080` → `deep`: the host without port, trailing dot and
+/// [`HOSTILE_DOMAIN`], lower-cased.
+fn site_name(host: &str) -> String {
     let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
-    let name = host
-        .trim_end_matches('.')
+    host.trim_end_matches('.')
         .to_ascii_lowercase()
         .strip_suffix(&format!(".{HOSTILE_DOMAIN}"))
         .unwrap_or("")
-        .to_string();
-    if path_and_query == "/robots.txt" {
-        return Some(match name.as_str() {
-            "bigrobots" => big_robots(),
-            "offsiterobots" => redirect(OFFSITE_ROBOTS),
-            "movedrobots" => redirect("http://www.movedrobots.hostile.test/robots.txt"),
-            _ => text(200, "text/plain", "User-agent: *\nDisallow: /private/\n"),
-        });
+        .to_string()
+}
+
+/// The robots.txt of site `name`.
+fn robots_txt(name: &str) -> HostileResponse {
+    match name {
+        "bigrobots" => big_robots(),
+        "offsiterobots" => redirect(OFFSITE_ROBOTS),
+        "movedrobots" => redirect("http://www.movedrobots.hostile.test/robots.txt"),
+        _ => text(200, "text/plain", "User-agent: *\nDisallow: /private/\n"),
     }
-    let answer = match (name.as_str(), path_and_query) {
+}
+
+/// The answer of site `name` for `path_and_query` (not robots.txt).
+fn answer(name: &str, path_and_query: &str) -> HostileResponse {
+    match (name, path_and_query) {
         ("deep", "/") => deep_page(),
         ("huge", "/") => huge_page(),
         ("garbage", "/") => home(&["/garbage.html"]),
@@ -161,65 +176,13 @@ pub fn respond(host: &str, path_and_query: &str) -> Option<HostileResponse> {
             body: HostileBody::Bytes(garbage(GARBAGE_BYTES)),
         },
         ("drip", "/") => home(&["/slow.html"]),
-        ("drip", "/slow.html") => HostileResponse {
-            status: 200,
-            content_type: "text/html",
-            location: None,
-            body: HostileBody::Drip {
-                bytes: b"<html><body><a href=\"http://drip-end.example.org/\">never reached</a>"
-                    .to_vec(),
-                every: DRIP_EVERY,
-            },
-        },
-        ("loop", "/") => home(&["/loop-a", "/chain-0"]),
-        ("loop", "/loop-a") => redirect("/loop-b"),
-        ("loop", "/loop-b") => redirect("/loop-a"),
-        ("loop", path) => match path
-            .strip_prefix("/chain-")
-            .and_then(|n| n.parse::<u32>().ok())
-        {
-            Some(n) if n < REDIRECT_CHAIN_HOPS => redirect(&format!("/chain-{}", n + 1)),
-            Some(_) => text(200, "text/html", "<p>end of the chain</p>"),
-            None => not_found(),
-        },
+        ("drip", "/slow.html") => drip_page(),
+        ("loop", path) => loop_answer(path),
         ("calendar", "/") => home(&["/calendar/2024/01/", "/events?month=0"]),
         ("calendar", path) if path.starts_with("/calendar/") => calendar_page(path),
-        ("calendar", path) if path.starts_with("/events?month=") => {
-            match path["/events?month=".len()..].parse::<u64>() {
-                Ok(n) => text(
-                    200,
-                    "text/html",
-                    &format!(
-                        "<h1>Events, month {n}</h1><a href=\"?month={}\">next month</a> \
-                         <a href=\"?month={}\">previous month</a>",
-                        n + 1,
-                        n.saturating_sub(1)
-                    ),
-                ),
-                Err(_) => not_found(),
-            }
-        }
-        ("latin1", "/") => HostileResponse {
-            status: 200,
-            content_type: "text/html; charset=ISO-8859-1",
-            location: None,
-            body: HostileBody::Bytes(
-                [
-                    format!("<a href=\"{HOSTILE_OK_LINK}\">ok</a>").as_bytes(),
-                    b"<a href=\"http://caf\xe9.example.org/cr\xe8me?q=cr\xe8me\">Cr\xe8me</a>",
-                ]
-                .concat(),
-            ),
-        },
-        ("ssrf", "/") => {
-            let mut links: Vec<String> = SSRF_PRIVATE_NAMES
-                .iter()
-                .map(|n| format!("http://{n}/"))
-                .collect();
-            links.push("/go-intranet".into());
-            links.extend(SSRF_LOOPBACK_LINKS.iter().map(|l| l.to_string()));
-            home(&links.iter().map(String::as_str).collect::<Vec<_>>())
-        }
+        ("calendar", path) if path.starts_with("/events?month=") => events_page(path),
+        ("latin1", "/") => latin1_page(),
+        ("ssrf", "/") => ssrf_home(),
         ("ssrf", "/go-intranet") => redirect(&format!("http://{}/admin", SSRF_PRIVATE_NAMES[0])),
         (sub, "/" | "/admin")
             if SSRF_PRIVATE_NAMES.contains(&format!("{sub}.{HOSTILE_DOMAIN}").as_str()) =>
@@ -237,10 +200,85 @@ pub fn respond(host: &str, path_and_query: &str) -> Option<HostileResponse> {
             text(200, "text/html", "<p>a page</p>")
         }
         _ => not_found(),
-    };
-    Some(answer)
+    }
 }
 
+/// The drip-fed page: a link it never reaches in time.
+fn drip_page() -> HostileResponse {
+    HostileResponse {
+        status: 200,
+        content_type: "text/html",
+        location: None,
+        body: HostileBody::Drip {
+            bytes: b"<html><body><a href=\"http://drip-end.example.org/\">never reached</a>"
+                .to_vec(),
+            every: DRIP_EVERY,
+        },
+    }
+}
+
+/// `loop.hostile.test`: its home, the two-path loop and the long chain.
+fn loop_answer(path: &str) -> HostileResponse {
+    match path {
+        "/" => home(&["/loop-a", "/chain-0"]),
+        "/loop-a" => redirect("/loop-b"),
+        "/loop-b" => redirect("/loop-a"),
+        path => match path
+            .strip_prefix("/chain-")
+            .and_then(|n| n.parse::<u32>().ok())
+        {
+            Some(n) if n < REDIRECT_CHAIN_HOPS => redirect(&format!("/chain-{}", n + 1)),
+            Some(_) => text(200, "text/html", "<p>end of the chain</p>"),
+            None => not_found(),
+        },
+    }
+}
+
+/// `/events?month=N`: links to month `N+1` (and back), forever.
+fn events_page(path: &str) -> HostileResponse {
+    match path["/events?month=".len()..].parse::<u64>() {
+        Ok(n) => text(
+            200,
+            "text/html",
+            &format!(
+                "<h1>Events, month {n}</h1><a href=\"?month={}\">next month</a> \
+                 <a href=\"?month={}\">previous month</a>",
+                n + 1,
+                n.saturating_sub(1)
+            ),
+        ),
+        Err(_) => not_found(),
+    }
+}
+
+/// A page in ISO-8859-1 with non-ASCII in a link's host, path and query.
+fn latin1_page() -> HostileResponse {
+    HostileResponse {
+        status: 200,
+        content_type: "text/html; charset=ISO-8859-1",
+        location: None,
+        body: HostileBody::Bytes(
+            [
+                format!("<a href=\"{HOSTILE_OK_LINK}\">ok</a>").as_bytes(),
+                b"<a href=\"http://caf\xe9.example.org/cr\xe8me?q=cr\xe8me\">Cr\xe8me</a>",
+            ]
+            .concat(),
+        ),
+    }
+}
+
+/// The home of `ssrf.hostile.test`: private names, a redirect to one, loopback IPs.
+fn ssrf_home() -> HostileResponse {
+    let mut links: Vec<String> = SSRF_PRIVATE_NAMES
+        .iter()
+        .map(|n| format!("http://{n}/"))
+        .collect();
+    links.push("/go-intranet".into());
+    links.extend(SSRF_LOOPBACK_LINKS.iter().map(|l| l.to_string()));
+    home(&links.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// A small answer of `status` with `body`.
 fn text(status: u16, content_type: &'static str, body: &str) -> HostileResponse {
     HostileResponse {
         status,
@@ -250,10 +288,12 @@ fn text(status: u16, content_type: &'static str, body: &str) -> HostileResponse 
     }
 }
 
+/// The 404 of every path a hostile site does not serve.
 fn not_found() -> HostileResponse {
     text(404, "text/html", "<h1>Not found</h1>")
 }
 
+/// A 302 to `location`.
 fn redirect(location: &str) -> HostileResponse {
     HostileResponse {
         status: 302,
@@ -272,6 +312,7 @@ fn home(paths: &[&str]) -> HostileResponse {
     text(200, "text/html; charset=utf-8", &html)
 }
 
+/// [`DEEP_NESTING`] open `<div>`s around [`DEEP_LINK`].
 fn deep_page() -> HostileResponse {
     let head = format!("<html><body><a href=\"{HOSTILE_OK_LINK}\">ok</a>");
     HostileResponse {
@@ -287,6 +328,7 @@ fn deep_page() -> HostileResponse {
     }
 }
 
+/// A page of at least [`HUGE_PAGE_BYTES`], generated while sent.
 fn huge_page() -> HostileResponse {
     let head = format!(
         "<html><body><a href=\"{HOSTILE_OK_LINK}\">ok</a><a href=\"{HUGE_FIRST_LINK}\">start</a>\n"
@@ -332,6 +374,8 @@ fn calendar_page(path: &str) -> HostileResponse {
     )
 }
 
+/// A robots.txt of at least [`BIG_ROBOTS_BYTES`]: `Disallow: /secret/` first,
+/// `Disallow: /` after the comments that fill it.
 fn big_robots() -> HostileResponse {
     let padding = b"# padding to make this file far larger than any crawler should read\n";
     HostileResponse {
@@ -441,5 +485,76 @@ mod tests {
         assert!(body.contains("href=\"2025/01/\""), "{body}");
         let deeper = respond("calendar.hostile.test", "/calendar/2024/12/2025/01/").expect("cal");
         assert_eq!(deeper.status, 200);
+    }
+
+    /// Every listed answer of every hostile site, hashed (FNV-1a over
+    /// length-prefixed parts, bodies described rather than expanded).
+    #[test]
+    fn golden_answers_never_change() {
+        let mut h: u64 = 0xCBF2_9CE4_8422_2325;
+        let mut feed = |bytes: &[u8]| {
+            for b in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
+                h ^= u64::from(*b);
+                h = h.wrapping_mul(0x0000_0100_0000_01B3);
+            }
+        };
+        let paths = [
+            "/",
+            "/robots.txt",
+            "/nowhere",
+            "/garbage.html",
+            "/slow.html",
+            "/loop-a",
+            "/loop-b",
+            "/chain-0",
+            "/chain-9",
+            "/chain-10",
+            "/chain-11",
+            "/chain-x",
+            "/calendar/2024/01/",
+            "/calendar/2024/12/",
+            "/calendar/2024/12/2025/01/",
+            "/calendar/x/",
+            "/events?month=0",
+            "/events?month=7",
+            "/events?month=x",
+            "/go-intranet",
+            "/admin",
+            "/page.html",
+            "/open.html",
+            "/private/secret.html",
+            "/secret/members.html",
+        ];
+        let mut hosts = hostile_hosts();
+        hosts.extend(SSRF_PRIVATE_NAMES.iter().map(|n| n.to_string()));
+        hosts.extend([
+            "www.movedrobots.hostile.test".into(),
+            "site0.synth.test".into(),
+        ]);
+        for host in &hosts {
+            for path in paths {
+                let Some(r) = respond(&format!("{host}:80"), path) else {
+                    feed(b"none");
+                    continue;
+                };
+                feed(&r.status.to_le_bytes());
+                feed(r.content_type.as_bytes());
+                feed(format!("{:?}", r.location).as_bytes());
+                match &r.body {
+                    HostileBody::Bytes(b) => feed(b),
+                    HostileBody::Repeat(parts) => {
+                        for (chunk, n) in parts {
+                            feed(chunk);
+                            feed(&n.to_le_bytes());
+                        }
+                    }
+                    HostileBody::Drip { bytes, every } => {
+                        feed(bytes);
+                        feed(&every.as_millis().to_le_bytes());
+                    }
+                }
+            }
+        }
+        assert_eq!(h, 3119174987718649398, "the hostile sites' answers changed");
     }
 }
