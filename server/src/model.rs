@@ -479,6 +479,33 @@ pub struct HostRecord {
 }
 
 impl HostRecord {
+    /// A host enrolled at `now_ms` with key `key`: nothing done yet.
+    pub fn new(id: u64, key: [u8; 32], info: HostInfo, now_ms: u64) -> HostRecord {
+        HostRecord {
+            id,
+            key,
+            info,
+            enrolled_ms: now_ms,
+            last_seen_ms: now_ms,
+            revoked: false,
+            benchmark: None,
+            jobs_done: 0,
+            pages_done: 0,
+            seconds_done: 0.0,
+            deadlines_missed: 0,
+            failures: 0,
+            avg_pages_per_s: None,
+            avg_kb_per_s: None,
+            bytes_done: 0,
+            offline_ms: 0,
+            last_missed_ms: 0,
+            consecutive_valid: 0,
+            valid_results: 0,
+            invalid_results: 0,
+            left_ms: None,
+        }
+    }
+
     /// `active`, `revoked` (by the admin) or `left` (by its owner).
     pub fn state(&self) -> &'static str {
         match (self.revoked, self.left_ms) {

@@ -227,14 +227,15 @@ async fn start_round(
     let round_id = shared
         .with_grid(move |g| -> Result<u64> {
             g.add_sites(&hosts, now)?;
-            let mut p = config::RoundDefaults::default().params();
-            p.validate = validate;
-            p.delay_ms = delay_ms;
-            p.max_pages = DEMO_MAX_PAGES;
-            p.deadline_min_s = DEMO_DEADLINE_MIN_S;
-            if let Some(s) = max_scan_s {
-                p.max_seconds = s;
-            }
+            let defaults = beebot_server::params::RoundParams::default();
+            let p = beebot_server::params::RoundParams {
+                validate,
+                delay_ms,
+                max_pages: DEMO_MAX_PAGES,
+                deadline_min_s: DEMO_DEADLINE_MIN_S,
+                max_seconds: max_scan_s.unwrap_or(defaults.max_seconds),
+                ..defaults
+            };
             Ok(g.start_round(p, now)?)
         })
         .await?;

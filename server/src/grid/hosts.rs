@@ -136,29 +136,7 @@ impl Grid {
         truncate_on_char(&mut info.os, MAX_TEXT_LEN);
         truncate_on_char(&mut info.client_version, MAX_TEXT_LEN);
         let id = self.store.next_id()?;
-        let host = HostRecord {
-            id,
-            key: host_key,
-            info,
-            enrolled_ms: now_ms,
-            last_seen_ms: now_ms,
-            revoked: false,
-            benchmark: None,
-            jobs_done: 0,
-            pages_done: 0,
-            seconds_done: 0.0,
-            deadlines_missed: 0,
-            failures: 0,
-            avg_pages_per_s: None,
-            avg_kb_per_s: None,
-            bytes_done: 0,
-            offline_ms: 0,
-            last_missed_ms: 0,
-            consecutive_valid: 0,
-            valid_results: 0,
-            invalid_results: 0,
-            left_ms: None,
-        };
+        let host = HostRecord::new(id, host_key, info, now_ms);
         self.store.put_invite(&inv)?;
         self.store.put_host(&host)?;
         self.store.flush()?;

@@ -4,7 +4,7 @@
 //! (reopening) are at the end.
 
 use super::*;
-use crate::config::RoundDefaults;
+
 use crate::model::*;
 use beebot_shared::proto::HostInfo;
 use beebot_shared::scope::Exclusion;
@@ -45,7 +45,7 @@ fn round(id: u64, job_ids: Vec<u64>) -> RoundRecord {
         id,
         created_ms: 1,
         finished_ms: None,
-        params: RoundDefaults::default().params(),
+        params: RoundParams::default(),
         state: RoundState::Running,
         job_ids,
         every_ms: None,
@@ -75,34 +75,13 @@ fn job(id: u64, round_id: u64, site: &str) -> JobRecord {
 }
 
 fn host(id: u64, name: &str) -> HostRecord {
-    HostRecord {
-        id,
-        key: [id as u8; 32],
-        info: HostInfo {
-            name: name.into(),
-            os: "linux".into(),
-            client_version: "0".into(),
-            cores: 4,
-        },
-        enrolled_ms: 1,
-        last_seen_ms: 1,
-        revoked: false,
-        benchmark: None,
-        jobs_done: 0,
-        pages_done: 0,
-        seconds_done: 0.0,
-        deadlines_missed: 0,
-        failures: 0,
-        avg_pages_per_s: None,
-        avg_kb_per_s: None,
-        bytes_done: 0,
-        offline_ms: 0,
-        last_missed_ms: 0,
-        consecutive_valid: 0,
-        valid_results: 0,
-        invalid_results: 0,
-        left_ms: None,
-    }
+    let info = HostInfo {
+        name: name.into(),
+        os: "linux".into(),
+        client_version: "0".into(),
+        cores: 4,
+    };
+    HostRecord::new(id, [id as u8; 32], info, 1)
 }
 
 /// Sites, invites and exclusions: puts replace, removes say whether there
