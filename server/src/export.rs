@@ -14,6 +14,7 @@ use std::path::Path;
 use beebot_shared::export::ExportWriter;
 use beebot_shared::linkfile::LinkRecord;
 
+use crate::grid::LinkReadError;
 use crate::model::{JobRecord, JobState};
 
 /// Why an export stopped.
@@ -44,24 +45,22 @@ pub fn export_round<W: Write>(
     done.sort_by(|a, b| a.site.cmp(&b.site));
     let mut rows = 0u64;
     for job in done {
-        let mut write_error: Option<io::Error> = None;
         let visited = crate::grid::for_each_job_link(links_dir, job, |r| {
-            writer.write(&job.site, r).map_err(|e| {
-                let message = e.to_string();
-                write_error = Some(e);
-                message
-            })?;
+            writer.write(&job.site, r)?;
             rows += 1;
             on_row(&job.site, r);
-            Ok(())
+            Ok::<(), io::Error>(())
         });
-        if let Some(e) = write_error {
-            return Err(ExportError::Write(e));
+        match visited {
+            Ok(()) => {}
+            Err(LinkReadError::Visit(e)) => return Err(ExportError::Write(e)),
+            Err(e) => {
+                return Err(ExportError::Links {
+                    site: job.site.clone(),
+                    message: e.to_string(),
+                })
+            }
         }
-        visited.map_err(|message| ExportError::Links {
-            site: job.site.clone(),
-            message,
-        })?;
     }
     Ok(rows)
 }

@@ -184,13 +184,32 @@ pub fn write_durable(path: &Path, data: &[u8]) -> std::io::Result<()> {
     beebot_shared::durable::write(path, data)
 }
 
+/// Why a job's link records could not all be visited: a file could not be
+/// read or decoded, or the visitor stopped with its own error `E`.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkReadError<E: std::error::Error + 'static> {
+    #[error("cannot read {location}: {source}")]
+    Read {
+        location: String,
+        source: std::io::Error,
+    },
+    #[error("{location}: {source}")]
+    Decode {
+        location: String,
+        source: linkfile::LinkFileError,
+    },
+    /// The visitor's error, as it gave it.
+    #[error(transparent)]
+    Visit(E),
+}
+
 /// Visit the link records of a job kept under `links_dir` (the admin
 /// export): [`for_each_link`] over a [`LinkDir`].
-pub fn for_each_job_link(
+pub fn for_each_job_link<E: std::error::Error + 'static>(
     links_dir: &Path,
     job: &JobRecord,
-    f: impl FnMut(&linkfile::LinkRecord) -> Result<(), String>,
-) -> Result<(), String> {
+    f: impl FnMut(&linkfile::LinkRecord) -> Result<(), E>,
+) -> Result<(), LinkReadError<E>> {
     for_each_link(&LinkDir::new(links_dir), job, f)
 }
 
@@ -198,17 +217,20 @@ pub fn for_each_job_link(
 /// (segments and the final scan), each (source, target) once, in scan order.
 /// Records stream from each file (bounded by the link-file decoder), and the
 /// pairs already seen are kept as 8-byte digests, not strings: a job of many
-/// continuations costs its record count × 8 bytes, not its text.
-pub fn for_each_link(
+/// continuations costs its record count × 8 bytes, not its text. The first
+/// error of the visitor stops the visit and comes back as
+/// [`LinkReadError::Visit`].
+pub fn for_each_link<E: std::error::Error + 'static>(
     files: &dyn LinkFiles,
     job: &JobRecord,
-    mut f: impl FnMut(&linkfile::LinkRecord) -> Result<(), String>,
-) -> Result<(), String> {
+    mut f: impl FnMut(&linkfile::LinkRecord) -> Result<(), E>,
+) -> Result<(), LinkReadError<E>> {
     let mut seen: std::collections::HashSet<u64> = std::collections::HashSet::new();
     for file in job.link_files() {
-        let bytes = files
-            .read(file)
-            .map_err(|e| format!("cannot read {}: {e}", files.location(file)))?;
+        let bytes = files.read(file).map_err(|source| LinkReadError::Read {
+            location: files.location(file),
+            source,
+        })?;
         let mut failed = None;
         let decoded = linkfile::for_each_record(&bytes, |r| {
             let key = sha256(format!("{}\n{}", r.source_url, r.target_url).as_bytes());
@@ -218,17 +240,18 @@ pub fn for_each_link(
             if seen.insert(digest) {
                 if let Err(e) = f(&r) {
                     failed = Some(e);
-                    return Err(linkfile::LinkFileError::Refused(
-                        "the export stopped".into(),
-                    ));
+                    return Err(linkfile::LinkFileError::Refused("the visit stopped".into()));
                 }
             }
             Ok(())
         });
         if let Some(e) = failed {
-            return Err(e);
+            return Err(LinkReadError::Visit(e));
         }
-        decoded.map_err(|e| format!("{}: {e}", files.location(file)))?;
+        decoded.map_err(|source| LinkReadError::Decode {
+            location: files.location(file),
+            source,
+        })?;
     }
     Ok(())
 }

@@ -50,7 +50,8 @@ pub use hosts::{invite_id, INVITE_ID_LEN, MIN_INVITE_ID_LEN};
 use index::OpenJobs;
 pub use io::{GridIo, ProjectSigner, SecretRng};
 pub use links::{
-    check_name, for_each_job_link, for_each_link, write_durable, LinkDir, LinkFiles, MemoryLinks,
+    check_name, for_each_job_link, for_each_link, write_durable, LinkDir, LinkFiles, LinkReadError,
+    MemoryLinks,
 };
 pub use sites::{excluded_message, ExcludeOutcome, EXCLUDED_REASON};
 pub use status::{GridStatus, RoundOutcome};

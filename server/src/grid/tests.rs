@@ -136,7 +136,7 @@ fn a_round_runs_end_to_end_in_memory_with_no_disk() {
     let mut pairs = 0;
     for_each_link(links.as_ref(), &job, |_| {
         pairs += 1;
-        Ok(())
+        Ok::<(), std::io::Error>(())
     })
     .unwrap();
     assert_eq!(pairs, records(&u.site, 4).len());
