@@ -2,6 +2,14 @@
 //! machine ([`grid`]) over the sled [`store`], the pure [`scheduler`], the admin
 //! HTTP API ([`admin`]), the synthetic web ([`web`]) and the demo ([`demo`]).
 //! `main.rs` is the CLI over these.
+//!
+//! This module holds what the running server shares ([`Shared`]: the grid
+//! behind one lock, reached through [`Shared::with_grid`], which makes every
+//! store write durable before it returns) and [`Server`], bound by
+//! [`Server::bind`] and served by [`Server::run`]: the QUIC endpoint, the
+//! admin API, the reference site and the ticker, stopped together.
+//! `serve.json` is written when serving starts and removed at shutdown. It never parses command
+//! lines: `main.rs` does.
 
 pub mod about;
 pub mod admin;
