@@ -20,6 +20,11 @@
 //! Retry before any state is kept for it. The endpoint's stateless-reset key is derived from the TLS
 //! key, so a restarted server resets the connections of its previous life at
 //! once instead of leaving clients to wait for an idle timeout.
+//!
+//! Its rooms: this module holds the limits; `tls` the certificate and the
+//! endpoint; `admission` the per-source, per-host and in-flight budgets;
+//! `conn` the accept loop, connections and streams; `dispatch` what each
+//! request means; `upload` the upload steps and reading bodies and states.
 
 use std::time::Duration;
 
