@@ -92,6 +92,13 @@ fn main() {
         "{:<28} {:>12} {:>10}",
         "policy / ask", "µs/decision", "target"
     );
+    bench_policies(&queue, &hosts, &running);
+    bench_tail(&hosts, &running);
+    bench_slot_schedule();
+}
+
+/// Every policy over the full views, asked for one slot and for four.
+fn bench_policies(queue: &[JobView], hosts: &[HostView], running: &[RunningView]) {
     for name in POLICY_NAMES {
         let policy = scheduler::policy_by_name(name).expect("known policy");
         for (label, ask) in [
@@ -115,9 +122,9 @@ fn main() {
                     now_ms: 1_000_000,
                     round_started_ms: 0,
                     delay_s: 0.0,
-                    queue: &queue,
-                    running: if policy.replicates() { &running } else { &[] },
-                    hosts: &hosts,
+                    queue,
+                    running: if policy.replicates() { running } else { &[] },
+                    hosts,
                     asker: (n as usize * 7919) % HOSTS,
                 };
                 black_box(policy.choose(black_box(&ctx), black_box(&ask)));
@@ -131,7 +138,10 @@ fn main() {
             );
         }
     }
-    // The tail case: nothing queued, replication over the running jobs.
+}
+
+/// The tail case: nothing queued, replication over the running jobs.
+fn bench_tail(hosts: &[HostView], running: &[RunningView]) {
     let policy = scheduler::policy_by_name("adaptive").expect("adaptive");
     let us = time_us(|n| {
         let ctx = Ctx {
@@ -139,8 +149,8 @@ fn main() {
             round_started_ms: 0,
             delay_s: 0.0,
             queue: &[],
-            running: &running,
-            hosts: &hosts,
+            running,
+            hosts,
             asker: (n as usize * 7919) % HOSTS,
         };
         black_box(policy.choose(
@@ -157,7 +167,10 @@ fn main() {
         us,
         if us < TARGET_US { "ok" } else { "OVER" }
     );
-    // View building: one host's slot schedule (8 units on 4 slots).
+}
+
+/// View building: one host's slot schedule (8 units on 4 slots).
+fn bench_slot_schedule() {
     let units: Vec<HeldUnit> = (0..8)
         .map(|i| HeldUnit {
             issued_ms: 900_000 + i * 1000,

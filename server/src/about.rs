@@ -9,6 +9,8 @@
 //! renders it when the snapshot changes and hands it to the reference site's
 //! connections through a watch channel ([`AboutPage`]), so serving the page
 //! never takes the grid lock.
+//! [`render`] never reads the grid or the store: [`AboutInfo::of`] takes
+//! the snapshot once, under the lock its caller holds.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,8 +1,16 @@
 //! BeeBot grid server library: the QUIC endpoint ([`net`]), the grid state
-//! machine ([`grid`]) over the sled [`store`], the pure [`scheduler`], the admin
+//! machine ([`grid`]) over the [`store`], the pure [`scheduler`], the admin
 //! HTTP API ([`admin`]) and the synthetic web ([`web`]). `main.rs` is the CLI
 //! over these; the demo, the load generator and the crawler bench live in the
 //! `beebot-tools` package.
+//!
+//! This module holds what the running server shares ([`Shared`]: the grid
+//! behind one lock, reached through [`Shared::with_grid`], which makes every
+//! store write durable before it returns) and [`Server`], bound by
+//! [`Server::bind`] and served by [`Server::run`]: the QUIC endpoint, the
+//! admin API, the reference site and the ticker, stopped together.
+//! `serve.json` is written when serving starts and removed at shutdown. It never parses command
+//! lines: `main.rs` does.
 
 pub mod about;
 pub mod admin;
@@ -229,12 +237,7 @@ impl Server {
                 dir.store().display()
             )
         })?;
-        let reference = match config.reference_listen.trim() {
-            "" => None,
-            addr => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
-                format!("cannot bind the reference site on {addr} (reference_listen)")
-            })?),
-        };
+        let reference = bind_reference(&config.reference_listen).await?;
         let reference_addr = reference.as_ref().map(|l| l.local_addr()).transpose()?;
         // The User-Agent links to the about page served beside the reference site.
         let user_agent = config.user_agent(&config.about_link(&config.public_addr, reference_addr));
@@ -249,21 +252,11 @@ impl Server {
         store_handle.defer_flushes();
         let grid = Grid::open(GridIo::server(store, dir.links(), key), settings)?;
         let enrol_key = grid.signer();
-        let listen: SocketAddr = config
-            .listen
-            .parse()
-            .with_context(|| format!("listen address `{}` is not ADDR:PORT", config.listen))?;
-        let endpoint = net::endpoint(listen, certs, cert_key)?;
+        let endpoint = bind_quic(&config.listen, certs, cert_key)?;
         let quic_addr = endpoint.local_addr()?;
-        let admin_addr = config::check_admin_addr(&config.admin_listen)?;
-        let admin = tokio::net::TcpListener::bind(admin_addr)
-            .await
-            .with_context(|| format!("cannot bind the admin API on {admin_addr}"))?;
+        let admin = bind_admin(&config.admin_listen).await?;
         let admin_addr = admin.local_addr()?;
-        let public_addr = match config.public_addr.rsplit_once(':') {
-            Some((host, "0")) => format!("{host}:{}", quic_addr.port()),
-            _ => config.public_addr.clone(),
-        };
+        let public_addr = public_addr(&config.public_addr, quic_addr.port());
         let reference_site =
             config::reference_url(&config.reference_site, &public_addr, reference_addr);
         let about = about::AboutInfo::of(&config, &user_agent, &grid);
@@ -330,34 +323,7 @@ impl Server {
             "serving"
         );
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let ticker = {
-            let shared = shared.clone();
-            let mut stop = stop_rx.clone();
-            tokio::spawn(async move {
-                let mut every = tokio::time::interval(TICK_INTERVAL);
-                loop {
-                    tokio::select! {
-                        _ = every.tick() => {}
-                        _ = stop.changed() => break,
-                    }
-                    match shared.with_grid(|g| g.tick(now_ms())).await {
-                        Ok(0) => {}
-                        Ok(n) => tracing::info!(expired = n, "units expired and requeued"),
-                        Err(e) => tracing::error!("deadline check failed: {e}"),
-                    }
-                    // Repeating rounds (`round start --every`) whose time has come.
-                    match shared.with_grid(|g| g.repeat_due_rounds(now_ms())).await {
-                        Ok(started) => {
-                            for id in started {
-                                tracing::info!(round = id, "repeating round started");
-                            }
-                        }
-                        Err(e) => tracing::error!("cannot start a repeating round: {e}"),
-                    }
-                    shared.refresh_about().await;
-                }
-            })
-        };
+        let ticker = spawn_ticker(shared.clone(), stop_rx.clone());
         let reference_task = reference.map(|listener| {
             let mut stop = stop_rx.clone();
             let about = shared.about_page.subscribe();
@@ -369,19 +335,7 @@ impl Server {
                 },
             ))
         });
-        let admin_task = {
-            let shared = shared.clone();
-            let mut stop = stop_rx.clone();
-            let admin_addr = runtime.admin_addr;
-            tokio::spawn(async move {
-                let app = admin::router(shared, admin_addr);
-                let _ = axum::serve(admin, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.changed().await;
-                    })
-                    .await;
-            })
-        };
+        let admin_task = spawn_admin(admin, shared.clone(), runtime.admin_addr, stop_rx.clone());
         let quic = {
             let shared = shared.clone();
             let mut stop = stop_rx.clone();
@@ -401,6 +355,95 @@ impl Server {
         let _ = std::fs::remove_file(&rt_path);
         Ok(())
     }
+}
+
+/// Bind the reference site's listener (`reference_listen`; empty: none).
+async fn bind_reference(listen: &str) -> Result<Option<tokio::net::TcpListener>> {
+    Ok(match listen.trim() {
+        "" => None,
+        addr => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+            format!("cannot bind the reference site on {addr} (reference_listen)")
+        })?),
+    })
+}
+
+/// The QUIC endpoint on the `listen` address.
+fn bind_quic(
+    listen: &str,
+    certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+    cert_key: rustls::pki_types::PrivateKeyDer<'static>,
+) -> Result<quinn::Endpoint> {
+    let addr: SocketAddr = listen
+        .parse()
+        .with_context(|| format!("listen address `{listen}` is not ADDR:PORT"))?;
+    net::endpoint(addr, certs, cert_key)
+}
+
+/// The admin API's listener, on a checked (loopback) address.
+async fn bind_admin(listen: &str) -> Result<tokio::net::TcpListener> {
+    let admin_addr = config::check_admin_addr(listen)?;
+    tokio::net::TcpListener::bind(admin_addr)
+        .await
+        .with_context(|| format!("cannot bind the admin API on {admin_addr}"))
+}
+
+/// The address hosts are told to reach: `public_addr`, its port `0`
+/// replaced by the QUIC endpoint's.
+fn public_addr(configured: &str, quic_port: u16) -> String {
+    match configured.rsplit_once(':') {
+        Some((host, "0")) => format!("{host}:{quic_port}"),
+        _ => configured.to_string(),
+    }
+}
+
+/// The ticker: every [`TICK_INTERVAL`] until `stop`, expire units past
+/// their deadline, start repeating rounds whose time has come, and refresh
+/// the about page.
+fn spawn_ticker(
+    shared: Arc<Shared>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(TICK_INTERVAL);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                _ = stop.changed() => break,
+            }
+            match shared.with_grid(|g| g.tick(now_ms())).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(expired = n, "units expired and requeued"),
+                Err(e) => tracing::error!("deadline check failed: {e}"),
+            }
+            // Repeating rounds (`round start --every`) whose time has come.
+            match shared.with_grid(|g| g.repeat_due_rounds(now_ms())).await {
+                Ok(started) => {
+                    for id in started {
+                        tracing::info!(round = id, "repeating round started");
+                    }
+                }
+                Err(e) => tracing::error!("cannot start a repeating round: {e}"),
+            }
+            shared.refresh_about().await;
+        }
+    })
+}
+
+/// The admin API on its listener until `stop`.
+fn spawn_admin(
+    admin: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    admin_addr: SocketAddr,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let app = admin::router(shared, admin_addr);
+        let _ = axum::serve(admin, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.changed().await;
+            })
+            .await;
+    })
 }
 
 #[cfg(test)]

@@ -160,6 +160,9 @@ fn href(from: usize, to: usize) -> String {
     }
 }
 
+/// Page `index`: its head and menu, a title, paragraphs of words and links,
+/// links to its children and a footer. The same page for the same index,
+/// every time (its words are drawn from a seed and the index).
 fn render(index: usize) -> String {
     let mut rng = SEED ^ (index as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
     let title: Vec<&str> = (0..4)
@@ -167,6 +170,36 @@ fn render(index: usize) -> String {
         .collect();
     let title = title.join(" ");
     let mut out = String::with_capacity(8 * 1024);
+    push_head_and_menu(&mut out, index, &title);
+    let paragraphs = 3 + below(&mut rng, 4);
+    for _ in 0..paragraphs {
+        push_paragraph(&mut out, index, &mut rng);
+    }
+    let first_child = index * FAN_OUT + 1;
+    if first_child < REFERENCE_PAGES {
+        out.push_str("<ul class=\"children\">\n");
+        for child in first_child..(first_child + FAN_OUT).min(REFERENCE_PAGES) {
+            out.push_str(&format!(
+                "<li><a href=\"{}\">Page {child}</a></li>\n",
+                href(index, child)
+            ));
+        }
+        out.push_str("</ul>\n");
+    }
+    out.push_str("</main>\n<footer><ul class=\"footer-links\">\n");
+    for _ in 0..5 {
+        let k = below(&mut rng, 50);
+        out.push_str(&format!(
+            "<li><a href=\"https://funder{k}.example.net/\" rel=\"noopener\">Funder {k}</a></li>\n"
+        ));
+    }
+    out.push_str("</ul></footer>\n</body>\n</html>\n");
+    out
+}
+
+/// The page's head, its menu (home and the first page of each section),
+/// the link up (but on the home page) and its title.
+fn push_head_and_menu(out: &mut String, index: usize, title: &str) {
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     out.push_str(&format!("<title>{title} | Reference University</title>\n"));
     out.push_str(
@@ -196,57 +229,39 @@ fn render(index: usize) -> String {
         ));
     }
     out.push_str(&format!("<h1>{title}</h1>\n"));
-    let paragraphs = 3 + below(&mut rng, 4);
-    for _ in 0..paragraphs {
-        out.push_str("<p>");
-        let words = 60 + below(&mut rng, 60);
-        for w in 0..words {
-            if w > 0 {
-                out.push(' ');
-            }
-            match below(&mut rng, 40) {
-                0 => {
-                    let k = below(&mut rng, 200);
-                    out.push_str(&format!(
-                        "<a href=\"https://www.partner{k}.example.org/{}.html\">{}</a>",
-                        WORDS[below(&mut rng, WORDS.len())],
-                        WORDS[below(&mut rng, WORDS.len())]
-                    ));
-                }
-                1 => {
-                    let to = below(&mut rng, REFERENCE_PAGES);
-                    out.push_str(&format!(
-                        "<a href=\"{}\">{}</a>",
-                        href(index, to),
-                        WORDS[below(&mut rng, WORDS.len())]
-                    ));
-                }
-                2 => out.push_str("<em>&amp;</em>"),
-                _ => out.push_str(WORDS[below(&mut rng, WORDS.len())]),
-            }
+}
+
+/// One paragraph: words, now and then a link to a partner site or to
+/// another page, or an entity.
+fn push_paragraph(out: &mut String, index: usize, rng: &mut u64) {
+    out.push_str("<p>");
+    let words = 60 + below(rng, 60);
+    for w in 0..words {
+        if w > 0 {
+            out.push(' ');
         }
-        out.push_str("</p>\n");
-    }
-    let first_child = index * FAN_OUT + 1;
-    if first_child < REFERENCE_PAGES {
-        out.push_str("<ul class=\"children\">\n");
-        for child in first_child..(first_child + FAN_OUT).min(REFERENCE_PAGES) {
-            out.push_str(&format!(
-                "<li><a href=\"{}\">Page {child}</a></li>\n",
-                href(index, child)
-            ));
+        match below(rng, 40) {
+            0 => {
+                let k = below(rng, 200);
+                out.push_str(&format!(
+                    "<a href=\"https://www.partner{k}.example.org/{}.html\">{}</a>",
+                    WORDS[below(rng, WORDS.len())],
+                    WORDS[below(rng, WORDS.len())]
+                ));
+            }
+            1 => {
+                let to = below(rng, REFERENCE_PAGES);
+                out.push_str(&format!(
+                    "<a href=\"{}\">{}</a>",
+                    href(index, to),
+                    WORDS[below(rng, WORDS.len())]
+                ));
+            }
+            2 => out.push_str("<em>&amp;</em>"),
+            _ => out.push_str(WORDS[below(rng, WORDS.len())]),
         }
-        out.push_str("</ul>\n");
     }
-    out.push_str("</main>\n<footer><ul class=\"footer-links\">\n");
-    for _ in 0..5 {
-        let k = below(&mut rng, 50);
-        out.push_str(&format!(
-            "<li><a href=\"https://funder{k}.example.net/\" rel=\"noopener\">Funder {k}</a></li>\n"
-        ));
-    }
-    out.push_str("</ul></footer>\n</body>\n</html>\n");
-    out
+    out.push_str("</p>\n");
 }
 
 /// Serve the reference site on `listener` (any `Host`) until `shutdown`,

@@ -8,6 +8,9 @@
 //! signal); [`SynthWebServer`] wraps it for synchronous tests: it binds
 //! `127.0.0.1:0`, runs its own single-threaded tokio runtime on a thread, counts
 //! and logs requests, and shuts down when dropped.
+//!
+//! Invariants: every answer comes from the [`SynthWeb`] it serves; it only
+//! answers on the listener it is given and never makes a request of its own.
 
 use std::future::Future;
 use std::io;

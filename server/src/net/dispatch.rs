@@ -1,0 +1,321 @@
+//! Request dispatch: the unauthenticated requests (challenge, project
+//! proof, enrolment, hello) and, once a host is authenticated, its requests
+//! to the grid, with grid errors turned into protocol error answers.
+//!
+//! Invariants: a host request is answered only on an authenticated
+//! connection; a nonce serves one proof. It never touches the network
+//! itself: it answers, `conn` writes.
+
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+
+use beebot_shared::limits::{
+    MAX_TEXT_LEN, MAX_UNITS_HELD, MAX_WANT_SECONDS, MAX_WINDOW_INTERVALS, NONCE_LEN,
+};
+use beebot_shared::proto::{ErrorCode, HostInfo, PolicyHints, Request, Response};
+use beebot_shared::sign;
+
+use super::admission::Limits;
+use super::conn::{error, ConnState};
+use super::upload::{read_state, upload};
+use crate::grid::{GridError, ProgressOutcome, StateAnswer, WorkRequest};
+use crate::{now_ms, Shared};
+
+pub(super) fn grid_error(e: GridError) -> Response {
+    match e {
+        GridError::UnknownHost(_) => error(ErrorCode::UnknownHost, e.to_string()),
+        GridError::Revoked(_) => error(ErrorCode::Revoked, e.to_string()),
+        GridError::BadInvite => error(ErrorCode::BadInvite, e.to_string()),
+        GridError::KeyEnrolled(_)
+        | GridError::Invalid(_)
+        | GridError::UnknownRound(_)
+        | GridError::UnknownInvite(_)
+        | GridError::NameTaken { .. }
+        | GridError::UnknownHostName(_)
+        | GridError::AmbiguousHostName { .. }
+        | GridError::SameSite { .. } => error(ErrorCode::BadRequest, e.to_string()),
+        GridError::Store(_) | GridError::Io(_) | GridError::Sign(_) => {
+            tracing::error!("request failed: {e}");
+            error(ErrorCode::Internal, format!("server error: {e}"))
+        }
+    }
+}
+
+pub(super) async fn dispatch(
+    req: Request,
+    shared: &Arc<Shared>,
+    state: &Arc<Mutex<ConnState>>,
+    limits: &Limits,
+) -> Response {
+    match req {
+        Request::Challenge => {
+            let nonce: [u8; NONCE_LEN] = rand::random();
+            state.lock().await.nonce = Some(nonce);
+            Response::Nonce { nonce }
+        }
+        Request::ProveProject { nonce } => {
+            let signature = shared.enrol_proof(&nonce);
+            Response::ProjectProof { signature }
+        }
+        Request::Enrol {
+            token,
+            host_key,
+            host_info,
+            proof,
+        } => enrol(shared, state, limits, token, host_key, host_info, proof).await,
+        Request::Hello { host_id, proof } => hello(shared, state, limits, host_id, proof).await,
+        other => {
+            let (host_id, name) = {
+                let st = state.lock().await;
+                (st.host_id, st.host_name.clone())
+            };
+            let Some(host_id) = host_id else {
+                return error(ErrorCode::NotAuthenticated, "say Hello first");
+            };
+            authed(other, host_id, &name, shared).await
+        }
+    }
+}
+
+/// `Enrol`: the host key's proof over this connection's nonce, then the
+/// invite; the connection is then authenticated as the new host.
+async fn enrol(
+    shared: &Arc<Shared>,
+    state: &Arc<Mutex<ConnState>>,
+    limits: &Limits,
+    token: Vec<u8>,
+    host_key: [u8; 32],
+    host_info: HostInfo,
+    proof: Vec<u8>,
+) -> Response {
+    let fp = shared.cert_fingerprint;
+    let Some(nonce) = state.lock().await.nonce.take() else {
+        return error(ErrorCode::NotAuthenticated, "ask for a challenge first");
+    };
+    if sign::check_proof(&host_key, &nonce, &fp, &proof).is_err() {
+        return error(ErrorCode::UnknownHost, "the key proof does not verify");
+    }
+    let name = host_info.name.clone();
+    let r = shared
+        .with_grid(move |g| g.enrol(&token, host_key, host_info, now_ms()))
+        .await;
+    match r {
+        Ok(host_id) => {
+            tracing::info!(host_id, host = ?name, "host enrolled");
+            let mut st = state.lock().await;
+            st.authenticated(host_id, limits);
+            st.host_name = name;
+            drop(st);
+            Response::Enrolled { host_id }
+        }
+        Err(e) => grid_error(e),
+    }
+}
+
+/// `Hello`: an enrolled host proves its key over this connection's nonce;
+/// the connection is then authenticated as that host.
+async fn hello(
+    shared: &Arc<Shared>,
+    state: &Arc<Mutex<ConnState>>,
+    limits: &Limits,
+    host_id: u64,
+    proof: Vec<u8>,
+) -> Response {
+    let fp = shared.cert_fingerprint;
+    let Some(nonce) = state.lock().await.nonce.take() else {
+        return error(ErrorCode::NotAuthenticated, "ask for a challenge first");
+    };
+    // An unknown id and a bad proof get the same answer, and only a
+    // host that proves its key hears that it is revoked: ids cannot
+    // be enumerated before authentication.
+    let unknown = || {
+        error(
+            ErrorCode::UnknownHost,
+            format!("unknown host {host_id}, or the host proof does not verify"),
+        )
+    };
+    let Some(key) = shared.with_grid(move |g| g.enrolled_key(host_id)).await else {
+        return unknown();
+    };
+    if sign::check_proof(&key, &nonce, &fp, &proof).is_err() {
+        return unknown();
+    }
+    let name = match shared
+        .with_grid(move |g| g.hello(host_id, now_ms()).map(|()| g.host_name(host_id)))
+        .await
+    {
+        Ok(name) => name.unwrap_or_default(),
+        Err(e) => return grid_error(e),
+    };
+    let mut st = state.lock().await;
+    st.authenticated(host_id, limits);
+    st.host_name = name;
+    drop(st);
+    Response::Welcome {
+        server_time_ms: now_ms(),
+        reference_site: shared.reference_site.clone(),
+        policy_hints: PolicyHints {
+            request_interval_s: 30,
+            progress_interval_s: 10,
+        },
+    }
+}
+
+pub(super) async fn authed(
+    req: Request,
+    host_id: u64,
+    name: &str,
+    shared: &Arc<Shared>,
+) -> Response {
+    let r = match req {
+        Request::Benchmark {
+            pages_per_s,
+            kb_per_s,
+            slots,
+        } => shared
+            .with_grid(move |g| g.benchmark(host_id, pages_per_s, kb_per_s, slots, now_ms()))
+            .await
+            .map(|_| Response::Ack),
+        Request::RequestWork {
+            want_seconds,
+            free_slots,
+            units_held,
+            open_windows,
+        } => {
+            if units_held.len() > MAX_UNITS_HELD {
+                return too_many_held_units(units_held.len());
+            }
+            let req = work_request(want_seconds, free_slots, units_held, open_windows);
+            request_work(shared, host_id, req).await
+        }
+        Request::Progress {
+            unit_id,
+            pages,
+            links,
+        } => progress(shared, host_id, unit_id, pages, links).await,
+        Request::Upload {
+            unit_id,
+            summary,
+            link_file,
+            state,
+        } => {
+            let r = upload(shared, host_id, unit_id, summary, link_file, state).await;
+            if let Ok(Response::Rejected { reason }) = &r {
+                tracing::warn!(host_id, host = ?name, unit = unit_id, "upload refused: {reason:?}");
+            }
+            r
+        }
+        Request::Fail { unit_id, reason } => {
+            let reason: String = reason.chars().take(MAX_TEXT_LEN).collect();
+            tracing::info!(host_id, host = ?name, unit = unit_id, "unit given back: {reason:?}");
+            shared
+                .with_grid(move |g| g.fail(host_id, unit_id, &reason, now_ms()))
+                .await
+                .map(|_| Response::Ack)
+        }
+        Request::Leave => shared
+            .with_grid(move |g| g.leave(host_id, now_ms()))
+            .await
+            .map(|_| Response::Ack),
+        Request::FetchState { unit_id } => fetch_state(shared, host_id, unit_id).await,
+        Request::Challenge
+        | Request::Enrol { .. }
+        | Request::Hello { .. }
+        | Request::ProveProject { .. } => {
+            return error(ErrorCode::BadRequest, "already authenticated");
+        }
+    };
+    r.unwrap_or_else(|e| refused(e, host_id, name))
+}
+
+/// A grid error as the host's answer, logged as a refusal unless the
+/// server itself failed (those are logged as errors by [`grid_error`]).
+fn refused(e: GridError, host_id: u64, name: &str) -> Response {
+    if !matches!(
+        e,
+        GridError::Store(_) | GridError::Io(_) | GridError::Sign(_)
+    ) {
+        tracing::warn!(host_id, host = ?name, "request refused: {:?}", e.to_string());
+    }
+    grid_error(e)
+}
+
+/// The answer to a work request naming more held units than allowed.
+fn too_many_held_units(named: usize) -> Response {
+    error(
+        ErrorCode::BadRequest,
+        format!(
+            "a work request may name at most {MAX_UNITS_HELD} held units; this one names {named}"
+        ),
+    )
+}
+
+/// The grid's work request from the host's, its wish and windows capped.
+fn work_request(
+    want_seconds: u64,
+    free_slots: u32,
+    units_held: Vec<u64>,
+    open_windows: Option<Vec<(u64, u64)>>,
+) -> WorkRequest {
+    WorkRequest {
+        want_seconds: want_seconds.min(MAX_WANT_SECONDS),
+        free_slots,
+        units_held,
+        open_windows: open_windows.map(|mut w| {
+            w.truncate(MAX_WINDOW_INTERVALS);
+            w
+        }),
+    }
+}
+
+/// `RequestWork`: the units the grid issues to this host.
+async fn request_work(
+    shared: &Arc<Shared>,
+    host_id: u64,
+    req: WorkRequest,
+) -> Result<Response, GridError> {
+    shared
+        .with_grid(move |g| g.request_work(host_id, &req, now_ms()))
+        .await
+        .map(|w| Response::Work {
+            units: w.units,
+            retry_after_s: w.retry_after_s,
+            rounds_open: w.rounds_open,
+            cancelled_units: w.cancelled_units,
+        })
+}
+
+/// `Progress`: go on, stop, or a later deadline.
+async fn progress(
+    shared: &Arc<Shared>,
+    host_id: u64,
+    unit_id: u64,
+    pages: u64,
+    links: u64,
+) -> Result<Response, GridError> {
+    shared
+        .with_grid(move |g| g.progress(host_id, unit_id, pages, links, now_ms()))
+        .await
+        .map(|p| match p {
+            ProgressOutcome::Continue => Response::Continue,
+            ProgressOutcome::Abort(reason) => Response::Abort { reason },
+            ProgressOutcome::Extend(deadline_ms) => Response::Extend { deadline_ms },
+        })
+}
+
+/// `FetchState`: a continuation's scan state, or why the unit must go.
+async fn fetch_state(
+    shared: &Arc<Shared>,
+    host_id: u64,
+    unit_id: u64,
+) -> Result<Response, GridError> {
+    match shared
+        .with_grid(move |g| g.state_of_unit(host_id, unit_id))
+        .await
+    {
+        Ok(StateAnswer::Read(file)) => read_state(file).await,
+        Ok(StateAnswer::Abort(reason)) => Ok(Response::Abort { reason }),
+        Err(e) => Err(e),
+    }
+}

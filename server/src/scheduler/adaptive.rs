@@ -1,0 +1,241 @@
+//! The default policy (`adaptive`): longest expected job first to the host
+//! that would finish it soonest, hedges on the critical path, then tail
+//! replication.
+//!
+//! Invariants: a decision is O(hosts + queue); at most [`MAX_COPIES`] copies
+//! of a job run, and a copy goes only to the online host that would finish
+//! it soonest. It never reads a clock: `now` comes in the context.
+
+use super::{
+    largest_by, largest_where, Ctx, Decision, JobView, Policy, RunningView, WorkAsk,
+    ADAPTIVE_SLACK, ASK_LAG_S, HEDGE_REACH, MAX_COPIES, REPLICA_GAIN,
+};
+
+/// The default: longest expected job first, each to the host that would
+/// finish it soonest given what it already holds, sized by learned speeds;
+/// hedge copies of the jobs on the critical path; then tail replication.
+///
+/// On a request, the asking host takes the largest queued job for which no
+/// other online host would finish clearly sooner (each other host's start is
+/// its next free slot plus [`ASK_LAG_S`]). Finishing times are linear in the
+/// job's pages, so one pass over the hosts gives the interval of sizes the
+/// asker wins, and one pass over the queue the largest job in it: a decision
+/// is O(hosts + queue) per unit.
+///
+/// Copies (at most [`MAX_COPIES`] running; the first result wins, the other
+/// copy is aborted) go only to the online host that would finish them
+/// soonest, latest expected end first. While jobs are queued, a copy comes
+/// before any queued job, for a running job on the critical path: one that
+/// ends after the queued and held work would drain over the online hosts
+/// even without the asker's slot (so the grid has the slack to spare a
+/// slot), and after any queued job could end on the fastest host (within
+/// [`HEDGE_REACH`], so long queued jobs are placed first). Such a job gets
+/// a hedge when it is expected to end within [`HEDGE_REACH`] of the longest
+/// running job (it may be the one that sets the makespan) and the copy would
+/// end within [`HEDGE_REACH`] of its running copy: size estimates and
+/// benchmarks are too rough to tell which of two near-equal hosts is faster
+/// or which large job is longest, and a host may go offline, so two copies
+/// on two fast hosts end the critical job sooner than one. A job whose every
+/// holder is offline is copied when the copy would outlast the queue. Once
+/// nothing is queued and the asker has an idle slot, it gets a copy of the
+/// running job expected to finish last when its copy would finish well
+/// sooner ([`REPLICA_GAIN`]).
+pub struct Adaptive;
+
+impl Adaptive {
+    /// The interval of job sizes (pages) the asker finishes no later than
+    /// every other online host, starting at `start_s` with `cost` s/page.
+    fn winning_sizes(ctx: &Ctx, start_s: f64, cost: f64) -> (f64, f64) {
+        let (mut lo, mut hi) = (0.0f64, f64::INFINITY);
+        for (i, g) in ctx.hosts.iter().enumerate() {
+            if i == ctx.asker || !g.online {
+                continue;
+            }
+            let s_g = ADAPTIVE_SLACK * (g.free_at_s + ASK_LAG_S);
+            let c_g = ADAPTIVE_SLACK * g.cost(ctx.delay_s);
+            // start + x·cost ≤ s_g + x·c_g
+            let dc = cost - c_g;
+            let ds = s_g - start_s;
+            if dc > 0.0 {
+                hi = hi.min(ds / dc);
+            } else if dc < 0.0 {
+                lo = lo.max(ds / dc);
+            } else if ds < 0.0 {
+                return (1.0, 0.0);
+            }
+        }
+        (lo, hi)
+    }
+
+    /// While jobs are queued: the seconds the queued and held work needs over
+    /// the online hosts were the asker to spend one slot on a copy (the level
+    /// it reaches), and the seconds of the largest queued job on the fastest
+    /// online host. O(hosts + queue).
+    fn queue_drain_s(ctx: &Ctx, cost: f64) -> (f64, f64) {
+        let (mut rate, mut held, mut fastest) = (0.0, 0.0, f64::INFINITY);
+        for (i, h) in ctx.hosts.iter().enumerate() {
+            if i != ctx.asker && !h.online {
+                continue;
+            }
+            let c = h.cost(ctx.delay_s);
+            rate += h.slots.max(1) as f64 / c;
+            held += h.load_s / c;
+            fastest = fastest.min(c);
+        }
+        let (mut work, mut largest) = (0.0, 0.0f64);
+        for j in ctx.queue {
+            work += j.pages;
+            largest = largest.max(j.pages);
+        }
+        let rate = (rate - 1.0 / cost).max(f64::MIN_POSITIVE);
+        ((work + held) / rate, largest * fastest)
+    }
+
+    /// Copies of running jobs for the asker, latest expected finish first, at
+    /// most `n`, starting at `start_s` with `cost` s/page: only jobs whose
+    /// size the asker would finish soonest of the online hosts. With nothing
+    /// queued (the tail): a copy that would end well before the running one.
+    /// With jobs queued: hedges of jobs on the critical path, and copies of
+    /// jobs whose every holder is offline that would outlast the queue (see
+    /// [`Adaptive`]).
+    fn replicas(ctx: &Ctx, n: usize, start_s: f64, cost: f64) -> Vec<u64> {
+        if ctx.running.is_empty() || n == 0 {
+            return Vec::new();
+        }
+        // With jobs queued: (level, largest queued) and the longest running job.
+        let queued = (!ctx.queue.is_empty()).then(|| {
+            let longest_s = ctx
+                .running
+                .iter()
+                .map(|r| r.finish_s)
+                .filter(|f| f.is_finite())
+                .fold(0.0, f64::max);
+            (Self::queue_drain_s(ctx, cost), longest_s)
+        });
+        let worth = |r: &RunningView| {
+            let mine = start_s + r.pages * cost;
+            match queued {
+                None => mine < REPLICA_GAIN * r.finish_s,
+                Some(((level, largest), _)) if r.finish_s.is_infinite() => {
+                    mine >= level.max(largest)
+                }
+                Some(((level, largest), longest_s)) => {
+                    r.finish_s >= level.max(largest * HEDGE_REACH)
+                        && r.finish_s * HEDGE_REACH >= longest_s
+                        && mine <= HEDGE_REACH * r.finish_s
+                }
+            }
+        };
+        // One pass over the hosts: the sizes this host would finish soonest.
+        let (lo, hi) = Self::winning_sizes(ctx, start_s, cost);
+        let mut out: Vec<u64> = Vec::new();
+        while out.len() < n {
+            let pick = ctx
+                .running
+                .iter()
+                .filter(|r| {
+                    r.copies < MAX_COPIES
+                        && !r.on_asker
+                        && !r.failed_here
+                        && !out.contains(&r.job_id)
+                        && r.pages >= lo * 0.999_999
+                        && r.pages <= hi * 1.000_001
+                        && worth(r)
+                })
+                .max_by(|a, b| {
+                    a.finish_s
+                        .total_cmp(&b.finish_s)
+                        .then(a.pages.total_cmp(&b.pages))
+                        .then(b.job_id.cmp(&a.job_id))
+                });
+            match pick {
+                Some(r) => out.push(r.job_id),
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+impl Policy for Adaptive {
+    fn name(&self) -> &'static str {
+        "adaptive"
+    }
+    fn replicates(&self) -> bool {
+        true
+    }
+    fn choose(&self, ctx: &Ctx, ask: &WorkAsk) -> Decision {
+        let me = ctx.asker();
+        let cost = me.cost(ctx.delay_s);
+        let slots = me.slots.max(1) as f64;
+        let mut idle = me.idle_slots();
+        // A copy of a job on the critical path (a hedge, or a job stuck on
+        // offline hosts) comes first, into the next free slot.
+        if !ctx.queue.is_empty() && ask.free_slots > 0 {
+            let start = if idle > 0 { 0.0 } else { me.free_at_s };
+            let critical = Self::replicas(ctx, 1, start, cost);
+            if !critical.is_empty() {
+                return Decision {
+                    jobs: Vec::new(),
+                    replicas: critical,
+                };
+            }
+        }
+        let mut load = me.load_s;
+        let mut start = if idle > 0 { 0.0 } else { me.free_at_s };
+        let mut out = Vec::new();
+        let mut total = 0.0;
+        let mut left = ctx.queue.iter().filter(|j| !j.failed_here).count();
+        // A site never scanned may be as large as the page cap allows: it is
+        // placed like the largest queued job (early, on a host that would
+        // finish that soonest), and counted at its expected size.
+        let largest = ctx.queue.iter().map(|j| j.pages).fold(0.0, f64::max);
+        let place = |j: &JobView| {
+            if j.size_known {
+                j.pages
+            } else {
+                j.pages.max(largest)
+            }
+        };
+        while out.len() < ask.free_slots as usize
+            && (out.is_empty() || total < ask.want_seconds as f64)
+        {
+            let (lo, hi) = Self::winning_sizes(ctx, start, cost);
+            let mut pick = largest_by(
+                ctx.queue,
+                &out,
+                |j| !j.failed_here && place(j) >= lo * 0.999_999 && place(j) <= hi * 1.000_001,
+                place,
+            );
+            // A job this host failed comes back to it only when nothing else is left.
+            if pick.is_none() && left == 0 && idle > 0 {
+                pick = largest_where(ctx.queue, &out, |j| j.failed_here);
+            }
+            let Some(i) = pick else { break };
+            let j = &ctx.queue[i];
+            if !j.failed_here {
+                left -= 1;
+            }
+            let e = j.pages * cost;
+            total += e;
+            load += e;
+            out.push(j.job_id);
+            idle = idle.saturating_sub(1);
+            start = if idle > 0 {
+                0.0
+            } else {
+                start.max(load / slots)
+            };
+        }
+        // Tail replication: nothing queued, and this host has a slot to spare.
+        let replicas = if ctx.queue.is_empty() && idle > 0 && out.is_empty() {
+            Self::replicas(ctx, idle.min(ask.free_slots) as usize, 0.0, cost)
+        } else {
+            Vec::new()
+        };
+        Decision {
+            jobs: out,
+            replicas,
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The scheduler: for this host, now, which jobs? Pure code: no I/O, time is an
+//! argument. Policies sit behind [`Policy`]; the grid builds the views (the
+//! simulator drives the grid itself), the policy decides.
+//!
+//! The model: a job's size is its expected page count (its last scan, or
+//! [`DEFAULT_SITE_PAGES`]); a host's cost is seconds per page on one slot
+//! (its learned speed, never faster than the round's politeness delay allows),
+//! divided by how often it is online. A job's expected time on a host is
+//! size × cost, so every policy compares hosts with one linear model.
+//!
+//! Its rooms: this module holds the views the grid builds, the [`Policy`]
+//! trait, the limits every policy shares and the helpers over the queue;
+//! `estimates` the cost model, slot schedules and deadlines; one module
+//! per policy family (`simple`, `batch`, `level`, `pack`, `adaptive`).
+//!
+//! Invariants: a policy decides from its [`Ctx`] alone, so one context gives
+//! one decision; it never issues, writes or reads the store, and never
+//! reads a clock.
+
+mod adaptive;
+mod batch;
+mod estimates;
+mod level;
+mod pack;
+mod simple;
+#[cfg(test)]
+mod tests;
+
+pub use adaptive::Adaptive;
+pub use batch::{batch_plan, Batch};
+pub use estimates::{
+    availability, deadline_ms, expected_seconds, extended_deadline, fits_windows, is_online,
+    learn_speed, remaining_s, seconds_per_page, site_pages, slot_schedule, DeadlineRule, HeldUnit,
+    SlotSchedule, MIN_LEFT_SHARE,
+};
+pub use level::{water_level, Level};
+pub use pack::Pack;
+pub use simple::{RoundRobin, SizeAware};
+
+/// Figures used for a site never scanned before.
+pub const DEFAULT_SITE_PAGES: f64 = 50.0;
+/// Pages per second (per slot) assumed for a host with no benchmark and no finished job.
+pub const DEFAULT_HOST_PAGES_PER_S: f64 = 5.0;
+/// Slots assumed for a host that sent no benchmark (the client's default).
+pub const DEFAULT_HOST_SLOTS: u32 = 2;
+/// Weight of the newest job in a host's running speed average.
+pub const SPEED_WEIGHT: f64 = 0.3;
+/// A host not heard from for this long is offline (an idle client asks at
+/// least every minute; a busy one reports progress every ten seconds).
+pub const ONLINE_WINDOW_MS: u64 = 150_000;
+/// A host that holds running units reports progress every ten seconds: a
+/// silence of this long means it is away.
+pub const BUSY_ONLINE_WINDOW_MS: u64 = 40_000;
+/// A host's availability (share of time online) is never taken below this,
+/// so one long absence does not make a host look ten times slower.
+pub const MIN_AVAILABILITY: f64 = 0.25;
+/// Most copies of one job a policy may count on (the original and one
+/// replica: a hedge or a tail replica). The grid runs a replica as a
+/// hand-over, so one copy scans at a time (see `Grid::request_work`).
+pub const MAX_COPIES: u32 = 2;
+/// How long a host with nothing to do waits before asking again while a round
+/// is open (the grid's `retry_after`). Short, because `adaptive` may keep a job
+/// for a faster host that is idle but has not asked yet.
+pub const RETRY_WHILE_ROUND_OPEN_S: u64 = 2;
+/// Seconds an idle host may take to ask again (the grid's retry interval
+/// while a round is open): another host's start is at least this far off.
+pub const ASK_LAG_S: f64 = RETRY_WHILE_ROUND_OPEN_S as f64;
+/// `adaptive` gives a job to the asking host when it would finish it within
+/// this factor of the best other host (ties go to the host that asked). Any
+/// slack above 1 lets a slightly slower host take the critical job: in the
+/// simulator 1.05 cost 3–5% of makespan against 1.0.
+pub const ADAPTIVE_SLACK: f64 = 1.0;
+/// A tail replica is made only when it would finish before this share of
+/// the running copy's expected remaining time.
+pub const REPLICA_GAIN: f64 = 0.8;
+/// How far apart two expected times may be and still be confused, given the
+/// errors of size estimates and benchmarks: while jobs are queued, a running
+/// job expected to end within this factor of the longest is on the critical
+/// path, and gets a hedge copy that would end within this factor of its own
+/// expected end; a queued job that long is placed before any hedge.
+/// (In the simulator, 1.1 to 1.5 give about the same makespans.)
+pub const HEDGE_REACH: f64 = 1.25;
+/// `batch`: a host's batch is released to the others once the host has not
+/// been heard from for this long and the round is at least this old.
+pub const BATCH_GRACE_MS: u64 = 300_000;
+/// A unit already past its expected end is assumed to need this share of its
+/// expected time more (its host is slow, or was away).
+pub const OVERDUE_SHARE: f64 = 0.25;
+
+/// A queued job as policies see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobView {
+    pub job_id: u64,
+    /// Position in the round's site list (round-robin order).
+    pub order: u32,
+    /// Expected pages (its last scan, bounded by the round's page cap).
+    pub pages: f64,
+    /// The asking host already failed this job (expired or gave it back).
+    pub failed_here: bool,
+    /// `pages` comes from a last scan (false: a site never scanned, whose
+    /// true size may be anything up to the page cap).
+    pub size_known: bool,
+    /// `batch`: the host whose batch holds this job (`None`: anyone's).
+    pub assigned: Option<u64>,
+}
+
+/// A running job, for replicas (hedges and tail replication).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunningView {
+    pub job_id: u64,
+    pub pages: f64,
+    /// Running copies.
+    pub copies: u32,
+    /// The asking host holds a copy.
+    pub on_asker: bool,
+    /// The asking host failed this job before.
+    pub failed_here: bool,
+    /// Seconds from now until the first copy is expected to end
+    /// (`f64::INFINITY` when every holder is offline).
+    pub finish_s: f64,
+}
+
+/// A host as policies see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostView {
+    pub host_id: u64,
+    /// Learned pages per second on one slot (`None`: never measured).
+    pub pages_per_s: Option<f64>,
+    pub slots: u32,
+    /// Units it holds (running or waiting for a slot).
+    pub busy: u32,
+    /// Seconds from now until one of its slots is free (0: a slot is idle).
+    pub free_at_s: f64,
+    /// Expected slot-seconds of work it still holds.
+    pub load_s: f64,
+    /// Heard from recently and has not missed a deadline since.
+    pub online: bool,
+    /// Share of time it is online, in `[MIN_AVAILABILITY, 1]`.
+    pub availability: f64,
+    pub last_seen_ms: u64,
+}
+
+impl HostView {
+    /// Seconds per page on one slot, for a round with this politeness delay.
+    pub fn cost(&self, delay_s: f64) -> f64 {
+        seconds_per_page(self.pages_per_s, delay_s) / self.availability.clamp(MIN_AVAILABILITY, 1.0)
+    }
+    /// Pages per second over all slots.
+    pub fn rate(&self, delay_s: f64) -> f64 {
+        self.slots.max(1) as f64 / self.cost(delay_s)
+    }
+    fn idle_slots(&self) -> u32 {
+        self.slots.max(1).saturating_sub(self.busy)
+    }
+}
+
+/// What the host asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkAsk {
+    pub want_seconds: u64,
+    pub free_slots: u32,
+}
+
+/// Everything a policy may look at for one request.
+#[derive(Clone, Debug)]
+pub struct Ctx<'a> {
+    pub now_ms: u64,
+    /// When the round started.
+    pub round_started_ms: u64,
+    /// The round's politeness delay, seconds.
+    pub delay_s: f64,
+    /// Queued jobs, in the round's list order.
+    pub queue: &'a [JobView],
+    /// Running jobs (only filled for policies that replicate).
+    pub running: &'a [RunningView],
+    /// Every active host, sorted by `host_id`, the asking one included.
+    pub hosts: &'a [HostView],
+    /// Index of the asking host in `hosts`.
+    pub asker: usize,
+}
+
+impl Ctx<'_> {
+    fn asker(&self) -> &HostView {
+        &self.hosts[self.asker]
+    }
+    fn host(&self, id: u64) -> Option<&HostView> {
+        self.hosts
+            .binary_search_by_key(&id, |h| h.host_id)
+            .ok()
+            .map(|i| &self.hosts[i])
+    }
+}
+
+/// A policy's answer: jobs to issue (in order), and running jobs to copy.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decision {
+    pub jobs: Vec<u64>,
+    pub replicas: Vec<u64>,
+}
+
+/// A scheduling policy.
+pub trait Policy: Send + Sync {
+    /// The name used on the command line.
+    fn name(&self) -> &'static str;
+    /// Choose work for one request.
+    fn choose(&self, ctx: &Ctx, ask: &WorkAsk) -> Decision;
+    /// Round-start plan: `(job, host)` assignments (only `batch` plans).
+    fn plan(&self, _jobs: &[JobView], _hosts: &[HostView], _delay_s: f64) -> Vec<(u64, u64)> {
+        Vec::new()
+    }
+    /// Whether [`Ctx::running`] must be filled.
+    fn replicates(&self) -> bool {
+        false
+    }
+}
+
+/// Names accepted by `round start --policy`; the first is the default.
+pub const POLICY_NAMES: [&str; 6] = [
+    "adaptive",
+    "round-robin",
+    "batch",
+    "level",
+    "pack",
+    "size-aware",
+];
+
+/// The policy of a name, or `None` when unknown.
+pub fn policy_by_name(name: &str) -> Option<Box<dyn Policy>> {
+    match name {
+        "adaptive" => Some(Box::new(Adaptive)),
+        "round-robin" => Some(Box::new(RoundRobin)),
+        "batch" => Some(Box::new(Batch)),
+        "level" => Some(Box::new(Level)),
+        "pack" => Some(Box::new(Pack)),
+        "size-aware" => Some(Box::new(SizeAware)),
+        _ => None,
+    }
+}
+
+// ---- helpers over the queue ----
+
+/// Index of the largest job (ties: list order) among those `ok` accepts,
+/// preferring jobs the asker has not failed.
+fn largest_where(queue: &[JobView], taken: &[u64], ok: impl Fn(&JobView) -> bool) -> Option<usize> {
+    largest_by(queue, taken, ok, |j| j.pages)
+}
+
+/// [`largest_where`] with sizes given by `size`.
+fn largest_by(
+    queue: &[JobView],
+    taken: &[u64],
+    ok: impl Fn(&JobView) -> bool,
+    size: impl Fn(&JobView) -> f64,
+) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, j) in queue.iter().enumerate() {
+        if !ok(j) || taken.contains(&j.job_id) {
+            continue;
+        }
+        best = match best {
+            None => Some(i),
+            Some(b) => {
+                let cur = &queue[b];
+                let better = (cur.failed_here && !j.failed_here)
+                    || (cur.failed_here == j.failed_here && size(j) > size(cur));
+                Some(if better { i } else { b })
+            }
+        };
+    }
+    best
+}
+
+/// Jobs in list order, the asker's failed ones last, at most `n`.
+fn in_list_order(queue: &[JobView], n: usize) -> Vec<u64> {
+    let mut out: Vec<u64> = queue
+        .iter()
+        .filter(|j| !j.failed_here)
+        .take(n)
+        .map(|j| j.job_id)
+        .collect();
+    if out.len() < n {
+        let more = n - out.len();
+        out.extend(
+            queue
+                .iter()
+                .filter(|j| j.failed_here)
+                .take(more)
+                .map(|j| j.job_id),
+        );
+    }
+    out
+}

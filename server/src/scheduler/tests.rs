@@ -1,0 +1,488 @@
+//! The scheduler's tests: the shared rules and every policy.
+
+use super::*;
+use crate::model::SiteStats;
+
+#[test]
+fn windows_decide_what_fits_before_the_deadline() {
+    let rule = DeadlineRule {
+        slack: 3.0,
+        grace_s: 0,
+        min_s: 60,
+        max_s: 3600,
+    };
+    // Open from 10 min to 20 min from now: 10 minutes of crawling.
+    let w = [(600, 1200)];
+    assert!(fits_windows(&w, 300.0, &rule)); // deadline 900 s: 300 s open
+    assert!(!fits_windows(&w, 700.0, &rule)); // only 600 s open before any deadline
+    assert!(!fits_windows(&[(3000, 9000)], 100.0, &rule)); // opens after the deadline
+    assert!(fits_windows(&[(0, u64::MAX)], 1000.0, &rule));
+    assert!(!fits_windows(&[], 1.0, &rule));
+}
+
+fn q(ids_pages: &[(u64, f64)]) -> Vec<JobView> {
+    ids_pages
+        .iter()
+        .enumerate()
+        .map(|(i, &(job_id, pages))| JobView {
+            job_id,
+            order: i as u32,
+            pages,
+            failed_here: false,
+            size_known: true,
+            assigned: None,
+        })
+        .collect()
+}
+
+fn host(id: u64, pps: f64) -> HostView {
+    HostView {
+        host_id: id,
+        pages_per_s: Some(pps),
+        slots: 1,
+        busy: 0,
+        free_at_s: 0.0,
+        load_s: 0.0,
+        online: true,
+        availability: 1.0,
+        last_seen_ms: 0,
+    }
+}
+
+fn ctx<'a>(queue: &'a [JobView], hosts: &'a [HostView], asker: usize) -> Ctx<'a> {
+    Ctx {
+        now_ms: 1000,
+        round_started_ms: 0,
+        delay_s: 0.0,
+        queue,
+        running: &[],
+        hosts,
+        asker,
+    }
+}
+
+fn ask(want_seconds: u64, free_slots: u32) -> WorkAsk {
+    WorkAsk {
+        want_seconds,
+        free_slots,
+    }
+}
+
+#[test]
+fn every_name_has_its_policy() {
+    for name in POLICY_NAMES {
+        assert_eq!(policy_by_name(name).map(|p| p.name()), Some(name));
+    }
+    assert!(policy_by_name("nope").is_none());
+}
+
+#[test]
+fn size_aware_takes_longest_first_until_covered() {
+    // Host at 1 page/s: pages are seconds.
+    let queue = q(&[(1, 10.0), (2, 50.0), (3, 30.0), (4, 5.0)]);
+    let hosts = [host(1, 1.0)];
+    let c = ctx(&queue, &hosts, 0);
+    assert_eq!(SizeAware.choose(&c, &ask(60, 4)).jobs, vec![2, 3]);
+    assert_eq!(SizeAware.choose(&c, &ask(1000, 3)).jobs, vec![2, 3, 1]);
+    assert!(SizeAware.choose(&c, &ask(0, 0)).jobs.is_empty());
+}
+
+#[test]
+fn failed_here_goes_last() {
+    let mut queue = q(&[(1, 100.0), (2, 1.0)]);
+    queue[0].failed_here = true;
+    let hosts = [host(1, 1.0)];
+    let c = ctx(&queue, &hosts, 0);
+    for name in POLICY_NAMES {
+        let p = policy_by_name(name).unwrap();
+        assert_eq!(p.choose(&c, &ask(1, 1)).jobs, vec![2], "{name}");
+    }
+    // With nothing else, the failed job does come back.
+    let queue = vec![queue[0].clone()];
+    let c = ctx(&queue, &hosts, 0);
+    for name in POLICY_NAMES {
+        let p = policy_by_name(name).unwrap();
+        assert_eq!(p.choose(&c, &ask(1, 1)).jobs, vec![1], "{name}");
+    }
+}
+
+#[test]
+fn round_robin_is_list_order_one_per_slot() {
+    let queue = q(&[(7, 1.0), (3, 500.0), (9, 2.0)]);
+    let hosts = [host(1, 1.0)];
+    let c = ctx(&queue, &hosts, 0);
+    assert_eq!(RoundRobin.choose(&c, &ask(1, 2)).jobs, vec![7, 3]);
+    assert_eq!(RoundRobin.choose(&c, &ask(10_000, 5)).jobs, vec![7, 3, 9]);
+}
+
+#[test]
+fn estimate_respects_politeness_floor() {
+    let stats = SiteStats {
+        pages: 100,
+        ..Default::default()
+    };
+    assert_eq!(expected_seconds(Some(&stats), 1000, Some(50.0), 0), 2.0);
+    assert_eq!(expected_seconds(Some(&stats), 1000, Some(50.0), 500), 50.0);
+    assert_eq!(expected_seconds(Some(&stats), 10, Some(5.0), 0), 2.0);
+    assert_eq!(expected_seconds(None, 1000, None, 0), 10.0);
+    // Nonsense speeds fall back to the default.
+    assert_eq!(seconds_per_page(Some(f64::NAN), 0.0), 0.2);
+    assert_eq!(seconds_per_page(Some(-3.0), 0.0), 0.2);
+}
+
+#[test]
+fn speed_is_learned_as_a_running_average() {
+    assert_eq!(learn_speed(None, 100, 10.0, 0.0), Some(10.0));
+    let s = learn_speed(Some(10.0), 200, 10.0, 0.0).unwrap();
+    assert!((s - (10.0 + SPEED_WEIGHT * 10.0)).abs() < 1e-9);
+    // Nothing learned from an empty or instant job.
+    assert_eq!(learn_speed(Some(4.0), 0, 10.0, 0.0), Some(4.0));
+    assert_eq!(learn_speed(Some(4.0), 10, 0.0, 0.0), Some(4.0));
+    // A politeness-bound job only raises the figure.
+    assert_eq!(learn_speed(Some(4.0), 10, 10.0, 1.0), Some(4.0));
+    assert_eq!(learn_speed(Some(0.5), 10, 10.0, 1.0), Some(1.0));
+}
+
+#[test]
+fn availability_and_online() {
+    assert_eq!(availability(0, 0, 0), 1.0);
+    assert_eq!(availability(0, 250, 1000), 0.75);
+    assert_eq!(availability(0, 1000, 1000), MIN_AVAILABILITY);
+    assert!(is_online(1000, 0, false, 1000 + ONLINE_WINDOW_MS));
+    assert!(!is_online(1000, 0, false, 1001 + ONLINE_WINDOW_MS));
+    // A busy host reports progress: a shorter silence is enough.
+    assert!(is_online(1000, 0, true, 1000 + BUSY_ONLINE_WINDOW_MS));
+    assert!(!is_online(1000, 0, true, 1001 + BUSY_ONLINE_WINDOW_MS));
+    // A deadline missed after it was last heard from: offline.
+    assert!(!is_online(1000, 1001, false, 1002));
+}
+
+#[test]
+fn slot_schedule_is_first_come_first_served() {
+    let now = 100_000;
+    let u = |issued_ms, expected_s| HeldUnit {
+        issued_ms,
+        expected_s,
+    };
+    // Two slots, three units of 10 s issued now: the third waits for a slot.
+    let s = slot_schedule(&[u(now, 10.0), u(now, 10.0), u(now, 10.0)], 2, now);
+    assert_eq!(s.ends_s, vec![10.0, 10.0, 20.0]);
+    assert_eq!(s.free_at_s, 10.0);
+    assert_eq!(s.load_s, 30.0);
+    // One unit on two slots: a slot is idle.
+    let s = slot_schedule(&[u(now - 4000, 10.0)], 2, now);
+    assert_eq!((s.ends_s[0], s.free_at_s, s.load_s), (6.0, 0.0, 6.0));
+    // An overdue unit is assumed to need a share of its time more.
+    let s = slot_schedule(&[u(now - 40_000, 10.0)], 1, now);
+    assert_eq!(s.ends_s[0], 10.0 * OVERDUE_SHARE);
+    let s = slot_schedule(&[], 3, now);
+    assert_eq!((s.free_at_s, s.load_s), (0.0, 0.0));
+}
+
+#[test]
+fn deadline_is_bounded() {
+    let rule = DeadlineRule {
+        slack: 3.0,
+        grace_s: 10,
+        min_s: 60,
+        max_s: 600,
+    };
+    assert_eq!(deadline_ms(1000, 1.0, &rule), 1000 + 60_000);
+    assert_eq!(deadline_ms(1000, 100.0, &rule), 1000 + 310_000);
+    assert_eq!(deadline_ms(1000, 1e9, &rule), 1000 + 600_000);
+    // A host claiming a speed near zero: an expected time past u64 (found
+    // by the grid's property test: the sum overflowed).
+    assert_eq!(deadline_ms(1000, 1e300, &rule), 1000 + 600_000);
+    assert_eq!(deadline_ms(1000, f64::INFINITY, &rule), 1000 + 600_000);
+    assert!(!fits_windows(&[(0, u64::MAX)], 1e300, &rule));
+}
+
+#[test]
+fn extensions_come_in_the_last_half_while_the_scan_progresses() {
+    // Window 100, deadline 100.
+    assert_eq!(extended_deadline(100, 100, 50, true), None);
+    assert_eq!(extended_deadline(100, 100, 51, true), Some(151));
+    // No cap: a scan that goes on is extended again and again.
+    assert_eq!(extended_deadline(390, 100, 380, true), Some(480));
+    assert_eq!(extended_deadline(10_000, 100, 9_990, true), Some(10_090));
+    // A scan that made no page since its last report is not.
+    assert_eq!(extended_deadline(100, 100, 99, false), None);
+    assert_eq!(extended_deadline(100, 0, 99, true), None);
+}
+
+#[test]
+fn batch_plan_follows_the_beebot_edg_steps() {
+    // Sizes 10, 8, 6, 4, 2, 1 (total 31); speeds 2 and 1: shares 20.67 and 10.33.
+    let jobs = [(1, 10.0), (2, 8.0), (3, 6.0), (4, 4.0), (5, 2.0), (6, 1.0)];
+    let hosts = [(100, 1.0), (200, 2.0)];
+    let mut plan = batch_plan(&jobs, &hosts);
+    plan.sort();
+    // Fast host 200: 10 + 8 = 18 (6 would overflow 20.67). Slow host 100:
+    // next largest 6 + 4 = 10 ≤ 10.33 (2 would overflow). The rest (2, 1)
+    // smallest first in reverse host order: 1 → slow, 2 → fast.
+    assert_eq!(
+        plan,
+        vec![(1, 200), (2, 200), (3, 100), (4, 100), (5, 200), (6, 100)]
+    );
+    assert!(batch_plan(&jobs, &[]).is_empty());
+    // Every job is planned exactly once.
+    let many: Vec<(u64, f64)> = (0..50).map(|i| (i, (i % 7 + 1) as f64)).collect();
+    let plan = batch_plan(&many, &[(1, 3.0), (2, 1.0), (3, 0.5)]);
+    let mut ids: Vec<u64> = plan.iter().map(|p| p.0).collect();
+    ids.sort();
+    assert_eq!(ids, (0..50).collect::<Vec<_>>());
+}
+
+#[test]
+fn batch_hosts_pull_their_own_then_released_batches() {
+    let mut queue = q(&[(1, 10.0), (2, 20.0), (3, 5.0), (4, 7.0)]);
+    queue[0].assigned = Some(1);
+    queue[1].assigned = Some(2);
+    queue[2].assigned = Some(1);
+    queue[3].assigned = None;
+    let mut hosts = [host(1, 1.0), host(2, 1.0)];
+    hosts[0].last_seen_ms = 1000;
+    hosts[1].last_seen_ms = 0;
+    let c = ctx(&queue, &hosts, 0);
+    // Own batch largest first, then what is free; not host 2's batch (grace not over).
+    assert_eq!(Batch.choose(&c, &ask(0, 4)).jobs, vec![1, 3, 4]);
+    // After the grace period host 2 (silent since 0) loses its batch.
+    let mut c = ctx(&queue, &hosts, 0);
+    c.now_ms = BATCH_GRACE_MS + 1;
+    assert_eq!(Batch.choose(&c, &ask(0, 4)).jobs, vec![1, 3, 2, 4]);
+    // A host heard from recently keeps its batch.
+    hosts[1].last_seen_ms = BATCH_GRACE_MS;
+    let mut c = ctx(&queue, &hosts, 0);
+    c.now_ms = BATCH_GRACE_MS + 1;
+    assert_eq!(Batch.choose(&c, &ask(0, 4)).jobs, vec![1, 3, 4]);
+}
+
+#[test]
+fn water_level_excludes_hosts_above_the_line() {
+    // Loads 0, 0, 100 s; rates 1 page/s each; 60 pages: level 30, third host above it.
+    let mut b = vec![(100.0, 1.0), (0.0, 1.0), (0.0, 1.0)];
+    assert_eq!(water_level(&mut b, 60.0), 30.0);
+    // 300 pages: all three under the line: (300 + 100) / 3.
+    let mut b = vec![(100.0, 1.0), (0.0, 1.0), (0.0, 1.0)];
+    assert!((water_level(&mut b, 300.0) - 400.0 / 3.0).abs() < 1e-9);
+    assert_eq!(water_level(&mut [], 10.0), 0.0);
+}
+
+#[test]
+fn level_fills_empty_hosts_first_and_evenly() {
+    let queue = q(&[
+        (1, 10.0),
+        (2, 10.0),
+        (3, 10.0),
+        (4, 10.0),
+        (5, 10.0),
+        (6, 10.0),
+    ]);
+    let mut hosts = [host(1, 1.0), host(2, 1.0), host(3, 1.0)];
+    hosts[2].busy = 1;
+    hosts[2].load_s = 100.0;
+    hosts[2].free_at_s = 100.0;
+    // 60 pages over two empty hosts: level 30 s → 30 pages each = three jobs.
+    let c = ctx(&queue, &hosts, 0);
+    assert_eq!(Level.choose(&c, &ask(0, 10)).jobs, vec![1, 2, 3]);
+    // The loaded host is above the line: nothing.
+    let c = ctx(&queue, &hosts, 2);
+    assert!(Level.choose(&c, &ask(0, 10)).jobs.is_empty());
+}
+
+#[test]
+fn pack_fills_busy_hosts_before_waking_idle_ones() {
+    let queue = q(&[(1, 1.0), (2, 1.0)]);
+    let mut hosts = [host(1, 1.0), host(2, 1.0)];
+    hosts[0].slots = 4;
+    hosts[0].busy = 1;
+    // The busy host has 3 free slots: it takes both; the idle one nothing.
+    let c = ctx(&queue, &hosts, 0);
+    assert_eq!(Pack.choose(&c, &ask(0, 8)).jobs, vec![1, 2]);
+    let c = ctx(&queue, &hosts, 1);
+    assert!(Pack.choose(&c, &ask(0, 8)).jobs.is_empty());
+    // Busy hosts full: the idle host is woken.
+    hosts[0].busy = 4;
+    let c = ctx(&queue, &hosts, 1);
+    assert_eq!(Pack.choose(&c, &ask(0, 8)).jobs, vec![1]);
+    // A full busy host gets nothing more.
+    let c = ctx(&queue, &hosts, 0);
+    assert!(Pack.choose(&c, &ask(0, 8)).jobs.is_empty());
+}
+
+#[test]
+fn adaptive_gives_big_jobs_to_fast_hosts_and_small_ones_to_slow_hosts() {
+    let queue = q(&[(1, 2.0), (2, 1000.0), (3, 20.0), (4, 500.0)]);
+    // Host 1 does 10 pages/s, host 2 one page/s.
+    let hosts = [host(1, 10.0), host(2, 1.0)];
+    // The fast host takes the largest job.
+    let c = ctx(&queue, &hosts, 0);
+    assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![2]);
+    // The slow host would take 1000 s for it (the fast one 105 s): it takes
+    // the largest job it finishes no later than the fast host would (the
+    // fast one would start it after a retry interval: 2 s against 2.2 s).
+    let c = ctx(&queue, &hosts, 1);
+    assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![1]);
+    // The fast host, busy for 2000 s, leaves the big one... to nobody faster:
+    // the slow host now wins the 500-page job.
+    let mut hosts2 = hosts.clone();
+    hosts2[0].busy = 1;
+    hosts2[0].free_at_s = 2000.0;
+    hosts2[0].load_s = 2000.0;
+    let c = ctx(&queue, &hosts2, 1);
+    assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![2]);
+    // An offline fast host does not count.
+    let mut hosts3 = hosts.clone();
+    hosts3[0].online = false;
+    let c = ctx(&queue, &hosts3, 1);
+    assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![2]);
+}
+
+#[test]
+fn adaptive_places_a_site_never_scanned_like_the_largest_job() {
+    // Job 3 was never scanned: 50 pages expected, but it may be huge.
+    let mut queue = q(&[(1, 500.0), (2, 100.0), (3, 50.0)]);
+    queue[2].size_known = false;
+    let mut hosts = [host(1, 10.0), host(2, 1.0)];
+    hosts[0].slots = 2;
+    // The fast host takes the largest job and the unknown one, not job 2.
+    let c = ctx(&queue, &hosts, 0);
+    assert_eq!(Adaptive.choose(&c, &ask(10_000, 2)).jobs, vec![1, 3]);
+    // The slow host, which wins only small jobs, does not get it.
+    let c = ctx(&queue, &hosts, 1);
+    assert!(!Adaptive.choose(&c, &ask(10_000, 1)).jobs.contains(&3));
+    // Known, the same job would come last.
+    queue[2].size_known = true;
+    let c = ctx(&queue, &hosts, 0);
+    assert_eq!(Adaptive.choose(&c, &ask(10_000, 2)).jobs, vec![1, 2]);
+}
+
+#[test]
+fn adaptive_sizes_the_reply_to_the_asked_seconds() {
+    let queue = q(&[(1, 10.0), (2, 10.0), (3, 10.0), (4, 10.0), (5, 10.0)]);
+    let mut hosts = [host(1, 1.0)];
+    hosts[0].slots = 8;
+    let c = ctx(&queue, &hosts, 0);
+    // Alone, 10 s a job: 25 s asked → three jobs; nothing asked → one.
+    assert_eq!(Adaptive.choose(&c, &ask(25, 8)).jobs.len(), 3);
+    assert_eq!(Adaptive.choose(&c, &ask(0, 8)).jobs.len(), 1);
+    assert_eq!(Adaptive.choose(&c, &ask(1000, 2)).jobs.len(), 2);
+}
+
+#[test]
+fn adaptive_replicates_the_job_expected_to_finish_last() {
+    let hosts = [host(1, 10.0), host(2, 1.0)];
+    let run = |job_id, pages, finish_s| RunningView {
+        job_id,
+        pages,
+        copies: 1,
+        on_asker: false,
+        failed_here: false,
+        finish_s,
+    };
+    let running = vec![run(1, 100.0, 50.0), run(2, 100.0, 90.0), run(3, 100.0, 5.0)];
+    let mut c = ctx(&[], &hosts, 0);
+    c.running = &running;
+    // The fast host would do 100 pages in 10 s: copy job 2 (ends in 90 s).
+    assert_eq!(
+        Adaptive.choose(&c, &ask(0, 1)),
+        Decision {
+            jobs: vec![],
+            replicas: vec![2]
+        }
+    );
+    // With two free slots, the next latest too.
+    assert_eq!(Adaptive.choose(&c, &ask(0, 2)).replicas, vec![2]);
+    let mut two = hosts.clone();
+    two[0].slots = 2;
+    let mut c2 = ctx(&[], &two, 0);
+    c2.running = &running;
+    assert_eq!(Adaptive.choose(&c2, &ask(0, 2)).replicas, vec![2, 1]);
+    // The slow host would not finish sooner: no copy.
+    let mut c = ctx(&[], &hosts, 1);
+    c.running = &running;
+    assert!(Adaptive.choose(&c, &ask(0, 1)).replicas.is_empty());
+    // Never a third copy, never a copy on a holder or on a host that failed it.
+    let mut full = running.clone();
+    full[1].copies = MAX_COPIES;
+    full[0].on_asker = true;
+    let mut c = ctx(&[], &hosts, 0);
+    c.running = &full;
+    assert!(Adaptive.choose(&c, &ask(0, 1)).replicas.is_empty());
+    // Nothing is copied while the queue keeps the hosts busy past every
+    // running job (2000 pages at 1 page/s without the asker's slot).
+    let queue = q(&[(9, 2000.0)]);
+    let mut c = ctx(&queue, &hosts, 0);
+    c.running = &running;
+    assert_eq!(
+        Adaptive.choose(&c, &ask(0, 1)),
+        Decision {
+            jobs: vec![9],
+            replicas: vec![]
+        }
+    );
+}
+
+#[test]
+fn adaptive_hedges_the_critical_job_while_jobs_are_queued_only_with_slack() {
+    let run = |job_id, pages, finish_s| RunningView {
+        job_id,
+        pages,
+        copies: 1,
+        on_asker: false,
+        failed_here: false,
+        finish_s,
+    };
+    // Hosts 1, 2 and 4 do 10 pages/s, host 3 one. Host 1 runs job 1
+    // (1000 pages, 100 s left); host 2 asks.
+    let mut hosts = [host(1, 10.0), host(2, 10.0), host(3, 1.0), host(4, 10.0)];
+    hosts[0].busy = 1;
+    hosts[0].free_at_s = 100.0;
+    hosts[0].load_s = 100.0;
+    let running = vec![run(1, 1000.0, 100.0)];
+    let with = |queue: &[JobView], hosts: &[HostView], asker: usize| {
+        let mut c = ctx(queue, hosts, asker);
+        c.running = &running;
+        Adaptive.choose(&c, &ask(0, 1))
+    };
+    // Five small jobs: without host 2's slot the rest drain in
+    // (50 + 1000) / 21 = 50 s, job 1 ends in 100 s: it sets the makespan,
+    // and host 2's copy would end then too. A hedge, before the queue.
+    let small = q(&[(11, 10.0), (12, 10.0), (13, 10.0), (14, 10.0), (15, 10.0)]);
+    assert_eq!(
+        with(&small, &hosts, 1),
+        Decision {
+            jobs: vec![],
+            replicas: vec![1]
+        }
+    );
+    // No slack: 2000 queued pages keep the hosts busy for 143 s.
+    let busy: Vec<(u64, f64)> = (21..41).map(|id| (id, 100.0)).collect();
+    let busy = q(&busy);
+    let d = with(&busy, &hosts, 1);
+    assert!(d.replicas.is_empty() && !d.jobs.is_empty(), "{d:?}");
+    // A queued job that could last as long (900 pages: 90 s on a fast
+    // host, within the reach of 100 s) is placed first.
+    let long = q(&[(11, 10.0), (31, 900.0), (12, 10.0)]);
+    assert_eq!(
+        with(&long, &hosts, 1),
+        Decision {
+            jobs: vec![31],
+            replicas: vec![]
+        }
+    );
+    // The slow host's copy would take 1000 s: no hedge (and the small
+    // jobs are the fast hosts' too).
+    assert_eq!(with(&small, &hosts, 2), Decision::default());
+    // A job well short of the longest one does not set the makespan: job 2
+    // (300 s left, already two copies) is the critical one, not job 1.
+    let mut running2 = running.clone();
+    running2.push(RunningView {
+        copies: MAX_COPIES,
+        ..run(2, 3000.0, 300.0)
+    });
+    let mut c = ctx(&small, &hosts, 1);
+    c.running = &running2;
+    let d = Adaptive.choose(&c, &ask(0, 1));
+    assert!(d.replicas.is_empty() && d.jobs.len() == 1, "{d:?}");
+}

@@ -1,0 +1,505 @@
+//! The event loop's state and handlers: the grid over its in-memory store,
+//! driven by the simulated clients as `serve` would be (work requests,
+//! progress, failures, the three upload steps, deadline ticks).
+//!
+//! Invariants: events are handled in (time, sequence) order and are never
+//! scheduled in the past; events of a host's earlier availability epoch are
+//! stale and ignored. It never writes link files or states.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use ed25519_dalek::VerifyingKey;
+
+use beebot_shared::fetch_rules::work_wanted;
+use beebot_shared::limits::MAX_WINDOW_INTERVALS;
+use beebot_shared::linkfile::{self, LinkFileHeader, ScanSummary, StopReason};
+use beebot_shared::proto::ABORT_HAND_OVER;
+use beebot_shared::scanstate::ScanState;
+use beebot_shared::sign::{self, WorkUnit};
+
+use super::host::{Client, Ev, Held, HeldState, Scan, SiteTruth};
+use super::inputs::SimHost;
+use super::timeline::{Avail, Timeline};
+use super::{
+    Rng, SimError, SimOptions, CHECKPOINT_INTERVAL_MS, CLIENT_TICK_MS, PAGE_BYTES,
+    PROGRESS_INTERVAL_MS, SIM_START_MS,
+};
+use crate::grid::{
+    Grid, GridError, ProgressOutcome, UploadOutcome, UploadPlan, UploadStep, WorkRequest,
+};
+
+pub(super) struct Sim<'a> {
+    pub(super) opts: &'a SimOptions,
+    pub(super) hosts: &'a [SimHost],
+    pub(super) sites: Vec<SiteTruth>,
+    pub(super) timelines: Vec<Timeline>,
+    pub(super) grid: Grid,
+    pub(super) project_key: VerifyingKey,
+    pub(super) round_id: u64,
+    /// Grid job id → site index.
+    pub(super) job_site: HashMap<u64, usize>,
+    pub(super) rng: Rng,
+    /// Milliseconds since the start (the grid sees `SIM_START_MS + now`).
+    pub(super) now: u64,
+    pub(super) seq: u64,
+    pub(super) events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    pub(super) clients: Vec<Client>,
+    /// Page ranges of each site that accepted scans covered.
+    pub(super) covered: Vec<Vec<(u64, u64)>>,
+    pub(super) busy_s: f64,
+    pub(super) wasted_s: f64,
+    pub(super) continuations: u64,
+    pub(super) round_over: bool,
+}
+
+impl Sim<'_> {
+    /// Schedule an event (never in the past).
+    pub(super) fn at(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.push(Reverse((t.max(self.now), self.seq, ev)));
+    }
+
+    pub(super) fn grid_now(&self) -> u64 {
+        SIM_START_MS + self.now
+    }
+
+    pub(super) fn ask_soon(&mut self, h: usize, t: u64) {
+        let c = &mut self.clients[h];
+        if c.ask_at.is_some_and(|a| a <= t) {
+            return;
+        }
+        c.ask_at = Some(t);
+        self.at(t, Ev::Ask(h));
+    }
+
+    pub(super) fn check_round(&mut self) {
+        self.round_over = self.grid.status().rounds_running == 0;
+    }
+
+    /// The open intervals a client sends, seconds from now (as
+    /// `Gate::open_intervals`), and the seconds left in the open one.
+    pub(super) fn open_windows(&self, h: usize) -> (Option<Vec<(u64, u64)>>, Option<u64>) {
+        let Some(w) = &self.clients[h].window else {
+            return (None, None);
+        };
+        let now = self.now;
+        let v: Vec<(u64, u64)> = w
+            .iter()
+            .filter(|&&(_, b)| b > now)
+            .take(MAX_WINDOW_INTERVALS)
+            .map(|&(a, b)| (a.saturating_sub(now) / 1000, (b - now) / 1000))
+            .collect();
+        let left = v.first().filter(|x| x.0 == 0).map(|x| x.1);
+        (Some(v), left)
+    }
+
+    /// The client asks for work when its buffer runs low (`fetch_work`).
+    pub(super) fn on_ask(&mut self, h: usize) -> Result<(), SimError> {
+        if self.clients[h].ask_at != Some(self.now) {
+            return Ok(());
+        }
+        self.clients[h].ask_at = None;
+        let c = &self.clients[h];
+        if c.avail != Avail::On {
+            return Ok(());
+        }
+        if self.now < c.next_request_ms {
+            let t = c.next_request_ms;
+            self.ask_soon(h, t);
+            return Ok(());
+        }
+        let unfinished = c.held.len();
+        let Some((want, free)) = work_wanted(
+            self.hosts[h].slots,
+            unfinished,
+            c.job_s,
+            self.opts.round_trip_s,
+            self.opts.buffer_min_s,
+            self.opts.buffer_max_s,
+        ) else {
+            return Ok(()); // asks again when a scan ends
+        };
+        let (open_windows, left) = self.open_windows(h);
+        let req = WorkRequest {
+            want_seconds: left.map_or(want, |l| want.min(l)),
+            free_slots: free,
+            units_held: c.held.iter().map(|u| u.unit.unit_id).collect(),
+            open_windows,
+        };
+        let host_id = c.host_id;
+        let reply = self.grid.request_work(host_id, &req, self.grid_now())?;
+        let mut got = 0;
+        for signed in &reply.units {
+            // As the client: verified with the project key, and ours.
+            let Ok(unit) = sign::verify_unit(&self.project_key, signed) else {
+                continue;
+            };
+            let Some(&site) = self.job_site.get(&unit.job_id) else {
+                continue;
+            };
+            if unit.host_id != host_id {
+                continue;
+            }
+            if unit.resume.is_some() {
+                self.continuations += 1;
+            }
+            self.at(unit.deadline_ms.saturating_sub(SIM_START_MS) + 1, Ev::Tick);
+            self.clients[h].held.push(Held {
+                unit,
+                site,
+                state: HeldState::Waiting,
+            });
+            got += 1;
+        }
+        if got > 0 {
+            self.start_scans(h)?;
+            self.ask_soon(h, self.now + CLIENT_TICK_MS);
+        } else {
+            let wait_s = reply.retry_after_s.unwrap_or(30);
+            let jitter = 1.0 + 0.2 * self.rng.unit();
+            let t = self.now + (wait_s as f64 * 1000.0 * jitter) as u64;
+            self.clients[h].next_request_ms = t;
+            self.ask_soon(h, t);
+        }
+        Ok(())
+    }
+
+    /// Start waiting units on free slots, first come first served.
+    pub(super) fn start_scans(&mut self, h: usize) -> Result<(), SimError> {
+        if self.clients[h].avail != Avail::On {
+            return Ok(());
+        }
+        let slots = self.hosts[h].slots.max(1) as usize;
+        loop {
+            let c = &self.clients[h];
+            let scanning = c
+                .held
+                .iter()
+                .filter(|u| matches!(u.state, HeldState::Scanning(_)))
+                .count();
+            let Some(i) = c
+                .held
+                .iter()
+                .position(|u| matches!(u.state, HeldState::Waiting))
+            else {
+                return Ok(());
+            };
+            if scanning >= slots {
+                return Ok(());
+            }
+            if self.rng.unit() < self.opts.scan_failures {
+                // The scan cannot run here: the client gives the unit back.
+                let unit_id = c.held[i].unit.unit_id;
+                let host_id = c.host_id;
+                self.clients[h].held.remove(i);
+                self.grid
+                    .fail(host_id, unit_id, "simulated scan failure", self.grid_now())?;
+                self.check_round();
+                continue;
+            }
+            let held = &self.clients[h].held[i];
+            let from = held.unit.resume.as_ref().map_or(0, |r| r.pages_done);
+            let delay_s = held.unit.limits.delay_ms as f64 / 1000.0;
+            let page_ends =
+                self.sites[held.site].page_ends(from, self.hosts[h].pages_per_s, delay_s);
+            let unit_id = held.unit.unit_id;
+            self.clients[h].held[i].state = HeldState::Scanning(Scan {
+                start_page: from,
+                page_ends,
+                done_s: 0.0,
+                since_ms: Some(self.now),
+                started_ms: self.now,
+                checkpoint_s: 0.0,
+            });
+            self.schedule_scan(h, unit_id);
+        }
+    }
+
+    /// Schedule a scan's end (when running) and its next progress report.
+    pub(super) fn schedule_scan(&mut self, h: usize, unit_id: u64) {
+        let c = &self.clients[h];
+        let epoch = c.epoch;
+        let Some(Held {
+            state: HeldState::Scanning(s),
+            unit,
+            ..
+        }) = c.held.iter().find(|u| u.unit.unit_id == unit_id)
+        else {
+            return;
+        };
+        let end = s.since_ms.map(|since| {
+            let left = s.page_ends.last().copied().unwrap_or(0.0) - s.done_s;
+            let natural = since + (left.max(0.0) * 1000.0).ceil() as u64;
+            let budget = s.started_ms + unit.limits.max_seconds.saturating_mul(1000);
+            natural.min(budget)
+        });
+        let reports = matches!(c.avail, Avail::On | Avail::Gated);
+        if let Some(end) = end {
+            self.at(end, Ev::ScanEnd(h, unit_id, epoch));
+        }
+        if reports {
+            self.at(
+                self.now + PROGRESS_INTERVAL_MS,
+                Ev::Report(h, unit_id, epoch),
+            );
+        }
+    }
+
+    pub(super) fn scan_of(&self, h: usize, unit_id: u64) -> Option<(usize, &Scan)> {
+        self.clients[h]
+            .held
+            .iter()
+            .enumerate()
+            .find_map(|(i, u)| match &u.state {
+                HeldState::Scanning(s) if u.unit.unit_id == unit_id => Some((i, s)),
+                _ => None,
+            })
+    }
+
+    /// A scan ends: at its natural end, or at its time budget with its frontier.
+    pub(super) fn on_scan_end(
+        &mut self,
+        h: usize,
+        unit_id: u64,
+        epoch: u64,
+    ) -> Result<(), SimError> {
+        if self.clients[h].epoch != epoch || self.clients[h].avail != Avail::On {
+            return Ok(());
+        }
+        self.end_scan(h, unit_id, false)
+    }
+
+    /// End a running scan now: at its natural end or its time budget, or
+    /// handed over ([`ABORT_HAND_OVER`]: what it did, with its frontier).
+    pub(super) fn end_scan(
+        &mut self,
+        h: usize,
+        unit_id: u64,
+        hand_over: bool,
+    ) -> Result<(), SimError> {
+        let Some((i, scan)) = self.scan_of(h, unit_id) else {
+            return Ok(());
+        };
+        let pages = scan.pages_at(self.now);
+        let natural = pages as usize >= scan.page_ends.len();
+        let (start_page, started_ms, done_s) =
+            (scan.start_page, scan.started_ms, scan.done_at(self.now));
+        let held = self.clients[h].held.remove(i);
+        let site = held.site;
+        let stopped_by = if !natural && hand_over {
+            Some(StopReason::Cancelled)
+        } else if !natural {
+            Some(StopReason::MaxTime)
+        } else if self.sites[site].capped {
+            Some(StopReason::MaxPages)
+        } else {
+            None
+        };
+        let elapsed_ms = self.now - started_ms;
+        let c = &mut self.clients[h];
+        let took = elapsed_ms as f64 / 1000.0;
+        c.job_s = Some(match c.job_s {
+            None => took,
+            Some(a) => a + 0.3 * (took - a),
+        });
+        self.busy_s += done_s;
+        let summary = ScanSummary {
+            pages,
+            bytes: pages * PAGE_BYTES,
+            elapsed_ms,
+            stopped_by,
+            ..Default::default()
+        };
+        let state = (!natural).then(|| ScanState {
+            site: held.unit.site.clone(),
+            pages_done: start_page + pages,
+            ..Default::default()
+        });
+        let outcome = self.upload(h, &held.unit, summary, state)?;
+        if outcome == UploadOutcome::Accepted {
+            self.covered[site].push((start_page, start_page + pages));
+            self.check_round();
+        } else {
+            self.wasted_s += done_s;
+        }
+        self.start_scans(h)?;
+        self.ask_soon(h, self.now);
+        Ok(())
+    }
+
+    /// The server's three upload steps, the link file verified and never written.
+    pub(super) fn upload(
+        &mut self,
+        h: usize,
+        unit: &WorkUnit,
+        summary: ScanSummary,
+        state: Option<ScanState>,
+    ) -> Result<UploadOutcome, SimError> {
+        let header = LinkFileHeader::of_unit(unit, summary.pages, 0);
+        let link_file =
+            linkfile::encode(&header, &[]).map_err(|e| SimError::Invalid(e.to_string()))?;
+        let state = state
+            .map(|s| s.encode())
+            .transpose()
+            .map_err(|e| SimError::Invalid(e.to_string()))?;
+        let host_id = self.clients[h].host_id;
+        let now = self.grid_now();
+        let plan = match self.grid.upload_begin(host_id, unit.unit_id, now)? {
+            UploadStep::Answer(o) => return Ok(o),
+            UploadStep::Plan(p) => p,
+        };
+        finish_upload(&mut self.grid, &plan, summary, &link_file, state, now)
+    }
+
+    /// A scan's progress report: `Extend` is followed, `Abort` stops it.
+    pub(super) fn on_report(&mut self, h: usize, unit_id: u64, epoch: u64) -> Result<(), SimError> {
+        let c = &self.clients[h];
+        if c.epoch != epoch || !matches!(c.avail, Avail::On | Avail::Gated) {
+            return Ok(());
+        }
+        let Some((i, scan)) = self.scan_of(h, unit_id) else {
+            return Ok(());
+        };
+        let pages = scan.start_page + scan.pages_at(self.now);
+        let host_id = c.host_id;
+        match self
+            .grid
+            .progress(host_id, unit_id, pages, 0, self.grid_now())?
+        {
+            ProgressOutcome::Abort(r) if r == ABORT_HAND_OVER => {
+                return self.end_scan(h, unit_id, true);
+            }
+            ProgressOutcome::Abort(_) => {
+                let held = self.clients[h].held.remove(i);
+                if let HeldState::Scanning(s) = held.state {
+                    let done = s.done_at(self.now);
+                    self.busy_s += done;
+                    self.wasted_s += done;
+                }
+                self.start_scans(h)?;
+                self.ask_soon(h, self.now);
+                return Ok(());
+            }
+            ProgressOutcome::Extend(d) => {
+                self.clients[h].held[i].unit.deadline_ms = d;
+                self.at(d.saturating_sub(SIM_START_MS) + 1, Ev::Tick);
+            }
+            ProgressOutcome::Continue => {}
+        }
+        self.at(
+            self.now + PROGRESS_INTERVAL_MS,
+            Ev::Report(h, unit_id, epoch),
+        );
+        Ok(())
+    }
+
+    /// A host's availability changes: scans pause (checkpointed), stop (lost
+    /// back to the last checkpoint) or resume.
+    pub(super) fn on_avail(&mut self, h: usize, idx: usize) -> Result<(), SimError> {
+        let Some(&(_, to, clean)) = self.timelines[h].changes.get(idx) else {
+            return Ok(());
+        };
+        if let Some(&(t, _, _)) = self.timelines[h].changes.get(idx + 1) {
+            self.at(t, Ev::Avail(h, idx + 1));
+        }
+        let now = self.now;
+        let c = &mut self.clients[h];
+        let from = c.avail;
+        if from == to || from == Avail::Gone {
+            return Ok(());
+        }
+        c.avail = to;
+        c.epoch += 1;
+        let mut lost = 0.0;
+        for u in c.held.iter_mut() {
+            let HeldState::Scanning(s) = &mut u.state else {
+                continue;
+            };
+            if s.since_ms.is_some() {
+                s.pause(now);
+                if clean {
+                    s.checkpoint_s = s.done_s;
+                }
+            }
+            if matches!(to, Avail::Off | Avail::Gone) {
+                // Back to the last checkpoint: at least every 30 s of scanning.
+                let every = CHECKPOINT_INTERVAL_MS as f64 / 1000.0;
+                let kept = s.checkpoint_s.max((s.done_s / every).floor() * every);
+                lost += s.done_s - kept;
+                s.done_s = kept;
+                s.checkpoint_s = kept;
+            }
+            if to == Avail::On {
+                s.since_ms = Some(now);
+            }
+        }
+        self.busy_s += lost;
+        self.wasted_s += lost;
+        if to == Avail::Gone {
+            return Ok(());
+        }
+        let ids: Vec<u64> = self.clients[h]
+            .held
+            .iter()
+            .filter(|u| matches!(u.state, HeldState::Scanning(_)))
+            .map(|u| u.unit.unit_id)
+            .collect();
+        for id in ids {
+            self.schedule_scan(h, id);
+        }
+        if to == Avail::On {
+            self.start_scans(h)?;
+            self.ask_soon(h, now);
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_tick(&mut self) -> Result<(), SimError> {
+        if self.grid.tick(self.grid_now())? > 0 {
+            self.check_round();
+        }
+        Ok(())
+    }
+
+    /// Pages of the sites' natural ends no accepted scan covered.
+    pub(super) fn pages_lost(&self) -> u64 {
+        self.sites
+            .iter()
+            .zip(&self.covered)
+            .map(|(site, ranges)| {
+                let mut r = ranges.clone();
+                r.sort_unstable();
+                let (mut covered, mut reach) = (0, 0);
+                for (a, b) in r {
+                    let (a, b) = (a.max(reach), b.min(site.natural));
+                    if b > a {
+                        covered += b - a;
+                        reach = b;
+                    }
+                }
+                site.natural - covered.min(site.natural)
+            })
+            .sum()
+    }
+}
+
+/// The last upload steps as `serve` runs them: verify, write (to memory),
+/// then finish or refuse.
+pub(super) fn finish_upload(
+    grid: &mut Grid,
+    plan: &UploadPlan,
+    summary: ScanSummary,
+    link_file: &[u8],
+    state: Option<Vec<u8>>,
+    now: u64,
+) -> Result<UploadOutcome, SimError> {
+    match plan.verify(&summary, link_file, state.as_deref()) {
+        Ok(info) => {
+            plan.write(link_file, info.state.as_ref())
+                .map_err(GridError::from)?;
+            Ok(grid.upload_finish(plan, summary, info, now)?)
+        }
+        Err(reason) => Ok(grid.upload_refused(plan, reason, now)?),
+    }
+}

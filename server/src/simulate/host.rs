@@ -1,0 +1,114 @@
+//! The simulated host: what a site truly is (its pages and their response
+//! times), the client of one host with the units it holds, its scans
+//! (paused, resumed, checkpointed), and the events the loop orders.
+//!
+//! Invariants: a scan's `page_ends` are cumulative and ascending; a scan
+//! never does more than its pages. It never calls the grid: the engine does.
+
+use beebot_shared::sign::WorkUnit;
+
+use super::timeline::Avail;
+
+/// A site as it truly is.
+pub(super) struct SiteTruth {
+    /// Pages to its natural end: its true size, up to the page cap.
+    pub(super) natural: u64,
+    /// Its true size is over the page cap (a scan to the end stops at `MaxPages`).
+    pub(super) capped: bool,
+    /// Each page's response time, seconds.
+    pub(super) response_s: Vec<f32>,
+}
+
+impl SiteTruth {
+    /// Seconds one slot of a host of `pages_per_s` needs for pages `from..`:
+    /// each page the politeness delay or its response time plus the host's
+    /// own time, whichever is longer. Cumulative, one entry a page.
+    pub(super) fn page_ends(&self, from: u64, pages_per_s: f64, delay_s: f64) -> Vec<f64> {
+        let own = 1.0 / pages_per_s.max(1e-6);
+        let mut t = 0.0;
+        self.response_s
+            .iter()
+            .skip(from as usize)
+            .map(|r| {
+                t += (f64::from(*r) + own).max(delay_s);
+                t
+            })
+            .collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Ev {
+    /// The client's loop asks for work.
+    Ask(usize),
+    /// A running scan reaches its end or its time budget (host, unit, epoch).
+    ScanEnd(usize, u64, u64),
+    /// A scan reports progress (host, unit, epoch).
+    Report(usize, u64, u64),
+    /// A deadline passes: the server's ticker runs.
+    Tick,
+    /// A host's availability changes (host, index into its timeline).
+    Avail(usize, usize),
+}
+
+/// A scan in a client.
+pub(super) struct Scan {
+    /// Pages the job's earlier scans did (the unit's `resume`).
+    pub(super) start_page: u64,
+    /// Cumulative seconds of scanning at which each page of this scan ends.
+    pub(super) page_ends: Vec<f64>,
+    /// Seconds of scanning done up to `since_ms` (or up to the pause).
+    pub(super) done_s: f64,
+    /// Scanning since (`None`: paused).
+    pub(super) since_ms: Option<u64>,
+    /// When it started: elapsed time and the time budget count from here,
+    /// pauses included, as the client's crawler counts them.
+    pub(super) started_ms: u64,
+    /// Seconds of scanning at its last checkpoint.
+    pub(super) checkpoint_s: f64,
+}
+
+impl Scan {
+    pub(super) fn done_at(&self, now: u64) -> f64 {
+        let run = self
+            .since_ms
+            .map_or(0.0, |s| now.saturating_sub(s) as f64 / 1000.0);
+        let total = self.page_ends.last().copied().unwrap_or(0.0);
+        (self.done_s + run).min(total)
+    }
+    pub(super) fn pages_at(&self, now: u64) -> u64 {
+        let done = self.done_at(now) + 1e-9;
+        self.page_ends.partition_point(|&e| e <= done) as u64
+    }
+    pub(super) fn pause(&mut self, now: u64) {
+        self.done_s = self.done_at(now);
+        self.since_ms = None;
+    }
+}
+
+pub(super) enum HeldState {
+    Waiting,
+    Scanning(Scan),
+}
+
+/// A unit the client holds.
+pub(super) struct Held {
+    pub(super) unit: WorkUnit,
+    pub(super) site: usize,
+    pub(super) state: HeldState,
+}
+
+/// The client of one host.
+pub(super) struct Client {
+    pub(super) host_id: u64,
+    pub(super) avail: Avail,
+    /// Its window's open intervals (ms from the start), sent with work
+    /// requests; `None`: it keeps no window.
+    pub(super) window: Option<Vec<(u64, u64)>>,
+    pub(super) held: Vec<Held>,
+    pub(super) job_s: Option<f64>,
+    pub(super) next_request_ms: u64,
+    pub(super) ask_at: Option<u64>,
+    /// Bumped at every change of availability: events of earlier epochs are stale.
+    pub(super) epoch: u64,
+}

@@ -1,0 +1,468 @@
+//! One seeded round: the truth of each site, the hosts' availability, the
+//! grid opened with the sites and enrolled hosts, the round started, the
+//! event loop run to the round's end (or its bounds), and the result.
+//!
+//! Invariants: the random draws happen in one fixed order (truths,
+//! timelines, the project key, then per host its key and benchmark error,
+//! then the clients' start times), so a seed reproduces its run exactly.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+
+use ed25519_dalek::SigningKey;
+
+use beebot_shared::proto::HostInfo;
+use beebot_shared::window::Windows;
+
+use super::engine::Sim;
+use super::host::{Client, Ev, HeldState, SiteTruth};
+use super::inputs::{SimHost, SimSite};
+use super::results::RunResult;
+use super::timeline::{lower_bound_s, timeline, window_intervals, Avail, Timeline};
+use super::{
+    invalid, Availability, Rng, SimError, SimOptions, EVENTS_PER_HOST, EVENTS_PER_JOB, HORIZON_MS,
+    NIGHTS_AND_WEEKENDS, OFFICE_HOURS, PAGE_BYTES, RESPONSE_MEDIAN_S, RESPONSE_SIGMA, SIM_START_MS,
+};
+use crate::grid::{Grid, GridError, GridIo, GridSettings, MemoryLinks};
+use crate::model::{RoundState, SiteRecord, SiteStats};
+use crate::params::RoundParams;
+use crate::scheduler;
+
+/// Derive 32 key bytes from a seed.
+fn key_bytes(rng: &mut Rng) -> [u8; 32] {
+    let mut k = [0u8; 32];
+    for chunk in k.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    k
+}
+
+/// Run one round of `sites` on `hosts` under `policy` with one seed.
+pub fn run(
+    sites: &[SimSite],
+    hosts: &[SimHost],
+    policy: &str,
+    seed: u64,
+    opts: &SimOptions,
+) -> Result<RunResult, SimError> {
+    if scheduler::policy_by_name(policy).is_none() {
+        return Err(SimError::Invalid(format!("unknown policy `{policy}`")));
+    }
+    let mut rng = Rng::new(seed);
+    let truths = site_truths(sites, opts, &mut rng);
+    let world = availability(hosts, &truths, opts, &mut rng)?;
+    let store = site_store(sites)?;
+    let key = SigningKey::from_bytes(&key_bytes(&mut rng));
+    let settings = GridSettings {
+        user_agent: "BeeBot/simulated (+https://example.invalid/beebot)".into(),
+        deadline_slack: opts.deadline_slack,
+        deadline_grace_s: opts.deadline_grace_s,
+        trust_after: crate::validate::DEFAULT_TRUST_AFTER,
+        spot_check_percent: crate::validate::DEFAULT_SPOT_CHECK_PERCENT,
+    };
+    // In memory: a simulated link file holds a header and no records (about
+    // 50 bytes a site once the round is done), and the files and states no
+    // result keeps are removed as on disk.
+    let io = GridIo::in_memory(store, Arc::new(MemoryLinks::new()), key.clone(), seed);
+    let mut grid = Grid::open(io, settings)?;
+    let clients = enrol_hosts(
+        &mut grid,
+        hosts,
+        world.windows,
+        &world.timelines,
+        opts,
+        &mut rng,
+    )?;
+    let (round_id, job_site) = start_round(&mut grid, sites, policy, opts)?;
+    let mut sim = Sim {
+        opts,
+        hosts,
+        covered: vec![Vec::new(); truths.len()],
+        sites: truths,
+        timelines: world.timelines,
+        project_key: key.verifying_key(),
+        grid,
+        round_id,
+        job_site,
+        rng,
+        now: 0,
+        seq: 0,
+        events: BinaryHeap::new(),
+        clients,
+        busy_s: 0.0,
+        wasted_s: 0.0,
+        continuations: 0,
+        round_over: false,
+    };
+    drive(&mut sim, sites.len(), hosts.len())?;
+    outcome(&mut sim, seed, world.lower_bound_s)
+}
+
+/// The truth of each site from the seed: its size (off its last scan by up
+/// to ± `noise`, or drawn when never scanned) and each page's response time.
+fn site_truths(sites: &[SimSite], opts: &SimOptions, rng: &mut Rng) -> Vec<SiteTruth> {
+    let noise = opts.noise.clamp(0.0, 0.95);
+    let max_pages = u64::from(opts.max_pages.max(1));
+    sites
+        .iter()
+        .map(|s| {
+            let size = match s.pages {
+                Some(p) => (p * rng.around_one(noise)).round().max(1.0),
+                None => rng.pareto_pages(),
+            } as u64;
+            let natural = size.min(max_pages);
+            let mean = RESPONSE_MEDIAN_S * (RESPONSE_SIGMA * rng.normal()).exp();
+            SiteTruth {
+                natural,
+                capped: size > max_pages,
+                response_s: (0..natural).map(|_| rng.exp(mean) as f32).collect(),
+            }
+        })
+        .collect()
+}
+
+/// The hosts' availability under one seed (the same for every policy), the
+/// windows their clients send, and the round's lower bound under it.
+struct World {
+    timelines: Vec<Timeline>,
+    windows: Vec<Option<Vec<(u64, u64)>>>,
+    lower_bound_s: f64,
+}
+
+/// Draw each host's timeline: always on, office hours or nights and
+/// weekends, with offline spells and, for a share of hosts, a time it goes.
+fn availability(
+    hosts: &[SimHost],
+    truths: &[SiteTruth],
+    opts: &SimOptions,
+    rng: &mut Rng,
+) -> Result<World, SimError> {
+    let delay_s = opts.delay_ms as f64 / 1000.0;
+    let office = window_intervals(&Windows::parse(OFFICE_HOURS).map_err(invalid)?);
+    let nights_window = Windows::parse(NIGHTS_AND_WEEKENDS).map_err(invalid)?;
+    let nights = window_intervals(&nights_window);
+    let seconds: Vec<Vec<f64>> = hosts
+        .iter()
+        .map(|h| {
+            truths
+                .iter()
+                .map(|t| {
+                    t.page_ends(0, h.pages_per_s, delay_s)
+                        .last()
+                        .copied()
+                        .unwrap_or(0.0)
+                })
+                .collect()
+        })
+        .collect();
+    let slots: Vec<u32> = hosts.iter().map(|h| h.slots).collect();
+    let always: Vec<Timeline> = hosts.iter().map(|_| Timeline::always()).collect();
+    let vanish_within_ms = lower_bound_s(&seconds, &slots, &always) * 1000.0;
+    let mut windows = Vec::with_capacity(hosts.len());
+    let timelines: Vec<Timeline> = (0..hosts.len())
+        .map(|i| {
+            let kind = match opts.availability {
+                Availability::Always => 0,
+                Availability::Desktops => (rng.unit() * 3.0) as usize,
+            };
+            let (base, closed, window) = match kind {
+                1 => (office.as_slice(), Avail::Off, None),
+                2 => (nights.as_slice(), Avail::Gated, Some(nights.clone())),
+                _ => (&[(0, HORIZON_MS)][..], Avail::Off, None),
+            };
+            windows.push(window);
+            // The first host stays, so that every round can end.
+            let gone =
+                (i > 0 && rng.unit() < opts.vanish).then(|| (rng.unit() * vanish_within_ms) as u64);
+            timeline(base, closed, opts.dropout.clamp(0.0, 0.9), gone, rng)
+        })
+        .collect();
+    let lower = lower_bound_s(&seconds, &slots, &timelines);
+    Ok(World {
+        timelines,
+        windows,
+        lower_bound_s: lower,
+    })
+}
+
+/// A store in memory with the sites and their last scans.
+fn site_store(sites: &[SimSite]) -> Result<crate::store::SharedStore, SimError> {
+    let store = crate::store::memory();
+    for s in sites {
+        store
+            .put_site(&SiteRecord {
+                host: s.name.clone(),
+                added_ms: SIM_START_MS,
+                last_scan: s.pages.map(|p| SiteStats {
+                    pages: p.round() as u64,
+                    ..Default::default()
+                }),
+            })
+            .map_err(GridError::from)?;
+    }
+    Ok(store)
+}
+
+/// Enrol every host with its first-start benchmark (off its true speed by
+/// up to ± the benchmark noise) and make its client.
+fn enrol_hosts(
+    grid: &mut Grid,
+    hosts: &[SimHost],
+    windows: Vec<Option<Vec<(u64, u64)>>>,
+    timelines: &[Timeline],
+    opts: &SimOptions,
+    rng: &mut Rng,
+) -> Result<Vec<Client>, SimError> {
+    let token = grid.create_invite(hosts.len() as u32, SIM_START_MS + HORIZON_MS, SIM_START_MS)?;
+    let mut clients = Vec::with_capacity(hosts.len());
+    for ((h, window), tl) in hosts.iter().zip(windows).zip(timelines) {
+        // A host that is not on at the start was last heard from before it
+        // (the grid counts it offline until it asks); the others just enrolled.
+        let seen = if tl.changes.first().is_some_and(|c| c.1 == Avail::On) {
+            SIM_START_MS
+        } else {
+            SIM_START_MS - scheduler::ONLINE_WINDOW_MS - 1000
+        };
+        let host_key = SigningKey::from_bytes(&key_bytes(rng));
+        let info = HostInfo {
+            name: h.name.clone(),
+            os: "simulated".into(),
+            client_version: env!("CARGO_PKG_VERSION").into(),
+            cores: h.slots,
+        };
+        let id = grid.enrol(&token, host_key.verifying_key().to_bytes(), info, seen)?;
+        if opts.trusted {
+            grid.set_trusted(id)?;
+        }
+        // The first-start benchmark: the reference site at delay 0.
+        let bench = h.pages_per_s * rng.around_one(opts.benchmark_noise.clamp(0.0, 0.95));
+        grid.benchmark(id, bench, bench * (PAGE_BYTES / 1024) as f64, h.slots, seen)?;
+        clients.push(Client {
+            host_id: id,
+            avail: Avail::Off,
+            window,
+            held: Vec::new(),
+            job_s: None,
+            next_request_ms: 0,
+            ask_at: None,
+            epoch: 0,
+        });
+    }
+    Ok(clients)
+}
+
+/// Start the round under `policy` and map its jobs to the sites.
+fn start_round(
+    grid: &mut Grid,
+    sites: &[SimSite],
+    policy: &str,
+    opts: &SimOptions,
+) -> Result<(u64, HashMap<u64, usize>), SimError> {
+    let defaults = RoundParams::default();
+    let params = RoundParams {
+        validate: opts.validate,
+        policy: policy.to_string(),
+        max_pages: opts.max_pages,
+        delay_ms: opts.delay_ms,
+        max_seconds: opts.max_seconds,
+        max_attempts: opts.max_attempts,
+        deadline_min_s: opts.deadline_min_s,
+        deadline_max_s: opts.deadline_max_s,
+        ..defaults
+    };
+    let round_id = grid.start_round(params, SIM_START_MS)?;
+    let (_, jobs) = grid.round(round_id)?;
+    let index: HashMap<&str, usize> = sites
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_str(), i))
+        .collect();
+    let job_site: HashMap<u64, usize> = jobs
+        .iter()
+        .filter_map(|j| index.get(j.site.as_str()).map(|&i| (j.id, i)))
+        .collect();
+    if job_site.len() != sites.len() {
+        return Err(SimError::Invalid(
+            "site names must be distinct and valid hosts".into(),
+        ));
+    }
+    Ok((round_id, job_site))
+}
+
+/// Start the clients and handle events until the round ends, the events run
+/// out or a bound (events, horizon) is reached.
+fn drive(sim: &mut Sim<'_>, sites: usize, hosts: usize) -> Result<(), SimError> {
+    for h in 0..hosts {
+        // Clients start within a second of each other.
+        let t = (sim.rng.unit() * 1000.0) as u64;
+        sim.at(t, Ev::Avail(h, 0));
+    }
+    let bound = EVENTS_PER_JOB * sites as u64 + EVENTS_PER_HOST * hosts as u64;
+    let mut processed = 0u64;
+    while !sim.round_over && processed < bound {
+        let Some(Reverse((t, _, ev))) = sim.events.pop() else {
+            break;
+        };
+        if t >= HORIZON_MS {
+            break;
+        }
+        processed += 1;
+        sim.now = t;
+        match ev {
+            Ev::Ask(h) => sim.on_ask(h)?,
+            Ev::ScanEnd(h, u, e) => sim.on_scan_end(h, u, e)?,
+            Ev::Report(h, u, e) => sim.on_report(h, u, e)?,
+            Ev::Tick => sim.on_tick()?,
+            Ev::Avail(h, i) => sim.on_avail(h, i)?,
+        }
+    }
+    Ok(())
+}
+
+/// What the run came to: the round's makespan and the grid's counts, with
+/// scans still running at the end counted as busy (their copies now useless).
+fn outcome(sim: &mut Sim<'_>, seed: u64, lower: f64) -> Result<RunResult, SimError> {
+    let now = sim.now;
+    for c in &sim.clients {
+        for u in &c.held {
+            if let HeldState::Scanning(s) = &u.state {
+                let done = s.done_at(now);
+                sim.busy_s += done;
+                sim.wasted_s += done;
+            }
+        }
+    }
+    let (round, jobs) = sim.grid.round(sim.round_id)?;
+    let finished = round.state == RoundState::Done;
+    let makespan_s = round
+        .finished_ms
+        .unwrap_or(SIM_START_MS + now)
+        .saturating_sub(SIM_START_MS) as f64
+        / 1000.0;
+    let (reissued, replicated, failed) = attempt_counts(&jobs);
+    let counts = crate::api::JobCounts::of(&jobs);
+    let slot_total: f64 = sim.hosts.iter().map(|h| f64::from(h.slots.max(1))).sum();
+    Ok(RunResult {
+        seed,
+        makespan_s,
+        lower_bound_s: lower,
+        utilisation: if makespan_s > 0.0 {
+            sim.busy_s / (slot_total * makespan_s)
+        } else {
+            0.0
+        },
+        pages_lost: sim.pages_lost(),
+        pages_total: sim.sites.iter().map(|s| s.natural).sum(),
+        continuations: sim.continuations,
+        // Continuation units are new attempts too, but not reissues.
+        reissued: reissued.saturating_sub(sim.continuations),
+        replicated,
+        failed,
+        wasted_s: sim.wasted_s,
+        finished,
+        result_pages: counts.pages,
+        check_pages: counts.check_pages,
+    })
+}
+
+/// Attempts issued again (continuations included), replicas, and failed jobs.
+fn attempt_counts(jobs: &[crate::model::JobRecord]) -> (u64, u64, u64) {
+    let mut reissued = 0;
+    let mut replicated = 0;
+    let mut failed = 0;
+    for j in jobs {
+        let copies = j.attempts.iter().filter(|a| a.replica).count() as u64;
+        replicated += copies;
+        // Checks of a result (later chains) are not reissues.
+        let checks = j
+            .attempts
+            .iter()
+            .filter(|a| a.chain > 0 && !a.replica)
+            .count() as u64;
+        reissued += (j.attempts.len() as u64 - copies - checks).saturating_sub(1);
+        failed += u64::from(j.state == crate::model::JobState::Failed);
+    }
+    (reissued, replicated, failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulate::small;
+    use crate::simulate::{synthetic_hosts, synthetic_sites};
+
+    /// Every policy scans every page of every site: with the politeness
+    /// delay and without, with desktops coming and going.
+    fn no_page_is_lost(o: &SimOptions, sites: usize, hosts: usize, seeds: std::ops::Range<u64>) {
+        for name in scheduler::POLICY_NAMES {
+            for seed in seeds.clone() {
+                let s = synthetic_sites(sites, o.unknown, seed);
+                let h = synthetic_hosts(hosts, seed);
+                let r = run(&s, &h, name, seed, o).unwrap();
+                assert!(r.finished, "{name} seed {seed}: {r:?}");
+                assert_eq!(r.pages_lost, 0, "{name} seed {seed}: {r:?}");
+                assert_eq!(r.failed, 0, "{name} seed {seed}: {r:?}");
+                assert!(
+                    r.makespan_s >= r.lower_bound_s * 0.999,
+                    "{name} seed {seed} beat the lower bound: {r:?}"
+                );
+                assert!(
+                    r.utilisation > 0.0 && r.utilisation <= 1.0 + 1e-9,
+                    "{name}: {r:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn no_page_is_lost_at_the_default_delay() {
+        no_page_is_lost(&small(), 30, 3, 0..2);
+    }
+
+    #[test]
+    fn no_page_is_lost_without_a_delay() {
+        let o = SimOptions {
+            delay_ms: 0,
+            ..small()
+        };
+        no_page_is_lost(&o, 30, 3, 0..2);
+    }
+
+    #[test]
+    fn no_page_is_lost_when_hosts_vanish_mid_scan_or_never_return() {
+        let o = SimOptions {
+            dropout: 0.3,
+            vanish: 0.5,
+            scan_failures: 0.05,
+            ..small()
+        };
+        no_page_is_lost(&o, 24, 4, 0..2);
+    }
+
+    #[test]
+    fn a_run_is_reproduced_by_its_seed() {
+        let s = synthetic_sites(20, 0.1, 4);
+        let h = synthetic_hosts(3, 4);
+        let a = run(&s, &h, "adaptive", 4, &small()).unwrap();
+        assert_eq!(run(&s, &h, "adaptive", 4, &small()).unwrap(), a);
+    }
+
+    #[test]
+    fn a_time_budget_cuts_scans_and_continuations_finish_them() {
+        // Scans longer than 60 s stop at the budget and go on from their frontier.
+        let o = SimOptions {
+            max_seconds: 60,
+            availability: Availability::Always,
+            ..small()
+        };
+        let s = synthetic_sites(12, 0.0, 2);
+        let h = synthetic_hosts(2, 2);
+        for name in ["adaptive", "round-robin"] {
+            let r = run(&s, &h, name, 2, &o).unwrap();
+            assert!(r.finished, "{name}: {r:?}");
+            assert!(r.continuations > 0, "{name}: {r:?}");
+            assert_eq!(r.pages_lost, 0, "{name}: {r:?}");
+        }
+    }
+}
