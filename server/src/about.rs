@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use beebot_shared::util::human_duration;
 
-use crate::config::{RoundDefaults, ServerConfig};
+use crate::config::ServerConfig;
 use crate::grid::Grid;
 use crate::model::{RoundParams, RoundState};
 
@@ -54,8 +54,8 @@ impl Budget {
         }
     }
 
-    pub fn of_defaults(d: &RoundDefaults) -> Budget {
-        Budget::of(&d.params())
+    pub fn of_defaults(d: &RoundParams) -> Budget {
+        Budget::of(d)
     }
 }
 
@@ -258,7 +258,7 @@ mod tests {
             operator: "Link <Lab> & \"Friends\"".into(),
             contact: "https://lab.example.edu/crawler?a=1&b=<2>".into(),
             user_agent: "BeeBot/0.1 (+http://grid.example.edu:4481/about)".into(),
-            defaults: Budget::of_defaults(&RoundDefaults::default()),
+            defaults: Budget::of_defaults(&RoundParams::default()),
             rounds: Vec::new(),
         }
     }
@@ -318,7 +318,7 @@ mod tests {
                 id: 4,
                 running: true,
                 every_ms: None,
-                budget: Budget::of_defaults(&RoundDefaults::default()),
+                budget: Budget::of_defaults(&RoundParams::default()),
             },
         ];
         let page = render(&i);

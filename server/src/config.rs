@@ -28,17 +28,6 @@ use crate::durations::{seconds, secs};
 use crate::params::{round_defaults, RoundParams};
 use crate::validate::{DEFAULT_SPOT_CHECK_PERCENT, DEFAULT_TRUST_AFTER};
 
-/// The config file's `[round]` table: the parameters rounds start from
-/// (the built-in defaults with the table's keys laid over them).
-pub type RoundDefaults = RoundParams;
-
-impl RoundParams {
-    /// A copy of these parameters (the round defaults' former accessor).
-    pub fn params(&self) -> RoundParams {
-        self.clone()
-    }
-}
-
 /// `config.toml`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServerConfig {

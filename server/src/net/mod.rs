@@ -98,7 +98,6 @@ mod tests {
     use std::net::{IpAddr, Ipv6Addr};
     use std::sync::Arc;
 
-
     use super::admission::{source_key, BudgetOwner, Limits};
     use super::upload::body_deadline;
     use super::*;
