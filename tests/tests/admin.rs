@@ -102,8 +102,24 @@ fn the_dashboard_logs_in_by_form_and_cookie_and_never_by_url() {
     let g = Grid::start(81, 1);
     let addr = admin_addr(&g);
     let token = admin_token(&g);
+    not_logged_in_only_the_login_form_opens(addr, &token);
+    let with_session = the_right_token_gives_a_session_cookie(addr, &token);
+    the_cookie_and_the_bearer_header_open_the_dashboard(&g, addr, &token, &with_session);
+    hosts_are_shown_by_their_state(&g, addr, &with_session);
 
-    // Not logged in: the login form, which posts the token.
+    // Logged out: the cookie opens nothing any more.
+    let out = post_form(addr, "/logout", &with_session, "");
+    assert_eq!(out.status, 303);
+    assert!(out
+        .header("set-cookie")
+        .is_some_and(|c| c.contains("Max-Age=0")));
+    assert!(get(addr, "/", &with_session).body.contains("action=/login"));
+    assert_eq!(get(addr, "/api/status", &with_session).status, 401);
+}
+
+/// Not logged in: the login form, which posts the token. The token in a
+/// URL opens nothing; a wrong token is refused with no session.
+fn not_logged_in_only_the_login_form_opens(addr: SocketAddr, token: &str) {
     let page = get(addr, "/", "");
     assert_eq!(page.status, 200);
     assert!(
@@ -121,8 +137,11 @@ fn the_dashboard_logs_in_by_form_and_cookie_and_never_by_url() {
     let wrong = post_form(addr, "/login", "", "token=not-the-token");
     assert_eq!(wrong.status, 401);
     assert!(wrong.header("set-cookie").is_none());
+}
 
-    // The right one: a session cookie, and back to the dashboard's URL.
+/// The right token: a session cookie (not the token), and back to the
+/// dashboard's URL. Returns the `Cookie:` header line of the session.
+fn the_right_token_gives_a_session_cookie(addr: SocketAddr, token: &str) -> String {
     let ok = post_form(addr, "/login", "", &format!("token={token}"));
     assert_eq!(ok.status, 303, "{}", ok.body);
     assert_eq!(ok.header("location"), Some("/"));
@@ -130,15 +149,23 @@ fn the_dashboard_logs_in_by_form_and_cookie_and_never_by_url() {
     for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
         assert!(cookie.contains(attr), "cookie lacks {attr}: {cookie}");
     }
-    assert!(!cookie.contains(&token), "the token is not the session id");
+    assert!(!cookie.contains(token), "the token is not the session id");
     let session = cookie.split(';').next().expect("name=value").to_string();
-    let with_session = format!("Cookie: {session}\r\n");
+    format!("Cookie: {session}\r\n")
+}
 
-    // The dashboard and its JSON by the cookie; the bearer header still works.
-    let page = get(addr, "/", &with_session);
+/// The dashboard and its JSON by the cookie; a forged cookie or none is
+/// refused; the bearer header still works, and so does the CLI.
+fn the_cookie_and_the_bearer_header_open_the_dashboard(
+    g: &Grid,
+    addr: SocketAddr,
+    token: &str,
+    with_session: &str,
+) {
+    let page = get(addr, "/", with_session);
     assert_eq!(page.status, 200);
     assert!(page.body.contains("Rounds") && page.body.contains("action=/logout"));
-    assert_eq!(get(addr, "/api/status", &with_session).status, 200);
+    assert_eq!(get(addr, "/api/status", with_session).status, 200);
     assert_eq!(get(addr, "/api/status", "").status, 401);
     assert_eq!(
         get(addr, "/api/status", "Cookie: beebot_session=forged\r\n").status,
@@ -148,15 +175,17 @@ fn the_dashboard_logs_in_by_form_and_cookie_and_never_by_url() {
     assert_eq!(get(addr, "/api/status", &bearer).status, 200);
     // The CLI too.
     g.admin_ok(&["status"]);
+}
 
-    // Hosts by their state: one left by its owner, one revoked by the admin.
+/// Hosts by their state: one left by its owner, one revoked by the admin.
+fn hosts_are_shown_by_their_state(g: &Grid, addr: SocketAddr, with_session: &str) {
     let code = last_line(&g.admin_ok(&["invite", "--uses", "2", "--expires", "1h"]));
     g.join("leaver", &code);
     g.join("revokee", &code);
     let o = g.client("leaver", &["leave"]);
     assert!(o.status.success(), "leave: {}", stderr(&o));
     g.admin_ok(&["hosts", "revoke", "revokee"]);
-    let page = get(addr, "/", &with_session);
+    let page = get(addr, "/", with_session);
     assert!(
         page.body.contains("0 hosts (1 revoked, 1 left)"),
         "{}",
@@ -174,15 +203,6 @@ fn the_dashboard_logs_in_by_form_and_cookie_and_never_by_url() {
             page.body
         );
     }
-
-    // Logged out: the cookie opens nothing any more.
-    let out = post_form(addr, "/logout", &with_session, "");
-    assert_eq!(out.status, 303);
-    assert!(out
-        .header("set-cookie")
-        .is_some_and(|c| c.contains("Max-Age=0")));
-    assert!(get(addr, "/", &with_session).body.contains("action=/login"));
-    assert_eq!(get(addr, "/api/status", &with_session).status, 401);
 }
 
 #[test]

@@ -21,6 +21,21 @@ fn pause_and_resume_a_running_client_mid_scan() {
     join(&g, "a");
     g.import_sites();
     let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "40"]));
+    let mut child = spawn_on_one_slot(&g);
+    pause_mid_scan_holds_and_checkpoints_the_scan(&g);
+
+    let o = g.client("a", &["resume"]);
+    assert!(o.status.success(), "resume: {}", stderr(&o));
+    g.wait_round(&round, "120s");
+    let status = child.wait().expect("client");
+    assert!(status.success());
+
+    nothing_is_lost_and_nothing_fetched_twice(&g, &round);
+    not_running_status_comes_from_the_spool(&g);
+}
+
+/// `beebot run --once --slots 1` for host `a`, its output discarded.
+fn spawn_on_one_slot(g: &Grid) -> std::process::Child {
     let mut args = vec![
         "run".to_string(),
         "--once".into(),
@@ -29,13 +44,28 @@ fn pause_and_resume_a_running_client_mid_scan() {
     ];
     args.extend(g.crawl_flags());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut child = g
-        .client_cmd("a", &args)
+    g.client_cmd("a", &args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("spawn");
+        .expect("spawn")
+}
 
+/// Scan checkpoints (`*.ckpt`) in host `a`'s spool.
+fn checkpoints(g: &Grid) -> usize {
+    std::fs::read_dir(g.home("a").join("spool").join("scans"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "ckpt"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Paused mid-scan: at most the page in flight finishes, then nothing is
+/// fetched; the held scan is checkpointed at once and status shows it
+/// paused, with its deadline.
+fn pause_mid_scan_holds_and_checkpoints_the_scan(g: &Grid) {
     // Mid-scan: the live status shows a scan with pages.
     wait_for("a scan in progress", Duration::from_secs(60), || {
         let s = g.status_json("a");
@@ -50,19 +80,10 @@ fn pause_and_resume_a_running_client_mid_scan() {
     std::thread::sleep(Duration::from_millis(1200));
     assert_eq!(g.web_server.requests(), before, "no request while paused");
     // Held at the gate, the scan is checkpointed at once (not in 30 s).
-    let checkpoints = || {
-        std::fs::read_dir(g.home("a").join("spool").join("scans"))
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| e.path().extension().is_some_and(|x| x == "ckpt"))
-                    .count()
-            })
-            .unwrap_or(0)
-    };
     wait_for(
         "the held scan's checkpoint",
         Duration::from_secs(10),
-        || checkpoints() == 1,
+        || checkpoints(g) == 1,
     );
     wait_for("paused state", Duration::from_secs(10), || {
         g.status_json("a")["state"] == "paused"
@@ -78,24 +99,24 @@ fn pause_and_resume_a_running_client_mid_scan() {
     let text = stdout(&g.client("a", &["status"]));
     assert!(text.contains("state     paused"), "{text}");
     assert!(text.contains("scanning site"), "{text}");
+}
 
-    let o = g.client("a", &["resume"]);
-    assert!(o.status.success(), "resume: {}", stderr(&o));
-    g.wait_round(&round, "120s");
-    let status = child.wait().expect("client");
-    assert!(status.success());
-
-    // Nothing lost: the export is the truth. Nothing fetched twice.
-    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+/// Nothing lost: the export of `round` is the truth. Nothing fetched twice,
+/// and the checkpoints went with their units.
+fn nothing_is_lost_and_nothing_fetched_twice(g: &Grid, round: &str) {
+    assert_same_rows(&g.export_rows(round), &g.truth_rows());
     let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
     for r in g.web_server.request_log() {
         *seen.entry((r.host, r.path)).or_default() += 1;
     }
     let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "fetched more than once: {twice:?}");
-    assert_eq!(checkpoints(), 0, "checkpoints go with their units");
+    assert_eq!(checkpoints(g), 0, "checkpoints go with their units");
+}
 
-    // Not running: status comes from the spool.
+/// Not running: status comes from the spool; as a service (no terminal) it
+/// logged to a file in the data dir; `pause` finds no running client.
+fn not_running_status_comes_from_the_spool(g: &Grid) {
     let s = g.status_json("a");
     assert_eq!(s["state"], "not running");
     assert_eq!(s["pending_uploads"], 0);

@@ -164,9 +164,33 @@ fn the_about_page_shows_who_what_and_the_running_rounds_budgets_and_the_user_age
         cfg.operator = "Link Lab <Research> & Co".into()
     });
     let addr = public_http(&g);
+    with_no_round_the_about_page_says_who_and_what(addr);
 
-    // No round yet: who runs it, how to reach them, what it takes, the
-    // token, and the budgets a round starts with.
+    let code = g.invite(1);
+    g.join("a", &code);
+    g.import_sites();
+    let (round, page) = a_running_round_shows_its_budgets(&g, addr);
+
+    g.run_once("a", 2, &[]).wait_ok("run --once");
+    g.wait_round(&round, "120s");
+    every_request_names_the_about_page(&g, addr, &page);
+
+    // Between two scans of the repeating round, it is still shown.
+    wait_for(
+        "the about page to show the round waiting",
+        HTTP_TIMEOUT,
+        || {
+            http_get(addr, "/about").1.contains(&format!(
+                "Scan {round}: repeated every 2h; the next scan has not started yet"
+            ))
+        },
+    );
+}
+
+/// No round yet: who runs it (escaped), how to reach them, what it takes,
+/// the token, and the budgets a round starts with; the reference site is
+/// served as before beside it.
+fn with_no_round_the_about_page_says_who_and_what(addr: SocketAddr) {
     let (status, page) = http_get(addr, "/about");
     assert_eq!(status, 200, "{page}");
     assert!(
@@ -187,10 +211,11 @@ fn the_about_page_shows_who_what_and_the_running_rounds_budgets_and_the_user_age
     // The reference site is served as before beside it.
     assert_eq!(http_get(addr, "/").0, 200);
     assert_eq!(http_get(addr, "/about/nothing-here").0, 404);
+}
 
-    let code = g.invite(1);
-    g.join("a", &code);
-    g.import_sites();
+/// A repeating round with budgets of its own is shown under way, with each
+/// budget. Returns the round and the about page as it showed it.
+fn a_running_round_shows_its_budgets(g: &Grid, addr: SocketAddr) -> (String, String) {
     let o = g.admin_ok(&[
         "round",
         "start",
@@ -223,11 +248,12 @@ fn the_about_page_shows_who_what_and_the_running_rounds_budgets_and_the_user_age
         assert!(page.contains(cell), "{cell} not on the page:\n{page}");
     }
     assert!(!page.contains("No scan is under way now"));
+    (round, page)
+}
 
-    g.run_once("a", 2, &[]).wait_ok("run --once");
-    g.wait_round(&round, "120s");
-
-    // Every request the crawler sent names the about page, which answers.
+/// Every request the crawler sent names the about page (at `addr`), whose
+/// `page` gives that user agent.
+fn every_request_names_the_about_page(g: &Grid, addr: SocketAddr, page: &str) {
     let about_url = format!("http://{addr}/about");
     let want = format!("BeeBot/{} (+{about_url})", env!("CARGO_PKG_VERSION"));
     let log = g.web_server.request_log();
@@ -236,15 +262,4 @@ fn the_about_page_shows_who_what_and_the_running_rounds_budgets_and_the_user_age
         assert_eq!(r.user_agent, want, "{} {}", r.host, r.path);
     }
     assert!(page.contains(&format!("User-Agent: {want}")), "{page}");
-
-    // Between two scans of the repeating round, it is still shown.
-    wait_for(
-        "the about page to show the round waiting",
-        HTTP_TIMEOUT,
-        || {
-            http_get(addr, "/about").1.contains(&format!(
-                "Scan {round}: repeated every 2h; the next scan has not started yet"
-            ))
-        },
-    );
 }

@@ -12,7 +12,7 @@ use beebot_server::cli_util::utc_minute;
 use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::proto::{Request, Response};
 use beebot_shared::synth::{SynthConfig, SynthWeb};
-use beebot_tests::hostile::join_raw;
+use beebot_tests::hostile::{join_raw, Joined};
 use beebot_tests::*;
 
 /// Asserts a command failed and its stderr says each of `needles`.
@@ -137,6 +137,28 @@ fn durations_in_the_config_file_take_a_unit_when_written_as_text() {
 #[test]
 fn lists_say_when_empty_have_json_and_hosts_are_told_apart_by_name() {
     let g = Grid::start(43, 2);
+    empty_lists_say_so_and_have_json(&g);
+    hosts_are_joined_and_revoked_by_name(&g);
+
+    // Lists with content: stable JSON fields.
+    g.import_sites();
+    let sites = json(&g.admin_ok(&["sites", "list", "--json"]));
+    let first = &sites[0];
+    for field in ["site", "added_ms", "last_round", "pages", "links"] {
+        assert!(first.get(field).is_some(), "{field}: {sites}");
+    }
+    let id = last_line(&g.admin_ok(&["round", "start"]));
+    let rounds = json(&g.admin_ok(&["round", "list", "--json"]));
+    assert_eq!(rounds[0]["id"].to_string(), id);
+    assert_eq!(rounds[0]["state"], "running");
+    assert_eq!(rounds[0]["jobs"], 2);
+    let o = g.admin_ok(&["round", "list"]);
+    assert!(stdout(&o).starts_with("id\tstate"), "{}", stdout(&o));
+}
+
+/// Empty lists print no bare header, say so on stderr, give `[]` as JSON;
+/// their help names `--json`.
+fn empty_lists_say_so_and_have_json(g: &Grid) {
     for (args, note) in [
         (
             &["hosts", "list"][..],
@@ -157,9 +179,12 @@ fn lists_say_when_empty_have_json_and_hosts_are_told_apart_by_name() {
         let o = g.admin_ok(&[args[0], args[1], "--help"]);
         assert!(stdout(&o).contains("--json"), "{}", stdout(&o));
     }
+}
 
-    // A name taken by an enrolled host is refused at join with the way out,
-    // and nothing is spent.
+/// A name taken by an enrolled host is refused at join (any case) with the
+/// way out, spending nothing; hosts are revoked by name, even one with a
+/// space and a plus sign; a revoked host's name may be taken again.
+fn hosts_are_joined_and_revoked_by_name(g: &Grid) {
     let code = g.invite(3);
     let alice = g.join("alice", &code);
     let o = g.client("alice2", &["join", &code, "--name", "alice"]);
@@ -201,21 +226,6 @@ fn lists_say_when_empty_have_json_and_hosts_are_told_apart_by_name() {
         .collect();
     assert_eq!(active.len(), 1, "{hosts}");
     assert_eq!(active[0]["info"]["name"], "alice");
-
-    // Lists with content: stable JSON fields.
-    g.import_sites();
-    let sites = json(&g.admin_ok(&["sites", "list", "--json"]));
-    let first = &sites[0];
-    for field in ["site", "added_ms", "last_round", "pages", "links"] {
-        assert!(first.get(field).is_some(), "{field}: {sites}");
-    }
-    let id = last_line(&g.admin_ok(&["round", "start"]));
-    let rounds = json(&g.admin_ok(&["round", "list", "--json"]));
-    assert_eq!(rounds[0]["id"].to_string(), id);
-    assert_eq!(rounds[0]["state"], "running");
-    assert_eq!(rounds[0]["jobs"], 2);
-    let o = g.admin_ok(&["round", "list"]);
-    assert!(stdout(&o).starts_with("id\tstate"), "{}", stdout(&o));
 }
 
 #[test]
@@ -283,6 +293,26 @@ fn done_counts(text: &str) -> Vec<u64> {
         .collect()
 }
 
+/// `round wait` off a terminal: plain progress lines every second.
+fn wait_piped(g: &Grid, round: &str) -> std::process::Child {
+    Command::new(bin("beebot-server"))
+        .args([
+            "round",
+            "wait",
+            round,
+            "--timeout",
+            "120s",
+            "--report-every",
+            "1s",
+        ])
+        .arg("--data-dir")
+        .arg(g.data_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("round wait")
+}
+
 #[test]
 fn round_wait_shows_progress_round_show_names_hosts_and_status_counts_the_last_round() {
     // Four sites of 50 pages at 250 ms a page: scans long enough to report
@@ -304,29 +334,28 @@ fn round_wait_shows_progress_round_show_names_hosts_and_status_counts_the_last_r
 
     // A polite round: long enough to watch.
     let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "250"]));
-    let piped = Command::new(bin("beebot-server"))
-        .args([
-            "round",
-            "wait",
-            &round,
-            "--timeout",
-            "120s",
-            "--report-every",
-            "1s",
-        ])
-        .arg("--data-dir")
-        .arg(g.data_dir())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("round wait");
+    let piped = wait_piped(&g, &round);
     let tty = wait_on_a_terminal(&g, &round);
     let started = Instant::now();
     let client = g.run_once("alice", 4, &[]);
+    round_show_names_the_host_scanning_each_site(&g, &round, host, started);
+    client.wait_ok("alice");
+    round_wait_shows_progress_off_and_on_a_terminal(&round, total, started, piped, tty);
+    status_counts_the_last_round_and_shows_the_dashboard(&g, &round, host, total);
+    status_counts_a_round_without_delay_at_once(&g, total);
+    round_wait_exits_3_on_timeout_and_4_for_a_cancelled_round(&g);
+}
 
-    // While it runs, `round show` names the host scanning each site and its pages.
+/// While `round` runs (started at `started`), `round show` names the host
+/// scanning each site and its pages.
+fn round_show_names_the_host_scanning_each_site(
+    g: &Grid,
+    round: &str,
+    host: u64,
+    started: Instant,
+) {
     let seen = loop {
-        let d = g.round_json(&round);
+        let d = g.round_json(round);
         let running: Vec<serde_json::Value> = d["sites"]
             .as_array()
             .expect("sites")
@@ -345,13 +374,23 @@ fn round_wait_shows_progress_round_show_names_hosts_and_status_counts_the_last_r
     };
     assert_eq!(seen["host_name"], "alice", "{seen}");
     assert_eq!(seen["host"], host);
-    let text = stdout(&g.admin_ok(&["round", "show", &round]));
+    let text = stdout(&g.admin_ok(&["round", "show", round]));
     assert!(
         text.contains(&format!("alice#{host} (")) || text.contains(&format!("alice#{host}\t")),
         "{text}"
     );
+}
 
-    client.wait_ok("alice");
+/// `round wait` on `round` of `total` sites: `piped` printed plain lines,
+/// one a second, jobs done never going back, then the summary; `tty` one
+/// line updated in place, then the summary.
+fn round_wait_shows_progress_off_and_on_a_terminal(
+    round: &str,
+    total: usize,
+    started: Instant,
+    piped: std::process::Child,
+    tty: std::process::Child,
+) {
     let (code_piped, text) = wait_output(piped);
     let took = started.elapsed();
     assert_eq!(code_piped, Some(0), "{text}");
@@ -377,8 +416,16 @@ fn round_wait_shows_progress_round_show_names_hosts_and_status_counts_the_last_r
         "{text:?}"
     );
     eprintln!("polite round of {total} sites: {took:?}");
+}
 
-    // Right after, `status` counts that round's jobs, and shows the dashboard.
+/// Right after `round`, `status` counts that round's jobs, and shows the
+/// dashboard; `round show` names the host of each scan.
+fn status_counts_the_last_round_and_shows_the_dashboard(
+    g: &Grid,
+    round: &str,
+    host: u64,
+    total: usize,
+) {
     let o = g.admin_ok(&["status"]);
     let text = stdout(&o);
     assert!(
@@ -395,10 +442,12 @@ fn round_wait_shows_progress_round_show_names_hosts_and_status_counts_the_last_r
         text.contains(&format!("dashboard    http://{admin}/")),
         "{text}"
     );
-    let text = stdout(&g.admin_ok(&["round", "show", &round]));
+    let text = stdout(&g.admin_ok(&["round", "show", round]));
     assert!(text.contains(&format!("\talice#{host}\t")), "{text}");
+}
 
-    // The same at a delay of 0: status counts that round at once.
+/// The same at a delay of 0: status counts that round at once.
+fn status_counts_a_round_without_delay_at_once(g: &Grid, total: usize) {
     let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "0"]));
     g.run_once("alice", 4, &[]).wait_ok("alice");
     g.wait_round(&round, "120s");
@@ -408,8 +457,10 @@ fn round_wait_shows_progress_round_show_names_hosts_and_status_counts_the_last_r
         s["grid"]["jobs_rounds"],
         serde_json::json!([round.parse::<u64>().expect("id")])
     );
+}
 
-    // The exit codes: 3 on timeout, 4 for a cancelled round.
+/// The exit codes of `round wait`: 3 on timeout, 4 for a cancelled round.
+fn round_wait_exits_3_on_timeout_and_4_for_a_cancelled_round(g: &Grid) {
     let round = last_line(&g.admin_ok(&["round", "start"]));
     let o = g.admin(&["round", "wait", &round, "--timeout", "1s"]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
@@ -431,8 +482,20 @@ fn export_into_head_exits_quietly_and_the_server_log_says_what_happened() {
     let mallory = join_raw(&g, "mallory", &code);
     g.import_sites();
     let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "0"]));
+    a_host_gives_units_back_and_uploads_for_one_it_never_had(&mallory);
+    g.run_once("alice", 4, &[]).wait_ok("alice");
+    g.wait_round(&round, "120s");
+    export_into_head_exits_quietly(&g, &round);
+    let id2 = last_line(&g.admin_ok(&["round", "start"]));
+    g.admin_ok(&["round", "cancel", &id2]);
+    g.admin_ok(&["hosts", "revoke", "mallory"]);
+    the_server_log_says_what_happened(&g, &round, &id2, mallory.id);
+}
 
-    // A host gives a unit back, and uploads for a unit it never had.
+/// `mallory` gives every unit it gets back (so the round can end), with a
+/// reason that tries to forge a log line, and uploads for a unit it never
+/// had.
+fn a_host_gives_units_back_and_uploads_for_one_it_never_had(mallory: &Joined) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         let link = mallory.hello().await.expect("hello");
@@ -475,11 +538,11 @@ fn export_into_head_exits_quietly_and_the_server_log_says_what_happened() {
         assert!(matches!(r, Ok(Response::Rejected { .. })), "{r:?}");
         link.close();
     });
-    g.run_once("alice", 4, &[]).wait_ok("alice");
-    g.wait_round(&round, "120s");
+}
 
-    // `export | head`: status 0, nothing on stderr, though the export is
-    // far larger than the pipe holds.
+/// `export | head`: status 0, nothing on stderr, though the export of
+/// `round` is far larger than the pipe holds.
+fn export_into_head_exits_quietly(g: &Grid, round: &str) {
     let rows = g.truth_rows();
     let bytes: usize = rows.iter().map(|r| r.join("\t").len() + 1).sum();
     // Four times a pipe's buffer (64 KiB): `head` is gone before it is written.
@@ -506,10 +569,13 @@ fn export_into_head_exits_quietly_and_the_server_log_says_what_happened() {
     );
     let err = std::fs::read_to_string(&err_file).expect("export stderr");
     assert_eq!(err, "", "export into a closed pipe");
-    let id2 = last_line(&g.admin_ok(&["round", "start"]));
-    g.admin_ok(&["round", "cancel", &id2]);
-    g.admin_ok(&["hosts", "revoke", "mallory"]);
+}
 
+/// The server log has a line for each thing that happened (`round` started
+/// and ended, `id2` cancelled, alice enrolled, mallory — host `mallory_id` —
+/// gave a unit back, had an upload refused and was revoked), and none a
+/// host's text forged.
+fn the_server_log_says_what_happened(g: &Grid, round: &str, id2: &str, mallory_id: u64) {
     let log = g.server_log();
     let has = |needles: &[&str]| log.lines().any(|l| needles.iter().all(|n| l.contains(n)));
     assert!(
@@ -539,7 +605,7 @@ fn export_into_head_exits_quietly_and_the_server_log_says_what_happened() {
             &[
                 "unit given back: \"disk on fire\\nINFO forged",
                 "host=\"mallory\"",
-                &format!("host_id={}", mallory.id),
+                &format!("host_id={mallory_id}"),
             ][..],
         ),
         (

@@ -96,32 +96,8 @@ fn a_second_runner_on_one_home_is_refused_and_the_first_stays_reachable() {
     );
 
     let flags = g.crawl_flags();
-    let mut args = vec!["run"];
-    args.extend(flags.iter().map(String::as_str));
-    let started = Instant::now();
-    let o = g.client("a", &args);
-    assert!(!o.status.success(), "the second runner should be refused");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "refused quickly, not after {:?}",
-        started.elapsed()
-    );
-    let err = stderr(&o);
-    assert!(
-        err.contains(&format!("pid {first_pid}")) && err.contains("already running"),
-        "{err}"
-    );
-    assert!(err.lines().any(|l| l.starts_with("error: ")), "{err}");
-
-    // The first is still the one that answers.
-    let o = g.client("a", &["pause"]);
-    assert!(o.status.success(), "pause: {}", stderr(&o));
-    wait_for("paused state", Duration::from_secs(10), || {
-        g.status_json("a")["state"] == "paused"
-    });
-    let text = stdout(&g.client("a", &["status"]));
-    assert!(text.contains(&format!("(pid {first_pid})")), "{text}");
-    assert!(g.client("a", &["resume"]).status.success());
+    a_second_runner_is_refused_naming_the_first(&g, &flags, first_pid);
+    the_first_runner_still_answers(&g, first_pid);
 
     // Killed: its pid stays in the lock file, and the next runner takes over.
     first.kill().expect("kill");
@@ -162,6 +138,40 @@ fn a_second_runner_on_one_home_is_refused_and_the_first_stays_reachable() {
     once.extend(flags.iter().map(String::as_str));
     let o = g.client("a", &once);
     assert!(o.status.success(), "run --once: {}", stderr(&o));
+}
+
+/// A second `beebot run` on the home (with `flags`) is refused quickly,
+/// naming the first runner's pid, as an `error: ` line.
+fn a_second_runner_is_refused_naming_the_first(g: &Grid, flags: &[String], first_pid: u32) {
+    let mut args = vec!["run"];
+    args.extend(flags.iter().map(String::as_str));
+    let started = Instant::now();
+    let o = g.client("a", &args);
+    assert!(!o.status.success(), "the second runner should be refused");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused quickly, not after {:?}",
+        started.elapsed()
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("pid {first_pid}")) && err.contains("already running"),
+        "{err}"
+    );
+    assert!(err.lines().any(|l| l.starts_with("error: ")), "{err}");
+}
+
+/// The first runner (pid `first_pid`) is still the one that answers: it
+/// pauses, says its pid in `status`, and resumes.
+fn the_first_runner_still_answers(g: &Grid, first_pid: u32) {
+    let o = g.client("a", &["pause"]);
+    assert!(o.status.success(), "pause: {}", stderr(&o));
+    wait_for("paused state", Duration::from_secs(10), || {
+        g.status_json("a")["state"] == "paused"
+    });
+    let text = stdout(&g.client("a", &["status"]));
+    assert!(text.contains(&format!("(pid {first_pid})")), "{text}");
+    assert!(g.client("a", &["resume"]).status.success());
 }
 
 /// A code copied with a character changed in the middle, or its tail cut

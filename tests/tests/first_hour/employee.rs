@@ -4,6 +4,7 @@
 //! settings reach a running client; status, pause and resume speak plainly.
 
 use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use beebot_shared::invite::Invite;
@@ -115,12 +116,28 @@ fn leave_stops_the_runner_and_its_service_tells_the_server_and_removes_every_fil
     let id = g.join("l", &g.invite(2));
     let xdg = g.dir.path().join("xdg");
     let unit = xdg.join("systemd/user/beebot.service");
+    service_install_says_how_the_window_changes(&g, &xdg, &unit);
+    let (runner, round, bench) = a_runner_holding_units(&g);
+    let out = leave_stops_the_runner_and_removes_its_service(&g, &xdg, &unit, runner);
+    leave_tells_the_server_and_removes_every_file(&g, id, &round, &out);
+
+    // Rejoined, nothing of the old membership is left: no benchmark result,
+    // so the first start benchmarks again (`beebot_run_benchmarks_on_first_start`).
+    let id2 = g.join("l", &g.invite(1));
+    assert_ne!(id2, id);
+    assert!(!bench.exists());
+    assert_eq!(host_state(&g, id2), "active");
+}
+
+/// `service install --window` (with `XDG_CONFIG_HOME` at `xdg`) says the
+/// window it had and the one it now has, and writes the `unit` file.
+fn service_install_says_how_the_window_changes(g: &Grid, xdg: &Path, unit: &Path) {
     let o = run(
         g.client_cmd(
             "l",
             &["service", "install", "--no-start", "--window", "always"],
         )
-        .env("XDG_CONFIG_HOME", &xdg),
+        .env("XDG_CONFIG_HOME", xdg),
         Duration::from_secs(30),
     );
     assert!(o.status.success(), "{}", stderr(&o));
@@ -140,7 +157,7 @@ fn leave_stops_the_runner_and_its_service_tells_the_server_and_removes_every_fil
                 "19:00-07:00",
             ],
         )
-        .env("XDG_CONFIG_HOME", &xdg),
+        .env("XDG_CONFIG_HOME", xdg),
         Duration::from_secs(30),
     );
     assert!(
@@ -149,10 +166,14 @@ fn leave_stops_the_runner_and_its_service_tells_the_server_and_removes_every_fil
         stdout(&o)
     );
     assert!(unit.exists());
-    // The runner crawls always whatever the file says (command line), and
-    // benchmarks on its first start.
+}
+
+/// The runner crawls always whatever the file says (command line), and
+/// benchmarks on its first start; it holds units of a round. Returns the
+/// runner, the round and the path of its benchmark result.
+fn a_runner_holding_units(g: &Grid) -> (Child, String, PathBuf) {
     let log = g.dir.path().join("runner-l.stderr");
-    let mut runner = g.spawn_run("l", &["--window", "always"], &log);
+    let runner = g.spawn_run("l", &["--window", "always"], &log);
     let bench = g.home("l").join("benchmark.json");
     wait_for(
         "the first-start benchmark",
@@ -166,10 +187,20 @@ fn leave_stops_the_runner_and_its_service_tells_the_server_and_removes_every_fil
             .as_array()
             .is_some_and(|u| !u.is_empty())
     });
+    (runner, round, bench)
+}
 
+/// `leave` asks the runner to stop, which exits cleanly, and removes the
+/// service's `unit`. Returns what `leave` printed.
+fn leave_stops_the_runner_and_removes_its_service(
+    g: &Grid,
+    xdg: &Path,
+    unit: &Path,
+    mut runner: Child,
+) -> String {
     let started = Instant::now();
     let o = run(
-        g.client_cmd("l", &["leave"]).env("XDG_CONFIG_HOME", &xdg),
+        g.client_cmd("l", &["leave"]).env("XDG_CONFIG_HOME", xdg),
         Duration::from_secs(60),
     );
     let took = started.elapsed();
@@ -186,10 +217,17 @@ fn leave_stops_the_runner_and_its_service_tells_the_server_and_removes_every_fil
     // Its service is gone.
     assert!(out.contains("service: removed"), "{out}");
     assert!(!unit.exists());
+    out
+}
+
+/// After `leave` (which printed `out`), host `id` is listed as left, its
+/// units of `round` are back in the queue, and every file the client made
+/// is gone, named in the output.
+fn leave_tells_the_server_and_removes_every_file(g: &Grid, id: u64, round: &str, out: &str) {
     // The server was told: listed as left, its units back in the queue.
     assert!(out.contains("told the server"), "{out}");
-    assert_eq!(host_state(&g, id), "left");
-    let running = g.round_json(&round)["jobs"]
+    assert_eq!(host_state(g, id), "left");
+    let running = g.round_json(round)["jobs"]
         .as_array()
         .expect("jobs")
         .iter()
@@ -211,13 +249,6 @@ fn leave_stops_the_runner_and_its_service_tells_the_server_and_removes_every_fil
     assert!(left.is_empty(), "leave left {left:?}");
     let o = g.client("l", &["status"]);
     assert!(stdout(&o).contains("not joined"), "{}", stdout(&o));
-
-    // Rejoined, nothing of the old membership is left: no benchmark result,
-    // so the first start benchmarks again (`beebot_run_benchmarks_on_first_start`).
-    let id2 = g.join("l", &g.invite(1));
-    assert_ne!(id2, id);
-    assert!(!bench.exists());
-    assert_eq!(host_state(&g, id2), "active");
 }
 
 /// Issue 17, items 7 and 12: a revoked host's `beebot status` said nothing
@@ -286,6 +317,24 @@ fn settings_reach_the_running_client_and_times_read_as_words() {
     let g = Grid::start(174, 10);
     g.join("s", &g.invite(1));
     g.import_sites();
+    let (round, log, runner) = a_runner_on_one_slot(&g);
+    slots_reach_the_running_client(&g);
+    let window = a_closed_window_typed_without_quotes_holds_the_scans(&g);
+    bandwidth_applies_at_once_and_low_priority_needs_a_restart(&g);
+    pause_and_resume_in_words(&g);
+    config_show_has_values_as_typed_in_aligned_columns(&g, &window);
+    the_open_window_lets_the_round_complete(&g, &round, &log, runner);
+}
+
+/// How many scans host `s`'s running client has going.
+fn scans(g: &Grid) -> usize {
+    g.status_json("s")["scans"].as_array().map_or(0, Vec::len)
+}
+
+/// `slots = 1` set while no client runs, then a round (60 ms delay) and a
+/// runner that holds to one scan. Returns the round, the runner's log and
+/// the runner.
+fn a_runner_on_one_slot(g: &Grid) -> (String, PathBuf, Child) {
     let o = g.client("s", &["config", "set", "slots", "1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
@@ -295,13 +344,15 @@ fn settings_reach_the_running_client_and_times_read_as_words() {
     );
     let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "60"]));
     let log = g.dir.path().join("runner-s.stderr");
-    let mut runner = g.spawn_run("s", &["--once"], &log);
-    let scans = |g: &Grid| g.status_json("s")["scans"].as_array().map_or(0, Vec::len);
-    wait_for("one scan", Duration::from_secs(60), || scans(&g) == 1);
+    let runner = g.spawn_run("s", &["--once"], &log);
+    wait_for("one scan", Duration::from_secs(60), || scans(g) == 1);
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(scans(&g), 1, "slots = 1 holds");
+    assert_eq!(scans(g), 1, "slots = 1 holds");
+    (round, log, runner)
+}
 
-    // Slots: the running client scans three sites at once.
+/// Slots: the running client scans three sites at once.
+fn slots_reach_the_running_client(g: &Grid) {
     let o = g.client("s", &["config", "set", "slots", "3"]);
     assert!(
         stdout(&o).contains("the running client now uses slots = 3 (was 1)"),
@@ -309,18 +360,23 @@ fn settings_reach_the_running_client_and_times_read_as_words() {
         stdout(&o)
     );
     wait_for("three scans at once", Duration::from_secs(60), || {
-        scans(&g) == 3
+        scans(g) == 3
     });
+}
 
-    // A closed window, typed without quotes: the scans are held, and
-    // status says when it opens in hours and minutes.
-    let local_in = |minutes: u32| {
-        let o = std::process::Command::new("date")
-            .args(["-d", &format!("+{minutes} min"), "+%H:%M"])
-            .output()
-            .expect("date");
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    };
+/// The local time `minutes` from now, as `HH:MM`.
+fn local_in(minutes: u32) -> String {
+    let o = std::process::Command::new("date")
+        .args(["-d", &format!("+{minutes} min"), "+%H:%M"])
+        .output()
+        .expect("date");
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// A closed window, typed without quotes: the scans are held, and status
+/// says when it opens in hours and minutes; no request is made. Returns the
+/// window as typed (`HH:MM-HH:MM`).
+fn a_closed_window_typed_without_quotes_holds_the_scans(g: &Grid) -> String {
     let (opens, shut) = (local_in(150), local_in(151));
     let window = format!("{opens}-{shut}");
     let o = g.client("s", &["config", "set", "window", "mon-sun", &window]);
@@ -337,9 +393,9 @@ fn settings_reach_the_running_client_and_times_read_as_words() {
             .then_some(t)
     };
     wait_for("outside the window", Duration::from_secs(30), || {
-        held(&g).is_some()
+        held(g).is_some()
     });
-    let text = held(&g).expect("status");
+    let text = held(g).expect("status");
     // The opening time, with its day when that is not today.
     assert!(
         text.contains(&format!("(at {opens})")) || text.contains(&format!(" {opens}) (pid")),
@@ -355,8 +411,11 @@ fn settings_reach_the_running_client_and_times_read_as_words() {
         before,
         "no request outside the window"
     );
+    window
+}
 
-    // Bandwidth applies at once; low_priority needs a restart, and says so.
+/// Bandwidth applies at once; low_priority needs a restart, and says so.
+fn bandwidth_applies_at_once_and_low_priority_needs_a_restart(g: &Grid) {
     let o = g.client("s", &["config", "set", "bandwidth_kbps", "5000"]);
     assert!(
         stdout(&o).contains("now uses bandwidth_kbps = 5000 (was 0)"),
@@ -365,8 +424,10 @@ fn settings_reach_the_running_client_and_times_read_as_words() {
     );
     let o = g.client("s", &["config", "set", "low_priority", "false"]);
     assert!(stdout(&o).contains("needs a restart"), "{}", stdout(&o));
+}
 
-    // Pause and resume in words.
+/// Pause and resume in words; `resume` when not paused says so.
+fn pause_and_resume_in_words(g: &Grid) {
     let o = g.client("s", &["pause", "--for", "90m"]);
     assert!(
         stdout(&o).starts_with("paused for 1h 30m, until "),
@@ -380,8 +441,11 @@ fn settings_reach_the_running_client_and_times_read_as_words() {
     let o = g.client("s", &["resume"]);
     assert!(o.status.success());
     assert_eq!(stdout(&o).trim(), "not paused");
+}
 
-    // `config show`: values as typed, columns aligned, with their origin.
+/// `config show`: values as typed (the `window` set), columns aligned, with
+/// their origin.
+fn config_show_has_values_as_typed_in_aligned_columns(g: &Grid, window: &str) {
     let show = stdout(&g.client("s", &["config", "show"]));
     let line = |k: &str| {
         show.lines()
@@ -405,23 +469,26 @@ fn settings_reach_the_running_client_and_times_read_as_words() {
             .all(|p| p[0] == p[1] && p[0].is_some()),
         "{show}"
     );
+}
 
-    // The window open again: the round completes with three slots.
+/// The window open again: the round completes with three slots, the runner
+/// exits cleanly and its `log` says the settings it applied.
+fn the_open_window_lets_the_round_complete(g: &Grid, round: &str, log: &Path, mut runner: Child) {
     let o = g.client("s", &["config", "set", "window", "always"]);
     assert!(
         stdout(&o).contains("now uses window = always"),
         "{}",
         stdout(&o)
     );
-    g.wait_round(&round, "120s");
+    g.wait_round(round, "120s");
     let status = runner.wait().expect("runner");
     assert!(
         status.success(),
         "{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
+        std::fs::read_to_string(log).unwrap_or_default()
     );
-    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_same_rows(&g.export_rows(round), &g.truth_rows());
+    let text = std::fs::read_to_string(log).unwrap_or_default();
     assert!(text.contains("settings applied"), "{text}");
     assert!(text.contains("bandwidth_kbps=5000"), "{text}");
 }

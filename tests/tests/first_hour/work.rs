@@ -110,10 +110,18 @@ fn a_site_that_cannot_be_reached_fails_with_its_cause() {
         "--resolve",
         &closed,
     ];
+    a_round_fails_unreachable_sites_with_their_cause(&g, &site, &resolve);
+    without_allow_private_the_guard_refusal_is_named(&g, &site, &resolve);
+}
 
+/// Round 1 (delay 0, private addresses allowed, names resolved by
+/// `resolve`): the name that does not resolve and the closed port are
+/// failed after their 2 attempts, each with its cause, in `round show`
+/// (table and `--json`) and `status`; the real `site` is done.
+fn a_round_fails_unreachable_sites_with_their_cause(g: &Grid, site: &str, resolve: &[&str]) {
     let round =
         last_line(&g.admin_ok(&["round", "start", "--delay-ms", "0", "--max-attempts", "2"]));
-    g.run_once("a", 2, &resolve)
+    g.run_once("a", 2, resolve)
         .wait_ok("run --once, private allowed");
     g.wait_round(&round, "60s");
     let show = stdout(&g.admin_ok(&["round", "show", &round]));
@@ -126,7 +134,7 @@ fn a_site_that_cannot_be_reached_fails_with_its_cause() {
         assert!(line.contains(cause), "{host} should say {cause}: {line}");
         assert!(!line.contains("robots-unavailable"), "{line}");
     }
-    let ok = show_line(&show, &site);
+    let ok = show_line(&show, site);
     assert_eq!(ok.split('\t').nth(1), Some("done"), "{ok}");
     let json = g.round_json(&round);
     for (host, cause) in [
@@ -150,18 +158,21 @@ fn a_site_that_cannot_be_reached_fails_with_its_cause() {
         (&1.into(), &2.into(), &2.into()),
         "{last}"
     );
+}
 
-    // The same client without `--allow-private`: the guard's refusal is named.
+/// Round 2 (delay 200 ms): the same client without `--allow-private`; the
+/// guard's refusal of the loopback `site` and closed port is named.
+fn without_allow_private_the_guard_refusal_is_named(g: &Grid, site: &str, resolve: &[&str]) {
     let round =
         last_line(&g.admin_ok(&["round", "start", "--delay-ms", "200", "--max-attempts", "2"]));
     let mut args = vec!["run", "--once", "--slots", "2"];
-    args.extend(resolve);
+    args.extend_from_slice(resolve);
     let o = run(&mut g.client_cmd("a", &args), WAIT);
     assert!(o.status.success(), "run --once: {}", stderr(&o));
     g.wait_round(&round, "60s");
     let json = g.round_json(&round);
     for (host, cause) in [
-        (site.as_str(), "private-address"),
+        (site, "private-address"),
         ("closed.test", "private-address"),
         ("gone.test", "dns-failed"),
     ] {
@@ -171,10 +182,7 @@ fn a_site_that_cannot_be_reached_fails_with_its_cause() {
         assert!(why.contains(cause), "{host}: {why}");
     }
     let show = stdout(&g.admin_ok(&["round", "show", &round]));
-    assert!(
-        show_line(&show, &site).contains("private-address"),
-        "{show}"
-    );
+    assert!(show_line(&show, site).contains("private-address"), "{show}");
 }
 
 /// Issue 17, item 5: `beebot crawl` of a site on a private address said
