@@ -56,7 +56,8 @@ pub use links::{
 pub use sites::{excluded_message, ExcludeOutcome, EXCLUDED_REASON};
 pub use status::{GridStatus, RoundOutcome};
 pub use upload::{
-    stopped_early, StateInfo, SummaryError, UploadOutcome, UploadPlan, UploadStep, Verified,
+    stopped_early, StateInfo, SummaryError, UploadOutcome, UploadPlan, UploadRefusal, UploadStep,
+    Verified,
 };
 pub use work::{held_cap, WorkReply, WorkRequest};
 

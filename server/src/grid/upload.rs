@@ -133,6 +133,42 @@ pub enum SummaryError {
     },
 }
 
+/// Why an upload's files are refused (the text reaches the host, and the
+/// attempt fails with it).
+#[derive(Debug, thiserror::Error)]
+pub enum UploadRefusal {
+    #[error(transparent)]
+    Summary(#[from] SummaryError),
+    #[error("link file holds a record whose source {source_url} is not on site {site}")]
+    SourceOffSite { source_url: String, site: String },
+    #[error("summary says {pages} pages but the link file holds records of more pages")]
+    RecordsOfMorePages { pages: u64 },
+    #[error("link file refused: {0}")]
+    LinkFile(linkfile::LinkFileError),
+    #[error("link file header does not match the unit")]
+    HeaderMismatch,
+    #[error("summary says {said} links but the link file holds {held}")]
+    LinkCount { said: u64, held: u64 },
+    #[error(
+        "the scan stopped early ({stopped_by}) without its frontier, so the job cannot go on from it"
+    )]
+    NoFrontier { stopped_by: &'static str },
+    #[error("scan state refused: {0}")]
+    State(#[from] beebot_shared::scanstate::ScanStateError),
+    #[error("scan state is of another site")]
+    StateOfAnotherSite,
+    #[error("scan state counts {done} pages done, fewer than the job's {least} so far")]
+    StateBehind { done: u64, least: u64 },
+    #[error("scan state counts {done} pages done, more than the round's cap of {cap}")]
+    StateOverCap { done: u64, cap: u64 },
+    #[error("scan state queues {url} (depth {depth}), outside site {site} or its depth limit")]
+    StateOutOfScope {
+        url: String,
+        depth: u32,
+        site: String,
+    },
+}
+
 impl UploadPlan {
     /// Check the link file against the unit, outside the grid lock: it
     /// decodes (bounded), its header names this unit, round and site, every
@@ -149,11 +185,10 @@ impl UploadPlan {
         summary: &ScanSummary,
         link_file: &[u8],
         state: Option<&[u8]>,
-    ) -> Result<Verified, String> {
-        self.check_summary(summary).map_err(|e| e.to_string())?;
+    ) -> Result<Verified, UploadRefusal> {
+        self.check_summary(summary)?;
         let (sketch, origins) = self.check_records(summary, link_file)?;
-        self.check_pace(summary, origins)
-            .map_err(|e| e.to_string())?;
+        self.check_pace(summary, origins)?;
         if !stopped_early(summary) {
             return Ok(Verified {
                 state: None,
@@ -173,7 +208,7 @@ impl UploadPlan {
         &self,
         summary: &ScanSummary,
         link_file: &[u8],
-    ) -> Result<(Vec<u64>, u64), String> {
+    ) -> Result<(Vec<u64>, u64), UploadRefusal> {
         // Records are checked as they are decoded, one at a time: none is
         // kept, so a file's size in memory costs nothing here.
         let site_scope = beebot_shared::scope::SiteScope::new(&self.site, self.scope);
@@ -187,6 +222,12 @@ impl UploadPlan {
         // each, whatever the URLs' lengths.
         let mut sources: std::collections::HashSet<u64> = std::collections::HashSet::new();
         let mut origins: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        // A record this upload refuses stops the decoding; the reason is kept here.
+        let mut refused: Option<UploadRefusal> = None;
+        let mut refuse = |why: UploadRefusal| {
+            refused = Some(why);
+            linkfile::LinkFileError::Refused("refused".into())
+        };
         let header = linkfile::for_each_record(link_file, |r| {
             sketch.add(validate::pair_digest(&r.source_url, &r.target_url));
             if records > 0 && r.source_url == last_source {
@@ -197,19 +238,17 @@ impl UploadPlan {
             let Some(u) = url::Url::parse(&r.source_url).ok().filter(|u| {
                 site_scope.contains(u) && !self.excluded.iter().any(|e| e.covers_url(u))
             }) else {
-                return Err(linkfile::LinkFileError::Refused(format!(
-                    "link file holds a record whose source {} is not on site {}",
-                    r.source_url.chars().take(200).collect::<String>(),
-                    self.site
-                )));
+                return Err(refuse(UploadRefusal::SourceOffSite {
+                    source_url: r.source_url.chars().take(200).collect(),
+                    site: self.site.clone(),
+                }));
             };
             if sources.insert(beebot_shared::scanstate::url_digest(&r.source_url))
                 && sources.len() as u64 > summary.pages
             {
-                return Err(linkfile::LinkFileError::Refused(format!(
-                    "summary says {} pages but the link file holds records of more pages",
-                    summary.pages
-                )));
+                return Err(refuse(UploadRefusal::RecordsOfMorePages {
+                    pages: summary.pages,
+                }));
             }
             origins.insert(beebot_shared::scanstate::url_digest(
                 &u.origin().ascii_serialization(),
@@ -218,21 +257,18 @@ impl UploadPlan {
             last_source = r.source_url;
             Ok(())
         })
-        .map_err(|e| match e {
-            linkfile::LinkFileError::Refused(why) => why,
-            e => format!("link file refused: {e}"),
-        })?;
+        .map_err(|e| refused.take().unwrap_or(UploadRefusal::LinkFile(e)))?;
         if header.unit_id != self.unit_id
             || header.round_id != self.round_id
             || header.site != self.site
         {
-            return Err("link file header does not match the unit".into());
+            return Err(UploadRefusal::HeaderMismatch);
         }
         if summary.links != records {
-            return Err(format!(
-                "summary says {} links but the link file holds {records}",
-                summary.links,
-            ));
+            return Err(UploadRefusal::LinkCount {
+                said: summary.links,
+                held: records,
+            });
         }
         Ok((sketch.finish(), origins.len() as u64))
     }
@@ -243,29 +279,28 @@ impl UploadPlan {
         &self,
         summary: &ScanSummary,
         state: Option<&[u8]>,
-    ) -> Result<StateInfo, String> {
+    ) -> Result<StateInfo, UploadRefusal> {
         let Some(bytes) = state else {
-            return Err(format!(
-                "the scan stopped early ({}) without its frontier, so the job cannot go on from it",
-                summary.stopped_by.map_or("-", |s| s.as_str())
-            ));
+            return Err(UploadRefusal::NoFrontier {
+                stopped_by: summary.stopped_by.map_or("-", |s| s.as_str()),
+            });
         };
-        let mut st = ScanState::decode(bytes).map_err(|e| format!("scan state refused: {e}"))?;
+        let mut st = ScanState::decode(bytes)?;
         if st.site != self.site {
-            return Err("scan state is of another site".into());
+            return Err(UploadRefusal::StateOfAnotherSite);
         }
         let least = self.pages_before.saturating_add(summary.pages);
         if st.pages_done < least {
-            return Err(format!(
-                "scan state counts {} pages done, fewer than the job's {} so far",
-                st.pages_done, least
-            ));
+            return Err(UploadRefusal::StateBehind {
+                done: st.pages_done,
+                least,
+            });
         }
         if st.pages_done > self.max_pages {
-            return Err(format!(
-                "scan state counts {} pages done, more than the round's cap of {}",
-                st.pages_done, self.max_pages
-            ));
+            return Err(UploadRefusal::StateOverCap {
+                done: st.pages_done,
+                cap: self.max_pages,
+            });
         }
         // Another host continues from this: it gets only URLs of this site,
         // within the round's depth, and asks robots.txt itself.
@@ -274,17 +309,14 @@ impl UploadPlan {
             q.depth > self.max_depth
                 || !url::Url::parse(&q.url).is_ok_and(|u| site_scope.contains(&u))
         }) {
-            return Err(format!(
-                "scan state queues {} (depth {}), outside site {} or its depth limit",
-                q.url.chars().take(200).collect::<String>(),
-                q.depth,
-                self.site
-            ));
+            return Err(UploadRefusal::StateOutOfScope {
+                url: q.url.chars().take(200).collect(),
+                depth: q.depth,
+                site: self.site.clone(),
+            });
         }
         st.robots.clear();
-        let encoded = st
-            .encode()
-            .map_err(|e| format!("scan state refused: {e}"))?;
+        let encoded = st.encode()?;
         Ok(StateInfo {
             sha256: state_sha256(&encoded),
             bytes: encoded.len() as u64,
@@ -526,12 +558,13 @@ impl Grid {
     pub fn upload_refused(
         &mut self,
         plan: &UploadPlan,
-        reason: String,
+        reason: UploadRefusal,
         now_ms: u64,
     ) -> Result<UploadOutcome, GridError> {
         if let Err(o) = self.open_job_of(plan.host_id, plan.unit_id) {
             return Ok(o);
         }
+        let reason = reason.to_string();
         self.fail(plan.host_id, plan.unit_id, &reason, now_ms)?;
         Ok(UploadOutcome::Rejected(reason))
     }

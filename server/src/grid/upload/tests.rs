@@ -493,7 +493,11 @@ fn interleaved_uploads_keep_exactly_the_winners_file() {
         p.write(file, None).unwrap();
     }
     // A file that lies is refused by `verify`, before anything is written.
-    assert!(pu.verify(&sum_v, &file_v, None).is_err());
+    let refused = pu.verify(&sum_v, &file_v, None);
+    assert!(
+        matches!(refused, Err(UploadRefusal::HeaderMismatch)),
+        "{refused:?}"
+    );
     let done = |fx: &mut Fx, p: &UploadPlan, sum: &ScanSummary| {
         fx.grid
             .upload_finish(p, sum.clone(), Verified::default(), t + 3000)
@@ -656,4 +660,61 @@ fn a_kept_frontier_holds_only_the_sites_urls_and_no_robots_answers() {
         fs::read(fx.links().join(&job.segments[0].file)).unwrap(),
         before
     );
+}
+
+#[test]
+fn verify_names_why_it_refuses_by_variant() {
+    let (mut fx, _) = Fx::with_round(1, 5);
+    let a = fx.host();
+    let u = fx.one(a, &[], T0);
+    let plan = match fx.grid.upload_begin(a, u.unit_id, T0 + 1).unwrap() {
+        UploadStep::Plan(p) => p,
+        UploadStep::Answer(o) => panic!("{o:?}"),
+    };
+    let (sum, file) = result_for(&u, 3);
+    // More pages than the unit allowed: refused from the summary alone.
+    let mut over = sum.clone();
+    over.pages = u64::from(params(5).max_pages) + 1;
+    let r = plan.verify(&over, &file, None);
+    assert!(
+        matches!(
+            r,
+            Err(UploadRefusal::Summary(SummaryError::PagesOverCap { .. }))
+        ),
+        "{r:?}"
+    );
+    // A link count the file does not hold.
+    let mut miscounted = sum.clone();
+    miscounted.links += 1;
+    miscounted.distinct_target_hosts = 0;
+    let r = plan.verify(&miscounted, &file, None);
+    assert!(
+        matches!(r, Err(UploadRefusal::LinkCount { said: 4, held: 3 })),
+        "{r:?}"
+    );
+    // A record of another site.
+    let mut h = header_for(&u, 1);
+    h.pages = sum.pages;
+    let foreign = linkfile::encode(&h, &records("elsewhere.test", 1)).unwrap();
+    let mut one = sum.clone();
+    one.links = 1;
+    one.distinct_target_hosts = 1;
+    let r = plan.verify(&one, &foreign, None);
+    assert!(
+        matches!(&r, Err(UploadRefusal::SourceOffSite { site, .. }) if *site == u.site),
+        "{r:?}"
+    );
+    // Bytes that are no link file.
+    let r = plan.verify(&sum, b"not a link file", None);
+    assert!(matches!(r, Err(UploadRefusal::LinkFile(_))), "{r:?}");
+    // A scan that stopped early without its frontier.
+    let mut early = sum.clone();
+    early.stopped_by = Some(linkfile::StopReason::MaxTime);
+    let r = plan.verify(&early, &file, None);
+    assert!(
+        matches!(r, Err(UploadRefusal::NoFrontier { stopped_by }) if stopped_by == "max-time"),
+        "{r:?}"
+    );
+    // The one that fits is taken.
+    assert!(plan.verify(&sum, &file, None).is_ok());
 }
