@@ -574,23 +574,20 @@ async fn round_export(
     Path(id): Path<u64>,
     Query(q): Query<ExportQuery>,
 ) -> ApiResult<Response> {
-    let format: Format = q
-        .format
-        .as_deref()
-        .unwrap_or("tsv")
-        .parse()
-        .map_err(|e: String| fail(StatusCode::BAD_REQUEST, e))?;
+    let format: Format = q.format.as_deref().unwrap_or("tsv").parse().map_err(
+        |e: beebot_shared::export::UnknownFormat| fail(StatusCode::BAD_REQUEST, e.to_string()),
+    )?;
     let (round, jobs) = s.with_grid(move |g| g.round(id)).await.map_err(grid_fail)?;
     let links_dir = s.data.links();
-    let body = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
-        let mut w = ExportWriter::new(Vec::new(), format).map_err(|e| e.to_string())?;
-        crate::export::export_round(&links_dir, &jobs, &mut w, |_, _| {})
-            .map_err(|e| e.to_string())?;
-        w.finish().map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-    .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    let body =
+        tokio::task::spawn_blocking(move || -> Result<Vec<u8>, crate::export::ExportError> {
+            let mut w = ExportWriter::new(Vec::new(), format)?;
+            crate::export::export_round(&links_dir, &jobs, &mut w, |_, _| {})?;
+            Ok(w.finish()?)
+        })
+        .await
+        .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     let ctype = match format {
         Format::Tsv => "text/tab-separated-values; charset=utf-8",
         Format::Jsonl => "application/jsonl; charset=utf-8",

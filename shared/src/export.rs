@@ -26,13 +26,18 @@ pub enum Format {
     Jsonl,
 }
 
+/// A format name that is neither `tsv` nor `jsonl`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown format `{0}` (use tsv or jsonl)")]
+pub struct UnknownFormat(pub String);
+
 impl std::str::FromStr for Format {
-    type Err = String;
+    type Err = UnknownFormat;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "tsv" => Ok(Format::Tsv),
             "jsonl" => Ok(Format::Jsonl),
-            other => Err(format!("unknown format `{other}` (use tsv or jsonl)")),
+            other => Err(UnknownFormat(other.to_string())),
         }
     }
 }

@@ -27,10 +27,7 @@ const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 pub fn crawl(flags: CrawlFlags, net: &NetArgs) -> Result<Said> {
     let spec = crawl_spec(&flags)?;
     let site = spec.site.clone();
-    let format: Format = flags
-        .format
-        .parse()
-        .map_err(|e: String| anyhow::anyhow!(e))?;
+    let format: Format = flags.format.parse()?;
     let cfg = net.crawler_config()?;
     let cancel = AtomicBool::new(false);
     // A live line on stderr when it is a terminal; nothing when piped.
