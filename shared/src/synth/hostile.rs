@@ -393,19 +393,20 @@ fn big_robots() -> HostileResponse {
     }
 }
 
-/// `len` pseudo-random bytes (xorshift, fixed seed: the same on every run).
+/// `len` pseudo-random bytes ([`SplitMix64`](crate::rng::SplitMix64), fixed
+/// seed: the same on every run).
 fn garbage(len: usize) -> Vec<u8> {
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rng = crate::rng::SplitMix64::new(GARBAGE_SEED);
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        out.extend_from_slice(&state.to_le_bytes());
+        out.extend_from_slice(&rng.next_u64().to_le_bytes());
     }
     out.truncate(len);
     out
 }
+
+/// The seed of [`garbage`].
+const GARBAGE_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 
 #[cfg(test)]
 mod tests {
@@ -555,6 +556,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(h, 3119174987718649398, "the hostile sites' answers changed");
+        assert_eq!(h, 8095410495571749209, "the hostile sites' answers changed");
     }
 }
