@@ -11,7 +11,6 @@
 
 use std::time::Duration;
 
-use clap::builder::{PossibleValuesParser, TypedValueParser};
 use serde::{Deserialize, Serialize};
 
 use beebot_shared::limits::{MAX_DELAY_MS, MAX_PAGES_PER_SITE};
@@ -97,7 +96,7 @@ impl RoundParams {
             }
         }
         let secs_of = |d: &Option<TypedDuration>| d.as_ref().map(TypedDuration::as_secs);
-        set(&mut self.policy, &o.policy);
+        set(&mut self.policy, &o.policy.map(|p| p.as_str().to_string()));
         set(&mut self.max_pages, &o.max_pages);
         set(&mut self.max_depth, &o.max_depth);
         set(&mut self.delay_ms, &o.delay_ms);
@@ -182,23 +181,6 @@ impl RoundParams {
     }
 }
 
-/// Parser of `--policy`: one of the scheduler's policy names.
-fn policy_parser() -> PossibleValuesParser {
-    PossibleValuesParser::new(scheduler::POLICY_NAMES)
-}
-
-/// Parser of `--scope`: host, subdomains or domain.
-fn scope_parser() -> impl TypedValueParser<Value = Scope> {
-    PossibleValuesParser::new(Scope::ALL.map(Scope::as_str)).try_map(|s| s.parse::<Scope>())
-}
-
-/// Parser of `--validate`: off, adaptive or all.
-pub fn validate_parser() -> impl TypedValueParser<Value = ValidateMode> {
-    let modes = [ValidateMode::Off, ValidateMode::Adaptive, ValidateMode::All];
-    PossibleValuesParser::new(modes.map(ValidateMode::as_str))
-        .try_map(|s| s.parse::<ValidateMode>())
-}
-
 /// The parameters of a round that differ from the defaults: `round start`'s
 /// flags, the admin API's body and the config file's `[round]` table. The
 /// durations are said with a unit on the command line and in the config
@@ -207,8 +189,8 @@ pub fn validate_parser() -> impl TypedValueParser<Value = ValidateMode> {
 #[serde(default)]
 pub struct RoundOverrides {
     /// Scheduling policy: adaptive (default), round-robin, batch, level, pack, size-aware.
-    #[arg(long, value_parser = policy_parser())]
-    pub policy: Option<String>,
+    #[arg(long)]
+    pub policy: Option<scheduler::PolicyName>,
     #[arg(long)]
     pub max_pages: Option<u32>,
     #[arg(long)]
@@ -216,7 +198,7 @@ pub struct RoundOverrides {
     /// Politeness delay between requests to one host.
     #[arg(long)]
     pub delay_ms: Option<u64>,
-    #[arg(long, value_parser = scope_parser())]
+    #[arg(long)]
     pub scope: Option<Scope>,
     /// Largest page read, bytes (the config file only).
     #[arg(skip)]
@@ -248,7 +230,7 @@ pub struct RoundOverrides {
     /// Result validation: `adaptive` (default: an untrusted host's
     /// results are checked by another host's scan, a trusted host's at
     /// random), `all` (every result checked) or `off`.
-    #[arg(long, value_parser = validate_parser())]
+    #[arg(long)]
     pub validate: Option<ValidateMode>,
 }
 
@@ -359,7 +341,7 @@ mod tests {
         ])
         .expect("flags");
         let o = flags.o;
-        assert_eq!(o.policy.as_deref(), Some("batch"));
+        assert_eq!(o.policy, Some(scheduler::PolicyName::Batch));
         assert_eq!(o.max_seconds.as_ref().map(|d| d.text.as_str()), Some("2h"));
         // Over the API: numbers in each field's unit, the same field names.
         let json = serde_json::to_value(&o).expect("encode");

@@ -46,7 +46,7 @@ pub const DEFAULT_SPOT_CHECK_PERCENT: u32 = 5;
 pub const MAX_SPOT_CHECK_PERCENT: u32 = 100;
 
 /// How a round validates its results.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum ValidateMode {
     /// Every result is taken as it comes.

@@ -23,6 +23,7 @@ use crate::limits::{MAX_HOST_LEN, MAX_URL_LEN};
 
 /// Which hosts belong to a site.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Only the site's own host.

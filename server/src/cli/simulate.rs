@@ -6,11 +6,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::builder::PossibleValuesParser;
 use clap::Args;
 
 use beebot_server::cli_util::parse_duration;
-use beebot_server::params::validate_parser;
 use beebot_server::scheduler::POLICY_NAMES;
 use beebot_server::simulate::{self, Availability, Input, SimOptions};
 use beebot_server::validate::ValidateMode;
@@ -68,7 +67,7 @@ pub struct SimulateArgs {
     scan_failures: f64,
     /// `desktops` (a third of the hosts always on, a third in office
     /// hours, a third nights and weekends) or `always`.
-    #[arg(long, default_value = "desktops", value_parser = availability_parser())]
+    #[arg(long, value_enum, default_value_t = Availability::Desktops)]
     availability: Availability,
     /// The round's politeness delay (the server's default).
     #[arg(long, default_value_t = 1000)]
@@ -82,7 +81,7 @@ pub struct SimulateArgs {
     max_scan_time: Duration,
     /// The round's validation: off (the default here: policies compared
     /// alone), adaptive or all. The `checks` column is its cost.
-    #[arg(long, default_value = "off", value_parser = validate_parser())]
+    #[arg(long, value_enum, default_value_t = ValidateMode::Off)]
     validate: ValidateMode,
     /// Hosts start trusted (validation at steady state) instead of new.
     #[arg(long)]
@@ -95,13 +94,6 @@ pub struct SimulateArgs {
 /// Parser of `--policy`: a policy name or `all`.
 fn policy_or_all() -> PossibleValuesParser {
     PossibleValuesParser::new(POLICY_NAMES.into_iter().chain([ALL_POLICIES]))
-}
-
-/// Parser of `--availability`.
-fn availability_parser() -> impl TypedValueParser<Value = Availability> {
-    let all = [Availability::Desktops, Availability::Always];
-    PossibleValuesParser::new(all.map(Availability::as_str))
-        .try_map(|s| Availability::parse(&s).ok_or_else(|| format!("unknown availability `{s}`")))
 }
 
 impl SimulateArgs {

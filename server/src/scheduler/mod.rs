@@ -214,27 +214,74 @@ pub trait Policy: Send + Sync {
     }
 }
 
-/// Names accepted by `round start --policy`; the first is the default.
-pub const POLICY_NAMES: [&str; 6] = [
-    "adaptive",
-    "round-robin",
-    "batch",
-    "level",
-    "pack",
-    "size-aware",
-];
+/// The scheduling policies by name: `round start --policy`, the config
+/// file and the admin API say these (kebab-case); the first is the default.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyName {
+    Adaptive,
+    RoundRobin,
+    Batch,
+    Level,
+    Pack,
+    SizeAware,
+}
+
+impl PolicyName {
+    /// Every policy, the default first.
+    pub const ALL: [PolicyName; 6] = [
+        PolicyName::Adaptive,
+        PolicyName::RoundRobin,
+        PolicyName::Batch,
+        PolicyName::Level,
+        PolicyName::Pack,
+        PolicyName::SizeAware,
+    ];
+
+    /// The policy's name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PolicyName::Adaptive => "adaptive",
+            PolicyName::RoundRobin => "round-robin",
+            PolicyName::Batch => "batch",
+            PolicyName::Level => "level",
+            PolicyName::Pack => "pack",
+            PolicyName::SizeAware => "size-aware",
+        }
+    }
+
+    /// The policy itself.
+    pub fn policy(self) -> Box<dyn Policy> {
+        match self {
+            PolicyName::Adaptive => Box::new(Adaptive),
+            PolicyName::RoundRobin => Box::new(RoundRobin),
+            PolicyName::Batch => Box::new(Batch),
+            PolicyName::Level => Box::new(Level),
+            PolicyName::Pack => Box::new(Pack),
+            PolicyName::SizeAware => Box::new(SizeAware),
+        }
+    }
+}
+
+/// Names accepted by `round start --policy` ([`PolicyName::ALL`]'s names).
+pub const POLICY_NAMES: [&str; 6] = {
+    let mut names = [""; 6];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = PolicyName::ALL[i].as_str();
+        i += 1;
+    }
+    names
+};
 
 /// The policy of a name, or `None` when unknown.
 pub fn policy_by_name(name: &str) -> Option<Box<dyn Policy>> {
-    match name {
-        "adaptive" => Some(Box::new(Adaptive)),
-        "round-robin" => Some(Box::new(RoundRobin)),
-        "batch" => Some(Box::new(Batch)),
-        "level" => Some(Box::new(Level)),
-        "pack" => Some(Box::new(Pack)),
-        "size-aware" => Some(Box::new(SizeAware)),
-        _ => None,
-    }
+    PolicyName::ALL
+        .into_iter()
+        .find(|p| p.as_str() == name)
+        .map(PolicyName::policy)
 }
 
 // ---- helpers over the queue ----

@@ -122,7 +122,7 @@ pub enum SimError {
 }
 
 /// When the hosts may crawl.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Availability {
     /// Always on, but for random offline spells.
     Always,
