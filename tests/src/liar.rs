@@ -24,7 +24,7 @@ use beebot_shared::extract::LinkTag;
 use beebot_shared::limits::{MAX_SLOTS, MAX_UNITS_PER_REPLY, MAX_WANT_SECONDS};
 use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary};
 use beebot_shared::proto::{Request, Response};
-use beebot_shared::sign::{self, WorkUnit};
+use beebot_shared::sign::{self, SignedUnit, WorkUnit};
 use url::Url;
 
 use crate::hostile::{record_bombs, Joined};
@@ -284,6 +284,33 @@ impl Conn {
     }
 }
 
+/// What the liar keeps between work requests: the units it hoards and how
+/// far along its order of give-backs it is.
+struct Tally {
+    /// What the liar does with the units it gives back, in turn.
+    order: Vec<GiveBack>,
+    /// With `hoard`, one unit in this many is given back.
+    return_every: usize,
+    /// Units listed as held in every work request.
+    held: Vec<u64>,
+    /// Hoarded units and their deadlines (server time, the same clock here).
+    hoard: Vec<(u64, u64)>,
+    /// Units taken so far.
+    seen: usize,
+    /// Units given back so far.
+    given_back: usize,
+}
+
+/// What one work request brought.
+enum Asked {
+    /// Units to hoard or give back.
+    Units(Vec<SignedUnit>),
+    /// Nothing this time (the pause before asking again already taken).
+    Nothing,
+    /// Nothing, and no round is open: the liar is done.
+    RoundsOver,
+}
+
 /// Run the liar until the grid has no open round or `run_for` has passed.
 pub async fn run(opts: &LiarOptions) -> Result<LiarReport> {
     let me = Joined::from_home(&opts.home)?;
@@ -298,98 +325,139 @@ pub async fn run(opts: &LiarOptions) -> Result<LiarReport> {
         errors_in_a_row: 0,
     };
     if opts.modes.boast {
-        let r = conn
-            .request(&Request::Benchmark {
-                pages_per_s: HONEST_PAGES_PER_S * BOAST_FACTOR,
-                kb_per_s: HONEST_KB_PER_S * BOAST_FACTOR,
-                slots: MAX_SLOTS.saturating_mul(BOAST_FACTOR as u32),
-            })
-            .await?;
-        match r {
-            Ok(Response::Ack) => report.benchmark_acked = true,
-            other => report.unexpected.push(format!("benchmark: {other:?}")),
-        }
+        boast(&mut conn, &mut report).await?;
     }
-    let order = opts.modes.give_back_order();
-    let return_every = opts.return_every.max(1);
+    let mut tally = Tally {
+        order: opts.modes.give_back_order(),
+        return_every: opts.return_every.max(1),
+        held: Vec::new(),
+        hoard: Vec::new(),
+        seen: 0,
+        given_back: 0,
+    };
     let started = Instant::now();
-    let mut held: Vec<u64> = Vec::new();
-    // Hoarded units and their deadlines (server time, the same clock here).
-    let mut hoard: Vec<(u64, u64)> = Vec::new();
-    let mut seen = 0usize;
-    let mut given_back = 0usize;
     while started.elapsed() < opts.run_for {
-        let free_slots = if opts.modes.hoard {
-            MAX_UNITS_PER_REPLY as u32
-        } else {
-            1
-        };
-        let r = conn
-            .request(&Request::RequestWork {
-                want_seconds: MAX_WANT_SECONDS,
-                free_slots,
-                units_held: held.clone(),
-                open_windows: None,
-            })
-            .await?;
-        let units = match r {
-            Ok(Response::Work {
-                units, rounds_open, ..
-            }) => {
-                if units.is_empty() {
-                    if !rounds_open {
-                        break;
-                    }
-                    tokio::time::sleep(ASK_EVERY).await;
-                    continue;
-                }
-                units
-            }
-            other => {
-                report.unexpected.push(format!("work: {other:?}"));
-                tokio::time::sleep(ASK_EVERY).await;
-                continue;
-            }
+        let units = match ask_for_work(&mut conn, opts, &tally.held, &mut report).await? {
+            Asked::Units(units) => units,
+            Asked::Nothing => continue,
+            Asked::RoundsOver => break,
         };
         report.most_in_one_reply = report.most_in_one_reply.max(units.len() as u64);
         let now = beebot_server::now_ms();
-        hoard.retain(|&(_, deadline_ms)| deadline_ms > now);
-        report.most_held = report.most_held.max((hoard.len() + units.len()) as u64);
+        tally.hoard.retain(|&(_, deadline_ms)| deadline_ms > now);
+        report.most_held = report
+            .most_held
+            .max((tally.hoard.len() + units.len()) as u64);
         for signed in &units {
             let unit = sign::verify_unit(&project_key, signed).context("a unit")?;
-            report.units_taken += 1;
-            seen += 1;
-            if opts.modes.hoard && seen % return_every != 0 {
-                held.push(unit.unit_id);
-                hoard.push((unit.unit_id, unit.deadline_ms));
-                report.hoarded += 1;
-                continue;
-            }
-            let what = order[given_back % order.len()];
-            given_back += 1;
-            match what {
-                GiveBack::Lie => lie(&mut conn, &unit, opts, &mut report).await?,
-                GiveBack::Bomb => bomb(&mut conn, &unit, given_back, &mut report).await?,
-                GiveBack::Fail => {
-                    report.fails += 1;
-                    let r = conn
-                        .request(&Request::Fail {
-                            unit_id: unit.unit_id,
-                            reason: failure_reason(),
-                        })
-                        .await?;
-                    match r {
-                        Ok(Response::Ack) => report.fails_acked += 1,
-                        other => report.unexpected.push(format!("fail: {other:?}")),
-                    }
-                }
-            }
+            take(&mut conn, &unit, opts, &mut tally, &mut report).await?;
         }
     }
     if let Some(l) = &conn.link {
         l.close();
     }
     Ok(report)
+}
+
+/// Claim a hundredfold speed and absurd slots in a benchmark.
+async fn boast(conn: &mut Conn, report: &mut LiarReport) -> Result<()> {
+    let r = conn
+        .request(&Request::Benchmark {
+            pages_per_s: HONEST_PAGES_PER_S * BOAST_FACTOR,
+            kb_per_s: HONEST_KB_PER_S * BOAST_FACTOR,
+            slots: MAX_SLOTS.saturating_mul(BOAST_FACTOR as u32),
+        })
+        .await?;
+    match r {
+        Ok(Response::Ack) => report.benchmark_acked = true,
+        other => report.unexpected.push(format!("benchmark: {other:?}")),
+    }
+    Ok(())
+}
+
+/// Ask for work (as many units as a reply may carry when hoarding), listing
+/// the hoard as held; pause before returning when nothing came.
+async fn ask_for_work(
+    conn: &mut Conn,
+    opts: &LiarOptions,
+    held: &[u64],
+    report: &mut LiarReport,
+) -> Result<Asked> {
+    let free_slots = if opts.modes.hoard {
+        MAX_UNITS_PER_REPLY as u32
+    } else {
+        1
+    };
+    let r = conn
+        .request(&Request::RequestWork {
+            want_seconds: MAX_WANT_SECONDS,
+            free_slots,
+            units_held: held.to_vec(),
+            open_windows: None,
+        })
+        .await?;
+    match r {
+        Ok(Response::Work {
+            units, rounds_open, ..
+        }) => {
+            if units.is_empty() {
+                if !rounds_open {
+                    return Ok(Asked::RoundsOver);
+                }
+                tokio::time::sleep(ASK_EVERY).await;
+                return Ok(Asked::Nothing);
+            }
+            Ok(Asked::Units(units))
+        }
+        other => {
+            report.unexpected.push(format!("work: {other:?}"));
+            tokio::time::sleep(ASK_EVERY).await;
+            Ok(Asked::Nothing)
+        }
+    }
+}
+
+/// Hoard one unit taken, or give it back the way the order says: a lie, a
+/// bomb or a failure.
+async fn take(
+    conn: &mut Conn,
+    unit: &WorkUnit,
+    opts: &LiarOptions,
+    tally: &mut Tally,
+    report: &mut LiarReport,
+) -> Result<()> {
+    report.units_taken += 1;
+    tally.seen += 1;
+    if opts.modes.hoard && tally.seen % tally.return_every != 0 {
+        tally.held.push(unit.unit_id);
+        tally.hoard.push((unit.unit_id, unit.deadline_ms));
+        report.hoarded += 1;
+        return Ok(());
+    }
+    let what = tally.order[tally.given_back % tally.order.len()];
+    tally.given_back += 1;
+    match what {
+        GiveBack::Lie => lie(conn, unit, opts, report).await,
+        GiveBack::Bomb => bomb(conn, unit, tally.given_back, report).await,
+        GiveBack::Fail => fail(conn, unit, report).await,
+    }
+}
+
+/// Give the unit back as failed, with a reason of multi-byte characters
+/// longer than the server keeps.
+async fn fail(conn: &mut Conn, unit: &WorkUnit, report: &mut LiarReport) -> Result<()> {
+    report.fails += 1;
+    let r = conn
+        .request(&Request::Fail {
+            unit_id: unit.unit_id,
+            reason: failure_reason(),
+        })
+        .await?;
+    match r {
+        Ok(Response::Ack) => report.fails_acked += 1,
+        other => report.unexpected.push(format!("fail: {other:?}")),
+    }
+    Ok(())
 }
 
 /// Scan the unit honestly (a continuation: not at all), alter the records,
@@ -400,7 +468,7 @@ async fn lie(
     opts: &LiarOptions,
     report: &mut LiarReport,
 ) -> Result<()> {
-    let (records, mut summary) = if unit.resume.is_none() {
+    let (records, summary) = if unit.resume.is_none() {
         let spec = beebot_client::worker::crawl_spec(unit, None, Duration::ZERO)?;
         let cfg = opts.crawler.clone();
         let out = tokio::task::spawn_blocking(move || {
@@ -415,26 +483,7 @@ async fn lie(
     let (records, fabricated, dropped) = alter(unit, records, &opts.modes)?;
     report.fabricated_links += fabricated;
     report.dropped_links += dropped;
-    // A natural end, all the records counted, and the time the made-up
-    // pages would have taken at the round's pace: a lie that passes every
-    // check of the summary (a hundredfold pace is refused by the pace check
-    // before validation sees it), so only validation can find it out.
-    summary.stopped_by = None;
-    summary.links = records.len() as u64;
-    summary.distinct_target_hosts = records
-        .iter()
-        .filter_map(|r| {
-            Url::parse(&r.target_url)
-                .ok()?
-                .host_str()
-                .map(str::to_string)
-        })
-        .collect::<std::collections::HashSet<String>>()
-        .len() as u64;
-    summary.pages = summary.pages.max(1) + fabricated;
-    summary.elapsed_ms = summary
-        .elapsed_ms
-        .saturating_add(fabricated.saturating_add(1) * unit.limits.delay_ms);
+    let summary = claim_natural_end(unit, summary, &records, fabricated);
     let header = LinkFileHeader::of_unit(unit, summary.pages, records.len() as u64);
     let upload = Request::Upload {
         unit_id: unit.unit_id,
@@ -464,13 +513,48 @@ async fn lie(
         }
     };
     if opts.modes.repeat && accepted {
-        for _ in 0..REPEATS {
-            report.repeats += 1;
-            match conn.request(&upload).await? {
-                Ok(Response::Duplicate) => report.repeats_duplicate += 1,
-                Ok(Response::Rejected { .. } | Response::Accepted) => {}
-                other => report.unexpected.push(format!("repeat: {other:?}")),
-            }
+        repeat(conn, &upload, report).await?;
+    }
+    Ok(())
+}
+
+/// The summary of a lie: a natural end, all the records counted, and the
+/// time the made-up pages would have taken at the round's pace — a lie that
+/// passes every check of the summary (a hundredfold pace is refused by the
+/// pace check before validation sees it), so only validation can find it out.
+fn claim_natural_end(
+    unit: &WorkUnit,
+    mut summary: ScanSummary,
+    records: &[LinkRecord],
+    fabricated: u64,
+) -> ScanSummary {
+    summary.stopped_by = None;
+    summary.links = records.len() as u64;
+    summary.distinct_target_hosts = records
+        .iter()
+        .filter_map(|r| {
+            Url::parse(&r.target_url)
+                .ok()?
+                .host_str()
+                .map(str::to_string)
+        })
+        .collect::<std::collections::HashSet<String>>()
+        .len() as u64;
+    summary.pages = summary.pages.max(1) + fabricated;
+    summary.elapsed_ms = summary
+        .elapsed_ms
+        .saturating_add(fabricated.saturating_add(1) * unit.limits.delay_ms);
+    summary
+}
+
+/// Upload an accepted lie again, [`REPEATS`] times.
+async fn repeat(conn: &mut Conn, upload: &Request, report: &mut LiarReport) -> Result<()> {
+    for _ in 0..REPEATS {
+        report.repeats += 1;
+        match conn.request(upload).await? {
+            Ok(Response::Duplicate) => report.repeats_duplicate += 1,
+            Ok(Response::Rejected { .. } | Response::Accepted) => {}
+            other => report.unexpected.push(format!("repeat: {other:?}")),
         }
     }
     Ok(())

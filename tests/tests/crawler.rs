@@ -638,7 +638,6 @@ fn proxied_config(proxy: std::net::SocketAddr, allow_private: bool) -> CrawlerCo
 
 #[test]
 fn through_a_proxy_private_targets_are_refused_and_never_asked_for() {
-    use beebot_shared::synth::hostile::{SSRF_LOOPBACK_LINKS, SSRF_PRIVATE_NAMES};
     let web = Arc::new(SynthWeb::generate(1, 1));
     let server = start(&web);
     let (proxy, proxy_log) = connect_proxy(server.addr(), 1000);
@@ -652,17 +651,36 @@ fn through_a_proxy_private_targets_are_refused_and_never_asked_for() {
         format!("127.0.0.1:{}", server.addr().port()),
         format!("[::ffff:127.0.0.1]:{}", server.addr().port()),
     ];
-    let literal_spec = |site: &str| CrawlSpec {
+    private_targets_are_refused_before_the_proxy_is_asked(
+        &server, proxy, &proxy_log, &ssrf, &literals,
+    );
+    private_targets_allowed_are_asked_of_the_proxy_and_fetched(
+        &server, proxy, &proxy_log, &ssrf, &literals,
+    );
+}
+
+/// An IP-literal site of the proxy test, crawled alone.
+fn literal_spec(site: &str) -> CrawlSpec {
+    CrawlSpec {
         delay: Duration::ZERO,
         max_duration: Duration::from_secs(60),
         ..CrawlSpec::new(site, Scope::Host)
-    };
+    }
+}
 
-    // Private addresses not allowed: the site's own pages go through the
-    // proxy; its private subdomains (a rule, the lookup) and IP-literal
-    // sites on loopback are refused before the proxy is asked.
+/// Private addresses not allowed: the site's own pages go through the
+/// proxy; its private subdomains (a rule, the lookup) and IP-literal sites
+/// on loopback are refused before the proxy is asked.
+fn private_targets_are_refused_before_the_proxy_is_asked(
+    server: &SynthWebServer,
+    proxy: std::net::SocketAddr,
+    proxy_log: &ProxyLog,
+    ssrf: &CrawlSpec,
+    literals: &[String],
+) {
+    use beebot_shared::synth::hostile::SSRF_LOOPBACK_LINKS;
     let cfg = proxied_config(proxy, false);
-    let out = run(&ssrf, &cfg);
+    let out = run(ssrf, &cfg);
     let s = &out.summary;
     // The robots.txt of each private subdomain, refused: its pages (linked,
     // and the target of /go-intranet) are not asked for after that.
@@ -675,7 +693,7 @@ fn through_a_proxy_private_targets_are_refused_and_never_asked_for() {
         targets.contains(&"http://[::ffff:7f00:1]:9/"),
         "{targets:?}"
     );
-    for site in &literals {
+    for site in literals {
         let out = run(&literal_spec(site), &cfg);
         assert_eq!(
             out.summary.refused_addresses, 1,
@@ -701,17 +719,27 @@ fn through_a_proxy_private_targets_are_refused_and_never_asked_for() {
         "{:?}",
         log.iter().map(|r| (&r.host, &r.path)).collect::<Vec<_>>()
     );
+}
 
-    // Private addresses allowed: the same targets are asked of the proxy and fetched.
+/// Private addresses allowed: the same targets are asked of the proxy and
+/// fetched.
+fn private_targets_allowed_are_asked_of_the_proxy_and_fetched(
+    server: &SynthWebServer,
+    proxy: std::net::SocketAddr,
+    proxy_log: &ProxyLog,
+    ssrf: &CrawlSpec,
+    literals: &[String],
+) {
+    use beebot_shared::synth::hostile::SSRF_PRIVATE_NAMES;
     let open = proxied_config(proxy, true);
-    let out = run(&ssrf, &open);
+    let out = run(ssrf, &open);
     assert_eq!(out.summary.refused_addresses, 0, "{:?}", out.summary);
     assert_eq!(
         out.summary.pages, 4,
         "/, /go-intranet, two subdomains: {:?}",
         out.summary
     );
-    for site in &literals {
+    for site in literals {
         let out = run(&literal_spec(site), &open);
         assert_eq!(
             out.summary.refused_addresses, 0,

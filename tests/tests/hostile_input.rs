@@ -614,17 +614,7 @@ fn a_flood_of_record_bombs_keeps_server_memory_bounded() {
         let mut counts = count_bomb_answers(tasks).await;
         let held = units.iter().map(|u| u.unit_id).collect();
         eprintln!("flood answered in {:.1}s", started.elapsed().as_secs_f64());
-        // Each unit's attempt failed with its first bomb: what comes after
-        // is refused before anything of it is decoded.
-        for (u, bombs) in units.iter().zip(&bombs) {
-            for bomb in bombs.iter() {
-                rejected(
-                    links[2].request(&upload(u, bomb.clone(), 0)).await,
-                    "not wanted",
-                );
-                counts.2 += 1;
-            }
-        }
+        counts.2 += later_bombs_are_refused_undecoded(&links[2], &units, &bombs).await;
         // Still serving: work, and an honest upload of a new unit.
         let u = take_another_unit(&links[1], &a, held).await;
         let honest = upload(&u, link_file(&u, &u.site, &records_of(&u.site)), 1);
@@ -664,6 +654,26 @@ fn a_flood_of_record_bombs_keeps_server_memory_bounded() {
     assert!(server.try_wait().expect("status").is_none(), "server died");
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// Each unit's attempt failed with its first bomb: what comes after is
+/// refused before anything of it is decoded. How many bombs were sent.
+async fn later_bombs_are_refused_undecoded(
+    link: &Link,
+    units: &[WorkUnit],
+    bombs: &[Arc<[Vec<u8>; 2]>],
+) -> usize {
+    let mut sent = 0;
+    for (u, bombs) in units.iter().zip(bombs) {
+        for bomb in bombs.iter() {
+            rejected(
+                link.request(&upload(u, bomb.clone(), 0)).await,
+                "not wanted",
+            );
+            sent += 1;
+        }
+    }
+    sent
 }
 
 /// The answers one stream of the flood got, in order.

@@ -120,6 +120,57 @@ fn a_round_with_a_liar(seed: u64, delay_ms: u64) {
     let honest_ids: Vec<u64> = HONEST.iter().map(|n| g.join(n, &code)).collect();
     let liar_id = join_raw(&g, "liar", &code).id;
     g.import_sites();
+    let round = start_round(&g, delay_ms);
+    let pid = g.server.as_ref().expect("server").id();
+
+    // The liar asks first: it gets what a boast and every free slot get.
+    let liar = Liar::start(&g);
+    let start = Instant::now();
+    let mut most_held = wait_for_the_liar_to_take_work(&g, &round, &liar, liar_id, start);
+    let honest: Vec<ClientProc> = HONEST
+        .iter()
+        .map(|n| g.run_once(n, HONEST_SLOTS, &[]))
+        .collect();
+    most_held = watch_until_the_round_is_over(&g, &round, liar_id, start, most_held);
+    let o = g.admin_ok(&["round", "wait", &round, "--timeout", "10s"]);
+    let verdict = last_line(&o);
+    assert!(
+        verdict.contains(&format!("all {SITES} sites complete")),
+        "{verdict}"
+    );
+    for (p, n) in honest.into_iter().zip(HONEST) {
+        p.wait_ok(&format!("honest client {n}"));
+    }
+    let report = liar.report(Duration::from_secs(30));
+    let took = started.elapsed();
+
+    let peak = the_server_kept_serving_with_bounded_memory(&mut g, pid);
+    every_lie_was_told_and_answered(&report, liar_id);
+
+    // It held no more than a host may: as the server showed it, and as
+    // the liar counted (its hoard before their deadlines, and each reply).
+    let liar_held = as_u64(&report["most_held"], "most held") as usize;
+    assert!(
+        most_held.max(liar_held) <= HELD_CAP,
+        "the liar held {most_held} units at once by the server's round, {liar_held} by its \
+         own count (cap {HELD_CAP})"
+    );
+
+    let d = g.round_json(&round);
+    failure_reasons_are_kept_cut_on_a_character_boundary(&d);
+    validation_found_the_liar_out(&g, &round, &d, &report, liar_id, &honest_ids);
+
+    eprintln!(
+        "liar round: {SITES} sites, delay {delay_ms} ms, {:.0} s; server peak RSS {:.1} MB; \
+         the liar held at most {most_held} units ({liar_held} by its count)",
+        took.as_secs_f64(),
+        peak as f64 / 1e6
+    );
+}
+
+/// Start the round every result of which is validated, with no hedge copies;
+/// its id.
+fn start_round(g: &Grid, delay_ms: u64) -> String {
     let o = g.admin_ok(&[
         "round",
         "start",
@@ -139,13 +190,19 @@ fn a_round_with_a_liar(seed: u64, delay_ms: u64) {
         "--policy",
         "round-robin",
     ]);
-    let round = last_line(&o);
-    let pid = g.server.as_ref().expect("server").id();
+    last_line(&o)
+}
 
-    // The liar asks first: it gets what a boast and every free slot get.
-    let liar = Liar::start(&g);
+/// The liar takes work before any honest client runs; the most it held
+/// meanwhile, as the server's round shows it.
+fn wait_for_the_liar_to_take_work(
+    g: &Grid,
+    round: &str,
+    liar: &Liar,
+    liar_id: u64,
+    start: Instant,
+) -> usize {
     let mut most_held = 0usize;
-    let start = Instant::now();
     while most_held == 0 {
         assert!(
             start.elapsed() < Duration::from_secs(30),
@@ -153,20 +210,26 @@ fn a_round_with_a_liar(seed: u64, delay_ms: u64) {
             std::fs::read_to_string(&liar.err).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(100));
-        let held = held_by_host(&g.round_json(&round));
+        let held = held_by_host(&g.round_json(round));
         most_held = most_held.max(held.get(&liar_id).copied().unwrap_or(0));
     }
-    let honest: Vec<ClientProc> = HONEST
-        .iter()
-        .map(|n| g.run_once(n, HONEST_SLOTS, &[]))
-        .collect();
-    // Watch what the liar holds until the round is over.
+    most_held
+}
+
+/// Watch what the liar holds until the round is over; the most it held.
+fn watch_until_the_round_is_over(
+    g: &Grid,
+    round: &str,
+    liar_id: u64,
+    start: Instant,
+    mut most_held: usize,
+) -> usize {
     loop {
-        let d = g.round_json(&round);
+        let d = g.round_json(round);
         let held = held_by_host(&d);
         most_held = most_held.max(held.get(&liar_id).copied().unwrap_or(0));
         if d["round"]["state"] != "Running" {
-            break;
+            return most_held;
         }
         if start.elapsed() >= ROUND_TIMEOUT {
             let open: Vec<&serde_json::Value> = d["jobs"]
@@ -184,19 +247,10 @@ fn a_round_with_a_liar(seed: u64, delay_ms: u64) {
         }
         std::thread::sleep(Duration::from_millis(250));
     }
-    let o = g.admin_ok(&["round", "wait", &round, "--timeout", "10s"]);
-    let verdict = last_line(&o);
-    assert!(
-        verdict.contains(&format!("all {SITES} sites complete")),
-        "{verdict}"
-    );
-    for (p, n) in honest.into_iter().zip(HONEST) {
-        p.wait_ok(&format!("honest client {n}"));
-    }
-    let report = liar.report(Duration::from_secs(30));
-    let took = started.elapsed();
+}
 
-    // The server kept serving with bounded memory.
+/// The server kept serving with bounded memory; its peak RSS.
+fn the_server_kept_serving_with_bounded_memory(g: &mut Grid, pid: u32) -> u64 {
     let peak = peak_rss(pid);
     let server = g.server.as_mut().expect("server");
     assert!(
@@ -211,8 +265,11 @@ fn a_round_with_a_liar(seed: u64, delay_ms: u64) {
     );
     let o = g.admin_ok(&["status"]);
     assert!(stdout(&o).contains("sites"), "{}", stdout(&o));
+    peak
+}
 
-    // The liar told every lie, and the server answered each as it should.
+/// The liar told every lie, and the server answered each as it should.
+fn every_lie_was_told_and_answered(report: &serde_json::Value, liar_id: u64) {
     eprintln!("liar report: {report:#}");
     assert_eq!(as_u64(&report["host_id"], "host id"), liar_id);
     assert_eq!(report["benchmark_acked"], true, "{report:#}");
@@ -246,18 +303,10 @@ fn a_round_with_a_liar(seed: u64, delay_ms: u64) {
     let fails = as_u64(&report["fails"], "fails");
     assert!(fails > 0, "{report:#}");
     assert_eq!(as_u64(&report["fails_acked"], "fails acked"), fails);
+}
 
-    // It held no more than a host may: as the server showed it, and as
-    // the liar counted (its hoard before their deadlines, and each reply).
-    let liar_held = as_u64(&report["most_held"], "most held") as usize;
-    assert!(
-        most_held.max(liar_held) <= HELD_CAP,
-        "the liar held {most_held} units at once by the server's round, {liar_held} by its \
-         own count (cap {HELD_CAP})"
-    );
-
-    // Its multi-byte failure reasons are kept, cut on a character boundary.
-    let d = g.round_json(&round);
+/// Its multi-byte failure reasons are kept, cut on a character boundary.
+fn failure_reasons_are_kept_cut_on_a_character_boundary(d: &serde_json::Value) {
     let jobs = d["jobs"].as_array().expect("jobs");
     let reasons: Vec<&str> = jobs
         .iter()
@@ -272,9 +321,19 @@ fn a_round_with_a_liar(seed: u64, delay_ms: u64) {
         reasons.iter().all(|r| r.len() <= MAX_TEXT_LEN),
         "{reasons:?}"
     );
+}
 
-    // Validation: every result was checked, the liar's were all invalid,
-    // it has no trust, and the export is the truth.
+/// Validation: every result was checked, the liar's were all invalid, it
+/// has no trust, and the export is the truth.
+fn validation_found_the_liar_out(
+    g: &Grid,
+    round: &str,
+    d: &serde_json::Value,
+    report: &serde_json::Value,
+    liar_id: u64,
+    honest_ids: &[u64],
+) {
+    let jobs = d["jobs"].as_array().expect("jobs");
     assert_eq!(d["round"]["params"]["validate"], "all", "{:#}", d["round"]);
     for j in jobs {
         assert_eq!(j["validation"], "valid", "{j:#}");
@@ -301,18 +360,11 @@ fn a_round_with_a_liar(seed: u64, delay_ms: u64) {
     );
     assert_eq!(as_u64(&l["consecutive_valid"], "consecutive"), 0, "{l:#}");
     assert_eq!(l["trusted"], false, "{l:#}");
-    for id in &honest_ids {
+    for id in honest_ids {
         let h = host(*id);
         assert_eq!(as_u64(&h["invalid_results"], "invalid"), 0, "{h:#}");
     }
-    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
-
-    eprintln!(
-        "liar round: {SITES} sites, delay {delay_ms} ms, {:.0} s; server peak RSS {:.1} MB; \
-         the liar held at most {most_held} units ({liar_held} by its count)",
-        took.as_secs_f64(),
-        peak as f64 / 1e6
-    );
+    assert_same_rows(&g.export_rows(round), &g.truth_rows());
 }
 
 #[test]

@@ -32,22 +32,7 @@ fn a_polite_first_round_scans_every_site_to_its_end_even_when_a_host_vanishes() 
         .filter_map(|h| g.web.site_pages(h))
         .max()
         .expect("sites");
-    let o = g.admin_ok(&[
-        "round",
-        "start",
-        "--delay-ms",
-        DELAY_MS,
-        "--min-deadline",
-        MAX_DEADLINE,
-        "--max-deadline",
-        MAX_DEADLINE,
-        "--force",
-        "--max-scan-time",
-        MAX_SCAN_TIME,
-        "--policy",
-        "round-robin",
-    ]);
-    let round = last_line(&o);
+    let round = start_polite_round(&g);
     let started = Instant::now();
     // A host that takes work and vanishes for good in the middle of its scans.
     let gone = g.run_once("gone", 2, &[]);
@@ -69,6 +54,47 @@ fn a_polite_first_round_scans_every_site_to_its_end_even_when_a_host_vanishes() 
     b.wait_ok("client b");
 
     let d = g.round_json(&round);
+    every_site_ended_naturally_over_several_scans(&d, largest);
+    a_live_scan_was_extended_not_cut(&d);
+
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+    let o = g.admin_ok(&["status"]);
+    assert!(
+        stdout(&o).contains("8 of 8 sites complete"),
+        "{}",
+        stdout(&o)
+    );
+    eprintln!(
+        "polite round: 8 sites, largest {largest} pages, delay {DELAY_MS} ms, {:.0} s",
+        took.as_secs_f64()
+    );
+}
+
+/// Start the round at the politeness delay, with the short first deadline
+/// and scan time budget; its id.
+fn start_polite_round(g: &Grid) -> String {
+    let o = g.admin_ok(&[
+        "round",
+        "start",
+        "--delay-ms",
+        DELAY_MS,
+        "--min-deadline",
+        MAX_DEADLINE,
+        "--max-deadline",
+        MAX_DEADLINE,
+        "--force",
+        "--max-scan-time",
+        MAX_SCAN_TIME,
+        "--policy",
+        "round-robin",
+    ]);
+    last_line(&o)
+}
+
+/// Every site is complete at its natural end, and the time budget split the
+/// largest sites into several scans, the job going on from each scan's
+/// frontier.
+fn every_site_ended_naturally_over_several_scans(d: &serde_json::Value, largest: usize) {
     assert_eq!(d["counts"]["complete"], 8, "{:#}", d["counts"]);
     assert_eq!(d["counts"]["incomplete"], 0);
     let sites = d["sites"].as_array().expect("sites");
@@ -87,7 +113,10 @@ fn a_polite_first_round_scans_every_site_to_its_end_even_when_a_host_vanishes() 
         most_scans >= 3,
         "largest site ({largest} pages) took {most_scans} scans"
     );
-    // A live scan outlived its first deadline: it was extended, not cut.
+}
+
+/// A live scan outlived its first deadline: it was extended, not cut.
+fn a_live_scan_was_extended_not_cut(d: &serde_json::Value) {
     let extended = d["jobs"]
         .as_array()
         .expect("jobs")
@@ -100,16 +129,4 @@ fn a_polite_first_round_scans_every_site_to_its_end_even_when_a_host_vanishes() 
             deadline > issued + window
         });
     assert!(extended, "no scan was extended past its first deadline");
-
-    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
-    let o = g.admin_ok(&["status"]);
-    assert!(
-        stdout(&o).contains("8 of 8 sites complete"),
-        "{}",
-        stdout(&o)
-    );
-    eprintln!(
-        "polite round: 8 sites, largest {largest} pages, delay {DELAY_MS} ms, {:.0} s",
-        took.as_secs_f64()
-    );
 }

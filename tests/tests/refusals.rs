@@ -3,7 +3,7 @@
 //! and malformed frames, another protocol version, and a work unit whose
 //! signature does not verify.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use beebot_client::home::Home;
@@ -64,15 +64,27 @@ fn server_id(home: &Path) -> ServerId {
 #[test]
 fn refusals_are_clear_and_the_server_keeps_serving() {
     let g = Grid::start(31, 5);
+    let a = bad_invites_are_refused(&g);
+    let args = run_once_args(&g);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    an_unknown_host_is_refused(&g, a, &args);
+    a_revoked_host_is_refused_and_only_it_learns_so(&g, &args);
+    bad_frames_are_refused_and_the_connection_still_works(&g);
+    a_tampered_unit_is_refused_and_the_round_completes(&g, &args);
+}
 
+/// A one-use invite works once, a code whose certificate pin is wrong never
+/// reaches the server's TLS, and garbage is not a code; the id of the host
+/// that joined.
+fn bad_invites_are_refused(g: &Grid) -> u64 {
     // A one-use invite works once.
-    let code = invite(&g, 1);
-    let a = join_ok(&g, "a", &code);
+    let code = invite(g, 1);
+    let a = join_ok(g, "a", &code);
     let o = g.client("b", &["join", &code]);
     assert_fails_with(&o, "invite is unknown, expired or used up");
 
     // A code whose certificate pin is wrong never reaches the server's TLS.
-    let mut inv = Invite::from_code(&invite(&g, 1)).expect("invite");
+    let mut inv = Invite::from_code(&invite(g, 1)).expect("invite");
     inv.cert_sha256[0] ^= 0xff;
     let o = g.client("pin", &["join", &inv.to_code()]);
     assert_fails_with(&o, "cannot reach the server");
@@ -81,8 +93,11 @@ fn refusals_are_clear_and_the_server_keeps_serving() {
     // Garbage instead of a code.
     let o = g.client("junk", &["join", "hello"]);
     assert_fails_with(&o, "not a BeeBot invite code");
+    a
+}
 
-    // An unknown host id.
+/// An unknown host id (host `a`'s key and enrolment, another id) is refused.
+fn an_unknown_host_is_refused(g: &Grid, a: u64, args: &[&str]) {
     let ghost = g.home("ghost");
     std::fs::create_dir_all(&ghost).expect("mkdir");
     for f in ["host.key", "enrolment.json"] {
@@ -91,15 +106,16 @@ fn refusals_are_clear_and_the_server_keeps_serving() {
     let e = std::fs::read_to_string(ghost.join("enrolment.json")).expect("read");
     let e = e.replace(&format!("\"host_id\": {a}"), "\"host_id\": 999999");
     std::fs::write(ghost.join("enrolment.json"), e).expect("write");
-    let args = run_once_args(&g);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let o = g.client("ghost", &args);
+    let o = g.client("ghost", args);
     assert_fails_with(&o, "unknown host 999999");
+}
 
-    // A revoked host.
-    let r = join_ok(&g, "r", &invite(&g, 1));
+/// A revoked host is told so; another key claiming its id hears what an
+/// unknown id hears, so ids cannot be enumerated.
+fn a_revoked_host_is_refused_and_only_it_learns_so(g: &Grid, args: &[&str]) {
+    let r = join_ok(g, "r", &invite(g, 1));
     g.admin_ok(&["hosts", "revoke", &r.to_string()]);
-    let o = g.client("r", &args);
+    let o = g.client("r", args);
     assert_fails_with(&o, "revoked");
     // Only the host itself learns that: another key claiming its id hears
     // what an unknown id hears, so ids cannot be enumerated.
@@ -111,14 +127,17 @@ fn refusals_are_clear_and_the_server_keeps_serving() {
         impostor.join("enrolment.json"),
     )
     .expect("copy");
-    let o = g.client("impostor", &args);
+    let o = g.client("impostor", args);
     assert_fails_with(
         &o,
         &format!("unknown host {r}, or the host proof does not verify"),
     );
     assert!(stdout(&g.admin_ok(&["hosts", "list"])).contains("revoked"));
+}
 
-    // Frames: oversized, malformed, another version, unauthenticated.
+/// Frames: oversized, malformed, another version, unauthenticated; each
+/// refused, and the same connection still works for a proper request.
+fn bad_frames_are_refused_and_the_connection_still_works(g: &Grid) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         let link = Link::connect(&server_id(&g.home("a")))
@@ -176,15 +195,43 @@ fn refusals_are_clear_and_the_server_keeps_serving() {
             Ok(Response::Nonce { .. })
         ));
     });
+}
 
-    // A unit whose signature does not verify is refused, and the grid goes on:
-    // client a takes units, stops, one spooled unit is tampered with, and a
-    // restarted client refuses it; its job comes back and the round completes.
+/// A unit whose signature does not verify is refused, and the grid goes on:
+/// client a takes units, stops, one spooled unit is tampered with, and a
+/// restarted client refuses it; its job comes back and the round completes.
+fn a_tampered_unit_is_refused_and_the_round_completes(g: &Grid, args: &[&str]) {
     g.import_sites();
     // A politeness delay keeps the scans running long enough to catch a unit spooled.
     let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "20"]));
+    let victim = a_unit_spooled_by_a_stopped_client(g, args);
+    let mut bytes = std::fs::read(&victim).expect("read unit");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x20;
+    std::fs::write(&victim, bytes).expect("tamper");
+    let o = g.client("a", args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("refused a spooled unit"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(victim.with_extension("bad").exists());
+    g.wait_round(&round, "120s");
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+    let o = g.admin_ok(&["status", "--json"]);
+    assert!(
+        stdout(&o).contains("\"hosts_revoked\": 1"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// Run client a until it has spooled a unit, then kill it; that unit's file,
+/// still there.
+fn a_unit_spooled_by_a_stopped_client(g: &Grid, args: &[&str]) -> PathBuf {
     let mut child = g
-        .client_cmd("a", &args)
+        .client_cmd("a", args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -212,26 +259,7 @@ fn refusals_are_clear_and_the_server_keeps_serving() {
         victim.exists(),
         "the unit was still held when the client stopped"
     );
-    let mut bytes = std::fs::read(&victim).expect("read unit");
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x20;
-    std::fs::write(&victim, bytes).expect("tamper");
-    let o = g.client("a", &args);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("refused a spooled unit"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(victim.with_extension("bad").exists());
-    g.wait_round(&round, "120s");
-    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
-    let o = g.admin_ok(&["status", "--json"]);
-    assert!(
-        stdout(&o).contains("\"hosts_revoked\": 1"),
-        "{}",
-        stdout(&o)
-    );
+    victim
 }
 
 #[test]

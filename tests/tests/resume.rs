@@ -190,57 +190,12 @@ fn stop_mid_scan_and_resume(signal: &str, delay_ms: u64, pages: usize, wait_chec
     let round = start_round(&g, delay_ms);
     let log = g.dir.path().join("client-a.log");
     let mut c = spawn_client(&g, "a", &log, false);
-    let web_log = || g.web_server.request_log();
-    if wait_checkpoint {
-        poll("a periodic checkpoint", || !checkpoints(&g, "a").is_empty());
-        // A few pages past it, which the restarted client fetches again.
-        let n = web_log().len();
-        poll("pages past the checkpoint", || web_log().len() >= n + 3);
-    } else {
-        poll("a scan under way", || web_log().len() >= 12);
-    }
-    let pid = c.id().to_string();
-    let sent = Instant::now();
-    let o = run(
-        std::process::Command::new("kill").args([signal, &pid]),
-        Duration::from_secs(10),
-    );
-    assert!(o.status.success(), "kill {signal}: {}", stderr(&o));
-    if signal == "-KILL" {
-        let _ = c.wait();
-    } else {
-        let took = wait_exit(&mut c, EXIT_WITHIN + Duration::from_secs(5), signal, &log);
-        assert!(
-            took < EXIT_WITHIN,
-            "stopped {took:?} after {signal}:\n{}",
-            read(&log)
-        );
-    }
-    let stop_took = sent.elapsed();
-    let stopped_at = web_log().len();
+    wait_until_mid_scan(&g, wait_checkpoint);
+    let stop_took = stop_with(&mut c, signal, &log);
+    let stopped_at = g.web_server.request_log().len();
     let ckpts = checkpoints(&g, "a");
-    assert!(
-        !ckpts.is_empty(),
-        "a scan was checkpointed ({signal}, {stop_took:?}):\n{}",
-        read(&log)
-    );
-    // What each checkpoint says was fetched, and a positive control: the
-    // requests before the stop do map onto those digests.
-    let mut before: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
-    for c in ckpts.values() {
-        assert!(c.state.pages_done > 0, "{:?}", c.summary);
-        assert_eq!(c.summary.links, c.records.len() as u64);
-        before.insert(c.state.site.clone(), fetched_before(c));
-    }
-    let matched = web_log()[..stopped_at]
-        .iter()
-        .filter(|r| {
-            before
-                .get(&r.host)
-                .is_some_and(|d| d.contains(&url_digest(&request_url(r))))
-        })
-        .count();
-    assert!(matched > 0, "the checkpoints name pages the web served");
+    let before =
+        what_the_checkpoints_say_was_fetched(&g, &ckpts, stopped_at, signal, stop_took, &log);
 
     // Second life: resume, finish, deliver.
     let mut c = spawn_client(&g, "a", &log, true);
@@ -251,7 +206,102 @@ fn stop_mid_scan_and_resume(signal: &str, delay_ms: u64, pages: usize, wait_chec
         text.contains("scan resumed from its checkpoint"),
         "the restarted client resumed its scans:\n{text}"
     );
-    let after = &web_log()[stopped_at..];
+    let after = nothing_fetched_before_the_checkpoint_is_fetched_again(&g, &before, stopped_at);
+    eprintln!(
+        "{signal}: stopped in {stop_took:?}; {} checkpoints ({} pages before them); \
+         {stopped_at} requests before the stop, {after} after",
+        before.len(),
+        ckpts.values().map(|c| c.state.pages_done).sum::<u64>(),
+    );
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+    assert!(
+        checkpoints(&g, "a").is_empty(),
+        "checkpoints go with their units"
+    );
+    g.kill_server();
+}
+
+/// Wait until client `a` is mid-scan: with `wait_checkpoint`, a periodic
+/// checkpoint in its spool and a few pages past it (which the restarted
+/// client fetches again); otherwise a dozen requests.
+fn wait_until_mid_scan(g: &Grid, wait_checkpoint: bool) {
+    let web_log = || g.web_server.request_log();
+    if wait_checkpoint {
+        poll("a periodic checkpoint", || !checkpoints(g, "a").is_empty());
+        // A few pages past it, which the restarted client fetches again.
+        let n = web_log().len();
+        poll("pages past the checkpoint", || web_log().len() >= n + 3);
+    } else {
+        poll("a scan under way", || web_log().len() >= 12);
+    }
+}
+
+/// Send `signal` to the client; anything but SIGKILL must stop it within
+/// [`EXIT_WITHIN`]. How long the stop took.
+fn stop_with(c: &mut Child, signal: &str, log: &Path) -> Duration {
+    let pid = c.id().to_string();
+    let sent = Instant::now();
+    let o = run(
+        std::process::Command::new("kill").args([signal, &pid]),
+        Duration::from_secs(10),
+    );
+    assert!(o.status.success(), "kill {signal}: {}", stderr(&o));
+    if signal == "-KILL" {
+        let _ = c.wait();
+    } else {
+        let took = wait_exit(c, EXIT_WITHIN + Duration::from_secs(5), signal, log);
+        assert!(
+            took < EXIT_WITHIN,
+            "stopped {took:?} after {signal}:\n{}",
+            read(log)
+        );
+    }
+    sent.elapsed()
+}
+
+/// A scan was checkpointed; what each checkpoint says was fetched, by site,
+/// and a positive control: the requests before the stop do map onto those
+/// digests.
+fn what_the_checkpoints_say_was_fetched(
+    g: &Grid,
+    ckpts: &BTreeMap<u64, Checkpoint>,
+    stopped_at: usize,
+    signal: &str,
+    stop_took: Duration,
+    log: &Path,
+) -> BTreeMap<String, HashSet<u64>> {
+    assert!(
+        !ckpts.is_empty(),
+        "a scan was checkpointed ({signal}, {stop_took:?}):\n{}",
+        read(log)
+    );
+    let mut before: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
+    for c in ckpts.values() {
+        assert!(c.state.pages_done > 0, "{:?}", c.summary);
+        assert_eq!(c.summary.links, c.records.len() as u64);
+        before.insert(c.state.site.clone(), fetched_before(c));
+    }
+    let matched = g.web_server.request_log()[..stopped_at]
+        .iter()
+        .filter(|r| {
+            before
+                .get(&r.host)
+                .is_some_and(|d| d.contains(&url_digest(&request_url(r))))
+        })
+        .count();
+    assert!(matched > 0, "the checkpoints name pages the web served");
+    before
+}
+
+/// After the restart no page a checkpoint names as fetched (nor its
+/// robots.txt) is asked for again. How many requests came after the stop.
+fn nothing_fetched_before_the_checkpoint_is_fetched_again(
+    g: &Grid,
+    before: &BTreeMap<String, HashSet<u64>>,
+    stopped_at: usize,
+) -> usize {
+    let log = g.web_server.request_log();
+    let after = &log[stopped_at..];
     for r in after {
         let Some(done) = before.get(&r.host) else {
             continue;
@@ -267,19 +317,7 @@ fn stop_mid_scan_and_resume(signal: &str, delay_ms: u64, pages: usize, wait_chec
             request_url(r)
         );
     }
-    eprintln!(
-        "{signal}: stopped in {stop_took:?}; {} checkpoints ({} pages before them); \
-         {stopped_at} requests before the stop, {} after",
-        before.len(),
-        ckpts.values().map(|c| c.state.pages_done).sum::<u64>(),
-        after.len()
-    );
-    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
-    assert!(
-        checkpoints(&g, "a").is_empty(),
-        "checkpoints go with their units"
-    );
-    g.kill_server();
+    after.len()
 }
 
 #[test]

@@ -14,27 +14,7 @@ const SITES: usize = 10;
 /// after one valid result and spot checks at 0% (so a trusted host's result
 /// is never checked).
 fn two_rounds(seed: u64, delay_ms: &str) {
-    let mut g = Grid::start(seed, SITES);
-    g.kill_server();
-    let dir = beebot_server::config::DataDir(g.data_dir());
-    let mut cfg = dir.load_config().expect("config");
-    cfg.validation.trust_after = 1;
-    cfg.validation.spot_check_percent = 0;
-    dir.save_config(&cfg).expect("save config");
-    g.start_server();
-    g.import_sites();
-    // A validated round with fewer than two hosts would never end: said at start.
-    let o = g.admin_ok(&["round", "start", "--validate", "adaptive"]);
-    assert!(
-        stderr(&o).contains("validation is adaptive but 0 host(s) are enrolled"),
-        "{}",
-        stderr(&o)
-    );
-    g.admin_ok(&["round", "cancel", &last_line(&o)]);
-    let code = g.invite(3);
-    for name in ["a", "b", "c"] {
-        g.join(name, &code);
-    }
+    let g = a_grid_that_trusts_after_one_valid_result(seed);
     let truth = g.truth_rows();
     let mut check_pages = Vec::new();
     for (n, mode) in [(1, "all"), (2, "adaptive")] {
@@ -58,44 +38,87 @@ fn two_rounds(seed: u64, delay_ms: &str) {
             SITES as u64,
             "round {n}: {counts:#}"
         );
-        // Honest pairs agree: the similarity of every checked result.
-        let mut least = 1.0f64;
-        for s in d["sites"].as_array().expect("sites") {
-            for r in s["results"].as_array().expect("results") {
-                if s["validation"] == "trusted" {
-                    assert_eq!(r["verdict"], "unchecked", "{s:#}");
-                    continue;
-                }
-                assert_eq!(r["verdict"], "valid", "{s:#}");
-                least = least.min(r["similarity"].as_f64().expect("similarity"));
-            }
-        }
-        eprintln!("delay {delay_ms} ms, round {n}: {counts}; least honest similarity {least}");
-        assert!(least >= beebot_server::validate::MIN_SIMILARITY);
+        honest_pairs_agree(&d, n, delay_ms);
         check_pages.push((
             counts["check_pages"].as_u64().expect("check pages"),
             counts["pages"].as_u64().expect("pages"),
         ));
         if n == 1 {
-            // New hosts: every site was checked by a second host.
-            assert_eq!(counts["valid"], SITES as u64, "{counts:#}");
-            assert!(check_pages[0].0 >= check_pages[0].1 / 2, "{check_pages:?}");
-            let hosts: serde_json::Value =
-                serde_json::from_str(&stdout(&g.admin_ok(&["hosts", "list", "--json"])))
-                    .expect("hosts json");
-            let trusted = hosts
-                .as_array()
-                .expect("hosts")
-                .iter()
-                .filter(|h| h["trusted"] == true && h["consecutive_valid"].as_u64() >= Some(1))
-                .count();
-            assert_eq!(trusted, 3, "{hosts:#}");
+            every_site_was_checked_and_every_host_is_trusted(&g, counts, &check_pages);
         } else {
             // Trusted hosts' results are taken as they come.
             assert_eq!(counts["trusted"], SITES as u64, "{counts:#}");
             assert_eq!(counts["check_pages"], 0, "{counts:#}");
         }
     }
+}
+
+/// A grid whose server trusts a host after one valid result and spot-checks
+/// none, that said at the start of a validated round that it had too few
+/// hosts, with three honest hosts joined since.
+fn a_grid_that_trusts_after_one_valid_result(seed: u64) -> Grid {
+    let mut g = Grid::start(seed, SITES);
+    g.kill_server();
+    let dir = beebot_server::config::DataDir(g.data_dir());
+    let mut cfg = dir.load_config().expect("config");
+    cfg.validation.trust_after = 1;
+    cfg.validation.spot_check_percent = 0;
+    dir.save_config(&cfg).expect("save config");
+    g.start_server();
+    g.import_sites();
+    // A validated round with fewer than two hosts would never end: said at start.
+    let o = g.admin_ok(&["round", "start", "--validate", "adaptive"]);
+    assert!(
+        stderr(&o).contains("validation is adaptive but 0 host(s) are enrolled"),
+        "{}",
+        stderr(&o)
+    );
+    g.admin_ok(&["round", "cancel", &last_line(&o)]);
+    let code = g.invite(3);
+    for name in ["a", "b", "c"] {
+        g.join(name, &code);
+    }
+    g
+}
+
+/// Honest pairs agree: the similarity of every checked result (a trusted
+/// site's results are not checked).
+fn honest_pairs_agree(d: &serde_json::Value, n: u32, delay_ms: &str) {
+    let counts = &d["counts"];
+    let mut least = 1.0f64;
+    for s in d["sites"].as_array().expect("sites") {
+        for r in s["results"].as_array().expect("results") {
+            if s["validation"] == "trusted" {
+                assert_eq!(r["verdict"], "unchecked", "{s:#}");
+                continue;
+            }
+            assert_eq!(r["verdict"], "valid", "{s:#}");
+            least = least.min(r["similarity"].as_f64().expect("similarity"));
+        }
+    }
+    eprintln!("delay {delay_ms} ms, round {n}: {counts}; least honest similarity {least}");
+    assert!(least >= beebot_server::validate::MIN_SIMILARITY);
+}
+
+/// New hosts: every site was checked by a second host, and after one valid
+/// result each every host is trusted.
+fn every_site_was_checked_and_every_host_is_trusted(
+    g: &Grid,
+    counts: &serde_json::Value,
+    check_pages: &[(u64, u64)],
+) {
+    assert_eq!(counts["valid"], SITES as u64, "{counts:#}");
+    assert!(check_pages[0].0 >= check_pages[0].1 / 2, "{check_pages:?}");
+    let hosts: serde_json::Value =
+        serde_json::from_str(&stdout(&g.admin_ok(&["hosts", "list", "--json"])))
+            .expect("hosts json");
+    let trusted = hosts
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .filter(|h| h["trusted"] == true && h["consecutive_valid"].as_u64() >= Some(1))
+        .count();
+    assert_eq!(trusted, 3, "{hosts:#}");
 }
 
 #[test]
