@@ -122,6 +122,20 @@ pub fn last_line(o: &Output) -> String {
 /// The operator contact of the tests' servers (a round is refused without one).
 pub const TEST_CONTACT: &str = "https://beebot.test/contact";
 
+/// `beebot-server init` with every address on loopback (ports picked by
+/// the system) and the test contact.
+pub const LOOPBACK_INIT: [&str; 9] = [
+    "init",
+    "--public-addr",
+    "127.0.0.1:0",
+    "--listen",
+    "127.0.0.1:0",
+    "--admin-listen",
+    "127.0.0.1:0",
+    "--contact",
+    TEST_CONTACT,
+];
+
 /// A real server process in a temporary data dir, plus a synthetic web.
 pub struct Grid {
     pub dir: tempfile::TempDir,
@@ -147,17 +161,7 @@ impl Grid {
             web,
             web_server,
         };
-        let o = g.admin(&[
-            "init",
-            "--public-addr",
-            "127.0.0.1:0",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--contact",
-            TEST_CONTACT,
-        ]);
+        let o = g.admin(&LOOPBACK_INIT);
         assert!(o.status.success(), "init failed: {}", stderr(&o));
         // Most tests run one client, and a result is validated by another
         // host's scan: validation is on per round (`--validate`) where a

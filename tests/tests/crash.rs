@@ -149,17 +149,14 @@ fn link_files(dir: &Path) -> usize {
     n
 }
 
-/// A small deterministic generator (xorshift), seeded per test; the seed is printed.
-struct Rng(u64);
+/// The project's seeded generator, seeded per test; the seed is printed.
+struct Rng(beebot_shared::rng::SplitMix64);
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+    fn new(seed: u64) -> Rng {
+        Rng(beebot_shared::rng::SplitMix64::new(seed))
     }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.next_u64() % n.max(1)
     }
 }
 
@@ -179,7 +176,7 @@ fn seed() -> u64 {
 fn server_killed_twenty_times_mid_round_loses_nothing_acknowledged() {
     let seed = seed();
     eprintln!("crash seed {seed} (rerun with BEEBOT_CRASH_SEED={seed})");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut g = Grid::start(41, 48);
     let code = invite(&g, 2);
     let names = ["a", "b"];
@@ -295,7 +292,7 @@ fn spool_count(g: &Grid, name: &str, sub: &str, ext: &str) -> usize {
 fn client_killed_during_scans_and_uploads_resumes_and_each_job_counts_once() {
     let seed = seed();
     eprintln!("crash seed {seed} (rerun with BEEBOT_CRASH_SEED={seed})");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let g = Grid::start(43, 24);
     join(&g, "a", &invite(&g, 1));
     g.import_sites();

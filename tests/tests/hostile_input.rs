@@ -464,18 +464,8 @@ fn replace_server_files(g: &mut Grid, files: &[&str]) {
     let other = g.dir.path().join("other-server");
     let o = beebot_tests::run(
         std::process::Command::new(bin("beebot-server"))
-            .args([
-                "init",
-                "--public-addr",
-                "127.0.0.1:0",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-                "--contact",
-                beebot_tests::TEST_CONTACT,
-                "--data-dir",
-            ])
+            .args(beebot_tests::LOOPBACK_INIT)
+            .arg("--data-dir")
             .arg(&other),
         Duration::from_secs(60),
     );
