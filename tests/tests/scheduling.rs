@@ -218,7 +218,12 @@ fn simulate_prints_a_table_per_policy_and_json() {
     ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("line 1"), "{}", stderr(&o));
+    // An unknown policy is a usage error naming the known ones.
     let o = g.admin(&["simulate", "--policy", "nope", "--seeds", "1"]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("unknown policy"), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("'nope'") && err.contains("round-robin") && err.contains("all"),
+        "{err}"
+    );
 }
