@@ -1,4 +1,4 @@
-//! Link-extraction conformance: every case of `shared/conformance/links.json`
+//! Link-extraction conformance: every case of `shared/tests/conformance/links.json`
 //! (what headless Chromium resolves) must come out of `extract_links` exactly.
 
 use std::fmt::Write as _;
@@ -36,10 +36,10 @@ impl std::fmt::Display for ExpectedLink {
 }
 
 fn cases_path() -> PathBuf {
-    // The workspace root is the crate's parent; the shared folder sits beside it.
+    // The repository's copy of the cases (see `conformance/README.md`).
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/conformance/links.json"
+        "/tests/conformance/links.json"
     ))
 }
 
