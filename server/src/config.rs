@@ -286,11 +286,24 @@ fn public_host(public_addr: &str) -> &str {
 pub const DEFAULT_REFERENCE_PORT: u16 = 4481;
 
 /// The reference site's address for a QUIC `listen` address: the same IP on
-/// [`DEFAULT_REFERENCE_PORT`], or port 0 (any) when QUIC's port is 0.
+/// [`DEFAULT_REFERENCE_PORT`], or port 0 (any) when QUIC's port is 0. When
+/// the default port is taken now (another server on this machine), a free
+/// port the system picks instead; `init` says which.
 pub fn default_reference_listen(listen: &str) -> String {
     match listen.parse::<SocketAddr>() {
         Ok(addr) if addr.port() == 0 => SocketAddr::new(addr.ip(), 0).to_string(),
-        Ok(addr) => SocketAddr::new(addr.ip(), DEFAULT_REFERENCE_PORT).to_string(),
+        Ok(addr) => {
+            let wanted = SocketAddr::new(addr.ip(), DEFAULT_REFERENCE_PORT);
+            if std::net::TcpListener::bind(wanted).is_ok() {
+                return wanted.to_string();
+            }
+            // Taken: any free port of that address (or the default, said
+            // as it is, when the address is not this machine's).
+            std::net::TcpListener::bind(SocketAddr::new(addr.ip(), 0))
+                .and_then(|l| l.local_addr())
+                .unwrap_or(wanted)
+                .to_string()
+        }
         Err(_) => String::new(),
     }
 }
@@ -514,6 +527,20 @@ fn check_config_durations(cfg: &ServerConfig) -> Result<(), DurationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_taken_reference_port_gives_way_to_a_free_one() {
+        // Held here (or taken by something else already): either way taken.
+        let _held = std::net::TcpListener::bind(("127.0.0.1", DEFAULT_REFERENCE_PORT));
+        let addr: SocketAddr = default_reference_listen("127.0.0.1:4433")
+            .parse()
+            .expect("an address");
+        assert_eq!(addr.ip().to_string(), "127.0.0.1");
+        assert_ne!(addr.port(), DEFAULT_REFERENCE_PORT);
+        assert!(std::net::TcpListener::bind(addr).is_ok(), "{addr} is free");
+        // QUIC on any port: the reference site on any port too.
+        assert_eq!(default_reference_listen("127.0.0.1:0"), "127.0.0.1:0");
+    }
     use crate::durations::DAY;
 
     #[test]

@@ -68,6 +68,7 @@ pub fn run(dir: &DataDir, a: InitArgs) -> Result<Report> {
             operator,
         },
     )?;
+    let listen_given = a.reference_listen.is_some();
     if a.reference_listen.is_some() || a.reference_site.is_some() {
         if let Some(addr) = a.reference_listen {
             cfg.reference_listen = if addr == OFF { String::new() } else { addr };
@@ -77,7 +78,27 @@ pub fn run(dir: &DataDir, a: InitArgs) -> Result<Report> {
         }
         dir.save_config(&cfg)?;
     }
-    Ok(Report::out(initialised(dir, &cfg)))
+    let mut out = initialised(dir, &cfg);
+    if let Some(note) = reference_port_note(&cfg.reference_listen).filter(|_| !listen_given) {
+        out.push_str(&note);
+    }
+    Ok(Report::out(out))
+}
+
+/// A line when the reference site could not have its default port (taken
+/// by another server on this machine) and `init` picked another.
+fn reference_port_note(reference_listen: &str) -> Option<String> {
+    let port = reference_listen
+        .parse::<std::net::SocketAddr>()
+        .ok()?
+        .port();
+    (port != 0 && port != config::DEFAULT_REFERENCE_PORT).then(|| {
+        format!(
+            "note: port {} is in use, so the reference site takes port {port} \
+             (`reference_listen` in config.toml, or `init --reference-listen`)\n",
+            config::DEFAULT_REFERENCE_PORT
+        )
+    })
 }
 
 /// `--reference-listen` is ADDR:PORT or `off`; `--reference-site` an
