@@ -20,6 +20,7 @@ use rand::RngCore;
 use super::{Grid, GridError};
 use crate::model::*;
 use crate::scheduler;
+use crate::store::IdKind;
 
 /// Hex digits of an invite's id: the start of its token's SHA-256, enough to
 /// tell invites apart and nothing of the token itself.
@@ -135,7 +136,7 @@ impl Grid {
         truncate_on_char(&mut info.name, MAX_TEXT_LEN);
         truncate_on_char(&mut info.os, MAX_TEXT_LEN);
         truncate_on_char(&mut info.client_version, MAX_TEXT_LEN);
-        let id = self.store.next_id()?;
+        let id = self.store.next_id(IdKind::Host)?;
         let host = HostRecord::new(id, host_key, info, now_ms);
         self.store.put_invite(&inv)?;
         self.store.put_host(&host)?;

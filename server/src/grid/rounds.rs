@@ -12,6 +12,7 @@ use beebot_shared::scope::{Scope, SiteScope};
 use super::{Grid, GridError, PLAN_HOSTS_SEEN_WITHIN_MS, REPEAT_SOON_MS};
 use crate::model::*;
 use crate::scheduler::{self, HostView, JobView};
+use crate::store::IdKind;
 
 /// The sites of `targets` that a wider site's scope covers
 /// ([`SiteScope::covers_site`]), each with the widest site covering it (of
@@ -75,7 +76,7 @@ impl Grid {
         self.check_round_params(&params, every_ms)?;
         let policy = scheduler::policy_by_name(&params.policy)
             .ok_or_else(|| GridError::Invalid(format!("unknown policy `{}`", params.policy)))?;
-        let round_id = self.store.next_id()?;
+        let round_id = self.store.next_id(IdKind::Round)?;
         let (jobs, folded) = self.new_jobs(round_id, &params)?;
         let plan = self.batch_plan(policy.as_ref(), &jobs, &params, now_ms);
         let mut job_ids = Vec::with_capacity(jobs.len());
@@ -146,7 +147,7 @@ impl Grid {
             .iter()
             .filter(|s| !folded_away.contains(s.host.as_str()))
         {
-            let id = self.store.next_id()?;
+            let id = self.store.next_id(IdKind::Job)?;
             jobs.push(JobRecord {
                 id,
                 round_id,

@@ -67,7 +67,11 @@ fn everything_survives_a_reopen() {
     // And the grid carries on where it stopped.
     let k = sign::generate_key().verifying_key().to_bytes();
     let c = fx.grid.enrol(&spare, k, info("c"), T0 + 10).unwrap();
-    assert!(c > *unit_map.keys().max().unwrap(), "ids never repeat");
+    assert_eq!(
+        c,
+        a.max(b) + 1,
+        "host ids go on from the last, never repeat"
+    );
     assert_eq!(
         fx.upload(b, &v, 2, u2.deadline_ms + 10),
         UploadOutcome::Accepted

@@ -16,6 +16,7 @@ use beebot_shared::sign::{ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
 
 use crate::model::*;
 use crate::scheduler::{self, DeadlineRule, HeldUnit, HostView, JobView, RunningView, WorkAsk};
+use crate::store::IdKind;
 use crate::validate;
 
 use super::index::*;
@@ -666,7 +667,7 @@ impl Grid {
         wait_s: f64,
         now_ms: u64,
     ) -> Result<(SignedUnit, f64), GridError> {
-        let unit_id = self.store.next_id()?;
+        let unit_id = self.store.next_id(IdKind::Unit)?;
         let job = self
             .jobs
             .get(&job_id)

@@ -158,12 +158,14 @@ fn contract_records_by_id(s: &dyn Store) {
 
 /// Ids are unique and increasing, and 0 stays free.
 fn contract_ids(s: &dyn Store) {
-    let mut last = 0;
-    for _ in 0..1000 {
-        let id = s.next_id().unwrap();
-        assert!(id > last, "ids grow and 0 stays free: {last} then {id}");
-        last = id;
+    // Each kind counts from 1 on its own, whatever the others drew.
+    for n in 1..=300 {
+        for kind in IdKind::ALL {
+            assert_eq!(s.next_id(kind).unwrap(), n, "{kind:?}");
+        }
     }
+    assert_eq!(s.next_id(IdKind::Unit).unwrap(), 301);
+    assert_eq!(s.next_id(IdKind::Round).unwrap(), 301);
 }
 
 /// With flushes deferred, `flush` succeeds without syncing and `sync`
@@ -213,7 +215,7 @@ fn contract_fail_stop(s: &dyn Store, fail_next_write: &dyn Fn()) {
     same(s.remove_site("a.test").map(|_| ()));
     same(s.remove_invite(&[1; 32]).map(|_| ()));
     same(s.remove_exclusion("a.test").map(|_| ()));
-    same(s.next_id().map(|_| ()));
+    same(s.next_id(IdKind::Job).map(|_| ()));
     same(s.flush());
     same(s.sync());
     assert_eq!(s.sites().unwrap(), [site("a.test", None)]);
@@ -292,7 +294,7 @@ fn records_survive_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let before = {
         let s = SledStore::open(dir.path()).unwrap();
-        let before = s.next_id().unwrap();
+        let before = s.next_id(IdKind::Unit).unwrap();
         contract_keyed_records(&s);
         contract_records_by_id(&s);
         s.sync().unwrap();
@@ -307,7 +309,7 @@ fn records_survive_reopen() {
     assert!(s.remove_site("a.test").unwrap());
     assert!(s.sites().unwrap().is_empty());
     // Ids stay unique across a reopen.
-    assert!(s.next_id().unwrap() > before);
+    assert!(s.next_id(IdKind::Unit).unwrap() > before);
 }
 
 #[test]
@@ -317,8 +319,8 @@ fn ids_grow_across_reopens() {
     for _ in 0..3 {
         let s = SledStore::open(dir.path()).unwrap();
         for _ in 0..10 {
-            let id = s.next_id().unwrap();
-            assert!(id > last, "{last} then {id}");
+            let id = s.next_id(IdKind::Round).unwrap();
+            assert_eq!(id, last + 1, "{last} then {id}");
             last = id;
         }
         s.sync().unwrap();

@@ -5,7 +5,6 @@
 //! `sync` only do the bookkeeping; ids come from a counter.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::{lock, Backend, Entry, Ledger, StoreError, Tree};
@@ -15,8 +14,6 @@ use super::{lock, Backend, Entry, Ledger, StoreError, Tree};
 pub struct MemoryStore {
     /// One map per record kind, in the order of [`Tree::ALL`].
     trees: [Mutex<BTreeMap<Vec<u8>, Vec<u8>>>; Tree::ALL.len()],
-    /// The next id to hand out (before the shift that keeps 0 free).
-    next_id: AtomicU64,
     ledger: Ledger,
 }
 
@@ -57,10 +54,6 @@ impl Backend for MemoryStore {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
-    }
-
-    fn generate_id(&self) -> Result<u64, StoreError> {
-        Ok(self.next_id.fetch_add(1, Ordering::SeqCst))
     }
 
     fn write_out(&self) -> Result<(), StoreError> {

@@ -87,9 +87,11 @@ fn sled_message(e: &::sled::Error) -> String {
 ///   a kind in key order. A record that does not encode within
 ///   [`MAX_RECORD_BYTES`] is refused with [`StoreError::Encode`] (not a
 ///   storage failure: the store goes on).
-/// - **Ids.** [`Store::next_id`] hands out ids that are unique and increasing,
-///   never 0 and never reused, also after a restart; rounds, jobs, hosts and
-///   units all draw from this one sequence.
+/// - **Ids.** [`Store::next_id`] hands out ids of one [`IdKind`] that are
+///   unique and increasing, never 0 and never reused, also after a restart:
+///   rounds, jobs, hosts and units each count from 1 on their own. An id is
+///   written like a record (its counter in the `ids` tree), so it is durable
+///   with the next sync.
 /// - **Group commit.** [`Store::flush`] makes every write so far durable,
 ///   unless [`Store::defer_flushes`] was called: then it only notes that a
 ///   sync is due, and the caller promises to call [`Store::sync`] before it
@@ -106,8 +108,9 @@ pub trait Store: Send + Sync {
     fn defer_flushes(&self);
     /// The storage error that stopped this store, if one did.
     fn failure(&self) -> Option<String>;
-    /// A new unique id (increasing, never 0, never reused across restarts).
-    fn next_id(&self) -> Result<u64, StoreError>;
+    /// A new unique id of `kind` (1 first, increasing, never reused across
+    /// restarts).
+    fn next_id(&self, kind: IdKind) -> Result<u64, StoreError>;
     /// Make every write so far durable (deferred: see [`Store::defer_flushes`]).
     fn flush(&self) -> Result<(), StoreError>;
     /// Make every write made before this call durable, sharing one fsync with
@@ -153,6 +156,8 @@ pub fn memory() -> SharedStore {
 /// The record kinds, each kept in a tree of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tree {
+    /// The last id handed out of each [`IdKind`], keyed by its name.
+    Ids,
     Sites,
     Rounds,
     Jobs,
@@ -163,7 +168,8 @@ enum Tree {
 }
 
 impl Tree {
-    const ALL: [Tree; 6] = [
+    const ALL: [Tree; 7] = [
+        Tree::Ids,
         Tree::Sites,
         Tree::Rounds,
         Tree::Jobs,
@@ -175,6 +181,7 @@ impl Tree {
     /// The tree's name on disk (and in errors).
     fn name(self) -> &'static str {
         match self {
+            Tree::Ids => "ids",
             Tree::Sites => "sites",
             Tree::Rounds => "rounds",
             Tree::Jobs => "jobs",
@@ -186,6 +193,30 @@ impl Tree {
 }
 
 /// A stored record: its key and its encoded value.
+/// What an id numbers: each kind has its own sequence from 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdKind {
+    Round,
+    Job,
+    Host,
+    Unit,
+}
+
+impl IdKind {
+    /// Every kind.
+    pub const ALL: [IdKind; 4] = [IdKind::Round, IdKind::Job, IdKind::Host, IdKind::Unit];
+
+    /// The kind's key in the `ids` tree.
+    fn name(self) -> &'static str {
+        match self {
+            IdKind::Round => "round",
+            IdKind::Job => "job",
+            IdKind::Host => "host",
+            IdKind::Unit => "unit",
+        }
+    }
+}
+
 type Entry = (Vec<u8>, Vec<u8>);
 
 /// What an implementation provides: trees of encoded records, an id
@@ -198,8 +229,6 @@ trait Backend: Send + Sync {
     fn remove(&self, tree: Tree, key: &[u8]) -> Result<bool, StoreError>;
     /// Every `(key, value)` of `tree`, in key order.
     fn entries(&self, tree: Tree) -> Result<Vec<Entry>, StoreError>;
-    /// The next of an increasing sequence that starts at 0 and survives restarts.
-    fn generate_id(&self) -> Result<u64, StoreError>;
     /// Make every write so far durable (one fsync).
     fn write_out(&self) -> Result<(), StoreError>;
 }
@@ -219,6 +248,8 @@ struct Ledger {
     failure: Mutex<Option<String>>,
     /// The next write or sync fails ([`StoreError::Injected`]).
     fail_next: AtomicBool,
+    /// One id handed out at a time.
+    ids: Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -340,9 +371,21 @@ impl<B: Backend> Store for B {
         self.ledger().failure()
     }
 
-    fn next_id(&self) -> Result<u64, StoreError> {
-        // Sequences start at 0; keep 0 free as "none".
-        self.ledger().write(|| self.generate_id()).map(|id| id + 1)
+    fn next_id(&self, kind: IdKind) -> Result<u64, StoreError> {
+        // One id at a time: read, add one, write back.
+        let _one = lock(&self.ledger().ids);
+        self.ledger().write(|| {
+            let key = kind.name().as_bytes();
+            let last = self
+                .entries(Tree::Ids)?
+                .into_iter()
+                .find(|(k, _)| k == key)
+                .and_then(|(_, v)| <[u8; 8]>::try_from(v.as_slice()).ok())
+                .map_or(0, u64::from_le_bytes);
+            let id = last + 1;
+            self.insert(Tree::Ids, key, id.to_le_bytes().to_vec())?;
+            Ok(id)
+        })
     }
 
     fn flush(&self) -> Result<(), StoreError> {

@@ -93,10 +93,6 @@ impl Backend for SledStore {
         Ok(entries)
     }
 
-    fn generate_id(&self) -> Result<u64, StoreError> {
-        Ok(self.db.generate_id()?)
-    }
-
     fn write_out(&self) -> Result<(), StoreError> {
         self.db.flush()?;
         Ok(())
