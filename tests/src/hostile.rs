@@ -172,6 +172,22 @@ pub fn upload(unit: &WorkUnit, file: Vec<u8>, links: u64) -> Request {
     }
 }
 
+/// A unit id no server of a test has issued.
+pub const UNKNOWN_UNIT: u64 = 987_654_321;
+
+/// An upload for a unit never issued ([`UNKNOWN_UNIT`]): one page, no file.
+pub fn upload_of_unknown_unit() -> Request {
+    Request::Upload {
+        unit_id: UNKNOWN_UNIT,
+        summary: beebot_shared::linkfile::ScanSummary {
+            pages: 1,
+            ..Default::default()
+        },
+        link_file: vec![],
+        state: None,
+    }
+}
+
 /// An honest one-record upload for `unit`.
 pub fn one_record_upload(unit: &WorkUnit) -> Request {
     upload(

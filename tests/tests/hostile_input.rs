@@ -11,7 +11,6 @@ use beebot_client::net::{Link, NetError};
 use beebot_server::net::{MAX_CONNECTIONS_PER_HOST, MAX_UNAUTHENTICATED_PER_ADDRESS};
 use beebot_shared::codec;
 use beebot_shared::invite::Invite;
-use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::proto::{ErrorCode, HostInfo, Request, Response};
 use beebot_shared::sign::{self, WorkUnit};
 use beebot_tests::hostile::*;
@@ -297,19 +296,7 @@ async fn lying_uploads_are_rejected_and_an_honest_one_accepted(a: &Joined, b: &J
             .await,
         "was not issued to host",
     );
-    rejected(
-        la.request(&Request::Upload {
-            unit_id: 987_654_321,
-            summary: ScanSummary {
-                pages: 1,
-                ..ScanSummary::default()
-            },
-            link_file: vec![],
-            state: None,
-        })
-        .await,
-        "unknown unit",
-    );
+    rejected(la.request(&upload_of_unknown_unit()).await, "unknown unit");
     // A decompression bomb: a few KB that expand past the decompressed cap.
     let blocks = beebot_shared::limits::MAX_LINK_FILE_DECOMPRESSED_BYTES / (128 * 1024) + 8;
     let bomb = zstd_bomb(blocks);

@@ -369,17 +369,21 @@ fn adaptive_sizes_the_reply_to_the_asked_seconds() {
     assert_eq!(Adaptive.choose(&c, &ask(1000, 2)).jobs.len(), 2);
 }
 
-#[test]
-fn adaptive_replicates_the_job_expected_to_finish_last() {
-    let hosts = [host(1, 10.0), host(2, 1.0)];
-    let run = |job_id, pages, finish_s| RunningView {
+/// A running job of one copy on another host than the asker.
+fn run(job_id: u64, pages: f64, finish_s: f64) -> RunningView {
+    RunningView {
         job_id,
         pages,
         copies: 1,
         on_asker: false,
         failed_here: false,
         finish_s,
-    };
+    }
+}
+
+#[test]
+fn adaptive_replicates_the_job_expected_to_finish_last() {
+    let hosts = [host(1, 10.0), host(2, 1.0)];
     let running = vec![run(1, 100.0, 50.0), run(2, 100.0, 90.0), run(3, 100.0, 5.0)];
     let mut c = ctx(&[], &hosts, 0);
     c.running = &running;
@@ -425,14 +429,6 @@ fn adaptive_replicates_the_job_expected_to_finish_last() {
 
 #[test]
 fn adaptive_hedges_the_critical_job_while_jobs_are_queued_only_with_slack() {
-    let run = |job_id, pages, finish_s| RunningView {
-        job_id,
-        pages,
-        copies: 1,
-        on_asker: false,
-        failed_here: false,
-        finish_s,
-    };
     // Hosts 1, 2 and 4 do 10 pages/s, host 3 one. Host 1 runs job 1
     // (1000 pages, 100 s left); host 2 asks.
     let mut hosts = [host(1, 10.0), host(2, 10.0), host(3, 1.0), host(4, 10.0)];

@@ -9,10 +9,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use beebot_server::cli_util::utc_minute;
-use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::proto::{Request, Response};
 use beebot_shared::synth::{SynthConfig, SynthWeb};
-use beebot_tests::hostile::{join_raw, Joined};
+use beebot_tests::hostile::{join_raw, upload_of_unknown_unit, Joined};
 use beebot_tests::*;
 
 /// Asserts a command failed and its stderr says each of `needles`.
@@ -524,17 +523,7 @@ fn a_host_gives_units_back_and_uploads_for_one_it_never_had(mallory: &Joined) {
                 .await;
             assert!(matches!(r, Ok(Response::Ack)), "{r:?}");
         }
-        let r = link
-            .request(&Request::Upload {
-                unit_id: 987_654_321,
-                summary: ScanSummary {
-                    pages: 1,
-                    ..ScanSummary::default()
-                },
-                link_file: vec![],
-                state: None,
-            })
-            .await;
+        let r = link.request(&upload_of_unknown_unit()).await;
         assert!(matches!(r, Ok(Response::Rejected { .. })), "{r:?}");
         link.close();
     });
