@@ -161,12 +161,16 @@ pub fn install(
     }
 }
 
+/// Write a service file durably; the note says where.
+fn write_service_file(path: &Path, text: &str) -> Result<Vec<String>> {
+    crate::home::write_atomic(path, text.as_bytes(), false)?;
+    Ok(vec![format!("wrote {}", path.display())])
+}
+
 /// The systemd user unit; started, lingering is suggested when off.
 fn install_systemd(exe: &Path, home: Option<&Path>, start: bool) -> Result<Vec<String>> {
-    let mut notes = Vec::new();
     let path = systemd_unit_path()?;
-    crate::home::write_atomic(&path, systemd_unit(exe, home).as_bytes(), false)?;
-    notes.push(format!("wrote {}", path.display()));
+    let mut notes = write_service_file(&path, &systemd_unit(exe, home))?;
     if !start {
         return Ok(notes);
     }
@@ -198,14 +202,12 @@ fn install_launchd(
     log_dir: &Path,
     start: bool,
 ) -> Result<Vec<String>> {
-    let mut notes = Vec::new();
     let base = directories::BaseDirs::new().context("cannot find the home directory")?;
     let path = base
         .home_dir()
         .join("Library/LaunchAgents")
         .join(format!("{LAUNCHD_LABEL}.plist"));
-    crate::home::write_atomic(&path, launchd_plist(exe, home, log_dir).as_bytes(), false)?;
-    notes.push(format!("wrote {}", path.display()));
+    let mut notes = write_service_file(&path, &launchd_plist(exe, home, log_dir))?;
     if start && run_quiet(Command::new("launchctl").arg("load").arg("-w").arg(&path)).is_none() {
         notes.push(format!(
             "could not load it; run `launchctl load -w {}`",
@@ -222,10 +224,8 @@ fn install_windows_task(
     log_dir: &Path,
     start: bool,
 ) -> Result<Vec<String>> {
-    let mut notes = Vec::new();
     let path = log_dir.join("beebot-task.xml");
-    crate::home::write_atomic(&path, windows_task_xml(exe, home).as_bytes(), false)?;
-    notes.push(format!("wrote {}", path.display()));
+    let mut notes = write_service_file(&path, &windows_task_xml(exe, home))?;
     if start {
         let ok = run_quiet(
             Command::new("schtasks")
