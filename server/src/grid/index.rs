@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use beebot_shared::scope::{Scope, SiteScope};
 
-use super::{Grid, GridIo};
+use super::Grid;
 use crate::model::*;
 use crate::scheduler::JobView;
 
@@ -173,7 +173,7 @@ impl Grid {
     /// The index of open jobs, built afresh from the jobs.
     #[cfg(debug_assertions)]
     pub(super) fn open_from_scratch(&self) -> HashMap<u64, OpenJobs> {
-        let io = GridIo {
+        let io = super::GridIo {
             store: self.store.clone(),
             links: self.links.clone(),
             signer: self.signer.clone(),
