@@ -139,14 +139,6 @@ impl Availability {
             Availability::Desktops => "desktops",
         }
     }
-
-    pub fn parse(s: &str) -> Option<Availability> {
-        match s {
-            "always" => Some(Availability::Always),
-            "desktops" => Some(Availability::Desktops),
-            _ => None,
-        }
-    }
 }
 
 /// Settings of a simulation.
