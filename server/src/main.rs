@@ -10,6 +10,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Result;
+use beebot_shared::logfmt::{self, LogFormat, LOG_FORMAT_ENV};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -22,6 +23,9 @@ struct Cli {
     /// Server data dir (default: the platform data dir).
     #[arg(long, global = true, env = "BEEBOT_SERVER_DIR")]
     data_dir: Option<PathBuf>,
+    /// Log lines on stderr: `text`, or `json` (one object per line).
+    #[arg(long, global = true, value_enum, default_value_t, env = LOG_FORMAT_ENV)]
+    log_format: LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -84,15 +88,13 @@ fn main() {
         Cmd::Serve => "info",
         _ => "warn",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .with_writer(std::io::stderr)
-        // Colours on a terminal only: not in a log file or the journal.
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    // Colours on a terminal only: not in a log file or the journal.
+    logfmt::init(
+        cli.log_format,
+        default_level,
+        std::io::stderr().is_terminal(),
+        std::io::stderr,
+    );
     match run(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {

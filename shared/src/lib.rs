@@ -2,7 +2,8 @@
 //! URL scope rules, link extraction, the synthetic web, and what client and
 //! server both play: the work-fetch rules and the crawl time windows. Pure
 //! code: no tokio, quinn or sled here, except the process plumbing of `rt`
-//! (the `rt` feature) that the command lines share.
+//! (the `rt` feature) and the log set-up of `logfmt` (the `logs` feature)
+//! that the command lines share.
 
 pub mod clock;
 pub mod codec;
@@ -13,6 +14,8 @@ pub mod fetch_rules;
 pub mod invite;
 pub mod limits;
 pub mod linkfile;
+#[cfg(feature = "logs")]
+pub mod logfmt;
 pub mod proto;
 pub mod rng;
 #[cfg(feature = "rt")]

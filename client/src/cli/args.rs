@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 use beebot_client::crawler::{CrawlerConfig, ResolveRule};
 use beebot_client::settings;
+use beebot_shared::logfmt::{LogFormat, LOG_FORMAT_ENV};
 
 #[derive(Parser)]
 #[command(
@@ -23,6 +24,10 @@ pub struct Cli {
     /// Client home (keys, enrolment, spool). Default: the platform's config and data dirs.
     #[arg(long, global = true, env = "BEEBOT_HOME")]
     pub home: Option<PathBuf>,
+    /// Log lines (stderr and the service's log file): `text`, or `json` (one
+    /// object per line).
+    #[arg(long, global = true, value_enum, default_value_t, env = LOG_FORMAT_ENV)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub cmd: Cmd,
 }

@@ -35,7 +35,8 @@ const REVOKED_ADVICE: &str =
 
 /// Set up logging: `run` on a terminal draws progress bars (warnings only in
 /// the log); as a service it logs at info to stderr (the journal) and a
-/// rotating file. Other commands log warnings to stderr.
+/// rotating file. Other commands log warnings to stderr. `--log-format`
+/// shapes the lines in both places.
 pub fn init_logging(cli: &Cli) {
     let is_run = matches!(cli.cmd, Cmd::Run { .. });
     let terminal = std::io::stderr().is_terminal();
@@ -54,14 +55,12 @@ pub fn init_logging(cli: &Cli) {
         }
         _ => ("warn", None),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
-        )
-        .with_ansi(terminal)
-        .with_writer(logging::LogWriter::new(file))
-        .init();
+    beebot_shared::logfmt::init(
+        cli.log_format,
+        level,
+        terminal,
+        logging::LogWriter::new(file),
+    );
 }
 
 /// What a command says, in order: its output on stdout, then warnings on
