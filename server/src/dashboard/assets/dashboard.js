@@ -212,7 +212,7 @@ function renderHosts(d) {
     tr.dataset.state = h.state;
     cell(tr, h.id, "num");
     cell(tr, h.name, "name");
-    cell(tr, h.state + (h.trusted ? " · trusted" : ""), "state");
+    cell(tr, h.state + (h.trusted ? " · trusted" : ""), "host-state");
     cell(tr, h.slots, "num");
     cell(tr, fmt(h.speed_pages_per_s, 2), "num");
     cell(tr, h.benchmark_pages_per_s === null ? "–" :
