@@ -285,12 +285,13 @@ fn a_browser_logs_in_watches_a_running_round_and_revokes_a_host() {
         join_named(&g, home, name, &code);
     }
     let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", DELAY_MS]));
-    let _worker = g.run_once("worker", 2, &[]);
     let b = Browser::start().expect("start headless Chromium");
     let shots = browser::screenshot_dir();
     let mut urls = vec![];
 
     log_in(&b, &http, &mut urls);
+    // The crawl starts once the browser looks: the round runs while it does.
+    let _worker = g.run_once("worker", 2, &[]);
     overview_updates_live(&b, &round);
     shot(&b, &shots, "overview");
     round_page_sorts_and_filters(&b, &round, &mut urls);
