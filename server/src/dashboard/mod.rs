@@ -38,8 +38,8 @@ use live::{Component, Point};
 
 /// What a dashboard page may load: only its own files; nothing inline,
 /// nothing from elsewhere; no framing; forms post only here.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; img-src 'self' data:; \
-     base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+pub const CONTENT_SECURITY_POLICY: &str =
+    "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 /// How long the overview waits for the reference site's answer.
 pub const REFERENCE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bytes of the reference site's answer read by the probe (its status line).

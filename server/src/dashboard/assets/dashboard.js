@@ -290,8 +290,13 @@ function setUp() {
       });
     }
   }
-  refresh();
-  window.setInterval(refresh, pollMs);
+  // The next poll is asked for once this one is answered: a slow server
+  // never gets a queue of them.
+  const loop = async () => {
+    await refresh();
+    window.setTimeout(loop, pollMs);
+  };
+  loop();
 }
 
 setUp();
