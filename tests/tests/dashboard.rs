@@ -132,6 +132,15 @@ fn csrf_of(page: &str) -> String {
     rest.split('"').next().expect("csrf").to_string()
 }
 
+/// `field` of each object of the array `list`.
+fn field_of_each<'a>(list: &'a Value, field: &str) -> Vec<&'a str> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .filter_map(|v| v[field].as_str())
+        .collect()
+}
+
 /// Join client `home` with `name` (any text), with invite `code`.
 fn join_named(g: &Grid, home: &str, name: &str, code: &str) {
     let o = run(
@@ -170,23 +179,13 @@ fn the_dashboard_serves_its_json_and_refuses_a_revoke_without_its_csrf_token() {
     let hosts = http
         .get("/api/dashboard/hosts", &[("Cookie", &cookie)])
         .json();
-    let names: Vec<&str> = hosts["hosts"]
-        .as_array()
-        .expect("hosts")
-        .iter()
-        .filter_map(|h| h["name"].as_str())
-        .collect();
+    let names = field_of_each(&hosts["hosts"], "name");
     assert!(names.contains(&HOSTILE_NAME), "{names:?}");
     let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", DELAY_MS]));
     let o = http
         .get("/api/dashboard/overview", &[("Cookie", &cookie)])
         .json();
-    let states: Vec<&str> = o["components"]
-        .as_array()
-        .expect("components")
-        .iter()
-        .map(|c| c["state"].as_str().unwrap_or(""))
-        .collect();
+    let states = field_of_each(&o["components"], "state");
     assert_eq!(o["hosts_enrolled"], 2, "{o:#}");
     assert_eq!(o["jobs"]["queued"], 3, "{o:#}");
     assert_eq!(o["rounds"][0]["id"].to_string(), round, "{o:#}");
