@@ -1,12 +1,16 @@
-//! The admin HTTP API (loopback only, bearer token) and a small dashboard.
-//! The CLI's commands other than init/serve/demo are calls to this API.
+//! The admin HTTP API (loopback only, bearer token) and the dashboard's
+//! authentication (its pages are in [`crate::dashboard`]). The CLI's
+//! commands other than init/serve/demo are calls to this API.
 //!
 //! Every request must name the admin address in its `Host` header (a page
 //! on another site that rebinds its name to 127.0.0.1 is refused), and is
 //! authenticated before its body is read. The CLI sends the token as a
 //! bearer header; a browser logs in once with a form (the token in a POST
 //! body, never in a URL) and gets a session cookie (`HttpOnly`,
-//! `SameSite=Strict`) that expires after [`SESSION_TTL`].
+//! `SameSite=Strict`) that expires after [`SESSION_TTL`]. Each session has
+//! its own CSRF token: a state-changing call authenticated by the cookie
+//! must carry it in [`CSRF_HEADER`], or it is refused with 403 and changes
+//! nothing.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -16,7 +20,7 @@ use std::time::{Duration, Instant};
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{delete, get, post};
 use axum::{Form, Json, Router};
 use serde::Deserialize;
@@ -43,6 +47,11 @@ const MAX_SESSIONS: usize = 64;
 pub const SESSION_COOKIE: &str = "beebot_session";
 /// Random bytes of a session id.
 const SESSION_ID_BYTES: usize = 32;
+/// Random bytes of a session's CSRF token.
+const CSRF_TOKEN_BYTES: usize = 32;
+/// The header a state-changing call made with the session cookie carries
+/// the session's CSRF token in (the pages have it in a `<meta>`).
+pub const CSRF_HEADER: &str = "x-csrf-token";
 
 type ApiResult<T> = Result<T, (StatusCode, Json<ApiError>)>;
 
@@ -79,12 +88,19 @@ fn same_token(a: &str, b: &str) -> bool {
             == 0
 }
 
-/// Dashboard sessions: random ids with their expiry. Time is an argument.
+/// One open session: its expiry and its CSRF token.
+struct Session {
+    until: Instant,
+    csrf: String,
+}
+
+/// Dashboard sessions: random ids with their expiry and CSRF token. Time
+/// is an argument.
 #[derive(Default)]
-pub struct Sessions(Mutex<HashMap<String, Instant>>);
+pub struct Sessions(Mutex<HashMap<String, Session>>);
 
 impl Sessions {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -92,31 +108,43 @@ impl Sessions {
     pub fn open(&self, now: Instant) -> String {
         let id = hex::encode(rand::random::<[u8; SESSION_ID_BYTES]>());
         let mut m = self.map();
-        m.retain(|_, until| *until > now);
+        m.retain(|_, s| s.until > now);
         while m.len() >= MAX_SESSIONS {
             let oldest = m
                 .iter()
-                .min_by_key(|(_, until)| **until)
+                .min_by_key(|(_, s)| s.until)
                 .map(|(k, _)| k.clone());
             match oldest {
                 Some(k) => m.remove(&k),
                 None => break,
             };
         }
-        m.insert(id.clone(), now + SESSION_TTL);
+        let csrf = hex::encode(rand::random::<[u8; CSRF_TOKEN_BYTES]>());
+        m.insert(
+            id.clone(),
+            Session {
+                until: now + SESSION_TTL,
+                csrf,
+            },
+        );
         id
     }
 
     /// `id` names a session still open at `now`.
     pub fn valid(&self, id: &str, now: Instant) -> bool {
+        self.csrf(id, now).is_some()
+    }
+
+    /// The CSRF token of session `id`, if it is still open at `now`.
+    pub fn csrf(&self, id: &str, now: Instant) -> Option<String> {
         let mut m = self.map();
         match m.get(id) {
-            Some(until) if *until > now => true,
+            Some(s) if s.until > now => Some(s.csrf.clone()),
             Some(_) => {
                 m.remove(id);
-                false
+                None
             }
-            None => false,
+            None => None,
         }
     }
 
@@ -127,7 +155,7 @@ impl Sessions {
 
 /// What the admin routes share: the server, its sessions, and the `Host`
 /// values a request may carry.
-struct Admin {
+pub(crate) struct Admin {
     shared: Arc<Shared>,
     sessions: Sessions,
     hosts: Vec<String>,
@@ -159,17 +187,47 @@ fn session_cookie(headers: &HeaderMap) -> Option<&str> {
         .map(|(_, v)| v)
 }
 
-/// The request carries the admin token as a bearer header, or an open
-/// session's cookie.
-fn authenticated(admin: &Admin, headers: &HeaderMap) -> bool {
-    let bearer = headers
+/// The bearer token the request carries, if any.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if let Some(given) = bearer {
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
+/// The request carries the admin token as a bearer header, or an open
+/// session's cookie.
+pub(crate) fn authenticated(admin: &Admin, headers: &HeaderMap) -> bool {
+    if let Some(given) = bearer(headers) {
         return same_token(given, &admin.shared.admin_token);
     }
     session_cookie(headers).is_some_and(|id| admin.sessions.valid(id, Instant::now()))
+}
+
+/// The CSRF token of the request's session (none with a bearer header).
+pub(crate) fn session_csrf(admin: &Admin, headers: &HeaderMap) -> Option<String> {
+    session_cookie(headers).and_then(|id| admin.sessions.csrf(id, Instant::now()))
+}
+
+/// A call that may change something, authenticated by the session cookie,
+/// carries the session's CSRF token (SameSite=Strict aside, a page
+/// elsewhere cannot read it).
+fn csrf_ok(admin: &Admin, request: &Request) -> bool {
+    let safe = matches!(
+        *request.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    );
+    if safe || bearer(request.headers()).is_some() {
+        return true;
+    }
+    let given = request
+        .headers()
+        .get(CSRF_HEADER)
+        .and_then(|v| v.to_str().ok());
+    match (given, session_csrf(admin, request.headers())) {
+        (Some(given), Some(want)) => same_token(given, &want),
+        _ => false,
+    }
 }
 
 /// Outermost: a request whose `Host` is not the admin address is refused
@@ -199,6 +257,13 @@ async fn check_host(State(admin): State<Arc<Admin>>, request: Request, next: Nex
 async fn require_auth(State(admin): State<Arc<Admin>>, request: Request, next: Next) -> Response {
     if !authenticated(&admin, request.headers()) {
         return fail(StatusCode::UNAUTHORIZED, "missing or wrong admin token").into_response();
+    }
+    if !csrf_ok(&admin, &request) {
+        return fail(
+            StatusCode::FORBIDDEN,
+            format!("missing or wrong CSRF token (the `{CSRF_HEADER}` header of the dashboard's session): nothing was changed"),
+        )
+        .into_response();
     }
     if let Err(e) = durable(&admin.shared) {
         return e.into_response();
@@ -268,15 +333,17 @@ pub fn router(shared: Arc<Shared>, addr: SocketAddr) -> Router {
         .route("/api/rounds/{id}/export", get(round_export))
         .route("/api/hosts", get(hosts_list))
         .route("/api/hosts/{id}/revoke", post(host_revoke))
+        .merge(crate::dashboard::api())
         .layer(axum::extract::DefaultBodyLimit::max(MAX_ADMIN_BODY_BYTES))
         .route_layer(middleware::from_fn_with_state(admin.clone(), require_auth))
         .with_state(shared);
     let pages = Router::new()
-        .route("/", get(dashboard))
         .route("/login", post(login))
         .route("/logout", post(logout))
+        .merge(crate::dashboard::pages())
         .layer(axum::extract::DefaultBodyLimit::max(MAX_LOGIN_BODY_BYTES))
         .route_layer(middleware::from_fn(small_body))
+        .layer(middleware::map_response(crate::dashboard::security_headers))
         .with_state(admin.clone());
     api.merge(pages)
         .layer(middleware::from_fn_with_state(admin, check_host))
@@ -623,31 +690,6 @@ async fn host_revoke(
     Ok(Json(HostRevoked { id, name }))
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// The login page; `note` says why it is shown again.
-fn login_page(status: StatusCode, note: &str) -> Response {
-    let note = if note.is_empty() {
-        String::new()
-    } else {
-        format!("<p class=note>{}</p>", esc(note))
-    };
-    let html = format!(
-        "<!doctype html><html><head><meta charset=utf-8><title>BeeBot grid: log in</title>\
-         <style>body{{font-family:sans-serif;margin:2em}}.note{{color:#a00}}</style></head><body>\
-         <h1>BeeBot grid</h1>{note}<form method=post action=/login>\
-         <label>Admin token <input type=password name=token autocomplete=off autofocus required></label> \
-         <button type=submit>Log in</button></form>\
-         <p>The token is in the data dir's <code>admin.token</code>.</p></body></html>"
-    );
-    (status, Html(html)).into_response()
-}
-
 #[derive(Deserialize)]
 struct LoginForm {
     token: String,
@@ -656,7 +698,10 @@ struct LoginForm {
 /// The token, posted once, opens a session held by a cookie.
 async fn login(State(admin): State<Arc<Admin>>, Form(form): Form<LoginForm>) -> Response {
     if !same_token(form.token.trim(), &admin.shared.admin_token) {
-        return login_page(StatusCode::UNAUTHORIZED, "That is not the admin token.");
+        return crate::dashboard::login_page(
+            StatusCode::UNAUTHORIZED,
+            "That is not the admin token.",
+        );
     }
     let id = admin.sessions.open(Instant::now());
     let cookie = format!(
@@ -680,67 +725,6 @@ async fn logout(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
-}
-
-/// A plain HTML overview, for a logged-in browser (or the bearer token).
-async fn dashboard(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
-    if !authenticated(&admin, &headers) {
-        return login_page(StatusCode::OK, "");
-    }
-    let s = &admin.shared;
-    let (status, rounds, hosts) = s
-        .with_grid(|g| {
-            let rounds: Vec<_> = g
-                .rounds()
-                .into_iter()
-                .rev()
-                .take(20)
-                .filter_map(|r| g.round(r.id).ok())
-                .collect();
-            (g.status(), rounds, g.host_lines())
-        })
-        .await;
-    let mut html = String::from(
-        "<!doctype html><html><head><meta charset=utf-8><meta http-equiv=refresh content=5>\
-         <title>BeeBot grid</title><style>body{font-family:sans-serif;margin:2em}\
-         table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}\
-         th{background:#f4f4f4}</style></head><body><h1>BeeBot grid</h1>\
-         <form method=post action=/logout><button type=submit>Log out</button></form>",
-    );
-    html.push_str(&format!(
-        "<p>{} sites · {} hosts ({} revoked, {} left) · {} rounds running · jobs: {} queued, {} running, {} done, {} failed, {} cancelled</p>",
-        status.sites, status.hosts, status.hosts_revoked, status.hosts_left, status.rounds_running,
-        status.jobs_queued, status.jobs_running, status.jobs_done, status.jobs_failed, status.jobs_cancelled
-    ));
-    html.push_str("<h2>Rounds</h2><table><tr><th>id</th><th>state</th><th>policy</th><th>jobs</th><th>done</th><th>failed</th><th>running</th><th>complete</th><th>incomplete</th><th>pages</th><th>links</th><th>validation</th><th>pending</th><th>valid</th><th>trusted</th><th>invalid results</th></tr>");
-    for (r, jobs) in &rounds {
-        let c = JobCounts::of_round(r, jobs);
-        html.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            r.id, r.state.as_str(), esc(&r.params.policy), c.total, c.done, c.failed, c.running, c.complete, c.incomplete, c.pages, c.links,
-            r.params.validate.as_str(), c.pending, c.valid, c.trusted, c.invalid
-        ));
-    }
-    html.push_str("</table><h2>Hosts</h2><table><tr><th>id</th><th>name</th><th>last seen (s ago)</th><th>jobs</th><th>pages</th><th>missed deadlines</th><th>state</th><th>trust (valid in a row)</th><th>valid</th><th>invalid</th></tr>");
-    let now = now_ms();
-    for HostLine { host: h, trusted } in &hosts {
-        html.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ({})</td><td>{}</td><td>{}</td></tr>",
-            h.id,
-            esc(&h.info.name),
-            now.saturating_sub(h.last_seen_ms) / 1000,
-            h.jobs_done,
-            h.pages_done,
-            h.deadlines_missed,
-            h.state(),
-            if *trusted { "trusted" } else { "untrusted" },
-            h.consecutive_valid,
-            h.valid_results,
-            h.invalid_results
-        ));
-    }
-    html.push_str("</table></body></html>");
-    Html(html).into_response()
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod admin;
 pub mod api;
 pub mod cli_util;
 pub mod config;
+pub mod dashboard;
 pub mod durations;
 pub mod export;
 pub mod grid;
@@ -76,6 +77,8 @@ pub struct Shared {
     pub about_page: tokio::sync::watch::Sender<Arc<String>>,
     /// The snapshot `about_page` was rendered from.
     about_shown: Mutex<Option<about::AboutInfo>>,
+    /// What the dashboard shows that the store does not: liveness, series.
+    pub live: dashboard::live::Live,
 }
 
 /// The units with an upload being verified or written.
@@ -155,7 +158,9 @@ impl Shared {
                 });
                 out
             };
-            let _ = s.store.sync();
+            if s.store.sync().is_ok() {
+                s.live.beat(dashboard::live::Component::Store, now_ms());
+            }
             out
         })
         .await
@@ -283,6 +288,7 @@ impl Server {
             user_agent,
             about_page,
             about_shown: Mutex::new(Some(about)),
+            live: dashboard::live::Live::new(now_ms(), reference_addr),
         });
         Ok(Server {
             shared,
@@ -425,6 +431,7 @@ fn spawn_ticker(
                 Err(e) => tracing::error!("cannot start a repeating round: {e}"),
             }
             shared.refresh_about().await;
+            dashboard::sample(&shared).await;
         }
     })
 }

@@ -114,6 +114,20 @@ impl Grid {
     }
 }
 
+impl Grid {
+    /// Each running round's id with its jobs, borrowed (nothing copied):
+    /// what the dashboard's sampler reads on every tick.
+    pub fn running_rounds(&self) -> impl Iterator<Item = (u64, Vec<&JobRecord>)> + '_ {
+        self.rounds
+            .values()
+            .filter(|r| r.state == RoundState::Running)
+            .map(|r| {
+                let jobs = r.job_ids.iter().filter_map(|j| self.jobs.get(j)).collect();
+                (r.id, jobs)
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::grid::testkit::*;

@@ -48,6 +48,9 @@ pub(super) async fn dispatch(
     state: &Arc<Mutex<ConnState>>,
     limits: &Limits,
 ) -> Response {
+    shared
+        .live
+        .beat(crate::dashboard::live::Component::Quic, now_ms());
     match req {
         Request::Challenge => {
             let nonce: [u8; NONCE_LEN] = rand::random();
@@ -187,6 +190,11 @@ pub(super) async fn authed(
                 return too_many_held_units(units_held.len());
             }
             let req = work_request(want_seconds, free_slots, units_held, open_windows);
+            let windows = crate::dashboard::live::Windows {
+                reported_ms: now_ms(),
+                open: req.open_windows.clone(),
+            };
+            shared.live.report_windows(host_id, windows);
             request_work(shared, host_id, req).await
         }
         Request::Progress {
