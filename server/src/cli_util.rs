@@ -113,8 +113,11 @@ pub struct AdminClient {
     agent: ureq::Agent,
 }
 
-/// Largest admin answer read (an export of a big round).
+/// Largest admin answer read whole (streamed exports have no such bound).
 const MAX_ADMIN_RESPONSE_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+/// How long a streamed answer may stay silent before the read fails (a
+/// streamed export has no overall deadline: a big round takes its time).
+const STREAM_READ_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl AdminClient {
     pub fn new(dir: &DataDir) -> Result<AdminClient> {
@@ -176,6 +179,27 @@ impl AdminClient {
             .header("Authorization", self.auth())
             .call();
         self.finish(r)
+    }
+
+    /// GET `path` and read its body as it arrives (an export): an error
+    /// answer is read whole and said; a body that breaks off is a read
+    /// error of the returned reader, never a silent end.
+    pub fn get_stream(&self, path: &str) -> Result<ureq::BodyReader<'static>> {
+        let resp = self
+            .agent
+            .get(format!("{}{path}", self.base))
+            .config()
+            .timeout_global(None)
+            .timeout_per_read(Some(STREAM_READ_TIMEOUT))
+            .build()
+            .header("Authorization", self.auth())
+            .call();
+        match resp {
+            Ok(r) if r.status().is_success() => Ok(r.into_body().into_reader()),
+            other => self
+                .finish(other)
+                .and_then(|_| bail!("the server's answer ended early")),
+        }
     }
 
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
