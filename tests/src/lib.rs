@@ -7,6 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod duckdb;
 pub mod hostile;
 pub mod liar;
 
