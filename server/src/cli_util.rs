@@ -297,4 +297,47 @@ mod tests {
         assert_eq!(utc_minute(1_797_282_000_000), "2026-12-14 21:00 UTC");
         assert_eq!(utc_minute(0), "1970-01-01 00:00 UTC");
     }
+
+    /// A streamed answer that breaks off is a read error of the body, never
+    /// a short body that looks whole.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_streamed_answer_that_breaks_off_is_an_error() {
+        use crate::export::stream::{spawn, CHUNK_BYTES};
+        use std::io::{Read, Write};
+        let broken = || async {
+            spawn("test export".into(), |out| {
+                out.write_all(&vec![b'r'; 3 * CHUNK_BYTES])?;
+                Err::<(), _>(std::io::Error::other("link file damaged"))
+            })
+        };
+        let whole = || async { spawn("test export".into(), |out| out.write_all(b"row\n")) };
+        let app = axum::Router::new()
+            .route("/broken", axum::routing::get(broken))
+            .route("/whole", axum::routing::get(whole));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let read = move |path: &'static str| {
+            let c = AdminClient {
+                base: format!("http://{addr}"),
+                token: "t".into(),
+                agent: ureq::Agent::new_with_defaults(),
+            };
+            let mut buf = Vec::new();
+            c.get_stream(path)?.read_to_end(&mut buf)?;
+            Ok::<_, anyhow::Error>(buf)
+        };
+        let (broken, whole) =
+            tokio::task::spawn_blocking(move || (read("/broken"), read("/whole")))
+                .await
+                .expect("join");
+        assert!(
+            broken.is_err(),
+            "{} bytes read as whole",
+            broken.map_or(0, |b| b.len())
+        );
+        assert_eq!(whole.expect("whole"), b"row\n");
+    }
 }

@@ -24,10 +24,12 @@ pub const CHANNEL_DEPTH: usize = 8;
 type Chunk = Result<Bytes, io::Error>;
 
 /// The writing end: a `Write` that sends full chunks into the channel,
-/// blocking while the channel is full.
+/// blocking while the channel is full. It lives on a blocking thread.
 pub struct ChannelWriter {
     buf: Vec<u8>,
     tx: mpsc::Sender<Chunk>,
+    /// The body ended, well ([`ChannelWriter::finish`]) or with an error.
+    ended: bool,
 }
 
 impl ChannelWriter {
@@ -41,8 +43,15 @@ impl ChannelWriter {
             .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the reader went away"))
     }
 
+    /// Send what is left: the body ends well.
+    fn finish(mut self) -> io::Result<()> {
+        self.ended = true;
+        self.send()
+    }
+
     /// End the body with `error`: the client's transfer breaks.
-    pub fn fail(mut self, error: io::Error) {
+    fn fail(mut self, error: io::Error) {
+        self.ended = true;
         self.buf.clear();
         // A reader that is gone needs no error.
         let _ = self.tx.blocking_send(Err(error));
@@ -66,15 +75,20 @@ impl Write for ChannelWriter {
 }
 
 impl Drop for ChannelWriter {
+    /// A writer dropped before its body ended (a panic midway) breaks the
+    /// body: the rows sent so far must not look like the whole export.
     fn drop(&mut self) {
-        // What is left after the last flush (a writer dropped on an error
-        // path has already sent its error, and this is too late to matter).
-        let _ = self.send();
+        if !self.ended {
+            self.buf.clear();
+            let _ = self
+                .tx
+                .blocking_send(Err(io::Error::other("the export stopped midway")));
+        }
     }
 }
 
 /// A body and the writer that fills it.
-pub fn channel() -> (ChannelWriter, Body) {
+fn channel() -> (ChannelWriter, Body) {
     let (tx, rx) = mpsc::channel::<Chunk>(CHANNEL_DEPTH);
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|chunk| (chunk, rx))
@@ -82,6 +96,7 @@ pub fn channel() -> (ChannelWriter, Body) {
     let writer = ChannelWriter {
         buf: Vec::with_capacity(CHUNK_BYTES),
         tx,
+        ended: false,
     };
     (writer, Body::from_stream(stream))
 }
@@ -94,7 +109,11 @@ pub fn spawn<E: std::fmt::Display>(
 ) -> Body {
     let (mut writer, body) = channel();
     tokio::task::spawn_blocking(move || match write(&mut writer) {
-        Ok(()) => drop(writer),
+        Ok(()) => {
+            if writer.finish().is_err() {
+                tracing::debug!("{what}: the reader went away at the end");
+            }
+        }
         Err(e) => {
             tracing::warn!("{what} stopped: {e}");
             writer.fail(io::Error::other(e.to_string()));
@@ -172,5 +191,18 @@ mod tests {
         assert_eq!(&first[..], b"half a row");
         let e = stream.next().await.expect("an error").unwrap_err();
         assert!(e.to_string().contains("link file damaged"), "{e}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_that_panics_breaks_the_body() {
+        let body = spawn("test export".into(), |out| -> io::Result<()> {
+            out.write_all(b"half a row")?;
+            out.flush()?;
+            panic!("a bug midway");
+        });
+        let mut stream = body.into_data_stream();
+        stream.next().await.expect("a chunk").expect("data");
+        let e = stream.next().await.expect("an error").unwrap_err();
+        assert!(e.to_string().contains("stopped midway"), "{e}");
     }
 }
