@@ -25,7 +25,6 @@ use axum::routing::{delete, get, post};
 use axum::{Form, Json, Router};
 use serde::Deserialize;
 
-use beebot_shared::export::{ExportWriter, Format};
 use beebot_shared::limits::MAX_SITES;
 use beebot_shared::scope::{parse_site, Exclusion};
 
@@ -636,36 +635,29 @@ struct ExportQuery {
     format: Option<String>,
 }
 
+/// A round's export, streamed ([`crate::export::stream`]): the rows leave
+/// as they are read, and a client that goes away stops the writer.
 async fn round_export(
     State(s): State<Arc<Shared>>,
     Path(id): Path<u64>,
     Query(q): Query<ExportQuery>,
 ) -> ApiResult<Response> {
-    let format: Format = q.format.as_deref().unwrap_or("tsv").parse().map_err(
-        |e: beebot_shared::export::UnknownFormat| fail(StatusCode::BAD_REQUEST, e.to_string()),
-    )?;
+    let format: crate::export::Format =
+        q.format.as_deref().unwrap_or("tsv").parse().map_err(
+            |e: crate::export::UnknownFormat| fail(StatusCode::BAD_REQUEST, e.to_string()),
+        )?;
     let (round, jobs) = s.with_grid(move |g| g.round(id)).await.map_err(grid_fail)?;
     let links_dir = s.data.links();
-    let body =
-        tokio::task::spawn_blocking(move || -> Result<Vec<u8>, crate::export::ExportError> {
-            let mut w = ExportWriter::new(Vec::new(), format)?;
-            crate::export::export_round(&links_dir, &jobs, &mut w, |_, _| {})?;
-            Ok(w.finish()?)
-        })
-        .await
-        .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    let ctype = match format {
-        Format::Tsv => "text/tab-separated-values; charset=utf-8",
-        Format::Jsonl => "application/jsonl; charset=utf-8",
-    };
+    let body = crate::export::stream::spawn(format!("export of round {id}"), move |out| {
+        crate::export::export_to(&links_dir, &jobs, format, out).map(|_| ())
+    });
     // The round's state beside the rows (a cancelled round's export holds
     // only the sites done before the cancel).
     let state = (
         header::HeaderName::from_static("x-beebot-round-state"),
         round.state.as_str(),
     );
-    Ok(([(header::CONTENT_TYPE, ctype), state], body).into_response())
+    Ok(([(header::CONTENT_TYPE, format.content_type()), state], body).into_response())
 }
 
 async fn hosts_list(State(s): State<Arc<Shared>>) -> ApiResult<Json<HostsList>> {

@@ -113,8 +113,11 @@ pub struct AdminClient {
     agent: ureq::Agent,
 }
 
-/// Largest admin answer read (an export of a big round).
+/// Largest admin answer read whole (streamed exports have no such bound).
 const MAX_ADMIN_RESPONSE_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+/// How long a streamed answer may stay silent before the read fails (a
+/// streamed export has no overall deadline: a big round takes its time).
+const STREAM_READ_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl AdminClient {
     pub fn new(dir: &DataDir) -> Result<AdminClient> {
@@ -176,6 +179,27 @@ impl AdminClient {
             .header("Authorization", self.auth())
             .call();
         self.finish(r)
+    }
+
+    /// GET `path` and read its body as it arrives (an export): an error
+    /// answer is read whole and said; a body that breaks off is a read
+    /// error of the returned reader, never a silent end.
+    pub fn get_stream(&self, path: &str) -> Result<ureq::BodyReader<'static>> {
+        let resp = self
+            .agent
+            .get(format!("{}{path}", self.base))
+            .config()
+            .timeout_global(None)
+            .timeout_per_read(Some(STREAM_READ_TIMEOUT))
+            .build()
+            .header("Authorization", self.auth())
+            .call();
+        match resp {
+            Ok(r) if r.status().is_success() => Ok(r.into_body().into_reader()),
+            other => self
+                .finish(other)
+                .and_then(|_| bail!("the server's answer ended early")),
+        }
     }
 
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
@@ -272,5 +296,48 @@ mod tests {
     fn times_are_printed_to_the_minute_in_utc() {
         assert_eq!(utc_minute(1_797_282_000_000), "2026-12-14 21:00 UTC");
         assert_eq!(utc_minute(0), "1970-01-01 00:00 UTC");
+    }
+
+    /// A streamed answer that breaks off is a read error of the body, never
+    /// a short body that looks whole.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_streamed_answer_that_breaks_off_is_an_error() {
+        use crate::export::stream::{spawn, CHUNK_BYTES};
+        use std::io::{Read, Write};
+        let broken = || async {
+            spawn("test export".into(), |out| {
+                out.write_all(&vec![b'r'; 3 * CHUNK_BYTES])?;
+                Err::<(), _>(std::io::Error::other("link file damaged"))
+            })
+        };
+        let whole = || async { spawn("test export".into(), |out| out.write_all(b"row\n")) };
+        let app = axum::Router::new()
+            .route("/broken", axum::routing::get(broken))
+            .route("/whole", axum::routing::get(whole));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let read = move |path: &'static str| {
+            let c = AdminClient {
+                base: format!("http://{addr}"),
+                token: "t".into(),
+                agent: ureq::Agent::new_with_defaults(),
+            };
+            let mut buf = Vec::new();
+            c.get_stream(path)?.read_to_end(&mut buf)?;
+            Ok::<_, anyhow::Error>(buf)
+        };
+        let (broken, whole) =
+            tokio::task::spawn_blocking(move || (read("/broken"), read("/whole")))
+                .await
+                .expect("join");
+        assert!(
+            broken.is_err(),
+            "{} bytes read as whole",
+            broken.map_or(0, |b| b.len())
+        );
+        assert_eq!(whole.expect("whole"), b"row\n");
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod browser;
+pub mod duckdb;
 pub mod hostile;
 pub mod liar;
 

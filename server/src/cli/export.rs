@@ -1,46 +1,56 @@
-//! `export`: a round's outbound links, as the admin API exports them
-//! (TSV or JSON Lines), to stdout or a file. The rows stay rows: what the
+//! `export`: a round's outbound links, streamed from the admin API (TSV,
+//! JSON Lines or Parquet) to stdout or a file, or folded into Common
+//! Crawl's host-graph layout (`--graph host`). The rows stay rows: what the
 //! admin should know (a cancelled round) is said on stderr.
+//!
+//! Nothing here holds a whole export: the body is copied as it arrives into
+//! stdout or an [`OutFile`] (compressed by its extension, renamed into place
+//! only when the export ended well); the host graph holds hosts and host
+//! pairs only, within [`beebot_server::export::graph::MAX_GRAPH_HOSTS`] and
+//! [`beebot_server::export::graph::MAX_GRAPH_EDGES`].
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
 use beebot_server::api::RoundSummary;
 use beebot_server::cli_util::AdminClient;
 use beebot_server::config::DataDir;
+use beebot_server::export::graph::HostGraph;
+use beebot_server::export::output::{choose_format, OutFile};
+use beebot_server::export::Format;
 use beebot_server::model::RoundState;
 
 use super::Report;
+
+/// The files of `--graph host --out DIR`, in the order they are renamed
+/// into place (edges last: a directory with edges has both).
+pub const GRAPH_FILES: [&str; 2] = ["vertices.txt.gz", "edges.txt.gz"];
 
 #[derive(Args)]
 pub struct ExportArgs {
     #[arg(long)]
     round: u64,
-    #[arg(long, value_enum, default_value_t = ExportFormat::Tsv)]
-    format: ExportFormat,
-    /// Write here instead of stdout.
+    /// Row format; without it, the one `--out` names (`links.parquet`,
+    /// `links.jsonl.gz`), else tsv. A format the name contradicts is refused.
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// Write here instead of stdout: `.gz` and `.zst` compress; the file
+    /// appears only when the export ended well. With `--graph`, a directory.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Export a graph instead of rows: `host` writes Common Crawl's host
+    /// graph (`vertices.txt.gz`, `edges.txt.gz`) into the `--out` directory.
+    #[arg(long, value_enum)]
+    graph: Option<GraphKind>,
 }
 
-/// `export --format`: the admin API's names of [`beebot_shared::export::Format`].
+/// `export --graph`: the graphs an export can be folded into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ExportFormat {
-    Tsv,
-    Jsonl,
-}
-
-impl ExportFormat {
-    /// Its name in the API's query (`format=tsv`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ExportFormat::Tsv => "tsv",
-            ExportFormat::Jsonl => "jsonl",
-        }
-    }
+pub enum GraphKind {
+    Host,
 }
 
 /// `beebot-server export --round ID`: the rows go to stdout (a reader that
@@ -48,22 +58,35 @@ impl ExportFormat {
 pub fn run(dir: &DataDir, a: ExportArgs) -> Result<Report> {
     let c = AdminClient::new(dir)?;
     let round = a.round;
-    let body = c.get_raw(&format!(
-        "/api/rounds/{round}/export?format={}",
-        a.format.name()
-    ))?;
     let mut r = Report::default();
-    match a.out {
-        Some(path) => {
-            super::write_out(&path, &body)?;
-            r.warn(format!("wrote {} ({} bytes)", path.display(), body.len()));
+    if a.graph.is_some() {
+        let Some(out) = a.out.as_deref() else {
+            bail!("--graph host writes two files: name their directory with --out DIR");
+        };
+        if a.format.is_some_and(|f| f != Format::Tsv) {
+            bail!("--graph host writes its own layout: leave out --format");
         }
-        None => {
-            let mut out = std::io::stdout().lock();
-            match out.write_all(&body).and_then(|()| out.flush()) {
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-                other => other.context("cannot write the export to stdout")?,
+        let (v, e) = host_graph(&c, round, out)?;
+        r.warn(format!(
+            "wrote {} ({v} hosts, {e} host links)",
+            out.display()
+        ));
+    } else {
+        let format = choose_format(a.format, a.out.as_deref())?;
+        let body = c.get_stream(&format!(
+            "/api/rounds/{round}/export?format={}",
+            format.name()
+        ))?;
+        match a.out {
+            Some(path) => {
+                let bytes = copy_to_file(body, &path)?;
+                r.warn(format!(
+                    "wrote {} ({bytes} bytes of {} before compression)",
+                    path.display(),
+                    format.name()
+                ));
             }
+            None => copy_to_stdout(body)?,
         }
     }
     let rounds: Vec<RoundSummary> = c.get("/api/rounds")?;
@@ -71,6 +94,53 @@ pub fn run(dir: &DataDir, a: ExportArgs) -> Result<Report> {
         r.warn(note);
     }
     Ok(r)
+}
+
+/// Copy the body into `path`; on any error the file is not there.
+fn copy_to_file(mut body: impl Read, path: &Path) -> Result<u64> {
+    let mut out =
+        OutFile::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+    let bytes = std::io::copy(&mut body, &mut out)
+        .with_context(|| format!("the export broke off; {} was not written", path.display()))?;
+    out.commit()
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(bytes)
+}
+
+fn copy_to_stdout(mut body: impl Read) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    let copied = std::io::copy(&mut body, &mut out).and_then(|_| out.flush());
+    match copied {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("the export to stdout broke off"),
+    }
+}
+
+/// Stream the round's TSV into a host graph and write its two files into
+/// `dir`; returns the numbers of hosts and host links.
+fn host_graph(c: &AdminClient, round: u64, dir: &Path) -> Result<(usize, usize)> {
+    let body = c.get_stream(&format!("/api/rounds/{round}/export?format=tsv"))?;
+    let mut lines = BufReader::new(body).lines();
+    let header = lines.next().transpose().context("the export broke off")?;
+    if header.as_deref() != Some(beebot_shared::export::COLUMNS.join("\t").as_str()) {
+        bail!("the server's export does not start with the expected header");
+    }
+    let mut g = HostGraph::new();
+    for line in lines {
+        g.add_tsv_row(&line.context("the export broke off")?)?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let create = |name: &str| {
+        let p = dir.join(name);
+        OutFile::create(&p).with_context(|| format!("cannot write {}", p.display()))
+    };
+    let (mut vertices, mut edges) = (create(GRAPH_FILES[0])?, create(GRAPH_FILES[1])?);
+    let counts = g
+        .write(&mut vertices, &mut edges)
+        .context("cannot write the host graph")?;
+    vertices.commit().context("cannot write the vertices")?;
+    edges.commit().context("cannot write the edges")?;
+    Ok(counts)
 }
 
 /// What to say when `round` was cancelled: its export is partial.
@@ -92,11 +162,33 @@ mod tests {
 
     #[test]
     fn formats_are_named_as_the_api_parses_them() {
-        for f in [ExportFormat::Tsv, ExportFormat::Jsonl] {
-            assert!(f.name().parse::<beebot_shared::export::Format>().is_ok());
+        for f in Format::ALL {
             let v = f.to_possible_value().expect("named");
             assert_eq!(v.get_name(), f.name());
+            assert_eq!(v.get_name().parse::<Format>(), Ok(f));
         }
         assert_eq!(cancelled_note(&[], 1), None);
+    }
+
+    #[test]
+    fn a_body_that_breaks_off_leaves_no_file() {
+        struct Broken(usize);
+        impl Read for Broken {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                if self.0 == 0 {
+                    return Err(std::io::Error::other("connection reset"));
+                }
+                self.0 -= 1;
+                buf[..4].copy_from_slice(b"row\n");
+                Ok(4)
+            }
+        }
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("links.tsv.zst");
+        let e = copy_to_file(Broken(100), &path).unwrap_err();
+        assert!(format!("{e:#}").contains("broke off"), "{e:#}");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+        assert_eq!(copy_to_file(&b"row\n"[..], &path).expect("copy"), 4);
+        assert_eq!(std::fs::read(&path).map(|b| b.is_empty()).ok(), Some(false));
     }
 }

@@ -1,0 +1,336 @@
+//! `beebot-server export` as the field reads it: a round crawled by a real
+//! server and a real client against the synthetic web (politeness delay on),
+//! plus one site whose link file holds anchor text with tabs, quotes, line
+//! breaks and non-ASCII text; exported in every format and compression, and
+//! read back by an independent reader (DuckDB, [`beebot_tests::duckdb`]),
+//! which must find exactly the rows of the TSV. The host graph is checked
+//! against the TSV too: every host a vertex, sorted, every edge between
+//! known vertices, sorted, without repeats or self-loops.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use beebot_shared::extract::LinkTag;
+use beebot_shared::linkfile::LinkRecord;
+use beebot_shared::proto::{Request, Response};
+use beebot_shared::sign;
+use beebot_tests::duckdb::{self, sql_path};
+use beebot_tests::hostile::{join_raw, link_file, upload, Joined};
+use beebot_tests::*;
+
+/// Sites of the synthetic web the round crawls.
+const SITES: usize = 6;
+/// The round's politeness delay between two fetches of a site.
+const DELAY_MS: &str = "5";
+/// The exports read back, each in the format and compression its name says.
+const EXPORTS: [&str; 6] = [
+    "links.tsv",
+    "links.tsv.zst",
+    "links.tsv.gz",
+    "links.jsonl",
+    "links.jsonl.gz",
+    "links.parquet",
+];
+/// The columns, typed as the export means them.
+const COLUMN_TYPES: &str = "{'site': 'VARCHAR', 'source_url': 'VARCHAR', \
+    'target_url': 'VARCHAR', 'target_host': 'VARCHAR', 'tag': 'VARCHAR', \
+    'nofollow': 'BOOLEAN', 'anchor_text': 'VARCHAR'}";
+
+/// Anchor texts no TSV writer gets right by chance.
+fn odd_records(site: &str) -> Vec<LinkRecord> {
+    let anchors = [
+        "tab\there, \"double\" and 'single' quotes",
+        "line\nbreak; back\\slash, comma",
+        "ünïcödé 蜂 🐝 — ∑",
+        "",
+    ];
+    anchors
+        .iter()
+        .enumerate()
+        .map(|(i, anchor)| LinkRecord {
+            source_url: format!("http://{site}/"),
+            target_url: match i {
+                0 => "http://elsewhere.test/".to_string(),
+                1 => "http://www.elsewhere.test/b".to_string(),
+                // A link back into the site: a self-loop in the host graph.
+                2 => format!("http://{site}/inner"),
+                _ => "http://other.example/x".to_string(),
+            },
+            tag: if i == 3 { LinkTag::Area } else { LinkTag::A },
+            nofollow: i % 2 == 1,
+            anchor_text: anchor.to_string(),
+        })
+        .collect()
+}
+
+/// Host `j` takes one unit and uploads [`odd_records`] as its scan.
+fn upload_odd_site(j: &Joined) {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let link = j.hello().await.expect("hello");
+        let ask = Request::RequestWork {
+            want_seconds: 60,
+            free_slots: 1,
+            units_held: vec![],
+            open_windows: None,
+        };
+        let Ok(Response::Work { units, .. }) = link.request(&ask).await else {
+            panic!("no work for the odd site");
+        };
+        let signed = units.first().expect("a unit");
+        let unit = sign::verify_unit(&j.project_key, signed).expect("signed unit");
+        let records = odd_records(&unit.site);
+        let file = link_file(&unit, &unit.site, &records);
+        let answer = link
+            .request(&upload(&unit, file, records.len() as u64))
+            .await;
+        assert!(matches!(answer, Ok(Response::Accepted)), "{answer:?}");
+        link.close();
+    });
+}
+
+/// A done round: one site with odd anchors, the others crawled for real.
+fn crawled_round(g: &Grid) -> String {
+    let code = g.invite(1);
+    let a = join_raw(g, "a", &code);
+    g.import_sites();
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", DELAY_MS]));
+    upload_odd_site(&a);
+    g.run_once("a", 2, &[]).wait_ok("run --once");
+    g.wait_round(&round, "240s");
+    round
+}
+
+/// A row as the TSV holds it: tabs and line breaks inside a field are spaces.
+fn as_tsv(row: Vec<String>) -> Vec<String> {
+    row.into_iter()
+        .map(|f| f.replace(['\t', '\n', '\r'], " "))
+        .collect()
+}
+
+/// The rows of an export file, read by DuckDB, as strings in TSV's spelling.
+fn read_back(py: &Path, path: &Path) -> Vec<Vec<String>> {
+    let p = sql_path(path);
+    let name = path.display().to_string();
+    let source = if name.contains(".parquet") {
+        format!("read_parquet({p})")
+    } else if name.contains(".jsonl") {
+        format!("read_json({p}, format = 'newline_delimited', columns = {COLUMN_TYPES})")
+    } else {
+        format!(
+            "read_csv({p}, delim = '\t', header = true, quote = '', escape = '', \
+             auto_detect = false, columns = {})",
+            COLUMN_TYPES.replace("'BOOLEAN'", "'VARCHAR'")
+        )
+    };
+    let sql = format!(
+        "SELECT coalesce(site, ''), coalesce(source_url, ''), coalesce(target_url, ''), \
+         coalesce(target_host, ''), coalesce(tag, ''), lower(CAST(nofollow AS VARCHAR)), \
+         coalesce(anchor_text, '') FROM {source}"
+    );
+    duckdb::query(py, &sql)
+        .into_iter()
+        .map(|row| {
+            row.into_iter()
+                .map(|v| v.as_str().expect("a string").to_string())
+                .collect()
+        })
+        .collect()
+}
+
+fn sorted(mut rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
+    rows.sort();
+    rows
+}
+
+/// `beebot-server export --round R --out DIR/NAME` (format from the name).
+fn export_to(g: &Grid, round: &str, path: &Path) -> std::process::Output {
+    g.admin(&[
+        "export",
+        "--round",
+        round,
+        "--out",
+        path.to_str().expect("path"),
+    ])
+}
+
+#[test]
+fn every_format_reads_back_in_duckdb_as_the_rows_of_the_tsv() {
+    let Some(py) = duckdb::python() else { return };
+    let g = Grid::start(41, SITES);
+    let round = crawled_round(&g);
+    let tsv = sorted(g.export_rows(&round));
+    assert!(tsv.len() > 50, "{} rows", tsv.len());
+    let dir = g.dir.path().join("exports");
+    std::fs::create_dir_all(&dir).expect("dir");
+    for name in EXPORTS {
+        let path = dir.join(name);
+        let o = export_to(&g, &round, &path);
+        assert!(o.status.success(), "export {name}: {}", stderr(&o));
+        let raw = read_back(&py, &path);
+        if name.contains("jsonl") || name.contains("parquet") {
+            let anchors: Vec<&String> = raw.iter().map(|r| &r[6]).collect();
+            assert!(
+                anchors.iter().any(|a| a.contains('\t') && a.contains('"')),
+                "{name}"
+            );
+            assert!(anchors.iter().any(|a| a.contains('\n')), "{name}");
+        }
+        let got = sorted(raw.into_iter().map(as_tsv).collect());
+        assert_eq!(got.len(), tsv.len(), "{name}: rows");
+        assert_eq!(got, tsv, "{name}: the rows differ from the TSV's");
+        assert!(got.iter().any(|r| r[6] == "ünïcödé 蜂 🐝 — ∑"), "{name}");
+    }
+    parquet_columns_are_typed(&py, &dir.join("links.parquet"));
+    host_graph_matches_the_tsv(&g, &py, &round, &tsv);
+    bad_requests_leave_no_file(&g, &round);
+}
+
+/// nofollow is BOOLEAN, the strings UTF-8, tag dictionary-encoded, pages zstd.
+fn parquet_columns_are_typed(py: &Path, path: &Path) {
+    let p = sql_path(path);
+    let schema = duckdb::query(
+        py,
+        &format!("SELECT name, type, CAST(logical_type AS VARCHAR) FROM parquet_schema({p}) WHERE name <> 'link'"),
+    );
+    let types: Vec<(String, String)> = schema
+        .iter()
+        .map(|r| {
+            (
+                r[0].as_str().unwrap_or("").into(),
+                r[1].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    let columns: Vec<&str> = types.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(columns, beebot_shared::export::COLUMNS, "{schema:?}");
+    for (name, ty) in &types {
+        let want = if name == "nofollow" {
+            "BOOLEAN"
+        } else {
+            "BYTE_ARRAY"
+        };
+        assert_eq!(ty, want, "{name}: {schema:?}");
+    }
+    assert!(
+        schema
+            .iter()
+            .filter(|r| r[0] != "nofollow")
+            .all(|r| r[2].as_str().is_some_and(|t| t.contains("String"))),
+        "strings are UTF-8: {schema:?}"
+    );
+    let meta = duckdb::query(
+        py,
+        &format!("SELECT path_in_schema, encodings, compression FROM parquet_metadata({p})"),
+    );
+    let tag = meta
+        .iter()
+        .find(|r| r[0] == "tag")
+        .expect("tag column chunk");
+    assert!(
+        tag[1].as_str().is_some_and(|e| e.contains("DICTIONARY")),
+        "{tag:?}"
+    );
+    assert!(meta.iter().all(|r| r[2] == "ZSTD"), "{meta:?}");
+}
+
+fn host_of(url: &str) -> String {
+    url::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn reversed(host: &str) -> String {
+    host.split('.').rev().collect::<Vec<_>>().join(".")
+}
+
+/// `--graph host`: vertices and edges as Common Crawl lays them out, the
+/// same hosts and host links as the TSV.
+fn host_graph_matches_the_tsv(g: &Grid, py: &Path, round: &str, tsv: &[Vec<String>]) {
+    let dir = g.dir.path().join("graph");
+    let out = dir.to_str().expect("path");
+    g.admin_ok(&["export", "--round", round, "--graph", "host", "--out", out]);
+    let read = |file: &str, columns: &str| -> Vec<Vec<serde_json::Value>> {
+        let p = sql_path(&dir.join(file));
+        duckdb::query(
+            py,
+            &format!("SELECT * FROM read_csv({p}, delim = '\t', header = false, quote = '', auto_detect = false, columns = {columns})"),
+        )
+    };
+    let vertices = read("vertices.txt.gz", "{'id': 'BIGINT', 'name': 'VARCHAR'}");
+    let names: Vec<String> = vertices
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            assert_eq!(v[0].as_u64(), Some(i as u64), "ids 0..n in file order");
+            v[1].as_str().expect("name").to_string()
+        })
+        .collect();
+    assert!(
+        names.windows(2).all(|w| w[0] < w[1]),
+        "sorted, distinct: {names:?}"
+    );
+    let edges: Vec<(usize, usize)> = read("edges.txt.gz", "{'s': 'BIGINT', 't': 'BIGINT'}")
+        .iter()
+        .map(|e| {
+            (
+                e[0].as_u64().expect("s") as usize,
+                e[1].as_u64().expect("t") as usize,
+            )
+        })
+        .collect();
+    assert!(edges.windows(2).all(|w| w[0] < w[1]), "sorted, no repeats");
+    assert!(edges
+        .iter()
+        .all(|&(s, t)| s != t && s < names.len() && t < names.len()));
+    let want_hosts: BTreeSet<String> = tsv
+        .iter()
+        .flat_map(|r| [reversed(&host_of(&r[1])), reversed(&r[3])])
+        .collect();
+    let want_edges: BTreeSet<(String, String)> = tsv
+        .iter()
+        .map(|r| (reversed(&host_of(&r[1])), reversed(&r[3])))
+        .filter(|(s, t)| s != t)
+        .collect();
+    assert_eq!(names.iter().cloned().collect::<BTreeSet<_>>(), want_hosts);
+    let got_edges: BTreeSet<(String, String)> = edges
+        .iter()
+        .map(|&(s, t)| (names[s].clone(), names[t].clone()))
+        .collect();
+    assert_eq!(got_edges, want_edges);
+    assert!(
+        names.contains(&"test.elsewhere.www".to_string()),
+        "{names:?}"
+    );
+}
+
+/// A format the name contradicts, a compressed Parquet file and an unknown
+/// round are refused with their reason, and no file appears.
+fn bad_requests_leave_no_file(g: &Grid, round: &str) {
+    let dir = g.dir.path().join("refused");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let cases: [(&[&str], &str, &str); 3] = [
+        (
+            &["--round", round, "--format", "parquet"],
+            "links.tsv",
+            "--format parquet but",
+        ),
+        (
+            &["--round", round],
+            "links.parquet.zst",
+            "not compressed again",
+        ),
+        (&["--round", "999"], "links.tsv.gz", "999"),
+    ];
+    for (args, name, says) in cases {
+        let path = dir.join(name);
+        let mut all = vec!["export", "--out", path.to_str().expect("path")];
+        all.extend(args);
+        let o = g.admin(&all);
+        assert!(!o.status.success(), "{all:?} succeeded");
+        assert!(stderr(&o).contains(says), "{all:?}: {}", stderr(&o));
+        let left: Vec<_> = std::fs::read_dir(&dir).expect("dir").collect();
+        assert!(left.is_empty(), "{all:?} left {left:?}");
+    }
+}
