@@ -230,7 +230,16 @@ impl JobCounts {
     /// cancelled), a job that did not reach its site's natural end is
     /// incomplete, whatever its state.
     pub fn of_round(round: &RoundRecord, jobs: &[JobRecord]) -> JobCounts {
-        let mut c = JobCounts::of(jobs);
+        JobCounts::of_round_iter(round, jobs.iter())
+    }
+
+    /// [`JobCounts::of_round`] of borrowed jobs (counted where they are
+    /// kept, without copying them).
+    pub fn of_round_iter<'a>(
+        round: &RoundRecord,
+        jobs: impl Iterator<Item = &'a JobRecord>,
+    ) -> JobCounts {
+        let mut c = JobCounts::of_iter(jobs);
         if round.state != crate::model::RoundState::Running {
             c.incomplete = c.total - c.complete;
         }
@@ -238,12 +247,15 @@ impl JobCounts {
     }
 
     pub fn of(jobs: &[JobRecord]) -> JobCounts {
+        JobCounts::of_iter(jobs.iter())
+    }
+
+    /// [`JobCounts::of`] of borrowed jobs.
+    pub fn of_iter<'a>(jobs: impl Iterator<Item = &'a JobRecord>) -> JobCounts {
         use crate::model::JobState::*;
-        let mut c = JobCounts {
-            total: jobs.len(),
-            ..Default::default()
-        };
+        let mut c = JobCounts::default();
         for j in jobs {
+            c.total += 1;
             match j.state {
                 Queued => c.queued += 1,
                 Running => c.running += 1,
@@ -411,8 +423,20 @@ pub struct RoundListed {
     pub links: u64,
 }
 
+/// A round and its counts, borrowed.
+struct RoundSummaryRef<'a> {
+    round: &'a RoundRecord,
+    counts: &'a JobCounts,
+}
+
 impl RoundListed {
     pub fn of(r: &RoundSummary) -> RoundListed {
+        RoundListed::of_parts(&r.round, &r.counts)
+    }
+
+    /// A round's line from the round and its counts (no copy of either).
+    pub fn of_parts(round: &RoundRecord, counts: &JobCounts) -> RoundListed {
+        let r = RoundSummaryRef { round, counts };
         RoundListed {
             id: r.round.id,
             state: r.round.state.as_str().to_string(),

@@ -7,6 +7,7 @@
 //! The ETA uses the scheduler's own estimates ([`crate::scheduler::estimates`]),
 //! never a rule of its own for how long a page takes.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
@@ -99,6 +100,10 @@ pub struct Overview {
 /// A round with its jobs, as read under the grid lock.
 pub type RoundJobs = (RoundRecord, Vec<JobRecord>);
 
+/// A round and its jobs borrowed where the grid keeps them: the overview is
+/// built under the grid lock from these, so a poll copies no job.
+pub type RoundJobRefs<'a> = (&'a RoundRecord, Vec<&'a JobRecord>);
+
 /// Pages and bytes of a job so far: accepted scans, and the running scan's
 /// last reported pages.
 pub fn job_pages_bytes(j: &JobRecord) -> (u64, u64) {
@@ -108,9 +113,9 @@ pub fn job_pages_bytes(j: &JobRecord) -> (u64, u64) {
 }
 
 /// A round's pages and bytes so far (one series point's numbers).
-pub fn round_totals(jobs: &[JobRecord]) -> (u64, u64) {
+pub fn round_totals<J: Borrow<JobRecord>>(jobs: &[J]) -> (u64, u64) {
     jobs.iter()
-        .map(job_pages_bytes)
+        .map(|j| job_pages_bytes(j.borrow()))
         .fold((0, 0), |(p, b), (jp, jb)| {
             (p.saturating_add(jp), b.saturating_add(jb))
         })
@@ -118,7 +123,12 @@ pub fn round_totals(jobs: &[JobRecord]) -> (u64, u64) {
 
 /// Pages/s and KB/s of a round: now (its series) and averaged since it
 /// started (until it finished).
-pub fn round_rates(r: &RoundRecord, jobs: &[JobRecord], series: &Series, now: u64) -> Rates {
+pub fn round_rates<J: Borrow<JobRecord>>(
+    r: &RoundRecord,
+    jobs: &[J],
+    series: &Series,
+    now: u64,
+) -> Rates {
     let (pages, bytes) = round_totals(jobs);
     let end = r.finished_ms.unwrap_or(now);
     let secs = (end.saturating_sub(r.created_ms) as f64 / 1000.0).max(1.0);
@@ -143,19 +153,20 @@ fn progress(c: &JobCounts) -> f64 {
 
 /// The overview from the newest rounds (with their jobs), every host, and
 /// the live state; `reference` is the probe's outcome (`None`: not served).
+/// Built under the grid lock from borrowed records: it copies no job.
 pub fn overview(
-    rounds: &[RoundJobs],
+    rounds: &[RoundJobRefs],
     hosts: &[HostRecord],
     live: &Live,
     store_failure: Option<String>,
     reference: Option<Result<(), String>>,
     now: u64,
 ) -> Overview {
-    let running: Vec<&RoundJobs> = rounds
+    let running: Vec<&RoundJobRefs> = rounds
         .iter()
         .filter(|(r, _)| r.state == RoundState::Running)
         .collect();
-    let counted: Vec<&RoundJobs> = if running.is_empty() {
+    let counted: Vec<&RoundJobRefs> = if running.is_empty() {
         rounds
             .iter()
             .max_by_key(|(r, _)| r.id)
@@ -184,9 +195,12 @@ pub fn overview(
         now_ms: now,
         poll_ms: POLL_INTERVAL_MS,
         components: components(live, store_failure, reference, now),
-        jobs: jobs_by_state(counted.iter().flat_map(|(_, jobs)| jobs)),
+        jobs: jobs_by_state(counted.iter().flat_map(|(_, jobs)| jobs.iter().copied())),
         jobs_rounds: counted.iter().map(|(r, _)| r.id).collect(),
-        oldest_running_s: oldest_running_s(running.iter().flat_map(|(_, j)| j), now),
+        oldest_running_s: oldest_running_s(
+            running.iter().flat_map(|(_, j)| j.iter().copied()),
+            now,
+        ),
         rates,
         hosts_enrolled: hosts.iter().filter(|h| !h.revoked).count(),
         hosts_active_hour: active(HOUR_MS),
@@ -195,15 +209,12 @@ pub fn overview(
     }
 }
 
-fn round_row((r, jobs): &RoundJobs) -> RoundRow {
-    let counts = JobCounts::of_round(r, jobs);
+fn round_row((r, jobs): &RoundJobRefs) -> RoundRow {
+    let counts = JobCounts::of_round_iter(r, jobs.iter().copied());
     RoundRow {
         progress: progress(&counts),
         pending: counts.pending,
-        listed: RoundListed::of(&RoundSummary {
-            round: r.clone(),
-            counts,
-        }),
+        listed: RoundListed::of_parts(r, &counts),
     }
 }
 

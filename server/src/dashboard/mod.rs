@@ -33,7 +33,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::admin::Admin;
 use crate::api::ApiError;
 use crate::{now_ms, Shared};
-use data::{RoundJobs, MAX_ROUNDS_LISTED, POLL_INTERVAL_MS};
+use data::{RoundJobRefs, MAX_ROUNDS_LISTED, POLL_INTERVAL_MS};
 use live::{Component, Point};
 
 /// What a dashboard page may load: only its own files; nothing inline,
@@ -175,25 +175,20 @@ async fn overview_json(State(s): State<Arc<Shared>>) -> JsonResult<data::Overvie
     if reference == Some(Ok(())) {
         s.live.beat(Component::Reference, now_ms());
     }
-    let (rounds, hosts) = s
-        .with_grid(|g| {
+    let failure = s.store_failure();
+    let shared = s.clone();
+    let overview = s
+        .with_grid(move |g| {
             let mut ids: Vec<u64> = g.rounds().iter().map(|r| r.id).collect();
             ids.sort_unstable_by(|a, b| b.cmp(a));
             ids.truncate(MAX_ROUNDS_LISTED);
-            let rounds: Vec<RoundJobs> =
-                ids.into_iter().filter_map(|id| g.round(id).ok()).collect();
-            (rounds, g.hosts())
+            let rounds: Vec<RoundJobRefs> =
+                ids.into_iter().filter_map(|id| g.round_refs(id)).collect();
+            let hosts = g.hosts();
+            data::overview(&rounds, &hosts, &shared.live, failure, reference, now_ms())
         })
         .await;
-    let failure = s.store_failure();
-    Ok(Json(data::overview(
-        &rounds,
-        &hosts,
-        &s.live,
-        failure,
-        reference,
-        now_ms(),
-    )))
+    Ok(Json(overview))
 }
 
 async fn round_json(

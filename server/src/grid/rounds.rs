@@ -303,6 +303,14 @@ impl Grid {
         Ok((r.clone(), jobs))
     }
 
+    /// A round and its jobs, borrowed where they are kept (no copy): for
+    /// summaries built under the lock.
+    pub fn round_refs(&self, id: u64) -> Option<(&RoundRecord, Vec<&JobRecord>)> {
+        let r = self.rounds.get(&id)?;
+        let jobs = r.job_ids.iter().filter_map(|j| self.jobs.get(j)).collect();
+        Some((r, jobs))
+    }
+
     /// The rounds in effect, for the about page: running ones, and
     /// repeating ones waiting for their next scan.
     pub fn rounds_in_effect(&self) -> impl Iterator<Item = &RoundRecord> {
