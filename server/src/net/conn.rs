@@ -9,6 +9,7 @@
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Mutex, Semaphore};
 
@@ -23,6 +24,7 @@ use super::{
     AUTH_TIMEOUT, CLOSE_LIMIT, MAX_CONNECTIONS, MAX_UNAUTHENTICATED_FRAME_BYTES, PUSH_TIMEOUT,
     REQUEST_TIMEOUT, RETRY_ABOVE_UNVALIDATED_HANDSHAKES,
 };
+use crate::metrics::RequestKind;
 use crate::Shared;
 
 /// Serve connections until `shutdown` resolves.
@@ -246,7 +248,11 @@ pub(super) async fn handle_stream(
     let len = match codec::frame_len(header, limit) {
         Ok(l) => l,
         Err(e) => {
-            write_response(&mut send, &error(ErrorCode::BadRequest, e.to_string())).await;
+            let refused = error(ErrorCode::BadRequest, e.to_string());
+            shared
+                .metrics
+                .answered(RequestKind::Undecodable, &refused, Duration::ZERO);
+            write_response(&mut send, &refused).await;
             let _ = recv.stop(1u32.into());
             return;
         }
@@ -269,13 +275,24 @@ pub(super) async fn handle_stream(
         }
         Err(None) => return,
     };
-    let resp = match codec::decode_payload::<Request>(&payload) {
+    let started = Instant::now();
+    let (kind, resp) = match codec::decode_payload::<Request>(&payload) {
         Ok(req) => {
             drop(payload);
-            dispatch(req, &shared, &state, &limits).await
+            let kind = RequestKind::of(&req);
+            if kind == RequestKind::Upload {
+                shared.metrics.uploaded(FRAME_HEADER_BYTES + len);
+            }
+            (kind, dispatch(req, &shared, &state, &limits).await)
         }
-        Err(e @ CodecError::Version { .. }) => error(ErrorCode::Upgrade, e.to_string()),
-        Err(e) => error(ErrorCode::BadRequest, e.to_string()),
+        Err(e @ CodecError::Version { .. }) => (
+            RequestKind::Undecodable,
+            error(ErrorCode::Upgrade, e.to_string()),
+        ),
+        Err(e) => (
+            RequestKind::Undecodable,
+            error(ErrorCode::BadRequest, e.to_string()),
+        ),
     };
     let resp = match shared.store_failure() {
         // Fail-stop: after a storage failure nothing may be acknowledged.
@@ -285,5 +302,6 @@ pub(super) async fn handle_stream(
         ),
         None => resp,
     };
+    shared.metrics.answered(kind, &resp, started.elapsed());
     write_response(&mut send, &resp).await;
 }
