@@ -401,22 +401,24 @@ impl Metrics {
             Unit::Bytes,
             self.upload_bytes.clone(),
         );
-        r.register_with_unit(
-            "store_fsync_duration",
-            "Time one store fsync took",
-            Unit::Seconds,
-            self.fsync.clone(),
-        );
+        for (name, help, h) in [
+            (
+                "store_fsync_duration",
+                "Time one store fsync took",
+                &self.fsync,
+            ),
+            (
+                "grid_lock_hold_duration",
+                "Time the grid lock was held by one call",
+                &self.lock_hold,
+            ),
+        ] {
+            r.register_with_unit(name, help, Unit::Seconds, h.clone());
+        }
         r.register(
             "store_sync_group_size",
             "Sync calls one fsync served (group commit)",
             self.sync_group.clone(),
-        );
-        r.register_with_unit(
-            "grid_lock_hold_duration",
-            "Time the grid lock was held by one call",
-            Unit::Seconds,
-            self.lock_hold.clone(),
         );
         self
     }
@@ -518,6 +520,12 @@ impl Metrics {
                 float_gauge(p),
             );
         }
+        self.register_process(&mut r);
+        r
+    }
+
+    /// The process's memory and start time.
+    fn register_process(&self, r: &mut Registry) {
         if let Some(rss) = resident_memory_bytes() {
             r.register_with_unit(
                 "process_resident_memory",
@@ -532,7 +540,6 @@ impl Metrics {
             Unit::Seconds,
             float_gauge(self.started_s),
         );
-        r
     }
 }
 

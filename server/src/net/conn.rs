@@ -276,24 +276,7 @@ pub(super) async fn handle_stream(
         Err(None) => return,
     };
     let started = Instant::now();
-    let (kind, resp) = match codec::decode_payload::<Request>(&payload) {
-        Ok(req) => {
-            drop(payload);
-            let kind = RequestKind::of(&req);
-            if kind == RequestKind::Upload {
-                shared.metrics.uploaded(FRAME_HEADER_BYTES + len);
-            }
-            (kind, dispatch(req, &shared, &state, &limits).await)
-        }
-        Err(e @ CodecError::Version { .. }) => (
-            RequestKind::Undecodable,
-            error(ErrorCode::Upgrade, e.to_string()),
-        ),
-        Err(e) => (
-            RequestKind::Undecodable,
-            error(ErrorCode::BadRequest, e.to_string()),
-        ),
-    };
+    let (kind, resp) = answer(payload, &shared, &state, &limits).await;
     let resp = match shared.store_failure() {
         // Fail-stop: after a storage failure nothing may be acknowledged.
         Some(why) => error(
@@ -304,4 +287,32 @@ pub(super) async fn handle_stream(
     };
     shared.metrics.answered(kind, &resp, started.elapsed());
     write_response(&mut send, &resp).await;
+}
+
+/// The answer to a frame's payload, and the kind of request it was (its
+/// bytes counted when it is an upload).
+async fn answer(
+    payload: Vec<u8>,
+    shared: &Arc<Shared>,
+    state: &Arc<Mutex<ConnState>>,
+    limits: &Arc<Limits>,
+) -> (RequestKind, Response) {
+    match codec::decode_payload::<Request>(&payload) {
+        Ok(req) => {
+            let kind = RequestKind::of(&req);
+            if kind == RequestKind::Upload {
+                shared.metrics.uploaded(FRAME_HEADER_BYTES + payload.len());
+            }
+            drop(payload);
+            (kind, dispatch(req, shared, state, limits).await)
+        }
+        Err(e @ CodecError::Version { .. }) => (
+            RequestKind::Undecodable,
+            error(ErrorCode::Upgrade, e.to_string()),
+        ),
+        Err(e) => (
+            RequestKind::Undecodable,
+            error(ErrorCode::BadRequest, e.to_string()),
+        ),
+    }
 }
