@@ -185,6 +185,12 @@ fn a_round_and_a_hostile_host_are_counted_and_both_addresses_serve_the_metrics()
     assert_eq!(status, 200, "{text}");
     assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
     let m = Scrape::parse(&text);
+    eprintln!(
+        "scrape after the round: {} bytes, {} families, {} samples",
+        text.len(),
+        m.types.len(),
+        m.samples.len()
+    );
     the_round_is_counted_as_the_admin_api_counts_it(&m, &g.round_json(&round));
     the_hostile_upload_is_not_ok(&m);
     the_server_internals_are_measured(&m);
