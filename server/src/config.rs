@@ -579,6 +579,32 @@ mod tests {
         // QUIC on any port: the reference site on any port too.
         assert_eq!(default_reference_listen("127.0.0.1:0"), "127.0.0.1:0");
     }
+
+    #[test]
+    fn metrics_listen_defaults_to_loopback_and_may_be_off() {
+        // The admin port picked by the system: the metrics port too.
+        assert_eq!(default_metrics_listen("127.0.0.1:0"), "127.0.0.1:0");
+        assert_eq!(default_metrics_listen("[::1]:0"), "[::1]:0");
+        // Taken (held here, or by something else): a free loopback port.
+        let _held = std::net::TcpListener::bind(("127.0.0.1", DEFAULT_METRICS_PORT));
+        let addr: SocketAddr = default_metrics_listen("127.0.0.1:4480")
+            .parse()
+            .expect("an address");
+        assert!(addr.ip().is_loopback());
+        assert_ne!(addr.port(), DEFAULT_METRICS_PORT);
+        for off in ["", "  ", "off"] {
+            assert_eq!(metrics_addr(off).expect("off"), None, "{off:?}");
+        }
+        assert_eq!(
+            metrics_addr("127.0.0.1:9464").expect("an address"),
+            Some(SocketAddr::from(([127, 0, 0, 1], DEFAULT_METRICS_PORT)))
+        );
+        let e = metrics_addr("localhost").expect_err("no port");
+        assert_eq!(
+            e.to_string(),
+            "metrics_listen `localhost` is not ADDR:PORT (or empty, or `off`)"
+        );
+    }
     use crate::durations::DAY;
 
     #[test]

@@ -349,3 +349,46 @@ fn metric_references(text: &str) -> Vec<(String, Vec<String>)> {
     }
     out
 }
+
+#[test]
+fn metrics_listen_may_be_off_or_elsewhere_with_a_warning_and_a_bad_one_is_refused() {
+    let mut g = Grid::start(62, 1);
+    let dir = DataDir(g.data_dir());
+    let reconfigure = |g: &mut Grid, listen: &str| {
+        let mut cfg = dir.load_config().expect("config");
+        cfg.metrics_listen = listen.to_string();
+        dir.save_config(&cfg).expect("save config");
+        g.kill_server();
+    };
+    // Off: nothing bound, the admin address still serves it with the token.
+    reconfigure(&mut g, "off");
+    g.start_server();
+    let runtime = dir.load_runtime().expect("serve.json");
+    assert_eq!(runtime.metrics_addr, None);
+    let token = std::fs::read_to_string(g.data_dir().join("admin.token")).expect("token");
+    let (status, _, body) = scrape(runtime.admin_addr, Some(token.trim()));
+    assert_eq!(status, 200);
+    Scrape::parse(&body);
+    // Every address: served, and the log says who can read it.
+    reconfigure(&mut g, "0.0.0.0:0");
+    g.start_server();
+    let bound = dir.load_runtime().expect("serve.json").metrics_addr;
+    let port = bound.expect("served on every address").port();
+    let (status, _, body) = scrape(SocketAddr::from(([127, 0, 0, 1], port)), None);
+    assert_eq!(status, 200);
+    Scrape::parse(&body);
+    let log = g.server_log();
+    assert!(
+        log.contains("metrics_listen is not on loopback"),
+        "a warning: {log}"
+    );
+    // Not an address: `serve` refuses to start, saying which setting.
+    reconfigure(&mut g, "localhost");
+    let o = g.admin(&["serve"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("metrics_listen `localhost` is not ADDR:PORT"),
+        "{}",
+        stderr(&o)
+    );
+}
