@@ -333,6 +333,7 @@ pub fn router(shared: Arc<Shared>, addr: SocketAddr) -> Router {
         .route("/api/hosts", get(hosts_list))
         .route("/api/hosts/{id}/revoke", post(host_revoke))
         .merge(crate::dashboard::api())
+        .route("/metrics", get(crate::metrics::get_metrics))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_ADMIN_BODY_BYTES))
         .route_layer(middleware::from_fn_with_state(admin.clone(), require_auth))
         .with_state(shared);

@@ -64,6 +64,13 @@ pub struct ServerConfig {
     /// is 0).
     #[serde(default)]
     pub reference_listen: String,
+    /// TCP address serving `GET /metrics` to Prometheus without the admin
+    /// token; empty or `off`: not served (the admin address serves it with
+    /// the token either way). `init` sets loopback port
+    /// [`DEFAULT_METRICS_PORT`] (port 0 when the admin port is 0); another
+    /// address is the admin's explicit choice, warned about when served.
+    #[serde(default)]
+    pub metrics_listen: String,
     /// Validate every client's address with a QUIC Retry (one round trip
     /// more per connection). Off: only under a flood of handshakes.
     #[serde(default)]
@@ -115,6 +122,7 @@ impl ServerConfig {
             about_url: String::new(),
             reference_site: String::new(),
             reference_listen: String::new(),
+            metrics_listen: String::new(),
             quic_retry: false,
             deadline_slack: 3.0,
             deadline_grace_s: 60,
@@ -285,6 +293,43 @@ fn public_host(public_addr: &str) -> &str {
 /// Port of the reference site's HTTP server unless `init` is told otherwise.
 pub const DEFAULT_REFERENCE_PORT: u16 = 4481;
 
+/// Port of `metrics_listen` unless `init` is told otherwise (Prometheus'
+/// registry of exporter ports does not list it taken by a common exporter).
+pub const DEFAULT_METRICS_PORT: u16 = 9464;
+
+/// `metrics_listen` for an admin address: the same (loopback) IP on
+/// [`DEFAULT_METRICS_PORT`], or a free port when that one is taken now, or
+/// port 0 when the admin port is 0.
+pub fn default_metrics_listen(admin_listen: &str) -> String {
+    match admin_listen.parse::<SocketAddr>() {
+        Ok(addr) if addr.port() == 0 => SocketAddr::new(addr.ip(), 0).to_string(),
+        Ok(addr) => default_or_free(SocketAddr::new(addr.ip(), DEFAULT_METRICS_PORT)),
+        Err(_) => String::new(),
+    }
+}
+
+/// The address `metrics_listen` names; `None` when it is empty or `off`.
+pub fn metrics_addr(listen: &str) -> Result<Option<SocketAddr>> {
+    match listen.trim() {
+        "" | "off" => Ok(None),
+        addr => addr.parse().map(Some).with_context(|| {
+            format!("metrics_listen `{addr}` is not ADDR:PORT (or empty, or `off`)")
+        }),
+    }
+}
+
+/// `wanted` when it can be bound now; else any free port of its IP (or
+/// `wanted` as it is, when the IP is not this machine's).
+fn default_or_free(wanted: SocketAddr) -> String {
+    if std::net::TcpListener::bind(wanted).is_ok() {
+        return wanted.to_string();
+    }
+    std::net::TcpListener::bind(SocketAddr::new(wanted.ip(), 0))
+        .and_then(|l| l.local_addr())
+        .unwrap_or(wanted)
+        .to_string()
+}
+
 /// The reference site's address for a QUIC `listen` address: the same IP on
 /// [`DEFAULT_REFERENCE_PORT`], or port 0 (any) when QUIC's port is 0. When
 /// the default port is taken now (another server on this machine), a free
@@ -292,18 +337,7 @@ pub const DEFAULT_REFERENCE_PORT: u16 = 4481;
 pub fn default_reference_listen(listen: &str) -> String {
     match listen.parse::<SocketAddr>() {
         Ok(addr) if addr.port() == 0 => SocketAddr::new(addr.ip(), 0).to_string(),
-        Ok(addr) => {
-            let wanted = SocketAddr::new(addr.ip(), DEFAULT_REFERENCE_PORT);
-            if std::net::TcpListener::bind(wanted).is_ok() {
-                return wanted.to_string();
-            }
-            // Taken: any free port of that address (or the default, said
-            // as it is, when the address is not this machine's).
-            std::net::TcpListener::bind(SocketAddr::new(addr.ip(), 0))
-                .and_then(|l| l.local_addr())
-                .unwrap_or(wanted)
-                .to_string()
-        }
+        Ok(addr) => default_or_free(SocketAddr::new(addr.ip(), DEFAULT_REFERENCE_PORT)),
         Err(_) => String::new(),
     }
 }
@@ -331,6 +365,9 @@ pub struct Runtime {
     /// The reference site's HTTP address, when this server serves it.
     #[serde(default)]
     pub reference_addr: Option<SocketAddr>,
+    /// The `metrics_listen` address, when this server serves it.
+    #[serde(default)]
+    pub metrics_addr: Option<SocketAddr>,
     pub public_addr: String,
     pub pid: u32,
 }
@@ -484,6 +521,7 @@ pub fn init(dir: &DataDir, opts: &InitOptions) -> Result<ServerConfig> {
         .with_context(|| format!("cannot create {}", dir.0.display()))?;
     let mut cfg = ServerConfig::new(&opts.public_addr, &opts.listen, &opts.admin_listen);
     cfg.reference_listen = default_reference_listen(&opts.listen);
+    cfg.metrics_listen = default_metrics_listen(&opts.admin_listen);
     cfg.contact = contact;
     cfg.operator = operator;
 
@@ -540,6 +578,32 @@ mod tests {
         assert!(std::net::TcpListener::bind(addr).is_ok(), "{addr} is free");
         // QUIC on any port: the reference site on any port too.
         assert_eq!(default_reference_listen("127.0.0.1:0"), "127.0.0.1:0");
+    }
+
+    #[test]
+    fn metrics_listen_defaults_to_loopback_and_may_be_off() {
+        // The admin port picked by the system: the metrics port too.
+        assert_eq!(default_metrics_listen("127.0.0.1:0"), "127.0.0.1:0");
+        assert_eq!(default_metrics_listen("[::1]:0"), "[::1]:0");
+        // Taken (held here, or by something else): a free loopback port.
+        let _held = std::net::TcpListener::bind(("127.0.0.1", DEFAULT_METRICS_PORT));
+        let addr: SocketAddr = default_metrics_listen("127.0.0.1:4480")
+            .parse()
+            .expect("an address");
+        assert!(addr.ip().is_loopback());
+        assert_ne!(addr.port(), DEFAULT_METRICS_PORT);
+        for off in ["", "  ", "off"] {
+            assert_eq!(metrics_addr(off).expect("off"), None, "{off:?}");
+        }
+        assert_eq!(
+            metrics_addr("127.0.0.1:9464").expect("an address"),
+            Some(SocketAddr::from(([127, 0, 0, 1], DEFAULT_METRICS_PORT)))
+        );
+        let e = metrics_addr("localhost").expect_err("no port");
+        assert_eq!(
+            e.to_string(),
+            "metrics_listen `localhost` is not ADDR:PORT (or empty, or `off`)"
+        );
     }
     use crate::durations::DAY;
 

@@ -21,6 +21,7 @@ pub mod dashboard;
 pub mod durations;
 pub mod export;
 pub mod grid;
+pub mod metrics;
 pub mod model;
 pub mod net;
 pub mod params;
@@ -79,6 +80,8 @@ pub struct Shared {
     about_shown: Mutex<Option<about::AboutInfo>>,
     /// What the dashboard shows that the store does not: liveness, series.
     pub live: dashboard::live::Live,
+    /// The server's Prometheus metrics (`GET /metrics`).
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 /// The units with an upload being verified or written.
@@ -149,6 +152,7 @@ impl Shared {
         match tokio::task::spawn_blocking(move || {
             let out = {
                 let mut g = s.grid.lock().unwrap_or_else(|p| p.into_inner());
+                let locked = std::time::Instant::now();
                 let out = f(&mut g);
                 let now = g.rounds_changed();
                 s.work_hint.send_if_modified(|seen| {
@@ -156,6 +160,8 @@ impl Shared {
                     *seen = now;
                     changed
                 });
+                drop(g);
+                s.metrics.lock_held(locked.elapsed());
                 out
             };
             if s.store.sync().is_ok() {
@@ -225,6 +231,8 @@ pub struct Server {
     admin: tokio::net::TcpListener,
     /// The reference site's listener, when this server serves it.
     reference: Option<tokio::net::TcpListener>,
+    /// The `metrics_listen` listener, when configured.
+    metrics: Option<tokio::net::TcpListener>,
     runtime: Runtime,
 }
 
@@ -255,12 +263,19 @@ impl Server {
         };
         let store_handle = store.clone();
         store_handle.defer_flushes();
+        let metrics = Arc::new(metrics::Metrics::new(now_ms()));
+        store_handle.observe_syncs(metrics.clone());
         let grid = Grid::open(GridIo::server(store, dir.links(), key), settings)?;
         let enrol_key = grid.signer();
         let endpoint = bind_quic(&config.listen, certs, cert_key)?;
         let quic_addr = endpoint.local_addr()?;
         let admin = bind_admin(&config.admin_listen).await?;
         let admin_addr = admin.local_addr()?;
+        let metrics_listener = bind_metrics(&config.metrics_listen).await?;
+        let metrics_addr = metrics_listener
+            .as_ref()
+            .map(|l| l.local_addr())
+            .transpose()?;
         let public_addr = public_addr(&config.public_addr, quic_addr.port());
         let reference_site =
             config::reference_url(&config.reference_site, &public_addr, reference_addr);
@@ -270,6 +285,7 @@ impl Server {
             quic_addr,
             admin_addr,
             reference_addr,
+            metrics_addr,
             public_addr: public_addr.clone(),
             pid: std::process::id(),
         };
@@ -289,12 +305,14 @@ impl Server {
             about_page,
             about_shown: Mutex::new(Some(about)),
             live: dashboard::live::Live::new(now_ms(), reference_addr),
+            metrics,
         });
         Ok(Server {
             shared,
             endpoint,
             admin,
             reference,
+            metrics: metrics_listener,
             runtime,
         })
     }
@@ -317,6 +335,7 @@ impl Server {
             endpoint,
             admin,
             reference,
+            metrics,
             runtime,
         } = self;
         let rt_path = shared.data.runtime();
@@ -326,6 +345,7 @@ impl Server {
             quic = %runtime.quic_addr,
             admin = %runtime.admin_addr,
             public = %runtime.public_addr,
+            metrics = ?runtime.metrics_addr,
             "serving"
         );
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -342,6 +362,8 @@ impl Server {
             ))
         });
         let admin_task = spawn_admin(admin, shared.clone(), runtime.admin_addr, stop_rx.clone());
+        let metrics_task =
+            metrics.map(|l| spawn_http(l, metrics::router(shared.clone()), stop_rx.clone()));
         let quic = {
             let shared = shared.clone();
             let mut stop = stop_rx.clone();
@@ -355,6 +377,9 @@ impl Server {
         let _ = ticker.await;
         let _ = admin_task.await;
         if let Some(task) = reference_task {
+            let _ = task.await;
+        }
+        if let Some(task) = metrics_task {
             let _ = task.await;
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), quic).await;
@@ -371,6 +396,26 @@ async fn bind_reference(listen: &str) -> Result<Option<tokio::net::TcpListener>>
             format!("cannot bind the reference site on {addr} (reference_listen)")
         })?),
     })
+}
+
+/// The metrics listener (`metrics_listen`; empty or `off`: none). A
+/// non-loopback address is served as configured, with a warning: anyone
+/// who reaches it reads the metrics without a token.
+async fn bind_metrics(listen: &str) -> Result<Option<tokio::net::TcpListener>> {
+    let Some(addr) = config::metrics_addr(listen)? else {
+        return Ok(None);
+    };
+    if !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "metrics_listen is not on loopback: anyone who reaches {addr} reads /metrics without a token"
+        );
+    }
+    Ok(Some(
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot bind the metrics address {addr} (metrics_listen)"))?,
+    ))
 }
 
 /// The QUIC endpoint on the `listen` address.
@@ -441,11 +486,19 @@ fn spawn_admin(
     admin: tokio::net::TcpListener,
     shared: Arc<Shared>,
     admin_addr: SocketAddr,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    spawn_http(admin, admin::router(shared, admin_addr), stop)
+}
+
+/// Serve `app` on `listener` until `stop`.
+fn spawn_http(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let app = admin::router(shared, admin_addr);
-        let _ = axum::serve(admin, app)
+        let _ = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = stop.changed().await;
             })

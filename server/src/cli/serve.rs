@@ -29,6 +29,9 @@ fn banner(r: &Runtime) -> String {
     if let Some(addr) = r.reference_addr {
         out.push_str(&format!("reference site on http://{addr}/\n"));
     }
+    if let Some(addr) = r.metrics_addr {
+        out.push_str(&format!("metrics on http://{addr}/metrics\n"));
+    }
     out
 }
 
@@ -42,6 +45,7 @@ mod tests {
             quic_addr: "0.0.0.0:4433".parse().unwrap(),
             admin_addr: "127.0.0.1:4480".parse().unwrap(),
             reference_addr: None,
+            metrics_addr: None,
             public_addr: "grid.example.edu:4433".into(),
             pid: 1,
         };
@@ -51,5 +55,7 @@ mod tests {
         );
         r.reference_addr = Some("0.0.0.0:4481".parse().unwrap());
         assert!(banner(&r).ends_with("reference site on http://0.0.0.0:4481/\n"));
+        r.metrics_addr = Some("127.0.0.1:9464".parse().unwrap());
+        assert!(banner(&r).ends_with("metrics on http://127.0.0.1:9464/metrics\n"));
     }
 }

@@ -247,6 +247,7 @@ impl Grid {
                 let was_running = a.state == AttemptState::Running;
                 a.state = AttemptState::Aborted;
                 let job = job.clone();
+                self.counters.units_aborted += u64::from(was_running);
                 self.store.put_job(&job)?;
                 if was_running {
                     self.after_attempt_ended(job_id, now_ms)?;
@@ -406,6 +407,7 @@ impl Grid {
             for a in job.attempts.iter_mut() {
                 if a.state == AttemptState::Running && a.deadline_ms <= now_ms {
                     a.state = AttemptState::Expired;
+                    self.counters.units_expired += 1;
                     expired.push((job.id, a.host_id));
                 }
             }

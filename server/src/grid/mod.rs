@@ -19,6 +19,7 @@
 //! The fields are private to this module tree: only the rooms change them.
 
 mod attempts;
+mod counters;
 mod hosts;
 mod index;
 mod io;
@@ -46,6 +47,7 @@ use crate::model::*;
 use crate::store::{SharedStore, StoreError};
 
 pub use attempts::{ProgressOutcome, StateAnswer, StateFile};
+pub use counters::{GridCounters, GridSnapshot, JobsByState, ACTIVE_DAY_MS, ACTIVE_HOUR_MS};
 pub use hosts::{invite_id, INVITE_ID_LEN, MIN_INVITE_ID_LEN};
 use index::OpenJobs;
 pub use io::{GridIo, ProjectSigner, SecretRng};
@@ -158,6 +160,8 @@ pub struct Grid {
     /// the round's delay has passed since: no job of a site that shares
     /// a host starts before (a continuation, or the next job of the host).
     settling: HashMap<(String, bool), u64>,
+    /// Totals for the server's metrics (see [`counters`]).
+    counters: GridCounters,
 }
 
 fn push_reason(job: &mut JobRecord, reason: String) {
@@ -196,6 +200,7 @@ impl Grid {
             hand_overs: HashMap::new(),
             handed_from: HashMap::new(),
             settling: HashMap::new(),
+            counters: GridCounters::default(),
         }
     }
 

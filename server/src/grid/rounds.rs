@@ -275,6 +275,7 @@ impl Grid {
                 for a in job.attempts.iter_mut() {
                     if a.state == AttemptState::Running {
                         a.state = AttemptState::Aborted;
+                        self.counters.units_aborted += 1;
                     }
                 }
                 job.state = JobState::Cancelled;

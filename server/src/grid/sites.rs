@@ -337,6 +337,7 @@ impl Grid {
                 aborted += 1;
             }
         }
+        self.counters.units_aborted += aborted as u64;
         let counts = if covered {
             job.state = JobState::Failed;
             push_reason(job, format!("{EXCLUDED_REASON}: {}", record.reason));

@@ -592,6 +592,7 @@ impl Grid {
             return Ok(o);
         }
         let (job_id, round_id) = (plan.job_id, plan.round_id);
+        let (pages, links) = (summary.pages, summary.links);
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(UploadOutcome::Rejected(format!(
                 "unknown unit {}",
@@ -611,6 +612,7 @@ impl Grid {
             } else if a.state == AttemptState::Running {
                 // A copy from the same start: it would redo what this one did.
                 a.state = AttemptState::Aborted;
+                self.counters.units_aborted += 1;
             }
         }
         let chain_sketch = validate::merge(&job.chain_sketch, &sketch);
@@ -640,6 +642,9 @@ impl Grid {
         self.check_round_done(round_id, now_ms)?;
         self.store.flush()?;
         self.check_open();
+        self.counters.units_accepted += 1;
+        self.counters.pages_accepted += pages;
+        self.counters.links_accepted += links;
         Ok(UploadOutcome::Accepted)
     }
 
@@ -685,6 +690,7 @@ impl Grid {
             for a in job.attempts.iter_mut() {
                 if a.unit_id == unit_id && a.state == AttemptState::Running {
                     a.state = AttemptState::Aborted;
+                    self.counters.units_aborted += 1;
                 }
             }
             let job = job.clone();

@@ -725,6 +725,8 @@ impl Grid {
         self.store.put_job(&job)?;
         self.units.insert(unit_id, job_id);
         self.reindex(job_id);
+        self.counters.units_issued += 1;
+        self.counters.units_replicated += u64::from(replica);
         Ok((signed, expected))
     }
 

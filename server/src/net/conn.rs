@@ -9,6 +9,7 @@
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Mutex, Semaphore};
 
@@ -23,6 +24,7 @@ use super::{
     AUTH_TIMEOUT, CLOSE_LIMIT, MAX_CONNECTIONS, MAX_UNAUTHENTICATED_FRAME_BYTES, PUSH_TIMEOUT,
     REQUEST_TIMEOUT, RETRY_ABOVE_UNVALIDATED_HANDSHAKES,
 };
+use crate::metrics::RequestKind;
 use crate::Shared;
 
 /// Serve connections until `shutdown` resolves.
@@ -246,7 +248,11 @@ pub(super) async fn handle_stream(
     let len = match codec::frame_len(header, limit) {
         Ok(l) => l,
         Err(e) => {
-            write_response(&mut send, &error(ErrorCode::BadRequest, e.to_string())).await;
+            let refused = error(ErrorCode::BadRequest, e.to_string());
+            shared
+                .metrics
+                .answered(RequestKind::Undecodable, &refused, Duration::ZERO);
+            write_response(&mut send, &refused).await;
             let _ = recv.stop(1u32.into());
             return;
         }
@@ -269,14 +275,8 @@ pub(super) async fn handle_stream(
         }
         Err(None) => return,
     };
-    let resp = match codec::decode_payload::<Request>(&payload) {
-        Ok(req) => {
-            drop(payload);
-            dispatch(req, &shared, &state, &limits).await
-        }
-        Err(e @ CodecError::Version { .. }) => error(ErrorCode::Upgrade, e.to_string()),
-        Err(e) => error(ErrorCode::BadRequest, e.to_string()),
-    };
+    let started = Instant::now();
+    let (kind, resp) = answer(payload, &shared, &state, &limits).await;
     let resp = match shared.store_failure() {
         // Fail-stop: after a storage failure nothing may be acknowledged.
         Some(why) => error(
@@ -285,5 +285,34 @@ pub(super) async fn handle_stream(
         ),
         None => resp,
     };
+    shared.metrics.answered(kind, &resp, started.elapsed());
     write_response(&mut send, &resp).await;
+}
+
+/// The answer to a frame's payload, and the kind of request it was (its
+/// bytes counted when it is an upload).
+async fn answer(
+    payload: Vec<u8>,
+    shared: &Arc<Shared>,
+    state: &Arc<Mutex<ConnState>>,
+    limits: &Arc<Limits>,
+) -> (RequestKind, Response) {
+    match codec::decode_payload::<Request>(&payload) {
+        Ok(req) => {
+            let kind = RequestKind::of(&req);
+            if kind == RequestKind::Upload {
+                shared.metrics.uploaded(FRAME_HEADER_BYTES + payload.len());
+            }
+            drop(payload);
+            (kind, dispatch(req, shared, state, limits).await)
+        }
+        Err(e @ CodecError::Version { .. }) => (
+            RequestKind::Undecodable,
+            error(ErrorCode::Upgrade, e.to_string()),
+        ),
+        Err(e) => (
+            RequestKind::Undecodable,
+            error(ErrorCode::BadRequest, e.to_string()),
+        ),
+    }
 }

@@ -31,7 +31,8 @@ mod conformance;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use beebot_shared::codec;
 use serde::{de::DeserializeOwned, Serialize};
@@ -116,6 +117,9 @@ pub trait Store: Send + Sync {
     /// Make every write made before this call durable, sharing one fsync with
     /// concurrent callers.
     fn sync(&self) -> Result<(), StoreError>;
+    /// Tell `observer` of every fsync from now on (the first observer set
+    /// stays: a store has one server).
+    fn observe_syncs(&self, observer: Arc<dyn SyncObserver>);
 
     fn put_site(&self, site: &SiteRecord) -> Result<(), StoreError>;
     fn remove_site(&self, host: &str) -> Result<bool, StoreError>;
@@ -250,6 +254,18 @@ struct Ledger {
     fail_next: AtomicBool,
     /// One id handed out at a time.
     ids: Mutex<()>,
+    /// Sync calls that found writes not yet durable since the last fsync
+    /// began: the group the next fsync serves.
+    waiting: AtomicU64,
+    /// Told of every fsync ([`Store::observe_syncs`]).
+    observer: OnceLock<Arc<dyn SyncObserver>>,
+}
+
+/// Told of every fsync a store makes (the server's metrics): how long it
+/// took and the group it served, the sync calls that asked for one since
+/// the previous fsync began (group commit: one fsync, many callers).
+pub trait SyncObserver: Send + Sync {
+    fn synced(&self, took: Duration, group: u64);
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -310,13 +326,19 @@ impl Ledger {
         if self.durable.load(Ordering::SeqCst) >= target {
             return Ok(());
         }
+        self.waiting.fetch_add(1, Ordering::SeqCst);
         let _one = lock(&self.syncing);
         if self.durable.load(Ordering::SeqCst) >= target {
             return Ok(());
         }
+        let group = self.waiting.swap(0, Ordering::SeqCst);
         // Everything written up to here is covered by this write-out.
         let covered = self.written.load(Ordering::SeqCst);
+        let started = Instant::now();
         self.attempt(write_out)?;
+        if let Some(observer) = self.observer.get() {
+            observer.synced(started.elapsed(), group);
+        }
         self.durable.fetch_max(covered, Ordering::SeqCst);
         Ok(())
     }
@@ -398,6 +420,10 @@ impl<B: Backend> Store for B {
 
     fn sync(&self) -> Result<(), StoreError> {
         self.ledger().sync(|| self.write_out())
+    }
+
+    fn observe_syncs(&self, observer: Arc<dyn SyncObserver>) {
+        let _ = self.ledger().observer.set(observer);
     }
 
     fn put_site(&self, site: &SiteRecord) -> Result<(), StoreError> {

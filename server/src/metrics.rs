@@ -1,0 +1,616 @@
+//! Prometheus metrics: `GET /metrics` in the OpenMetrics text format, on the
+//! admin address (behind the admin token, like the API) and on the
+//! `metrics_listen` address (no token; loopback unless the admin chose
+//! otherwise).
+//!
+//! Two kinds of numbers. What the server layers see as it happens (QUIC
+//! requests by kind and outcome and their latency, upload bytes, store
+//! fsyncs and their groups, how long the grid lock is held) is kept in
+//! [`Metrics`]' own registry by the code that sees it. What the grid knows
+//! (units issued, accepted, expired, aborted and replicated, pages and
+//! links accepted, jobs by state, active hosts, a round's progress) is read
+//! at scrape time from one [`GridSnapshot`] taken briefly under the grid
+//! lock, so the sans-I/O grid keeps plain counts and never sees a metric.
+//!
+//! Invariants: every family is named `beebot_…` in base units, counters end
+//! in `_total`, and every label value comes from a closed enum
+//! ([`RequestKind`], [`Outcome`], [`UnitEvent`], job states, activity
+//! windows): no site, URL or host id ever becomes a label. Recording on the
+//! request path is a few atomic adds, never an allocation once a label set
+//! has been seen. It never serves anything but `/metrics`, and never takes
+//! the grid lock except for the one snapshot per scrape.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+use beebot_shared::proto::{ErrorCode, Request, Response as Answer};
+
+use crate::grid::GridSnapshot;
+use crate::store::SyncObserver;
+use crate::{now_ms, Shared};
+
+/// Prefix of every metric family.
+pub const PREFIX: &str = "beebot";
+/// The scrape's content type (OpenMetrics text 1.0.0).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Request latency buckets: 0.5 ms doubling to 16 s (an upload's decoding
+/// and two fsyncs stay well inside).
+const REQUEST_BUCKETS: (f64, f64, u16) = (0.0005, 2.0, 16);
+/// fsync latency buckets: 0.1 ms doubling to about 3 s.
+const FSYNC_BUCKETS: (f64, f64, u16) = (0.0001, 2.0, 16);
+/// Group-commit group sizes: 1 doubling to 512 callers per fsync.
+const GROUP_BUCKETS: (f64, f64, u16) = (1.0, 2.0, 10);
+/// Grid lock hold buckets: 10 µs doubling to about 1.3 s.
+const LOCK_BUCKETS: (f64, f64, u16) = (0.00001, 2.0, 18);
+
+/// A closed set of label values: each variant's text.
+trait LabelText: Copy + 'static {
+    const ALL: &'static [Self];
+    fn text(self) -> &'static str;
+}
+
+/// Encode a [`LabelText`] as its text.
+macro_rules! label_value {
+    ($t:ty) => {
+        impl EncodeLabelValue for $t {
+            fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+                e.write_str(self.text())
+            }
+        }
+    };
+}
+
+/// The QUIC protocol's requests, by kind; `Undecodable` for a frame that is
+/// no request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RequestKind {
+    Challenge,
+    ProveProject,
+    Enrol,
+    Hello,
+    Benchmark,
+    RequestWork,
+    Progress,
+    Upload,
+    FetchState,
+    Fail,
+    Leave,
+    Undecodable,
+}
+
+impl LabelText for RequestKind {
+    const ALL: &'static [Self] = &[
+        Self::Challenge,
+        Self::ProveProject,
+        Self::Enrol,
+        Self::Hello,
+        Self::Benchmark,
+        Self::RequestWork,
+        Self::Progress,
+        Self::Upload,
+        Self::FetchState,
+        Self::Fail,
+        Self::Leave,
+        Self::Undecodable,
+    ];
+    fn text(self) -> &'static str {
+        match self {
+            Self::Challenge => "challenge",
+            Self::ProveProject => "prove_project",
+            Self::Enrol => "enrol",
+            Self::Hello => "hello",
+            Self::Benchmark => "benchmark",
+            Self::RequestWork => "request_work",
+            Self::Progress => "progress",
+            Self::Upload => "upload",
+            Self::FetchState => "fetch_state",
+            Self::Fail => "fail",
+            Self::Leave => "leave",
+            Self::Undecodable => "undecodable",
+        }
+    }
+}
+label_value!(RequestKind);
+
+impl RequestKind {
+    pub fn of(req: &Request) -> RequestKind {
+        match req {
+            Request::Challenge => Self::Challenge,
+            Request::ProveProject { .. } => Self::ProveProject,
+            Request::Enrol { .. } => Self::Enrol,
+            Request::Hello { .. } => Self::Hello,
+            Request::Benchmark { .. } => Self::Benchmark,
+            Request::RequestWork { .. } => Self::RequestWork,
+            Request::Progress { .. } => Self::Progress,
+            Request::Upload { .. } => Self::Upload,
+            Request::FetchState { .. } => Self::FetchState,
+            Request::Fail { .. } => Self::Fail,
+            Request::Leave => Self::Leave,
+        }
+    }
+}
+
+/// How a request was answered: `ok`, a refusal of the grid's (`rejected`
+/// upload, `duplicate`, `abort` of the unit), or the error code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Ok,
+    Rejected,
+    Duplicate,
+    Abort,
+    Upgrade,
+    NotAuthenticated,
+    UnknownHost,
+    Revoked,
+    BadInvite,
+    BadRequest,
+    Internal,
+}
+
+impl LabelText for Outcome {
+    const ALL: &'static [Self] = &[
+        Self::Ok,
+        Self::Rejected,
+        Self::Duplicate,
+        Self::Abort,
+        Self::Upgrade,
+        Self::NotAuthenticated,
+        Self::UnknownHost,
+        Self::Revoked,
+        Self::BadInvite,
+        Self::BadRequest,
+        Self::Internal,
+    ];
+    fn text(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Rejected => "rejected",
+            Self::Duplicate => "duplicate",
+            Self::Abort => "abort",
+            Self::Upgrade => "upgrade",
+            Self::NotAuthenticated => "not_authenticated",
+            Self::UnknownHost => "unknown_host",
+            Self::Revoked => "revoked",
+            Self::BadInvite => "bad_invite",
+            Self::BadRequest => "bad_request",
+            Self::Internal => "internal",
+        }
+    }
+}
+label_value!(Outcome);
+
+impl Outcome {
+    pub fn of(answer: &Answer) -> Outcome {
+        match answer {
+            Answer::Rejected { .. } => Self::Rejected,
+            Answer::Duplicate => Self::Duplicate,
+            Answer::Abort { .. } => Self::Abort,
+            Answer::Error { code, .. } => match code {
+                ErrorCode::Upgrade => Self::Upgrade,
+                ErrorCode::NotAuthenticated => Self::NotAuthenticated,
+                ErrorCode::UnknownHost => Self::UnknownHost,
+                ErrorCode::Revoked => Self::Revoked,
+                ErrorCode::BadInvite => Self::BadInvite,
+                ErrorCode::BadRequest => Self::BadRequest,
+                ErrorCode::Internal => Self::Internal,
+            },
+            _ => Self::Ok,
+        }
+    }
+}
+
+/// What happened to units, as the grid counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnitEvent {
+    Issued,
+    Replicated,
+    Accepted,
+    Expired,
+    Aborted,
+}
+
+impl LabelText for UnitEvent {
+    const ALL: &'static [Self] = &[
+        Self::Issued,
+        Self::Replicated,
+        Self::Accepted,
+        Self::Expired,
+        Self::Aborted,
+    ];
+    fn text(self) -> &'static str {
+        match self {
+            Self::Issued => "issued",
+            Self::Replicated => "replicated",
+            Self::Accepted => "accepted",
+            Self::Expired => "expired",
+            Self::Aborted => "aborted",
+        }
+    }
+}
+label_value!(UnitEvent);
+
+/// A job's state, as a label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JobStateLabel {
+    Queued,
+    Running,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl LabelText for JobStateLabel {
+    const ALL: &'static [Self] = &[
+        Self::Queued,
+        Self::Running,
+        Self::Done,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+    fn text(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Done => "done",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+label_value!(JobStateLabel);
+
+/// How recently a host was seen to count as active.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Within {
+    Hour,
+    Day,
+}
+
+impl LabelText for Within {
+    const ALL: &'static [Self] = &[Self::Hour, Self::Day];
+    fn text(self) -> &'static str {
+        match self {
+            Self::Hour => "1h",
+            Self::Day => "1d",
+        }
+    }
+}
+label_value!(Within);
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    kind: RequestKind,
+    outcome: Outcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabels {
+    kind: RequestKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct EventLabels {
+    event: UnitEvent,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StateLabels {
+    state: JobStateLabel,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct WithinLabels {
+    within: Within,
+}
+
+/// Makes the request latency histograms of a family.
+#[derive(Clone)]
+struct RequestHistogram;
+
+impl MetricConstructor<Histogram> for RequestHistogram {
+    fn new_metric(&self) -> Histogram {
+        histogram(REQUEST_BUCKETS)
+    }
+}
+
+fn histogram((start, factor, count): (f64, f64, u16)) -> Histogram {
+    Histogram::new(exponential_buckets(start, factor, count))
+}
+
+/// The server's live metrics and their registry.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    request_duration: Family<KindLabels, Histogram, RequestHistogram>,
+    upload_bytes: Counter,
+    fsync: Histogram,
+    sync_group: Histogram,
+    lock_hold: Histogram,
+    /// When this server started, Unix seconds.
+    started_s: f64,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new(now_ms())
+    }
+}
+
+impl Metrics {
+    /// Empty metrics of a server started at `started_ms` (Unix ms).
+    pub fn new(started_ms: u64) -> Metrics {
+        let m = Metrics {
+            registry: Registry::with_prefix(PREFIX),
+            requests: Family::default(),
+            request_duration: Family::new_with_constructor(RequestHistogram),
+            upload_bytes: Counter::default(),
+            fsync: histogram(FSYNC_BUCKETS),
+            sync_group: histogram(GROUP_BUCKETS),
+            lock_hold: histogram(LOCK_BUCKETS),
+            started_s: started_ms as f64 / 1000.0,
+        };
+        m.register()
+    }
+
+    fn register(mut self) -> Metrics {
+        // Every kind's series exist from the start (at zero), so a rate
+        // over the first requests of a kind is not lost.
+        for &kind in RequestKind::ALL {
+            let outcome = Outcome::Ok;
+            drop(
+                self.requests
+                    .get_or_create(&RequestLabels { kind, outcome }),
+            );
+            drop(self.request_duration.get_or_create(&KindLabels { kind }));
+        }
+        let r = &mut self.registry;
+        r.register(
+            "requests",
+            "QUIC requests answered, by kind and outcome",
+            self.requests.clone(),
+        );
+        r.register_with_unit(
+            "request_duration",
+            "Time from a decoded QUIC request to its answer, by kind",
+            Unit::Seconds,
+            self.request_duration.clone(),
+        );
+        r.register_with_unit(
+            "upload",
+            "Bytes of upload requests received (link files and scan states)",
+            Unit::Bytes,
+            self.upload_bytes.clone(),
+        );
+        for (name, help, h) in [
+            (
+                "store_fsync_duration",
+                "Time one store fsync took",
+                &self.fsync,
+            ),
+            (
+                "grid_lock_hold_duration",
+                "Time the grid lock was held by one call",
+                &self.lock_hold,
+            ),
+        ] {
+            r.register_with_unit(name, help, Unit::Seconds, h.clone());
+        }
+        r.register(
+            "store_sync_group_size",
+            "Sync calls one fsync served (group commit)",
+            self.sync_group.clone(),
+        );
+        self
+    }
+
+    /// A QUIC request of `kind` was answered `answer` after `took`.
+    pub fn answered(&self, kind: RequestKind, answer: &Answer, took: Duration) {
+        let outcome = Outcome::of(answer);
+        self.requests
+            .get_or_create(&RequestLabels { kind, outcome })
+            .inc();
+        self.request_duration
+            .get_or_create(&KindLabels { kind })
+            .observe(took.as_secs_f64());
+    }
+
+    /// An upload request of `bytes` (its whole frame) was received.
+    pub fn uploaded(&self, bytes: usize) {
+        self.upload_bytes.inc_by(bytes as u64);
+    }
+
+    /// The grid lock was held for `held`.
+    pub fn lock_held(&self, held: Duration) {
+        self.lock_hold.observe(held.as_secs_f64());
+    }
+
+    /// The OpenMetrics text of these metrics and of `grid`, ending `# EOF`.
+    pub fn render(&self, grid: &GridSnapshot) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        encode_registry(&mut out, &self.registry)?;
+        encode_registry(&mut out, &self.scrape_registry(grid))?;
+        encode_eof(&mut out)?;
+        Ok(out)
+    }
+
+    /// The numbers read at scrape time: the grid's, and the process's.
+    fn scrape_registry(&self, grid: &GridSnapshot) -> Registry {
+        let mut r = Registry::with_prefix(PREFIX);
+        let c = &grid.counters;
+        let units: Family<EventLabels, Counter> = Family::default();
+        for (event, n) in [
+            (UnitEvent::Issued, c.units_issued),
+            (UnitEvent::Replicated, c.units_replicated),
+            (UnitEvent::Accepted, c.units_accepted),
+            (UnitEvent::Expired, c.units_expired),
+            (UnitEvent::Aborted, c.units_aborted),
+        ] {
+            units.get_or_create(&EventLabels { event }).inc_by(n);
+        }
+        r.register("units", "Units by what happened to them", units);
+        r.register(
+            "pages_accepted",
+            "Pages of accepted uploads",
+            counter(c.pages_accepted),
+        );
+        r.register(
+            "links_accepted",
+            "Links of accepted uploads",
+            counter(c.links_accepted),
+        );
+        let jobs: Family<StateLabels, Gauge> = Family::default();
+        let j = &grid.jobs;
+        for (state, n) in [
+            (JobStateLabel::Queued, j.queued),
+            (JobStateLabel::Running, j.running),
+            (JobStateLabel::Done, j.done),
+            (JobStateLabel::Failed, j.failed),
+            (JobStateLabel::Cancelled, j.cancelled),
+        ] {
+            jobs.get_or_create(&StateLabels { state })
+                .set(gauge_value(n));
+        }
+        r.register(
+            "jobs",
+            "Jobs of the running rounds (the newest round when none runs), by state",
+            jobs,
+        );
+        let rounds: Gauge = Gauge::default();
+        rounds.set(gauge_value(grid.rounds_running));
+        r.register("rounds_running", "Rounds running", rounds);
+        let hosts: Family<WithinLabels, Gauge> = Family::default();
+        for (within, n) in [
+            (Within::Hour, grid.hosts_active_hour),
+            (Within::Day, grid.hosts_active_day),
+        ] {
+            hosts
+                .get_or_create(&WithinLabels { within })
+                .set(gauge_value(n));
+        }
+        r.register(
+            "hosts_active",
+            "Hosts seen within the last hour or day",
+            hosts,
+        );
+        if let Some(p) = grid.round_progress {
+            r.register_with_unit(
+                "round_progress",
+                "Share of jobs over in the oldest running round (the newest round when none runs)",
+                Unit::Other("ratio".into()),
+                float_gauge(p),
+            );
+        }
+        self.register_process(&mut r);
+        r
+    }
+
+    /// The process's memory and start time.
+    fn register_process(&self, r: &mut Registry) {
+        if let Some(rss) = resident_memory_bytes() {
+            r.register_with_unit(
+                "process_resident_memory",
+                "Resident memory of the server process",
+                Unit::Bytes,
+                float_gauge(rss as f64),
+            );
+        }
+        r.register_with_unit(
+            "process_start_time",
+            "When the server started, Unix time",
+            Unit::Seconds,
+            float_gauge(self.started_s),
+        );
+    }
+}
+
+impl SyncObserver for Metrics {
+    fn synced(&self, took: Duration, group: u64) {
+        self.fsync.observe(took.as_secs_f64());
+        self.sync_group.observe(group as f64);
+    }
+}
+
+fn counter(n: u64) -> Counter {
+    let c = Counter::default();
+    c.inc_by(n);
+    c
+}
+
+fn gauge_value(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn float_gauge(v: f64) -> Gauge<f64, std::sync::atomic::AtomicU64> {
+    let g = Gauge::default();
+    g.set(v);
+    g
+}
+
+/// The process's resident memory (`VmRSS` of `/proc/self/status`); `None`
+/// where there is no such file (not Linux).
+pub fn resident_memory_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    vm_rss_bytes(&status)
+}
+
+/// `VmRSS:   1234 kB` → bytes.
+fn vm_rss_bytes(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let mut words = line["VmRSS:".len()..].split_whitespace();
+    let n: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") => n.checked_mul(1024),
+        _ => None,
+    }
+}
+
+/// The scrape: a grid snapshot under the lock, rendered outside it.
+async fn scrape(shared: Arc<Shared>) -> Response {
+    let snapshot = shared.with_grid(|g| g.metrics_snapshot(now_ms())).await;
+    match shared.metrics.render(&snapshot) {
+        Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        Err(e) => {
+            tracing::error!("cannot encode the metrics: {e}");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "cannot encode the metrics",
+            )
+                .into_response()
+        }
+    }
+}
+
+/// `GET /metrics` (on the admin API, behind its authentication).
+pub async fn get_metrics(State(shared): State<Arc<Shared>>) -> Response {
+    scrape(shared).await
+}
+
+/// The `metrics_listen` address's router: `GET /metrics`, no token.
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/metrics", get(get_metrics))
+        .with_state(shared)
+}
+
+#[cfg(test)]
+mod tests;
