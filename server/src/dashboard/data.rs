@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::live::{Component, Live, Series, Windows, MAX_SERIES_POINTS};
 use crate::api::{HostLine, JobCounts, RoundListed, RoundSummary};
+use crate::grid::{GridSnapshot, GridStatus, JobsByState};
 use crate::model::{HostRecord, JobRecord, JobState, RoundRecord, RoundState};
 use crate::scheduler::{is_online, remaining_s, seconds_per_page, MIN_LEFT_SHARE};
 use crate::scheduler::{DEFAULT_HOST_SLOTS, ONLINE_WINDOW_MS};
@@ -30,8 +31,6 @@ pub const QUIC_QUIET_MS: u64 = ONLINE_WINDOW_MS;
 pub const MAX_ROUNDS_LISTED: usize = 50;
 /// Open windows shown per host.
 const MAX_WINDOWS_SHOWN: usize = 3;
-const HOUR_MS: u64 = 3_600_000;
-const DAY_MS: u64 = 24 * HOUR_MS;
 
 /// How the ETA is computed, shown beside it.
 pub const ETA_HOW: &str = "ETA: the scheduler's estimates: each queued site's expected pages \
@@ -48,17 +47,6 @@ pub struct ComponentLine {
     /// Its last successful turn (Unix ms).
     pub last_ms: Option<u64>,
     pub detail: String,
-}
-
-/// Jobs by state, over the rounds counted (running ones, else the newest).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct JobsByState {
-    pub queued: usize,
-    pub running: usize,
-    pub done: usize,
-    pub failed: usize,
-    pub cancelled: usize,
-    pub awaiting_validation: usize,
 }
 
 /// Pages/s and KB/s now and averaged over a round.
@@ -92,8 +80,8 @@ pub struct Overview {
     /// Over the running rounds together.
     pub rates: Rates,
     pub hosts_enrolled: usize,
-    pub hosts_active_hour: usize,
-    pub hosts_active_day: usize,
+    pub hosts_active_hour: u64,
+    pub hosts_active_day: u64,
     pub rounds: Vec<RoundRow>,
 }
 
@@ -151,12 +139,14 @@ fn progress(c: &JobCounts) -> f64 {
     (c.done + c.failed + c.cancelled) as f64 / c.total as f64
 }
 
-/// The overview from the newest rounds (with their jobs), every host, and
-/// the live state; `reference` is the probe's outcome (`None`: not served).
-/// Built under the grid lock from borrowed records: it copies no job.
+/// The overview from the newest rounds (with their jobs), the grid's own
+/// counts (`status`, `snapshot`: the same jobs by state and active hosts the
+/// metrics show) and the live state; `reference` is the probe's outcome
+/// (`None`: not served). Built under the grid lock from borrowed records: it
+/// copies no job.
 pub fn overview(
     rounds: &[RoundJobRefs],
-    hosts: &[HostRecord],
+    (status, snapshot): (&GridStatus, &GridSnapshot),
     live: &Live,
     store_failure: Option<String>,
     reference: Option<Result<(), String>>,
@@ -166,15 +156,6 @@ pub fn overview(
         .iter()
         .filter(|(r, _)| r.state == RoundState::Running)
         .collect();
-    let counted: Vec<&RoundJobRefs> = if running.is_empty() {
-        rounds
-            .iter()
-            .max_by_key(|(r, _)| r.id)
-            .into_iter()
-            .collect()
-    } else {
-        running.clone()
-    };
     let mut rates = Rates::default();
     for (r, jobs) in &running {
         let one = round_rates(r, jobs, &live.series(r.id), now);
@@ -183,28 +164,22 @@ pub fn overview(
         rates.pages_per_s_avg += one.pages_per_s_avg;
         rates.kb_per_s_avg += one.kb_per_s_avg;
     }
-    let active = |window: u64| {
-        hosts
-            .iter()
-            .filter(|h| !h.revoked && now.saturating_sub(h.last_seen_ms) <= window)
-            .count()
-    };
     let mut rows: Vec<RoundRow> = rounds.iter().map(round_row).collect();
     rows.sort_by_key(|r| std::cmp::Reverse(r.listed.id));
     Overview {
         now_ms: now,
         poll_ms: POLL_INTERVAL_MS,
         components: components(live, store_failure, reference, now),
-        jobs: jobs_by_state(counted.iter().flat_map(|(_, jobs)| jobs.iter().copied())),
-        jobs_rounds: counted.iter().map(|(r, _)| r.id).collect(),
+        jobs: snapshot.jobs,
+        jobs_rounds: status.jobs_rounds.clone(),
         oldest_running_s: oldest_running_s(
             running.iter().flat_map(|(_, j)| j.iter().copied()),
             now,
         ),
         rates,
-        hosts_enrolled: hosts.iter().filter(|h| !h.revoked).count(),
-        hosts_active_hour: active(HOUR_MS),
-        hosts_active_day: active(DAY_MS),
+        hosts_enrolled: status.hosts.saturating_sub(status.hosts_left),
+        hosts_active_hour: snapshot.hosts_active_hour,
+        hosts_active_day: snapshot.hosts_active_day,
         rounds: rows,
     }
 }
@@ -216,23 +191,6 @@ fn round_row((r, jobs): &RoundJobRefs) -> RoundRow {
         pending: counts.pending,
         listed: RoundListed::of_parts(r, &counts),
     }
-}
-
-fn jobs_by_state<'a>(jobs: impl Iterator<Item = &'a JobRecord>) -> JobsByState {
-    let mut c = JobsByState::default();
-    for j in jobs {
-        match j.state {
-            JobState::Queued => c.queued += 1,
-            JobState::Running => c.running += 1,
-            JobState::Done => c.done += 1,
-            JobState::Failed => c.failed += 1,
-            JobState::Cancelled => c.cancelled += 1,
-        }
-        if j.validation == crate::model::JobValidation::Pending {
-            c.awaiting_validation += 1;
-        }
-    }
-    c
 }
 
 /// Age in seconds of the oldest unit running now.

@@ -184,8 +184,9 @@ async fn overview_json(State(s): State<Arc<Shared>>) -> JsonResult<data::Overvie
             ids.truncate(MAX_ROUNDS_LISTED);
             let rounds: Vec<RoundJobRefs> =
                 ids.into_iter().filter_map(|id| g.round_refs(id)).collect();
-            let hosts = g.hosts();
-            data::overview(&rounds, &hosts, &shared.live, failure, reference, now_ms())
+            let now = now_ms();
+            let counts = (&g.status(), &g.metrics_snapshot(now));
+            data::overview(&rounds, counts, &shared.live, failure, reference, now)
         })
         .await;
     Ok(Json(overview))

@@ -39,14 +39,16 @@ pub struct GridCounters {
     pub links_accepted: u64,
 }
 
-/// Jobs by state, in [`JobState`]'s order.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Jobs by state, in [`JobState`]'s order, and those awaiting validation
+/// (a count across states, not a state of its own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct JobsByState {
     pub queued: u64,
     pub running: u64,
     pub done: u64,
     pub failed: u64,
     pub cancelled: u64,
+    pub awaiting_validation: u64,
 }
 
 /// The grid's counters and gauges at one moment.
@@ -95,6 +97,7 @@ impl Grid {
                 done: status.jobs_done as u64,
                 failed: status.jobs_failed as u64,
                 cancelled: status.jobs_cancelled as u64,
+                awaiting_validation: status.jobs_awaiting_validation as u64,
             },
             rounds_running: status.rounds_running as u64,
             hosts_active_hour: seen_within(ACTIVE_HOUR_MS),

@@ -24,6 +24,10 @@ pub struct GridStatus {
     /// Jobs of a cancelled round that were not over when it was cancelled.
     #[serde(default)]
     pub jobs_cancelled: usize,
+    /// Of the counted jobs, those whose result waits for a second to agree
+    /// (validation pending).
+    #[serde(default)]
+    pub jobs_awaiting_validation: usize,
     /// The rounds whose jobs the counts are: the running ones, or when none
     /// runs, the newest.
     #[serde(default)]
@@ -85,6 +89,9 @@ impl Grid {
                     JobState::Done => s.jobs_done += 1,
                     JobState::Failed => s.jobs_failed += 1,
                     JobState::Cancelled => s.jobs_cancelled += 1,
+                }
+                if j.validation == crate::model::JobValidation::Pending {
+                    s.jobs_awaiting_validation += 1;
                 }
             }
         }

@@ -23,6 +23,7 @@ fn snapshot() -> GridSnapshot {
             done: 5,
             failed: 0,
             cancelled: 0,
+            awaiting_validation: 0,
         },
         rounds_running: 1,
         hosts_active_hour: 2,
