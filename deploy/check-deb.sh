@@ -21,8 +21,8 @@ if [ $# -ge 1 ]; then
     deb=$1
 else
     if ! cargo deb --version >/dev/null 2>&1; then
-        echo "== cargo install cargo-deb --locked"
-        cargo install cargo-deb --locked
+        echo "== cargo install cargo-deb --version 3.8.0 --locked"
+        cargo install cargo-deb --version 3.8.0 --locked
     fi
     echo "== cargo deb -p beebot-server --locked"
     deb=$(cargo deb -p beebot-server --locked | tail -n 1)

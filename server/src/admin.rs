@@ -162,7 +162,7 @@ pub(crate) struct Admin {
 
 /// The `Host` values that name the admin address bound at `addr`: the
 /// address itself and `localhost` with its port.
-fn allowed_hosts(addr: SocketAddr) -> Vec<String> {
+pub(crate) fn allowed_hosts(addr: SocketAddr) -> Vec<String> {
     let port = addr.port();
     let mut hosts = vec![addr.to_string(), format!("localhost:{port}")];
     if addr.ip().is_loopback() {
@@ -212,11 +212,7 @@ pub(crate) fn session_csrf(admin: &Admin, headers: &HeaderMap) -> Option<String>
 /// carries the session's CSRF token (SameSite=Strict aside, a page
 /// elsewhere cannot read it).
 fn csrf_ok(admin: &Admin, request: &Request) -> bool {
-    let safe = matches!(
-        *request.method(),
-        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
-    );
-    if safe || bearer(request.headers()).is_some() {
+    if reads_only(request) || bearer(request.headers()).is_some() {
         return true;
     }
     let given = request
@@ -229,30 +225,51 @@ fn csrf_ok(admin: &Admin, request: &Request) -> bool {
     }
 }
 
+/// A request that changes nothing (`GET`, `HEAD`, `OPTIONS`).
+fn reads_only(request: &Request) -> bool {
+    matches!(
+        *request.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    )
+}
+
 /// Outermost: a request whose `Host` is not the admin address is refused
 /// (DNS rebinding: a page elsewhere whose name now resolves to 127.0.0.1).
 async fn check_host(State(admin): State<Arc<Admin>>, request: Request, next: Next) -> Response {
+    if let Some(refused) = refuse_other_host(&admin.hosts, &request, "the admin API") {
+        return refused;
+    }
+    next.run(request).await
+}
+
+/// The refusal of a request whose `Host` is none of `allowed` (the names of
+/// a loopback listener, `what`), or `None` when it is one of them.
+pub(crate) fn refuse_other_host(
+    allowed: &[String],
+    request: &Request,
+    what: &str,
+) -> Option<Response> {
     let host = request
         .headers()
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
-    if !admin.hosts.contains(&host) {
-        return fail(
+    (!allowed.contains(&host)).then(|| {
+        fail(
             StatusCode::MISDIRECTED_REQUEST,
             format!(
-                "this is the admin API of {}; Host `{host}` is not it",
-                admin.hosts.first().map_or("", String::as_str)
+                "this is {what} of {}; Host `{host}` is not it",
+                allowed.first().map_or("", String::as_str)
             ),
         )
-        .into_response();
-    }
-    next.run(request).await
+        .into_response()
+    })
 }
 
 /// Ahead of every API route, before its body is read: the token or a
-/// session, and a store that still acknowledges.
+/// session, and for a change a store that still acknowledges (reads go on
+/// after a storage failure, so the dashboard and `/metrics` can show it).
 async fn require_auth(State(admin): State<Arc<Admin>>, request: Request, next: Next) -> Response {
     if !authenticated(&admin, request.headers()) {
         return fail(StatusCode::UNAUTHORIZED, "missing or wrong admin token").into_response();
@@ -264,8 +281,10 @@ async fn require_auth(State(admin): State<Arc<Admin>>, request: Request, next: N
         )
         .into_response();
     }
-    if let Err(e) = durable(&admin.shared) {
-        return e.into_response();
+    if !reads_only(&request) {
+        if let Err(e) = durable(&admin.shared) {
+            return e.into_response();
+        }
     }
     if let Some(refused) = too_long(request.headers(), MAX_ADMIN_BODY_BYTES) {
         return refused;
@@ -349,7 +368,10 @@ pub fn router(shared: Arc<Shared>, addr: SocketAddr) -> Router {
         .layer(middleware::from_fn_with_state(admin, check_host))
 }
 
+/// The grid's counters; after a storage failure, the failure instead (so
+/// `beebot-server status` says it).
 async fn status(State(s): State<Arc<Shared>>) -> ApiResult<Json<StatusResponse>> {
+    durable(&s)?;
     let (grid, key) = s.with_grid(|g| (g.status(), g.project_public_key())).await;
     Ok(Json(StatusResponse {
         public_addr: s.public_addr.clone(),
@@ -655,7 +677,7 @@ async fn round_export(
     // The round's state beside the rows (a cancelled round's export holds
     // only the sites done before the cancel).
     let state = (
-        header::HeaderName::from_static("x-beebot-round-state"),
+        header::HeaderName::from_static(crate::api::ROUND_STATE_HEADER),
         round.state.as_str(),
     );
     Ok(([(header::CONTENT_TYPE, format.content_type()), state], body).into_response())

@@ -521,6 +521,11 @@ pub struct ApiError {
     pub error: String,
 }
 
+/// The header beside an export's rows that names its round's state
+/// (`running`, `done`, `cancelled`): a running or cancelled round's export
+/// holds only the sites done so far.
+pub const ROUND_STATE_HEADER: &str = "x-beebot-round-state";
+
 #[cfg(test)]
 mod exclusion_tests {
     use super::*;

@@ -184,7 +184,10 @@ impl AdminClient {
     /// GET `path` and read its body as it arrives (an export): an error
     /// answer is read whole and said; a body that breaks off is a read
     /// error of the returned reader, never a silent end.
-    pub fn get_stream(&self, path: &str) -> Result<ureq::BodyReader<'static>> {
+    pub fn get_stream(
+        &self,
+        path: &str,
+    ) -> Result<(ureq::http::HeaderMap, ureq::BodyReader<'static>)> {
         let resp = self
             .agent
             .get(format!("{}{path}", self.base))
@@ -195,7 +198,10 @@ impl AdminClient {
             .header("Authorization", self.auth())
             .call();
         match resp {
-            Ok(r) if r.status().is_success() => Ok(r.into_body().into_reader()),
+            Ok(r) if r.status().is_success() => {
+                let headers = r.headers().clone();
+                Ok((headers, r.into_body().into_reader()))
+            }
             other => self
                 .finish(other)
                 .and_then(|_| bail!("the server's answer ended early")),
@@ -326,7 +332,7 @@ mod tests {
                 agent: ureq::Agent::new_with_defaults(),
             };
             let mut buf = Vec::new();
-            c.get_stream(path)?.read_to_end(&mut buf)?;
+            c.get_stream(path)?.1.read_to_end(&mut buf)?;
             Ok::<_, anyhow::Error>(buf)
         };
         let (broken, whole) =

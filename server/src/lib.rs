@@ -362,8 +362,9 @@ impl Server {
             ))
         });
         let admin_task = spawn_admin(admin, shared.clone(), runtime.admin_addr, stop_rx.clone());
-        let metrics_task =
-            metrics.map(|l| spawn_http(l, metrics::router(shared.clone()), stop_rx.clone()));
+        let metrics_task = metrics
+            .zip(runtime.metrics_addr)
+            .map(|(l, addr)| spawn_http(l, metrics::router(shared.clone(), addr), stop_rx.clone()));
         let quic = {
             let shared = shared.clone();
             let mut stop = stop_rx.clone();

@@ -21,6 +21,7 @@
 //! the grid lock except for the one snapshot per scrape.
 
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -605,11 +606,30 @@ pub async fn get_metrics(State(shared): State<Arc<Shared>>) -> Response {
     scrape(shared).await
 }
 
-/// The `metrics_listen` address's router: `GET /metrics`, no token.
-pub fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+/// The `metrics_listen` address's router: `GET /metrics`, no token. On a
+/// loopback address only the address's own names are answered (a web page
+/// whose name was rebound to 127.0.0.1 reads nothing); an address an admin
+/// opened to the network is scraped by whatever name Prometheus uses.
+pub fn router(shared: Arc<Shared>, addr: SocketAddr) -> Router {
+    let router = Router::new()
         .route("/metrics", get(get_metrics))
-        .with_state(shared)
+        .with_state(shared);
+    if !addr.ip().is_loopback() {
+        return router;
+    }
+    let allowed = Arc::new(crate::admin::allowed_hosts(addr));
+    router.layer(axum::middleware::from_fn_with_state(allowed, check_host))
+}
+
+async fn check_host(
+    State(allowed): State<Arc<Vec<String>>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match crate::admin::refuse_other_host(&allowed, &request, "the metrics address") {
+        Some(refused) => refused,
+        None => next.run(request).await,
+    }
 }
 
 #[cfg(test)]

@@ -390,22 +390,32 @@ impl JobRecord {
     }
 
     /// How much of its site the job scanned, and why not all of it.
+    /// Pages scanned so far: accepted scans, and without a result the
+    /// running scan's last report (what [`JobRecord::completeness`] counts,
+    /// without building the rest).
+    pub fn pages_so_far(&self) -> u64 {
+        let accepted: u64 = self.segments.iter().map(|s| s.summary.pages).sum();
+        match &self.result {
+            Some(r) => accepted + r.summary.pages,
+            None => {
+                accepted
+                    + self
+                        .running_attempts()
+                        .filter(|a| self.is_current(a))
+                        .map(|a| a.pages)
+                        .max()
+                        .unwrap_or(0)
+            }
+        }
+    }
+
     pub fn completeness(&self) -> Completeness {
-        let mut pages: u64 = self.segments.iter().map(|s| s.summary.pages).sum();
+        let pages = self.pages_so_far();
         let mut links: u64 = self.segments.iter().map(|s| s.summary.links).sum();
         let mut scans = self.segments.len() as u32;
         if let Some(r) = &self.result {
-            pages += r.summary.pages;
             links += r.summary.links;
             scans += 1;
-        } else {
-            // The running scan's last report.
-            pages += self
-                .running_attempts()
-                .filter(|a| self.is_current(a))
-                .map(|a| a.pages)
-                .max()
-                .unwrap_or(0);
         }
         let stop = self.result.as_ref().and_then(|r| r.summary.stopped_by);
         let natural_end = self.state == JobState::Done

@@ -58,9 +58,13 @@ pub fn python() -> Option<PathBuf> {
         crate::tool_missing("python3", "read the exports with DuckDB");
         return None;
     }
-    if !python.exists() {
+    // A virtualenv half made (before python3-venv was installed: no pip)
+    // is made again.
+    if !venv.join("bin").join("pip").exists() {
         let o = run(
-            Command::new("python3").arg("-m").arg("venv").arg(&venv),
+            Command::new("python3")
+                .args(["-m", "venv", "--clear"])
+                .arg(&venv),
             INSTALL_TIMEOUT,
         );
         if !o.status.success() {

@@ -715,6 +715,7 @@ fn a_full_disk_under_the_store_stops_acknowledging_and_loses_nothing() {
     a_large_import_fails_on_the_full_store(&g);
     let accepted =
         the_store_fails_once_and_the_client_keeps_going(&server_log, &client_log, &mut client);
+    reads_go_on_and_show_the_failure(&g);
     disk.kill_and_move_the_store_back(&data, &mut shell, &server_log);
 
     // Space again: everything acknowledged is there, the round completes exact.
@@ -728,6 +729,39 @@ fn a_full_disk_under_the_store_stops_acknowledging_and_loses_nothing() {
     let accepted = accepted_units(&client_log);
     assert_accepted_present(&g, &round, &accepted, "at the end");
     assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+}
+
+/// After the failure nothing is acknowledged, but what only reads goes on:
+/// `status` says the failure, and the dashboard's overview shows the store
+/// down (it would show nothing if reads were refused too).
+fn reads_go_on_and_show_the_failure(g: &Grid) {
+    let o = g.admin(&["status"]);
+    assert!(!o.status.success(), "status after the failure succeeded");
+    assert!(stderr(&o).contains("storage failed"), "{}", stderr(&o));
+    let dir = beebot_server::config::DataDir(g.data_dir());
+    let admin = dir.load_runtime().expect("serve.json").admin_addr;
+    let token = std::fs::read_to_string(g.data_dir().join("admin.token")).expect("token");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .proxy(None)
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let mut answer = agent
+        .get(format!("http://{admin}/api/dashboard/overview"))
+        .header("Authorization", format!("Bearer {}", token.trim()))
+        .call()
+        .expect("overview");
+    let body = answer.body_mut().read_to_string().expect("body");
+    assert_eq!(answer.status().as_u16(), 200, "{body}");
+    let overview: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let store = overview["components"]
+        .as_array()
+        .expect("components")
+        .iter()
+        .find(|c| c["name"] == "store")
+        .unwrap_or_else(|| panic!("no store component: {overview:#}"));
+    assert_eq!(store["state"], "down", "{store:#}");
 }
 
 /// sled writes inside the log segment it already holds until it needs a

@@ -155,6 +155,26 @@ fn scrape(addr: SocketAddr, token: Option<&str>) -> (u16, String, String) {
     (resp.status().as_u16(), kind, body)
 }
 
+/// The status of `GET /metrics` on `addr` sent with `Host: host` (written
+/// by hand: an HTTP client sets the Host from the URL).
+fn status_for_host(addr: SocketAddr, host: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(SCRAPE_TIMEOUT)).expect("timeout");
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {answer:?}"))
+}
+
 #[test]
 fn a_round_and_a_hostile_host_are_counted_and_both_addresses_serve_the_metrics() {
     let g = Grid::start(61, SITES);
@@ -183,6 +203,12 @@ fn a_round_and_a_hostile_host_are_counted_and_both_addresses_serve_the_metrics()
     assert!(open.ip().is_loopback());
     let (status, kind, text) = scrape(open, None);
     assert_eq!(status, 200, "{text}");
+    // A page whose name was rebound to 127.0.0.1 reads nothing.
+    assert_eq!(status_for_host(open, "rebound.example:80"), 421);
+    assert_eq!(
+        status_for_host(open, &format!("localhost:{}", open.port())),
+        200
+    );
     assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
     let m = Scrape::parse(&text);
     eprintln!(

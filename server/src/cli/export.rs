@@ -15,13 +15,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
-use beebot_server::api::RoundSummary;
+use beebot_server::api::ROUND_STATE_HEADER;
 use beebot_server::cli_util::AdminClient;
 use beebot_server::config::DataDir;
 use beebot_server::export::graph::HostGraph;
 use beebot_server::export::output::{choose_format, OutFile};
 use beebot_server::export::Format;
-use beebot_server::model::RoundState;
 
 use super::Report;
 
@@ -66,17 +65,19 @@ pub fn run(dir: &DataDir, a: ExportArgs) -> Result<Report> {
         if a.format.is_some_and(|f| f != Format::Tsv) {
             bail!("--graph host writes its own layout: leave out --format");
         }
-        let (v, e) = host_graph(&c, round, out)?;
+        let (state, (v, e)) = host_graph(&c, round, out)?;
+        r.warn_some(round_state_note(round, state.as_deref()));
         r.warn(format!(
             "wrote {} ({v} hosts, {e} host links)",
             out.display()
         ));
     } else {
         let format = choose_format(a.format, a.out.as_deref())?;
-        let body = c.get_stream(&format!(
+        let (headers, body) = c.get_stream(&format!(
             "/api/rounds/{round}/export?format={}",
             format.name()
         ))?;
+        let state = round_state(&headers);
         match a.out {
             Some(path) => {
                 let bytes = copy_to_file(body, &path)?;
@@ -88,12 +89,17 @@ pub fn run(dir: &DataDir, a: ExportArgs) -> Result<Report> {
             }
             None => copy_to_stdout(body)?,
         }
-    }
-    let rounds: Vec<RoundSummary> = c.get("/api/rounds")?;
-    if let Some(note) = cancelled_note(&rounds, round) {
-        r.warn(note);
+        r.warn_some(round_state_note(round, state.as_deref()));
     }
     Ok(r)
+}
+
+/// The round's state the server sends beside an export's rows.
+fn round_state(headers: &ureq::http::HeaderMap) -> Option<String> {
+    headers
+        .get(ROUND_STATE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
 }
 
 /// Copy the body into `path`; on any error the file is not there.
@@ -118,8 +124,9 @@ fn copy_to_stdout(mut body: impl Read) -> Result<()> {
 
 /// Stream the round's TSV into a host graph and write its two files into
 /// `dir`; returns the numbers of hosts and host links.
-fn host_graph(c: &AdminClient, round: u64, dir: &Path) -> Result<(usize, usize)> {
-    let body = c.get_stream(&format!("/api/rounds/{round}/export?format=tsv"))?;
+fn host_graph(c: &AdminClient, round: u64, dir: &Path) -> Result<(Option<String>, (usize, usize))> {
+    let (headers, body) = c.get_stream(&format!("/api/rounds/{round}/export?format=tsv"))?;
+    let state = round_state(&headers);
     let mut lines = BufReader::new(body).lines();
     let header = lines.next().transpose().context("the export broke off")?;
     if header.as_deref() != Some(beebot_shared::export::COLUMNS.join("\t").as_str()) {
@@ -140,20 +147,21 @@ fn host_graph(c: &AdminClient, round: u64, dir: &Path) -> Result<(usize, usize)>
         .context("cannot write the host graph")?;
     vertices.commit().context("cannot write the vertices")?;
     edges.commit().context("cannot write the edges")?;
-    Ok(counts)
+    Ok((state, counts))
 }
 
-/// What to say when `round` was cancelled: its export is partial.
-fn cancelled_note(rounds: &[RoundSummary], round: u64) -> Option<String> {
-    let r = rounds
-        .iter()
-        .find(|r| r.round.id == round && r.round.state == RoundState::Cancelled)?;
-    Some(format!(
-        "note: round {round} was cancelled: the export holds the {} sites done \
-         before the cancel; {} sites were not scanned to the end",
-        r.counts.done,
-        r.counts.total - r.counts.done
-    ))
+/// What to say of an export by its round's state: a cancelled or a
+/// running round's export holds only the sites done so far.
+fn round_state_note(round: u64, state: Option<&str>) -> Option<String> {
+    match state? {
+        "cancelled" => Some(format!(
+            "note: round {round} was cancelled: the export holds only the sites done before the cancel"
+        )),
+        "running" => Some(format!(
+            "note: round {round} is still running: the export holds only the sites done so far"
+        )),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -167,7 +175,15 @@ mod tests {
             assert_eq!(v.get_name(), f.name());
             assert_eq!(v.get_name().parse::<Format>(), Ok(f));
         }
-        assert_eq!(cancelled_note(&[], 1), None);
+        assert_eq!(round_state_note(1, None), None);
+        assert_eq!(round_state_note(1, Some("done")), None);
+        for (state, says) in [
+            ("cancelled", "was cancelled"),
+            ("running", "is still running"),
+        ] {
+            let note = round_state_note(7, Some(state)).expect("a note");
+            assert!(note.contains(&format!("round 7 {says}")), "{note}");
+        }
     }
 
     #[test]

@@ -70,6 +70,13 @@ impl Report {
         self.err.push_str(&format!("{line}\n"));
     }
 
+    /// [`Report::warn`] a note when there is one.
+    pub fn warn_some(&mut self, line: Option<impl fmt::Display>) {
+        if let Some(line) = line {
+            self.warn(line);
+        }
+    }
+
     /// Print the report (notes first) and return its exit code.
     pub fn print(&self) -> i32 {
         eprint!("{}", self.err);

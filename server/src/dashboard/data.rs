@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use super::live::{Component, Live, Series, Windows, MAX_SERIES_POINTS};
-use crate::api::{HostLine, JobCounts, RoundListed, RoundSummary};
+use crate::api::{HostLine, JobCounts, RoundListed};
 use crate::grid::{GridSnapshot, GridStatus, JobsByState};
 use crate::model::{HostRecord, JobRecord, JobState, RoundRecord, RoundState};
 use crate::scheduler::{is_online, remaining_s, seconds_per_page, MIN_LEFT_SHARE};
@@ -85,9 +85,6 @@ pub struct Overview {
     pub rounds: Vec<RoundRow>,
 }
 
-/// A round with its jobs, as read under the grid lock.
-pub type RoundJobs = (RoundRecord, Vec<JobRecord>);
-
 /// A round and its jobs borrowed where the grid keeps them: the overview is
 /// built under the grid lock from these, so a poll copies no job.
 pub type RoundJobRefs<'a> = (&'a RoundRecord, Vec<&'a JobRecord>);
@@ -97,7 +94,7 @@ pub type RoundJobRefs<'a> = (&'a RoundRecord, Vec<&'a JobRecord>);
 pub fn job_pages_bytes(j: &JobRecord) -> (u64, u64) {
     let bytes = j.segments.iter().map(|s| s.summary.bytes).sum::<u64>()
         + j.result.as_ref().map_or(0, |r| r.summary.bytes);
-    (j.completeness().pages, bytes)
+    (j.pages_so_far(), bytes)
 }
 
 /// A round's pages and bytes so far (one series point's numbers).
@@ -296,22 +293,24 @@ pub struct RoundPage {
     pub max_points: usize,
 }
 
-/// A round's page from its jobs, every host and its series.
-pub fn round_page(
-    (r, jobs): &RoundJobs,
-    hosts: &[HostRecord],
+/// A round's page from its jobs, every host and its series: built under
+/// the grid lock from borrowed records (it copies no job, only the page's
+/// own fields).
+pub fn round_page<J: Borrow<JobRecord>, H: Borrow<HostRecord>>(
+    (r, jobs): (&RoundRecord, &[J]),
+    hosts: &[H],
     series: &Series,
     now: u64,
 ) -> RoundPage {
-    let names: HashMap<u64, &str> = hosts.iter().map(|h| (h.id, h.info.name.as_str())).collect();
-    let counts = JobCounts::of_round(r, jobs);
+    let names: HashMap<u64, &str> = hosts
+        .iter()
+        .map(|h| (h.borrow().id, h.borrow().info.name.as_str()))
+        .collect();
+    let counts = JobCounts::of_round_iter(r, jobs.iter().map(Borrow::borrow));
     RoundPage {
         now_ms: now,
         poll_ms: POLL_INTERVAL_MS,
-        round: RoundListed::of(&RoundSummary {
-            round: r.clone(),
-            counts: counts.clone(),
-        }),
+        round: RoundListed::of_parts(r, &counts),
         delay_ms: r.params.delay_ms,
         max_pages: r.params.max_pages,
         validate: r.params.validate.as_str(),
@@ -319,7 +318,7 @@ pub fn round_page(
         counts,
         eta: eta(r, jobs, hosts, now),
         rates: round_rates(r, jobs, series, now),
-        sites: jobs.iter().map(|j| site_row(j, &names)).collect(),
+        sites: jobs.iter().map(|j| site_row(j.borrow(), &names)).collect(),
         failures: failures_by_reason(jobs),
         chart: series.pages_per_s(),
         max_points: MAX_SERIES_POINTS,
@@ -355,9 +354,9 @@ fn site_row(j: &JobRecord, names: &HashMap<u64, &str>) -> SiteRow {
 }
 
 /// Every reason given for a failed attempt, with how often, most often first.
-pub fn failures_by_reason(jobs: &[JobRecord]) -> Vec<ReasonCount> {
+pub fn failures_by_reason<J: Borrow<JobRecord>>(jobs: &[J]) -> Vec<ReasonCount> {
     let mut by: BTreeMap<&str, usize> = BTreeMap::new();
-    for r in jobs.iter().flat_map(|j| &j.reasons) {
+    for r in jobs.iter().flat_map(|j| &j.borrow().reasons) {
         *by.entry(r.as_str()).or_default() += 1;
     }
     let mut out: Vec<ReasonCount> = by
@@ -372,7 +371,12 @@ pub fn failures_by_reason(jobs: &[JobRecord]) -> Vec<ReasonCount> {
 }
 
 /// The round's ETA from the scheduler's estimates (see [`ETA_HOW`]).
-pub fn eta(r: &RoundRecord, jobs: &[JobRecord], hosts: &[HostRecord], now: u64) -> Eta {
+pub fn eta<J: Borrow<JobRecord>, H: Borrow<HostRecord>>(
+    r: &RoundRecord,
+    jobs: &[J],
+    hosts: &[H],
+    now: u64,
+) -> Eta {
     let none = |note: &str| Eta {
         seconds: None,
         how: ETA_HOW,
@@ -383,10 +387,11 @@ pub fn eta(r: &RoundRecord, jobs: &[JobRecord], hosts: &[HostRecord], now: u64) 
     }
     let busy: std::collections::HashSet<u64> = jobs
         .iter()
-        .flat_map(|j| j.running_attempts().map(|a| a.host_id))
+        .flat_map(|j| j.borrow().running_attempts().map(|a| a.host_id))
         .collect();
     let online: Vec<&HostRecord> = hosts
         .iter()
+        .map(Borrow::borrow)
         .filter(|h| !h.revoked)
         .filter(|h| is_online(h.last_seen_ms, h.last_missed_ms, busy.contains(&h.id), now))
         .collect();
@@ -398,7 +403,7 @@ pub fn eta(r: &RoundRecord, jobs: &[JobRecord], hosts: &[HostRecord], now: u64) 
     let mean = (!speeds.is_empty()).then(|| speeds.iter().sum::<f64>() / speeds.len() as f64);
     let per_page = seconds_per_page(mean, r.params.delay_ms as f64 / 1000.0);
     let (mut total, mut longest) = (0.0f64, 0.0f64);
-    for j in jobs {
+    for j in jobs.iter().map(Borrow::borrow) {
         let left = match j.state {
             JobState::Queued => j.est_pages.max(1.0) * per_page,
             JobState::Running => running_left(j, per_page, now),

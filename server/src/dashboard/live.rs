@@ -193,14 +193,22 @@ impl Live {
         Some(self.beats[c.index()].load(Ordering::Relaxed)).filter(|ms| *ms > 0)
     }
 
-    /// Offer each running round's sample (`round id`, point).
+    /// Offer each running round's sample (`round id`, point). Past
+    /// [`MAX_SERIES_ROUNDS`], the series of rounds that are over go first
+    /// (oldest first), then those of the oldest running rounds.
     pub fn sample(&self, samples: impl IntoIterator<Item = (u64, Point)>) {
         let mut all = lock(&self.series);
+        let mut running = std::collections::BTreeSet::new();
         for (round, p) in samples {
             all.entry(round).or_default().push(p);
+            running.insert(round);
         }
         while all.len() > MAX_SERIES_ROUNDS {
-            all.pop_first();
+            let over = all.keys().copied().find(|id| !running.contains(id));
+            match over {
+                Some(id) => all.remove(&id),
+                None => all.pop_first().map(|(_, s)| s),
+            };
         }
     }
 
@@ -302,6 +310,22 @@ mod tests {
         }
         assert!(live.series(1).points().is_empty(), "oldest round dropped");
         assert_eq!(live.series(MAX_SERIES_ROUNDS as u64 + 3).points().len(), 1);
+        // Rounds that are over (no longer sampled) go before running ones,
+        // however old the running ones are.
+        let many = MAX_SERIES_ROUNDS as u64 + 3;
+        let running: Vec<u64> = (4..4 + MAX_SERIES_ROUNDS as u64).collect();
+        live.sample([(many + 1, p(2000, 1))]);
+        live.sample(running.iter().map(|&r| (r, p(3000, 2))));
+        for r in &running {
+            assert!(
+                !live.series(*r).points().is_empty(),
+                "running round {r} kept"
+            );
+        }
+        assert!(
+            live.series(many + 1).points().is_empty(),
+            "a round that is over went first"
+        );
         let w = Windows {
             reported_ms: 7,
             open: Some(vec![(0, 60)]),

@@ -32,6 +32,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::admin::Admin;
 use crate::api::ApiError;
+use crate::grid::GridError;
+use crate::model::HostRecord;
 use crate::{now_ms, Shared};
 use data::{RoundJobRefs, MAX_ROUNDS_LISTED, POLL_INTERVAL_MS};
 use live::{Component, Point};
@@ -185,8 +187,16 @@ async fn overview_json(State(s): State<Arc<Shared>>) -> JsonResult<data::Overvie
             let rounds: Vec<RoundJobRefs> =
                 ids.into_iter().filter_map(|id| g.round_refs(id)).collect();
             let now = now_ms();
-            let counts = (&g.status(), &g.metrics_snapshot(now));
-            data::overview(&rounds, counts, &shared.live, failure, reference, now)
+            let status = g.status();
+            let snapshot = g.metrics_snapshot_of(&status, now);
+            data::overview(
+                &rounds,
+                (&status, &snapshot),
+                &shared.live,
+                failure,
+                reference,
+                now,
+            )
         })
         .await;
     Ok(Json(overview))
@@ -196,17 +206,22 @@ async fn round_json(
     State(s): State<Arc<Shared>>,
     Path(id): Path<u64>,
 ) -> JsonResult<data::RoundPage> {
-    let (round, hosts) = s.with_grid(move |g| (g.round(id), g.hosts())).await;
-    let round = round.map_err(|e| {
+    let series = s.live.series(id);
+    let page = s
+        .with_grid(move |g| {
+            let (round, jobs) = g.round_refs(id).ok_or(GridError::UnknownRound(id))?;
+            let hosts: Vec<&HostRecord> = g.host_records().collect();
+            Ok(data::round_page((round, &jobs), &hosts, &series, now_ms()))
+        })
+        .await;
+    page.map(Json).map_err(|e: GridError| {
         (
             StatusCode::NOT_FOUND,
             Json(ApiError {
                 error: e.to_string(),
             }),
         )
-    })?;
-    let series = s.live.series(id);
-    Ok(Json(data::round_page(&round, &hosts, &series, now_ms())))
+    })
 }
 
 async fn hosts_json(State(s): State<Arc<Shared>>) -> JsonResult<data::HostsPage> {

@@ -10,7 +10,7 @@
 //! clock (the snapshot's time is an argument) and never formats anything:
 //! `crate::metrics` turns these numbers into metric families.
 
-use super::Grid;
+use super::{Grid, GridStatus};
 use crate::model::{JobState, RoundRecord, RoundState};
 
 /// A host seen within this long counts as active in the last hour.
@@ -77,7 +77,12 @@ impl Grid {
     /// The counters and gauges at `now_ms`: one pass over the hosts and the
     /// counted rounds' jobs (what [`Grid::status`] reads).
     pub fn metrics_snapshot(&self, now_ms: u64) -> GridSnapshot {
-        let status = self.status();
+        self.metrics_snapshot_of(&self.status(), now_ms)
+    }
+
+    /// [`Grid::metrics_snapshot`] with the [`Grid::status`] already taken
+    /// (one pass over the jobs, not two).
+    pub fn metrics_snapshot_of(&self, status: &GridStatus, now_ms: u64) -> GridSnapshot {
         let seen_within = |ms: u64| {
             self.hosts
                 .values()

@@ -300,6 +300,11 @@ impl Grid {
             .collect()
     }
 
+    /// Every host, borrowed (nothing copied): for pages built under the lock.
+    pub fn host_records(&self) -> impl Iterator<Item = &HostRecord> {
+        self.hosts.values()
+    }
+
     pub fn hosts(&self) -> Vec<HostRecord> {
         self.hosts.values().cloned().collect()
     }

@@ -273,5 +273,11 @@ fn one_fsync_serves_the_group_of_syncs_that_asked_for_it() {
     store.next_id(crate::store::IdKind::Round).expect("write");
     store.sync().expect("sync");
     store.sync().expect("already durable");
+    assert!(
+        seen.0.lock().expect("lock").is_empty(),
+        "an fsync is told once its group is whole, when the next begins"
+    );
+    store.next_id(crate::store::IdKind::Round).expect("write");
+    store.sync().expect("sync");
     assert_eq!(*seen.0.lock().expect("lock"), vec![1]);
 }

@@ -254,16 +254,21 @@ struct Ledger {
     fail_next: AtomicBool,
     /// One id handed out at a time.
     ids: Mutex<()>,
-    /// Sync calls that found writes not yet durable since the last fsync
-    /// began: the group the next fsync serves.
-    waiting: AtomicU64,
+    /// Sync calls that waited for the last fsync and found themselves
+    /// covered by it: with its own caller, that fsync's group, told to the
+    /// observer when the next fsync begins (only then is it known).
+    rode_along: AtomicU64,
+    /// The last fsync's time, not yet told to the observer.
+    untold: Mutex<Option<Duration>>,
     /// Told of every fsync ([`Store::observe_syncs`]).
     observer: OnceLock<Arc<dyn SyncObserver>>,
 }
 
 /// Told of every fsync a store makes (the server's metrics): how long it
-/// took and the group it served, the sync calls that asked for one since
-/// the previous fsync began (group commit: one fsync, many callers).
+/// took and the group it served: its own sync call and the calls that
+/// waited for it and were covered by it (group commit: one fsync, many
+/// callers). An fsync is told when the next one begins, once its group is
+/// whole.
 pub trait SyncObserver: Send + Sync {
     fn synced(&self, took: Duration, group: u64);
 }
@@ -326,19 +331,20 @@ impl Ledger {
         if self.durable.load(Ordering::SeqCst) >= target {
             return Ok(());
         }
-        self.waiting.fetch_add(1, Ordering::SeqCst);
         let _one = lock(&self.syncing);
         if self.durable.load(Ordering::SeqCst) >= target {
+            self.rode_along.fetch_add(1, Ordering::SeqCst);
             return Ok(());
         }
-        let group = self.waiting.swap(0, Ordering::SeqCst);
+        let riders = self.rode_along.swap(0, Ordering::SeqCst);
+        if let (Some(observer), Some(took)) = (self.observer.get(), lock(&self.untold).take()) {
+            observer.synced(took, 1 + riders);
+        }
         // Everything written up to here is covered by this write-out.
         let covered = self.written.load(Ordering::SeqCst);
         let started = Instant::now();
         self.attempt(write_out)?;
-        if let Some(observer) = self.observer.get() {
-            observer.synced(started.elapsed(), group);
-        }
+        *lock(&self.untold) = Some(started.elapsed());
         self.durable.fetch_max(covered, Ordering::SeqCst);
         Ok(())
     }
@@ -476,5 +482,54 @@ impl<B: Backend> Store for B {
     }
     fn exclusions(&self) -> Result<Vec<ExclusionRecord>, StoreError> {
         all(self, Tree::Exclusions)
+    }
+}
+
+#[cfg(test)]
+mod group_tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[derive(Default)]
+    struct Groups(Mutex<Vec<u64>>);
+    impl SyncObserver for Groups {
+        fn synced(&self, _took: Duration, group: u64) {
+            lock(&self.0).push(group);
+        }
+    }
+
+    /// A sync call that waits for another's fsync and is covered by it
+    /// counts in that fsync's group, not the next one's.
+    #[test]
+    fn a_call_covered_by_another_fsync_counts_in_its_group() {
+        let ledger = Arc::new(Ledger::default());
+        let groups = Arc::new(Groups::default());
+        let _ = ledger.observer.set(groups.clone());
+        ledger.written.fetch_add(2, Ordering::SeqCst);
+        let (asking, asked) = mpsc::channel();
+        let rider = {
+            let ledger = ledger.clone();
+            std::thread::spawn(move || {
+                asked.recv().expect("the first fsync began");
+                ledger.sync(|| panic!("covered by the first fsync"))
+            })
+        };
+        ledger
+            .sync(|| {
+                asking.send(()).expect("rider");
+                // The rider is now waiting for this fsync.
+                std::thread::sleep(Duration::from_millis(300));
+                Ok(())
+            })
+            .expect("first fsync");
+        rider.join().expect("rider").expect("covered");
+        assert!(lock(&groups.0).is_empty(), "told when the next one begins");
+        ledger.written.fetch_add(1, Ordering::SeqCst);
+        ledger.sync(|| Ok(())).expect("second fsync");
+        assert_eq!(
+            *lock(&groups.0),
+            vec![2],
+            "the first fsync served two calls"
+        );
     }
 }
