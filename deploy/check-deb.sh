@@ -71,7 +71,7 @@ grep -q "adduser --system --group --home \"\$DATA_DIR\"" "$work/control/postinst
     || fail "postinst does not create the system user"
 grep -q "deb-systemd-helper" "$work/control/postinst" \
     || fail "postinst does not enable the unit"
-if grep -qE "deb-systemd-invoke (start|restart) " "$work/control/postinst"; then
+if grep -qE 'deb-systemd-invoke (start|restart|"?\$_dh_action)' "$work/control/postinst"; then
     fail "postinst starts the unit before 'beebot-server init'"
 fi
 grep -q 'rm -rf "$DATA_DIR"' "$work/control/postrm" \
