@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 
-use beebot_shared::limits::{MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_REPLY, MAX_UNITS_PER_SLOT};
+use beebot_shared::limits::{MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_REPLY};
 use beebot_shared::scope::Scope;
 use beebot_shared::sign::{ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
 
@@ -56,9 +56,7 @@ pub(super) fn host_slots(h: &HostRecord) -> u32 {
 /// hold at once: a scanning unit and a buffer per slot, at most
 /// [`MAX_UNITS_HELD_PER_HOST`].
 pub fn held_cap(slots: u32) -> usize {
-    (slots.max(1) as usize)
-        .saturating_mul(MAX_UNITS_PER_SLOT)
-        .min(MAX_UNITS_HELD_PER_HOST)
+    usize::try_from(scheduler::host_capacity(slots)).unwrap_or(MAX_UNITS_HELD_PER_HOST)
 }
 
 /// Expected seconds of a job's next scan on a host of `speed`: what is left
@@ -760,5 +758,7 @@ impl Grid {
     }
 }
 
+#[cfg(test)]
+mod level_claim;
 #[cfg(test)]
 mod tests;

@@ -34,7 +34,7 @@ pub use estimates::{
     SlotSchedule, MIN_LEFT_SHARE,
 };
 pub use level::{water_level, Level};
-pub use pack::Pack;
+pub use pack::{host_capacity, Pack};
 pub use simple::{RoundRobin, SizeAware};
 
 /// Figures used for a site never scanned before.

@@ -291,23 +291,36 @@ fn level_fills_empty_hosts_first_and_evenly() {
 }
 
 #[test]
-fn pack_fills_busy_hosts_before_waking_idle_ones() {
-    let queue = q(&[(1, 1.0), (2, 1.0)]);
+fn pack_fills_busy_hosts_up_to_their_capacity_before_waking_idle_ones() {
+    // A slot holds a scanning unit and a buffer, up to the grid's cap.
+    assert_eq!(host_capacity(2), 8);
+    assert_eq!(
+        host_capacity(beebot_shared::limits::MAX_SLOTS),
+        beebot_shared::limits::MAX_UNITS_HELD_PER_HOST as u64
+    );
+    let queue = q(&[(1, 1.0), (2, 1.0), (3, 1.0)]);
     let mut hosts = [host(1, 1.0), host(2, 1.0)];
-    hosts[0].slots = 4;
     hosts[0].busy = 1;
-    // The busy host has 3 free slots: it takes both; the idle one nothing.
+    // The busy host (one slot) could hold three more: it takes the queue,
+    // the idle one nothing.
     let c = ctx(&queue, &hosts, 0);
-    assert_eq!(Pack.choose(&c, &ask(0, 8)).jobs, vec![1, 2]);
+    assert_eq!(Pack.choose(&c, &ask(0, 8)).jobs, vec![1, 2, 3]);
     let c = ctx(&queue, &hosts, 1);
     assert!(Pack.choose(&c, &ask(0, 8)).jobs.is_empty());
-    // Busy hosts full: the idle host is woken.
-    hosts[0].busy = 4;
+    // Only two more fit on the busy host: the idle host is woken, and takes
+    // what it asks for up to its own capacity.
+    hosts[0].busy = 2;
     let c = ctx(&queue, &hosts, 1);
-    assert_eq!(Pack.choose(&c, &ask(0, 8)).jobs, vec![1]);
+    assert_eq!(Pack.choose(&c, &ask(0, 2)).jobs, vec![1, 2]);
     // A full busy host gets nothing more.
+    hosts[0].busy = 4;
     let c = ctx(&queue, &hosts, 0);
     assert!(Pack.choose(&c, &ask(0, 8)).jobs.is_empty());
+    // A busy host that went silent holds nothing for the queue.
+    hosts[0].busy = 1;
+    hosts[0].online = false;
+    let c = ctx(&queue, &hosts, 1);
+    assert_eq!(Pack.choose(&c, &ask(0, 8)).jobs, vec![1, 2, 3]);
 }
 
 #[test]

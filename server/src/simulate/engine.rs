@@ -153,6 +153,7 @@ impl Sim<'_> {
             got += 1;
         }
         if got > 0 {
+            self.clients[h].used = true;
             self.start_scans(h)?;
             self.ask_soon(h, self.now + CLIENT_TICK_MS);
         } else {
@@ -453,6 +454,23 @@ impl Sim<'_> {
             self.ask_soon(h, now);
         }
         Ok(())
+    }
+
+    /// Keep count of the time a host holds units: a machine holding work
+    /// is disturbed (its client crawls, or waits for a slot to). A host
+    /// gone for good holds nothing from then on.
+    pub(super) fn note_held(&mut self, h: usize) {
+        let now = self.now;
+        let c = &mut self.clients[h];
+        let holds = !c.held.is_empty() && c.avail != Avail::Gone;
+        match c.held_since_ms {
+            None if holds => c.held_since_ms = Some(now),
+            Some(since) if !holds => {
+                c.held_ms += now.saturating_sub(since);
+                c.held_since_ms = None;
+            }
+            _ => {}
+        }
     }
 
     pub(super) fn on_tick(&mut self) -> Result<(), SimError> {

@@ -111,4 +111,20 @@ pub(super) struct Client {
     pub(super) ask_at: Option<u64>,
     /// Bumped at every change of availability: events of earlier epochs are stale.
     pub(super) epoch: u64,
+    /// It received a unit at least once in the round.
+    pub(super) used: bool,
+    /// Since when it holds units (`None`: it holds none, or is gone).
+    pub(super) held_since_ms: Option<u64>,
+    /// Milliseconds it held units before `held_since_ms`.
+    pub(super) held_ms: u64,
+}
+
+impl Ev {
+    /// The host the event is about (`None`: the server's ticker).
+    pub(super) fn host(&self) -> Option<usize> {
+        match *self {
+            Ev::Ask(h) | Ev::ScanEnd(h, _, _) | Ev::Report(h, _, _) | Ev::Avail(h, _) => Some(h),
+            Ev::Tick => None,
+        }
+    }
 }

@@ -107,6 +107,8 @@ pub const SIM_START_MS: u64 = 1_704_099_600_000;
 pub const OFFICE_HOURS: &str = "mon-fri 08:00-18:00";
 /// Night machines stay on; their client crawls only outside office hours.
 pub const NIGHTS_AND_WEEKENDS: &str = "mon-fri 19:00-07:00, sat-sun 00:00-24:00";
+/// Milliseconds in an hour (host-hours are reported in hours).
+const MS_PER_HOUR: f64 = 3_600_000.0;
 /// Bytes a simulated page weighs (only the grid's KB/s figure uses it).
 const PAGE_BYTES: u64 = 30 * 1024;
 

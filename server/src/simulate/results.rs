@@ -41,6 +41,11 @@ pub struct RunResult {
     /// Pages of the results kept, and pages scanned to check results.
     pub result_pages: u64,
     pub check_pages: u64,
+    /// Hosts that received any unit.
+    pub hosts_used: u64,
+    /// Hours the hosts held units, summed over the hosts: how long machines
+    /// were disturbed.
+    pub host_hours: f64,
 }
 
 /// A policy's runs over the seeds, summarised.
@@ -61,6 +66,8 @@ pub struct PolicySummary {
     pub unfinished: usize,
     /// Pages scanned to check results over the pages of the results kept.
     pub check_overhead: f64,
+    pub hosts_used_median: f64,
+    pub host_hours_median: f64,
 }
 /// Where the sites and hosts of a simulation come from.
 #[derive(Clone, Debug)]
@@ -234,17 +241,19 @@ pub fn summarise(policy: &str, runs: &[RunResult]) -> PolicySummary {
         unfinished: runs.iter().filter(|r| !r.finished).count(),
         check_overhead: runs.iter().map(|r| r.check_pages).sum::<u64>() as f64
             / runs.iter().map(|r| r.result_pages).sum::<u64>().max(1) as f64,
+        hosts_used_median: median(runs.iter().map(|r| r.hosts_used as f64).collect()),
+        host_hours_median: median(runs.iter().map(|r| r.host_hours).collect()),
     }
 }
 
 /// The table printed by `simulate`.
 pub fn table(rows: &[PolicySummary]) -> String {
     let mut s = String::from(
-        "policy        makespan med    worst   /LB med   worst   util  lost  continued  reissued  replicated  failed  checks\n",
+        "policy        makespan med    worst   /LB med   worst   util  lost  continued  reissued  replicated  failed  checks  hosts  host-h\n",
     );
     for r in rows {
         s.push_str(&format!(
-            "{:<12} {:>11.0}s {:>8.0}s {:>9.3} {:>7.3} {:>5.0}% {:>5} {:>10.1} {:>9.1} {:>11.1} {:>7} {:>6.1}%{}\n",
+            "{:<12} {:>11.0}s {:>8.0}s {:>9.3} {:>7.3} {:>5.0}% {:>5} {:>10.1} {:>9.1} {:>11.1} {:>7} {:>6.1}% {:>6.0} {:>7.2}{}\n",
             r.policy,
             r.makespan_median_s,
             r.makespan_worst_s,
@@ -257,6 +266,8 @@ pub fn table(rows: &[PolicySummary]) -> String {
             r.replicated_mean,
             r.failed_total,
             r.check_overhead * 100.0,
+            r.hosts_used_median,
+            r.host_hours_median,
             if r.unfinished > 0 {
                 format!("  ({} runs unfinished)", r.unfinished)
             } else {
@@ -293,6 +304,48 @@ mod tests {
             "seeds 0..6\n{t}"
         );
         assert_eq!(rows[0].pages_lost_total, 0, "{t}");
+    }
+
+    /// A round that needs few of its hosts: 20 sites on 50 hosts.
+    const FEW_SITES: usize = 20;
+    const MANY_HOSTS: usize = 50;
+    const PACK_SEEDS: u32 = 2;
+
+    #[test]
+    fn pack_disturbs_the_fewest_hosts_when_the_round_needs_few() {
+        let o = small();
+        let res = run_all(
+            &Input::Synthetic(FEW_SITES),
+            &Input::Synthetic(MANY_HOSTS),
+            &scheduler::POLICY_NAMES,
+            PACK_SEEDS,
+            &o,
+        )
+        .unwrap();
+        let rows: Vec<PolicySummary> = res.iter().map(|(p, r)| summarise(p, r)).collect();
+        let t = table(&rows);
+        let pack = rows.iter().find(|r| r.policy == "pack").unwrap();
+        assert_eq!((pack.pages_lost_total, pack.unfinished), (0, 0), "{t}");
+        for r in rows.iter().filter(|r| r.policy != "pack") {
+            assert!(
+                pack.hosts_used_median < r.hosts_used_median,
+                "pack used no fewer hosts than {}:\n{t}",
+                r.policy
+            );
+        }
+        // Every run counts the hosts that got work, and the time they held it.
+        for (_, runs) in &res {
+            for r in runs {
+                assert!(
+                    r.hosts_used >= 1 && r.hosts_used <= MANY_HOSTS as u64,
+                    "{r:?}"
+                );
+                // Held no longer than the round, by no more hosts than got work.
+                let most = r.hosts_used as f64 * r.makespan_s / 3600.0;
+                assert!(r.host_hours > 0.0 && r.host_hours <= most + 1e-9, "{r:?}");
+            }
+        }
+        eprintln!("{t}");
     }
 
     #[test]

@@ -22,7 +22,8 @@ use super::results::RunResult;
 use super::timeline::{lower_bound_s, timeline, window_intervals, Avail, Timeline};
 use super::{
     invalid, Availability, Rng, SimError, SimOptions, EVENTS_PER_HOST, EVENTS_PER_JOB, HORIZON_MS,
-    NIGHTS_AND_WEEKENDS, OFFICE_HOURS, PAGE_BYTES, RESPONSE_MEDIAN_S, RESPONSE_SIGMA, SIM_START_MS,
+    MS_PER_HOUR, NIGHTS_AND_WEEKENDS, OFFICE_HOURS, PAGE_BYTES, RESPONSE_MEDIAN_S, RESPONSE_SIGMA,
+    SIM_START_MS,
 };
 use crate::grid::{Grid, GridError, GridIo, GridSettings, MemoryLinks};
 use crate::model::{RoundState, SiteRecord, SiteStats};
@@ -247,6 +248,9 @@ fn enrol_hosts(
             next_request_ms: 0,
             ask_at: None,
             epoch: 0,
+            used: false,
+            held_since_ms: None,
+            held_ms: 0,
         });
     }
     Ok(clients)
@@ -309,12 +313,16 @@ fn drive(sim: &mut Sim<'_>, sites: usize, hosts: usize) -> Result<(), SimError> 
         }
         processed += 1;
         sim.now = t;
+        let host = ev.host();
         match ev {
             Ev::Ask(h) => sim.on_ask(h)?,
             Ev::ScanEnd(h, u, e) => sim.on_scan_end(h, u, e)?,
             Ev::Report(h, u, e) => sim.on_report(h, u, e)?,
             Ev::Tick => sim.on_tick()?,
             Ev::Avail(h, i) => sim.on_avail(h, i)?,
+        }
+        if let Some(h) = host {
+            sim.note_held(h);
         }
     }
     Ok(())
@@ -343,6 +351,11 @@ fn outcome(sim: &mut Sim<'_>, seed: u64, lower: f64) -> Result<RunResult, SimErr
     let (reissued, replicated, failed) = attempt_counts(&jobs);
     let counts = crate::api::JobCounts::of(&jobs);
     let slot_total: f64 = sim.hosts.iter().map(|h| f64::from(h.slots.max(1))).sum();
+    let held_ms: u64 = sim
+        .clients
+        .iter()
+        .map(|c| c.held_ms + c.held_since_ms.map_or(0, |s| now.saturating_sub(s)))
+        .sum();
     Ok(RunResult {
         seed,
         makespan_s,
@@ -363,6 +376,8 @@ fn outcome(sim: &mut Sim<'_>, seed: u64, lower: f64) -> Result<RunResult, SimErr
         finished,
         result_pages: counts.pages,
         check_pages: counts.check_pages,
+        hosts_used: sim.clients.iter().filter(|c| c.used).count() as u64,
+        host_hours: held_ms as f64 / MS_PER_HOUR,
     })
 }
 
