@@ -10,18 +10,20 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use beebot_shared::limits::MAX_SLOTS;
+use beebot_shared::limits::{MAX_HOST_MEMORY_MB, MAX_SLOTS};
 
 use crate::home::{write_atomic, Home};
 use crate::window::{WindowError, Windows};
 
 /// Largest bandwidth cap accepted (10 GB/s is no cap).
 const MAX_BANDWIDTH_KBPS: u64 = 10_000_000;
+/// Least memory the scans may be given, MB: one scan of a large site.
+const MIN_MEMORY_MB: u64 = 64;
 /// Longest work buffer (two days, as the server's limit).
 const MAX_BUFFER_S: u64 = beebot_shared::limits::MAX_WANT_SECONDS;
 
 /// Every setting: name, default, what it means.
-pub const KEYS: [(&str, &str, &str); 10] = [
+pub const KEYS: [(&str, &str, &str); 11] = [
     (
         "window",
         "always",
@@ -33,6 +35,11 @@ pub const KEYS: [(&str, &str, &str); 10] = [
         "download cap over all scans, KB/s (0: no cap)",
     ),
     ("slots", "2", "sites scanned at once"),
+    (
+        "memory_mb",
+        "1024",
+        "memory the scans may hold together, MB; the server fits scans into it by their expected size",
+    ),
     ("low_priority", "true", "run at low CPU priority"),
     (
         "buffer_min_s",
@@ -93,6 +100,7 @@ pub struct Settings {
     pub window: Windows,
     pub bandwidth_kbps: u64,
     pub slots: u32,
+    pub memory_mb: u32,
     pub low_priority: bool,
     pub buffer_min_s: u64,
     pub buffer_max_s: u64,
@@ -159,6 +167,7 @@ impl Default for Settings {
             window: Windows::always(),
             bandwidth_kbps: 0,
             slots: 2,
+            memory_mb: 1024,
             low_priority: true,
             buffer_min_s: 600,
             buffer_max_s: 3600,
@@ -182,6 +191,9 @@ impl Settings {
             "window" => self.window = Windows::parse(value)?,
             "bandwidth_kbps" => self.bandwidth_kbps = parse_num(value, 0, MAX_BANDWIDTH_KBPS)?,
             "slots" => self.slots = parse_num(value, 1, MAX_SLOTS as u64)? as u32,
+            "memory_mb" => {
+                self.memory_mb = parse_num(value, MIN_MEMORY_MB, MAX_HOST_MEMORY_MB as u64)? as u32
+            }
             "low_priority" => self.low_priority = parse_bool(value)?,
             "buffer_min_s" => self.buffer_min_s = parse_num(value, 0, MAX_BUFFER_S)?,
             "buffer_max_s" => self.buffer_max_s = parse_num(value, 60, MAX_BUFFER_S)?,

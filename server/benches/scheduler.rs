@@ -56,6 +56,8 @@ fn views(seed: u64) -> (Vec<JobView>, Vec<HostView>, Vec<RunningView>) {
                 online: rng.unit() < 0.95,
                 availability: 0.8 + 0.2 * rng.unit(),
                 last_seen_ms: 1_000_000,
+                capacity: scheduler::Capacity::UNBOUNDED,
+                demand: scheduler::Demand::default(),
             }
         })
         .collect();

@@ -511,6 +511,10 @@ pub struct HostLine {
     pub host: HostRecord,
     /// Enough valid results in a row: only spot checks of its results.
     pub trusted: bool,
+    /// What it offers its scans beyond slots, as it said since the server
+    /// started (`None`: not yet).
+    #[serde(default)]
+    pub resources: Option<beebot_shared::proto::HostResources>,
 }
 
 pub type HostsList = Vec<HostLine>;

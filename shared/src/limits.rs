@@ -144,3 +144,7 @@ pub const PACE_TOLERANCE: f64 = 0.9;
 /// units (`MAX_SPOOLED_UNITS`) and stops asking for work when full, so a
 /// longer list is not an honest client's; it is refused before the grid walks it.
 pub const MAX_UNITS_HELD: usize = 1024;
+
+/// Most memory a host may offer its scans, MB (1 TiB). A higher claim is
+/// clamped to it.
+pub const MAX_HOST_MEMORY_MB: u32 = 1 << 20;

@@ -76,6 +76,20 @@ pub enum Request {
     /// over a reserved context ‖ this fresh nonce ‖ the certificate
     /// fingerprint (`sign::make_enrol_proof`), never over anything else.
     ProveProject { nonce: [u8; 32] },
+    /// What the host offers its scans beyond slots, sent after every
+    /// `Hello` and whenever its settings change; answered `Ack`. (Last in
+    /// the enum so that older hosts' requests keep their encoding.)
+    Resources(HostResources),
+}
+
+/// What a host offers its scans beyond slots: the `pack` policy fits the
+/// scans a host would run at once into it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostResources {
+    /// Memory its scans may hold together, MB.
+    pub memory_mb: u32,
+    /// Its download cap over all scans, KB/s (0: no cap).
+    pub bandwidth_kbps: u64,
 }
 
 /// What the server tells hosts in `Welcome`.

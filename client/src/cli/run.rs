@@ -87,6 +87,7 @@ fn run_options(
         throttle: Duration::from_millis(throttle_ms),
         crawler,
         bandwidth_kbps: settings.bandwidth_kbps,
+        memory_mb: settings.memory_mb,
         spool_cap_bytes: settings.spool_cap_mb.saturating_mul(1024 * 1024),
         gate: Some(gate),
         ..RunOptions::default()

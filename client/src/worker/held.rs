@@ -90,6 +90,8 @@ pub(super) struct Worker {
     pub(super) scans_resume_at: Option<Instant>,
     /// The server pushed `WorkAvailable`: ask for work at this moment.
     pub(super) hinted_at: Option<Instant>,
+    /// The server has heard this link's `Resources` (memory, bandwidth cap).
+    pub(super) resources_told: bool,
 }
 
 impl Worker {
@@ -104,7 +106,13 @@ impl Worker {
         self.opts.spool_cap_bytes = s.spool_cap_mb.saturating_mul(1024 * 1024);
         self.opts.crawler.allow_private = s.allow_private;
         self.opts.crawler.proxy = s.proxy.clone();
+        let offer_changed =
+            (self.opts.bandwidth_kbps, self.opts.memory_mb) != (s.bandwidth_kbps, s.memory_mb);
         self.opts.bandwidth_kbps = s.bandwidth_kbps;
+        self.opts.memory_mb = s.memory_mb;
+        if offer_changed {
+            self.resources_told = false;
+        }
         if let Some(b) = &self.bandwidth {
             b.set_kb_per_s(s.bandwidth_kbps);
         }

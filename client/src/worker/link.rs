@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use beebot_shared::proto::{Request, Response};
+use beebot_shared::proto::{HostResources, Request, Response};
 
 use crate::net::{Link, NetError};
 
@@ -33,6 +33,8 @@ impl Worker {
             self.bench.reference_site = reference_site;
         }
         self.link = Some(link);
+        // A new connection: the server hears the offer again.
+        self.resources_told = false;
         Ok(())
     }
 
@@ -90,6 +92,9 @@ impl Worker {
         if Instant::now() < self.next_contact {
             return Ok(());
         }
+        if !self.tell_resources().await? {
+            return Ok(());
+        }
         if !self.upload_finished().await? {
             return Ok(());
         }
@@ -102,6 +107,35 @@ impl Worker {
         self.fetch_work().await?;
         self.send_benchmark().await;
         Ok(())
+    }
+
+    /// Tell the server what this machine offers its scans beyond slots
+    /// (after every `Hello`, and when the settings change), before asking
+    /// for work. `false`: the network failed (the backoff is set). A server
+    /// that does not take it is noted in the log and not asked again on
+    /// this connection.
+    pub(super) async fn tell_resources(&mut self) -> Result<bool> {
+        if self.resources_told && self.link.is_some() {
+            return Ok(true);
+        }
+        let req = Request::Resources(HostResources {
+            memory_mb: self.opts.memory_mb,
+            bandwidth_kbps: self.opts.bandwidth_kbps,
+        });
+        match self.request(&req).await {
+            Ok(answer) => {
+                if answer != Response::Ack {
+                    tracing::warn!("the server did not take this machine's resources: {answer:?}");
+                }
+                self.resources_told = true;
+                Ok(true)
+            }
+            Err(e) if e.is_permanent() => Err(e).context("the server refused this host"),
+            Err(e) => {
+                self.net_failed(&e);
+                Ok(false)
+            }
+        }
     }
 
     /// Start the reference-site benchmark when due and the client holds no

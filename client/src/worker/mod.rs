@@ -74,6 +74,9 @@ pub struct RunOptions {
     pub gate: Option<Arc<Gate>>,
     /// Download cap over all scans, KB/s (0: none).
     pub bandwidth_kbps: u64,
+    /// Memory the scans may hold together, MB (told to the server, whose
+    /// `pack` policy fits scans into it).
+    pub memory_mb: u32,
     /// Disk the spool may use before no new work is taken, bytes (0: no cap).
     pub spool_cap_bytes: u64,
 }
@@ -92,6 +95,7 @@ impl Default for RunOptions {
             crawler: CrawlerConfig::default(),
             gate: None,
             bandwidth_kbps: 0,
+            memory_mb: 1024,
             spool_cap_bytes: 0,
         }
     }

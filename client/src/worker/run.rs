@@ -102,6 +102,7 @@ impl Worker {
             offline_stops: 0,
             scans_resume_at: None,
             hinted_at: None,
+            resources_told: false,
         })
     }
 

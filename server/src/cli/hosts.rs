@@ -55,7 +55,10 @@ fn list(hosts: &[HostLine], now: u64) -> Report {
         return Report::note("no hosts yet: create an invite with `beebot-server invite`");
     }
     let mut r = Report::out(format!("{HEADER}\n"));
-    for HostLine { host: h, trusted } in hosts {
+    for HostLine {
+        host: h, trusted, ..
+    } in hosts
+    {
         let speed = if h.seconds_done > 0.0 {
             format!("{:.1}", h.pages_done as f64 / h.seconds_done)
         } else {

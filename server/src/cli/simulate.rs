@@ -32,7 +32,7 @@ pub struct SimulateArgs {
     /// N synthetic sites with power-law sizes (the default: 99).
     #[arg(long)]
     synthetic_sites: Option<usize>,
-    /// Hosts file: `NAME PAGES_PER_S [SLOTS]` a line.
+    /// Hosts file: `NAME PAGES_PER_S [SLOTS [MEMORY_MB BANDWIDTH_KBPS]]` a line.
     #[arg(long, conflicts_with = "synthetic_hosts")]
     hosts: Option<PathBuf>,
     /// M synthetic hosts with speeds over a factor of ten (the default: 3).
@@ -69,6 +69,10 @@ pub struct SimulateArgs {
     /// hours, a third nights and weekends) or `always`.
     #[arg(long, value_enum, default_value_t = Availability::Desktops)]
     availability: Availability,
+    /// Median of the sites' mean response times, ms (e.g. 1 for the
+    /// synthetic web on loopback).
+    #[arg(long, default_value_t = 250)]
+    response_ms: u64,
     /// The round's politeness delay (the server's default).
     #[arg(long, default_value_t = 1000)]
     delay_ms: u64,
@@ -107,6 +111,7 @@ impl SimulateArgs {
             unknown: self.unknown,
             scan_failures: self.scan_failures,
             availability: self.availability,
+            response_median_s: self.response_ms as f64 / 1000.0,
             delay_ms: self.delay_ms,
             max_pages: self.max_pages,
             max_seconds: self.max_scan_time.as_secs(),

@@ -490,25 +490,29 @@ pub struct HostsPage {
 pub fn hosts_page(lines: &[HostLine], live: &Live, now: u64) -> HostsPage {
     let hosts = lines
         .iter()
-        .map(|HostLine { host: h, trusted }| HostRow {
-            id: h.id,
-            name: h.info.name.clone(),
-            state: h.state(),
-            trusted: *trusted,
-            slots: host_slots(h),
-            speed_pages_per_s: h.avg_pages_per_s,
-            speed_kb_per_s: h.avg_kb_per_s,
-            benchmark_pages_per_s: h.benchmark.as_ref().map(|b| b.pages_per_s),
-            benchmark_kb_per_s: h.benchmark.as_ref().map(|b| b.kb_per_s),
-            last_seen_ms: h.last_seen_ms,
-            last_seen_s_ago: now.saturating_sub(h.last_seen_ms) as f64 / 1000.0,
-            jobs_done: h.jobs_done,
-            jobs_failed: h.failures,
-            deadlines_missed: h.deadlines_missed,
-            windows: windows_text(live.windows(h.id).as_ref()),
-            version: h.info.client_version.clone(),
-            os: h.info.os.clone(),
-        })
+        .map(
+            |HostLine {
+                 host: h, trusted, ..
+             }| HostRow {
+                id: h.id,
+                name: h.info.name.clone(),
+                state: h.state(),
+                trusted: *trusted,
+                slots: host_slots(h),
+                speed_pages_per_s: h.avg_pages_per_s,
+                speed_kb_per_s: h.avg_kb_per_s,
+                benchmark_pages_per_s: h.benchmark.as_ref().map(|b| b.pages_per_s),
+                benchmark_kb_per_s: h.benchmark.as_ref().map(|b| b.kb_per_s),
+                last_seen_ms: h.last_seen_ms,
+                last_seen_s_ago: now.saturating_sub(h.last_seen_ms) as f64 / 1000.0,
+                jobs_done: h.jobs_done,
+                jobs_failed: h.failures,
+                deadlines_missed: h.deadlines_missed,
+                windows: windows_text(live.windows(h.id).as_ref()),
+                version: h.info.client_version.clone(),
+                os: h.info.os.clone(),
+            },
+        )
         .collect();
     HostsPage {
         now_ms: now,

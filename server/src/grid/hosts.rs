@@ -10,10 +10,10 @@
 //! judges a unit or a result.
 
 use beebot_shared::limits::{
-    INVITE_TOKEN_LEN, MAX_BENCHMARK_KB_PER_S, MAX_BENCHMARK_PAGES_PER_S, MAX_HOST_PAGES_PER_S,
-    MAX_TEXT_LEN,
+    INVITE_TOKEN_LEN, MAX_BENCHMARK_KB_PER_S, MAX_BENCHMARK_PAGES_PER_S, MAX_HOST_MEMORY_MB,
+    MAX_HOST_PAGES_PER_S, MAX_TEXT_LEN,
 };
-use beebot_shared::proto::HostInfo;
+use beebot_shared::proto::{HostInfo, HostResources};
 use beebot_shared::util::{sha256, truncate_on_char};
 use rand::RngCore;
 
@@ -216,6 +216,30 @@ impl Grid {
         Ok(())
     }
 
+    /// Note what a host offers its scans beyond slots. A memory figure past
+    /// [`MAX_HOST_MEMORY_MB`] and a bandwidth cap past
+    /// [`MAX_BENCHMARK_KB_PER_S`] are clamped to them (zero: no figure, no
+    /// cap). Kept in memory only (the host says it again after every `Hello`).
+    pub fn set_resources(
+        &mut self,
+        host_id: u64,
+        r: HostResources,
+        now_ms: u64,
+    ) -> Result<(), GridError> {
+        self.active_host(host_id, now_ms)?;
+        let r = HostResources {
+            memory_mb: r.memory_mb.min(MAX_HOST_MEMORY_MB),
+            bandwidth_kbps: r.bandwidth_kbps.min(MAX_BENCHMARK_KB_PER_S as u64),
+        };
+        self.resources.insert(host_id, r);
+        Ok(())
+    }
+
+    /// What a host offers its scans beyond slots, as it last said.
+    pub fn host_resources(&self, host_id: u64) -> Option<&HostResources> {
+        self.resources.get(&host_id)
+    }
+
     /// Note a host's reference-site benchmark. Figures that are not finite
     /// or are negative are refused; figures past [`MAX_BENCHMARK_PAGES_PER_S`],
     /// [`MAX_BENCHMARK_KB_PER_S`] and [`MAX_SLOTS`](beebot_shared::limits::MAX_SLOTS)
@@ -296,6 +320,7 @@ impl Grid {
             .map(|h| crate::api::HostLine {
                 host: h.clone(),
                 trusted: h.consecutive_valid >= self.settings.trust_after,
+                resources: self.resources.get(&h.id).copied(),
             })
             .collect()
     }

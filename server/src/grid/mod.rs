@@ -40,6 +40,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use beebot_shared::limits::{MAX_REASONS_PER_JOB, MAX_TEXT_LEN};
+use beebot_shared::proto::HostResources;
 use beebot_shared::scope::reversed_labels;
 use beebot_shared::util::truncate_on_char;
 
@@ -160,6 +161,10 @@ pub struct Grid {
     /// the round's delay has passed since: no job of a site that shares
     /// a host starts before (a continuation, or the next job of the host).
     settling: HashMap<(String, bool), u64>,
+    /// What each host offers its scans beyond slots (`Request::Resources`),
+    /// bounded. Kept in memory only: a host says it again after every
+    /// `Hello`, so after a restart as soon as it reconnects.
+    resources: HashMap<u64, HostResources>,
     /// Totals for the server's metrics (see [`counters`]).
     counters: GridCounters,
 }
@@ -200,6 +205,7 @@ impl Grid {
             hand_overs: HashMap::new(),
             handed_from: HashMap::new(),
             settling: HashMap::new(),
+            resources: HashMap::new(),
             counters: GridCounters::default(),
         }
     }

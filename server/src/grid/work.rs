@@ -15,7 +15,9 @@ use beebot_shared::scope::Scope;
 use beebot_shared::sign::{ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
 
 use crate::model::*;
-use crate::scheduler::{self, DeadlineRule, HeldUnit, HostView, JobView, RunningView, WorkAsk};
+use crate::scheduler::{
+    self, Capacity, DeadlineRule, Demand, HeldUnit, HostView, JobView, RunningView, WorkAsk,
+};
 use crate::store::IdKind;
 use crate::validate;
 
@@ -200,6 +202,8 @@ impl Grid {
     ) {
         // Running units per host, from the running rounds.
         let mut held: HashMap<u64, Vec<((bool, u64, u64), HeldUnit)>> = HashMap::new();
+        // What each host's held units need at once, beyond slots (`pack`).
+        let mut demands: HashMap<u64, Demand> = HashMap::new();
         for r in self
             .rounds
             .values()
@@ -231,6 +235,10 @@ impl Grid {
                     // Scanning units first (their slots are taken), then in issue order.
                     let key = (a.first_report_ms == 0, a.issued_ms, a.unit_id);
                     held.entry(a.host_id).or_default().push((key, unit));
+                    demands
+                        .entry(a.host_id)
+                        .or_default()
+                        .add(Demand::of_scan(job.est_pages, cost));
                 }
             }
         }
@@ -258,6 +266,8 @@ impl Grid {
                 online,
                 availability: scheduler::availability(h.enrolled_ms, h.offline_ms, now_ms),
                 last_seen_ms: h.last_seen_ms,
+                capacity: Capacity::of(self.resources.get(&h.id)),
+                demand: demands.remove(&h.id).unwrap_or_default(),
             });
             by_host.insert(h.id, plain);
         }

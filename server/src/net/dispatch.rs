@@ -180,6 +180,10 @@ pub(super) async fn authed(
             .with_grid(move |g| g.benchmark(host_id, pages_per_s, kb_per_s, slots, now_ms()))
             .await
             .map(|_| Response::Ack),
+        Request::Resources(r) => shared
+            .with_grid(move |g| g.set_resources(host_id, r, now_ms()))
+            .await
+            .map(|_| Response::Ack),
         Request::RequestWork {
             want_seconds,
             free_slots,

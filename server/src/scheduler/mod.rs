@@ -22,6 +22,7 @@ mod batch;
 mod estimates;
 mod level;
 mod pack;
+pub mod resources;
 mod simple;
 #[cfg(test)]
 mod tests;
@@ -35,6 +36,7 @@ pub use estimates::{
 };
 pub use level::{water_level, Level};
 pub use pack::{host_capacity, Pack};
+pub use resources::{Capacity, Demand};
 pub use simple::{RoundRobin, SizeAware};
 
 /// Figures used for a site never scanned before.
@@ -138,6 +140,10 @@ pub struct HostView {
     /// Share of time it is online, in `[MIN_AVAILABILITY, 1]`.
     pub availability: f64,
     pub last_seen_ms: u64,
+    /// What it offers its scans beyond slots (memory, bandwidth cap).
+    pub capacity: Capacity,
+    /// What the units it holds need of that at once.
+    pub demand: Demand,
 }
 
 impl HostView {

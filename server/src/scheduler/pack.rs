@@ -1,24 +1,33 @@
-//! First fit (`pack`): fill the hosts already working up to what they may
+//! First fit (`pack`): fill the hosts already working up to what they can
 //! hold before waking an idle one, so the fewest machines are disturbed for
 //! the same work, at a cost in makespan (the queue waits for their slots
 //! rather than spreading over idle machines).
 //!
-//! A host's capacity is counted in units: its slots (as its benchmark
-//! reports them) times the units a slot may hold, the grid's own cap
-//! ([`host_capacity`]). Slots are the one resource packed: hosts report no
-//! memory, and of bandwidth only the benchmark's measured KB/s, not a cap
-//! a scan would use up (a scan's traffic is bounded by the politeness delay).
+//! A host holds a job when it fits in every resource it offers: units (its
+//! slots, as its benchmark reports them, times the units a slot may hold,
+//! the grid's own cap: [`host_capacity`]), memory and bandwidth (what it
+//! reports in `Request::Resources`, against what its held units and the
+//! job need at once: [`super::resources`]). Jobs are tried in list order;
+//! one that does not fit is passed over for a smaller one after it (first
+//! fit). A host holding nothing always takes one job, so a site larger
+//! than any host's offer still runs, alone.
 //!
 //! Invariants: it takes only queued jobs and never copies; an idle host is
 //! woken only when the working hosts online cannot hold the queue.
 
 use beebot_shared::limits::{MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_SLOT};
 
-use super::{in_list_order, Ctx, Decision, HostView, Policy, WorkAsk};
+use super::resources::Demand;
+use super::{seconds_per_page, Ctx, Decision, HostView, JobView, Policy, WorkAsk};
 
 /// First fit: fill hosts that are already working before waking idle
 /// ones, so the fewest machines are in use.
 pub struct Pack;
+
+/// Queued jobs tried per host: enough to fill the largest host's units
+/// ([`MAX_UNITS_HELD_PER_HOST`]) past jobs that do not fit, so a decision's
+/// cost does not grow with the queue.
+pub const FIT_LOOKAHEAD: usize = 4 * MAX_UNITS_HELD_PER_HOST;
 
 /// Units a host may hold at once: a scanning unit and a buffer per slot,
 /// bounded for every host (the grid's `held_cap`).
@@ -26,9 +35,38 @@ pub fn host_capacity(slots: u32) -> u64 {
     (u64::from(slots.max(1)) * MAX_UNITS_PER_SLOT as u64).min(MAX_UNITS_HELD_PER_HOST as u64)
 }
 
-/// Units a working host could still take.
-fn room(h: &HostView) -> u64 {
-    host_capacity(h.slots).saturating_sub(u64::from(h.busy))
+/// The jobs of `queue` (in list order, those this host failed last) that
+/// fit on `h` one after another, at most `most`.
+fn first_fit<'q>(
+    h: &HostView,
+    queue: &'q [JobView],
+    delay_s: f64,
+    most: u64,
+) -> impl Iterator<Item = &'q JobView> {
+    let mut units = u64::from(h.busy);
+    let cap = host_capacity(h.slots).min(u64::from(h.busy).saturating_add(most));
+    let mut demand = h.demand;
+    let capacity = h.capacity;
+    let spp = seconds_per_page(h.pages_per_s, delay_s);
+    queue
+        .iter()
+        .filter(|j| !j.failed_here)
+        .chain(queue.iter().filter(|j| j.failed_here))
+        .take(FIT_LOOKAHEAD)
+        .filter(move |j| {
+            if units >= cap {
+                return false;
+            }
+            let mut after = demand;
+            after.add(Demand::of_scan(j.pages, spp));
+            // An empty host takes its first job whatever it needs.
+            if units > 0 && !after.fits(&capacity) {
+                return false;
+            }
+            units += 1;
+            demand = after;
+            true
+        })
 }
 
 impl Policy for Pack {
@@ -37,24 +75,34 @@ impl Policy for Pack {
     }
     fn choose(&self, ctx: &Ctx, ask: &WorkAsk) -> Decision {
         let me = ctx.asker();
-        // The working hosts online besides the asker, and what they could still hold.
-        let others: u64 = ctx
-            .hosts
-            .iter()
-            .enumerate()
-            .filter(|(i, h)| *i != ctx.asker && h.online && h.busy > 0)
-            .map(|(_, h)| room(h))
-            .sum();
-        // A working host takes what it asks for (the grid holds it to its cap);
-        // an idle one is woken only when the working ones cannot hold the queue.
-        let n = if me.busy > 0 || ctx.queue.len() as u64 > others {
-            ask.free_slots
-                .min(u32::try_from(room(me)).unwrap_or(u32::MAX))
+        // A working host takes what fits (the grid holds it to its cap); an
+        // idle one is woken only when the working hosts online cannot hold
+        // the queue.
+        let wake = me.busy > 0 || {
+            let mut room = 0usize;
+            for h in ctx
+                .hosts
+                .iter()
+                .enumerate()
+                .filter(|(i, h)| *i != ctx.asker && h.online && h.busy > 0)
+                .map(|(_, h)| h)
+            {
+                room += first_fit(h, ctx.queue, ctx.delay_s, u64::MAX).count();
+                if room >= ctx.queue.len() {
+                    break;
+                }
+            }
+            ctx.queue.len() > room
+        };
+        let jobs = if wake {
+            first_fit(me, ctx.queue, ctx.delay_s, u64::from(ask.free_slots))
+                .map(|j| j.job_id)
+                .collect()
         } else {
-            0
+            Vec::new()
         };
         Decision {
-            jobs: in_list_order(ctx.queue, n as usize),
+            jobs,
             replicas: Vec::new(),
         }
     }

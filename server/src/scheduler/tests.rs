@@ -46,6 +46,8 @@ fn host(id: u64, pps: f64) -> HostView {
         online: true,
         availability: 1.0,
         last_seen_ms: 0,
+        capacity: Capacity::UNBOUNDED,
+        demand: Demand::default(),
     }
 }
 
@@ -288,6 +290,50 @@ fn level_fills_empty_hosts_first_and_evenly() {
     // The loaded host is above the line: nothing.
     let c = ctx(&queue, &hosts, 2);
     assert!(Level.choose(&c, &ask(0, 10)).jobs.is_empty());
+}
+
+#[test]
+fn pack_fits_memory_and_bandwidth_first_fit_and_an_empty_host_takes_one_job() {
+    use resources::{scan_kbps, scan_memory_mb};
+    // Sites of 5,000, 100 and 100 pages, at delay 1 s.
+    let queue = q(&[(1, 5000.0), (2, 100.0), (3, 100.0)]);
+    let mut hosts = [host(1, 5.0), host(2, 5.0)];
+    hosts[0].slots = 4;
+    let small = scan_memory_mb(100.0);
+    let large = scan_memory_mb(5000.0);
+    // Memory for two small scans, less than the large one needs.
+    assert!(large > 2.0 * small);
+    hosts[0].capacity = Capacity {
+        memory_mb: 2.0 * small,
+        kbps: f64::INFINITY,
+    };
+    let mut c = ctx(&queue, &hosts, 0);
+    c.delay_s = 1.0;
+    // Empty: the first job whatever it needs; nothing else fits beside it.
+    assert_eq!(Pack.choose(&c, &ask(0, 8)).jobs, vec![1]);
+    // Holding a small scan: the large job is passed over for the other small one.
+    hosts[0].busy = 1;
+    hosts[0].demand = Demand::of_scan(100.0, 1.0);
+    let mut c = ctx(&queue, &hosts, 0);
+    c.delay_s = 1.0;
+    assert_eq!(Pack.choose(&c, &ask(0, 8)).jobs, vec![2]);
+    // Bandwidth for two scans at the delay: one more beside the one held.
+    hosts[0].capacity = Capacity {
+        memory_mb: f64::INFINITY,
+        kbps: 2.0 * scan_kbps(1.0),
+    };
+    let mut c = ctx(&queue, &hosts, 0);
+    c.delay_s = 1.0;
+    assert_eq!(Pack.choose(&c, &ask(0, 8)).jobs, vec![1]);
+    // The idle host is woken: the busy one can hold one of the three.
+    let mut c = ctx(&queue, &hosts, 1);
+    c.delay_s = 1.0;
+    assert_eq!(Pack.choose(&c, &ask(0, 2)).jobs, vec![1, 2]);
+    // At delay 0 a scan draws at the host's own pace: five pages a second.
+    let mut c = ctx(&queue, &hosts, 0);
+    c.delay_s = 0.0;
+    assert!(scan_kbps(0.2) > 2.0 * scan_kbps(1.0));
+    assert!(Pack.choose(&c, &ask(0, 8)).jobs.is_empty());
 }
 
 #[test]

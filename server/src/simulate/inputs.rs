@@ -1,11 +1,13 @@
 //! The simulator's inputs: synthetic sites (power-law sizes, a share never
 //! scanned) and hosts (speeds over a factor of ten), and the `HOST [PAGES]`
-//! and `NAME PAGES_PER_S [SLOTS]` files.
+//! and `NAME PAGES_PER_S [SLOTS [MEMORY_MB BANDWIDTH_KBPS]]` files.
 //!
 //! Invariants: synthetic inputs depend on their seed alone; a file with a
 //! bad line is refused whole, naming the line. It never reads a file itself
 //! (callers pass the text).
 
+use beebot_shared::limits::MAX_HOST_MEMORY_MB;
+use beebot_shared::proto::HostResources;
 use serde::Serialize;
 
 use super::{
@@ -25,7 +27,17 @@ pub struct SimHost {
     pub name: String,
     pub pages_per_s: f64,
     pub slots: u32,
+    /// What it offers its scans beyond slots, told to the grid as a client
+    /// does after its `Hello` (`None`: it says nothing).
+    pub resources: Option<HostResources>,
 }
+
+/// What a synthetic host offers: the client's defaults (1 GB for its
+/// scans, no bandwidth cap).
+pub const SYNTH_RESOURCES: HostResources = HostResources {
+    memory_mb: 1024,
+    bandwidth_kbps: 0,
+};
 
 /// `n` sites with power-law sizes; a share `unknown` of them never scanned.
 pub fn synthetic_sites(n: usize, unknown: f64, seed: u64) -> Vec<SimSite> {
@@ -50,6 +62,7 @@ pub fn synthetic_hosts(m: usize, seed: u64) -> Vec<SimHost> {
             name: format!("host{i}"),
             pages_per_s: rng.log_uniform(SYNTH_MIN_SPEED, SYNTH_MAX_SPEED),
             slots: SYNTH_SLOTS,
+            resources: Some(SYNTH_RESOURCES),
         })
         .collect()
 }
@@ -101,14 +114,16 @@ pub fn parse_sites(text: &str) -> Result<Vec<SimSite>, SimError> {
     Ok(out)
 }
 
-/// A hosts file: `NAME PAGES_PER_S [SLOTS]` a line (`#` comments).
+/// A hosts file: `NAME PAGES_PER_S [SLOTS [MEMORY_MB BANDWIDTH_KBPS]]` a
+/// line (`#` comments); memory and bandwidth are what the host offers its
+/// scans (a bandwidth of 0: no cap), as a client's settings say.
 pub fn parse_hosts(text: &str) -> Result<Vec<SimHost>, SimError> {
     let mut out = Vec::new();
     for (line, f) in data_lines(text) {
-        if !(2..=3).contains(&f.len()) {
+        if !matches!(f.len(), 2 | 3 | 5) {
             return Err(SimError::BadLine {
                 line,
-                msg: "expected `NAME PAGES_PER_S [SLOTS]`".into(),
+                msg: "expected `NAME PAGES_PER_S [SLOTS [MEMORY_MB BANDWIDTH_KBPS]]`".into(),
             });
         }
         let slots = match f.get(2) {
@@ -125,10 +140,32 @@ pub fn parse_hosts(text: &str) -> Result<Vec<SimHost>, SimError> {
                 })?,
             None => SYNTH_SLOTS,
         };
+        let resources = match (f.get(3), f.get(4)) {
+            (Some(m), Some(b)) => {
+                let memory_mb = m
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|m| (1..=MAX_HOST_MEMORY_MB).contains(m))
+                    .ok_or_else(|| SimError::BadLine {
+                        line,
+                        msg: format!("memory `{m}` must be 1 to {MAX_HOST_MEMORY_MB} MB"),
+                    })?;
+                let bandwidth_kbps = b.parse::<u64>().map_err(|_| SimError::BadLine {
+                    line,
+                    msg: format!("bandwidth `{b}` is not a whole number of KB/s"),
+                })?;
+                Some(HostResources {
+                    memory_mb,
+                    bandwidth_kbps,
+                })
+            }
+            _ => None,
+        };
         out.push(SimHost {
             name: f[0].to_string(),
             pages_per_s: number(line, "speed", f[1])?,
             slots,
+            resources,
         });
         if out.len() > MAX_SIM_HOSTS {
             return Err(SimError::Invalid(format!("at most {MAX_SIM_HOSTS} hosts")));
@@ -197,5 +234,21 @@ mod tests {
             parse_hosts("x\npc 1 0\n"),
             Err(SimError::BadLine { line: 1, .. })
         ));
+        // Memory and bandwidth come together; the host without them says nothing.
+        let h = parse_hosts("pc1 2 2 512 90\npc2 1 2\n").unwrap();
+        assert_eq!(
+            h[0].resources,
+            Some(HostResources {
+                memory_mb: 512,
+                bandwidth_kbps: 90
+            })
+        );
+        assert_eq!(h[1].resources, None);
+        for bad in ["pc 1 2 512\n", "pc 1 2 0 90\n", "pc 1 2 512 -1\n"] {
+            assert!(
+                matches!(parse_hosts(bad), Err(SimError::BadLine { line: 1, .. })),
+                "{bad}"
+            );
+        }
     }
 }

@@ -54,7 +54,9 @@ mod results;
 mod run;
 mod timeline;
 
-pub use inputs::{parse_hosts, parse_sites, synthetic_hosts, synthetic_sites, SimHost, SimSite};
+pub use inputs::{
+    parse_hosts, parse_sites, synthetic_hosts, synthetic_sites, SimHost, SimSite, SYNTH_RESOURCES,
+};
 pub use results::{run_all, summarise, table, Input, PolicySummary, RunResult};
 pub use run::run;
 pub use timeline::{lower_bound_s, Avail, Timeline};
@@ -78,8 +80,8 @@ pub const SYNTH_MIN_SPEED: f64 = 0.5;
 pub const SYNTH_MAX_SPEED: f64 = 5.0;
 pub const SYNTH_SLOTS: u32 = 2;
 /// Median of a site's mean response time, seconds: most sites answer well
-/// inside the politeness delay.
-const RESPONSE_MEDIAN_S: f64 = 0.25;
+/// inside the politeness delay (the default of `--response-ms`).
+pub const RESPONSE_MEDIAN_S: f64 = 0.25;
 /// Log-normal spread of sites' mean response times: one site in twenty is
 /// about three times slower than the median.
 const RESPONSE_SIGMA: f64 = 0.7;
@@ -159,6 +161,9 @@ pub struct SimOptions {
     /// Share of scans that fail (the client gives the unit back).
     pub scan_failures: f64,
     pub availability: Availability,
+    /// Median of the sites' mean response times, seconds (each site's mean
+    /// is drawn log-normally around it).
+    pub response_median_s: f64,
     /// The round's parameters: the server's defaults.
     pub delay_ms: u64,
     pub max_pages: u32,
@@ -194,6 +199,7 @@ impl Default for SimOptions {
             unknown: 0.1,
             scan_failures: 0.01,
             availability: Availability::Desktops,
+            response_median_s: RESPONSE_MEDIAN_S,
             delay_ms: round.delay_ms,
             max_pages: round.max_pages,
             max_seconds: round.max_seconds,

@@ -22,8 +22,7 @@ use super::results::RunResult;
 use super::timeline::{lower_bound_s, timeline, window_intervals, Avail, Timeline};
 use super::{
     invalid, Availability, Rng, SimError, SimOptions, EVENTS_PER_HOST, EVENTS_PER_JOB, HORIZON_MS,
-    MS_PER_HOUR, NIGHTS_AND_WEEKENDS, OFFICE_HOURS, PAGE_BYTES, RESPONSE_MEDIAN_S, RESPONSE_SIGMA,
-    SIM_START_MS,
+    MS_PER_HOUR, NIGHTS_AND_WEEKENDS, OFFICE_HOURS, PAGE_BYTES, RESPONSE_SIGMA, SIM_START_MS,
 };
 use crate::grid::{Grid, GridError, GridIo, GridSettings, MemoryLinks};
 use crate::model::{RoundState, SiteRecord, SiteStats};
@@ -113,7 +112,7 @@ fn site_truths(sites: &[SimSite], opts: &SimOptions, rng: &mut Rng) -> Vec<SiteT
                 None => rng.pareto_pages(),
             } as u64;
             let natural = size.min(max_pages);
-            let mean = RESPONSE_MEDIAN_S * (RESPONSE_SIGMA * rng.normal()).exp();
+            let mean = opts.response_median_s * (RESPONSE_SIGMA * rng.normal()).exp();
             SiteTruth {
                 natural,
                 capped: size > max_pages,
@@ -239,6 +238,9 @@ fn enrol_hosts(
         // The first-start benchmark: the reference site at delay 0.
         let bench = h.pages_per_s * rng.around_one(opts.benchmark_noise.clamp(0.0, 0.95));
         grid.benchmark(id, bench, bench * (PAGE_BYTES / 1024) as f64, h.slots, seen)?;
+        if let Some(r) = h.resources {
+            grid.set_resources(id, r, seen)?;
+        }
         clients.push(Client {
             host_id: id,
             avail: Avail::Off,

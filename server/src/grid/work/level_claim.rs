@@ -30,7 +30,8 @@ const SITE_PAGES: [u64; 16] = [
 /// The script's figures.
 struct Script {
     /// Every host: two slots (the client's default) at one page a second,
-    /// in a round whose politeness delay (above zero) is below that time.
+    /// in a round whose politeness delay (above zero) is below that time
+    /// (the test runs at it and at delay 0).
     slots: u32,
     pages_per_s: f64,
     delay_ms: u64,
@@ -72,7 +73,7 @@ struct Client {
 
 /// A grid in memory with the sites of [`SITE_PAGES`] and a running round
 /// under `policy`.
-fn grid_with_round(policy: &str) -> (Grid, u64) {
+fn grid_with_round(policy: &str, delay_ms: u64) -> (Grid, u64) {
     let store = crate::store::memory();
     for (i, pages) in SITE_PAGES.iter().enumerate() {
         let site = SiteRecord {
@@ -90,7 +91,7 @@ fn grid_with_round(policy: &str) -> (Grid, u64) {
     let p = RoundParams {
         policy: policy.into(),
         max_pages: 1000,
-        delay_ms: SCRIPT.delay_ms,
+        delay_ms,
         ..params(3)
     };
     let round = grid.start_round(p, T0).unwrap();
@@ -145,6 +146,7 @@ fn ask(
     clients: &mut [Client],
     c: usize,
     now: u64,
+    delay_ms: u64,
 ) -> Result<Asked, String> {
     let cl = &clients[c];
     let Some((want, free)) = work_wanted(
@@ -164,7 +166,7 @@ fn ask(
     let (views, _, _) = grid.host_views(now);
     let cost = views
         .iter()
-        .map(|h| h.cost(SCRIPT.delay_ms as f64 / 1000.0))
+        .map(|h| h.cost(delay_ms as f64 / 1000.0))
         .fold(0.0, f64::max);
     let (_, jobs) = grid.round(round).unwrap();
     let largest_s = jobs
@@ -217,8 +219,8 @@ fn ask(
 /// Run the script under `policy`: `Ok` when the claim held at every
 /// request, with the widest spread after a request while jobs were
 /// queued, and the largest queued job it was held to.
-fn claim_holds(policy: &str) -> Result<(f64, f64), String> {
-    let (mut grid, round) = grid_with_round(policy);
+fn claim_holds(policy: &str, delay_ms: u64) -> Result<(f64, f64), String> {
+    let (mut grid, round) = grid_with_round(policy, delay_ms);
     let mut clients = vec![
         join(&mut grid, T0, Some(SCRIPT.known_scan_s)),
         join(&mut grid, T0, Some(SCRIPT.known_scan_s)),
@@ -227,7 +229,7 @@ fn claim_holds(policy: &str) -> Result<(f64, f64), String> {
     let mut widest = (0.0, 0.0);
     let mut now = T0;
     for c in 0..loaded {
-        let a = ask(&mut grid, round, &mut clients, c, now)?;
+        let a = ask(&mut grid, round, &mut clients, c, now, delay_ms)?;
         widest = a.wider(widest);
         now += SCRIPT.step_ms;
     }
@@ -238,7 +240,7 @@ fn claim_holds(policy: &str) -> Result<(f64, f64), String> {
     for _ in 0..SCRIPT.cycles {
         for c in 0..clients.len() {
             now += SCRIPT.step_ms;
-            let a = ask(&mut grid, round, &mut clients, c, now)?;
+            let a = ask(&mut grid, round, &mut clients, c, now, delay_ms)?;
             widest = a.wider(widest);
             let got = a.got;
             let joiner_empty = clients[loaded..].iter().any(|j| j.held.is_empty());
@@ -258,14 +260,21 @@ fn claim_holds(policy: &str) -> Result<(f64, f64), String> {
 
 #[test]
 fn level_gives_joiners_the_next_jobs_and_keeps_hosts_within_one_job() {
-    match claim_holds("level") {
-        Ok((spread, largest)) => {
-            eprintln!("level: widest spread {spread:.0} s, largest queued job then {largest:.0} s")
+    // At the script's delay and at none: the hosts' own pace is the same.
+    for delay_ms in [SCRIPT.delay_ms, 0] {
+        match claim_holds("level", delay_ms) {
+            Ok((spread, largest)) => eprintln!(
+                "level, delay {delay_ms} ms: widest spread {spread:.0} s, \
+                 largest queued job then {largest:.0} s"
+            ),
+            Err(why) => panic!("level, delay {delay_ms} ms: {why}"),
         }
-        Err(why) => panic!("level: {why}"),
-    }
-    match claim_holds("round-robin") {
-        Ok(_) => panic!("round-robin keeps the claim too: the script shows nothing of `level`"),
-        Err(why) => eprintln!("round-robin breaks it: {why}"),
+        match claim_holds("round-robin", delay_ms) {
+            Ok(_) => panic!(
+                "round-robin keeps the claim too at delay {delay_ms} ms: \
+                 the script shows nothing of `level`"
+            ),
+            Err(why) => eprintln!("round-robin, delay {delay_ms} ms, breaks it: {why}"),
+        }
     }
 }

@@ -477,3 +477,70 @@ fn speeds_are_learned_from_real_jobs_and_size_deadlines() {
     let v = fx.one(a, &[], T0 + 2);
     assert_eq!(v.deadline_ms - v.issued_ms, 85_000);
 }
+
+/// `pack` fits the scans a host holds into the bandwidth it offers: at the
+/// round's delay (or the host's pace at delay 0) each scan draws a page's
+/// weight per page time. A host that offers three scans' worth holds
+/// three; a host that offered nothing is woken for the rest; what a host
+/// says is clamped, and a revoked host is not heard.
+#[test]
+fn pack_fits_a_hosts_units_into_the_bandwidth_it_offers() {
+    use beebot_shared::proto::HostResources;
+    use scheduler::resources::{scan_kbps, PAGE_KB};
+    const SCANS_OFFERED: u64 = 3;
+    for delay_ms in [0u64, 1000] {
+        let (mut fx, hosts) = two_hosts(12);
+        let (capped, open) = (hosts[0], hosts[1]);
+        let p = RoundParams {
+            policy: "pack".into(),
+            delay_ms,
+            ..params(3)
+        };
+        fx.grid.start_round(p, T0).unwrap();
+        // A host with no benchmark paces at the default speed.
+        let spp = scheduler::seconds_per_page(None, delay_ms as f64 / 1000.0);
+        let per_scan = scan_kbps(spp);
+        assert_eq!(per_scan, PAGE_KB / spp);
+        let offer = HostResources {
+            memory_mb: 4096,
+            bandwidth_kbps: (SCANS_OFFERED as f64 * per_scan).ceil() as u64,
+        };
+        fx.grid.set_resources(capped, offer, T0).unwrap();
+        assert_eq!(fx.grid.host_resources(capped), Some(&offer));
+        let (units, _) = fx.ask(capped, 8, &[], T0 + 1);
+        assert_eq!(units.len() as u64, SCANS_OFFERED, "delay {delay_ms} ms");
+        // Full: it asks again and gets nothing more.
+        let held: Vec<u64> = units.iter().map(|u| u.unit_id).collect();
+        let (more, _) = fx.ask(capped, 8, &held, T0 + 2);
+        assert!(more.is_empty(), "delay {delay_ms} ms: {more:?}");
+        // The working host cannot hold the queue: the idle one is woken and
+        // takes what its slots may hold (it said nothing beyond them).
+        let (woken, _) = fx.ask(open, 8, &[], T0 + 3);
+        assert_eq!(
+            woken.len() as u64,
+            scheduler::host_capacity(scheduler::DEFAULT_HOST_SLOTS),
+            "delay {delay_ms} ms"
+        );
+        // Figures past the bounds are clamped.
+        fx.grid
+            .set_resources(
+                open,
+                HostResources {
+                    memory_mb: u32::MAX,
+                    bandwidth_kbps: u64::MAX,
+                },
+                T0 + 4,
+            )
+            .unwrap();
+        let r = *fx.grid.host_resources(open).unwrap();
+        assert_eq!(
+            (r.memory_mb, r.bandwidth_kbps),
+            (
+                beebot_shared::limits::MAX_HOST_MEMORY_MB,
+                beebot_shared::limits::MAX_BENCHMARK_KB_PER_S as u64
+            )
+        );
+        fx.grid.revoke(open, T0 + 5).unwrap();
+        assert!(fx.grid.set_resources(open, offer, T0 + 6).is_err());
+    }
+}
