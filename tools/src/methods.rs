@@ -78,10 +78,36 @@ pub struct SpeedupRow {
     pub round_s: f64,
     /// T1/TN.
     pub speedup: f64,
-    /// The largest site's fetches at the delay: no round ends sooner.
+    /// The delays between the largest site's fetches: no round ends sooner.
     pub largest_site_s: f64,
-    /// Every fetch at the delay over all the clients' slots.
+    /// The delays between every site's fetches over all the clients'
+    /// slots: no round ends sooner.
     pub spread_s: f64,
+    /// The units the round issued.
+    pub units: Units,
+}
+
+/// What a round issued: units, and of them copies of running jobs
+/// (hedges and tail replicas) and continuations of a scan handed over or cut.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Units {
+    pub issued: usize,
+    pub copies: usize,
+    pub continued: usize,
+}
+
+impl Units {
+    fn of(jobs: &[beebot_server::model::JobRecord]) -> Units {
+        let mut u = Units::default();
+        for j in jobs {
+            for a in &j.attempts {
+                u.issued += 1;
+                u.copies += usize::from(a.replica);
+                u.continued += usize::from(a.resume_seq > 0);
+            }
+        }
+        u
+    }
 }
 
 impl SpeedupRow {
@@ -90,6 +116,12 @@ impl SpeedupRow {
     pub fn holds(&self, base_clients: usize) -> bool {
         self.speedup >= SPEEDUP_TARGET * self.clients as f64 / base_clients as f64
     }
+}
+
+/// The politeness delays a site's `fetches` wait at least: one between
+/// each two requests to its host.
+fn delay_gaps(fetches: u64) -> u64 {
+    fetches.saturating_sub(1)
 }
 
 /// A synthetic web's fetches per site: its URLs and its robots.txt.
@@ -135,8 +167,12 @@ pub async fn speedup(opts: &SpeedupOptions) -> Result<Vec<SpeedupRow>> {
     for &n in &opts.clients {
         let web = SynthWeb::with_config(opts.seed, opts.sites, config.clone());
         let fetches = site_fetches(&web);
-        let total: u64 = fetches.iter().map(|(_, f)| f).sum();
-        let largest = fetches.iter().map(|(_, f)| *f).max().unwrap_or(0);
+        let gaps: u64 = fetches.iter().map(|(_, f)| delay_gaps(*f)).sum();
+        let largest = fetches
+            .iter()
+            .map(|(_, f)| delay_gaps(*f))
+            .max()
+            .unwrap_or(0);
         let specs: Vec<ClientSpec> = (0..n)
             .map(|i| ClientSpec {
                 name: format!("worker-{i}"),
@@ -145,7 +181,7 @@ pub async fn speedup(opts: &SpeedupOptions) -> Result<Vec<SpeedupRow>> {
             })
             .collect();
         let policy = RoundParams::default().policy;
-        let round_s = timed_rounds(web, &specs, opts.delay_ms, &[policy.as_str()])
+        let (round_s, units) = timed_rounds(web, &specs, opts.delay_ms, &[policy.as_str()])
             .await?
             .remove(0);
         let base = rows.first().map_or(round_s, |r| r.round_s);
@@ -155,20 +191,21 @@ pub async fn speedup(opts: &SpeedupOptions) -> Result<Vec<SpeedupRow>> {
             round_s,
             speedup: base / round_s,
             largest_site_s: largest as f64 * delay_s,
-            spread_s: total as f64 * delay_s / (n as f64 * f64::from(DEFAULT_SLOTS)),
+            spread_s: gaps as f64 * delay_s / (n as f64 * f64::from(DEFAULT_SLOTS)),
+            units,
         });
     }
     Ok(rows)
 }
 
 /// Start a grid on `web` with `clients`, and time a round under each of
-/// `policies` in turn; seconds each.
+/// `policies` in turn; seconds each, and the units each issued.
 async fn timed_rounds(
     web: SynthWeb,
     clients: &[ClientSpec],
     delay_ms: u64,
     policies: &[&str],
-) -> Result<Vec<f64>> {
+) -> Result<Vec<(f64, Units)>> {
     let total: u64 = site_fetches(&web).iter().map(|(_, f)| f).sum();
     let timeout = round_timeout(total, delay_ms);
     let mut grid = LoopbackGrid::start(web, None).await?;
@@ -184,7 +221,7 @@ async fn timed_rounds(
         if counts.done != counts.total {
             bail!("round {id} ({policy}) ended with {counts:?}");
         }
-        times.push(t.as_secs_f64());
+        times.push((t.as_secs_f64(), Units::of(&jobs)));
     }
     grid.shutdown().await?;
     Ok(times)
@@ -212,6 +249,10 @@ pub struct EdgRow {
     pub policy: String,
     pub measured_s: f64,
     pub simulated_s: f64,
+    /// The delays between the largest site's fetches: no round ends sooner.
+    pub largest_site_s: f64,
+    /// The units the measured round issued.
+    pub units: Units,
 }
 
 /// Run BeeBot-EDG's experiment on one grid, and the simulator beside it.
@@ -234,6 +275,14 @@ pub async fn edg(opts: &EdgOptions) -> Result<Vec<EdgRow>> {
             throttle: Duration::from_millis(*t),
         })
         .collect();
+    // No round ends before its largest site is fetched at the delay.
+    let largest_site_s = site_fetches(&web)
+        .iter()
+        .map(|(_, f)| delay_gaps(*f))
+        .max()
+        .unwrap_or(0) as f64
+        * opts.delay_ms as f64
+        / 1000.0;
     let measured = timed_rounds(web, &specs, opts.delay_ms, &EDG_POLICIES).await?;
     let sim = simulate::run_all(
         &Input::Given(sim_sites),
@@ -248,7 +297,9 @@ pub async fn edg(opts: &EdgOptions) -> Result<Vec<EdgRow>> {
         .map(|(p, m)| EdgRow {
             clients: specs.len(),
             policy: p.to_string(),
-            measured_s: m,
+            measured_s: m.0,
+            units: m.1,
+            largest_site_s,
             simulated_s: sim
                 .iter()
                 .find(|(name, _)| name == p)
@@ -343,19 +394,22 @@ pub fn sim_options(delay_ms: u64) -> SimOptions {
 pub fn speedup_table(rows: &[SpeedupRow]) -> String {
     let base = rows.first().map_or(1, |r| r.clients);
     let mut out = String::from(
-        "clients  round s  T1/TN  target  claim    largest site s  all fetches / slots s\n",
+        "clients  round s  T1/TN  target  claim    largest site s  all fetches / slots s  units  copies  continued\n",
     );
     for r in rows {
         let target = SPEEDUP_TARGET * r.clients as f64 / base as f64;
         out.push_str(&format!(
-            "{:>7}  {:>7.1}  {:>5.2}  {:>6.2}  {:<7}  {:>14.1}  {:>21.1}\n",
+            "{:>7}  {:>7.1}  {:>5.2}  {:>6.2}  {:<7}  {:>14.1}  {:>21.1}  {:>5}  {:>6}  {:>9}\n",
             r.clients,
             r.round_s,
             r.speedup,
             target,
             if r.holds(base) { "holds" } else { "misses" },
             r.largest_site_s,
-            r.spread_s
+            r.spread_s,
+            r.units.issued,
+            r.units.copies,
+            r.units.continued
         ));
     }
     out
@@ -364,16 +418,21 @@ pub fn speedup_table(rows: &[SpeedupRow]) -> String {
 /// The EDG table: measured, simulated, simulated/measured, and whether
 /// the ordering (batch ahead of round-robin, adaptive ahead of both) holds.
 pub fn edg_table(rows: &[EdgRow]) -> String {
-    let mut out =
-        String::from("clients  policy        measured s  simulated s  simulated/measured\n");
+    let mut out = String::from(
+        "clients  policy        measured s  simulated s  simulated/measured  largest site s  units  copies  continued\n",
+    );
     for r in rows {
         out.push_str(&format!(
-            "{:>7}  {:<12}  {:>10.1}  {:>11.1}  {:>18.2}\n",
+            "{:>7}  {:<12}  {:>10.1}  {:>11.1}  {:>18.2}  {:>14.1}  {:>5}  {:>6}  {:>9}\n",
             r.clients,
             r.policy,
             r.measured_s,
             r.simulated_s,
-            r.simulated_s / r.measured_s
+            r.simulated_s / r.measured_s,
+            r.largest_site_s,
+            r.units.issued,
+            r.units.copies,
+            r.units.continued
         ));
     }
     out

@@ -56,6 +56,10 @@ impl Worker {
                     // A little jitter so hosts do not ask in lockstep.
                     let jitter = 1.0 + rand::random::<f64>() * 0.2;
                     self.next_request = Instant::now() + Duration::from_secs(wait).mul_f64(jitter);
+                } else {
+                    // Work again: a `retry_after` heard while the grid was
+                    // idle no longer holds (the buffer rule decides).
+                    self.next_request = Instant::now();
                 }
                 self.hold_offered(units)?;
                 Ok(true)

@@ -78,12 +78,12 @@ impl Worker {
             }
             self.held.remove(&unit_id);
             self.home.remove_unit(unit_id);
-            if self.opts.once {
-                // This result may have ended the round: ask at once rather
-                // than after a `retry_after` heard while scanning, so
-                // `--once` exits as soon as its work is delivered.
-                self.next_request = Instant::now();
-            }
+            // A slot is free: ask at once (when the buffer wants more)
+            // rather than after a `retry_after` heard while it was busy,
+            // which said only that nothing was left for a full host then.
+            // This result may also have ended the round: `--once` exits as
+            // soon as its work is delivered.
+            self.next_request = Instant::now();
         }
         Ok(true)
     }
