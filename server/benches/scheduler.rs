@@ -33,6 +33,7 @@ fn views(seed: u64) -> (Vec<JobView>, Vec<HostView>, Vec<RunningView>) {
             order: i as u32,
             pages: s.pages.unwrap_or(scheduler::DEFAULT_SITE_PAGES),
             failed_here: rng.unit() < 0.01,
+            failed_somewhere: false,
             size_known: s.pages.is_some(),
             assigned: Some(1 + (i % HOSTS) as u64),
         })

@@ -10,9 +10,9 @@
 //!   at most 1/(0.8 × 2) of one client's time, on a round that its largest
 //!   site does not bound; one client alone keeps its slots busy (within
 //!   twice its fetches at the delay over its slots).
-//! - BeeBot-EDG's experiment: with clients of different speeds, `adaptive`
-//!   is not behind `round-robin` (run first: it uses no sizes or speeds,
-//!   and its round teaches the grid both).
+//! - BeeBot-EDG's experiment: with clients of different speeds, `batch` is
+//!   not behind `round-robin` (run first: it uses no sizes or speeds, and
+//!   its round teaches the grid both), and `adaptive` not behind either.
 //! - First fit (`pack`) over what a machine offers: a client whose
 //!   bandwidth cap fits one scan at the round's delay holds one unit at a
 //!   time, though its two slots would hold more.
@@ -44,9 +44,10 @@ const EDG_MAX_PAGES: usize = 40;
 /// The clients' pauses after every page: fast (the delay paces it),
 /// medium, slow.
 const EDG_THROTTLES_MS: [(&str, u64); 3] = [("fast", 0), ("medium", 150), ("slow", 450)];
-/// `adaptive` may take at most this share of round-robin's time (timing
-/// noise on a loaded machine; it is measured well ahead).
-const ADAPTIVE_SLACK: f64 = 1.1;
+/// A policy said to be ahead of another may take at most this share of
+/// its time (timing noise on a loaded machine; `beebot-methods` measures
+/// the order at length).
+const ORDER_SLACK: f64 = 1.2;
 /// A client's round may take at most this factor of its fetches at the
 /// delay over its slots (scan starts, uploads and requests between units).
 const BUSY_SLACK: f64 = 2.0;
@@ -177,7 +178,7 @@ fn two_clients_end_a_polite_round_close_to_twice_as_fast_as_one() {
 }
 
 #[test]
-fn adaptive_is_not_behind_round_robin_with_clients_of_different_speeds() {
+fn batch_is_ahead_of_round_robin_and_adaptive_ahead_of_both_with_clients_of_different_speeds() {
     let g = Grid::start_with(SynthWeb::with_config(
         EDG_SEED,
         EDG_SITES,
@@ -193,11 +194,16 @@ fn adaptive_is_not_behind_round_robin_with_clients_of_different_speeds() {
     g.import_sites();
     let _clients = start_clients(&g, &EDG_THROTTLES_MS);
     let rr = timed_round(&g, "round-robin");
+    let batch = timed_round(&g, "batch");
     let adaptive = timed_round(&g, "adaptive");
-    eprintln!("round-robin {rr:.1} s, adaptive {adaptive:.1} s");
+    eprintln!("round-robin {rr:.1} s, batch {batch:.1} s, adaptive {adaptive:.1} s");
     assert!(
-        adaptive <= ADAPTIVE_SLACK * rr,
-        "adaptive took {adaptive:.1} s, round-robin {rr:.1} s"
+        batch <= ORDER_SLACK * rr,
+        "batch took {batch:.1} s, round-robin {rr:.1} s"
+    );
+    assert!(
+        adaptive <= ORDER_SLACK * rr.min(batch),
+        "adaptive took {adaptive:.1} s, round-robin {rr:.1} s, batch {batch:.1} s"
     );
 }
 

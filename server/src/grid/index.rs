@@ -130,6 +130,7 @@ impl Grid {
                 order,
                 pages: job.est_pages,
                 failed_here: false,
+                failed_somewhere: job.attempts.iter().any(|a| a.state.ended_without_result()),
                 size_known: job.size_known,
                 // A batch stays with its host unless that host failed the job.
                 assigned: job.batch_host.filter(|h| !failed_by(job, *h)),

@@ -186,6 +186,7 @@ impl Grid {
                 order: i as u32,
                 pages: j.est_pages,
                 failed_here: false,
+                failed_somewhere: false,
                 size_known: j.size_known,
                 assigned: None,
             })

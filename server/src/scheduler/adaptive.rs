@@ -17,7 +17,10 @@ use super::{
 ///
 /// On a request, the asking host takes the largest queued job for which no
 /// other online host would finish clearly sooner (each other host's start is
-/// its next free slot plus [`ASK_LAG_S`]). Finishing times are linear in the
+/// its next free slot plus [`ASK_LAG_S`]), or that failed on some host (it
+/// goes to the next host that may take it: the faster host may be the one
+/// that failed it, which the grid does not give it again while another is
+/// online). Finishing times are linear in the
 /// job's pages, so one pass over the hosts gives the interval of sizes the
 /// asker wins, and one pass over the queue the largest job in it: a decision
 /// is O(hosts + queue) per unit.
@@ -204,7 +207,11 @@ impl Policy for Adaptive {
             let mut pick = largest_by(
                 ctx.queue,
                 &out,
-                |j| !j.failed_here && place(j) >= lo * 0.999_999 && place(j) <= hi * 1.000_001,
+                |j| {
+                    !j.failed_here
+                        && (j.failed_somewhere
+                            || (place(j) >= lo * 0.999_999 && place(j) <= hi * 1.000_001))
+                },
                 place,
             );
             // A job this host failed comes back to it only when nothing else is left.

@@ -99,6 +99,10 @@ pub struct JobView {
     pub pages: f64,
     /// The asking host already failed this job (expired or gave it back).
     pub failed_here: bool,
+    /// Some host failed this job: it goes to the next host that may take
+    /// it, not kept for a faster one (which may be the host that failed
+    /// it, and is then not given it while another is online).
+    pub failed_somewhere: bool,
     /// `pages` comes from a last scan (false: a site never scanned, whose
     /// true size may be anything up to the page cap).
     pub size_known: bool,

@@ -29,6 +29,7 @@ fn q(ids_pages: &[(u64, f64)]) -> Vec<JobView> {
             order: i as u32,
             pages,
             failed_here: false,
+            failed_somewhere: false,
             size_known: true,
             assigned: None,
         })
@@ -438,6 +439,31 @@ fn run(job_id: u64, pages: f64, finish_s: f64) -> RunningView {
         failed_here: false,
         finish_s,
     }
+}
+
+#[test]
+fn adaptive_gives_a_job_that_failed_elsewhere_to_the_next_host_that_asks() {
+    // A small job the faster host failed: the grid does not give it to
+    // that host again while the slower one is online, so the slower one
+    // must not keep deferring to it.
+    let mut queue = q(&[(1, 10.0)]);
+    let hosts = [host(1, 1.0), host(2, 20.0)];
+    let c = ctx(&queue, &hosts, 0);
+    assert!(
+        Adaptive.choose(&c, &ask(3600, 2)).jobs.is_empty(),
+        "the faster host would finish it sooner: the slower one waits"
+    );
+    queue[0].failed_somewhere = true;
+    let c = ctx(&queue, &hosts, 0);
+    assert_eq!(Adaptive.choose(&c, &ask(3600, 2)).jobs, vec![1]);
+    // The host that failed it still takes it only when nothing else is left.
+    queue[0].failed_here = true;
+    let more = q(&[(1, 10.0), (2, 5.0)]);
+    let mut both = more.clone();
+    both[0].failed_here = true;
+    both[0].failed_somewhere = true;
+    let c = ctx(&both, &hosts, 1);
+    assert_eq!(Adaptive.choose(&c, &ask(3600, 1)).jobs, vec![2]);
 }
 
 #[test]
