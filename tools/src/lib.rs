@@ -9,3 +9,28 @@
 pub mod demo;
 pub mod grid;
 pub mod methods;
+
+/// The tools' `main`: logs on stderr at `default_level` unless `RUST_LOG`
+/// says otherwise (colours only on a terminal), then `run`; an error is
+/// printed and exits with status 1.
+pub fn tool_main(
+    default_level: &str,
+    run: impl FnOnce() -> anyhow::Result<()>,
+) -> std::process::ExitCode {
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

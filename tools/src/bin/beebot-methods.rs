@@ -3,7 +3,6 @@
 //! each, with the simulator's figures beside EDG's. See
 //! [`beebot_tools::methods`].
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -66,21 +65,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_LEVEL)),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    beebot_tools::tool_main(DEFAULT_LOG_LEVEL, || run(args))
 }
 
 /// `0,300,900/0,200` as lists of throttles.
