@@ -57,8 +57,17 @@ fn views(seed: u64) -> (Vec<JobView>, Vec<HostView>, Vec<RunningView>) {
                 online: rng.unit() < 0.95,
                 availability: 0.8 + 0.2 * rng.unit(),
                 last_seen_ms: 1_000_000,
-                capacity: scheduler::Capacity::UNBOUNDED,
-                demand: scheduler::Demand::default(),
+                // What clients report by default (1 GB), half of them with
+                // a bandwidth cap, and what their held scans need of it:
+                // `pack` fits on the path real hosts take.
+                capacity: scheduler::Capacity {
+                    memory_mb: 1024.0,
+                    kbps: if i % 2 == 0 { 300.0 } else { f64::INFINITY },
+                },
+                demand: scheduler::Demand {
+                    memory_mb: busy as f64 * scheduler::resources::scan_memory_mb(100.0),
+                    kbps: busy as f64 * scheduler::resources::PAGE_KB,
+                },
             }
         })
         .collect();

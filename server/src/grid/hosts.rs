@@ -286,6 +286,7 @@ impl Grid {
         h.revoked = true;
         let h = h.clone();
         self.store.put_host(&h)?;
+        self.resources.remove(&host_id);
         self.release_host_units(host_id, None, now_ms)?;
         self.store.flush()?;
         Ok(())

@@ -13,7 +13,9 @@
 //! than any host's offer still runs, alone.
 //!
 //! Invariants: it takes only queued jobs and never copies; an idle host is
-//! woken only when the working hosts online cannot hold the queue.
+//! woken only when the working hosts online cannot hold the queue (their
+//! room for jobs like the next queued one: one pass over the hosts); a
+//! decision tries at most [`FIT_LOOKAHEAD`] queued jobs.
 
 use beebot_shared::limits::{MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_SLOT};
 
@@ -69,6 +71,30 @@ fn first_fit<'q>(
         })
 }
 
+/// Jobs like `job` a working host could still take: its units left,
+/// bounded by how many such scans fit in the memory and bandwidth it has
+/// left.
+fn room_for(h: &HostView, job: Option<&JobView>, delay_s: f64) -> u64 {
+    let units = host_capacity(h.slots).saturating_sub(u64::from(h.busy));
+    let Some(j) = job else {
+        return units;
+    };
+    let need = Demand::of_scan(j.pages, seconds_per_page(h.pages_per_s, delay_s));
+    let fit = |left: f64, per: f64| {
+        if left.is_infinite() {
+            u64::MAX
+        } else {
+            (left.max(0.0) / per).floor() as u64
+        }
+    };
+    units
+        .min(fit(
+            h.capacity.memory_mb - h.demand.memory_mb,
+            need.memory_mb,
+        ))
+        .min(fit(h.capacity.kbps - h.demand.kbps, need.kbps))
+}
+
 impl Policy for Pack {
     fn name(&self) -> &'static str {
         "pack"
@@ -79,20 +105,18 @@ impl Policy for Pack {
         // idle one is woken only when the working hosts online cannot hold
         // the queue.
         let wake = me.busy > 0 || {
-            let mut room = 0usize;
-            for h in ctx
+            // One pass over the hosts: each working host's room for jobs
+            // like the next queued one (not a fit over the queue per host,
+            // which would cost hosts × queue on every idle host's request).
+            let next = ctx.queue.first();
+            let room: u64 = ctx
                 .hosts
                 .iter()
                 .enumerate()
                 .filter(|(i, h)| *i != ctx.asker && h.online && h.busy > 0)
-                .map(|(_, h)| h)
-            {
-                room += first_fit(h, ctx.queue, ctx.delay_s, u64::MAX).count();
-                if room >= ctx.queue.len() {
-                    break;
-                }
-            }
-            ctx.queue.len() > room
+                .map(|(_, h)| room_for(h, next, ctx.delay_s))
+                .sum();
+            ctx.queue.len() as u64 > room
         };
         let jobs = if wake {
             first_fit(me, ctx.queue, ctx.delay_s, u64::from(ask.free_slots))

@@ -541,6 +541,11 @@ fn pack_fits_a_hosts_units_into_the_bandwidth_it_offers() {
             )
         );
         fx.grid.revoke(open, T0 + 5).unwrap();
+        assert_eq!(
+            fx.grid.host_resources(open),
+            None,
+            "forgotten with the host"
+        );
         assert!(fx.grid.set_resources(open, offer, T0 + 6).is_err());
     }
 }
