@@ -184,8 +184,14 @@ fn server_killed_twenty_times_mid_round_loses_nothing_acknowledged() {
         join(&g, n, &code);
     }
     g.import_sites();
-    let round =
-        last_line(&g.admin_ok(&["round", "start", "--delay-ms", "0", "--max-attempts", "100"]));
+    let round = last_line(&g.admin_ok(&[
+        "round",
+        "start",
+        "--delay-ms",
+        "50",
+        "--max-attempts",
+        "100",
+    ]));
     let logs: Vec<PathBuf> = names
         .iter()
         .map(|n| g.dir.path().join(format!("client-{n}.log")))

@@ -1,0 +1,232 @@
+//! Work-request bench (`cargo bench -p beebot-server --bench request_work`):
+//! the cost of one whole `Grid::request_work` as `serve` runs it under the
+//! grid lock (the asker's view, every host's view, the policy's choice,
+//! issuing, signing), on the path a real round takes: every request hands
+//! out a unit, and every unit is uploaded (untimed) before its host asks
+//! again. 2,000 enrolled hosts, each holding a unit, against a round of
+//! 1,000 to 1,000,000 queued sites, per policy. Prints one table; figures
+//! are compared within one run and nothing here asserts a speed.
+//!
+//! `BEEBOT_BENCH_QUEUES=1000,100000` picks the queue sizes,
+//! `BEEBOT_BENCH_POLICIES=adaptive,level` the policies.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ed25519_dalek::{SigningKey, VerifyingKey};
+
+use beebot_server::grid::{
+    Grid, GridIo, GridSettings, MemoryLinks, UploadOutcome, UploadStep, WorkRequest,
+};
+use beebot_server::params::RoundParams;
+use beebot_server::validate::ValidateMode;
+use beebot_shared::extract::LinkTag;
+use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary};
+use beebot_shared::proto::HostInfo;
+use beebot_shared::sign::{self, WorkUnit};
+
+/// Hosts enrolled, each asking in turn.
+const HOSTS: usize = 2_000;
+/// Queue sizes measured by default.
+const QUEUES: [usize; 4] = [1_000, 10_000, 100_000, 1_000_000];
+/// Policies measured by default.
+const POLICIES: [&str; 3] = ["adaptive", "level", "round-robin"];
+/// Least time spent measuring each figure, and most requests.
+const MIN_TIME: Duration = Duration::from_secs(2);
+const MAX_REQUESTS: usize = 20_000;
+/// The issue's target for one whole request.
+const TARGET_US: f64 = 100.0;
+/// Start of the bench's clock (Unix ms); each request moves it on by this.
+const T0: u64 = 1_750_000_000_000;
+const STEP_MS: u64 = 5;
+
+fn list<T: std::str::FromStr + Clone>(var: &str, default: &[T]) -> Vec<T> {
+    match std::env::var(var) {
+        Ok(v) => v.split(',').filter_map(|s| s.trim().parse().ok()).collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
+fn main() {
+    let queues = list("BEEBOT_BENCH_QUEUES", &QUEUES);
+    let policies: Vec<String> = match std::env::var("BEEBOT_BENCH_POLICIES") {
+        Ok(v) => v.split(',').map(|s| s.trim().to_string()).collect(),
+        Err(_) => POLICIES.iter().map(|s| s.to_string()).collect(),
+    };
+    println!(
+        "one whole request_work (views, policy, issue, sign) with {HOSTS} hosts each holding a unit;"
+    );
+    println!("every unit handed out is uploaded (untimed) before its host asks again");
+    println!(
+        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
+        "policy", "queued", "requests", "mean µs", "p50 µs", "p99 µs", "target"
+    );
+    for policy in &policies {
+        for &queued in &queues {
+            let m = measure(policy, queued);
+            println!(
+                "{:<14} {:>10} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>8}",
+                policy,
+                queued,
+                m.requests,
+                m.mean_us,
+                m.p50_us,
+                m.p99_us,
+                if m.p99_us < TARGET_US { "ok" } else { "OVER" }
+            );
+        }
+    }
+}
+
+struct Measured {
+    requests: usize,
+    mean_us: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+/// A grid in memory with `queued` sites in a running round under `policy`
+/// and [`HOSTS`] benchmarked hosts, each asked once (so each holds a unit).
+/// What [`grid`] sets up: the grid, the project's public key, the hosts,
+/// the unit each holds, and the clock.
+type Bench = (Grid, VerifyingKey, Vec<u64>, Vec<Option<WorkUnit>>, u64);
+
+fn grid(policy: &str, queued: usize) -> Bench {
+    let key = sign::generate_key();
+    let io = GridIo::in_memory(
+        beebot_server::store::memory(),
+        Arc::new(MemoryLinks::default()),
+        key.clone(),
+        7,
+    );
+    let settings = GridSettings {
+        user_agent: "BeeBot/bench (+http://example.test/bot)".into(),
+        deadline_slack: 3.0,
+        deadline_grace_s: 600,
+        trust_after: 3,
+        spot_check_percent: 5,
+    };
+    let mut g = Grid::open(io, settings).expect("grid");
+    let sites: Vec<String> = (0..queued).map(|i| format!("s{i}.bench.test")).collect();
+    g.add_sites(&sites, T0).expect("sites");
+    let params = RoundParams {
+        policy: policy.to_string(),
+        validate: ValidateMode::Adaptive,
+        ..RoundParams::default()
+    };
+    g.start_round(params, T0).expect("round");
+    let token = g
+        .create_invite(HOSTS as u32, T0 + 86_400_000, T0)
+        .expect("invite");
+    let mut hosts = Vec::with_capacity(HOSTS);
+    for i in 0..HOSTS {
+        let hk = sign::generate_key();
+        let info = HostInfo {
+            name: format!("h{i}"),
+            os: "bench".into(),
+            client_version: "0".into(),
+            cores: 2,
+        };
+        let id = g
+            .enrol(&token, hk.verifying_key().to_bytes(), info, T0)
+            .expect("enrol");
+        let speed = 1.0 + (i % 5) as f64;
+        g.benchmark(id, speed, speed * 40.0, 2, T0).expect("bench");
+        hosts.push(id);
+    }
+    let mut held = vec![None; HOSTS];
+    let mut now = T0;
+    for (i, &h) in hosts.iter().enumerate() {
+        now += 1;
+        held[i] = ask(&mut g, &key, h, None, now);
+    }
+    (g, key.verifying_key(), hosts, held, now)
+}
+
+/// One work request of host `h` holding `held`; the unit it got, verified.
+fn ask(g: &mut Grid, key: &SigningKey, h: u64, held: Option<u64>, now: u64) -> Option<WorkUnit> {
+    let req = WorkRequest {
+        want_seconds: 3600,
+        free_slots: 1,
+        units_held: held.into_iter().collect(),
+        open_windows: None,
+    };
+    let reply = g.request_work(h, &req, now).expect("request_work");
+    reply
+        .units
+        .first()
+        .map(|s| sign::verify_unit(&key.verifying_key(), s).expect("signed"))
+}
+
+/// Upload a one-page result of `unit` as `serve` does (verify, write, finish).
+fn upload(g: &mut Grid, h: u64, unit: &WorkUnit, now: u64) {
+    let records = vec![LinkRecord {
+        source_url: format!("http://{}/", unit.site),
+        target_url: "http://elsewhere.test/".into(),
+        tag: LinkTag::A,
+        nofollow: false,
+        anchor_text: "out".into(),
+    }];
+    let header = LinkFileHeader::of_unit(unit, 1, 1);
+    let file = linkfile::encode(&header, &records).expect("link file");
+    let summary = ScanSummary {
+        pages: 1,
+        links: 1,
+        bytes: 20_000,
+        elapsed_ms: now.saturating_sub(unit.issued_ms).max(1000),
+        ..ScanSummary::default()
+    };
+    let plan = match g.upload_begin(h, unit.unit_id, now).expect("upload") {
+        UploadStep::Answer(_) => return,
+        UploadStep::Plan(p) => p,
+    };
+    let outcome = match plan.verify(&summary, &file, None) {
+        Ok(v) => {
+            plan.write(&file, None).expect("write");
+            g.upload_finish(&plan, summary, v, now).expect("finish")
+        }
+        Err(r) => g.upload_refused(&plan, r, now).expect("refused"),
+    };
+    black_box(matches!(outcome, UploadOutcome::Accepted));
+}
+
+fn measure(policy: &str, queued: usize) -> Measured {
+    let (mut g, key, hosts, mut held, mut now) = grid(policy, queued);
+    let mut times = Vec::new();
+    let start = Instant::now();
+    let most = MAX_REQUESTS.min(queued / 2);
+    let mut i = 0;
+    while times.len() < most && (start.elapsed() < MIN_TIME || times.len() < 100) {
+        let k = (i * 7919) % HOSTS;
+        i += 1;
+        let h = hosts[k];
+        now += STEP_MS;
+        // The unit it held is scanned: uploaded before it asks again.
+        if let Some(u) = held[k].take() {
+            upload(&mut g, h, &u, now);
+        }
+        let t = Instant::now();
+        let req = WorkRequest {
+            want_seconds: 3600,
+            free_slots: 1,
+            units_held: Vec::new(),
+            open_windows: None,
+        };
+        let reply = black_box(g.request_work(h, &req, now).expect("request_work"));
+        times.push(t.elapsed());
+        held[k] = reply
+            .units
+            .first()
+            .map(|s| sign::verify_unit(&key, s).expect("signed"));
+    }
+    times.sort();
+    let n = times.len().max(1);
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    Measured {
+        requests: times.len(),
+        mean_us: times.iter().map(|d| us(*d)).sum::<f64>() / n as f64,
+        p50_us: us(times[n / 2]),
+        p99_us: us(times[(n * 99 / 100).min(n - 1)]),
+    }
+}
