@@ -14,15 +14,14 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ed25519_dalek::{SigningKey, VerifyingKey};
+use ed25519_dalek::VerifyingKey;
 
 use beebot_server::grid::{
     Grid, GridIo, GridSettings, MemoryLinks, UploadOutcome, UploadStep, WorkRequest,
 };
 use beebot_server::params::RoundParams;
+use beebot_server::simulate;
 use beebot_server::validate::ValidateMode;
-use beebot_shared::extract::LinkTag;
-use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary};
 use beebot_shared::proto::HostInfo;
 use beebot_shared::sign::{self, WorkUnit};
 
@@ -43,7 +42,14 @@ const STEP_MS: u64 = 5;
 
 fn list<T: std::str::FromStr + Clone>(var: &str, default: &[T]) -> Vec<T> {
     match std::env::var(var) {
-        Ok(v) => v.split(',').filter_map(|s| s.trim().parse().ok()).collect(),
+        Ok(v) => v
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{var}: `{s}` is not a number"))
+            })
+            .collect(),
         Err(_) => default.to_vec(),
     }
 }
@@ -139,13 +145,13 @@ fn grid(policy: &str, queued: usize) -> Bench {
     let mut now = T0;
     for (i, &h) in hosts.iter().enumerate() {
         now += 1;
-        held[i] = ask(&mut g, &key, h, None, now);
+        held[i] = ask(&mut g, &key.verifying_key(), h, None, now);
     }
     (g, key.verifying_key(), hosts, held, now)
 }
 
 /// One work request of host `h` holding `held`; the unit it got, verified.
-fn ask(g: &mut Grid, key: &SigningKey, h: u64, held: Option<u64>, now: u64) -> Option<WorkUnit> {
+fn ask(g: &mut Grid, key: &VerifyingKey, h: u64, held: Option<u64>, now: u64) -> Option<WorkUnit> {
     let req = WorkRequest {
         want_seconds: 3600,
         free_slots: 1,
@@ -156,38 +162,18 @@ fn ask(g: &mut Grid, key: &SigningKey, h: u64, held: Option<u64>, now: u64) -> O
     reply
         .units
         .first()
-        .map(|s| sign::verify_unit(&key.verifying_key(), s).expect("signed"))
+        .map(|s| sign::verify_unit(key, s).expect("signed"))
 }
 
 /// Upload a one-page result of `unit` as `serve` does (verify, write, finish).
 fn upload(g: &mut Grid, h: u64, unit: &WorkUnit, now: u64) {
-    let records = vec![LinkRecord {
-        source_url: format!("http://{}/", unit.site),
-        target_url: "http://elsewhere.test/".into(),
-        tag: LinkTag::A,
-        nofollow: false,
-        anchor_text: "out".into(),
-    }];
-    let header = LinkFileHeader::of_unit(unit, 1, 1);
-    let file = linkfile::encode(&header, &records).expect("link file");
-    let summary = ScanSummary {
-        pages: 1,
-        links: 1,
-        bytes: 20_000,
-        elapsed_ms: now.saturating_sub(unit.issued_ms).max(1000),
-        ..ScanSummary::default()
-    };
+    let elapsed = now.saturating_sub(unit.issued_ms).max(1000);
+    let (summary, file) = simulate::one_page_result(unit, elapsed).expect("link file");
     let plan = match g.upload_begin(h, unit.unit_id, now).expect("upload") {
         UploadStep::Answer(_) => return,
         UploadStep::Plan(p) => p,
     };
-    let outcome = match plan.verify(&summary, &file, None) {
-        Ok(v) => {
-            plan.write(&file, None).expect("write");
-            g.upload_finish(&plan, summary, v, now).expect("finish")
-        }
-        Err(r) => g.upload_refused(&plan, r, now).expect("refused"),
-    };
+    let outcome = simulate::finish_upload(g, &plan, summary, &file, None, now).expect("finish");
     black_box(matches!(outcome, UploadOutcome::Accepted));
 }
 
@@ -207,18 +193,8 @@ fn measure(policy: &str, queued: usize) -> Measured {
             upload(&mut g, h, &u, now);
         }
         let t = Instant::now();
-        let req = WorkRequest {
-            want_seconds: 3600,
-            free_slots: 1,
-            units_held: Vec::new(),
-            open_windows: None,
-        };
-        let reply = black_box(g.request_work(h, &req, now).expect("request_work"));
+        held[k] = black_box(ask(&mut g, &key, h, None, now));
         times.push(t.elapsed());
-        held[k] = reply
-            .units
-            .first()
-            .map(|s| sign::verify_unit(&key, s).expect("signed"));
     }
     times.sort();
     let n = times.len().max(1);

@@ -504,7 +504,7 @@ impl Sim<'_> {
 
 /// The last upload steps as `serve` runs them: verify, write (to memory),
 /// then finish or refuse.
-pub(super) fn finish_upload(
+pub fn finish_upload(
     grid: &mut Grid,
     plan: &UploadPlan,
     summary: ScanSummary,
@@ -520,4 +520,29 @@ pub(super) fn finish_upload(
         }
         Err(reason) => Ok(grid.upload_refused(plan, reason, now)?),
     }
+}
+
+/// A one-page result of `unit`: one record from the site's front page to
+/// another site, and its summary (`elapsed_ms` of scanning). What the load
+/// generator and the work-request bench upload.
+pub fn one_page_result(
+    unit: &WorkUnit,
+    elapsed_ms: u64,
+) -> Result<(ScanSummary, Vec<u8>), linkfile::LinkFileError> {
+    let records = [linkfile::LinkRecord {
+        source_url: format!("http://{}/", unit.site),
+        target_url: "http://elsewhere.test/".into(),
+        tag: beebot_shared::extract::LinkTag::A,
+        nofollow: false,
+        anchor_text: "out".into(),
+    }];
+    let file = linkfile::encode(&LinkFileHeader::of_unit(unit, 1, 1), &records)?;
+    let summary = ScanSummary {
+        pages: 1,
+        links: 1,
+        bytes: 1000,
+        elapsed_ms,
+        ..ScanSummary::default()
+    };
+    Ok((summary, file))
 }

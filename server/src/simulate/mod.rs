@@ -54,6 +54,7 @@ mod results;
 mod run;
 mod timeline;
 
+pub use engine::{finish_upload, one_page_result};
 pub use inputs::{
     parse_hosts, parse_sites, synthetic_hosts, synthetic_sites, SimHost, SimSite, SYNTH_RESOURCES,
 };

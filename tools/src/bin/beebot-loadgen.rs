@@ -21,11 +21,9 @@ use tokio::sync::Semaphore;
 
 use beebot_client::net::{Link, ServerId};
 use beebot_server::config::DataDir;
-use beebot_shared::extract::LinkTag;
 use beebot_shared::fetch_rules::backoff_delay;
 use beebot_shared::invite::Invite;
 use beebot_shared::limits::MAX_UNIT_BYTES;
-use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary};
 use beebot_shared::proto::{HostInfo, Request, Response};
 use beebot_shared::rt::runtime;
 use beebot_shared::sign::WorkUnit;
@@ -186,26 +184,6 @@ struct Host {
     link: Link,
 }
 
-fn small_result(unit: &WorkUnit) -> Result<(ScanSummary, Vec<u8>)> {
-    let records = vec![LinkRecord {
-        source_url: format!("http://{}/", unit.site),
-        target_url: "http://elsewhere.test/".into(),
-        tag: LinkTag::A,
-        nofollow: false,
-        anchor_text: "out".into(),
-    }];
-    let header = LinkFileHeader::of_unit(unit, 1, 1);
-    let file = linkfile::encode(&header, &records)?;
-    let summary = ScanSummary {
-        pages: 1,
-        links: 1,
-        bytes: 1000,
-        elapsed_ms: 10,
-        ..ScanSummary::default()
-    };
-    Ok((summary, file))
-}
-
 async fn enrol(server: &ServerId, token: Vec<u8>, n: usize, stats: &Stats) -> Result<Host> {
     let key = beebot_shared::sign::generate_key();
     let link = Link::connect(server).await?;
@@ -251,7 +229,9 @@ async fn play(host: Arc<Host>, interval: Duration, until: Instant, stats: Arc<St
                         stats.errors.fetch_add(1, Ordering::Relaxed);
                         continue;
                     };
-                    let Ok((summary, link_file)) = small_result(&unit) else {
+                    let Ok((summary, link_file)) =
+                        beebot_server::simulate::one_page_result(&unit, 10)
+                    else {
                         stats.errors.fetch_add(1, Ordering::Relaxed);
                         continue;
                     };
