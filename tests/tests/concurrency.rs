@@ -1,6 +1,6 @@
 //! A client sizes its concurrency itself: `beebot run` against the synthetic
 //! web on loopback, answering like real servers (50–300 ms a page), ramps
-//! above the two sites it starts with, never past its `slots` ceiling, and
+//! above the sites it starts with, never past its `slots` ceiling, and
 //! never sends a host two requests closer than the round's delay (at
 //! delay 0: never two at once); when responses get much slower it backs off.
 //! Concurrency is read from the client's live status and checked on the

@@ -48,16 +48,17 @@ fn run(c: &mut Controller, b: &Budget, steps: usize, model: impl Fn(u32) -> Samp
 }
 
 #[test]
-fn it_starts_at_two_or_the_ceiling() {
+fn it_starts_at_four_or_the_ceiling() {
     assert_eq!(Controller::new(&budget(64)).limit(), START_SLOTS);
     assert_eq!(Controller::new(&budget(1)).limit(), 1);
-    // 64 MB: four scans' worth.
+    assert_eq!(Controller::new(&budget(3)).limit(), 3);
+    // 48 MB: three scans' worth.
     let small = Budget {
-        memory_mb: 64,
+        memory_mb: 48,
         ..budget(64)
     };
-    assert_eq!(small.static_cap(), 4);
-    assert_eq!(Controller::new(&small).limit(), 2);
+    assert_eq!(small.static_cap(), 3);
+    assert_eq!(Controller::new(&small).limit(), 3);
     assert_eq!(
         Budget {
             ceiling: 0,
