@@ -212,6 +212,8 @@ pub enum Reason {
     Memory,
     /// Shrunk to the cap: the ceiling, memory or bandwidth allows fewer.
     Capped,
+    /// Raised to the start: an employee or admin raised the ceiling.
+    CeilingRaised,
 }
 
 impl Reason {
@@ -229,6 +231,7 @@ impl Reason {
             Reason::Cpu => "CPU over its budget",
             Reason::Memory => "memory over its budget",
             Reason::Capped => "the ceiling, memory or bandwidth allows fewer",
+            Reason::CeilingRaised => "the ceiling was raised",
         }
     }
 }
@@ -249,6 +252,8 @@ pub struct Controller {
     plateau: u32,
     /// Pages per busy slot-second at the last judged step, for the next growth.
     last_rate: Option<f64>,
+    /// The ceiling of the last budget seen (a raised one is applied at once).
+    ceiling: u32,
 }
 
 impl Controller {
@@ -261,6 +266,7 @@ impl Controller {
             baseline_s: None,
             plateau: 0,
             last_rate: None,
+            ceiling: budget.ceiling,
         }
     }
 
@@ -287,15 +293,27 @@ impl Controller {
     }
 
     /// Apply changed settings at once: above the static cap (a lowered
-    /// ceiling or memory budget), the concurrency comes down to it. `None`
+    /// ceiling or memory budget), the concurrency comes down to it; below
+    /// [`START_SLOTS`] when the ceiling was raised, it goes up to the start
+    /// (or the new cap), as a client started with that ceiling would. `None`
     /// when nothing changes.
     pub fn bound(&mut self, budget: &Budget) -> Option<(u32, Reason)> {
         let cap = budget.static_cap();
-        (self.limit > cap).then(|| self.set(cap, Reason::Capped))
+        let raised = budget.ceiling > self.ceiling;
+        self.ceiling = budget.ceiling;
+        let start = START_SLOTS.min(cap);
+        if self.limit > cap {
+            Some(self.set(cap, Reason::Capped))
+        } else if raised && self.limit < start {
+            Some(self.set(start, Reason::CeilingRaised))
+        } else {
+            None
+        }
     }
 
     /// Take one stretch's measurements and decide the concurrency.
     pub fn step(&mut self, sample: &Sample, budget: &Budget) -> (u32, Reason) {
+        self.ceiling = budget.ceiling;
         self.pending.add(sample);
         let s = self.pending;
         let cap = Controller::cap(budget, &s);

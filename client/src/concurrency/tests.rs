@@ -222,6 +222,19 @@ fn too_few_units_hold_it_where_it_is() {
 }
 
 #[test]
+fn changed_settings_apply_at_once() {
+    let mut c = Controller::new(&budget(1));
+    assert_eq!(c.limit(), 1);
+    // Raised from 1 to 3: at once to the start figure or the new ceiling.
+    assert_eq!(c.bound(&budget(3)), Some((3, Reason::CeilingRaised)));
+    assert_eq!(c.bound(&budget(64)), Some((4, Reason::CeilingRaised)));
+    assert_eq!(c.bound(&budget(64)), None, "at the start already");
+    // Lowered: down at once; the same budget again changes nothing.
+    assert_eq!(c.bound(&budget(2)), Some((2, Reason::Capped)));
+    assert_eq!(c.bound(&budget(2)), None);
+}
+
+#[test]
 fn a_lowered_ceiling_applies_at_the_next_step() {
     let b = budget(64);
     let mut c = Controller::new(&b);
