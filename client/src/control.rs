@@ -259,6 +259,12 @@ pub struct LiveStatus {
     /// When this runner started, Unix ms (its uptime).
     #[serde(default)]
     pub started_ms: Option<u64>,
+    /// Sites it scans at once now, as its concurrency controller sized it.
+    #[serde(default)]
+    pub concurrency: Option<u32>,
+    /// The most it may scan at once (the `slots` setting).
+    #[serde(default)]
+    pub slots_ceiling: Option<u32>,
 }
 
 /// When this process started, as far as the live status tells (first asked).

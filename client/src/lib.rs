@@ -5,6 +5,7 @@
 pub mod bandwidth;
 pub mod benchmark;
 pub mod checkpoint;
+pub mod concurrency;
 pub mod control;
 pub mod crawler;
 pub mod display;
@@ -15,5 +16,6 @@ pub mod net;
 pub mod rt;
 pub mod service;
 pub mod settings;
+pub mod usage;
 pub mod window;
 pub mod worker;

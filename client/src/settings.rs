@@ -34,7 +34,11 @@ pub const KEYS: [(&str, &str, &str); 11] = [
         "0",
         "download cap over all scans, KB/s (0: no cap)",
     ),
-    ("slots", "2", "sites scanned at once"),
+    (
+        "slots",
+        "auto",
+        "most sites scanned at once: `auto` (the client sizes it, up to 64) or a ceiling 1-64",
+    ),
     (
         "memory_mb",
         "1024",
@@ -138,6 +142,8 @@ pub enum SettingError {
     NotHttpProxy(String),
     #[error("unknown setting `{0}` (known: {known})", known = KEYS.map(|k| k.0).join(", "))]
     UnknownKey(String),
+    #[error("`{value}` is neither `auto` nor a whole number from 1 to {max}")]
+    NotSlots { value: String, max: u32 },
     #[error("buffer_min_s ({min}) is above buffer_max_s ({max})")]
     BufferMinAboveMax { min: u64, max: u64 },
 }
@@ -147,6 +153,22 @@ fn parse_bool(v: &str) -> Result<bool, SettingError> {
         "true" | "yes" | "on" | "1" => Ok(true),
         "false" | "no" | "off" | "0" => Ok(false),
         _ => Err(SettingError::NotBool(v.to_string())),
+    }
+}
+
+/// The `slots` ceiling: `auto` is [`MAX_SLOTS`] (the client sizes its
+/// concurrency under it), a number from 1 to [`MAX_SLOTS`] a lower ceiling.
+fn parse_slots(v: &str) -> Result<u32, SettingError> {
+    if v.trim().eq_ignore_ascii_case("auto") {
+        return Ok(MAX_SLOTS);
+    }
+    match parse_num(v, 1, u64::from(MAX_SLOTS)) {
+        Ok(n) => Ok(n as u32),
+        Err(SettingError::NotNumber(_)) => Err(SettingError::NotSlots {
+            value: v.to_string(),
+            max: MAX_SLOTS,
+        }),
+        Err(e) => Err(e),
     }
 }
 
@@ -166,7 +188,7 @@ impl Default for Settings {
         let mut s = Settings {
             window: Windows::always(),
             bandwidth_kbps: 0,
-            slots: 2,
+            slots: MAX_SLOTS,
             memory_mb: 1024,
             low_priority: true,
             buffer_min_s: 600,
@@ -190,7 +212,7 @@ impl Settings {
         match key {
             "window" => self.window = Windows::parse(value)?,
             "bandwidth_kbps" => self.bandwidth_kbps = parse_num(value, 0, MAX_BANDWIDTH_KBPS)?,
-            "slots" => self.slots = parse_num(value, 1, MAX_SLOTS as u64)? as u32,
+            "slots" => self.slots = parse_slots(value)?,
             "memory_mb" => {
                 self.memory_mb = parse_num(value, MIN_MEMORY_MB, MAX_HOST_MEMORY_MB as u64)? as u32
             }
@@ -311,6 +333,7 @@ pub fn set(home: &Home, key: &str, value: &str) -> Result<Option<String>> {
     s.check()?;
     let typed = match key {
         "window" | "proxy" => toml::Value::String(value.trim().to_string()),
+        "slots" if value.trim().eq_ignore_ascii_case("auto") => toml::Value::String("auto".into()),
         "low_priority" | "run_on_battery" | "allow_private" => {
             toml::Value::Boolean(parse_bool(value)?)
         }
@@ -468,7 +491,8 @@ mod tests {
             Settings::default().apply(k, v).unwrap();
         }
         let s = Settings::default();
-        assert_eq!(s.slots, 2);
+        // `auto`: the client sizes its concurrency, up to the named maximum.
+        assert_eq!(s.slots, MAX_SLOTS);
         assert!(s.low_priority && !s.allow_private && s.window.is_always());
     }
 
@@ -495,10 +519,18 @@ mod tests {
         let (_d, h) = home();
         assert!(set(&h, "slots", "0").is_err());
         assert!(set(&h, "slots", "many").is_err());
+        assert!(set(&h, "slots", "65").is_err());
         assert!(set(&h, "window", "25:00-01:00").is_err());
         assert!(set(&h, "nonsense", "1").is_err());
         assert!(set(&h, "proxy", "ftp://x").is_err());
         assert!(!file_path(&h).exists(), "nothing written for bad values");
+        // `auto` is written as text and read back as the maximum ceiling.
+        set(&h, "slots", "7").unwrap();
+        set(&h, "slots", "AUTO").unwrap();
+        let (s, shown) = load(&h, &|_| None, &[]).unwrap();
+        assert_eq!(s.slots, MAX_SLOTS);
+        let slots = shown.iter().find(|x| x.key == "slots").unwrap();
+        assert_eq!((slots.value.as_str(), slots.source), ("auto", Source::File));
         set(&h, "buffer_max_s", "600").unwrap();
         assert!(set(&h, "buffer_min_s", "900").is_err(), "min above max");
         set(&h, "proxy", "http://proxy.corp:3128").unwrap();
@@ -542,7 +574,7 @@ mod tests {
         let (_, after) = load(&h, &|_| None, &[("bandwidth_kbps", "100".into())]).unwrap();
         assert_eq!(
             reload_answer(&before, &after, Some("slots")),
-            "the running client now uses slots = 3 (was 2)"
+            "the running client now uses slots = 3 (was auto)"
         );
         let a = reload_answer(&before, &after, Some("bandwidth_kbps"));
         assert!(
@@ -556,7 +588,10 @@ mod tests {
             "the running client already uses window = always"
         );
         let a = reload_answer(&before, &after, None);
-        assert!(a.contains("slots 2 → 3") && a.contains("restarts"), "{a}");
+        assert!(
+            a.contains("slots auto → 3") && a.contains("restarts"),
+            "{a}"
+        );
     }
 
     #[test]
@@ -572,7 +607,10 @@ mod tests {
         );
         assert_eq!(
             apply("slots", "many"),
-            Err(SettingError::NotNumber("many".into()))
+            Err(SettingError::NotSlots {
+                value: "many".into(),
+                max: MAX_SLOTS
+            })
         );
         assert_eq!(
             apply("low_priority", "perhaps"),
@@ -607,7 +645,10 @@ mod tests {
     fn a_refused_value_says_why_in_words() {
         let says = |k: &str, v: &str| Settings::default().apply(k, v).unwrap_err().to_string();
         assert_eq!(says("slots", "0"), format!("0 is outside 1..={MAX_SLOTS}"));
-        assert_eq!(says("slots", "many"), "`many` is not a whole number");
+        assert_eq!(
+            says("slots", "many"),
+            format!("`many` is neither `auto` nor a whole number from 1 to {MAX_SLOTS}")
+        );
         assert_eq!(
             says("run_on_battery", "perhaps"),
             "`perhaps` is not true or false"

@@ -486,6 +486,13 @@ pub struct HostRecord {
     /// ms: it is then `revoked` too (refused from now on), but listed as left.
     #[serde(default)]
     pub left_ms: Option<u64>,
+    /// The sites its client last said it scans at once
+    /// (`Request::Concurrency`, bounded by `MAX_SLOTS`): what it may hold
+    /// follows it. Kept in memory only, never stored (`serde(skip)`, so
+    /// stored records keep their encoding): the client says it again after
+    /// every `Hello`, so after a restart as soon as it reconnects.
+    #[serde(skip)]
+    pub concurrency: Option<u32>,
 }
 
 impl HostRecord {
@@ -513,6 +520,7 @@ impl HostRecord {
             valid_results: 0,
             invalid_results: 0,
             left_ms: None,
+            concurrency: None,
         }
     }
 

@@ -9,8 +9,13 @@
 //! `127.0.0.1:0`, runs its own single-threaded tokio runtime on a thread, counts
 //! and logs requests, and shuts down when dropped.
 //!
-//! Invariants: every answer comes from the [`SynthWeb`] it serves; it only
-//! answers on the listener it is given and never makes a request of its own.
+//! Answers may be held back like a real web server's ([`ResponseDelay`]:
+//! a time drawn per page from a seeded distribution, changeable while
+//! serving), for tests and benches of a client at realistic response times.
+//!
+//! Invariants: every answer comes from the [`SynthWeb`] it serves (a delay
+//! changes when its bytes leave, never the bytes); it only answers on the
+//! listener it is given and never makes a request of its own.
 
 use std::future::Future;
 use std::io;
@@ -24,6 +29,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, Method, Response, StatusCode};
 use axum::Router;
+use beebot_shared::rng::SplitMix64;
 use beebot_shared::synth::hostile::{self, HostileBody};
 use beebot_shared::synth::SynthWeb;
 use tokio::sync::oneshot;
@@ -42,11 +48,72 @@ const STREAM_CHUNK_BYTES: usize = 64 * 1024;
 /// Longest `Host` header or request target kept in the log.
 const MAX_LOGGED_FIELD_LEN: usize = 2048;
 
+/// Longest a [`ResponseDelay`] may hold an answer back: past a crawler's
+/// request timeout a delay is an outage, which the hostile sites play.
+pub const MAX_RESPONSE_DELAY_MS: u64 = 30_000;
+
+/// How long the server takes to answer a page: drawn per page (host without
+/// its port, and path) from a seeded log-uniform distribution over
+/// `min_ms..=max_ms`, so most pages are quick and a few slow, as on the real
+/// web, and the same page takes the same time on every request and run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResponseDelay {
+    pub min_ms: u64,
+    pub max_ms: u64,
+    pub seed: u64,
+}
+
+impl ResponseDelay {
+    /// The delay of `path` on `host` (a `:port` is ignored), within
+    /// `min_ms..=max_ms` (both bounded by [`MAX_RESPONSE_DELAY_MS`]).
+    pub fn of(&self, host: &str, path: &str) -> Duration {
+        let max = self.max_ms.min(MAX_RESPONSE_DELAY_MS);
+        let min = self.min_ms.min(max);
+        let name = host.rsplit_once(':').map_or(host, |(h, _)| h);
+        // FNV-1a of the page, mixed with the seed by SplitMix64: fixed forever.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in name.bytes().chain([0]).chain(path.bytes()) {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let mut rng = SplitMix64::new(hash ^ self.seed);
+        let u = rng.unit();
+        // Log-uniform: min × (max / min)^u (uniform when min is 0).
+        let ms = if min == 0 {
+            u * max as f64
+        } else {
+            min as f64 * (max as f64 / min as f64).powf(u)
+        };
+        Duration::from_micros((ms * 1000.0) as u64).min(Duration::from_millis(max))
+    }
+}
+
+/// The response delay a server applies now (`None`: answer at once);
+/// shared with whoever changes it while it serves.
+#[derive(Debug, Default)]
+pub struct DelaySetting(Mutex<Option<ResponseDelay>>);
+
+impl DelaySetting {
+    pub fn new(delay: Option<ResponseDelay>) -> DelaySetting {
+        DelaySetting(Mutex::new(delay))
+    }
+
+    /// Answer with `delay` from the next request on.
+    pub fn set(&self, delay: Option<ResponseDelay>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = delay;
+    }
+
+    pub fn get(&self) -> Option<ResponseDelay> {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// One request the server answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoggedRequest {
     /// When it arrived.
     pub at: Instant,
+    /// When its answer was ready to send (after any response delay).
+    pub answered: Instant,
     /// The `Host` header as sent (port included).
     pub host: String,
     /// Path and query as sent.
@@ -93,6 +160,7 @@ impl RequestLog {
 struct AppState {
     web: Arc<SynthWeb>,
     log: Arc<RequestLog>,
+    delay: Arc<DelaySetting>,
 }
 
 /// Serve `web` on `listener` until `shutdown` completes, then finish open
@@ -112,7 +180,19 @@ pub async fn serve_logged(
     log: Arc<RequestLog>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let state = Arc::new(AppState { web, log });
+    serve_delayed(listener, web, log, Arc::default(), shutdown).await
+}
+
+/// [`serve_logged`], holding each synthetic page's answer back by `delay`
+/// (as set at the request's arrival; hostile sites keep their own pace).
+pub async fn serve_delayed(
+    listener: tokio::net::TcpListener,
+    web: Arc<SynthWeb>,
+    log: Arc<RequestLog>,
+    delay: Arc<DelaySetting>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let state = Arc::new(AppState { web, log, delay });
     let app = Router::new().fallback(handle).with_state(state);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
@@ -120,6 +200,7 @@ pub async fn serve_logged(
 }
 
 async fn handle(State(state): State<Arc<AppState>>, request: Request) -> Response<Body> {
+    let arrived = Instant::now();
     let host = request
         .headers()
         .get(header::HOST)
@@ -155,6 +236,9 @@ async fn handle(State(state): State<Arc<AppState>>, request: Request) -> Respons
             }
         }
         Method::GET | Method::HEAD => {
+            if let Some(d) = state.delay.get() {
+                tokio::time::sleep(d.of(&host, &path)).await;
+            }
             let answer = state.web.respond(&host, &path);
             let mut builder = Response::builder()
                 .status(answer.status)
@@ -172,7 +256,8 @@ async fn handle(State(state): State<Arc<AppState>>, request: Request) -> Respons
         _ => plain(StatusCode::METHOD_NOT_ALLOWED, "GET only\n"),
     };
     state.log.record(LoggedRequest {
-        at: Instant::now(),
+        at: arrived,
+        answered: Instant::now(),
         host: truncate(host),
         path: truncate(path),
         user_agent: truncate(user_agent),
@@ -250,6 +335,7 @@ fn truncate(mut s: String) -> String {
 pub struct SynthWebServer {
     addr: SocketAddr,
     log: Arc<RequestLog>,
+    delay: Arc<DelaySetting>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
@@ -264,17 +350,20 @@ impl SynthWebServer {
             .enable_all()
             .build()?;
         let log = Arc::new(RequestLog::default());
+        let delay = Arc::new(DelaySetting::default());
         let (stop, stopped) = oneshot::channel::<()>();
         let thread_log = Arc::clone(&log);
+        let thread_delay = Arc::clone(&delay);
         let thread = std::thread::Builder::new()
             .name(format!("synth-web-{}", addr.port()))
             .spawn(move || {
                 runtime.block_on(async move {
                     let listener = tokio::net::TcpListener::from_std(listener)?;
                     let (graceful, graceful_signal) = oneshot::channel::<()>();
-                    let server = serve_logged(listener, web, thread_log, async move {
-                        let _ = graceful_signal.await;
-                    });
+                    let server =
+                        serve_delayed(listener, web, thread_log, thread_delay, async move {
+                            let _ = graceful_signal.await;
+                        });
                     // On stop: ask for a graceful end, and give it SHUTDOWN_GRACE.
                     let watchdog = async move {
                         let _ = stopped.await;
@@ -290,6 +379,7 @@ impl SynthWebServer {
         Ok(SynthWebServer {
             addr,
             log,
+            delay,
             stop: Some(stop),
             thread: Some(thread),
         })
@@ -303,6 +393,12 @@ impl SynthWebServer {
     /// Requests answered so far.
     pub fn requests(&self) -> u64 {
         self.log.count()
+    }
+
+    /// Hold each page's answer back by `delay` from the next request on
+    /// (`None`: answer at once, the default).
+    pub fn set_response_delay(&self, delay: Option<ResponseDelay>) {
+        self.delay.set(delay);
     }
 
     /// The requests answered so far (the first [`MAX_LOGGED_REQUESTS`]).
@@ -391,6 +487,54 @@ mod tests {
         assert_eq!(log[0].user_agent, "test-agent/1");
         assert_eq!(log[2].status, 302);
         assert_eq!(log[3].status, 404);
+    }
+
+    #[test]
+    fn response_delays_are_drawn_per_page_and_change_no_byte() {
+        let d = ResponseDelay {
+            min_ms: 50,
+            max_ms: 300,
+            seed: 9,
+        };
+        let ms: Vec<u128> = (0..2000)
+            .map(|i| {
+                d.of("site1.synth.test:8080", &format!("/p/{i}"))
+                    .as_millis()
+            })
+            .collect();
+        assert!(ms.iter().all(|&m| (50..=300).contains(&m)), "{ms:?}");
+        // Log-uniform over 50-300 ms: the median near sqrt(50 * 300) = 122 ms.
+        let mut sorted = ms.clone();
+        sorted.sort_unstable();
+        assert!(
+            (105..=140).contains(&sorted[1000]),
+            "median {}",
+            sorted[1000]
+        );
+        // The same page takes the same time, whatever the port; another seed differs.
+        assert_eq!(d.of("a.test:1", "/x"), d.of("a.test:2", "/x"));
+        let other = ResponseDelay { seed: 10, ..d };
+        assert!((0..50).any(|i| {
+            let p = format!("/p/{i}");
+            other.of("a.test", &p) != d.of("a.test", &p)
+        }));
+
+        let web = Arc::new(SynthWeb::generate(7, 2));
+        let server = SynthWebServer::start(Arc::clone(&web)).expect("start");
+        let host = format!("site0.synth.test:{}", server.addr().port());
+        let (_, quick) = get(server.addr(), &host, "/");
+        server.set_response_delay(Some(ResponseDelay {
+            min_ms: 200,
+            max_ms: 200,
+            seed: 1,
+        }));
+        let started = Instant::now();
+        let (_, slow) = get(server.addr(), &host, "/");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert_eq!(quick, slow, "a delay changes no byte");
+        let log = server.request_log();
+        assert!(log[1].answered.duration_since(log[1].at) >= Duration::from_millis(200));
+        assert!(log[0].answered >= log[0].at);
     }
 
     #[test]

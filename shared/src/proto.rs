@@ -80,6 +80,14 @@ pub enum Request {
     /// `Hello` and whenever its settings change; answered `Ack`. (Last in
     /// the enum so that older hosts' requests keep their encoding.)
     Resources(HostResources),
+    /// The sites the host scans at once now: its client sizes its
+    /// concurrency itself (up to its `slots` ceiling) and says so after
+    /// every `Hello` and whenever it changes; answered `Ack`. The server
+    /// lets a host hold units for this many slots (see the grid's
+    /// `units_cap`). (Appended after `Resources` so that every earlier
+    /// request keeps its encoding; a server that does not know it answers
+    /// `BadRequest`, and the client stops telling it.)
+    Concurrency { slots: u32 },
 }
 
 /// What a host offers its scans beyond slots: the `pack` policy fits the

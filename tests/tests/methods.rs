@@ -31,7 +31,9 @@ const SPEEDUP_TARGET: f64 = 0.8;
 const SPEEDUP_SEED: u64 = 16;
 const SPEEDUP_SITES: usize = 32;
 const SPEEDUP_PAGES: usize = 5;
-/// The client's default slots.
+/// The clients' `slots` ceiling: two sites at once, as every client ran
+/// before it sized its concurrency itself (the claims are about sharing
+/// work among clients).
 const SLOTS: u32 = 2;
 /// A round time within this factor of the largest site's scan counts as
 /// bounded by it (then no speed-up is owed).

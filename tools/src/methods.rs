@@ -40,7 +40,10 @@ pub const SPEEDUP_TARGET: f64 = 0.8;
 /// The policies of BeeBot-EDG's experiment, in the order they run: the
 /// first uses no sizes or speeds, and teaches the grid both.
 pub const EDG_POLICIES: [&str; 3] = ["round-robin", "batch", "adaptive"];
-/// The clients' slots: the client's default.
+/// The clients' `slots` ceiling: two sites at once, as every client ran
+/// before it sized its concurrency itself; the claims are about how the grid
+/// shares work among clients, so each client's concurrency is held small
+/// and alike.
 pub const DEFAULT_SLOTS: u32 = 2;
 /// A synthetic page's fetch and parse on loopback, ms, beyond the
 /// throttle: what makes a throttled client's speed for the simulator.

@@ -139,9 +139,10 @@ pub struct RunFlags {
     /// Exit when the server has no more work and every result is uploaded.
     #[arg(long)]
     pub once: bool,
-    /// Sites scanned at once (setting `slots`).
-    #[arg(long)]
-    pub slots: Option<u32>,
+    /// Most sites scanned at once (setting `slots`): `auto` (up to 64) or a
+    /// ceiling from 1 to 64; the client sizes its concurrency under it.
+    #[arg(long, value_name = "auto|N")]
+    pub slots: Option<String>,
     /// When to crawl (setting `window`), e.g. `mon-fri 19:00-07:00`.
     #[arg(long)]
     pub window: Option<String>,
@@ -149,6 +150,10 @@ pub struct RunFlags {
     /// (tests and demos of scheduling; 0 in real use).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub throttle_ms: u64,
+    /// How often the client sizes its concurrency again, ms (tests and
+    /// demos; the default is 10 s).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub adjust_every_ms: u64,
 }
 
 /// The flags of `beebot crawl` other than the network ones.

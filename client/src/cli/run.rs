@@ -19,7 +19,6 @@ use beebot_client::rt::{block_on_then_exit, shutdown_signal};
 use beebot_client::settings::{self, Settings};
 use beebot_client::worker::{self, RunOptions, RunStats};
 use beebot_client::{display, net::NetError};
-use beebot_shared::limits::MAX_SLOTS;
 use beebot_shared::proto::ErrorCode;
 
 use super::args::{NetArgs, RunFlags};
@@ -30,11 +29,7 @@ use super::REVOKED_ADVICE;
 pub fn run(home: &Home, flags: RunFlags, net: &NetArgs) -> Result<String> {
     let mut cli = net.overrides();
     if let Some(s) = flags.slots {
-        anyhow::ensure!(
-            (1..=MAX_SLOTS).contains(&s),
-            "--slots must be between 1 and {MAX_SLOTS}"
-        );
-        cli.push(("slots", s.to_string()));
+        cli.push(("slots", s));
     }
     if let Some(w) = flags.window {
         cli.push(("window", w));
@@ -46,7 +41,8 @@ pub fn run(home: &Home, flags: RunFlags, net: &NetArgs) -> Result<String> {
     }
     let gate = Arc::new(Gate::new(settings.window.clone(), !settings.run_on_battery));
     gate.set_reloader(settings::reloader(home.clone(), cli, shown));
-    let opts = run_options(&settings, flags.once, flags.throttle_ms, net, gate.clone())?;
+    let mut opts = run_options(&settings, flags.once, flags.throttle_ms, net, gate.clone())?;
+    opts.adjust_every = Duration::from_millis(flags.adjust_every_ms);
     let stop_display = Arc::new(AtomicBool::new(false));
     let display = std::io::stderr().is_terminal().then(|| {
         let (dir, stop) = (home.data.clone(), stop_display.clone());

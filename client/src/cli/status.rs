@@ -105,6 +105,8 @@ impl StatusView {
             "state": live.map(|l| l.state.as_str()).unwrap_or("not running"),
             "until_ms": live.and_then(|l| l.until_ms),
             "scans": live.map(|l| l.scans.clone()).unwrap_or_default(),
+            "concurrency": live.and_then(|l| l.concurrency),
+            "slots_ceiling": live.and_then(|l| l.slots_ceiling),
             "today": self.today,
             "units_held": self.units.iter().map(|u| serde_json::json!({
                 "unit_id": u.unit_id, "site": u.site,
@@ -179,6 +181,9 @@ fn live_text(out: &mut String, l: &LiveStatus, now: u64) {
     );
     if let Some(t) = l.started_ms {
         let _ = writeln!(out, "up        {}", human_ms(now.saturating_sub(t)));
+    }
+    if let (Some(c), Some(most)) = (l.concurrency, l.slots_ceiling) {
+        let _ = writeln!(out, "sites     {c} at once (at most {most}: slots)");
     }
     for s in &l.scans {
         // The deadline only says when the server would think this

@@ -231,6 +231,10 @@ pub struct CrawlProgress {
     pub bytes: u64,
     /// Failed requests so far.
     pub errors: u64,
+    /// Page requests answered (redirect hops included, robots.txt not) and
+    /// their response times summed, ms: request sent to body read.
+    pub responses: u64,
+    pub response_ms: u64,
 }
 
 /// Crawl one site. Checks `cancel` between requests and while waiting, and
@@ -301,6 +305,9 @@ struct Crawler<'a> {
     failed_pages: u64,
     bytes: u64,
     errors: u64,
+    /// Page requests answered and their response times summed (progress).
+    responses: u64,
+    response_time: Duration,
     robots_disallowed: u64,
     records_dropped: u64,
     /// What the bounds did: the summary's bound counters (`timeouts` and on).
@@ -385,6 +392,8 @@ impl<'a> Crawler<'a> {
             failed_pages: 0,
             bytes: 0,
             errors: 0,
+            responses: 0,
+            response_time: Duration::ZERO,
             robots_disallowed: 0,
             records_dropped: 0,
             bounds: ScanSummary::default(),
@@ -428,6 +437,8 @@ impl<'a> Crawler<'a> {
                 queued: self.frontier.len() as u64,
                 bytes: self.bytes,
                 errors: self.errors,
+                responses: self.responses,
+                response_ms: u64::try_from(self.response_time.as_millis()).unwrap_or(u64::MAX),
             };
             on_page(&progress, &|from| self.snapshot(from));
             match result {

@@ -79,10 +79,15 @@ impl Crawler<'_> {
             return Err(PageResult::Stopped(stop));
         }
         let timeout = self.request_timeout();
+        let sent = Instant::now();
         let result = self
             .fetcher
             .get(current, self.max_page_bytes, BodyWanted::Html, timeout);
         self.last_request.insert(origin(current), Instant::now());
+        if result.is_ok() {
+            self.responses += 1;
+            self.response_time += sent.elapsed();
+        }
         if self.cut_by_budget(&result) {
             // Not the page's answer: it goes back to the queue, for the
             // scan that continues this one.

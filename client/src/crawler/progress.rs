@@ -182,6 +182,8 @@ mod tests {
             queued: 12,
             bytes: 2_500_000,
             errors: 0,
+            responses: 50,
+            response_ms: 5_000,
         };
         assert_eq!(
             progress_text(&p, Duration::from_secs(10)),

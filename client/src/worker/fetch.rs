@@ -106,9 +106,10 @@ impl Worker {
             .filter(|h| matches!(h.state, HeldState::Waiting | HeldState::Crawling { .. }))
             .count();
         // Hold enough units per slot that no slot idles for a round trip, and
-        // the buffer's seconds of work (see `work_wanted`).
+        // the buffer's seconds of work (see `work_wanted`), for the slots
+        // the controller runs now.
         let wanted = work_wanted(
-            self.opts.slots,
+            self.concurrency(),
             unfinished,
             self.job_s,
             self.round_trip_s,

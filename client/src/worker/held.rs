@@ -92,6 +92,15 @@ pub(super) struct Worker {
     pub(super) hinted_at: Option<Instant>,
     /// The server has heard this link's `Resources` (memory, bandwidth cap).
     pub(super) resources_told: bool,
+    /// The concurrency the server has heard on this link (`Concurrency`).
+    pub(super) concurrency_told: Option<u32>,
+    /// The server answered `Concurrency` with something else than `Ack` on
+    /// this link (an older server): not told again until the next link.
+    pub(super) concurrency_refused: bool,
+    /// The concurrency controller and what it measures.
+    pub(super) sizing: super::sizing::Sizing,
+    /// What every scan counts (pages, bytes, response times).
+    pub(super) meter: Arc<super::sizing::ScanMeter>,
 }
 
 impl Worker {
@@ -116,6 +125,7 @@ impl Worker {
         if let Some(b) = &self.bandwidth {
             b.set_kb_per_s(s.bandwidth_kbps);
         }
+        self.bound_concurrency();
         // Ask again now: free slots, buffers and open windows may differ.
         self.next_request = Instant::now();
         tracing::info!(

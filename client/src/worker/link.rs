@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use beebot_shared::proto::{HostResources, Request, Response};
+use beebot_shared::proto::{ErrorCode, HostResources, Request, Response};
 
 use crate::net::{Link, NetError};
 
@@ -33,8 +33,10 @@ impl Worker {
             self.bench.reference_site = reference_site;
         }
         self.link = Some(link);
-        // A new connection: the server hears the offer again.
+        // A new connection: the server hears the offer and the concurrency again.
         self.resources_told = false;
+        self.concurrency_told = None;
+        self.concurrency_refused = false;
         Ok(())
     }
 
@@ -95,6 +97,9 @@ impl Worker {
         if !self.tell_resources().await? {
             return Ok(());
         }
+        if !self.tell_concurrency().await? {
+            return Ok(());
+        }
         if !self.upload_finished().await? {
             return Ok(());
         }
@@ -128,6 +133,43 @@ impl Worker {
                     tracing::warn!("the server did not take this machine's resources: {answer:?}");
                 }
                 self.resources_told = true;
+                Ok(true)
+            }
+            Err(e) if e.is_permanent() => Err(e).context("the server refused this host"),
+            Err(e) => {
+                self.net_failed(&e);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Tell the server the sites this client scans at once (after every
+    /// `Hello` and every change), before asking for work: what it may hold
+    /// follows it. `false`: the network failed (the backoff is set). A
+    /// server that does not take it (older than this request) is noted in
+    /// the log and not told again on this connection.
+    pub(super) async fn tell_concurrency(&mut self) -> Result<bool> {
+        let slots = self.concurrency();
+        if self.concurrency_refused || (self.concurrency_told == Some(slots) && self.link.is_some())
+        {
+            return Ok(true);
+        }
+        match self.request(&Request::Concurrency { slots }).await {
+            Ok(Response::Ack) => {
+                self.concurrency_told = Some(slots);
+                Ok(true)
+            }
+            Ok(answer) => {
+                tracing::warn!("the server did not take this client's concurrency: {answer:?}");
+                self.concurrency_refused = true;
+                Ok(true)
+            }
+            Err(NetError::Refused {
+                code: ErrorCode::BadRequest,
+                message,
+            }) => {
+                tracing::warn!("the server does not know this client's concurrency: {message}");
+                self.concurrency_refused = true;
                 Ok(true)
             }
             Err(e) if e.is_permanent() => Err(e).context("the server refused this host"),

@@ -1,5 +1,6 @@
-//! The work loop of `beebot run`: keep a buffer of signed units, crawl up to
-//! `slots` of them at once on threads, spool each result, upload it until the
+//! The work loop of `beebot run`: keep a buffer of signed units, crawl as
+//! many of them at once as the concurrency controller says (up to the
+//! `slots` ceiling; see [`crate::concurrency`]) on threads, spool each result, upload it until the
 //! server acknowledges it, and report progress. Network trouble never stops
 //! the scans in hand: the loop reconnects with exponential backoff and full
 //! jitter, honouring the server's `retry_after`.
@@ -17,8 +18,8 @@
 //! Its rooms: `run` (the loop), `held` (the units held), `fetch`
 //! (asking for work), `continuation` (fetched states), `scan` (scans in
 //! flight), `finish` (a scan's end and stopping), `progress` (reports),
-//! `upload` (results), `link` (the server link), `status` (the live status)
-//! and `join`. This module keeps the buffer and backoff arithmetic.
+//! `upload` (results), `link` (the server link), `status` (the live status),
+//! `sizing` (the concurrency: measured, stepped, applied) and `join`. This module keeps the buffer and backoff arithmetic.
 
 mod continuation;
 mod fetch;
@@ -29,6 +30,7 @@ mod link;
 mod progress;
 mod run;
 mod scan;
+mod sizing;
 mod status;
 mod upload;
 
@@ -46,6 +48,7 @@ pub use finish::{OFFLINE_BACKOFF_BASE, OFFLINE_BACKOFF_CAP, SHUTDOWN_GRACE, SHUT
 pub use join::join;
 pub use run::run;
 pub use scan::{crawl_spec, start_order};
+pub use sizing::ADJUST_EVERY;
 pub use status::local_deadline;
 
 /// Settings of the work loop.
@@ -53,8 +56,11 @@ pub use status::local_deadline;
 pub struct RunOptions {
     /// Exit once the server has no more work and every result is delivered.
     pub once: bool,
-    /// Sites scanned at once.
+    /// Most sites scanned at once (the `slots` setting): a ceiling; the
+    /// controller sizes the concurrency under it.
     pub slots: u32,
+    /// How often the concurrency controller steps ([`ADJUST_EVERY`]).
+    pub adjust_every: Duration,
     /// Most seconds of work to hold (BOINC's "up to" buffer): the request's `want_seconds`.
     pub buffer_seconds: u64,
     /// Least seconds of work to hold (BOINC's "at least" buffer): below it the
@@ -85,7 +91,8 @@ impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
             once: false,
-            slots: 2,
+            slots: beebot_shared::limits::MAX_SLOTS,
+            adjust_every: ADJUST_EVERY,
             buffer_seconds: DEFAULT_BUFFER_MAX_S,
             buffer_min_s: DEFAULT_BUFFER_MIN_S,
             throttle: Duration::ZERO,

@@ -21,7 +21,9 @@ use crate::home::{Enrolment, Home, MAX_SPOOLED_UNITS};
 
 use super::held::{Held, HeldState, Worker};
 use super::scan::ScanDone;
+use super::sizing::{machine_cpu_budget, Sizing};
 use super::{RunOptions, RunStats};
+use crate::concurrency::Budget;
 
 /// Longest the loop sleeps between passes when nothing happens.
 const LOOP_TICK: Duration = Duration::from_millis(500);
@@ -75,6 +77,12 @@ impl Worker {
         let server = enrolment.server_id()?;
         // Adjustable: `beebot config set bandwidth_kbps` reaches running scans.
         let bandwidth = Some(Arc::new(Bandwidth::adjustable(opts.bandwidth_kbps)));
+        let sizing = Sizing::new(&Budget {
+            ceiling: opts.slots,
+            memory_mb: opts.memory_mb,
+            bandwidth_kbps: opts.bandwidth_kbps,
+            cpu_cores: machine_cpu_budget(),
+        });
         Ok(Worker {
             home,
             enrolment,
@@ -103,6 +111,10 @@ impl Worker {
             scans_resume_at: None,
             hinted_at: None,
             resources_told: false,
+            concurrency_told: None,
+            concurrency_refused: false,
+            sizing,
+            meter: Default::default(),
         })
     }
 
@@ -174,6 +186,7 @@ impl Worker {
             if let Some(s) = self.opts.gate.as_ref().and_then(|g| g.take_settings()) {
                 self.apply_settings(&s);
             }
+            self.adjust_concurrency();
             self.start_scans();
             self.write_status();
             if self.opts.once && self.server_idle && self.held.is_empty() {

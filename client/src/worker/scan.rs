@@ -21,12 +21,13 @@ use url::Url;
 use crate::bandwidth::Bandwidth;
 use crate::checkpoint::{Checkpoint, CheckpointSlot};
 use crate::control::Gate;
-use crate::crawler::{self, CrawlSpec, CrawlerConfig};
+use crate::crawler::{self, CrawlProgress, CrawlSpec, CrawlerConfig};
 use crate::home::{Home, SpooledResult};
 
 use super::continuation::{start_from, StartFrom};
 use super::held::{HeldState, Worker};
 use super::now_ms;
+use super::sizing::ScanMeter;
 
 /// A scan's end, sent from the crawl thread.
 pub(super) struct ScanDone {
@@ -101,6 +102,8 @@ struct ScanHooks {
     bandwidth: Option<Arc<Bandwidth>>,
     /// The scan's checkpoints.
     slot: Arc<CheckpointSlot>,
+    /// The client's totals over every scan (the concurrency controller's).
+    meter: Arc<ScanMeter>,
     /// Pages and links of the unit's earlier parts (progress counts the unit's).
     pages_before: u64,
     links_before: u64,
@@ -114,7 +117,9 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
     let slot = &*hooks.slot;
     let write = |c: &Checkpoint| hooks.home.save_checkpoint(unit.unit_id, c);
     let mut paid_bytes = 0u64;
+    let mut counted = CrawlProgress::default();
     let out = crawler::crawl_resumable(spec, cfg, cancel, &mut |p, snapshot| {
+        hooks.meter.count(p, &mut counted);
         hooks
             .pages
             .store(hooks.pages_before + p.pages, Ordering::Relaxed);
@@ -191,7 +196,8 @@ impl Worker {
         if self.scans_resume_at.is_some_and(|t| Instant::now() < t) {
             return; // offline: the back-off first
         }
-        let slots = self.opts.slots.clamp(1, MAX_SLOTS) as usize;
+        // Up to the effective concurrency (never past the ceiling).
+        let slots = self.concurrency().clamp(1, MAX_SLOTS) as usize;
         let mut running = self.crawling();
         let waiting: Vec<(u64, u64)> = self
             .held
@@ -288,6 +294,7 @@ impl Worker {
             throttle: self.opts.throttle,
             bandwidth: self.bandwidth.clone(),
             slot,
+            meter: self.meter.clone(),
             pages_before,
             links_before,
             home: self.home.clone(),

@@ -89,6 +89,8 @@ impl Worker {
                 .count() as u64,
             last_error: self.last_error.clone(),
             started_ms: Some(control::process_started_ms()),
+            concurrency: Some(self.concurrency()),
+            slots_ceiling: Some(self.opts.slots),
         };
         control::write_status(&self.home.data, &s);
     }

@@ -235,6 +235,28 @@ impl Grid {
         Ok(())
     }
 
+    /// Note the sites a host says it scans at once now (its client sizes
+    /// its concurrency itself): from 1 to [`MAX_SLOTS`], a claim outside
+    /// clamped into it. What it may hold follows it (`units_cap`), within
+    /// the bounds of trust. Kept in memory only, like [`Grid::set_resources`].
+    ///
+    /// [`MAX_SLOTS`]: beebot_shared::limits::MAX_SLOTS
+    pub fn set_concurrency(
+        &mut self,
+        host_id: u64,
+        slots: u32,
+        now_ms: u64,
+    ) -> Result<(), GridError> {
+        let h = self.active_host(host_id, now_ms)?;
+        h.concurrency = Some(slots.clamp(1, beebot_shared::limits::MAX_SLOTS));
+        Ok(())
+    }
+
+    /// The sites a host last said it scans at once, if it said so.
+    pub fn host_concurrency(&self, host_id: u64) -> Option<u32> {
+        self.hosts.get(&host_id).and_then(|h| h.concurrency)
+    }
+
     /// What a host offers its scans beyond slots, as it last said.
     pub fn host_resources(&self, host_id: u64) -> Option<&HostResources> {
         self.resources.get(&host_id)

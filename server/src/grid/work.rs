@@ -753,13 +753,17 @@ impl Grid {
     }
 
     /// Most units `host_id` may hold at once: its slots' worth
-    /// ([`held_cap`]); a host not trusted yet is taken to have at most
-    /// [`validate::UNTRUSTED_MAX_SLOTS`], whatever its benchmark claims.
+    /// ([`held_cap`]), its slots being the concurrency its client last
+    /// reported (`Request::Concurrency`), else its benchmark's; a host not
+    /// trusted yet is taken to have at most
+    /// [`validate::UNTRUSTED_MAX_SLOTS`], whatever it claims.
     pub(super) fn units_cap(&self, host_id: u64) -> usize {
         let slots = self
             .hosts
             .get(&host_id)
-            .map_or(scheduler::DEFAULT_HOST_SLOTS, host_slots);
+            .map_or(scheduler::DEFAULT_HOST_SLOTS, |h| {
+                h.concurrency.unwrap_or_else(|| host_slots(h))
+            });
         if self.is_trusted(host_id) {
             held_cap(slots)
         } else {

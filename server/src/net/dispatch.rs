@@ -184,6 +184,10 @@ pub(super) async fn authed(
             .with_grid(move |g| g.set_resources(host_id, r, now_ms()))
             .await
             .map(|_| Response::Ack),
+        Request::Concurrency { slots } => shared
+            .with_grid(move |g| g.set_concurrency(host_id, slots, now_ms()))
+            .await
+            .map(|_| Response::Ack),
         Request::RequestWork {
             want_seconds,
             free_slots,

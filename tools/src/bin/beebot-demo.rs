@@ -32,7 +32,8 @@ struct Args {
     /// real round uses; 0 runs as fast as loopback allows).
     #[arg(long, default_value_t = 0)]
     delay_ms: u64,
-    /// Sites each client scans at once.
+    /// Most sites each client scans at once (its `slots` ceiling; the
+    /// client sizes its concurrency under it).
     #[arg(long, default_value_t = 4)]
     slots: u32,
     /// Time budget of one scan (e.g. 30s): longer sites continue in

@@ -444,3 +444,51 @@ proptest::proptest! {
         }
     }
 }
+
+/// Units a host holds after asking for every slot `asks` times (from `at`).
+fn hold_all(fx: &mut Fx, host: u64, asks: u64, at: u64) -> Vec<u64> {
+    let mut held: Vec<u64> = Vec::new();
+    for i in 0..asks {
+        let (units, _) = fx.ask(host, 64, &held, at + i * 1000);
+        held.extend(units.iter().map(|u| u.unit_id));
+    }
+    held
+}
+
+#[test]
+fn what_a_host_holds_follows_the_concurrency_its_client_reports() {
+    let (mut fx, _round) = Fx::with_round(400, 3);
+    // A trusted host whose benchmark said 2 slots, whose client now scans
+    // 20 sites at once: it may hold units for 20 slots.
+    let a = fx.host();
+    fx.grid.benchmark(a, 5.0, 100.0, 2, T0).unwrap();
+    fx.grid.set_trusted(a).unwrap();
+    fx.grid.set_concurrency(a, 20, T0).unwrap();
+    assert_eq!(fx.grid.host_concurrency(a), Some(20));
+    let held = hold_all(&mut fx, a, 10, T0);
+    assert_eq!(held.len(), held_cap(20));
+    // Backing off to 3: no new unit until it holds fewer than 3 slots' worth.
+    fx.grid.set_concurrency(a, 3, T0 + 20_000).unwrap();
+    let (more, _) = fx.ask(a, 64, &held, T0 + 21_000);
+    assert!(more.is_empty(), "{} units past the cap", more.len());
+    // Claims outside 1..=MAX_SLOTS are clamped into it.
+    fx.grid.set_concurrency(a, 0, T0 + 22_000).unwrap();
+    assert_eq!(fx.grid.host_concurrency(a), Some(1));
+    fx.grid.set_concurrency(a, u32::MAX, T0 + 22_000).unwrap();
+    assert_eq!(
+        fx.grid.host_concurrency(a),
+        Some(beebot_shared::limits::MAX_SLOTS)
+    );
+    // Not trusted yet: at most the untrusted slots' worth, whatever it says.
+    let b = fx.host();
+    fx.grid.set_concurrency(b, 40, T0).unwrap();
+    let held = hold_all(&mut fx, b, 10, T0 + 30_000);
+    assert_eq!(held.len(), held_cap(crate::validate::UNTRUSTED_MAX_SLOTS));
+    // Kept in memory only: the stored record does not carry it.
+    let stored = fx.grid.store.hosts().unwrap();
+    let stored = stored.iter().find(|h| h.id == a).unwrap();
+    assert_eq!(stored.concurrency, None);
+    // A revoked host is refused.
+    fx.grid.revoke(b, T0 + 40_000).unwrap();
+    assert!(fx.grid.set_concurrency(b, 4, T0 + 40_001).is_err());
+}

@@ -1,0 +1,341 @@
+//! The controller against modelled machines: a politeness-bound crawl grows
+//! to its cap, a saturated one stops, slower responses and CPU make it back
+//! off, and no sequence of measurements takes it out of `1..=cap`.
+
+use super::*;
+use proptest::prelude::*;
+
+/// The default budget of a desktop: `slots = auto`, 1 GB, no bandwidth cap,
+/// one core of two.
+fn budget(ceiling: u32) -> Budget {
+    Budget {
+        ceiling,
+        memory_mb: 1024,
+        bandwidth_kbps: 0,
+        cpu_cores: cpu_budget_cores(2),
+    }
+}
+
+/// A machine crawling at a 1 s delay, responses of `response_s`: each busy
+/// slot yields a page every `1 + response_s` seconds, up to `max_pages_per_s`
+/// in all; CPU 1 ms a page; 30 KB a page.
+fn polite(limit: u32, response_s: f64, max_pages_per_s: f64) -> Sample {
+    let seconds = 10.0;
+    let busy = f64::from(limit);
+    let pages_per_s = (busy / (1.0 + response_s)).min(max_pages_per_s);
+    let pages = (pages_per_s * seconds).round() as u64;
+    Sample {
+        seconds,
+        pages,
+        busy_slot_s: busy * seconds,
+        responses: pages,
+        response_s: pages as f64 * response_s,
+        bytes: pages * 30 * 1024,
+        cpu_s: Some(pages as f64 * 0.001),
+        rss_mb: Some(10.0 + busy),
+    }
+}
+
+/// Run `steps` steps of `model` (the sample at a concurrency), returning
+/// the concurrency after each.
+fn run(c: &mut Controller, b: &Budget, steps: usize, model: impl Fn(u32) -> Sample) -> Vec<u32> {
+    (0..steps)
+        .map(|_| {
+            let s = model(c.limit());
+            c.step(&s, b).0
+        })
+        .collect()
+}
+
+#[test]
+fn it_starts_at_four_or_the_ceiling() {
+    assert_eq!(Controller::new(&budget(64)).limit(), START_SLOTS);
+    assert_eq!(Controller::new(&budget(1)).limit(), 1);
+    assert_eq!(Controller::new(&budget(3)).limit(), 3);
+    // 48 MB: three scans' worth.
+    let small = Budget {
+        memory_mb: 48,
+        ..budget(64)
+    };
+    assert_eq!(small.static_cap(), 3);
+    assert_eq!(Controller::new(&small).limit(), 3);
+    assert_eq!(
+        Budget {
+            ceiling: 0,
+            ..budget(0)
+        }
+        .static_cap(),
+        1
+    );
+    assert_eq!(cpu_budget_cores(1), 0.5);
+    assert_eq!(cpu_budget_cores(8), 4.0);
+}
+
+#[test]
+fn a_polite_crawl_grows_while_pages_per_second_grow_up_to_the_ceiling() {
+    // Table: ceiling, and the concurrency it reaches.
+    for ceiling in [1, 2, 3, 10, 40, 64] {
+        let b = budget(ceiling);
+        let mut c = Controller::new(&b);
+        let seen = run(&mut c, &b, 60, |l| polite(l, 0.175, 1000.0));
+        assert_eq!(c.limit(), ceiling, "ceiling {ceiling}: {seen:?}");
+        assert!(seen.iter().all(|&l| l <= ceiling && l >= 1), "{seen:?}");
+        // It grows step by step, never jumping past 1.5 times.
+        let mut prev = START_SLOTS.min(ceiling);
+        for &l in &seen {
+            assert!(
+                f64::from(l) <= (f64::from(prev) * GROWTH).max(f64::from(prev + 1)),
+                "{seen:?}"
+            );
+            prev = l;
+        }
+    }
+}
+
+#[test]
+fn it_reaches_64_within_the_first_minutes() {
+    let b = budget(MAX_SLOTS);
+    let mut c = Controller::new(&b);
+    // Steps of 10 s: 64 within 3 minutes.
+    let seen = run(&mut c, &b, 18, |l| polite(l, 0.175, 1000.0));
+    assert_eq!(c.limit(), MAX_SLOTS, "{seen:?}");
+}
+
+#[test]
+fn it_stops_growing_where_pages_per_second_stop_growing() {
+    // Something saturates at 12 pages/s: 14 slots of 1.175 s a page do it.
+    let b = budget(64);
+    let mut c = Controller::new(&b);
+    let seen = run(&mut c, &b, 200, |l| polite(l, 0.175, 12.0));
+    let late = &seen[100..];
+    let most = *late.iter().max().expect("steps");
+    // Probing goes one step past the knee now and then, never further.
+    assert!(most <= 14 * 2, "{late:?}");
+    // Most of the time it sits at the knee or just past it, not far below.
+    let near = late.iter().filter(|&&l| (10..=21).contains(&l)).count();
+    assert!(near * 10 >= late.len() * 8, "{late:?}");
+}
+
+#[test]
+fn slower_responses_make_it_back_off_and_it_grows_again_once_they_are_the_norm() {
+    let b = budget(64);
+    let mut c = Controller::new(&b);
+    run(&mut c, &b, 40, |l| polite(l, 0.1, 1000.0));
+    assert_eq!(c.limit(), 64);
+    // Responses go from 100 ms to 1 s: it backs off at once.
+    let seen = run(&mut c, &b, 3, |l| polite(l, 1.0, 1000.0));
+    assert!(seen[0] < 64 && seen[2] < seen[0], "{seen:?}");
+    // A somewhat slower response (1.6x, above the hold ratio) holds it.
+    let mut h = Controller::new(&b);
+    run(&mut h, &b, 4, |l| polite(l, 0.2, 1000.0));
+    let before = h.limit();
+    let mut slower = polite(before, 0.32, 1000.0);
+    slower.add(&polite(before, 0.32, 1000.0));
+    let (after, why) = h.step(&slower, &b);
+    assert_eq!((after, why), (before, Reason::Near));
+    // Slow for long: the baseline follows, and it grows again.
+    let seen = run(&mut c, &b, 200, |l| polite(l, 1.0, 1000.0));
+    assert_eq!(*seen.last().expect("steps"), 64, "{seen:?}");
+}
+
+#[test]
+fn a_millisecond_of_jitter_on_loopback_is_not_slower() {
+    let b = budget(8);
+    let mut c = Controller::new(&b);
+    let seen = run(&mut c, &b, 30, |l| {
+        // 1 ms responses that sometimes take 20 ms: never a back-off.
+        let jitter = if l % 2 == 0 { 0.02 } else { 0.001 };
+        polite(l, jitter, 1000.0)
+    });
+    assert_eq!(c.limit(), 8, "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[1] >= w[0]), "{seen:?}");
+}
+
+#[test]
+fn cpu_over_its_budget_makes_it_back_off_and_near_it_holds() {
+    let b = budget(64);
+    let mut c = Controller::new(&b);
+    // 40 ms of CPU a page: 25 pages/s fill the core of the budget.
+    let cpu_heavy = |l: u32| {
+        let mut s = polite(l, 0.1, 1000.0);
+        s.cpu_s = Some(s.pages as f64 * 0.04);
+        s
+    };
+    let seen = run(&mut c, &b, 60, cpu_heavy);
+    // It passes the budget (28 scans use 1.02 cores), backs off, and
+    // settles where the CPU is between 80% and all of its budget.
+    assert!(seen.iter().all(|&l| l <= 42), "{seen:?}");
+    assert!(
+        seen[20..].iter().all(|&l| (22..=27).contains(&l)),
+        "{seen:?}"
+    );
+    // From high up, CPU over budget shrinks it step by step.
+    let mut c = Controller::new(&b);
+    run(&mut c, &b, 40, |l| polite(l, 0.1, 1000.0));
+    assert_eq!(c.limit(), 64);
+    let (l, why) = c.step(&cpu_heavy(64), &b);
+    assert_eq!((l, why), (48, Reason::Cpu));
+}
+
+#[test]
+fn memory_over_its_budget_makes_it_back_off() {
+    let b = Budget {
+        memory_mb: 256,
+        ..budget(64)
+    };
+    let mut c = Controller::new(&b);
+    let seen = run(&mut c, &b, 40, |l| polite(l, 0.1, 1000.0));
+    // 256 MB at 16 MB a scan: 16 at most.
+    assert_eq!(c.limit(), 16, "{seen:?}");
+    let mut s = polite(16, 0.1, 1000.0);
+    s.rss_mb = Some(300.0);
+    assert_eq!(c.step(&s, &b), (12, Reason::Memory));
+}
+
+#[test]
+fn a_bandwidth_cap_bounds_it_by_what_each_scan_draws() {
+    // 30 KB a page at 0.9 pages/s a scan: ~26 KB/s a scan; 300 KB/s feeds 11.
+    let b = Budget {
+        bandwidth_kbps: 300,
+        ..budget(64)
+    };
+    let mut c = Controller::new(&b);
+    let seen = run(&mut c, &b, 60, |l| {
+        let mut s = polite(l, 0.1, 1000.0);
+        // The cap holds the download to 300 KB/s, whatever the scans want.
+        s.bytes = s.bytes.min((300 * 1024) as u64 * 10);
+        s
+    });
+    assert!(seen.iter().all(|&l| l <= 12), "{seen:?}");
+    assert!(c.limit() >= 8, "{seen:?}");
+}
+
+#[test]
+fn too_few_units_hold_it_where_it_is() {
+    let b = budget(64);
+    let mut c = Controller::new(&b);
+    run(&mut c, &b, 6, |l| polite(l, 0.1, 1000.0));
+    let at = c.limit();
+    // Only 3 scans run, whatever the limit: no growth.
+    let seen = run(&mut c, &b, 10, |_| polite(3, 0.1, 1000.0));
+    assert!(seen.iter().all(|&l| l == at), "{seen:?}");
+}
+
+#[test]
+fn changed_settings_apply_at_once() {
+    let mut c = Controller::new(&budget(1));
+    assert_eq!(c.limit(), 1);
+    // Raised from 1 to 3: at once to the start figure or the new ceiling.
+    assert_eq!(c.bound(&budget(3)), Some((3, Reason::CeilingRaised)));
+    assert_eq!(c.bound(&budget(64)), Some((4, Reason::CeilingRaised)));
+    assert_eq!(c.bound(&budget(64)), None, "at the start already");
+    // Lowered: down at once; the same budget again changes nothing.
+    assert_eq!(c.bound(&budget(2)), Some((2, Reason::Capped)));
+    assert_eq!(c.bound(&budget(2)), None);
+}
+
+#[test]
+fn a_lowered_ceiling_applies_at_the_next_step() {
+    let b = budget(64);
+    let mut c = Controller::new(&b);
+    run(&mut c, &b, 40, |l| polite(l, 0.1, 1000.0));
+    assert_eq!(
+        c.step(&polite(64, 0.1, 1000.0), &budget(5)),
+        (5, Reason::Capped)
+    );
+}
+
+/// Any sample: any counts, times, CPU and memory, including none and absurd ones.
+fn any_sample() -> impl Strategy<Value = Sample> {
+    (
+        0.0f64..120.0,
+        0u64..100_000,
+        0.0f64..10_000.0,
+        0u64..100_000,
+        0.0f64..100_000.0,
+        0u64..1 << 40,
+        proptest::option::of(0.0f64..1000.0),
+        proptest::option::of(0.0f64..1_000_000.0),
+    )
+        .prop_map(
+            |(seconds, pages, busy_slot_s, responses, response_s, bytes, cpu_s, rss_mb)| Sample {
+                seconds,
+                pages,
+                busy_slot_s,
+                responses,
+                response_s,
+                bytes,
+                cpu_s,
+                rss_mb,
+            },
+        )
+}
+
+fn any_budget() -> impl Strategy<Value = Budget> {
+    (1u32..=80, 64u32..=4096, 0u64..100_000, 0.5f64..8.0).prop_map(
+        |(ceiling, memory_mb, bandwidth_kbps, cpu_cores)| Budget {
+            ceiling,
+            memory_mb,
+            bandwidth_kbps,
+            cpu_cores,
+        },
+    )
+}
+
+proptest! {
+    /// Whatever is measured, the concurrency stays within one and the cap:
+    /// the ceiling, `MAX_SLOTS`, the memory budget, and what the bandwidth
+    /// cap feeds at the rate measured.
+    #[test]
+    fn never_past_the_ceiling_memory_or_bandwidth_and_never_below_one(
+        b in any_budget(),
+        samples in proptest::collection::vec(any_sample(), 1..80),
+    ) {
+        let mut c = Controller::new(&b);
+        prop_assert!(c.limit() >= 1 && c.limit() <= b.static_cap());
+        for s in &samples {
+            let (l, _) = c.step(s, &b);
+            prop_assert_eq!(l, c.limit());
+            prop_assert!(l >= 1);
+            prop_assert!(l <= b.ceiling.max(1));
+            prop_assert!(l <= MAX_SLOTS);
+            prop_assert!(l <= (b.memory_mb / SCAN_MEMORY_MB).max(1));
+        }
+    }
+
+    /// Measuring the same every step, it never runs more scans than the
+    /// bandwidth cap feeds at the rate a scan draws.
+    #[test]
+    fn never_past_what_the_bandwidth_cap_feeds(
+        b in any_budget(),
+        s in any_sample(),
+        steps in 1usize..40,
+    ) {
+        let mut c = Controller::new(&b);
+        for _ in 0..steps {
+            let (l, _) = c.step(&s, &b);
+            prop_assert!(l <= Controller::cap(&b, &s), "{} > {}", l, Controller::cap(&b, &s));
+        }
+    }
+
+    /// A step grows by at most `GROWTH` (or one slot), and a step up comes
+    /// only with enough pages judged.
+    #[test]
+    fn growth_is_gradual_and_judged(
+        b in any_budget(),
+        samples in proptest::collection::vec(any_sample(), 1..80),
+    ) {
+        let mut c = Controller::new(&b);
+        for s in &samples {
+            let before = c.limit();
+            let (l, why) = c.step(s, &b);
+            if l > before {
+                prop_assert!(
+                    f64::from(l) <= (f64::from(before) * GROWTH).floor().max(f64::from(before + 1)),
+                    "{} -> {}", before, l
+                );
+                prop_assert!(matches!(why, Reason::Grew | Reason::Undone));
+            }
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! Concurrency bench (`cargo bench -p beebot-tools --bench concurrency`): one
+//! client running the real work loop at the default politeness (1 s per
+//! host) against 1,000 synthetic sites that answer like real servers (50–300
+//! ms a page, log-uniform, drawn per page from a seed), for 10 minutes.
+//! Prints the client's concurrency, pages/s and CPU over time, then one table:
+//! pages/s (and per desktop-hour), the client's CPU share of one core, its
+//! peak memory, the bytes it wrote, and the politeness check measured on the
+//! web server's side (no host ever got two requests less than the delay
+//! apart).
+//!
+//! Three processes, so the client's figures are its own: this binary runs the
+//! grid server and measures; it re-runs itself with `BEEBOT_BENCH_ROLE=web`
+//! (the synthetic web, which logs every request) and `=client` (the work
+//! loop, [`beebot_client::worker::run`], in a home joined beforehand). The
+//! client is trusted from the start, as a desktop is after its first valid
+//! results (an untrusted host holds units for at most 4 slots).
+//!
+//! `--seconds N` (after `--`) or `BEEBOT_BENCH_SECONDS=N` shortens the run;
+//! `--slots N` (or `BEEBOT_BENCH_SLOTS`) gives the client a `slots` ceiling
+//! below `auto` (64).
+//! Nothing here asserts a figure: it reports them.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use beebot_client::control::{self, LiveStatus};
+use beebot_client::crawler::{CrawlerConfig, ResolveRule};
+use beebot_client::home::Home;
+use beebot_client::usage::{self, Process};
+use beebot_client::worker::{self, RunOptions};
+use beebot_server::config::{self, DataDir, InitOptions};
+use beebot_server::params::RoundParams;
+use beebot_server::validate::ValidateMode;
+use beebot_server::web::{DelaySetting, RequestLog, ResponseDelay};
+use beebot_server::{now_ms, Server};
+use beebot_shared::limits::MAX_SLOTS;
+use beebot_shared::synth::{SynthConfig, SynthWeb};
+
+/// Seed of the benched synthetic web and of its response times.
+const SEED: u64 = 1414;
+/// Sites in the target set.
+const SITES: usize = 1000;
+/// Pages per site: enough that ten minutes at 30 pages/s never run out.
+const MIN_PAGES: usize = 20;
+const MAX_PAGES: usize = 120;
+/// Response times of the synthetic web, ms.
+const RESPONSE: (u64, u64) = (50, 300);
+/// The round's politeness delay: the default of `round start`.
+const DELAY_MS: u64 = 1000;
+/// Length of a run unless told otherwise.
+const DEFAULT_SECONDS: u64 = 600;
+/// How often the client is sampled for the table over time.
+const SAMPLE_EVERY: Duration = Duration::from_secs(30);
+/// What is left out of the steady-state figure: the ramp-up.
+const RAMP_S: f64 = 120.0;
+/// Environment variable that gives this binary its role.
+const ROLE_VAR: &str = "BEEBOT_BENCH_ROLE";
+/// The client's home, and the web's address, for the client role.
+const HOME_VAR: &str = "BEEBOT_BENCH_HOME";
+const WEB_VAR: &str = "BEEBOT_BENCH_WEB";
+/// The client's `slots` ceiling.
+const SLOTS_VAR: &str = "BEEBOT_BENCH_SLOTS";
+/// The operator contact of the bench's server (it crawls only loopback).
+const CONTACT: &str = "https://beebot.test/contact";
+
+fn web() -> SynthWeb {
+    SynthWeb::with_config(
+        SEED,
+        SITES,
+        SynthConfig {
+            min_pages_per_site: MIN_PAGES,
+            max_pages_per_site: MAX_PAGES,
+            crawl_delay_ms: None,
+        },
+    )
+}
+
+fn main() -> Result<()> {
+    match std::env::var(ROLE_VAR).as_deref() {
+        Ok("web") => serve_web(),
+        Ok("client") => run_client(),
+        _ => drive(),
+    }
+}
+
+/// A number given as `--FLAG N` (after `--`), else in `VAR`, else `default`.
+fn number(flag: &str, var: &str, default: u64) -> Result<u64> {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == flag) {
+        let v = args
+            .get(i + 1)
+            .with_context(|| format!("{flag} needs a number"))?;
+        return v.parse().with_context(|| format!("{flag} {v}"));
+    }
+    match std::env::var(var) {
+        Ok(v) => v.parse().with_context(|| format!("{var}={v}")),
+        Err(_) => Ok(default),
+    }
+}
+
+/// The run's length: 10 minutes unless told.
+fn seconds() -> Result<u64> {
+    number("--seconds", "BEEBOT_BENCH_SECONDS", DEFAULT_SECONDS)
+}
+
+/// The client's `slots` ceiling: `auto` (64) unless told.
+fn slots() -> Result<u32> {
+    let n = number("--slots", SLOTS_VAR, u64::from(MAX_SLOTS))?;
+    match u32::try_from(n) {
+        Ok(n) if (1..=MAX_SLOTS).contains(&n) => Ok(n),
+        _ => bail!("--slots must be from 1 to {MAX_SLOTS}, not {n}"),
+    }
+}
+
+/// The web child: serve the synthetic web with response delays, print the
+/// port, then answer `count` (requests so far) and `report` (the politeness
+/// check, then exit) on stdin.
+fn serve_web() -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let log = Arc::new(RequestLog::default());
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    listener.set_nonblocking(true)?;
+    println!("{}", listener.local_addr()?.port());
+    std::io::stdout().flush()?;
+    let delay = Arc::new(DelaySetting::new(Some(ResponseDelay {
+        min_ms: RESPONSE.0,
+        max_ms: RESPONSE.1,
+        seed: SEED,
+    })));
+    let served = Arc::clone(&log);
+    std::thread::spawn(move || {
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            beebot_server::web::serve_delayed(
+                listener,
+                Arc::new(web()),
+                served,
+                delay,
+                std::future::pending(),
+            )
+            .await
+        })
+    });
+    for line in std::io::stdin().lock().lines() {
+        match line?.trim() {
+            "count" => println!("{}", pages_answered(&log.entries())),
+            "report" => {
+                println!("{}", politeness(&log.entries(), log.count()));
+                std::io::stdout().flush()?;
+                return Ok(());
+            }
+            _ => println!("?"),
+        }
+        std::io::stdout().flush()?;
+    }
+    Ok(())
+}
+
+/// Page requests answered (robots.txt not counted).
+fn pages_answered(log: &[beebot_server::web::LoggedRequest]) -> usize {
+    log.iter().filter(|r| r.path != "/robots.txt").count()
+}
+
+/// The politeness check: `requests hosts violations shortest_gap_ms`.
+fn politeness(log: &[beebot_server::web::LoggedRequest], count: u64) -> String {
+    let mut by_host: BTreeMap<&str, Vec<Instant>> = BTreeMap::new();
+    for r in log {
+        by_host.entry(r.host.as_str()).or_default().push(r.at);
+    }
+    let delay = Duration::from_millis(DELAY_MS);
+    let (mut violations, mut shortest) = (0u64, Duration::MAX);
+    for times in by_host.values_mut() {
+        times.sort();
+        for w in times.windows(2) {
+            let gap = w[1] - w[0];
+            shortest = shortest.min(gap);
+            if gap < delay {
+                violations += 1;
+            }
+        }
+    }
+    format!(
+        "{count} {} {violations} {}",
+        by_host.len(),
+        if shortest == Duration::MAX {
+            0
+        } else {
+            shortest.as_millis()
+        }
+    )
+}
+
+/// The client child: the real work loop in the joined home, every name
+/// mapped to the web's address, until stdin closes.
+fn run_client() -> Result<()> {
+    let home = PathBuf::from(std::env::var(HOME_VAR).context(HOME_VAR)?);
+    let web = std::env::var(WEB_VAR).context(WEB_VAR)?;
+    let resolve: ResolveRule = format!("*.synth.test={web}")
+        .parse()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let opts = RunOptions {
+        // As `beebot run` with the default settings (`slots = auto`) or
+        // the ceiling given.
+        slots: slots()?,
+        crawler: CrawlerConfig {
+            allow_private: true,
+            resolve: vec![resolve],
+            ..CrawlerConfig::default()
+        },
+        ..RunOptions::default()
+    };
+    let home = Home {
+        config: home.clone(),
+        data: home,
+    };
+    let rt = beebot_shared::rt::runtime()?;
+    let stop = async {
+        let _ = tokio::task::spawn_blocking(|| {
+            let mut sink = String::new();
+            let _ = std::io::stdin().read_line(&mut sink);
+        })
+        .await;
+    };
+    rt.block_on(worker::run(home, opts, stop))?;
+    Ok(())
+}
+
+/// A child process of this binary in `role`, with its stdin and stdout.
+fn spawn(
+    role: &str,
+    env: &[(&str, String)],
+) -> Result<(Child, ChildStdin, BufReader<ChildStdout>)> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.env(ROLE_VAR, role)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().with_context(|| format!("spawn the {role}"))?;
+    let stdin = child.stdin.take().context("stdin")?;
+    let stdout = BufReader::new(child.stdout.take().context("stdout")?);
+    Ok((child, stdin, stdout))
+}
+
+/// Ask the web child one line, read one line back.
+fn ask(stdin: &mut ChildStdin, stdout: &mut BufReader<ChildStdout>, q: &str) -> Result<String> {
+    writeln!(stdin, "{q}")?;
+    stdin.flush()?;
+    let mut line = String::new();
+    stdout.read_line(&mut line)?;
+    Ok(line.trim().to_string())
+}
+
+/// The client's live status (its effective concurrency).
+fn live(home: &Path) -> Option<LiveStatus> {
+    control::read_live_status(home)
+}
+
+/// One row of the table over time.
+struct Row {
+    t_s: f64,
+    concurrency: Option<u32>,
+    pages_per_s: f64,
+    cpu_percent: Option<f64>,
+    rss_mb: Option<f64>,
+}
+
+fn drive() -> Result<()> {
+    let seconds = seconds()?;
+    let ceiling = slots()?;
+    let web_pages = web().total_pages();
+    let (mut web_child, mut web_in, mut web_out) = spawn("web", &[])?;
+    let mut port = String::new();
+    web_out.read_line(&mut port)?;
+    let web_addr: SocketAddr = format!("127.0.0.1:{}", port.trim()).parse()?;
+
+    let tmp = tempfile::Builder::new().prefix("beebot-conc-").tempdir()?;
+    let rt = beebot_shared::rt::runtime()?;
+    let home_dir = tmp.path().join("client");
+    let (shared, stop_server, server_task) = rt.block_on(async {
+        let dir = DataDir(tmp.path().join("server"));
+        config::init(
+            &dir,
+            &InitOptions {
+                public_addr: "127.0.0.1:0".into(),
+                listen: "127.0.0.1:0".into(),
+                admin_listen: "127.0.0.1:0".into(),
+                cert_pem: None,
+                key_pem: None,
+                contact: CONTACT.into(),
+                operator: "BeeBot concurrency bench (synthetic web only)".into(),
+            },
+        )?;
+        let server = Server::bind(dir).await?;
+        let shared = server.shared();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async {
+            let _ = rx.await;
+        }));
+        let (code, _) = shared.make_invite(1, 3600).await?;
+        let home = Home {
+            config: home_dir.clone(),
+            data: home_dir.clone(),
+        };
+        worker::join(&home, &code, Some("desktop".into())).await?;
+        let host_id = home.require_enrolment()?.host_id;
+        let hosts = web().site_hosts();
+        let now = now_ms();
+        shared
+            .with_grid(move |g| {
+                g.set_trusted(host_id)?;
+                g.add_sites(&hosts, now)?;
+                g.start_round(
+                    RoundParams {
+                        delay_ms: DELAY_MS,
+                        validate: ValidateMode::Off,
+                        ..RoundParams::default()
+                    },
+                    now,
+                )
+            })
+            .await?;
+        anyhow::Ok((shared, tx, task))
+    })?;
+
+    let (mut client, client_in, _client_out) = spawn(
+        "client",
+        &[
+            (HOME_VAR, home_dir.display().to_string()),
+            (WEB_VAR, web_addr.to_string()),
+            (SLOTS_VAR, ceiling.to_string()),
+        ],
+    )?;
+    let pid = client.id();
+    eprintln!(
+        "client pid {pid}: {SITES} sites ({web_pages} pages), delay {DELAY_MS} ms, responses \
+         {}-{} ms, slots {ceiling}, {seconds} s",
+        RESPONSE.0, RESPONSE.1
+    );
+    let started = Instant::now();
+    let cpu0 = usage::cpu_seconds(Process::Pid(pid)).unwrap_or(0.0);
+    let (mut last_t, mut last_pages, mut last_cpu) = (0.0, 0usize, cpu0);
+    let mut rows = Vec::new();
+    let mut steady_from: Option<(f64, usize)> = None;
+    let end = Duration::from_secs(seconds);
+    while started.elapsed() < end {
+        std::thread::sleep(SAMPLE_EVERY.min(end.saturating_sub(started.elapsed())));
+        let t = started.elapsed().as_secs_f64();
+        let pages: usize = ask(&mut web_in, &mut web_out, "count")?.parse()?;
+        let cpu = usage::cpu_seconds(Process::Pid(pid));
+        if steady_from.is_none() && t >= RAMP_S {
+            steady_from = Some((t, pages));
+        }
+        let dt = (t - last_t).max(0.001);
+        let row = Row {
+            t_s: t,
+            concurrency: live(&home_dir).and_then(|l| l.concurrency),
+            pages_per_s: (pages - last_pages) as f64 / dt,
+            cpu_percent: cpu.map(|c| (c - last_cpu) / dt * 100.0),
+            rss_mb: usage::rss_kb(Process::Pid(pid)).map(|k| k as f64 / 1024.0),
+        };
+        eprintln!(
+            "{:>6.0} s  {:>3} at once  {:>5.1} pages/s  CPU {:>5}  RSS {:>6}",
+            row.t_s,
+            row.concurrency.map_or("?".into(), |c| c.to_string()),
+            row.pages_per_s,
+            row.cpu_percent.map_or("?".into(), |c| format!("{c:.1}%")),
+            row.rss_mb.map_or("?".into(), |m| format!("{m:.1} MB")),
+        );
+        rows.push(row);
+        (last_t, last_pages) = (t, pages);
+        last_cpu = cpu.unwrap_or(last_cpu);
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = usage::cpu_seconds(Process::Pid(pid)).map(|c| c - cpu0);
+    let peak_kb = usage::peak_rss_kb(Process::Pid(pid));
+    let written = usage::written_bytes(Process::Pid(pid));
+    let pages: usize = ask(&mut web_in, &mut web_out, "count")?.parse()?;
+    drop(client_in);
+    let _ = client.wait();
+    let report = ask(&mut web_in, &mut web_out, "report")?;
+    let _ = web_child.wait();
+    let _ = stop_server.send(());
+    let _ = rt.block_on(server_task);
+    drop(shared);
+
+    let fields: Vec<u64> = report
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("web report `{report}`"))?;
+    let [requests, hosts, violations, shortest_ms] = fields[..] else {
+        bail!("web report `{report}`");
+    };
+
+    println!(
+        "\nconcurrency over time (every {} s)",
+        SAMPLE_EVERY.as_secs()
+    );
+    println!(
+        "{:>7}  {:>8}  {:>8}  {:>6}  {:>8}",
+        "t s", "at once", "pages/s", "CPU %", "RSS MB"
+    );
+    for r in &rows {
+        println!(
+            "{:>7.0}  {:>8}  {:>8.1}  {:>6}  {:>8}",
+            r.t_s,
+            r.concurrency.map_or("?".into(), |c| c.to_string()),
+            r.pages_per_s,
+            r.cpu_percent.map_or("?".into(), |c| format!("{c:.1}")),
+            r.rss_mb.map_or("?".into(), |m| format!("{m:.1}")),
+        );
+    }
+    let overall = pages as f64 / wall;
+    let steady = steady_from.map(|(t, p)| (pages - p) as f64 / (wall - t).max(0.001));
+    let most = rows.iter().filter_map(|r| r.concurrency).max();
+    let mut table: Vec<(String, String)> = vec![
+        (
+            format!("pages/s over the whole run ({pages} pages in {wall:.0} s)"),
+            format!("{overall:.1} ({:.0} pages per desktop-hour)", overall * 3600.0),
+        ),
+        (
+            format!("pages/s after the first {RAMP_S:.0} s (ramp-up)"),
+            steady.map_or("run too short".into(), |s| {
+                format!("{s:.1} ({:.0} pages per desktop-hour)", s * 3600.0)
+            }),
+        ),
+        (
+            format!("most sites at once (slots ceiling {ceiling})"),
+            most.map_or("?".into(), |m| m.to_string()),
+        ),
+        (
+            "client CPU, share of one core".into(),
+            cpu.map_or("not measurable here".into(), |c| {
+                format!("{:.2}% ({c:.1} s in {wall:.0} s)", c / wall * 100.0)
+            }),
+        ),
+        (
+            "client peak memory (VmHWM)".into(),
+            peak_kb.map_or("?".into(), |k| format!("{:.1} MB", k as f64 / 1024.0)),
+        ),
+        (
+            "client bytes written (write calls; reaching the disk)".into(),
+            written.map_or("?".into(), |(w, d)| {
+                format!("{:.1} MB; {:.1} MB", w as f64 / 1e6, d as f64 / 1e6)
+            }),
+        ),
+        (
+            format!("politeness: requests to one host < {DELAY_MS} ms apart"),
+            format!(
+                "{violations} of {requests} requests to {hosts} hosts (shortest gap {shortest_ms} ms)"
+            ),
+        ),
+    ];
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        table.push((
+            "machine load (1, 5, 15 min) at the end".into(),
+            load.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ));
+    }
+    let width = table.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    println!("\n{:width$}  result", "measure");
+    println!("{}  {}", "-".repeat(width), "-".repeat(24));
+    for (k, v) in table {
+        println!("{k:width$}  {v}");
+    }
+    Ok(())
+}
