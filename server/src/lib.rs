@@ -154,6 +154,7 @@ impl Shared {
                 let mut g = s.grid.lock().unwrap_or_else(|p| p.into_inner());
                 let locked = std::time::Instant::now();
                 let out = f(&mut g);
+                g.repair_after_store_failure();
                 let now = g.rounds_changed();
                 s.work_hint.send_if_modified(|seen| {
                     let changed = *seen != now;

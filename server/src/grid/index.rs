@@ -164,6 +164,32 @@ impl Grid {
         }
     }
 
+    /// Build the index of open jobs afresh from the jobs of the running
+    /// rounds.
+    pub(super) fn rebuild_open(&mut self) {
+        self.open.clear();
+        let running: Vec<u64> = self
+            .rounds
+            .values()
+            .filter(|r| r.state == RoundState::Running)
+            .flat_map(|r| r.job_ids.iter().copied())
+            .collect();
+        for id in running {
+            self.reindex(id);
+        }
+    }
+
+    /// After the store failed, a change may have stopped between changing
+    /// a job in memory and indexing it (its write failed first): the index
+    /// is built afresh, so what reads go on showing stays consistent.
+    /// Nothing is acknowledged from then on (fail-stop), so no decision
+    /// rests on the half-made change. Does nothing while the store is well.
+    pub fn repair_after_store_failure(&mut self) {
+        if self.store.failure().is_some() {
+            self.rebuild_open();
+        }
+    }
+
     /// Debug builds check that the index of open jobs equals one built
     /// afresh from the jobs.
     pub(super) fn check_open(&self) {

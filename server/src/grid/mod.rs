@@ -250,15 +250,7 @@ impl Grid {
         for e in g.store.exclusions()? {
             g.exclusions.insert(reversed_labels(&e.exclusion.host), e);
         }
-        let running: Vec<u64> = g
-            .rounds
-            .values()
-            .filter(|r| r.state == RoundState::Running)
-            .flat_map(|r| r.job_ids.iter().copied())
-            .collect();
-        for id in running {
-            g.reindex(id);
-        }
+        g.rebuild_open();
         g.sweep_temporaries();
         Ok(g)
     }

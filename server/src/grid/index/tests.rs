@@ -462,3 +462,47 @@ fn under_every_policy_one_stream_of_requests_per_host() {
         }
     }
 }
+
+/// A deadline check whose first write fails has expired its units in
+/// memory without indexing them: the repair after a storage failure
+/// builds the index afresh, so reads (and debug builds' check) stay
+/// consistent while the server answers errors until restarted.
+#[test]
+fn a_write_failing_mid_change_leaves_the_index_repaired() {
+    let store = std::sync::Arc::new(crate::store::MemoryStore::new());
+    let io = GridIo::in_memory(
+        store.clone(),
+        Arc::new(crate::grid::links::MemoryLinks::new()),
+        sign::generate_key(),
+        7,
+    );
+    let mut g = Grid::open(io, settings()).unwrap();
+    g.add_sites(&site_names(4), T0).unwrap();
+    let round = g.start_round(params(3), T0).unwrap();
+    let host = enrol_host(&mut g, T0);
+    let req = WorkRequest {
+        want_seconds: 3600,
+        free_slots: 2,
+        units_held: vec![],
+        open_windows: None,
+    };
+    let reply = g.request_work(host, &req, T0).unwrap();
+    assert_eq!(reply.units.len(), 2);
+    crate::store::Store::sync(&*store).unwrap();
+
+    store.fail_next_write();
+    let late = T0 + 10 * HOUR_MS;
+    assert!(g.tick(late).is_err(), "the deadline check's write failed");
+    assert_ne!(
+        g.open[&round],
+        g.open_from_scratch()[&round],
+        "the failed change left the index behind its jobs"
+    );
+    g.repair_after_store_failure();
+    assert_eq!(g.open, g.open_from_scratch());
+    g.check_open();
+    // Nothing is acknowledged from now on.
+    assert!(g.request_work(host, &req, late).is_err());
+    g.repair_after_store_failure();
+    g.check_open();
+}
