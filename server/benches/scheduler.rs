@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use beebot_server::scheduler::{
-    self, Ctx, HeldUnit, HostView, JobView, RunningView, WorkAsk, POLICY_NAMES,
+    self, Ctx, HeldUnit, HostView, JobQueue, JobView, Queue, RunningView, WorkAsk, POLICY_NAMES,
 };
 use beebot_server::simulate::{synthetic_hosts, synthetic_sites, Rng};
 
@@ -97,6 +97,7 @@ fn time_us(mut f: impl FnMut(u32)) -> f64 {
 
 fn main() {
     let (queue, hosts, running) = views(7);
+    let queue = JobQueue::from_views(&queue);
     println!(
         "one scheduling decision: {QUEUED} queued jobs, {HOSTS} hosts, {RUNNING} running jobs"
     );
@@ -110,7 +111,7 @@ fn main() {
 }
 
 /// Every policy over the full views, asked for one slot and for four.
-fn bench_policies(queue: &[JobView], hosts: &[HostView], running: &[RunningView]) {
+fn bench_policies(queue: &JobQueue, hosts: &[HostView], running: &[RunningView]) {
     for name in POLICY_NAMES {
         let policy = scheduler::policy_by_name(name).expect("known policy");
         for (label, ask) in [
@@ -134,7 +135,7 @@ fn bench_policies(queue: &[JobView], hosts: &[HostView], running: &[RunningView]
                     now_ms: 1_000_000,
                     round_started_ms: 0,
                     delay_s: 0.0,
-                    queue,
+                    queue: Queue::all(queue),
                     running: if policy.replicates() { running } else { &[] },
                     hosts,
                     asker: (n as usize * 7919) % HOSTS,
@@ -155,12 +156,13 @@ fn bench_policies(queue: &[JobView], hosts: &[HostView], running: &[RunningView]
 /// The tail case: nothing queued, replication over the running jobs.
 fn bench_tail(hosts: &[HostView], running: &[RunningView]) {
     let policy = scheduler::policy_by_name("adaptive").expect("adaptive");
+    let empty = JobQueue::default();
     let us = time_us(|n| {
         let ctx = Ctx {
             now_ms: 1_000_000,
             round_started_ms: 0,
             delay_s: 0.0,
-            queue: &[],
+            queue: Queue::all(&empty),
             running,
             hosts,
             asker: (n as usize * 7919) % HOSTS,

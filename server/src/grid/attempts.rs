@@ -107,7 +107,13 @@ impl Grid {
         now_ms: u64,
     ) -> Result<(), GridError> {
         let mut changed = Vec::new();
-        for id in self.running_job_ids() {
+        let mut mine: Vec<u64> = self
+            .open
+            .values()
+            .flat_map(|o| o.jobs_on(host_id))
+            .collect();
+        mine.sort_unstable();
+        for id in mine {
             let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
             };
@@ -309,6 +315,10 @@ impl Grid {
         a.last_report_ms = a.last_report_ms.max(now_ms);
         a.pages = pages;
         a.links = links;
+        // Whether its scan could be handed over follows its pages.
+        self.reindex(job_id);
+        let job = self.job_mut(job_id)?;
+        let a = &mut job.attempts[i];
         if handed_over {
             // Another host takes the scan over from its frontier: this one
             // stops at a page boundary and uploads what it did.
@@ -353,6 +363,7 @@ impl Grid {
         if found {
             push_reason(job, format!("host {host_id}: {reason}"));
             self.after_attempt_ended(job_id, now_ms)?;
+            self.host_changed(host_id);
             if let Some(h) = self.hosts.get_mut(&host_id) {
                 h.failures += 1;
                 let h = h.clone();
@@ -416,6 +427,7 @@ impl Grid {
             if let Some(job) = self.jobs.get_mut(&job_id) {
                 push_reason(job, format!("host {host_id}: deadline passed"));
             }
+            self.host_changed(host_id);
             if let Some(h) = self.hosts.get_mut(&host_id) {
                 h.deadlines_missed += 1;
                 h.last_missed_ms = h.last_missed_ms.max(now_ms);

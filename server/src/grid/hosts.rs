@@ -192,6 +192,8 @@ impl Grid {
         host_id: u64,
         now_ms: u64,
     ) -> Result<&mut HostRecord, GridError> {
+        // What it says may change its view.
+        self.stale_views.insert(host_id);
         let h = self
             .hosts
             .get_mut(&host_id)
@@ -307,6 +309,7 @@ impl Grid {
             .ok_or(GridError::UnknownHost(host_id))?;
         h.revoked = true;
         let h = h.clone();
+        self.host_changed(host_id);
         self.store.put_host(&h)?;
         self.resources.remove(&host_id);
         self.release_host_units(host_id, None, now_ms)?;
@@ -328,6 +331,7 @@ impl Grid {
     /// valid results in a row (the simulator's steady state).
     pub fn set_trusted(&mut self, host_id: u64) -> Result<(), GridError> {
         let trust_after = self.settings.trust_after;
+        self.host_changed(host_id);
         if let Some(h) = self.hosts.get_mut(&host_id) {
             h.consecutive_valid = h.consecutive_valid.max(trust_after);
             let h = h.clone();

@@ -1,6 +1,7 @@
 //! The index of open jobs ([`OpenJobs`]): per running round, the queued
 //! jobs as the scheduler sees them, the running ones, each host's failures,
-//! the jobs under check and the queued jobs by their site's reach.
+//! the jobs under check, each open job's reach and the running jobs by
+//! their reach and by host.
 //!
 //! Invariants: [`Grid::reindex`] is called after every change of a job of a
 //! running round, so the index always equals one built afresh from the jobs
@@ -13,27 +14,50 @@ use beebot_shared::scope::{Scope, SiteScope};
 
 use super::Grid;
 use crate::model::*;
-use crate::scheduler::JobView;
+use crate::scheduler::{JobQueue, JobView};
 
 /// A running round's queued and running jobs, so that a work request, an
 /// upload and a tick cost what is open now, not a walk over every job of
 /// every round ever run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(super) struct OpenJobs {
-    /// Queued jobs as the scheduler sees them, in list order (job ids grow
-    /// with it), `failed_here` unset: it is filled in per asking host.
-    pub(super) queue: Vec<JobView>,
+    /// Queued jobs as the scheduler sees them, indexed by list order (job
+    /// ids grow with it) and size, `failed_here` unset: it is filled in per
+    /// asking host.
+    pub(super) queue: JobQueue,
     /// Jobs with a running attempt.
     pub(super) running: BTreeSet<u64>,
+    /// Hosts with a running attempt and the job (host id, job id).
+    pub(super) running_on: BTreeSet<(u64, u64)>,
+    /// The hosts of each running job's running attempts.
+    pub(super) hosts_of: HashMap<u64, Vec<u64>>,
+    /// Each open job's reach ([`reach_key`]), worked out once.
+    pub(super) reach_of: HashMap<u64, (String, bool)>,
+    /// Running jobs whose one running copy could hand its scan over to
+    /// another host ([`super::work::hand_over_from`]), with that copy.
+    pub(super) handable: BTreeMap<u64, Handable>,
+    /// Running jobs by their site's reach ([`reach_key`] → job id → whether
+    /// every name under it is inside): a queued job whose reach meets one
+    /// waits, so no host is scanned by two jobs at once.
+    pub(super) running_reach: BTreeMap<String, BTreeMap<u64, bool>>,
     /// Open jobs each host failed (an attempt expired or given back).
     pub(super) failed_by: HashMap<u64, BTreeSet<u64>>,
     /// Open jobs whose results are being checked, with the hosts that may
     /// not take them (the results' authors).
     pub(super) checks: BTreeMap<u64, Vec<u64>>,
-    /// Queued jobs by their site's reach ([`reach_key`] → job id → whether
-    /// every name under it is inside): a job whose reach meets a running
-    /// job's waits, so no host is scanned by two jobs at once.
-    pub(super) reach: BTreeMap<String, BTreeMap<u64, bool>>,
+}
+
+/// Jobs by their site's reach ([`reach_key`] → job id → whether every
+/// name under it is inside).
+pub(super) type ReachIndex = BTreeMap<String, BTreeMap<u64, bool>>;
+
+/// A running job's one copy that could hand its scan over: its host, its
+/// unit and the job's expected pages.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Handable {
+    pub(super) host_id: u64,
+    pub(super) unit_id: u64,
+    pub(super) pages: f64,
 }
 
 /// A site's reach ([`SiteScope::reach`]) as a key whose names under a root
@@ -46,7 +70,9 @@ pub(super) fn reach_key(site: &str, scope: Scope) -> (String, bool) {
     (key.join("."), all_under)
 }
 
-/// Whether two reaches ([`reach_key`]) share a host name.
+/// Whether two reaches ([`reach_key`]) share a host name (what
+/// [`meets_any`] asks of an index).
+#[cfg(test)]
 pub(super) fn reaches_meet(a: &(String, bool), b: &(String, bool)) -> bool {
     let under = |x: &str, root: &str| {
         x.len() > root.len() && x.starts_with(root) && x.as_bytes()[root.len()] == b'.'
@@ -54,35 +80,54 @@ pub(super) fn reaches_meet(a: &(String, bool), b: &(String, bool)) -> bool {
     a.0 == b.0 || (a.1 && under(&b.0, &a.0)) || (b.1 && under(&a.0, &b.0))
 }
 
-/// Queued jobs of `reach` (an index of [`OpenJobs::reach`]) whose reach
-/// meets `busy`'s: O(labels × log n) plus the jobs found.
-pub(super) fn queued_meeting(
-    reach: &BTreeMap<String, BTreeMap<u64, bool>>,
-    busy: &(String, bool),
-    out: &mut BTreeSet<u64>,
-) {
-    let (root, all_under) = (busy.0.as_str(), busy.1);
-    // The same root, and roots above it that reach every name under them.
+/// Take `job_id` out of a reach index under `key`.
+fn unindex_reach(index: &mut BTreeMap<String, BTreeMap<u64, bool>>, key: &str, job_id: u64) {
+    if let Some(jobs) = index.get_mut(key) {
+        jobs.remove(&job_id);
+        if jobs.is_empty() {
+            index.remove(key);
+        }
+    }
+}
+
+/// Whether some job of a reach index (as [`OpenJobs::running_reach`]) other than
+/// `except` has a reach that meets `r`'s: O(labels × log n).
+pub(super) fn meets_any(
+    index: &BTreeMap<String, BTreeMap<u64, bool>>,
+    r: &(String, bool),
+    except: Option<u64>,
+) -> bool {
+    let (root, all_under) = (r.0.as_str(), r.1);
+    let other = |id: &u64| Some(*id) != except;
     for (i, b) in root.bytes().enumerate().chain([(root.len(), b'.')]) {
         if b != b'.' {
             continue;
         }
         let above = &root[..i];
-        for (id, tree) in reach.get(above).into_iter().flatten() {
-            if *tree || i == root.len() {
-                out.insert(*id);
-            }
+        let meets = index.get(above).is_some_and(|jobs| {
+            jobs.iter()
+                .any(|(id, tree)| other(id) && (i == root.len() || *tree))
+        });
+        if meets {
+            return true;
         }
     }
-    // Roots under it, when it reaches every name under it.
     if all_under {
         let from = format!("{root}.");
-        for (_, jobs) in reach
+        return index
             .range(from.clone()..)
             .take_while(|(k, _)| k.starts_with(&from))
-        {
-            out.extend(jobs.keys().copied());
-        }
+            .any(|(_, jobs)| jobs.keys().any(other));
+    }
+    false
+}
+
+impl OpenJobs {
+    /// The running jobs of `host` in this round.
+    pub(super) fn jobs_on(&self, host: u64) -> impl Iterator<Item = u64> + '_ {
+        self.running_on
+            .range((host, 0)..=(host, u64::MAX))
+            .map(|(_, job)| *job)
     }
 }
 
@@ -99,6 +144,10 @@ impl Grid {
         let Some(job) = self.jobs.get(&job_id) else {
             return;
         };
+        // Every host that ran a copy: its view changes with the job's.
+        for a in &job.attempts {
+            self.stale_views.insert(a.host_id);
+        }
         let Some(round) = self
             .rounds
             .get(&job.round_id)
@@ -107,25 +156,28 @@ impl Grid {
             return;
         };
         let open = self.open.entry(job.round_id).or_default();
-        if let Ok(p) = open.queue.binary_search_by_key(&job_id, |v| v.job_id) {
-            open.queue.remove(p);
-        }
-        let reach = reach_key(&job.site, round.params.scope);
-        if let Some(jobs) = open.reach.get_mut(&reach.0) {
-            jobs.remove(&job_id);
-            if jobs.is_empty() {
-                open.reach.remove(&reach.0);
-            }
-        }
-        if job.state == JobState::Queued {
-            open.reach
-                .entry(reach.0)
+        open.queue.remove(job_id);
+        let is_open = matches!(job.state, JobState::Queued | JobState::Running);
+        // The site's reach, worked out once while the job is open.
+        let reach = match open.reach_of.get(&job_id) {
+            Some(r) => r.clone(),
+            None => reach_key(&job.site, round.params.scope),
+        };
+        unindex_reach(&mut open.running_reach, &reach.0, job_id);
+        if job.state == JobState::Running {
+            open.running_reach
+                .entry(reach.0.clone())
                 .or_default()
                 .insert(job_id, reach.1);
         }
+        if is_open {
+            open.reach_of.insert(job_id, reach);
+        } else {
+            open.reach_of.remove(&job_id);
+        }
         if job.state == JobState::Queued {
             let order = round.job_ids.binary_search(&job_id).unwrap_or(0) as u32;
-            let view = JobView {
+            open.queue.insert(JobView {
                 job_id,
                 order,
                 pages: job.est_pages,
@@ -134,15 +186,38 @@ impl Grid {
                 size_known: job.size_known,
                 // A batch stays with its host unless that host failed the job.
                 assigned: job.batch_host.filter(|h| !failed_by(job, *h)),
-            };
-            if let Err(p) = open.queue.binary_search_by_key(&job_id, |v| v.job_id) {
-                open.queue.insert(p, view);
-            }
+            });
         }
         if job.state == JobState::Running {
             open.running.insert(job_id);
         } else {
             open.running.remove(&job_id);
+        }
+        // Whether its scan could be handed over (to any host but its own:
+        // host ids count from 1, so 0 is nobody's).
+        match super::work::hand_over_from(job, 0) {
+            Some(a) if job.state == JobState::Running => {
+                let h = Handable {
+                    host_id: a.host_id,
+                    unit_id: a.unit_id,
+                    pages: job.est_pages,
+                };
+                open.handable.insert(job_id, h);
+            }
+            _ => {
+                open.handable.remove(&job_id);
+            }
+        }
+        // The hosts running a copy of it.
+        for h in open.hosts_of.remove(&job_id).unwrap_or_default() {
+            open.running_on.remove(&(h, job_id));
+        }
+        let holders: Vec<u64> = job.running_attempts().map(|a| a.host_id).collect();
+        if !holders.is_empty() {
+            for &h in &holders {
+                open.running_on.insert((h, job_id));
+            }
+            open.hosts_of.insert(job_id, holders);
         }
         // An attempt's state may change back (an expired scan's late result
         // is accepted), so this job's failures are counted afresh.
@@ -194,7 +269,12 @@ impl Grid {
     /// afresh from the jobs.
     pub(super) fn check_open(&self) {
         #[cfg(debug_assertions)]
-        assert_eq!(self.open, self.open_from_scratch(), "index of open jobs");
+        {
+            assert_eq!(self.open, self.open_from_scratch(), "index of open jobs");
+            for o in self.open.values() {
+                o.queue.check();
+            }
+        }
     }
 
     /// The index of open jobs, built afresh from the jobs.

@@ -29,6 +29,7 @@ mod sites;
 mod status;
 mod upload;
 mod verdict;
+mod views;
 mod work;
 
 #[cfg(test)]
@@ -36,7 +37,7 @@ pub(crate) mod testkit;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use beebot_shared::limits::{MAX_REASONS_PER_JOB, MAX_TEXT_LEN};
@@ -62,6 +63,7 @@ pub use upload::{
     stopped_early, StateInfo, SummaryError, UploadOutcome, UploadPlan, UploadRefusal, UploadStep,
     Verified,
 };
+pub use views::VIEW_REFRESH_MS;
 pub use work::{held_cap, WorkReply, WorkRequest};
 
 /// How long a host with nothing to do waits before asking again while a round
@@ -167,6 +169,11 @@ pub struct Grid {
     resources: HashMap<u64, HostResources>,
     /// Totals for the server's metrics (see [`counters`]).
     counters: GridCounters,
+    /// The scheduler's views of the hosts, kept between requests
+    /// (see [`views`]).
+    views: views::HostViews,
+    /// Hosts whose view must be built again before it is read.
+    stale_views: HashSet<u64>,
 }
 
 fn push_reason(job: &mut JobRecord, reason: String) {
@@ -207,6 +214,8 @@ impl Grid {
             settling: HashMap::new(),
             resources: HashMap::new(),
             counters: GridCounters::default(),
+            views: views::HostViews::default(),
+            stale_views: HashSet::new(),
         }
     }
 

@@ -191,7 +191,7 @@ impl Grid {
                 assigned: None,
             })
             .collect();
-        let (hosts, _, _) = self.host_views(now_ms);
+        let hosts = self.host_views_now(now_ms).views;
         let recent: Vec<HostView> = hosts
             .into_iter()
             .filter(|h| now_ms.saturating_sub(h.last_seen_ms) <= PLAN_HOSTS_SEEN_WITHIN_MS)

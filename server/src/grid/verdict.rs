@@ -254,6 +254,7 @@ impl Grid {
         }
         for c in valid {
             for host in c.authors() {
+                self.host_changed(host);
                 if let Some(h) = self.hosts.get_mut(&host) {
                     h.consecutive_valid = h.consecutive_valid.saturating_add(1);
                     h.valid_results += 1;
@@ -271,6 +272,7 @@ impl Grid {
     /// scans of open jobs that continue from its segments (those jobs start
     /// over from their seed).
     pub(super) fn distrust(&mut self, host_id: u64) -> Result<(), GridError> {
+        self.host_changed(host_id);
         if let Some(h) = self.hosts.get_mut(&host_id) {
             h.consecutive_valid = 0;
             h.invalid_results += 1;
@@ -310,6 +312,7 @@ impl Grid {
                         dropped += 1;
                     }
                 }
+                self.host_changed(host_id);
                 if let Some(h) = self.hosts.get_mut(&host_id) {
                     h.invalid_results += dropped;
                     let h = h.clone();
@@ -359,6 +362,7 @@ impl Grid {
     ) -> Result<(), GridError> {
         let (pages, bytes) = (summary.pages, summary.bytes);
         let seconds = summary.elapsed_ms as f64 / 1000.0;
+        self.host_changed(host_id);
         if let Some(h) = self.hosts.get_mut(&host_id) {
             if job_done {
                 h.jobs_done += 1;

@@ -7,21 +7,20 @@
 //! unit is signed with the project key and bound to its host. Units are
 //! judged elsewhere ([`super::attempts`], [`super::upload`]).
 
-use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 
 use beebot_shared::limits::{MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_REPLY};
-use beebot_shared::scope::Scope;
 use beebot_shared::sign::{ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
 
 use crate::model::*;
 use crate::scheduler::{
-    self, Capacity, DeadlineRule, Demand, HeldUnit, HostView, JobView, RunningView, WorkAsk,
+    self, DeadlineRule, HeldUnit, HostView, JobView, Queue, RunningView, WorkAsk,
 };
 use crate::store::IdKind;
 use crate::validate;
 
 use super::index::*;
+use super::views::HostViews;
 use super::{Grid, GridError, RETRY_IDLE_S, RETRY_WHILE_ROUND_OPEN_S};
 
 /// A work request as the grid sees it.
@@ -113,7 +112,7 @@ struct Asker<'a> {
     ends: &'a HashMap<u64, f64>,
     speed: Option<f64>,
     /// Trusted hosts online.
-    trusted_online: Vec<u64>,
+    trusted_online: &'a BTreeSet<u64>,
     trusted: bool,
     /// Whether a host other than the asker is online.
     others_online: bool,
@@ -134,8 +133,9 @@ impl Asker<'_> {
 struct Picks {
     /// Jobs to issue, in order.
     chosen: Vec<u64>,
-    /// Reaches of the running jobs and of those chosen ([`reach_key`]).
-    busy: Vec<(String, bool)>,
+    /// Reaches settling after an upload and of the jobs chosen
+    /// ([`reach_key`]); running jobs' are in the index.
+    busy: ReachIndex,
     /// Slots still free.
     free: u32,
     /// Seconds of work still wanted.
@@ -188,92 +188,6 @@ impl Grid {
         }
     }
 
-    /// The scheduler's view of every active host (sorted by id), with the
-    /// expected end (seconds from now) of every running unit, by unit id, and
-    /// the units each host holds (in issue order).
-    #[allow(clippy::type_complexity)]
-    pub(super) fn host_views(
-        &self,
-        now_ms: u64,
-    ) -> (
-        Vec<HostView>,
-        HashMap<u64, f64>,
-        HashMap<u64, Vec<HeldUnit>>,
-    ) {
-        // Running units per host, from the running rounds.
-        let mut held: HashMap<u64, Vec<((bool, u64, u64), HeldUnit)>> = HashMap::new();
-        // What each host's held units need at once, beyond slots (`pack`).
-        let mut demands: HashMap<u64, Demand> = HashMap::new();
-        for r in self
-            .rounds
-            .values()
-            .filter(|r| r.state == RoundState::Running)
-        {
-            let delay_s = r.params.delay_ms as f64 / 1000.0;
-            let Some(open) = self.open.get(&r.id) else {
-                continue;
-            };
-            for job in open.running.iter().filter_map(|id| self.jobs.get(id)) {
-                for a in job.running_attempts() {
-                    let cost = scheduler::seconds_per_page(self.host_speed(a.host_id), delay_s);
-                    // A scan that reports progress is timed by its own pace.
-                    let unit = match scheduler::remaining_s(
-                        job.est_pages,
-                        (a.first_report_ms, a.first_report_pages),
-                        (a.last_report_ms, a.pages),
-                        now_ms,
-                    ) {
-                        Some(left) => HeldUnit {
-                            issued_ms: now_ms,
-                            expected_s: left,
-                        },
-                        None => HeldUnit {
-                            issued_ms: a.issued_ms,
-                            expected_s: job.est_pages * cost,
-                        },
-                    };
-                    // Scanning units first (their slots are taken), then in issue order.
-                    let key = (a.first_report_ms == 0, a.issued_ms, a.unit_id);
-                    held.entry(a.host_id).or_default().push((key, unit));
-                    demands
-                        .entry(a.host_id)
-                        .or_default()
-                        .add(Demand::of_scan(job.est_pages, cost));
-                }
-            }
-        }
-        let mut ends = HashMap::new();
-        let mut by_host = HashMap::new();
-        let mut views = Vec::with_capacity(self.hosts.len());
-        for h in self.hosts.values().filter(|h| !h.revoked) {
-            let mut units = held.remove(&h.id).unwrap_or_default();
-            units.sort_by_key(|(key, _)| *key);
-            let slots = host_slots(h);
-            let plain: Vec<HeldUnit> = units.iter().map(|(_, u)| *u).collect();
-            let sched = scheduler::slot_schedule(&plain, slots, now_ms);
-            let online =
-                scheduler::is_online(h.last_seen_ms, h.last_missed_ms, !units.is_empty(), now_ms);
-            for (((_, _, unit), _), end) in units.iter().zip(&sched.ends_s) {
-                ends.insert(*unit, if online { *end } else { f64::INFINITY });
-            }
-            views.push(HostView {
-                host_id: h.id,
-                pages_per_s: self.host_speed(h.id),
-                slots,
-                busy: units.len() as u32,
-                free_at_s: sched.free_at_s,
-                load_s: sched.load_s,
-                online,
-                availability: scheduler::availability(h.enrolled_ms, h.offline_ms, now_ms),
-                last_seen_ms: h.last_seen_ms,
-                capacity: Capacity::of(self.resources.get(&h.id)),
-                demand: demands.remove(&h.id).unwrap_or_default(),
-            });
-            by_host.insert(h.id, plain);
-        }
-        (views, ends, by_host)
-    }
-
     /// Answer a host's work request.
     pub fn request_work(
         &mut self,
@@ -287,7 +201,6 @@ impl Grid {
         self.release_host_units(host_id, Some(&req.units_held), now_ms)?;
         let cancelled_units = self.cancelled_units(&req.units_held);
 
-        let speed = self.host_speed(host_id);
         // Rounds in start order; each with its own policy.
         let running: Vec<(u64, RoundParams, u64)> = self
             .rounds
@@ -295,43 +208,15 @@ impl Grid {
             .filter(|r| r.state == RoundState::Running)
             .map(|r| (r.id, r.params.clone(), r.created_ms))
             .collect();
-        let mut picks = Picks {
-            free: req.free_slots.min(MAX_UNITS_PER_REPLY as u32),
-            want: req.want_seconds as f64,
-            ..Picks::default()
-        };
-        let (hosts, ends, mut held) = if running.is_empty() {
-            (Vec::new(), HashMap::new(), HashMap::new())
+        let units = if running.is_empty() {
+            Vec::new()
         } else {
-            self.host_views(now_ms)
+            // The views are kept for the next request, whatever this one's outcome.
+            let views = self.take_views(now_ms, host_id);
+            let units = self.units_for(host_id, req, &running, &views, now_ms);
+            self.keep_views(views);
+            units?
         };
-        let index = hosts.iter().position(|h| h.host_id == host_id);
-        // Never more units held at once than the host's slots keep busy
-        // (and its buffer), whatever it says is free.
-        if index.is_some() {
-            let holds = held.get(&host_id).map_or(0, Vec::len);
-            let room = self.units_cap(host_id).saturating_sub(holds);
-            picks.free = picks.free.min(u32::try_from(room).unwrap_or(u32::MAX));
-        }
-        let asker = index.map(|index| self.asker(host_id, index, &hosts, &ends, speed, req));
-        // Hand-overs and handed-over jobs of the past are forgotten.
-        self.prune_hand_overs();
-        picks.busy = self.busy_reaches(&running, now_ms);
-        for round in &running {
-            let Some(asker) = &asker else { break };
-            if picks.free == 0 {
-                break;
-            }
-            self.choose_in_round(round, asker, &mut picks, now_ms);
-        }
-
-        for job_id in std::mem::take(&mut picks.hand_over) {
-            self.ask_hand_over(job_id, host_id);
-        }
-        // Each unit's deadline counts the wait for a slot behind what the host holds.
-        let slots = index.map(|i| hosts[i].slots).unwrap_or(1);
-        let mine = held.remove(&host_id).unwrap_or_default();
-        let units = self.issue_chosen(&picks.chosen, host_id, speed, (slots, mine), now_ms)?;
         self.store.flush()?;
         self.check_open();
         let rounds_open = self.rounds_open(now_ms);
@@ -350,6 +235,52 @@ impl Grid {
         })
     }
 
+    /// The units a host's request gets from the `running` rounds, given
+    /// the hosts' `views`: each round's policy chooses, hand-overs are
+    /// asked for, and the chosen jobs are issued.
+    fn units_for(
+        &mut self,
+        host_id: u64,
+        req: &WorkRequest,
+        running: &[(u64, RoundParams, u64)],
+        views: &HostViews,
+        now_ms: u64,
+    ) -> Result<Vec<SignedUnit>, GridError> {
+        let speed = self.host_speed(host_id);
+        let mut picks = Picks {
+            free: req.free_slots.min(MAX_UNITS_PER_REPLY as u32),
+            want: req.want_seconds as f64,
+            ..Picks::default()
+        };
+        let hosts = &views.views;
+        let index = hosts.binary_search_by_key(&host_id, |h| h.host_id).ok();
+        let mine = views.held.get(&host_id).cloned().unwrap_or_default();
+        // Never more units held at once than the host's slots keep busy
+        // (and its buffer), whatever it says is free.
+        if index.is_some() {
+            let room = self.units_cap(host_id).saturating_sub(mine.len());
+            picks.free = picks.free.min(u32::try_from(room).unwrap_or(u32::MAX));
+        }
+        let asker = index.map(|index| self.asker(host_id, index, views, speed, req));
+        // Hand-overs and handed-over jobs of the past are forgotten.
+        self.prune_hand_overs();
+        picks.busy = self.settling_reaches(now_ms);
+        for round in running {
+            let Some(asker) = &asker else { break };
+            if picks.free == 0 {
+                break;
+            }
+            self.choose_in_round(round, asker, &mut picks, now_ms);
+        }
+
+        for job_id in std::mem::take(&mut picks.hand_over) {
+            self.ask_hand_over(job_id, host_id);
+        }
+        // Each unit's deadline counts the wait for a slot behind what the host holds.
+        let slots = index.map(|i| hosts[i].slots).unwrap_or(1);
+        self.issue_chosen(&picks.chosen, host_id, speed, (slots, mine), now_ms)
+    }
+
     /// The asker as the scheduler's choice sees it (`index` is its place in
     /// `hosts`): a result is checked by another host than its authors, a
     /// trusted one while one that is not among them is online.
@@ -357,49 +288,50 @@ impl Grid {
         &self,
         host_id: u64,
         index: usize,
-        hosts: &'a [HostView],
-        ends: &'a HashMap<u64, f64>,
+        views: &'a HostViews,
         speed: Option<f64>,
         req: &'a WorkRequest,
     ) -> Asker<'a> {
+        let trusted = self.is_trusted(host_id);
+        let (hosts, trusted_online) = (&views.views, &views.trusted_online);
         Asker {
             host_id,
             index,
             hosts,
-            ends,
+            ends: &views.ends,
             speed,
-            trusted_online: hosts
-                .iter()
-                .filter(|h| h.online && self.is_trusted(h.host_id))
-                .map(|h| h.host_id)
-                .collect(),
-            trusted: self.is_trusted(host_id),
+            trusted_online,
+            trusted,
             others_online: hosts.iter().any(|h| h.online && h.host_id != host_id),
             open_windows: req.open_windows.as_deref(),
         }
     }
 
-    /// The reach of every running job: a queued job whose reach meets one
-    /// waits (the same host from two sites, or a site in subdomains/domain
-    /// scope over another's host), so no host gets two request streams from
-    /// the grid. And a host whose scan uploaded less than the round's delay
-    /// ago (its last request came before) gets no new stream yet.
-    fn busy_reaches(
-        &mut self,
-        running: &[(u64, RoundParams, u64)],
-        now_ms: u64,
-    ) -> Vec<(String, bool)> {
-        let mut busy: Vec<(String, bool)> = Vec::new();
-        for (round_id, params, _) in running {
-            for id in self.open.get(round_id).into_iter().flat_map(|o| &o.running) {
-                if let Some(j) = self.jobs.get(id) {
-                    busy.push(reach_key(&j.site, params.scope));
-                }
-            }
-        }
+    /// Reaches whose scan uploaded less than the round's delay ago (their
+    /// host's last request came before): no new stream to that host yet.
+    /// A queued job whose reach meets a running job's waits too (the same
+    /// host from two sites, or a site in subdomains/domain scope over
+    /// another's host), so no host gets two request streams from the grid:
+    /// [`Grid::meets_busy`] asks the index of running reaches.
+    fn settling_reaches(&mut self, now_ms: u64) -> ReachIndex {
         self.settling.retain(|_, until| *until > now_ms);
-        busy.extend(self.settling.keys().cloned());
-        busy
+        let mut index = ReachIndex::new();
+        for (key, all_under) in self.settling.keys() {
+            // No job: job ids count from 1.
+            index.entry(key.clone()).or_default().insert(0, *all_under);
+        }
+        index
+    }
+
+    /// Whether `reach` meets a running job's (of any running round) or one
+    /// of `busy` (settling, or chosen in this request). O(rounds × labels ×
+    /// log running).
+    fn meets_busy(&self, reach: &(String, bool), busy: &ReachIndex) -> bool {
+        meets_any(busy, reach, None)
+            || self
+                .open
+                .values()
+                .any(|o| meets_any(&o.running_reach, reach, None))
     }
 
     /// The scheduler's choice in one running round (`(id, params, started)`)
@@ -419,50 +351,48 @@ impl Grid {
             return;
         };
         let host_id = asker.host_id;
-        // The queue as the index keeps it, with this host's failures marked.
-        // (Borrowed as it is, unless this host failed some of it or
-        // keeps windows: a deep queue is not copied for every request.)
-        let mut queue: Cow<[JobView]> = Cow::Borrowed(&open.queue);
-        for id in open.failed_by.get(&host_id).into_iter().flatten() {
-            if let Ok(p) = queue.binary_search_by_key(id, |v| v.job_id) {
-                queue.to_mut()[p].failed_here = true;
-            }
-        }
-        let barred = self.barred_jobs(open, asker, &picks.busy);
-        for id in &barred {
-            if let Ok(p) = queue.binary_search_by_key(id, |v| v.job_id) {
-                queue.to_mut().remove(p);
-            }
-        }
+        let barred = self.barred_jobs(open, asker);
         let running_jobs = if policy.replicates() {
             self.running_views(open, asker)
         } else {
             Vec::new()
         };
-        // Only work whose deadline the host can meet inside its open windows.
-        if let Some(windows) = asker.open_windows {
-            let cost = scheduler::seconds_per_page(asker.speed, params.delay_ms as f64 / 1000.0);
-            let rule = self.deadline_rule(params);
-            queue
-                .to_mut()
-                .retain(|v| scheduler::fits_windows(windows, v.pages * cost, &rule));
-        }
-        let ctx = scheduler::Ctx {
-            now_ms,
-            round_started_ms: *started_ms,
-            delay_s: params.delay_ms as f64 / 1000.0,
-            queue: &queue,
-            running: &running_jobs,
-            hosts: asker.hosts,
-            asker: asker.index,
+        let delay_s = params.delay_ms as f64 / 1000.0;
+        let cost = scheduler::seconds_per_page(asker.speed, delay_s);
+        let rule = self.deadline_rule(params);
+        let decision = {
+            // The queue as the index keeps it, with this host's failures
+            // marked and what it may not take now hidden, looked up only
+            // for the jobs a policy looks at: a deep queue is never walked
+            // or copied for a request.
+            let busy = &picks.busy;
+            let hidden = |v: &JobView| {
+                barred.contains(&v.job_id)
+                    || open
+                        .reach_of
+                        .get(&v.job_id)
+                        .is_some_and(|r| self.meets_busy(r, busy))
+                    // Only work whose deadline the host can meet inside its open windows.
+                    || asker
+                        .open_windows
+                        .is_some_and(|w| !scheduler::fits_windows(w, v.pages * cost, &rule))
+            };
+            let ctx = scheduler::Ctx {
+                now_ms,
+                round_started_ms: *started_ms,
+                delay_s,
+                queue: Queue::for_asker(&open.queue, open.failed_by.get(&host_id), &hidden),
+                running: &running_jobs,
+                hosts: asker.hosts,
+                asker: asker.index,
+            };
+            let ask = WorkAsk {
+                want_seconds: picks.want.max(0.0) as u64,
+                free_slots: picks.free,
+            };
+            policy.choose(&ctx, &ask)
         };
-        let ask = WorkAsk {
-            want_seconds: picks.want.max(0.0) as u64,
-            free_slots: picks.free,
-        };
-        let decision = policy.choose(&ctx, &ask);
-        let cost = scheduler::seconds_per_page(asker.speed, ctx.delay_s);
-        self.take_jobs(&decision.jobs, &queue, params.scope, cost, picks);
+        self.take_jobs(&decision.jobs, open, cost, picks);
         // A copy of a running job is wanted (a hedge or a tail replica):
         // never a second stream of requests to its site, but a hand-over.
         // The running copy stops at a page boundary and uploads what it
@@ -479,14 +409,10 @@ impl Grid {
     }
 
     /// Open jobs of a round the asker may not take now: results it may not
-    /// check, jobs it failed while another host is online, jobs it handed
-    /// over, and jobs whose reach meets a `busy` one.
-    fn barred_jobs(
-        &self,
-        open: &OpenJobs,
-        asker: &Asker<'_>,
-        busy: &[(String, bool)],
-    ) -> BTreeSet<u64> {
+    /// check, jobs it failed while another host is online, and jobs it
+    /// handed over. (Jobs whose reach meets a busy one are asked of the
+    /// index per job looked at: [`Grid::meets_busy`].)
+    fn barred_jobs(&self, open: &OpenJobs, asker: &Asker<'_>) -> BTreeSet<u64> {
         let host_id = asker.host_id;
         let mut barred: BTreeSet<u64> = open
             .checks
@@ -525,9 +451,6 @@ impl Grid {
                 barred.insert(*job);
             }
         }
-        for b in busy {
-            queued_meeting(&open.reach, b, &mut barred);
-        }
         barred
     }
 
@@ -536,54 +459,46 @@ impl Grid {
     /// its deadline).
     fn running_views(&self, open: &OpenJobs, asker: &Asker<'_>) -> Vec<RunningView> {
         let host_id = asker.host_id;
-        open.running
+        let failed = open.failed_by.get(&host_id);
+        open.handable
             .iter()
-            .filter_map(|id| self.jobs.get(id))
-            .filter(|j| hand_over_from(j, host_id).is_some())
-            .map(|j| {
-                let copies: Vec<&Attempt> = j.running_attempts().collect();
-                RunningView {
-                    job_id: j.id,
-                    pages: j.est_pages,
-                    copies: copies.len() as u32,
-                    on_asker: copies.iter().any(|a| a.host_id == host_id),
-                    failed_here: failed_by(j, host_id),
-                    finish_s: copies
-                        .iter()
-                        .map(|a| asker.ends.get(&a.unit_id).copied().unwrap_or(f64::INFINITY))
-                        .fold(f64::INFINITY, f64::min),
-                }
+            .filter(|(_, h)| h.host_id != host_id)
+            .map(|(job_id, h)| RunningView {
+                job_id: *job_id,
+                pages: h.pages,
+                // One running copy, on another host (see `hand_over_from`).
+                copies: 1,
+                on_asker: false,
+                failed_here: failed.is_some_and(|f| f.contains(job_id)),
+                finish_s: asker.ends.get(&h.unit_id).copied().unwrap_or(f64::INFINITY),
             })
             .collect()
     }
 
-    /// Take the jobs the scheduler chose (`ids`, of `queue`) while slots are
-    /// free: two jobs chosen at once whose sites share a host, the later one
-    /// waits.
-    fn take_jobs(
-        &self,
-        ids: &[u64],
-        queue: &[JobView],
-        scope: Scope,
-        cost: f64,
-        picks: &mut Picks,
-    ) {
+    /// Take the jobs the scheduler chose (`ids`, queued in `open`) while
+    /// slots are free: two jobs chosen at once whose sites share a host, the
+    /// later one waits.
+    fn take_jobs(&self, ids: &[u64], open: &OpenJobs, cost: f64, picks: &mut Picks) {
         for &id in ids {
             if picks.free == 0 {
                 break;
             }
-            if let Ok(p) = queue.binary_search_by_key(&id, |v| v.job_id) {
-                let v = &queue[p];
-                let reach = self.jobs.get(&id).map(|j| reach_key(&j.site, scope));
-                let meets = reach
-                    .as_ref()
-                    .is_some_and(|r| picks.busy.iter().any(|b| reaches_meet(b, r)));
-                if picks.chosen.iter().all(|c| *c != id) && !meets {
-                    picks.want -= v.pages * cost;
-                    picks.chosen.push(id);
-                    picks.busy.extend(reach);
-                    picks.free -= 1;
+            let Some(v) = open.queue.get(id) else {
+                continue;
+            };
+            let reach = open.reach_of.get(&id);
+            let meets = reach.is_some_and(|r| meets_any(&picks.busy, r, None));
+            if picks.chosen.iter().all(|c| *c != id) && !meets {
+                picks.want -= v.pages * cost;
+                picks.chosen.push(id);
+                if let Some((key, all_under)) = reach {
+                    picks
+                        .busy
+                        .entry(key.clone())
+                        .or_default()
+                        .insert(id, *all_under);
                 }
+                picks.free -= 1;
             }
         }
     }
@@ -634,16 +549,17 @@ impl Grid {
 
     /// Whether another running job's site shares a host with `job`'s.
     pub(super) fn meets_running_job(&self, job: &JobRecord) -> bool {
-        let scope_of = |j: &JobRecord| self.rounds.get(&j.round_id).map(|r| r.params.scope);
-        let Some(reach) = scope_of(job).map(|sc| reach_key(&job.site, sc)) else {
+        let Some(round) = self.rounds.get(&job.round_id) else {
             return false;
         };
-        self.running_job_ids()
-            .iter()
-            .filter(|id| **id != job.id)
-            .filter_map(|id| self.jobs.get(id))
-            .filter_map(|j| scope_of(j).map(|sc| reach_key(&j.site, sc)))
-            .any(|r| reaches_meet(&r, &reach))
+        let reach = self
+            .open
+            .get(&job.round_id)
+            .and_then(|o| o.reach_of.get(&job.id).cloned())
+            .unwrap_or_else(|| reach_key(&job.site, round.params.scope));
+        self.open
+            .values()
+            .any(|o| meets_any(&o.running_reach, &reach, Some(job.id)))
     }
 
     /// Forget hand-overs of units no longer running and handed-over jobs
@@ -740,9 +656,10 @@ impl Grid {
 
     /// Running attempts of `host_id`, across rounds.
     pub(super) fn running_units_of(&self, host_id: u64) -> usize {
-        self.running_job_ids()
-            .iter()
-            .filter_map(|id| self.jobs.get(id))
+        self.open
+            .values()
+            .flat_map(|o| o.jobs_on(host_id))
+            .filter_map(|id| self.jobs.get(&id))
             .flat_map(|j| j.running_attempts())
             .filter(|a| a.host_id == host_id)
             .count()

@@ -2,13 +2,14 @@
 //! that would finish it soonest, hedges on the critical path, then tail
 //! replication.
 //!
-//! Invariants: a decision is O(hosts + queue); at most [`MAX_COPIES`] copies
+//! Invariants: a decision is O(hosts + running jobs) and O(log queue)
+//! (the queue is indexed by size: [`super::Queue`]); at most [`MAX_COPIES`] copies
 //! of a job run, and a copy goes only to the online host that would finish
 //! it soonest. It never reads a clock: `now` comes in the context.
 
 use super::{
-    largest_by, largest_where, Ctx, Decision, JobView, Policy, RunningView, WorkAsk,
-    ADAPTIVE_SLACK, ASK_LAG_S, HEDGE_REACH, MAX_COPIES, REPLICA_GAIN,
+    Ctx, Decision, JobView, Policy, RunningView, WorkAsk, ADAPTIVE_SLACK, ASK_LAG_S, HEDGE_REACH,
+    MAX_COPIES, REPLICA_GAIN,
 };
 
 /// The default: longest expected job first, each to the host that would
@@ -22,8 +23,8 @@ use super::{
 /// that failed it, which the grid does not give it again while another is
 /// online). Finishing times are linear in the
 /// job's pages, so one pass over the hosts gives the interval of sizes the
-/// asker wins, and one pass over the queue the largest job in it: a decision
-/// is O(hosts + queue) per unit.
+/// asker wins, and the queue's size index the largest job in it: a decision
+/// is O(hosts + log queue) per unit.
 ///
 /// Copies (at most [`MAX_COPIES`] running; the first result wins, the other
 /// copy is aborted) go only to the online host that would finish them
@@ -73,7 +74,8 @@ impl Adaptive {
     /// While jobs are queued: the seconds the queued and held work needs over
     /// the online hosts were the asker to spend one slot on a copy (the level
     /// it reaches), and the seconds of the largest queued job on the fastest
-    /// online host. O(hosts + queue).
+    /// online host (the queued work counts every queued job: it waits for
+    /// the grid, not for one host). O(hosts).
     fn queue_drain_s(ctx: &Ctx, cost: f64) -> (f64, f64) {
         let (mut rate, mut held, mut fastest) = (0.0, 0.0, f64::INFINITY);
         for (i, h) in ctx.hosts.iter().enumerate() {
@@ -85,11 +87,7 @@ impl Adaptive {
             held += h.load_s / c;
             fastest = fastest.min(c);
         }
-        let (mut work, mut largest) = (0.0, 0.0f64);
-        for j in ctx.queue {
-            work += j.pages;
-            largest = largest.max(j.pages);
-        }
+        let (work, largest) = (ctx.queue.total_pages(), ctx.queue.largest_pages());
         let rate = (rate - 1.0 / cost).max(f64::MIN_POSITIVE);
         ((work + held) / rate, largest * fastest)
     }
@@ -160,6 +158,41 @@ impl Adaptive {
     }
 }
 
+impl Adaptive {
+    /// The largest queued job (ties: list order) the asker has not failed
+    /// and does not take already, whose size it would finish soonest (in
+    /// `lo..=hi`), or that failed on some host; a site never scanned is
+    /// placed at the `largest` queued size. O(log queue) plus the jobs
+    /// passed over.
+    fn largest_won(ctx: &Ctx, out: &[u64], (lo, hi): (f64, f64), largest: f64) -> Option<JobView> {
+        let (lo, hi) = (lo * 0.999_999, hi * 1.000_001);
+        let place = |j: &JobView| {
+            if j.size_known {
+                j.pages
+            } else {
+                j.pages.max(largest)
+            }
+        };
+        let known = ctx.queue.largest_known_between(lo, hi, out);
+        let unknown = (largest >= lo && largest <= hi)
+            .then(|| ctx.queue.first_unknown(out))
+            .flatten();
+        let failed = ctx
+            .queue
+            .failed_somewhere()
+            .filter(|j| !j.failed_here && !out.contains(&j.job_id));
+        known
+            .into_iter()
+            .chain(unknown)
+            .chain(failed)
+            .min_by(|a, b| {
+                place(b)
+                    .total_cmp(&place(a))
+                    .then((a.order, a.job_id).cmp(&(b.order, b.job_id)))
+            })
+    }
+}
+
 impl Policy for Adaptive {
     fn name(&self) -> &'static str {
         "adaptive"
@@ -188,41 +221,26 @@ impl Policy for Adaptive {
         let mut start = if idle > 0 { 0.0 } else { me.free_at_s };
         let mut out = Vec::new();
         let mut total = 0.0;
-        let mut left = ctx.queue.iter().filter(|j| !j.failed_here).count();
         // A site never scanned may be as large as the page cap allows: it is
         // placed like the largest queued job (early, on a host that would
         // finish that soonest), and counted at its expected size.
-        let largest = ctx.queue.iter().map(|j| j.pages).fold(0.0, f64::max);
-        let place = |j: &JobView| {
-            if j.size_known {
-                j.pages
-            } else {
-                j.pages.max(largest)
-            }
-        };
+        let largest = ctx.queue.largest_pages();
         while out.len() < ask.free_slots as usize
             && (out.is_empty() || total < ask.want_seconds as f64)
         {
             let (lo, hi) = Self::winning_sizes(ctx, start, cost);
-            let mut pick = largest_by(
-                ctx.queue,
-                &out,
-                |j| {
-                    !j.failed_here
-                        && (j.failed_somewhere
-                            || (place(j) >= lo * 0.999_999 && place(j) <= hi * 1.000_001))
-                },
-                place,
-            );
+            let mut pick = Self::largest_won(ctx, &out, (lo, hi), largest);
             // A job this host failed comes back to it only when nothing else is left.
-            if pick.is_none() && left == 0 && idle > 0 {
-                pick = largest_where(ctx.queue, &out, |j| j.failed_here);
+            if pick.is_none() && idle > 0 {
+                let left = ctx
+                    .queue
+                    .iter()
+                    .any(|j| !j.failed_here && !out.contains(&j.job_id));
+                if !left {
+                    pick = ctx.queue.largest_failed(&out);
+                }
             }
-            let Some(i) = pick else { break };
-            let j = &ctx.queue[i];
-            if !j.failed_here {
-                left -= 1;
-            }
+            let Some(j) = pick else { break };
             let e = j.pages * cost;
             total += e;
             load += e;

@@ -5,7 +5,7 @@
 //! Invariants: the plan is a pure function of the jobs and hosts; a host
 //! takes only its own batch until the grace has passed. It never copies jobs.
 
-use super::{largest_where, Ctx, Decision, HostView, JobView, Policy, WorkAsk, BATCH_GRACE_MS};
+use super::{Ctx, Decision, HostView, JobView, Policy, WorkAsk, BATCH_GRACE_MS};
 
 /// The BeeBot-EDG batch heuristic: at round start every host gets a batch
 /// sized to its share of the speed; hosts pull their own batch, largest
@@ -55,19 +55,18 @@ pub fn batch_plan(jobs: &[(u64, f64)], hosts: &[(u64, f64)]) -> Vec<(u64, u64)> 
 }
 
 impl Batch {
-    /// Whether `job` may go to the asking host.
-    fn open_to(ctx: &Ctx, job: &JobView) -> bool {
+    /// Whether jobs of `owner`'s batch may go to the asking host.
+    fn open_to(ctx: &Ctx, owner: u64) -> bool {
         let me = ctx.asker().host_id;
-        match job.assigned {
-            None => true,
-            Some(h) if h == me => true,
-            Some(h) => match ctx.host(h) {
-                None => true, // revoked or gone
-                Some(owner) => {
-                    ctx.now_ms.saturating_sub(ctx.round_started_ms) >= BATCH_GRACE_MS
-                        && ctx.now_ms.saturating_sub(owner.last_seen_ms) >= BATCH_GRACE_MS
-                }
-            },
+        if owner == me {
+            return true;
+        }
+        match ctx.host(owner) {
+            None => true, // revoked or gone
+            Some(owner) => {
+                ctx.now_ms.saturating_sub(ctx.round_started_ms) >= BATCH_GRACE_MS
+                    && ctx.now_ms.saturating_sub(owner.last_seen_ms) >= BATCH_GRACE_MS
+            }
         }
     }
 }
@@ -84,18 +83,18 @@ impl Policy for Batch {
     fn choose(&self, ctx: &Ctx, ask: &WorkAsk) -> Decision {
         let me = ctx.asker().host_id;
         let mut out = Vec::new();
-        // Its own batch first, then released jobs; largest first in each.
+        // Its own batch first, then released jobs; largest first in each
+        // (one pass over the batches' largest jobs).
         for own in [true, false] {
             while out.len() < ask.free_slots as usize {
-                let pick = largest_where(ctx.queue, &out, |j| {
-                    if own {
-                        j.assigned == Some(me)
-                    } else {
-                        j.assigned != Some(me) && Self::open_to(ctx, j)
-                    }
-                });
+                let pick = if own {
+                    ctx.queue.largest_assigned(me, &out)
+                } else {
+                    ctx.queue
+                        .largest_released(&out, |h| h != me && Self::open_to(ctx, h))
+                };
                 match pick {
-                    Some(i) => out.push(ctx.queue[i].job_id),
+                    Some(j) => out.push(j.job_id),
                     None => break,
                 }
             }

@@ -5,7 +5,7 @@
 //! takes work that would lift it above the line (but for its first job). It
 //! never copies jobs.
 
-use super::{largest_where, Ctx, Decision, HostView, Policy, WorkAsk};
+use super::{Ctx, Decision, HostView, Policy, WorkAsk};
 
 /// Water-filling: pour the pending work over the hosts' current loads and
 /// give the asking host only what lifts it to the level line.
@@ -40,7 +40,8 @@ impl Policy for Level {
     }
     fn choose(&self, ctx: &Ctx, ask: &WorkAsk) -> Decision {
         let me = ctx.asker();
-        let work: f64 = ctx.queue.iter().map(|j| j.pages).sum();
+        // The work waiting for the grid, whoever may take it.
+        let work = ctx.queue.total_pages();
         let ice = |h: &HostView| h.load_s / h.slots.max(1) as f64;
         let mut buckets: Vec<(f64, f64)> = ctx
             .hosts
@@ -53,10 +54,10 @@ impl Policy for Level {
         let mut quota = (level - ice(me)).max(0.0) * me.rate(ctx.delay_s);
         let mut out = Vec::new();
         while out.len() < ask.free_slots as usize {
-            match largest_where(ctx.queue, &out, |j| j.pages <= quota) {
-                Some(i) => {
-                    quota -= ctx.queue[i].pages;
-                    out.push(ctx.queue[i].job_id);
+            match ctx.queue.largest(&out, quota, |_| true) {
+                Some(j) => {
+                    quota -= j.pages;
+                    out.push(j.job_id);
                 }
                 None => break,
             }
@@ -64,12 +65,7 @@ impl Policy for Level {
         // Below the line with an idle slot but every job too big for the gap:
         // the smallest one, so no slot idles while work waits.
         if out.is_empty() && level > ice(me) && me.idle_slots() > 0 && ask.free_slots > 0 {
-            let smallest = ctx.queue.iter().enumerate().min_by(|a, b| {
-                (a.1.failed_here, a.1.pages)
-                    .partial_cmp(&(b.1.failed_here, b.1.pages))
-                    .unwrap_or(std::cmp::Ordering::Equal)
-            });
-            if let Some((_, j)) = smallest {
+            if let Some(j) = ctx.queue.smallest(&out) {
                 out.push(j.job_id);
             }
         }

@@ -22,6 +22,7 @@ mod batch;
 mod estimates;
 mod level;
 mod pack;
+mod queue;
 pub mod resources;
 mod simple;
 #[cfg(test)]
@@ -36,6 +37,7 @@ pub use estimates::{
 };
 pub use level::{water_level, Level};
 pub use pack::{host_capacity, Pack};
+pub use queue::{JobQueue, Queue};
 pub use resources::{Capacity, Demand};
 pub use simple::{RoundRobin, SizeAware};
 
@@ -90,7 +92,7 @@ pub const BATCH_GRACE_MS: u64 = 300_000;
 pub const OVERDUE_SHARE: f64 = 0.25;
 
 /// A queued job as policies see it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct JobView {
     pub job_id: u64,
     /// Position in the round's site list (round-robin order).
@@ -179,8 +181,8 @@ pub struct Ctx<'a> {
     pub round_started_ms: u64,
     /// The round's politeness delay, seconds.
     pub delay_s: f64,
-    /// Queued jobs, in the round's list order.
-    pub queue: &'a [JobView],
+    /// Queued jobs as the asker sees them (indexed: see [`Queue`]).
+    pub queue: Queue<'a>,
     /// Running jobs (only filled for policies that replicate).
     pub running: &'a [RunningView],
     /// Every active host, sorted by `host_id`, the asking one included.
@@ -296,39 +298,8 @@ pub fn policy_by_name(name: &str) -> Option<Box<dyn Policy>> {
 
 // ---- helpers over the queue ----
 
-/// Index of the largest job (ties: list order) among those `ok` accepts,
-/// preferring jobs the asker has not failed.
-fn largest_where(queue: &[JobView], taken: &[u64], ok: impl Fn(&JobView) -> bool) -> Option<usize> {
-    largest_by(queue, taken, ok, |j| j.pages)
-}
-
-/// [`largest_where`] with sizes given by `size`.
-fn largest_by(
-    queue: &[JobView],
-    taken: &[u64],
-    ok: impl Fn(&JobView) -> bool,
-    size: impl Fn(&JobView) -> f64,
-) -> Option<usize> {
-    let mut best: Option<usize> = None;
-    for (i, j) in queue.iter().enumerate() {
-        if !ok(j) || taken.contains(&j.job_id) {
-            continue;
-        }
-        best = match best {
-            None => Some(i),
-            Some(b) => {
-                let cur = &queue[b];
-                let better = (cur.failed_here && !j.failed_here)
-                    || (cur.failed_here == j.failed_here && size(j) > size(cur));
-                Some(if better { i } else { b })
-            }
-        };
-    }
-    best
-}
-
 /// Jobs in list order, the asker's failed ones last, at most `n`.
-fn in_list_order(queue: &[JobView], n: usize) -> Vec<u64> {
+fn in_list_order(queue: &Queue, n: usize) -> Vec<u64> {
     let mut out: Vec<u64> = queue
         .iter()
         .filter(|j| !j.failed_here)
@@ -337,13 +308,7 @@ fn in_list_order(queue: &[JobView], n: usize) -> Vec<u64> {
         .collect();
     if out.len() < n {
         let more = n - out.len();
-        out.extend(
-            queue
-                .iter()
-                .filter(|j| j.failed_here)
-                .take(more)
-                .map(|j| j.job_id),
-        );
+        out.extend(queue.failed_jobs().take(more).map(|j| j.job_id));
     }
     out
 }

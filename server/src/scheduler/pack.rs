@@ -20,7 +20,7 @@
 use beebot_shared::limits::{MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_SLOT};
 
 use super::resources::Demand;
-use super::{seconds_per_page, Ctx, Decision, HostView, JobView, Policy, WorkAsk};
+use super::{seconds_per_page, Ctx, Decision, HostView, JobView, Policy, Queue, WorkAsk};
 
 /// First fit: fill hosts that are already working before waking idle
 /// ones, so the fewest machines are in use.
@@ -41,10 +41,10 @@ pub fn host_capacity(slots: u32) -> u64 {
 /// fit on `h` one after another, at most `most`.
 fn first_fit<'q>(
     h: &HostView,
-    queue: &'q [JobView],
+    queue: &'q Queue<'q>,
     delay_s: f64,
     most: u64,
-) -> impl Iterator<Item = &'q JobView> {
+) -> impl Iterator<Item = JobView> + 'q {
     let mut units = u64::from(h.busy);
     let cap = host_capacity(h.slots).min(u64::from(h.busy).saturating_add(most));
     let mut demand = h.demand;
@@ -53,7 +53,7 @@ fn first_fit<'q>(
     queue
         .iter()
         .filter(|j| !j.failed_here)
-        .chain(queue.iter().filter(|j| j.failed_here))
+        .chain(queue.failed_jobs())
         .take(FIT_LOOKAHEAD)
         .filter(move |j| {
             if units >= cap {
@@ -109,6 +109,7 @@ impl Policy for Pack {
             // like the next queued one (not a fit over the queue per host,
             // which would cost hosts × queue on every idle host's request).
             let next = ctx.queue.first();
+            let next = next.as_ref();
             let room: u64 = ctx
                 .hosts
                 .iter()
@@ -119,7 +120,7 @@ impl Policy for Pack {
             ctx.queue.len() as u64 > room
         };
         let jobs = if wake {
-            first_fit(me, ctx.queue, ctx.delay_s, u64::from(ask.free_slots))
+            first_fit(me, &ctx.queue, ctx.delay_s, u64::from(ask.free_slots))
                 .map(|j| j.job_id)
                 .collect()
         } else {

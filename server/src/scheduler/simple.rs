@@ -4,7 +4,7 @@
 //! Invariants: neither looks at other hosts; both take only queued jobs and
 //! never copies.
 
-use super::{in_list_order, largest_where, Ctx, Decision, Policy, WorkAsk};
+use super::{in_list_order, Ctx, Decision, Policy, WorkAsk};
 
 // ---- policies ----
 
@@ -17,7 +17,7 @@ impl Policy for RoundRobin {
     }
     fn choose(&self, ctx: &Ctx, ask: &WorkAsk) -> Decision {
         Decision {
-            jobs: in_list_order(ctx.queue, ask.free_slots as usize),
+            jobs: in_list_order(&ctx.queue, ask.free_slots as usize),
             replicas: Vec::new(),
         }
     }
@@ -38,11 +38,11 @@ impl Policy for SizeAware {
         while out.len() < ask.free_slots as usize
             && (out.is_empty() || total < ask.want_seconds as f64)
         {
-            let Some(i) = largest_where(ctx.queue, &out, |_| true) else {
+            let Some(j) = ctx.queue.largest(&out, f64::INFINITY, |_| true) else {
                 break;
             };
-            total += ctx.queue[i].pages * cost;
-            out.push(ctx.queue[i].job_id);
+            total += j.pages * cost;
+            out.push(j.job_id);
         }
         Decision {
             jobs: out,

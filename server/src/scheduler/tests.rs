@@ -52,12 +52,14 @@ fn host(id: u64, pps: f64) -> HostView {
     }
 }
 
-fn ctx<'a>(queue: &'a [JobView], hosts: &'a [HostView], asker: usize) -> Ctx<'a> {
+/// A context over `queue` (its index lives as long as the test: leaked).
+fn ctx<'a>(queue: &[JobView], hosts: &'a [HostView], asker: usize) -> Ctx<'a> {
+    let jobs: &'static JobQueue = Box::leak(Box::new(JobQueue::from_views(queue)));
     Ctx {
         now_ms: 1000,
         round_started_ms: 0,
         delay_s: 0.0,
-        queue,
+        queue: Queue::all(jobs),
         running: &[],
         hosts,
         asker,

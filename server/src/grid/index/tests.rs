@@ -278,27 +278,40 @@ fn reaches_meet_where_two_sites_share_a_host_name() {
         &reach_key("cs.example.edu", Scope::Host),
         &reach_key("example.edu", Scope::Domain)
     ));
-    // The index finds the queued jobs a running one meets, above and under it.
-    let mut index: BTreeMap<String, BTreeMap<u64, bool>> = BTreeMap::new();
-    for (id, site, scope) in [
+    // The index tells whether a job's reach meets a running one's, above
+    // and under it, and which: each job alone in an index of its own.
+    let jobs = [
         (1, "example.edu", Scope::Subdomains),
         (2, "a.cs.example.edu", Scope::Host),
         (3, "math.example.edu", Scope::Subdomains),
         (4, "example.org", Scope::Subdomains),
         (5, "edu", Scope::Host),
-    ] {
-        let (k, tree) = reach_key(site, scope);
-        index.entry(k).or_default().insert(id, tree);
-    }
+    ];
+    let index_of = |ids: &[u64]| {
+        let mut index: BTreeMap<String, BTreeMap<u64, bool>> = BTreeMap::new();
+        for (id, site, scope) in jobs.iter().filter(|j| ids.contains(&j.0)) {
+            let (k, tree) = reach_key(site, *scope);
+            index.entry(k).or_default().insert(*id, tree);
+        }
+        index
+    };
+    let all = index_of(&[1, 2, 3, 4, 5]);
     let found = |site: &str, scope: Scope| {
-        let mut out = BTreeSet::new();
-        queued_meeting(&index, &reach_key(site, scope), &mut out);
-        out.into_iter().collect::<Vec<u64>>()
+        let r = reach_key(site, scope);
+        let ids: Vec<u64> = (1..=5)
+            .filter(|id| meets_any(&index_of(&[*id]), &r, None))
+            .collect();
+        assert_eq!(meets_any(&all, &r, None), !ids.is_empty(), "{site}");
+        ids
     };
     assert_eq!(found("cs.example.edu", Scope::Subdomains), vec![1, 2]);
     assert_eq!(found("cs.example.edu", Scope::Host), vec![1]);
     assert_eq!(found("example.edu", Scope::Subdomains), vec![1, 2, 3]);
     assert_eq!(found("example.net", Scope::Subdomains), Vec::<u64>::new());
+    // A job does not meet itself.
+    let own = reach_key("cs.example.edu", Scope::Subdomains);
+    assert!(!meets_any(&index_of(&[1]), &own, Some(1)));
+    assert!(meets_any(&index_of(&[1, 2]), &own, Some(1)));
 }
 
 /// A round over `sites` in `scope`, and two hosts.

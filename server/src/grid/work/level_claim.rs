@@ -163,7 +163,7 @@ fn ask(
             largest_s: 0.0,
         });
     };
-    let (views, _, _) = grid.host_views(now);
+    let views = grid.host_views_now(now).views;
     let cost = views
         .iter()
         .map(|h| h.cost(delay_ms as f64 / 1000.0))
@@ -192,7 +192,7 @@ fn ask(
             .map(|s| sign::verify_unit(&pk, s).unwrap().unit_id),
     );
     // Load per slot: when the host's slots are done, by the scheduler's estimates.
-    let (views, _, _) = grid.host_views(now);
+    let views = grid.host_views_now(now).views;
     let finish: Vec<(u64, f64)> = clients
         .iter()
         .filter(|c| c.asked)

@@ -549,3 +549,40 @@ fn pack_fits_a_hosts_units_into_the_bandwidth_it_offers() {
         assert!(fx.grid.set_resources(open, offer, T0 + 6).is_err());
     }
 }
+
+/// The hosts' views are kept between requests: a change of another host
+/// (units issued, given back, uploaded, progress) is in the next request's
+/// views at once, and within [`VIEW_REFRESH_MS`] the kept views are used
+/// (debug builds also check them against views built afresh whenever a
+/// request comes at the moment they were built).
+#[test]
+fn kept_host_views_follow_every_change_of_another_host() {
+    let (mut fx, _) = Fx::with_round(12, 3);
+    let (a, b) = (fx.host(), fx.host());
+    let now = T0 + 1000;
+    let busy = |fx: &Fx, h: u64| {
+        fx.grid
+            .views
+            .views
+            .iter()
+            .find(|v| v.host_id == h)
+            .map(|v| v.busy)
+    };
+    let got_a = fx.ask(a, 2, &[], now).0;
+    assert_eq!(got_a.len(), 2);
+    // b's request at the same moment sees a's two units.
+    let got_b = fx.one(b, &[], now);
+    assert_eq!(busy(&fx, a), Some(2));
+    // a gives one back and uploads the other: b's next request sees a idle.
+    fx.upload(a, &got_a[0], 3, now);
+    fx.ask(a, 0, &[got_a[0].unit_id], now);
+    fx.one(b, &[got_b.unit_id], now);
+    assert_eq!(busy(&fx, a), Some(0));
+    // Progress of b's scan: a's request sees b's units timed by their pace.
+    fx.grid.progress(b, got_b.unit_id, 4, 9, now + 200).unwrap();
+    fx.ask(a, 1, &[], now + 200);
+    // Past the refresh interval every view is built afresh.
+    let later = now + VIEW_REFRESH_MS;
+    fx.ask(b, 0, &[got_b.unit_id], later);
+    assert_eq!(fx.grid.views.built_ms, Some(later));
+}
