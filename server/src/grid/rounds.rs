@@ -12,7 +12,7 @@ use beebot_shared::scope::{Scope, SiteScope};
 use super::{Grid, GridError, PLAN_HOSTS_SEEN_WITHIN_MS, REPEAT_SOON_MS};
 use crate::model::*;
 use crate::scheduler::{self, HostView, JobView};
-use crate::store::IdKind;
+use crate::store::{IdKind, MAX_RECORD_BYTES};
 
 /// The sites of `targets` that a wider site's scope covers
 /// ([`SiteScope::covers_site`]), each with the widest site covering it (of
@@ -78,25 +78,32 @@ impl Grid {
             .ok_or_else(|| GridError::Invalid(format!("unknown policy `{}`", params.policy)))?;
         let round_id = self.store.next_id(IdKind::Round)?;
         let (jobs, folded) = self.new_jobs(round_id, &params)?;
-        let plan = self.batch_plan(policy.as_ref(), &jobs, &params, now_ms);
-        let mut job_ids = Vec::with_capacity(jobs.len());
-        for mut job in jobs {
-            job.batch_host = plan.get(&job.id).copied();
-            self.store.put_job(&job)?;
-            job_ids.push(job.id);
-            self.jobs.insert(job.id, job);
-        }
         let round = RoundRecord {
             id: round_id,
             created_ms: now_ms,
             finished_ms: None,
             params,
             state: RoundState::Running,
-            job_ids,
+            job_ids: jobs.iter().map(|j| j.id).collect(),
             every_ms,
             next_round: None,
             folded,
         };
+        // The round's record lists a job per site: one too large to store
+        // is refused before any job is written.
+        if let Err(e) = beebot_shared::codec::encode(&round, MAX_RECORD_BYTES) {
+            return Err(GridError::Invalid(format!(
+                "a round of {} sites is more than one round can hold ({e}: its record \
+                 lists every job); remove or exclude sites before starting it",
+                round.job_ids.len()
+            )));
+        }
+        let plan = self.batch_plan(policy.as_ref(), &jobs, &round.params, now_ms);
+        for mut job in jobs {
+            job.batch_host = plan.get(&job.id).copied();
+            self.store.put_job(&job)?;
+            self.jobs.insert(job.id, job);
+        }
         self.store.put_round(&round)?;
         self.store.flush()?;
         let job_ids = round.job_ids.clone();

@@ -249,3 +249,29 @@ fn a_cancelled_round_counts_its_open_sites_incomplete() {
     assert_eq!((c.complete, c.incomplete), (1, 2));
     assert_eq!(fx.grid.status().last_round.unwrap().incomplete, 2);
 }
+
+/// A target set larger than one round's record holds (a job id per site,
+/// under the store's record limit) is refused with a clear error before
+/// any job is written: the grid and the store keep no half-made round.
+#[test]
+fn a_round_too_large_for_its_record_is_refused_before_any_job_is_written() {
+    let store = crate::store::memory();
+    let io = GridIo::in_memory(
+        store.clone(),
+        std::sync::Arc::new(crate::grid::links::MemoryLinks::new()),
+        beebot_shared::sign::generate_key(),
+        7,
+    );
+    let mut g = Grid::open(io, settings()).unwrap();
+    // 3 bytes an id up to 65,535, 5 past it: 300,000 ids are past 1 MiB.
+    let sites: Vec<String> = (0..300_000).map(|i| format!("s{i}.big.test")).collect();
+    g.add_sites(&sites, T0).unwrap();
+    let err = g.start_round(params(3), T0).unwrap_err().to_string();
+    assert!(
+        err.contains("a round of 300000 sites is more than one round can hold"),
+        "{err}"
+    );
+    assert!(g.jobs.is_empty() && g.rounds.is_empty());
+    assert!(err.contains("limit of 1048576 bytes"), "{err}");
+    assert!(store.jobs().unwrap().is_empty() && store.rounds().unwrap().is_empty());
+}
