@@ -42,6 +42,8 @@ pub(super) struct OpenJobs {
     pub(super) running_reach: BTreeMap<String, BTreeMap<u64, bool>>,
     /// Open jobs each host failed (an attempt expired or given back).
     pub(super) failed_by: HashMap<u64, BTreeSet<u64>>,
+    /// The hosts under which `failed_by` lists each job.
+    pub(super) failed_hosts: HashMap<u64, Vec<u64>>,
     /// Open jobs whose results are being checked, with the hosts that may
     /// not take them (the results' authors).
     pub(super) checks: BTreeMap<u64, Vec<u64>>,
@@ -221,17 +223,26 @@ impl Grid {
         }
         // An attempt's state may change back (an expired scan's late result
         // is accepted), so this job's failures are counted afresh.
-        for jobs in open.failed_by.values_mut() {
-            jobs.remove(&job_id);
-        }
-        if !job.state.is_final() {
-            for a in &job.attempts {
-                if a.state.ended_without_result() {
-                    open.failed_by.entry(a.host_id).or_default().insert(job_id);
+        for h in open.failed_hosts.remove(&job_id).unwrap_or_default() {
+            if let Some(jobs) = open.failed_by.get_mut(&h) {
+                jobs.remove(&job_id);
+                if jobs.is_empty() {
+                    open.failed_by.remove(&h);
                 }
             }
         }
-        open.failed_by.retain(|_, jobs| !jobs.is_empty());
+        if !job.state.is_final() {
+            let mut failed: Vec<u64> = Vec::new();
+            for a in &job.attempts {
+                if a.state.ended_without_result() && !failed.contains(&a.host_id) {
+                    open.failed_by.entry(a.host_id).or_default().insert(job_id);
+                    failed.push(a.host_id);
+                }
+            }
+            if !failed.is_empty() {
+                open.failed_hosts.insert(job_id, failed);
+            }
+        }
         if job.state.is_final() || job.candidates.is_empty() {
             open.checks.remove(&job_id);
         } else {
