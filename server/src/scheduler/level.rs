@@ -54,7 +54,7 @@ impl Policy for Level {
         let mut quota = (level - ice(me)).max(0.0) * me.rate(ctx.delay_s);
         let mut out = Vec::new();
         while out.len() < ask.free_slots as usize {
-            match ctx.queue.largest(&out, quota, |_| true) {
+            match ctx.queue.largest(&out, quota) {
                 Some(j) => {
                     quota -= j.pages;
                     out.push(j.job_id);

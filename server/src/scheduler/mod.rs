@@ -92,7 +92,7 @@ pub const BATCH_GRACE_MS: u64 = 300_000;
 pub const OVERDUE_SHARE: f64 = 0.25;
 
 /// A queued job as policies see it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct JobView {
     pub job_id: u64,
     /// Position in the round's site list (round-robin order).

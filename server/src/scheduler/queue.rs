@@ -107,18 +107,6 @@ impl PartialEq for JobQueue {
     }
 }
 
-impl PartialEq for JobView {
-    fn eq(&self, other: &Self) -> bool {
-        self.job_id == other.job_id
-            && self.order == other.order
-            && self.pages.to_bits() == other.pages.to_bits()
-            && self.failed_here == other.failed_here
-            && self.failed_somewhere == other.failed_somewhere
-            && self.size_known == other.size_known
-            && self.assigned == other.assigned
-    }
-}
-
 impl JobQueue {
     /// A queue of `views` (any order).
     pub fn from_views(views: &[JobView]) -> JobQueue {
@@ -336,11 +324,6 @@ impl<'a> Queue<'a> {
         self.iter().next()
     }
 
-    /// The view of a visible queued job.
-    pub fn get(&self, job_id: u64) -> Option<JobView> {
-        self.jobs.by_id.get(&job_id).and_then(|v| self.seen(v))
-    }
-
     /// Pages of the largest visible job (0 when none).
     pub fn largest_pages(&self) -> f64 {
         self.jobs
@@ -350,27 +333,15 @@ impl<'a> Queue<'a> {
             .map_or(0.0, |v| v.pages)
     }
 
-    /// The largest visible job of at most `most` pages that `ok` accepts,
-    /// not in `taken` (ties: list order), one the asker has not failed
-    /// before one it has.
-    pub fn largest(
-        &self,
-        taken: &[u64],
-        most: f64,
-        ok: impl Fn(&JobView) -> bool,
-    ) -> Option<JobView> {
-        self.largest_of(&self.jobs.by_size, taken, most, &ok)
+    /// The largest visible job of at most `most` pages not in `taken`
+    /// (ties: list order), one the asker has not failed before one it has.
+    pub fn largest(&self, taken: &[u64], most: f64) -> Option<JobView> {
+        self.largest_of(&self.jobs.by_size, taken, most)
     }
 
     /// [`Queue::largest`] among the jobs of `set`.
-    fn largest_of(
-        &self,
-        set: &BTreeSet<SizeKey>,
-        taken: &[u64],
-        most: f64,
-        ok: &dyn Fn(&JobView) -> bool,
-    ) -> Option<JobView> {
-        let fine = |v: &JobView| !taken.contains(&v.job_id) && ok(v);
+    fn largest_of(&self, set: &BTreeSet<SizeKey>, taken: &[u64], most: f64) -> Option<JobView> {
+        let fine = |v: &JobView| !taken.contains(&v.job_id);
         let mine = set
             .range(SizeKey::at_most(most)..)
             .filter_map(|k| self.by_key(k))
@@ -456,18 +427,18 @@ impl<'a> Queue<'a> {
     /// [`Queue::largest`]).
     pub fn largest_assigned(&self, host: u64, taken: &[u64]) -> Option<JobView> {
         let share = self.jobs.assigned.get(&host)?;
-        self.largest_of(share, taken, f64::INFINITY, &|_| true)
+        self.largest_of(share, taken, f64::INFINITY)
     }
 
     /// `batch`: the largest visible job in no share, or in the share of a
     /// host `open` accepts (one pass over the shares' largest jobs).
     pub fn largest_released(&self, taken: &[u64], open: impl Fn(u64) -> bool) -> Option<JobView> {
-        let mut best = self.largest_of(&self.jobs.unassigned, taken, f64::INFINITY, &|_| true);
+        let mut best = self.largest_of(&self.jobs.unassigned, taken, f64::INFINITY);
         for (host, share) in &self.jobs.assigned {
             if !open(*host) {
                 continue;
             }
-            let Some(v) = self.largest_of(share, taken, f64::INFINITY, &|_| true) else {
+            let Some(v) = self.largest_of(share, taken, f64::INFINITY) else {
                 continue;
             };
             let better = best

@@ -38,7 +38,7 @@ impl Policy for SizeAware {
         while out.len() < ask.free_slots as usize
             && (out.is_empty() || total < ask.want_seconds as f64)
         {
-            let Some(j) = ctx.queue.largest(&out, f64::INFINITY, |_| true) else {
+            let Some(j) = ctx.queue.largest(&out, f64::INFINITY) else {
                 break;
             };
             total += j.pages * cost;

@@ -569,3 +569,54 @@ fn adaptive_hedges_the_critical_job_while_jobs_are_queued_only_with_slack() {
     let d = Adaptive.choose(&c, &ask(0, 1));
     assert!(d.replicas.is_empty() && d.jobs.len() == 1, "{d:?}");
 }
+
+/// The queue's indexes answer what a walk over the queue would: the
+/// largest job under a size and the smallest (the asker's failures last,
+/// ties in list order), skipping hidden and taken jobs, after inserts and
+/// removals in any order.
+#[test]
+fn the_queue_index_answers_as_a_walk_over_the_queue() {
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+    let job = (1u64..60, 0u32..6, any::<bool>(), any::<bool>());
+    proptest!(|(jobs in proptest::collection::vec(job, 0..40),
+                gone in proptest::collection::vec(1u64..60, 0..10),
+                failed in proptest::collection::btree_set(1u64..60, 0..8),
+                hidden in proptest::collection::btree_set(1u64..60, 0..8),
+                taken in proptest::collection::vec(1u64..60, 0..4),
+                most in 0u32..7)| {
+        let mut q = JobQueue::default();
+        for (id, pages, known, flagged) in &jobs {
+            q.insert(JobView {
+                job_id: *id,
+                order: *id as u32,
+                pages: f64::from(*pages),
+                failed_here: *flagged,
+                failed_somewhere: false,
+                size_known: *known,
+                assigned: None,
+            });
+        }
+        for id in &gone {
+            q.remove(*id);
+        }
+        q.check();
+        let hide = |v: &JobView| hidden.contains(&v.job_id);
+        let view = Queue::for_asker(&q, Some(&failed), &hide);
+        // The walk: every visible job not taken, failures marked.
+        let seen: Vec<JobView> = q
+            .iter()
+            .filter(|v| !hidden.contains(&v.job_id) && !taken.contains(&v.job_id))
+            .map(|v| JobView { failed_here: v.failed_here || failed.contains(&v.job_id), ..v.clone() })
+            .collect();
+        let most = f64::from(most);
+        let key = |v: &JobView| (v.failed_here, std::cmp::Reverse((v.pages * 10.0) as i64), v.order);
+        let largest = seen.iter().filter(|v| v.pages <= most).min_by_key(|v| key(v)).map(|v| v.job_id);
+        prop_assert_eq!(view.largest(&taken, most).map(|v| v.job_id), largest);
+        let small = |v: &JobView| (v.failed_here, (v.pages * 10.0) as i64, v.order);
+        let smallest = seen.iter().min_by_key(|v| small(v)).map(|v| v.job_id);
+        prop_assert_eq!(view.smallest(&taken).map(|v| v.job_id), smallest);
+        let ids: BTreeSet<u64> = jobs.iter().map(|j| j.0).filter(|id| !gone.contains(id)).collect();
+        prop_assert_eq!(q.len(), ids.len());
+    });
+}
