@@ -1,23 +1,21 @@
 //! The running client's controls: a gate that holds scans at a page boundary
-//! while paused or outside the time window, the local control socket that
+//! while paused or outside the time window, the control commands that
 //! `beebot pause` / `resume` / `config set` (`reload`) / `leave` (`stop`)
-//! talk to (owner-only, in the client's home), and the live status file
-//! `beebot status` reads.
+//! send (through the status page's API, [`crate::ui`], with the owner's
+//! secret), and the live status file `beebot status` and the page read.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::window::Windows;
 
 /// How often a held scan looks at the gate again.
 const GATE_POLL: Duration = Duration::from_millis(200);
-/// Longest control command line accepted.
-const MAX_COMMAND_BYTES: u64 = 256;
 /// A status file older than this means the client is not running.
 pub const STATUS_FRESH: Duration = Duration::from_secs(10);
 
@@ -217,11 +215,6 @@ pub fn on_battery(dir: &Path) -> bool {
     battery && !mains_online
 }
 
-/// Path of the control socket.
-pub fn socket_path(data_dir: &Path) -> PathBuf {
-    data_dir.join("control.sock")
-}
-
 /// Path of the live status file.
 pub fn status_path(data_dir: &Path) -> PathBuf {
     data_dir.join("status.json")
@@ -239,6 +232,85 @@ pub struct ScanStatus {
     /// extended it: it finds dead hosts, it does not stop the scan.
     #[serde(default)]
     pub deadline_ms: Option<u64>,
+    /// URLs found and not yet fetched (its progress: pages of pages + queued).
+    #[serde(default)]
+    pub queued: Option<u64>,
+    /// The most pages the unit may take.
+    #[serde(default)]
+    pub page_cap: Option<u64>,
+}
+
+/// Recent problems kept for the status page.
+pub const MAX_RECENT_PROBLEMS: usize = 5;
+
+/// What went wrong, as the status page tells a person who is not an engineer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProblemKind {
+    ServerUnreachable,
+    SiteUnreachable,
+    ScanFailed,
+    WorkRefused,
+    SpoolFull,
+}
+
+impl ProblemKind {
+    /// The words the page shows.
+    pub fn plain(self) -> &'static str {
+        match self {
+            ProblemKind::ServerUnreachable => {
+                "BeeBot cannot reach the project's server. It keeps trying by itself; \
+                 finished work waits safely on this computer."
+            }
+            ProblemKind::SiteUnreachable => {
+                "A website stopped answering (is this computer offline?). Scans wait \
+                 and go on by themselves."
+            }
+            ProblemKind::ScanFailed => {
+                "A scan could not be finished here. It was handed back to the project, \
+                 which gives it to another computer."
+            }
+            ProblemKind::WorkRefused => {
+                "The project's server refused a piece of work from this computer; it \
+                 was handed back."
+            }
+            ProblemKind::SpoolFull => {
+                "The disk space BeeBot may use is full. It takes no new work until its \
+                 results are uploaded (setting spool_cap_mb)."
+            }
+        }
+    }
+}
+
+/// One problem the client met, with the technical detail beside the words.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    /// Last seen, Unix ms.
+    pub at_ms: u64,
+    pub kind: ProblemKind,
+    pub detail: String,
+    /// Times seen in a row.
+    #[serde(default = "one")]
+    pub times: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Add `p` to `recent` (newest last): a repeat of the newest counts up,
+/// the oldest goes past [`MAX_RECENT_PROBLEMS`].
+pub fn note_problem(recent: &mut Vec<Problem>, p: Problem) {
+    if let Some(last) = recent.last_mut() {
+        if last.kind == p.kind && last.detail == p.detail {
+            last.at_ms = p.at_ms;
+            last.times = last.times.saturating_add(1);
+            return;
+        }
+    }
+    recent.push(p);
+    let extra = recent.len().saturating_sub(MAX_RECENT_PROBLEMS);
+    recent.drain(..extra);
 }
 
 /// What the running client writes for `beebot status`.
@@ -265,6 +337,9 @@ pub struct LiveStatus {
     /// The most it may scan at once (the `slots` setting).
     #[serde(default)]
     pub slots_ceiling: Option<u32>,
+    /// The last problems, newest last (at most [`MAX_RECENT_PROBLEMS`]).
+    #[serde(default)]
+    pub problems: Vec<Problem>,
 }
 
 /// When this process started, as far as the live status tells (first asked).
@@ -378,71 +453,10 @@ pub fn apply_command(gate: &Gate, line: &str, now: SystemTime) -> String {
     }
 }
 
-/// Serve the control socket until the task is dropped.
-#[cfg(unix)]
-pub async fn serve(data_dir: PathBuf, gate: Arc<Gate>) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-
-    let path = socket_path(&data_dir);
-    let _ = std::fs::remove_file(&path);
-    std::fs::create_dir_all(&data_dir)?;
-    let listener = tokio::net::UnixListener::bind(&path)
-        .with_context(|| format!("cannot listen on {}", path.display()))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    loop {
-        let (stream, _) = listener.accept().await?;
-        let gate = gate.clone();
-        tokio::spawn(async move {
-            let (r, mut w) = stream.into_split();
-            let mut line = String::new();
-            let mut reader = BufReader::new(r.take(MAX_COMMAND_BYTES));
-            if reader.read_line(&mut line).await.is_ok() {
-                // `reload` reads files: off the async threads.
-                let g = gate.clone();
-                let cmd = line.clone();
-                let answer =
-                    tokio::task::spawn_blocking(move || apply_command(&g, &cmd, SystemTime::now()))
-                        .await
-                        .unwrap_or_else(|e| format!("error: {e}"));
-                tracing::info!("control: {} → {answer}", line.trim());
-                let _ = w.write_all(format!("{answer}\n").as_bytes()).await;
-            }
-        });
-    }
-}
-
-#[cfg(not(unix))]
-pub async fn serve(_data_dir: PathBuf, _gate: Arc<Gate>) -> Result<()> {
-    std::future::pending::<()>().await;
-    Ok(())
-}
-
-/// Send one command to the running client (`beebot pause` / `resume`).
-#[cfg(unix)]
+/// Send one command to the running client (`beebot pause` / `resume`,
+/// `config set`'s reload, `leave`'s stop), through its status page's API.
 pub fn send(data_dir: &Path, command: &str) -> Result<String> {
-    use std::io::{BufRead, BufReader, Write};
-    let path = socket_path(data_dir);
-    let mut s = std::os::unix::net::UnixStream::connect(&path).with_context(|| {
-        format!(
-            "no running client answers on {} (is `beebot run` running with this --home?)",
-            path.display()
-        )
-    })?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(format!("{command}\n").as_bytes())?;
-    let mut line = String::new();
-    BufReader::new(s).read_line(&mut line)?;
-    let line = line.trim().to_string();
-    if let Some(e) = line.strip_prefix("error: ") {
-        bail!("{e}");
-    }
-    Ok(line)
-}
-
-#[cfg(not(unix))]
-pub fn send(_data_dir: &Path, _command: &str) -> Result<String> {
-    bail!("pause and resume need a Unix socket; not available on this platform yet")
+    crate::ui::client::command(data_dir, command)
 }
 
 #[cfg(test)]
@@ -523,6 +537,30 @@ mod tests {
             "backing-off for 12s more"
         );
         assert_eq!(state_text(&s("running", None), now), "running");
+    }
+
+    #[test]
+    fn problems_are_kept_few_and_repeats_counted() {
+        let p = |at_ms, kind, detail: &str| Problem {
+            at_ms,
+            kind,
+            detail: detail.into(),
+            times: 1,
+        };
+        let mut recent = Vec::new();
+        note_problem(&mut recent, p(1, ProblemKind::ServerUnreachable, "timeout"));
+        note_problem(&mut recent, p(2, ProblemKind::ServerUnreachable, "timeout"));
+        assert_eq!(recent.len(), 1);
+        assert_eq!((recent[0].at_ms, recent[0].times), (2, 2));
+        for i in 0..10 {
+            note_problem(
+                &mut recent,
+                p(10 + i, ProblemKind::ScanFailed, &format!("unit {i}")),
+            );
+        }
+        assert_eq!(recent.len(), MAX_RECENT_PROBLEMS);
+        assert_eq!(recent.last().unwrap().detail, "unit 9");
+        assert!(!ProblemKind::SpoolFull.plain().contains("unit"));
     }
 
     #[test]

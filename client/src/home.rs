@@ -83,6 +83,9 @@ pub struct DayTotals {
     pub links: u64,
 }
 
+/// Days of totals kept for the week's (two weeks: a week back from any day).
+pub const DAYS_KEPT: usize = 14;
+
 /// Today's local date as `YYYY-MM-DD`.
 pub fn today_date() -> String {
     chrono::Local::now().format("%Y-%m-%d").to_string()
@@ -471,7 +474,8 @@ impl Home {
             })
     }
 
-    /// Add one accepted result to today's totals.
+    /// Add one accepted result to today's totals (and to the days kept
+    /// for the week's, [`Home::days`]).
     pub fn add_to_today(&self, date: &str, pages: u64, links: u64) -> Result<DayTotals> {
         let mut d = self.today(date);
         d.results += 1;
@@ -482,7 +486,51 @@ impl Home {
             serde_json::to_string(&d)?.as_bytes(),
             false,
         )?;
+        let mut days = self.days();
+        days.retain(|x| x.date != d.date);
+        days.push(d.clone());
+        days.sort_by(|a, b| a.date.cmp(&b.date));
+        let extra = days.len().saturating_sub(DAYS_KEPT);
+        days.drain(..extra);
+        write_atomic(
+            &self.days_path(),
+            serde_json::to_string(&days)?.as_bytes(),
+            false,
+        )?;
         Ok(d)
+    }
+
+    fn days_path(&self) -> PathBuf {
+        self.data.join("spool").join("days.json")
+    }
+
+    /// The totals of the last [`DAYS_KEPT`] days with results, oldest first.
+    pub fn days(&self) -> Vec<DayTotals> {
+        std::fs::read_to_string(self.days_path())
+            .ok()
+            .and_then(|t| serde_json::from_str::<Vec<DayTotals>>(&t).ok())
+            .unwrap_or_default()
+    }
+
+    /// The totals of the seven days ending on `today` (`YYYY-MM-DD`).
+    pub fn week(&self, today: &str) -> DayTotals {
+        let first = chrono::NaiveDate::parse_from_str(today, "%Y-%m-%d")
+            .ok()
+            .and_then(|d| d.checked_sub_days(chrono::Days::new(6)))
+            .map(|d| d.format("%Y-%m-%d").to_string())
+            .unwrap_or_else(|| today.to_string());
+        let mut w = DayTotals {
+            date: first.clone(),
+            ..Default::default()
+        };
+        for d in self.days() {
+            if d.date.as_str() >= first.as_str() && d.date.as_str() <= today {
+                w.results += d.results;
+                w.pages += d.pages;
+                w.links += d.links;
+            }
+        }
+        w
     }
 
     fn revoked_path(&self) -> PathBuf {
@@ -525,6 +573,11 @@ impl Home {
             ("live status", self.data.join("status.json")),
             ("live status (temporary)", self.data.join("status.tmp")),
             ("control socket", self.data.join("control.sock")),
+            (
+                "status page secret",
+                self.data.join(crate::ui::auth::SECRET_FILE),
+            ),
+            ("status page address", self.data.join(crate::ui::ADDR_FILE)),
             ("logs", self.data.join("logs")),
             ("run lock", self.run_lock_path()),
         ]
@@ -674,6 +727,35 @@ mod tests {
             data: dir.path().to_path_buf(),
         };
         (dir, h)
+    }
+
+    #[test]
+    fn the_week_sums_the_last_seven_days_kept() {
+        let (_d, h) = home();
+        std::fs::create_dir_all(h.data.join("spool")).unwrap();
+        for (date, pages) in [
+            ("2026-11-20", 1000),
+            ("2026-11-25", 10),
+            ("2026-11-30", 20),
+            ("2026-12-01", 30),
+        ] {
+            h.add_to_today(date, pages, pages * 10).unwrap();
+        }
+        h.add_to_today("2026-12-01", 5, 0).unwrap();
+        assert_eq!(h.today("2026-12-01").pages, 35);
+        let w = h.week("2026-12-01");
+        assert_eq!((w.date.as_str(), w.results, w.pages), ("2026-11-25", 4, 65));
+        assert_eq!(w.links, 600);
+        // Bounded: the oldest days go first.
+        for day in 1..=(DAYS_KEPT as u32 + 3) {
+            h.add_to_today(&format!("2027-01-{day:02}"), 1, 1).unwrap();
+        }
+        let days = h.days();
+        assert_eq!(days.len(), DAYS_KEPT);
+        assert_eq!(
+            days.last().unwrap().date,
+            format!("2027-01-{:02}", DAYS_KEPT + 3)
+        );
     }
 
     fn unit(id: u64) -> WorkUnit {

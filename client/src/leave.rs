@@ -52,14 +52,34 @@ pub struct LeaveReport {
 /// the service unit names).
 pub async fn leave(home: &Home, home_flag: Option<&Path>) -> Result<LeaveReport> {
     let enrolment = home.enrolment()?;
-    let revoked = home.revocation().is_some();
     // The service first: a service manager would start the runner again.
     let service = if service::installed_for(home_flag)? {
         service::uninstall()?
     } else {
         Vec::new()
     };
-    let (runner_stopped, _lock) = stop_runner(home).await?;
+    let (runner_stopped, lock) = stop_runner(home).await?;
+    let mut report = forget(home, enrolment, lock).await?;
+    report.service = service;
+    report.runner_stopped = runner_stopped;
+    Ok(report)
+}
+
+/// Leave from inside `beebot run` (the status page's "leave"): its work
+/// loop has stopped and it holds the run lock. The server is told and the
+/// files removed; uninstalling the service, which stops this very process,
+/// is the runner's last step.
+pub async fn leave_holding_lock(home: &Home, lock: RunLock) -> Result<LeaveReport> {
+    forget(home, home.enrolment()?, lock).await
+}
+
+/// Tell the server and remove the home's files, holding its run lock.
+async fn forget(
+    home: &Home,
+    enrolment: Option<crate::home::Enrolment>,
+    lock: RunLock,
+) -> Result<LeaveReport> {
+    let revoked = home.revocation().is_some();
     let server = match &enrolment {
         None => ServerTold::NotJoined,
         Some(_) if revoked => ServerTold::WasRevoked,
@@ -75,6 +95,7 @@ pub async fn leave(home: &Home, home_flag: Option<&Path>) -> Result<LeaveReport>
     };
     // The lock is held until every file is gone: no runner starts meanwhile.
     let removed = home.remove_all()?;
+    drop(lock);
     if enrolment.is_none() && removed.iter().all(|(w, _)| *w == "run lock") {
         bail!(
             "this client has not joined a project (home {}): nothing to leave",
@@ -82,8 +103,8 @@ pub async fn leave(home: &Home, home_flag: Option<&Path>) -> Result<LeaveReport>
         );
     }
     Ok(LeaveReport {
-        service,
-        runner_stopped,
+        service: Vec::new(),
+        runner_stopped: None,
         server,
         removed,
     })
@@ -111,7 +132,7 @@ async fn tell_server(home: &Home, e: &crate::home::Enrolment) -> Result<()> {
 }
 
 /// Take the home's run lock, first asking a running `beebot run` to stop
-/// (through its control socket) and waiting for it to exit, at most
+/// (through its status page's API) and waiting for it to exit, at most
 /// [`RUNNER_STOP_TIMEOUT`]. Returns the stopped runner's pid and the lock.
 async fn stop_runner(home: &Home) -> Result<(Option<u32>, RunLock)> {
     let pid = match home.lock_runner() {

@@ -16,6 +16,7 @@ pub mod net;
 pub mod rt;
 pub mod service;
 pub mod settings;
+pub mod ui;
 pub mod usage;
 pub mod window;
 pub mod worker;

@@ -23,7 +23,7 @@ const MIN_MEMORY_MB: u64 = 64;
 const MAX_BUFFER_S: u64 = beebot_shared::limits::MAX_WANT_SECONDS;
 
 /// Every setting: name, default, what it means.
-pub const KEYS: [(&str, &str, &str); 11] = [
+pub const KEYS: [(&str, &str, &str); 12] = [
     (
         "window",
         "always",
@@ -75,6 +75,11 @@ pub const KEYS: [(&str, &str, &str); 11] = [
         "",
         "HTTP proxy for crawling (`http://host:port`); empty: none",
     ),
+    (
+        "ui_port",
+        "0",
+        "port of the status page on 127.0.0.1 (`beebot open`); 0: a free one each start",
+    ),
 ];
 
 /// Where a setting's value came from.
@@ -112,6 +117,8 @@ pub struct Settings {
     pub run_on_battery: bool,
     pub allow_private: bool,
     pub proxy: Option<String>,
+    /// The status page's port (0: a free one).
+    pub ui_port: u16,
 }
 
 /// One setting as shown by `beebot config show`.
@@ -197,6 +204,7 @@ impl Default for Settings {
             run_on_battery: false,
             allow_private: false,
             proxy: None,
+            ui_port: 0,
         };
         for (k, v, _) in KEYS {
             // The defaults in KEYS are valid by construction (tested).
@@ -222,6 +230,7 @@ impl Settings {
             "spool_cap_mb" => self.spool_cap_mb = parse_num(value, 16, 1 << 30)?,
             "run_on_battery" => self.run_on_battery = parse_bool(value)?,
             "allow_private" => self.allow_private = parse_bool(value)?,
+            "ui_port" => self.ui_port = parse_num(value, 0, u64::from(u16::MAX))? as u16,
             "proxy" => {
                 let v = value.trim();
                 self.proxy = if v.is_empty() {
@@ -353,8 +362,9 @@ pub fn set(home: &Home, key: &str, value: &str) -> Result<Option<String>> {
 }
 
 /// Settings a running client cannot change without a restart (the process
-/// priority can be lowered, not raised back).
-pub const NEEDS_RESTART: &[&str] = &["low_priority"];
+/// priority can be lowered, not raised back; the page listens where it
+/// started).
+pub const NEEDS_RESTART: &[&str] = &["low_priority", "ui_port"];
 
 /// A value as the user typed it (`""` for an empty one).
 fn typed(v: &str) -> &str {

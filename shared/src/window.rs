@@ -138,6 +138,28 @@ impl Windows {
         Ok(Windows { rules, text })
     }
 
+    /// The rules by the weekday they start on (Monday first), as
+    /// `(start, end)` in minutes of the day (an end not after its start
+    /// crosses midnight); `None` when always open. For editors that show a
+    /// window day by day.
+    pub fn by_start_day(&self) -> Option<[Vec<(u32, u32)>; 7]> {
+        if self.rules.is_empty() {
+            return None;
+        }
+        let mut days: [Vec<(u32, u32)>; 7] = Default::default();
+        for r in &self.rules {
+            for (d, on) in r.days.iter().enumerate() {
+                if *on {
+                    days[d].push((r.start_min, r.end_min));
+                }
+            }
+        }
+        for d in &mut days {
+            d.sort_unstable();
+        }
+        Some(days)
+    }
+
     pub fn is_always(&self) -> bool {
         self.rules.is_empty()
     }
@@ -357,5 +379,17 @@ mod tests {
         assert!(Windows::parse("00:00-24:00")
             .unwrap()
             .is_open(at(2, 23, 59)));
+    }
+
+    #[test]
+    fn rules_read_back_by_the_day_they_start() {
+        assert_eq!(Windows::always().by_start_day(), None);
+        let w =
+            Windows::parse("mon-fri 19:00-07:00, sat+sun 00:00-24:00, wed 12:00-13:00").unwrap();
+        let d = w.by_start_day().unwrap();
+        assert_eq!(d[0], vec![(19 * 60, 7 * 60)]);
+        assert_eq!(d[2], vec![(12 * 60, 13 * 60), (19 * 60, 7 * 60)]);
+        assert_eq!(d[5], vec![(0, 1440)]);
+        assert_eq!(d[6], vec![(0, 1440)]);
     }
 }

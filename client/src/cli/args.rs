@@ -70,6 +70,13 @@ pub enum Cmd {
     },
     /// Resume a paused client.
     Resume,
+    /// Open the status page in the browser (starting the client when it is
+    /// not running): see and steer it without a terminal.
+    Open {
+        /// Print the one-time link instead of opening a browser.
+        #[arg(long)]
+        print: bool,
+    },
     /// Leave the project: stop this home's client and its service, tell the
     /// server (it releases this host's units and lists it as left), and
     /// remove every file the client made here. Offline, the files are

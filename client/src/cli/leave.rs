@@ -21,7 +21,7 @@ pub fn leave(home: &Home, home_flag: Option<&Path>) -> Result<String> {
 }
 
 /// What leaving did, line by line.
-fn report(r: &LeaveReport) -> String {
+pub(super) fn report(r: &LeaveReport) -> String {
     let mut out = String::new();
     for line in &r.service {
         let _ = writeln!(out, "service: {line}");

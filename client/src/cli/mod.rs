@@ -1,5 +1,6 @@
 //! The commands of `beebot`, one module each: [`join`], [`run`], [`status`],
-//! [`config`], [`control`] (pause, resume), [`leave`], [`service`],
+//! [`config`], [`control`] (pause, resume), [`open`] (the status page),
+//! [`leave`], [`service`],
 //! [`benchmark`] and [`crawl`]; their flags are in [`args`].
 //!
 //! Each command returns what it prints on stdout (text ending in a newline,
@@ -14,6 +15,7 @@ mod control;
 mod crawl;
 mod join;
 mod leave;
+mod open;
 mod run;
 mod service;
 mod status;
@@ -100,7 +102,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
 fn command(cmd: Cmd, home: &Home, home_flag: Option<&Path>) -> Result<Said> {
     Ok(match cmd {
         Cmd::Join { code, name } => join::join(home, code.as_deref(), name)?.into(),
-        Cmd::Run { flags, net } => run::run(home, flags, &net)?.into(),
+        Cmd::Run { flags, net } => run::run(home, flags, &net, home_flag)?.into(),
         Cmd::Status { json } => status::status(home, json)?.into(),
         Cmd::Config { cmd } => match cmd {
             ConfigCmd::Show { json } => config::show(home, json)?.into(),
@@ -108,6 +110,7 @@ fn command(cmd: Cmd, home: &Home, home_flag: Option<&Path>) -> Result<Said> {
         },
         Cmd::Pause { duration } => control::pause(home, duration)?.into(),
         Cmd::Resume => control::resume(home)?.into(),
+        Cmd::Open { print } => open::open(home, home_flag, print)?.into(),
         Cmd::Leave { force: _ } => leave::leave(home, home_flag)?.into(),
         Cmd::Service { cmd } => match cmd {
             ServiceCmd::Install { window, no_start } => {

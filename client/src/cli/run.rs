@@ -2,11 +2,15 @@
 //! gate (window, battery, pause) and the terminal display, and run the work
 //! loop until stopped; then say what the run did.
 //!
+//! The status page ([`beebot_client::ui`]) is served for the whole run,
+//! from before the home joined to after it left.
+//!
 //! A host the project revoked is remembered in the home (for `beebot
 //! status`) and said plainly. Scan threads stuck in a request are not
 //! waited for: their scans are checkpointed already.
 
 use std::io::IsTerminal;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +20,9 @@ use anyhow::Result;
 use beebot_client::control::{self, Gate};
 use beebot_client::home::Home;
 use beebot_client::rt::{block_on_then_exit, shutdown_signal};
+use beebot_client::service;
 use beebot_client::settings::{self, Settings};
+use beebot_client::ui::{self, Ui};
 use beebot_client::worker::{self, RunOptions, RunStats};
 use beebot_client::{display, net::NetError};
 use beebot_shared::proto::ErrorCode;
@@ -25,22 +31,43 @@ use super::args::{NetArgs, RunFlags};
 use super::REVOKED_ADVICE;
 
 /// Run the work loop until SIGTERM, Ctrl-C or `beebot leave` (or, with
-/// `--once`, until the work is done), and say what it did.
-pub fn run(home: &Home, flags: RunFlags, net: &NetArgs) -> Result<String> {
+/// `--once`, until the work is done), and say what it did. The status page
+/// listens from the start: a home not joined yet waits for an invite code
+/// pasted there (or `beebot join`), and a "leave" there ends the run.
+pub fn run(
+    home: &Home,
+    flags: RunFlags,
+    net: &NetArgs,
+    home_flag: Option<&Path>,
+) -> Result<String> {
     let mut cli = net.overrides();
-    if let Some(s) = flags.slots {
+    if let Some(s) = flags.slots.clone() {
         cli.push(("slots", s));
     }
-    if let Some(w) = flags.window {
+    if let Some(w) = flags.window.clone() {
         cli.push(("window", w));
     }
     control::process_started_ms();
     let (settings, shown) = settings::load(home, &|k| std::env::var(k).ok(), &cli)?;
+    if flags.once {
+        // `--once` is for scripts: there is no one to paste a code.
+        home.require_enrolment()?;
+    }
     if settings.low_priority {
         lower_priority();
     }
+    // One runner per home, taken before the page listens: a second runner
+    // must not take over the page's address.
+    let lock = home.lock_runner()?;
+    if let Some(pid) = lock.stale_pid {
+        tracing::info!("taking over the home from pid {pid}, which is no longer running");
+    }
     let gate = Arc::new(Gate::new(settings.window.clone(), !settings.run_on_battery));
-    gate.set_reloader(settings::reloader(home.clone(), cli, shown));
+    gate.set_reloader(settings::reloader(home.clone(), cli.clone(), shown));
+    let bound = ui::bind(&home.data, settings.ui_port)?;
+    let page = Ui::new(home.clone(), &bound, gate.clone(), cli)?;
+    page.serve(bound)?;
+    tracing::info!("status page on {} (`beebot open`)", page.url());
     let mut opts = run_options(&settings, flags.once, flags.throttle_ms, net, gate.clone())?;
     opts.adjust_every = Duration::from_millis(flags.adjust_every_ms);
     let stop_display = Arc::new(AtomicBool::new(false));
@@ -48,20 +75,67 @@ pub fn run(home: &Home, flags: RunFlags, net: &NetArgs) -> Result<String> {
         let (dir, stop) = (home.data.clone(), stop_display.clone());
         std::thread::spawn(move || display::run(dir, stop))
     });
-    // SIGTERM, Ctrl-C, or `beebot leave` through the control socket.
-    let stop = async move {
-        tokio::select! {
-            _ = shutdown_signal() => {}
-            _ = gate.stopped() => {}
+    // SIGTERM, Ctrl-C, or a stop through the page's API (`beebot leave`, the page's leave).
+    let stop = || {
+        let gate = gate.clone();
+        async move {
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                _ = gate.stopped() => {}
+            }
         }
     };
-    let stats = block_on_then_exit(worker::run(home.clone(), opts, stop))?;
+    let outcome = block_on_then_exit(async {
+        if home.enrolment()?.is_none() {
+            eprintln!(
+                "not joined yet: paste the invite code on the status page (`beebot open`), or run `beebot join`"
+            );
+            if !page.wait_joined(stop()).await {
+                return Ok(Outcome::StoppedBeforeJoining);
+            }
+        }
+        let stats = worker::run_locked(home.clone(), &lock, opts, stop()).await?;
+        if !page.leave_asked() {
+            return Ok(Outcome::Ran(stats));
+        }
+        let report = match beebot_client::leave::leave_holding_lock(home, lock).await {
+            Ok(r) => super::leave::report(&r),
+            Err(e) => format!("leaving failed: {e:#}\n"),
+        };
+        Ok::<_, anyhow::Error>(Outcome::Left(report))
+    })?;
     stop_display.store(true, Ordering::Relaxed);
     if let Some(d) = display {
         let _ = d.join();
     }
-    let stats = stats.map_err(|e| revoked_in_words(home, e))?;
-    Ok(stats_line(&stats))
+    ui::forget_addr(&home.data);
+    match outcome.map_err(|e| revoked_in_words(home, e))? {
+        Outcome::Ran(stats) => Ok(stats_line(&stats)),
+        Outcome::StoppedBeforeJoining => Ok("stopped before joining a project\n".into()),
+        Outcome::Left(report) => {
+            page.left(report.clone());
+            // The page's answer leaves before the service goes, which stops this process.
+            std::thread::sleep(LEFT_ANSWER_GRACE);
+            let mut out = report;
+            if service::installed_for(home_flag).unwrap_or(false) {
+                for line in service::uninstall().unwrap_or_default() {
+                    out.push_str(&format!("service: {line}\n"));
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// How long a runner that left waits for the page to have its answer.
+const LEFT_ANSWER_GRACE: Duration = Duration::from_secs(1);
+
+/// How a run ended.
+enum Outcome {
+    Ran(RunStats),
+    StoppedBeforeJoining,
+    /// The page asked to leave: what leaving did.
+    Left(String),
 }
 
 /// The work loop's options from the settings and flags.

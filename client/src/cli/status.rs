@@ -277,6 +277,8 @@ mod tests {
                 links: 99,
                 pages_per_s: 1.5,
                 deadline_ms: Some(NOW + 600_000),
+                queued: Some(5),
+                page_cap: Some(100),
             }],
             last_error: Some("server unreachable".into()),
             started_ms: Some(NOW - 3_600_000),

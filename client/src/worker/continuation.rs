@@ -7,6 +7,7 @@
 //! job's earlier segments again), and a state the server will not give or
 //! that does not match never holds the client: the unit is given back.
 
+use crate::control::ProblemKind;
 use anyhow::{Context, Result};
 use beebot_shared::proto::{ErrorCode, Request, Response, ABORT_ROUND_CANCELLED};
 use beebot_shared::scanstate::{state_sha256, ScanState, ScanStateError};
@@ -193,7 +194,10 @@ impl Worker {
                 StateAnswer::Fatal(e) => return Err(e).context("the server refused this host"),
             };
             tracing::error!(unit_id, "{refused}");
-            self.last_error = Some(format!("unit {unit_id}: {refused}"));
+            self.problem(
+                ProblemKind::WorkRefused,
+                format!("unit {unit_id}: {refused}"),
+            );
             self.give_back(unit_id, refused).await?;
         }
         Ok(true)

@@ -6,6 +6,7 @@
 //! never held; answers whose every unit is refused back off like failures.
 //! A full spool takes no new work. Nothing here starts a scan.
 
+use crate::control::ProblemKind;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -85,7 +86,7 @@ impl Worker {
         }
         if self.last_error.as_deref() != Some(SPOOL_FULL) {
             tracing::warn!("{SPOOL_FULL}");
-            self.last_error = Some(SPOOL_FULL.into());
+            self.problem(ProblemKind::SpoolFull, SPOOL_FULL.into());
         }
         true
     }

@@ -6,6 +6,7 @@
 //! A cancelled scan loses nothing: it waits in the spool with its
 //! checkpoint. Nothing here waits for the network while the client stops.
 
+use crate::control::ProblemKind;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -68,10 +69,13 @@ impl Worker {
                     "the site stopped answering (offline?); scans resume in {:.1}s",
                     wait.as_secs_f64()
                 );
-                self.last_error = Some(format!(
-                    "unit {}: the site stopped answering (offline?)",
-                    done.unit_id
-                ));
+                self.problem(
+                    ProblemKind::SiteUnreachable,
+                    format!(
+                        "unit {}: the site stopped answering (offline?)",
+                        done.unit_id
+                    ),
+                );
                 self.scans_resume_at = Some(Instant::now() + wait);
             }
             ScanEnd::Finished(result) if self.stopping => {
@@ -104,7 +108,10 @@ impl Worker {
             }
             ScanEnd::Failed(reason) => {
                 tracing::warn!(unit_id = done.unit_id, "scan failed: {reason}");
-                self.last_error = Some(format!("scan of unit {} failed: {reason}", done.unit_id));
+                self.problem(
+                    ProblemKind::ScanFailed,
+                    format!("scan of unit {} failed: {reason}", done.unit_id),
+                );
                 self.give_back(done.unit_id, reason).await?;
             }
         }

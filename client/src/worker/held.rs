@@ -42,6 +42,8 @@ pub(super) enum HeldState {
         hand_over: Arc<AtomicBool>,
         pages: Arc<AtomicU64>,
         links: Arc<AtomicU64>,
+        /// URLs its frontier holds.
+        queued: Arc<AtomicU64>,
         last_progress: Instant,
         started: Instant,
         /// Its checkpoints, shared with its thread.
@@ -74,6 +76,8 @@ pub(super) struct Worker {
     pub(super) stats: RunStats,
     pub(super) done_tx: mpsc::Sender<ScanDone>,
     pub(super) last_error: Option<String>,
+    /// The last problems, for the status page.
+    pub(super) problems: Vec<crate::control::Problem>,
     pub(super) status_written: Instant,
     pub(super) bandwidth: Option<Arc<Bandwidth>>,
     /// Running average of this client's scan time, seconds (buffer sizing).

@@ -6,6 +6,7 @@
 //! A network failure never stops a scan: it closes the link and sets when
 //! to try again. Only a permanent refusal (this host revoked) is an error.
 
+use crate::control::ProblemKind;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -52,7 +53,7 @@ impl Worker {
             "server unreachable ({e}); retrying in {:.1}s",
             wait.as_secs_f64()
         );
-        self.last_error = Some(e.to_string());
+        self.problem(ProblemKind::ServerUnreachable, e.to_string());
         self.next_contact = Instant::now() + wait;
     }
 

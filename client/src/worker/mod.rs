@@ -46,7 +46,7 @@ pub use continuation::{
 pub use fetch::WORK_HINT_JITTER;
 pub use finish::{OFFLINE_BACKOFF_BASE, OFFLINE_BACKOFF_CAP, SHUTDOWN_GRACE, SHUTDOWN_WRITES};
 pub use join::join;
-pub use run::run;
+pub use run::{run, run_locked};
 pub use scan::{crawl_spec, start_order};
 pub use sizing::ADJUST_EVERY;
 pub use status::local_deadline;
@@ -76,7 +76,6 @@ pub struct RunOptions {
     pub progress_interval: Duration,
     pub crawler: CrawlerConfig,
     /// Holds scans while paused or outside the time window (`None`: always run).
-    /// With a gate, the control socket for `beebot pause`/`resume` is served.
     pub gate: Option<Arc<Gate>>,
     /// Download cap over all scans, KB/s (0: none).
     pub bandwidth_kbps: u64,

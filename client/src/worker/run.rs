@@ -13,11 +13,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 use crate::bandwidth::Bandwidth;
 use crate::control;
-use crate::home::{Enrolment, Home, MAX_SPOOLED_UNITS};
+use crate::home::{Enrolment, Home, RunLock, MAX_SPOOLED_UNITS};
 
 use super::held::{Held, HeldState, Worker};
 use super::scan::ScanDone;
@@ -35,16 +34,27 @@ pub async fn run(
     opts: RunOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<RunStats> {
-    let enrolment = home.require_enrolment()?;
-    // One runner per home: a second would take over the control socket and
+    home.require_enrolment()?;
+    // One runner per home: a second would take over the status page and
     // share the host key and the spool. Held until this function returns.
     let run_lock = home.lock_runner()?;
     if let Some(pid) = run_lock.stale_pid {
         tracing::info!("taking over the home from pid {pid}, which is no longer running");
     }
+    run_locked(home, &run_lock, opts, shutdown).await
+}
+
+/// [`run`] on a home whose run lock the caller holds (`beebot run` takes it
+/// before its status page listens, and keeps it while it leaves).
+pub async fn run_locked(
+    home: Home,
+    _lock: &RunLock,
+    opts: RunOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<RunStats> {
+    let enrolment = home.require_enrolment()?;
     let (done_tx, mut done_rx) = mpsc::channel::<ScanDone>(MAX_SPOOLED_UNITS);
     let mut w = Worker::open(home, enrolment, opts, done_tx)?;
-    let control_task = w.serve_control();
     w.resume_spooled()?;
     let stopped = w.work_until(shutdown, &mut done_rx).await?;
     w.bench.stop();
@@ -55,12 +65,7 @@ pub async fn run(
     if let Some(l) = w.link.take() {
         l.close();
     }
-    if let Some(t) = control_task {
-        t.abort();
-        let _ = std::fs::remove_file(control::socket_path(&w.home.data));
-    }
     let _ = std::fs::remove_file(control::status_path(&w.home.data));
-    drop(run_lock);
     Ok(w.stats)
 }
 
@@ -101,6 +106,7 @@ impl Worker {
             stats: RunStats::default(),
             done_tx,
             last_error: None,
+            problems: Vec::new(),
             status_written: Instant::now() - Duration::from_secs(60),
             bandwidth,
             job_s: None,
@@ -115,18 +121,6 @@ impl Worker {
             concurrency_refused: false,
             sizing,
             meter: Default::default(),
-        })
-    }
-
-    /// The control socket, for `beebot pause` / `beebot resume` (with a gate).
-    fn serve_control(&self) -> Option<JoinHandle<()>> {
-        self.opts.gate.clone().map(|gate| {
-            let dir = self.home.data.clone();
-            tokio::spawn(async move {
-                if let Err(e) = control::serve(dir, gate).await {
-                    tracing::warn!("control socket unavailable: {e:#}");
-                }
-            })
         })
     }
 

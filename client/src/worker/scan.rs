@@ -94,6 +94,7 @@ struct ScanHooks {
     hand_over: Arc<AtomicBool>,
     pages: Arc<AtomicU64>,
     links: Arc<AtomicU64>,
+    queued: Arc<AtomicU64>,
     /// Holds the scan at a page boundary while paused or outside the window.
     gate: Option<Arc<Gate>>,
     /// Extra pause after every page (a deliberately slow host).
@@ -126,6 +127,7 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
         hooks
             .links
             .store(hooks.links_before + p.links, Ordering::Relaxed);
+        hooks.queued.store(p.queued, Ordering::Relaxed);
         // A page boundary: pay for the bytes read, keep a snapshot (written
         // to the spool every CHECKPOINT_INTERVAL and before the gate holds
         // the scan), then hold while paused or outside the window.
@@ -271,12 +273,14 @@ impl Worker {
         let hand_over = Arc::new(AtomicBool::new(false));
         let pages = Arc::new(AtomicU64::new(pages_before));
         let links = Arc::new(AtomicU64::new(links_before));
+        let queued = Arc::new(AtomicU64::new(0));
         let slot = Arc::new(CheckpointSlot::new(checkpoint.as_ref()));
         let crawling = HeldState::Crawling {
             cancel: cancel.clone(),
             hand_over: hand_over.clone(),
             pages: pages.clone(),
             links: links.clone(),
+            queued: queued.clone(),
             last_progress: Instant::now(),
             started: Instant::now(),
             slot: slot.clone(),
@@ -290,6 +294,7 @@ impl Worker {
             hand_over,
             pages,
             links,
+            queued,
             gate: self.opts.gate.clone(),
             throttle: self.opts.throttle,
             bandwidth: self.bandwidth.clone(),

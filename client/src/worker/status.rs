@@ -21,6 +21,20 @@ pub fn local_deadline(deadline_ms: u64, clock_offset_ms: i64) -> SystemTime {
 }
 
 impl Worker {
+    /// Note a problem for the status page (and as the last error).
+    pub(super) fn problem(&mut self, kind: control::ProblemKind, detail: String) {
+        control::note_problem(
+            &mut self.problems,
+            control::Problem {
+                at_ms: control::unix_ms(SystemTime::now()),
+                kind,
+                detail: detail.clone(),
+                times: 1,
+            },
+        );
+        self.last_error = Some(detail);
+    }
+
     /// Write the live status for `beebot status` (at most once a second).
     pub(super) fn write_status(&mut self) {
         if self.status_written.elapsed() < Duration::from_secs(1) {
@@ -53,6 +67,7 @@ impl Worker {
                 HeldState::Crawling {
                     pages,
                     links,
+                    queued,
                     started,
                     ..
                 } => {
@@ -67,6 +82,8 @@ impl Worker {
                             h.deadline_ms,
                             self.clock_offset_ms,
                         ))),
+                        queued: Some(queued.load(Ordering::Relaxed)),
+                        page_cap: Some(u64::from(h.unit.unit.limits.max_pages)),
                     })
                 }
                 _ => None,
@@ -91,6 +108,7 @@ impl Worker {
             started_ms: Some(control::process_started_ms()),
             concurrency: Some(self.concurrency()),
             slots_ceiling: Some(self.opts.slots),
+            problems: self.problems.clone(),
         };
         control::write_status(&self.home.data, &s);
     }

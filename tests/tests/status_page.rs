@@ -1,0 +1,377 @@
+//! The client's local status page as an employee and an attacker meet it:
+//! a real `beebot run` not yet joined serves the page on loopback;
+//! `beebot open --print` gives a one-time link; headless Chromium joins
+//! with a pasted invite code, watches a polite scan progress, pauses,
+//! changes the crawl window, tries a bad value, and leaves after
+//! confirming. Over plain HTTP: other names (DNS rebinding), other origins,
+//! a link used twice, a change without the CSRF token and a wrong secret
+//! are refused and change nothing; the command line's pause goes through
+//! the same API; a round at delay 0 shows in today's and the week's
+//! totals. Screenshots go to `target/screenshots/`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use beebot_tests::browser::{self, Browser};
+use beebot_tests::*;
+use serde_json::{json, Value};
+
+/// The polite round's delay: a scan lasts long enough to be watched.
+const DELAY_MS: &str = "400";
+/// Longest the page may take to show what a test waits for.
+const PAGE_WAIT: Duration = Duration::from_secs(40);
+
+/// One raw HTTP/1.1 exchange on loopback (headers exactly as given).
+fn raw(port: u16, request: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the page");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("as set up");
+    s.write_all(request.as_bytes()).expect("send");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+fn get(port: u16, path: &str, host: &str, extra: &str) -> (u16, String) {
+    raw(
+        port,
+        &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n"),
+    )
+}
+
+fn post(port: u16, path: &str, extra: &str, body: &str) -> (u16, String) {
+    raw(
+        port,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+fn body_json(answer: &str) -> Value {
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"))
+}
+
+/// The page's port, from the address file the runner wrote.
+fn page_port(g: &Grid, name: &str) -> u16 {
+    let path = g.home(name).join("ui.json");
+    wait_for("the page's address file", PAGE_WAIT, || path.exists());
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("as set up"))
+        .expect("as set up");
+    v["port"].as_u64().expect("port") as u16
+}
+
+/// `beebot open --print`: a fresh one-time link.
+fn login_link(g: &Grid, name: &str) -> String {
+    let o = g.client(name, &["open", "--print"]);
+    assert!(o.status.success(), "open: {}", stderr(&o));
+    let url = last_line(&o);
+    assert!(url.contains("/login?code="), "{url}");
+    url
+}
+
+fn secret(g: &Grid, name: &str) -> String {
+    std::fs::read_to_string(g.home(name).join("ui.secret"))
+        .expect("secret")
+        .trim()
+        .to_string()
+}
+
+/// Redeem a login link over raw HTTP: the session cookie and the page's CSRF token.
+fn session(port: u16, url: &str) -> (String, String) {
+    let path = &url[url.find("/login").expect("as set up")..];
+    let (status, answer) = get(port, path, &format!("127.0.0.1:{port}"), "");
+    assert_eq!(status, 303, "{answer}");
+    let cookie = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .expect("set-cookie")
+        .split(';')
+        .next()
+        .expect("as set up")
+        .to_string();
+    assert!(answer.to_ascii_lowercase().contains("httponly") && answer.contains("SameSite=Strict"));
+    let (status, page) = get(
+        port,
+        "/",
+        &format!("127.0.0.1:{port}"),
+        &format!("Cookie: {cookie}\r\n"),
+    );
+    assert_eq!(status, 200, "{page}");
+    let csrf = page
+        .split("name=\"csrf\" content=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("csrf meta")
+        .to_string();
+    (cookie, csrf)
+}
+
+fn spawn_unjoined_runner(g: &Grid, name: &str) -> Child {
+    std::fs::create_dir_all(g.home(name)).expect("as set up");
+    let log = g.dir.path().join(format!("client-{name}.log"));
+    g.spawn_run(name, &[], &log)
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < within {
+        if child.try_wait().expect("wait").is_some() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+#[test]
+fn the_page_refuses_other_pages_and_shows_a_rounds_totals() {
+    let g = Grid::start(61, 3);
+    g.import_sites();
+    let mut child = spawn_unjoined_runner(&g, "h");
+    let port = page_port(&g, "h");
+    let me = format!("127.0.0.1:{port}");
+
+    // Before any login: the page says how to open it, the API refuses.
+    let (status, page) = get(port, "/", &me, "");
+    assert_eq!(status, 401);
+    assert!(page.contains("beebot open"), "{page}");
+    assert_eq!(get(port, "/api/status", &me, "").0, 401);
+    // DNS rebinding: another name for 127.0.0.1 is refused, even with the secret.
+    let bearer = format!("Authorization: Bearer {}\r\n", secret(&g, "h"));
+    assert_eq!(
+        get(
+            port,
+            "/api/status",
+            &format!("evil.example:{port}"),
+            &bearer
+        )
+        .0,
+        403
+    );
+    assert_eq!(get(port, "/api/status", &me, &bearer).0, 200);
+    assert_eq!(
+        post(port, "/api/pause", "Authorization: Bearer 00\r\n", "{}").0,
+        401,
+        "a wrong secret"
+    );
+
+    // A login link works once.
+    let url = login_link(&g, "h");
+    let (cookie, csrf) = session(port, &url);
+    let path = &url[url.find("/login").expect("as set up")..];
+    assert_eq!(get(port, path, &me, "").0, 401, "a link used twice");
+
+    // Join through the API, as the page does (cookie, origin, CSRF token).
+    let code = g.invite(1);
+    let from_page = format!("Cookie: {cookie}\r\nOrigin: http://{me}\r\nX-CSRF-Token: {csrf}\r\n");
+    let (status, a) = post(
+        port,
+        "/api/join",
+        &from_page,
+        &json!({ "code": code, "name": "h" }).to_string(),
+    );
+    assert_eq!(status, 200, "{a}");
+    assert!(
+        body_json(&a)["message"]
+            .as_str()
+            .expect("as set up")
+            .starts_with("joined "),
+        "{a}"
+    );
+    assert!(g.home("h").join("enrolment.json").exists());
+
+    // Another local page (same site, another port), or no token: refused, nothing paused.
+    let cross =
+        format!("Cookie: {cookie}\r\nOrigin: http://127.0.0.1:9\r\nX-CSRF-Token: {csrf}\r\n");
+    assert_eq!(post(port, "/api/pause", &cross, "{}").0, 403);
+    let no_token = format!("Cookie: {cookie}\r\nOrigin: http://{me}\r\n");
+    assert_eq!(post(port, "/api/pause", &no_token, "{}").0, 403);
+    let big = format!(
+        "{{\"key\":\"window\",\"value\":\"{}\"}}",
+        "x".repeat(20_000)
+    );
+    assert_eq!(post(port, "/api/settings", &from_page, &big).0, 413);
+    wait_for("the runner's status", PAGE_WAIT, || {
+        g.status_json("h")["state"] != "not running"
+    });
+    assert_ne!(g.status_json("h")["state"], "paused");
+
+    // The command line's pause and resume go through the same API.
+    let o = g.client("h", &["pause", "--for", "1h"]);
+    assert!(o.status.success(), "pause: {}", stderr(&o));
+    wait_for("paused", PAGE_WAIT, || {
+        g.status_json("h")["state"] == "paused"
+    });
+    let o = g.client("h", &["resume"]);
+    assert!(stdout(&o).contains("resumed"), "{}", stdout(&o));
+
+    // A round at delay 0 shows in today's and this week's totals.
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "0"]));
+    g.wait_round(&round, "120s");
+    wait_for("today's totals", PAGE_WAIT, || {
+        let (_, a) = get(port, "/api/status", &me, &bearer);
+        body_json(&a)["today"]["results"] == 3
+    });
+    let (_, a) = get(port, "/api/status", &me, &bearer);
+    let v = body_json(&a);
+    assert_eq!(v["week"]["results"], 3, "{v}");
+    assert!(v["today"]["pages"].as_u64().expect("as set up") > 3, "{v}");
+    assert_eq!(v["pending_uploads"], 0);
+    assert_eq!(v["project"].as_str().map(|p| !p.is_empty()), Some(true));
+
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn an_employee_joins_watches_pauses_steers_and_leaves_in_chromium() {
+    if let Some(missing) = browser::available() {
+        tool_missing(missing, "drive the status page in headless Chromium");
+        return;
+    }
+    let g = Grid::start(62, 4);
+    g.import_sites();
+    let mut child = spawn_unjoined_runner(&g, "e");
+    page_port(&g, "e");
+    let b = Browser::start().expect("start headless Chromium");
+    let shots = browser::screenshot_dir();
+
+    // First run: the page asks for the invite code.
+    b.goto(&login_link(&g, "e")).expect("as set up");
+    let invite = b
+        .wait_find("#join-card:not([hidden]) #invite", PAGE_WAIT)
+        .expect("as set up");
+    shot(&b, &shots, "status-page-join");
+    b.type_into(&invite, &g.invite(1)).expect("as set up");
+    b.type_into(&b.find("#host-name").expect("as set up"), "desk-e")
+        .expect("as set up");
+    b.click(&b.find("#join-btn").expect("as set up"))
+        .expect("as set up");
+    wait_text(&b, "#project", "as desk-e");
+    assert!(g.home("e").join("enrolment.json").exists());
+
+    // A polite round: the page shows the scan and its progress.
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", DELAY_MS]));
+    b.wait_true(
+        "a scan with its progress",
+        "const r = document.querySelector('#scans tbody tr.scan');
+         return !!r && document.getElementById('state').textContent === 'crawling'
+           && /of about \\d+ pages|\\d+ pages/.test(r.textContent)
+           && r.querySelector('progress').value > 0;",
+        PAGE_WAIT,
+    )
+    .expect("as set up");
+    shot(&b, &shots, "status-page-crawling");
+
+    // Pause for an hour: nothing is fetched while paused.
+    b.click(&b.find("#pause-hour").expect("as set up"))
+        .expect("as set up");
+    wait_text(&b, "#state", "paused");
+    wait_text(&b, "#state-text", "Paused for");
+    std::thread::sleep(Duration::from_millis(1500)); // the page in flight ends
+    let before = g.web_server.requests();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(g.web_server.requests(), before, "a request while paused");
+    shot(&b, &shots, "status-page-paused");
+    b.click(&b.find("#resume").expect("as set up"))
+        .expect("as set up");
+    wait_text(&b, "#control-msg", "resumed");
+
+    // Crawl hours that exclude now: the client waits outside its window.
+    let hour = chrono::Local::now()
+        .format("%H")
+        .to_string()
+        .parse::<u32>()
+        .expect("as set up");
+    let away = format!("{:02}:00-{:02}:00", (hour + 6) % 24, (hour + 7) % 24);
+    b.click(&b.find("#window-days").expect("as set up"))
+        .expect("as set up");
+    for d in ["mon", "tue", "wed", "thu", "fri", "sat", "sun"] {
+        b.type_into(&b.find(&format!("#win-{d}")).expect("as set up"), &away)
+            .expect("as set up");
+    }
+    b.click(&b.find("#window-save").expect("as set up"))
+        .expect("as set up");
+    wait_text(&b, "#settings-msg", "now uses window");
+    wait_text(&b, "#state", "outside window");
+    wait_text(&b, "#src-window", "set here");
+    let file = std::fs::read_to_string(g.home("e").join("config.toml")).expect("as set up");
+    assert!(file.contains(&format!("mon {away}")), "{file}");
+
+    // A bad value is refused in words and not written.
+    let slots = b.find("#slots").expect("as set up");
+    b.script("document.getElementById('slots').value = '';", json!([]))
+        .expect("as set up");
+    b.type_into(&slots, "99").expect("as set up");
+    b.click(&b.find("#slots-save").expect("as set up"))
+        .expect("as set up");
+    wait_text(&b, "#settings-msg", "99 is outside 1..=64");
+    let file = std::fs::read_to_string(g.home("e").join("config.toml")).expect("as set up");
+    assert!(!file.contains("slots"), "{file}");
+
+    // Any time again: the round goes on to its end.
+    b.click(&b.find("#window-always").expect("as set up"))
+        .expect("as set up");
+    b.click(&b.find("#window-save").expect("as set up"))
+        .expect("as set up");
+    wait_text(&b, "#settings-msg", "now uses window = always");
+    g.wait_round(&round, "240s");
+    wait_text(&b, "#today-results", "4");
+
+    // Leave, after confirming.
+    b.click(&b.find("#leave-btn").expect("as set up"))
+        .expect("as set up");
+    let start = Instant::now();
+    let asked = loop {
+        if let Some(t) = b.dialog_text() {
+            break t;
+        }
+        assert!(start.elapsed() < PAGE_WAIT, "no confirmation asked");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(asked.contains("Leave the project?"), "{asked}");
+    b.accept_dialog().expect("as set up");
+    wait_text(&b, "#leave-msg", "left the project");
+    wait_text(&b, "#leave-msg", "told the server");
+    shot(&b, &shots, "status-page-left");
+    assert!(
+        wait_exit(&mut child, PAGE_WAIT),
+        "the runner exits after leaving"
+    );
+    assert!(!g.home("e").join("enrolment.json").exists());
+    assert!(!g.home("e").join("ui.secret").exists());
+    let hosts = stdout(&g.admin_ok(&["hosts", "list"]));
+    assert!(hosts.contains("\tleft\t"), "{hosts}");
+}
+
+fn wait_text(b: &Browser, css: &str, want: &str) {
+    let script = format!(
+        "const e = document.querySelector({css:?}); return !!e && e.textContent.includes({want:?});"
+    );
+    b.wait_true(&format!("{css} shows {want:?}"), &script, PAGE_WAIT)
+        .unwrap_or_else(|e| {
+            let seen = b
+                .script(
+                    &format!("const e = document.querySelector({css:?}); return e ? e.textContent : null;"),
+                    json!([]),
+                )
+                .unwrap_or_default();
+            panic!("{e:#}; it shows {seen}")
+        });
+}
+
+fn shot(b: &Browser, dir: &Path, name: &str) {
+    b.screenshot(&dir.join(format!("{name}.png")))
+        .expect("screenshot");
+}
