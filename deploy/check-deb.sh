@@ -153,10 +153,10 @@ cmp -s "$croot/usr/lib/systemd/user/beebot.service" deploy/client-deb/beebot.ser
     || fail "the packaged user unit differs from deploy/client-deb/beebot.service"
 grep -qx "Exec=/usr/bin/beebot open" "$croot/usr/share/applications/beebot.desktop" \
     || fail "the menu entry does not run 'beebot open'"
-if command -v desktop-file-validate >/dev/null 2>&1; then
-    desktop-file-validate "$croot/usr/share/applications/beebot.desktop" \
-        || fail "the menu entry is not a valid desktop entry"
-fi
+command -v desktop-file-validate >/dev/null 2>&1 \
+    || fail "desktop-file-validate is missing (Debian's desktop-file-utils): .ci/run installs it"
+desktop-file-validate "$croot/usr/share/applications/beebot.desktop" \
+    || fail "the menu entry is not a valid desktop entry"
 said=$("$croot/usr/bin/beebot" --version) || fail "the installed client does not run"
 [ "$said" = "beebot $version" ] \
     || fail "the installed client says '$said', want 'beebot $version'"

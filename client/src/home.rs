@@ -91,6 +91,38 @@ pub fn today_date() -> String {
     chrono::Local::now().format("%Y-%m-%d").to_string()
 }
 
+/// Where an IT deployment leaves an invite code for every user of the
+/// machine (the Debian package's postinst, the Windows installer's
+/// `/INVITE=`): a client that has not joined yet joins with it by itself.
+pub fn deployment_invite_path() -> Option<PathBuf> {
+    if cfg!(windows) {
+        std::env::var_os("ProgramData").map(|p| PathBuf::from(p).join("BeeBot").join("invite"))
+    } else if cfg!(target_os = "macos") {
+        Some(PathBuf::from("/Library/Application Support/BeeBot/invite"))
+    } else {
+        Some(PathBuf::from("/etc/beebot/invite"))
+    }
+}
+
+/// The deployment's invite code: `env` (`BEEBOT_INVITE`), else the first
+/// non-blank line of `file` (at most an invite code's length is read).
+pub fn deployment_invite(env: Option<String>, file: Option<&Path>) -> Option<String> {
+    if let Some(code) = env.map(|e| e.trim().to_string()).filter(|e| !e.is_empty()) {
+        return Some(code);
+    }
+    let mut text = String::new();
+    let f = fs::File::open(file?).ok()?;
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(f, beebot_shared::invite::MAX_INVITE_CODE_LEN as u64 + 2),
+        &mut text,
+    )
+    .ok()?;
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
+}
+
 /// A finished result waiting for upload.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SpooledResult {
@@ -756,6 +788,30 @@ mod tests {
             days.last().unwrap().date,
             format!("2027-01-{:02}", DAYS_KEPT + 3)
         );
+    }
+
+    #[test]
+    fn a_deployment_invite_comes_from_the_environment_or_its_file() {
+        let (d, _h) = home();
+        let file = d.path().join("invite");
+        assert_eq!(deployment_invite(None, Some(&file)), None, "no file");
+        std::fs::write(&file, "\n  beebot2-file \r\nmore\n").unwrap();
+        assert_eq!(
+            deployment_invite(None, Some(&file)).as_deref(),
+            Some("beebot2-file")
+        );
+        assert_eq!(
+            deployment_invite(Some(" beebot2-env\n".into()), Some(&file)).as_deref(),
+            Some("beebot2-env")
+        );
+        assert_eq!(
+            deployment_invite(Some(String::new()), Some(&file)).as_deref(),
+            Some("beebot2-file")
+        );
+        // What is read is bounded.
+        std::fs::write(&file, "x".repeat(1 << 20)).unwrap();
+        let long = deployment_invite(None, Some(&file)).unwrap();
+        assert!(long.len() <= beebot_shared::invite::MAX_INVITE_CODE_LEN + 2);
     }
 
     fn unit(id: u64) -> WorkUnit {

@@ -442,6 +442,25 @@ mod tests {
                 .join("\n")
         };
         assert_eq!(body(&unit), body(&generated));
+        // The Debian package's user unit is the generator's for /usr/bin.
+        let packaged = std::fs::read_to_string(deploy.join("client-deb/beebot.service")).unwrap();
+        let generated = systemd_unit(Path::new("/usr/bin/beebot"), None);
+        assert_eq!(body(&packaged), body(&generated));
+        // The Windows installer: this version, the logon task, the invite
+        // where the client looks for it.
+        let iss = std::fs::read_to_string(deploy.join("windows/beebot.iss")).unwrap();
+        for want in [
+            format!("#define AppVersion \"{}\"", env!("CARGO_PKG_VERSION")),
+            "PrivilegesRequired=lowest".to_string(),
+            "Source: \"..\\..\\target\\release\\beebot.exe\"".to_string(),
+            "Parameters: \"service install\"".to_string(),
+            "Parameters: \"service uninstall\"".to_string(),
+            "{param:INVITE|}".to_string(),
+            "ExpandConstant('{commonappdata}\\BeeBot')".to_string(),
+            "Dir + '\\invite'".to_string(),
+        ] {
+            assert!(iss.contains(&want), "beebot.iss lacks {want}");
+        }
         let plist = std::fs::read_to_string(deploy.join("org.beebot.client.plist")).unwrap();
         for key in [
             "<string>org.beebot.client</string>",

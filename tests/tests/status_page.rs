@@ -234,6 +234,54 @@ fn the_page_refuses_other_pages_and_shows_a_rounds_totals() {
     let _ = child.wait();
 }
 
+/// A runner started by an installer with an invite (`BEEBOT_INVITE`, as a
+/// silent install leaves one): a damaged code leaves it waiting, saying why
+/// on the page; a good one joins by itself.
+#[test]
+fn a_deployment_invite_joins_by_itself_and_a_bad_one_is_said_on_the_page() {
+    let g = Grid::start(63, 1);
+    let code = g.invite(1);
+    let mut damaged = code.clone();
+    let last = damaged.pop().expect("a code");
+    damaged.push(if last == 'a' { 'b' } else { 'a' });
+    let spawn = |name: &str, invite: &str| {
+        std::fs::create_dir_all(g.home(name)).expect("home");
+        let mut args = vec!["run".to_string()];
+        args.extend(g.crawl_flags());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        g.client_cmd(name, &args)
+            .env("BEEBOT_INVITE", invite)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn")
+    };
+    let mut bad = spawn("bad", &damaged);
+    let port = page_port(&g, "bad");
+    let bearer = format!("Authorization: Bearer {}\r\n", secret(&g, "bad"));
+    wait_for("the join problem on the page", PAGE_WAIT, || {
+        let (_, a) = get(port, "/api/status", &format!("127.0.0.1:{port}"), &bearer);
+        body_json(&a)["join_problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("damaged"))
+    });
+    let (_, a) = get(port, "/api/status", &format!("127.0.0.1:{port}"), &bearer);
+    assert_eq!(body_json(&a)["state"], "not-joined", "{a}");
+    assert!(!g.home("bad").join("enrolment.json").exists());
+    let _ = bad.kill();
+    let _ = bad.wait();
+
+    let mut good = spawn("good", &code);
+    wait_for("joined by itself", PAGE_WAIT, || {
+        g.home("good").join("enrolment.json").exists()
+    });
+    wait_for("the runner's status", PAGE_WAIT, || {
+        g.status_json("good")["state"] != "not running"
+    });
+    let _ = good.kill();
+    let _ = good.wait();
+}
+
 #[test]
 fn an_employee_joins_watches_pauses_steers_and_leaves_in_chromium() {
     if let Some(missing) = browser::available() {

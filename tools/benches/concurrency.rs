@@ -17,7 +17,12 @@
 //!
 //! `--seconds N` (after `--`) or `BEEBOT_BENCH_SECONDS=N` shortens the run;
 //! `--slots N` (or `BEEBOT_BENCH_SLOTS`) gives the client a `slots` ceiling
-//! below `auto` (64).
+//! below `auto` (64). `--binary` (or `BEEBOT_BENCH_BINARY=1`) runs the
+//! shipped program instead, as an employee's machine does: the release
+//! `beebot run` with the default settings (low priority included), its
+//! status page read every 2 s as an open tab does; the table then adds the
+//! binary's size and the bytes written per hour (`--seconds 3600` for the
+//! README's hour).
 //! Nothing here asserts a figure: it reports them.
 
 use std::collections::BTreeMap;
@@ -107,6 +112,40 @@ fn number(flag: &str, var: &str, default: u64) -> Result<u64> {
 /// The run's length: 10 minutes unless told.
 fn seconds() -> Result<u64> {
     number("--seconds", "BEEBOT_BENCH_SECONDS", DEFAULT_SECONDS)
+}
+
+/// Whether the client is the shipped `beebot run` (`--binary`).
+fn binary() -> bool {
+    std::env::args().any(|a| a == "--binary")
+        || std::env::var("BEEBOT_BENCH_BINARY").is_ok_and(|v| v == "1")
+}
+
+/// How often the `--binary` run reads the status page, as an open tab does.
+const PAGE_POLL: Duration = Duration::from_secs(2);
+
+/// Build the release `beebot` and give its path (next to this bench's
+/// target dir: `target/release/beebot`).
+fn release_beebot() -> Result<PathBuf> {
+    let status = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "beebot-client",
+            "--bin",
+            "beebot",
+        ])
+        .status()
+        .context("run cargo build")?;
+    anyhow::ensure!(status.success(), "cargo build of beebot failed");
+    let exe = std::env::current_exe()?;
+    let release = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("target dir")?
+        .to_path_buf();
+    Ok(release.join(format!("beebot{}", std::env::consts::EXE_SUFFIX)))
 }
 
 /// The client's `slots` ceiling: `auto` (64) unless told.
@@ -333,15 +372,60 @@ fn drive() -> Result<()> {
         anyhow::Ok((shared, tx, task))
     })?;
 
-    let (mut client, client_in, _client_out) = spawn(
-        "client",
-        &[
-            (HOME_VAR, home_dir.display().to_string()),
-            (WEB_VAR, web_addr.to_string()),
-            (SLOTS_VAR, ceiling.to_string()),
-        ],
-    )?;
+    let shipped = if binary() {
+        Some(release_beebot()?)
+    } else {
+        None
+    };
+    let (mut client, client_in) = match &shipped {
+        Some(exe) => {
+            let mut cmd = Command::new(exe);
+            cmd.arg("--home").arg(&home_dir).args([
+                "run",
+                "--allow-private",
+                "--resolve",
+                &format!("*.synth.test={web_addr}"),
+            ]);
+            if ceiling < MAX_SLOTS {
+                cmd.args(["--slots", &ceiling.to_string()]);
+            }
+            let child = cmd
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("spawn beebot run")?;
+            (child, None)
+        }
+        None => {
+            let (child, stdin, _) = spawn(
+                "client",
+                &[
+                    (HOME_VAR, home_dir.display().to_string()),
+                    (WEB_VAR, web_addr.to_string()),
+                    (SLOTS_VAR, ceiling.to_string()),
+                ],
+            )?;
+            (child, Some(stdin))
+        }
+    };
     let pid = client.id();
+    // An open tab of the status page (the shipped program only).
+    let tab_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tab = shipped.as_ref().map(|_| {
+        let (dir, stop) = (home_dir.clone(), tab_stop.clone());
+        std::thread::spawn(move || {
+            let (mut ok, mut failed) = (0u64, 0u64);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match beebot_client::ui::client::find(&dir).and_then(|r| r.get("/api/status")) {
+                    Ok(_) => ok += 1,
+                    Err(_) => failed += 1,
+                }
+                std::thread::sleep(PAGE_POLL);
+            }
+            (ok, failed)
+        })
+    });
     eprintln!(
         "client pid {pid}: {SITES} sites ({web_pages} pages), delay {DELAY_MS} ms, responses \
          {}-{} ms, slots {ceiling}, {seconds} s",
@@ -386,7 +470,17 @@ fn drive() -> Result<()> {
     let peak_kb = usage::peak_rss_kb(Process::Pid(pid));
     let written = usage::written_bytes(Process::Pid(pid));
     let pages: usize = ask(&mut web_in, &mut web_out, "count")?.parse()?;
-    drop(client_in);
+    tab_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let page_reads = tab.and_then(|t| t.join().ok());
+    match client_in {
+        Some(stdin) => drop(stdin),
+        // As a service manager stops it.
+        None => {
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+    }
     let _ = client.wait();
     let report = ask(&mut web_in, &mut web_out, "report")?;
     let _ = web_child.wait();
@@ -462,6 +556,41 @@ fn drive() -> Result<()> {
             ),
         ),
     ];
+    if let Some(exe) = &shipped {
+        table.insert(
+            0,
+            (
+                "client: the shipped program".into(),
+                format!("{} run, default settings", exe.display()),
+            ),
+        );
+        table.push((
+            "client binary (release, stripped)".into(),
+            std::fs::metadata(exe).map_or("?".into(), |m| {
+                format!("{:.1} MB", m.len() as f64 / (1024.0 * 1024.0))
+            }),
+        ));
+        table.push((
+            "client bytes written per hour (write calls; reaching the disk)".into(),
+            written.map_or("?".into(), |(w, d)| {
+                let per_hour = 3600.0 / wall / 1e6;
+                format!(
+                    "{:.1} MB; {:.1} MB",
+                    w as f64 * per_hour,
+                    d as f64 * per_hour
+                )
+            }),
+        ));
+        if let Some((ok, failed)) = page_reads {
+            table.push((
+                format!(
+                    "status page reads (an open tab, every {} s)",
+                    PAGE_POLL.as_secs()
+                ),
+                format!("{ok} answered, {failed} failed"),
+            ));
+        }
+    }
     if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
         table.push((
             "machine load (1, 5, 15 min) at the end".into(),

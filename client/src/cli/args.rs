@@ -278,4 +278,38 @@ mod tests {
         assert_eq!(v, "mon-fri 19:00-07:00");
         assert!(Cli::try_parse_from(["beebot", "config", "set", "slots"]).is_err());
     }
+
+    /// The command lines the installers and the menu entry run, as
+    /// `deploy/` writes them, are commands this client takes.
+    #[test]
+    fn the_installers_run_commands_the_client_takes() {
+        let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+        let read = |p: &str| std::fs::read_to_string(deploy.join(p)).unwrap();
+        let mut lines: Vec<String> = Vec::new();
+        for l in read("windows/beebot.iss").lines() {
+            if let Some(rest) = l.split("Parameters: \"").nth(1) {
+                lines.push(rest.split('"').next().unwrap().to_string());
+            }
+        }
+        assert!(lines.len() >= 3, "{lines:?}");
+        for (file, key) in [
+            ("client-deb/beebot.desktop", "Exec="),
+            ("client-deb/beebot.service", "ExecStart="),
+        ] {
+            let exec = read(file)
+                .lines()
+                .find_map(|l| l.strip_prefix(key).map(str::to_string))
+                .unwrap();
+            let args = exec.strip_prefix("/usr/bin/beebot ").unwrap();
+            lines.push(args.to_string());
+        }
+        for l in &lines {
+            let argv = std::iter::once("beebot").chain(l.split_whitespace());
+            assert!(
+                Cli::try_parse_from(argv).is_ok(),
+                "`beebot {l}` is not a command"
+            );
+        }
+        assert!(lines.iter().any(|l| l == "open") && lines.iter().any(|l| l == "service install"));
+    }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use beebot_client::control::{self, Gate};
-use beebot_client::home::Home;
+use beebot_client::home::{deployment_invite, deployment_invite_path, Home};
 use beebot_client::rt::{block_on_then_exit, shutdown_signal};
 use beebot_client::service;
 use beebot_client::settings::{self, Settings};
@@ -87,6 +87,9 @@ pub fn run(
     };
     let outcome = block_on_then_exit(async {
         if home.enrolment()?.is_none() {
+            join_by_itself(home, &page).await;
+        }
+        if home.enrolment()?.is_none() {
             eprintln!(
                 "not joined yet: paste the invite code on the status page (`beebot open`), or run `beebot join`"
             );
@@ -123,6 +126,30 @@ pub fn run(
                 }
             }
             Ok(out)
+        }
+    }
+}
+
+/// Join with the deployment's invite code (`BEEBOT_INVITE`, else the file
+/// an installer left), if there is one; a failure is logged and shown on
+/// the page, which then asks for a code.
+async fn join_by_itself(home: &Home, page: &Ui) {
+    let file = deployment_invite_path();
+    let Some(code) = deployment_invite(std::env::var("BEEBOT_INVITE").ok(), file.as_deref()) else {
+        return;
+    };
+    match worker::join(home, &code, None).await {
+        Ok(e) => tracing::info!(
+            "joined {} as host {} ({}) with the deployment's invite code",
+            e.server_addr,
+            e.host_id,
+            e.name
+        ),
+        Err(e) => {
+            let why =
+                format!("the invite code this computer was installed with did not join: {e:#}");
+            tracing::warn!("{why}");
+            page.join_failed(why);
         }
     }
 }

@@ -51,6 +51,24 @@ fn agent() -> ureq::Agent {
 }
 
 impl Running {
+    /// GET `path`; the answer's JSON, or its error in words.
+    pub fn get(&self, path: &str) -> Result<Value> {
+        let url = format!("http://127.0.0.1:{}{path}", self.port);
+        let mut r = agent()
+            .get(&url)
+            .header("Authorization", &format!("Bearer {}", self.secret.expose()))
+            .call()
+            .with_context(|| format!("the running client did not answer on {url}"))?;
+        let status = r.status();
+        let text = r.body_mut().read_to_string()?;
+        let v: Value = serde_json::from_str(&text)
+            .with_context(|| format!("the running client answered {status}: {text}"))?;
+        if !status.is_success() {
+            bail!("{}", v["error"].as_str().unwrap_or(&text));
+        }
+        Ok(v)
+    }
+
     /// POST `body` to `path`; the answer's JSON, or its error in words.
     pub fn post(&self, path: &str, body: &Value) -> Result<Value> {
         let url = format!("http://127.0.0.1:{}{path}", self.port);

@@ -111,6 +111,8 @@ struct Asks {
     /// The page asked to leave; the runner answers here once it has.
     leave_reply: Mutex<Option<std::sync::mpsc::Sender<String>>>,
     leave_asked: AtomicBool,
+    /// Why the deployment's invite code did not join, for the page.
+    join_problem: Mutex<Option<String>>,
 }
 
 /// The running page's state.
@@ -191,6 +193,15 @@ impl Ui {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
+    }
+
+    /// Say on the page why joining by itself failed.
+    pub fn join_failed(&self, why: String) {
+        *self
+            .asks
+            .join_problem
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(why);
     }
 
     /// Whether the page asked the runner to leave the project.
@@ -406,7 +417,13 @@ fn answered(line: String) -> Response {
 
 async fn status(State(ui): State<Arc<Ui>>) -> Response {
     let ui2 = ui.clone();
-    match tokio::task::spawn_blocking(move || view::read(&ui2.home, &ui2.cli)).await {
+    let join_problem = ui
+        .asks
+        .join_problem
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    match tokio::task::spawn_blocking(move || view::read(&ui2.home, &ui2.cli, join_problem)).await {
         Ok(Ok(v)) => Json(v).into_response(),
         Ok(Err(e)) => refuse(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e:#}")),
         Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),

@@ -79,10 +79,17 @@ pub struct PageView {
     /// first, minutes of the day); `None`: always.
     pub window_days: Option<[Vec<(u32, u32)>; 7]>,
     pub revoked: Option<String>,
+    /// Why the deployment's invite code did not join (not joined yet).
+    pub join_problem: Option<String>,
 }
 
-/// Read what the page shows (`cli`: the runner's settings above the file).
-pub fn read(home: &Home, cli: &[(&'static str, String)]) -> Result<PageView> {
+/// Read what the page shows (`cli`: the runner's settings above the file;
+/// `join_problem`: why joining by itself failed).
+pub fn read(
+    home: &Home,
+    cli: &[(&'static str, String)],
+    join_problem: Option<String>,
+) -> Result<PageView> {
     let enrolment = home.enrolment()?;
     let live = control::read_live_status(&home.data);
     let (shown, settings_error) = match settings::load(home, &|k| std::env::var(k).ok(), cli) {
@@ -164,6 +171,7 @@ pub fn read(home: &Home, cli: &[(&'static str, String)]) -> Result<PageView> {
             })
             .unwrap_or_default(),
         settings_error,
+        join_problem: join_problem.filter(|_| enrolment.is_none()),
         revoked,
     })
 }
@@ -349,7 +357,13 @@ mod tests {
             data: d.path().to_path_buf(),
         };
         crate::settings::set(&h, "slots", "8").unwrap();
-        let v = read(&h, &[("bandwidth_kbps", "100".into())]).unwrap();
+        let v = read(
+            &h,
+            &[("bandwidth_kbps", "100".into())],
+            Some("damaged".into()),
+        )
+        .unwrap();
+        assert_eq!(v.join_problem.as_deref(), Some("damaged"));
         assert!(!v.enrolled);
         assert_eq!(v.state, "not-joined");
         let slots = v.settings.iter().find(|s| s.key == "slots").unwrap();

@@ -162,6 +162,7 @@ function render(s) {
   text("state-text", s.state_text);
   text("concurrency", s.concurrency ? "Sites at once: " + s.concurrency + " (at most " + s.slots_ceiling + ")" : "");
   show("join-card", !s.enrolled);
+  if (!s.enrolled && s.join_problem && !$("join-msg").textContent) { say("join-msg", s.join_problem, true); }
   for (const id of ["controls", "scans-card", "totals-card", "settings-card", "leave-card"]) {
     show(id, s.enrolled);
   }
