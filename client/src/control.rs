@@ -16,6 +16,8 @@ use crate::window::Windows;
 
 /// How often a held scan looks at the gate again.
 const GATE_POLL: Duration = Duration::from_millis(200);
+/// The longest timed pause: a year (past it, a time would not be shown).
+pub const MAX_PAUSE: Duration = Duration::from_secs(366 * 24 * 3600);
 /// A status file older than this means the client is not running.
 pub const STATUS_FRESH: Duration = Duration::from_secs(10);
 
@@ -413,6 +415,10 @@ pub fn apply_command(gate: &Gate, line: &str, now: SystemTime) -> String {
             "ok paused until `beebot resume`".into()
         }
         (Some("pause"), Some(secs), None) => match secs.parse::<u64>() {
+            Ok(s) if s > MAX_PAUSE.as_secs() => format!(
+                "error: a pause lasts at most {} (pause without a time to pause until resumed)",
+                beebot_shared::util::human_duration(MAX_PAUSE)
+            ),
             Ok(s) if s > 0 => {
                 let d = Duration::from_secs(s);
                 gate.pause(Some(now + d));
@@ -509,6 +515,8 @@ mod tests {
             "{answer}"
         );
         assert!(apply_command(&g, "pause soon", now).starts_with("error"));
+        let forever = format!("pause {}", u64::MAX);
+        assert!(apply_command(&g, &forever, now).starts_with("error: a pause lasts at most"));
         assert!(apply_command(&g, "explode", now).starts_with("error"));
     }
 

@@ -94,9 +94,18 @@ pub fn today_date() -> String {
 /// Where an IT deployment leaves an invite code for every user of the
 /// machine (the Debian package's postinst, the Windows installer's
 /// `/INVITE=`): a client that has not joined yet joins with it by itself.
+///
+/// Only its installer's account can write it: on Windows it is next to the
+/// program, in the user's own install directory (every user may write to
+/// `%ProgramData%`, so a code there could send another user's client to a
+/// server of their choosing); elsewhere it is under a root-owned directory,
+/// and a file others than root could have written is refused
+/// ([`deployment_file_trusted`]).
 pub fn deployment_invite_path() -> Option<PathBuf> {
     if cfg!(windows) {
-        std::env::var_os("ProgramData").map(|p| PathBuf::from(p).join("BeeBot").join("invite"))
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join("invite")))
     } else if cfg!(target_os = "macos") {
         Some(PathBuf::from("/Library/Application Support/BeeBot/invite"))
     } else {
@@ -104,14 +113,42 @@ pub fn deployment_invite_path() -> Option<PathBuf> {
     }
 }
 
+/// Whether a deployment file could only have been written by root: it and
+/// its directory are root's and writable by no one else (Unix; elsewhere
+/// the install directory's own permissions decide).
+pub fn deployment_file_trusted(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let root_only =
+            |p: &Path| fs::metadata(p).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0);
+        root_only(path) && path.parent().is_some_and(root_only)
+    }
+    #[cfg(not(unix))]
+    {
+        path.is_file()
+    }
+}
+
 /// The deployment's invite code: `env` (`BEEBOT_INVITE`), else the first
-/// non-blank line of `file` (at most an invite code's length is read).
+/// non-blank line of `file` when [`deployment_file_trusted`] (at most an
+/// invite code's length is read).
 pub fn deployment_invite(env: Option<String>, file: Option<&Path>) -> Option<String> {
     if let Some(code) = env.map(|e| e.trim().to_string()).filter(|e| !e.is_empty()) {
         return Some(code);
     }
+    let file = file?;
+    if !deployment_file_trusted(file) {
+        if file.exists() {
+            tracing::warn!(
+                "ignoring {}: an invite code must be root's and writable by no one else",
+                file.display()
+            );
+        }
+        return None;
+    }
     let mut text = String::new();
-    let f = fs::File::open(file?).ok()?;
+    let f = fs::File::open(file).ok()?;
     std::io::Read::read_to_string(
         &mut std::io::Read::take(f, beebot_shared::invite::MAX_INVITE_CODE_LEN as u64 + 2),
         &mut text,
@@ -588,6 +625,29 @@ impl Home {
         serde_json::from_str(&text).ok()
     }
 
+    fn left_path(&self) -> PathBuf {
+        self.data.join("left.json")
+    }
+
+    /// Note that this home left its project (kept by a leave, so an
+    /// installer's invite code does not join it again by itself).
+    pub fn mark_left(&self) {
+        let note =
+            serde_json::json!({ "left_ms": crate::control::unix_ms(std::time::SystemTime::now()) });
+        let _ = beebot_shared::util::create_private_dir(&self.data);
+        let _ = write_atomic(&self.left_path(), note.to_string().as_bytes(), false);
+    }
+
+    /// Whether this home left a project and has not joined one since.
+    pub fn has_left(&self) -> bool {
+        self.left_path().exists()
+    }
+
+    /// Forget that this home left (it joined again).
+    pub fn clear_left(&self) {
+        let _ = fs::remove_file(self.left_path());
+    }
+
     /// Every file and directory of this home the client makes, with what
     /// each is: keys and enrolment first (the home is no longer joined
     /// from the first removal), the lock last.
@@ -610,6 +670,8 @@ impl Home {
                 self.data.join(crate::ui::auth::SECRET_FILE),
             ),
             ("status page address", self.data.join(crate::ui::ADDR_FILE)),
+            ("status page opener", self.data.join(crate::ui::OPEN_FILE)),
+            ("note that it left", self.left_path()),
             ("logs", self.data.join("logs")),
             ("run lock", self.run_lock_path()),
         ]
@@ -683,6 +745,18 @@ pub struct RunLock {
 impl Drop for RunLock {
     fn drop(&mut self) {
         let _ = self.file.set_len(0);
+    }
+}
+
+/// The pid of the `beebot run` holding the home at `data`, if one does.
+pub fn runner_pid(data: &Path) -> Option<u32> {
+    let h = Home {
+        config: data.to_path_buf(),
+        data: data.to_path_buf(),
+    };
+    match h.lock_runner() {
+        Err(RunLockError::Held { pid, .. }) => pid,
+        _ => None,
     }
 }
 
@@ -793,9 +867,37 @@ mod tests {
     #[test]
     fn a_deployment_invite_comes_from_the_environment_or_its_file() {
         let (d, _h) = home();
-        let file = d.path().join("invite");
+        let dir = d.path().join("etc");
+        std::fs::create_dir(&dir).unwrap();
+        let file = dir.join("invite");
         assert_eq!(deployment_invite(None, Some(&file)), None, "no file");
         std::fs::write(&file, "\n  beebot2-file \r\nmore\n").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |p: &Path, m| {
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+            };
+            mode(&dir, 0o755);
+            mode(&file, 0o666);
+            assert_eq!(
+                deployment_invite(None, Some(&file)),
+                None,
+                "others may write it"
+            );
+            mode(&file, 0o644);
+            mode(&dir, 0o777);
+            assert_eq!(
+                deployment_invite(None, Some(&file)),
+                None,
+                "others may replace it"
+            );
+            mode(&dir, 0o755);
+            if !is_root() {
+                assert_eq!(deployment_invite(None, Some(&file)), None, "not root's");
+                return;
+            }
+        }
         assert_eq!(
             deployment_invite(None, Some(&file)).as_deref(),
             Some("beebot2-file")
@@ -812,6 +914,24 @@ mod tests {
         std::fs::write(&file, "x".repeat(1 << 20)).unwrap();
         let long = deployment_invite(None, Some(&file)).unwrap();
         assert!(long.len() <= beebot_shared::invite::MAX_INVITE_CODE_LEN + 2);
+    }
+
+    /// Whether the tests run as root (files they make are root's).
+    #[cfg(unix)]
+    fn is_root() -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::metadata(d.path()).unwrap().uid() == 0
+    }
+
+    #[test]
+    fn a_home_that_left_remembers_it_until_it_joins_again() {
+        let (_d, h) = home();
+        assert!(!h.has_left());
+        h.mark_left();
+        assert!(h.has_left());
+        h.clear_left();
+        assert!(!h.has_left());
     }
 
     fn unit(id: u64) -> WorkUnit {

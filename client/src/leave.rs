@@ -95,8 +95,13 @@ async fn forget(
     };
     // The lock is held until every file is gone: no runner starts meanwhile.
     let removed = home.remove_all()?;
+    if enrolment.is_some() {
+        // An installer's invite code must not join it again by itself.
+        home.mark_left();
+    }
     drop(lock);
-    if enrolment.is_none() && removed.iter().all(|(w, _)| *w == "run lock") {
+    let nothing = |w: &str| w == "run lock" || w == "note that it left";
+    if enrolment.is_none() && removed.iter().all(|(w, _)| nothing(w)) {
         bail!(
             "this client has not joined a project (home {}): nothing to leave",
             home.config.display()

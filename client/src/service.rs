@@ -49,6 +49,7 @@ pub fn systemd_unit(exe: &Path, home: Option<&Path>) -> String {
          Description=BeeBot grid client\n\
          Wants=network-online.target\n\
          After=network-online.target\n\
+         ConditionUser=!@system\n\
          \n\
          [Service]\n\
          Type=simple\n\
@@ -322,6 +323,16 @@ pub fn installed_for(home: Option<&Path>) -> Result<bool> {
         base.home_dir()
             .join("Library/LaunchAgents")
             .join(format!("{LAUNCHD_LABEL}.plist"))
+    } else if cfg!(windows) {
+        // One task a user, by name: `service install` registers it for
+        // the home it was given.
+        let _ = home;
+        return Ok(Command::new("schtasks")
+            .args(["/Query", "/TN", WINDOWS_TASK])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success()));
     } else {
         return Ok(false);
     };
@@ -456,7 +467,7 @@ mod tests {
             "Parameters: \"service install\"".to_string(),
             "Parameters: \"service uninstall\"".to_string(),
             "{param:INVITE|}".to_string(),
-            "ExpandConstant('{commonappdata}\\BeeBot')".to_string(),
+            "ExpandConstant('{app}')".to_string(),
             "Dir + '\\invite'".to_string(),
         ] {
             assert!(iss.contains(&want), "beebot.iss lacks {want}");

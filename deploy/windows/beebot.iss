@@ -11,8 +11,9 @@
 ;
 ; IT's mass deployment (e.g. a logon script), silent, joining by itself:
 ;   beebot-setup-0.1.0.exe /VERYSILENT /SUPPRESSMSGBOXES /INVITE=beebot2-...
-; The code is written to %ProgramData%\BeeBot\invite, where every client
-; of this machine that has not joined yet finds it.
+; The code is written next to beebot.exe ({app}\invite, in the user's own
+; install directory: not %ProgramData%, where any user could plant one),
+; where the client finds it while it has not joined yet.
 
 #ifndef AppVersion
   #define AppVersion "0.1.0"
@@ -53,7 +54,8 @@ Filename: "{app}\beebot.exe"; Parameters: "open"; Flags: postinstall nowait skip
 Filename: "{app}\beebot.exe"; Parameters: "service uninstall"; Flags: runhidden waituntilterminated; RunOnceId: "BeeBotLogonTask"
 
 [Code]
-{ The /INVITE=CODE of a silent install, kept where the client looks. }
+{ The /INVITE=CODE of a silent install, kept where the client looks:
+  written before the [Run] entries start the client. }
 procedure CurStepChanged(CurStep: TSetupStep);
 var
   Code, Dir: String;
@@ -61,7 +63,7 @@ begin
   Code := Trim(ExpandConstant('{param:INVITE|}'));
   if (CurStep = ssInstall) and (Code <> '') then
   begin
-    Dir := ExpandConstant('{commonappdata}\BeeBot');
+    Dir := ExpandConstant('{app}');
     ForceDirectories(Dir);
     SaveStringToFile(Dir + '\invite', Code + #13#10, False);
   end;

@@ -1,10 +1,12 @@
 //! The client's local status page as an employee and an attacker meet it:
 //! a real `beebot run` not yet joined serves the page on loopback;
-//! `beebot open --print` gives a one-time link; headless Chromium joins
+//! `beebot open --print` gives a one-time link (`beebot open` hands the
+//! browser an owner-only page instead, so the link is in no process's
+//! arguments); headless Chromium joins
 //! with a pasted invite code, watches a polite scan progress, pauses,
 //! changes the crawl window, tries a bad value, and leaves after
 //! confirming. Over plain HTTP: other names (DNS rebinding), other origins,
-//! a link used twice, a change without the CSRF token and a wrong secret
+//! a link used twice, a change without the page's origin and a wrong secret
 //! are refused and change nothing; the command line's pause goes through
 //! the same API; a round at delay 0 shows in today's and the week's
 //! totals. Screenshots go to `target/screenshots/`.
@@ -76,7 +78,7 @@ fn login_link(g: &Grid, name: &str) -> String {
     let o = g.client(name, &["open", "--print"]);
     assert!(o.status.success(), "open: {}", stderr(&o));
     let url = last_line(&o);
-    assert!(url.contains("/login?code="), "{url}");
+    assert!(url.contains("/login#code="), "{url}");
     url
 }
 
@@ -87,37 +89,29 @@ fn secret(g: &Grid, name: &str) -> String {
         .to_string()
 }
 
-/// Redeem a login link over raw HTTP: the session cookie and the page's CSRF token.
-fn session(port: u16, url: &str) -> (String, String) {
-    let path = &url[url.find("/login").expect("as set up")..];
-    let (status, answer) = get(port, path, &format!("127.0.0.1:{port}"), "");
-    assert_eq!(status, 303, "{answer}");
-    let cookie = answer
-        .lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .expect("set-cookie")
-        .split(';')
-        .next()
-        .expect("as set up")
-        .to_string();
-    assert!(answer.to_ascii_lowercase().contains("httponly") && answer.contains("SameSite=Strict"));
-    let (status, page) = get(
+/// Spend a login link's code as the login page's script does: the
+/// session token the page sends in `Authorization: Session …`.
+fn session(port: u16, url: &str) -> String {
+    let code = url.split("#code=").nth(1).expect("code in the fragment");
+    let origin = format!("Origin: http://127.0.0.1:{port}\r\n");
+    let (status, answer) = post(
         port,
-        "/",
-        &format!("127.0.0.1:{port}"),
-        &format!("Cookie: {cookie}\r\n"),
+        "/api/session",
+        &origin,
+        &json!({ "code": code }).to_string(),
     );
-    assert_eq!(status, 200, "{page}");
-    let csrf = page
-        .split("name=\"csrf\" content=\"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .expect("csrf meta")
-        .to_string();
-    (cookie, csrf)
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        !answer.to_ascii_lowercase().contains("set-cookie"),
+        "no cookie: {answer}"
+    );
+    body_json(&answer)["token"]
+        .as_str()
+        .expect("token")
+        .to_string()
 }
 
-fn spawn_unjoined_runner(g: &Grid, name: &str) -> Child {
+fn spawn_runner(g: &Grid, name: &str) -> Child {
     std::fs::create_dir_all(g.home(name)).expect("as set up");
     let log = g.dir.path().join(format!("client-{name}.log"));
     g.spawn_run(name, &[], &log)
@@ -138,14 +132,17 @@ fn wait_exit(child: &mut Child, within: Duration) -> bool {
 fn the_page_refuses_other_pages_and_shows_a_rounds_totals() {
     let g = Grid::start(61, 3);
     g.import_sites();
-    let mut child = spawn_unjoined_runner(&g, "h");
+    let mut child = spawn_runner(&g, "h");
     let port = page_port(&g, "h");
     let me = format!("127.0.0.1:{port}");
 
-    // Before any login: the page says how to open it, the API refuses.
+    // Before any login: the page's files hold no data, the API refuses.
     let (status, page) = get(port, "/", &me, "");
-    assert_eq!(status, 401);
-    assert!(page.contains("beebot open"), "{page}");
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("content-security-policy: default-src 'self'"),
+        "{page}"
+    );
     assert_eq!(get(port, "/api/status", &me, "").0, 401);
     // DNS rebinding: another name for 127.0.0.1 is refused, even with the secret.
     let bearer = format!("Authorization: Bearer {}\r\n", secret(&g, "h"));
@@ -166,37 +163,50 @@ fn the_page_refuses_other_pages_and_shows_a_rounds_totals() {
         "a wrong secret"
     );
 
-    // A login link works once.
+    // A login link works once, and only from the page itself.
     let url = login_link(&g, "h");
-    let (cookie, csrf) = session(port, &url);
-    let path = &url[url.find("/login").expect("as set up")..];
-    assert_eq!(get(port, path, &me, "").0, 401, "a link used twice");
+    let code = url.split("#code=").nth(1).expect("code").to_string();
+    let spend = json!({ "code": code }).to_string();
+    assert_eq!(post(port, "/api/session", "", &spend).0, 403, "no origin");
+    let other = "Origin: http://127.0.0.1:9\r\n";
+    assert_eq!(
+        post(port, "/api/session", other, &spend).0,
+        403,
+        "another page"
+    );
+    let token = session(port, &url);
+    let mine = format!("Origin: http://{me}\r\n");
+    assert_eq!(
+        post(port, "/api/session", &mine, &spend).0,
+        401,
+        "a link used twice"
+    );
 
-    // Join through the API, as the page does (cookie, origin, CSRF token).
+    // Join through the API, as the page does (session token, its origin).
     let code = g.invite(1);
-    let from_page = format!("Cookie: {cookie}\r\nOrigin: http://{me}\r\nX-CSRF-Token: {csrf}\r\n");
-    let (status, a) = post(
-        port,
-        "/api/join",
-        &from_page,
-        &json!({ "code": code, "name": "h" }).to_string(),
-    );
+    let from_page = format!("Authorization: Session {token}\r\nOrigin: http://{me}\r\n");
+    let join = json!({ "code": code, "name": "h" }).to_string();
+    let (status, a) = post(port, "/api/join", &from_page, &join);
     assert_eq!(status, 200, "{a}");
-    assert!(
-        body_json(&a)["message"]
-            .as_str()
-            .expect("as set up")
-            .starts_with("joined "),
-        "{a}"
-    );
+    let said = body_json(&a)["message"]
+        .as_str()
+        .expect("message")
+        .to_string();
+    assert!(said.starts_with("joined "), "{a}");
     assert!(g.home("h").join("enrolment.json").exists());
 
-    // Another local page (same site, another port), or no token: refused, nothing paused.
-    let cross =
-        format!("Cookie: {cookie}\r\nOrigin: http://127.0.0.1:9\r\nX-CSRF-Token: {csrf}\r\n");
+    // Another local page (same site, another port) with a stolen token, a
+    // change without the page's origin, a guessed token, a pause past a
+    // year, a body past the limit: refused, nothing paused.
+    let cross = format!("Authorization: Session {token}\r\nOrigin: http://127.0.0.1:9\r\n");
     assert_eq!(post(port, "/api/pause", &cross, "{}").0, 403);
-    let no_token = format!("Cookie: {cookie}\r\nOrigin: http://{me}\r\n");
-    assert_eq!(post(port, "/api/pause", &no_token, "{}").0, 403);
+    let no_origin = format!("Authorization: Session {token}\r\n");
+    assert_eq!(post(port, "/api/pause", &no_origin, "{}").0, 403);
+    let guessed = format!("Authorization: Session {}\r\n{mine}", "0".repeat(64));
+    assert_eq!(post(port, "/api/pause", &guessed, "{}").0, 401);
+    let forever = json!({ "seconds": 400u64 * 24 * 3600 }).to_string();
+    let (status, a) = post(port, "/api/pause", &from_page, &forever);
+    assert_eq!(status, 400, "{a}");
     let big = format!(
         "{{\"key\":\"window\",\"value\":\"{}\"}}",
         "x".repeat(20_000)
@@ -226,12 +236,44 @@ fn the_page_refuses_other_pages_and_shows_a_rounds_totals() {
     let (_, a) = get(port, "/api/status", &me, &bearer);
     let v = body_json(&a);
     assert_eq!(v["week"]["results"], 3, "{v}");
-    assert!(v["today"]["pages"].as_u64().expect("as set up") > 3, "{v}");
+    assert!(v["today"]["pages"].as_u64().expect("pages") > 3, "{v}");
     assert_eq!(v["pending_uploads"], 0);
     assert_eq!(v["project"].as_str().map(|p| !p.is_empty()), Some(true));
 
+    // `beebot open` gives the browser an owner-only page that goes on to a
+    // fresh link (here no browser opener is on the PATH: it says so).
+    let o = run(
+        g.client_cmd("h", &["open"]).env("PATH", g.dir.path()),
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "open: {}", stderr(&o));
+    let opener = g.home("h").join("open.html");
+    let html = std::fs::read_to_string(&opener).expect("open.html");
+    assert!(
+        html.contains(&format!("url=http://127.0.0.1:{port}/login#code=")),
+        "{html}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&opener)
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "only the owner reads the opener");
+    }
+    assert!(
+        stdout(&o).contains("could not open a browser"),
+        "{}",
+        stdout(&o)
+    );
+
+    // A runner that is gone leaves its address file: nothing is sent to that port.
     let _ = child.kill();
     let _ = child.wait();
+    let o = g.client("h", &["pause"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no running client"), "{}", stderr(&o));
 }
 
 /// A runner started by an installer with an invite (`BEEBOT_INVITE`, as a
@@ -282,6 +324,56 @@ fn a_deployment_invite_joins_by_itself_and_a_bad_one_is_said_on_the_page() {
     let _ = good.wait();
 }
 
+/// Revoked by the admin: the runner does not exit (a service would start it
+/// again and again); its page says so and still leaves, from the owner's API.
+#[test]
+fn a_revoked_host_keeps_its_page_and_leaves_from_it() {
+    let g = Grid::start(64, 2);
+    g.import_sites();
+    let code = g.invite(1);
+    g.join("r", &code);
+    let mut child = spawn_runner(&g, "r");
+    let port = page_port(&g, "r");
+    let me = format!("127.0.0.1:{port}");
+    let bearer = format!("Authorization: Bearer {}\r\n", secret(&g, "r"));
+    wait_for("the runner's status", PAGE_WAIT, || {
+        g.status_json("r")["state"] != "not running"
+    });
+    g.admin_ok(&["hosts", "revoke", "r"]);
+    // It hears at its next contact: a round's work hint brings one at once.
+    g.admin_ok(&["round", "start", "--delay-ms", "0"]);
+    wait_for("the page says revoked", PAGE_WAIT, || {
+        let (_, a) = get(port, "/api/status", &me, &bearer);
+        body_json(&a)["state"] == "revoked"
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        child.try_wait().expect("wait").is_none(),
+        "the runner stays up"
+    );
+    let mine = format!("{bearer}Origin: http://{me}\r\n");
+    let (status, a) = post(
+        port,
+        "/api/leave",
+        &mine,
+        &json!({ "confirm": true }).to_string(),
+    );
+    assert_eq!(status, 200, "{a}");
+    let said = body_json(&a)["message"]
+        .as_str()
+        .expect("message")
+        .to_string();
+    assert!(
+        said.contains("revoked this host already") && said.contains("left the project"),
+        "{said}"
+    );
+    assert!(
+        wait_exit(&mut child, PAGE_WAIT),
+        "the runner exits after leaving"
+    );
+    assert!(!g.home("r").join("enrolment.json").exists());
+}
+
 #[test]
 fn an_employee_joins_watches_pauses_steers_and_leaves_in_chromium() {
     if let Some(missing) = browser::available() {
@@ -290,7 +382,7 @@ fn an_employee_joins_watches_pauses_steers_and_leaves_in_chromium() {
     }
     let g = Grid::start(62, 4);
     g.import_sites();
-    let mut child = spawn_unjoined_runner(&g, "e");
+    let mut child = spawn_runner(&g, "e");
     page_port(&g, "e");
     let b = Browser::start().expect("start headless Chromium");
     let shots = browser::screenshot_dir();

@@ -4,7 +4,10 @@
 //! the background). What the desktop entry "BeeBot" runs.
 //!
 //! The link works once, for two minutes; the secret it is made with never
-//! leaves the home. Nothing here changes the client's settings.
+//! leaves the home. The browser is given a page in the data dir (owner-only)
+//! that sends it on to the link, so the link never shows in a process's
+//! arguments (`ps`) for other users to take first. Nothing here changes the
+//! client's settings.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -26,7 +29,12 @@ pub fn open(home: &Home, home_flag: Option<&Path>, print: bool) -> Result<String
     let (url, started) = match login_link(&home.data) {
         Ok(url) => (url, None),
         Err(_) => {
-            let how = start_client(home_flag)?;
+            // A runner that holds the home is starting (or its page is
+            // busy): wait for it rather than start a second.
+            let how = match beebot_client::home::runner_pid(&home.data) {
+                Some(pid) => format!("already running, pid {pid}"),
+                None => start_client(home_flag)?,
+            };
             let t = Instant::now();
             let url = loop {
                 match login_link(&home.data) {
@@ -44,14 +52,20 @@ pub fn open(home: &Home, home_flag: Option<&Path>, print: bool) -> Result<String
         }
     };
     let mut out = String::new();
-    if let Some(how) = started {
+    if let Some(how) = started.filter(|h| !h.starts_with("already")) {
         out.push_str(&format!("started the client ({how})\n"));
     }
     if print {
         out.push_str(&format!("{url}\n"));
         return Ok(out);
     }
-    match open_browser(&url) {
+    let opener = home.data.join(beebot_client::ui::OPEN_FILE);
+    let page = format!(
+        "<!doctype html><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"0;url={url}\">\
+         <title>BeeBot</title><p><a href=\"{url}\">Open BeeBot</a></p>\n"
+    );
+    beebot_client::home::write_atomic(&opener, page.as_bytes(), true)?;
+    match open_browser(&opener.to_string_lossy()) {
         Ok(()) => out.push_str("opened the status page in your browser\n"),
         Err(e) => out.push_str(&format!(
             "could not open a browser ({e:#}); open this link (it works once, for two minutes):\n{url}\n"
@@ -60,18 +74,27 @@ pub fn open(home: &Home, home_flag: Option<&Path>, print: bool) -> Result<String
     Ok(out)
 }
 
-/// Start the client: its service when one runs this home, else `beebot run`
-/// in the background. Says which.
+/// Start the client: its service when one runs this home (the packaged
+/// unit runs the default home), else `beebot run` in the background. Says
+/// which.
 fn start_client(home_flag: Option<&Path>) -> Result<String> {
-    if service::installed_for(home_flag).unwrap_or(false) && cfg!(target_os = "linux") {
-        let ok = Command::new("systemctl")
-            .args(["--user", "start", service::SYSTEMD_UNIT])
+    let service_runs_it = home_flag.is_none() || service::installed_for(home_flag).unwrap_or(false);
+    if service_runs_it {
+        let (program, args): (&str, Vec<&str>) = if cfg!(windows) {
+            ("schtasks", vec!["/Run", "/TN", service::WINDOWS_TASK])
+        } else if cfg!(target_os = "macos") {
+            ("launchctl", vec!["start", service::LAUNCHD_LABEL])
+        } else {
+            ("systemctl", vec!["--user", "start", service::SYSTEMD_UNIT])
+        };
+        let ok = Command::new(program)
+            .args(&args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
         if ok {
-            return Ok(format!("systemctl --user start {}", service::SYSTEMD_UNIT));
+            return Ok(format!("{program} {}", args.join(" ")));
         }
     }
     let exe = std::env::current_exe().context("cannot find this program")?;
@@ -89,6 +112,14 @@ fn start_client(home_flag: Option<&Path>) -> Result<String> {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
     }
+    #[cfg(windows)]
+    {
+        // No console window of its own, and none shared with this one.
+        use std::os::windows::process::CommandExt;
+        const DETACHED_PROCESS: u32 = 0x0000_0008;
+        const CREATE_NO_WINDOW: u32 = 0x0800_0000;
+        cmd.creation_flags(DETACHED_PROCESS | CREATE_NO_WINDOW);
+    }
     let child = cmd.spawn().context("cannot start `beebot run`")?;
     Ok(format!(
         "`beebot run` in the background, pid {}",
@@ -96,7 +127,7 @@ fn start_client(home_flag: Option<&Path>) -> Result<String> {
     ))
 }
 
-/// Open `url` in the default browser.
+/// Open `url` (a link or a file) in the default browser.
 fn open_browser(url: &str) -> Result<()> {
     let mut cmd = if cfg!(target_os = "macos") {
         let mut c = Command::new("open");

@@ -86,26 +86,47 @@ pub fn run(
         }
     };
     let outcome = block_on_then_exit(async {
-        if home.enrolment()?.is_none() {
-            join_by_itself(home, &page).await;
-        }
-        if home.enrolment()?.is_none() {
-            eprintln!(
-                "not joined yet: paste the invite code on the status page (`beebot open`), or run `beebot join`"
-            );
-            if !page.wait_joined(stop()).await {
-                return Ok(Outcome::StoppedBeforeJoining);
+        let ran: Result<Option<RunStats>> = async {
+            if home.enrolment()?.is_none() {
+                join_by_itself(home, &page).await;
             }
+            if home.enrolment()?.is_none() {
+                eprintln!(
+                    "not joined yet: paste the invite code on the status page (`beebot open`), or run `beebot join`"
+                );
+                if !page.wait_joined(stop()).await {
+                    return Ok(None);
+                }
+            }
+            worker::run_locked(home.clone(), &lock, opts, stop())
+                .await
+                .map(Some)
         }
-        let stats = worker::run_locked(home.clone(), &lock, opts, stop()).await?;
-        if !page.leave_asked() {
-            return Ok(Outcome::Ran(stats));
-        }
-        let report = match beebot_client::leave::leave_holding_lock(home, lock).await {
-            Ok(r) => super::leave::report(&r),
-            Err(e) => format!("leaving failed: {e:#}\n"),
+        .await;
+        // Revoked: the page stays up (it says so, and offers to leave)
+        // until the client is stopped, instead of a service restarting it.
+        let ran = match ran {
+            Err(e) if is_revoked(&e) && !page.leave_asked() => {
+                let e = revoked_in_words(home, e);
+                eprintln!("{e:#}");
+                stop().await;
+                Err(e)
+            }
+            other => other,
         };
-        Ok::<_, anyhow::Error>(Outcome::Left(report))
+        if page.leave_asked() {
+            // Asked on the page: leave whatever stopped the loop, and answer.
+            let mut report = match &ran {
+                Err(e) => format!("the client stopped ({e:#}); leaving all the same\n"),
+                Ok(_) => String::new(),
+            };
+            match beebot_client::leave::leave_holding_lock(home, lock).await {
+                Ok(r) => report.push_str(&super::leave::report(&r)),
+                Err(e) => report.push_str(&format!("leaving failed: {e:#}\n")),
+            }
+            return Ok(Outcome::Left(report));
+        }
+        ran.map(|stats| stats.map_or(Outcome::StoppedBeforeJoining, Outcome::Ran))
     })?;
     stop_display.store(true, Ordering::Relaxed);
     if let Some(d) = display {
@@ -138,7 +159,13 @@ async fn join_by_itself(home: &Home, page: &Ui) {
     let Some(code) = deployment_invite(std::env::var("BEEBOT_INVITE").ok(), file.as_deref()) else {
         return;
     };
-    match worker::join(home, &code, None).await {
+    if home.has_left() {
+        tracing::info!(
+            "this computer left its project: it joins again only with a code pasted on the page or `beebot join`"
+        );
+        return;
+    }
+    match page.join(&code, None).await {
         Ok(e) => tracing::info!(
             "joined {} as host {} ({}) with the deployment's invite code",
             e.server_addr,
@@ -215,6 +242,19 @@ fn lower_priority() {
             .stderr(std::process::Stdio::null())
             .status();
     }
+}
+
+/// Whether the server refused this host as revoked.
+fn is_revoked(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<NetError>(),
+            Some(NetError::Refused {
+                code: ErrorCode::Revoked,
+                ..
+            })
+        )
+    })
 }
 
 /// A runner's error in the user's terms: the server refused this host as

@@ -1,12 +1,17 @@
 //! Who may use the status page: the per-install secret (a file only the
-//! owner reads), one-time login links made with it, the browser sessions
+//! owner reads), one-time login codes made with it, the browser sessions
 //! they open, and the `Host` and `Origin` checks of every request.
+//!
+//! A browser's session is a token the page keeps in `sessionStorage` and
+//! sends in `Authorization: Session …`: never a cookie, which browsers
+//! would also send to every other port of 127.0.0.1 (another local user's
+//! server), and which would make every cross-site request carry it.
 //!
 //! Pure: no I/O but [`Secret::load_or_create`]; time is an argument.
 //! Invariants: a login code works once and only for [`LOGIN_CODE_TTL`];
-//! the secret never appears in a URL, a cookie or a page; a request from
-//! a browser that changes anything carries the page's `Origin` and its
-//! session's CSRF token; everything kept has a named bound.
+//! the secret never appears in a URL, a cookie or a page; a browser's
+//! change carries the page's own `Origin`; everything kept has a named
+//! bound.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -25,10 +30,10 @@ pub const MAX_LOGIN_CODES: usize = 8;
 pub const MAX_SESSIONS: usize = 16;
 /// A session lasts this long after its login (a tab left open for a week).
 pub const SESSION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-/// The session cookie's name.
-pub const SESSION_COOKIE: &str = "beebot_ui";
-/// The header a browser's change carries its session's CSRF token in.
-pub const CSRF_HEADER: &str = "x-csrf-token";
+/// The `Authorization` scheme of a browser's session token.
+pub const SESSION_SCHEME: &str = "Session ";
+/// The `Authorization` scheme of the owner's secret (the command line).
+pub const OWNER_SCHEME: &str = "Bearer ";
 
 /// A fresh random token, hex.
 pub fn random_token() -> String {
@@ -98,8 +103,7 @@ impl Secret {
 /// A browser's session.
 #[derive(Clone, Debug)]
 pub struct Session {
-    pub id: String,
-    pub csrf: String,
+    pub token: String,
     opened: Instant,
 }
 
@@ -137,19 +141,18 @@ impl Sessions {
             self.sessions.remove(0);
         }
         let s = Session {
-            id: random_token(),
-            csrf: random_token(),
+            token: random_token(),
             opened: now,
         };
         self.sessions.push(s.clone());
         Some(s)
     }
 
-    /// The live session a cookie names.
-    pub fn session(&self, id: &str, now: Instant) -> Option<&Session> {
+    /// The live session of a token.
+    pub fn session(&self, token: &str, now: Instant) -> Option<&Session> {
         self.sessions
             .iter()
-            .find(|s| same(&s.id, id) && now.duration_since(s.opened) < SESSION_TTL)
+            .find(|s| same(&s.token, token) && now.duration_since(s.opened) < SESSION_TTL)
     }
 }
 
@@ -165,22 +168,12 @@ pub fn origin_ok(origin: Option<&str>, port: u16) -> bool {
     })
 }
 
-/// A cookie's value in a `Cookie` header.
-pub fn cookie<'a>(header: Option<&'a str>, name: &str) -> Option<&'a str> {
-    header?.split(';').find_map(|kv| {
-        let (k, v) = kv.trim().split_once('=')?;
-        (k == name).then_some(v)
-    })
-}
-
 /// What a request asks of the page, for [`decide`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Asked<'a> {
     pub host: Option<&'a str>,
     pub origin: Option<&'a str>,
-    pub cookie: Option<&'a str>,
     pub authorization: Option<&'a str>,
-    pub csrf: Option<&'a str>,
     /// It changes something (every method but GET and HEAD).
     pub changes: bool,
 }
@@ -190,8 +183,8 @@ pub struct Asked<'a> {
 pub enum Caller {
     /// The owner's command line, with the secret.
     Owner,
-    /// A logged-in browser, with its CSRF token (for the page).
-    Browser { csrf: String },
+    /// A logged-in browser (the page, with its session token).
+    Browser,
 }
 
 /// Why a request is refused (its status and words).
@@ -203,10 +196,9 @@ pub enum Refused {
     NotLoggedIn,
 }
 
-/// Decide who asks, or why not: `Host` first, then the secret as a bearer
-/// token (a browser cannot send it across origins), then the session
-/// cookie, which for a change needs the page's `Origin` and the session's
-/// CSRF token.
+/// Decide who asks, or why not: `Host` first, then a foreign `Origin`,
+/// then the secret (`Bearer`) or a session token (`Session`); a browser's
+/// change must carry the page's own `Origin`.
 pub fn decide(
     a: &Asked<'_>,
     port: u16,
@@ -222,29 +214,24 @@ pub fn decide(
     if a.origin.is_some() && !origin_ok(a.origin, port) {
         return Err(Refused::Forbidden("another site may not use this page"));
     }
-    if let Some(token) = a.authorization.and_then(|h| h.strip_prefix("Bearer ")) {
+    let auth = a.authorization.unwrap_or("");
+    if let Some(token) = auth.strip_prefix(OWNER_SCHEME) {
         return if secret.matches(token.trim()) {
             Ok(Caller::Owner)
         } else {
             Err(Refused::NotLoggedIn)
         };
     }
-    let Some(s) = cookie(a.cookie, SESSION_COOKIE).and_then(|id| sessions.session(id, now)) else {
+    let Some(token) = auth.strip_prefix(SESSION_SCHEME) else {
         return Err(Refused::NotLoggedIn);
     };
-    if a.changes {
-        if !origin_ok(a.origin, port) {
-            return Err(Refused::Forbidden("a change must come from this page"));
-        }
-        if !a.csrf.is_some_and(|c| same(c, &s.csrf)) {
-            return Err(Refused::Forbidden(
-                "this page is out of date: reload it and try again",
-            ));
-        }
+    if sessions.session(token.trim(), now).is_none() {
+        return Err(Refused::NotLoggedIn);
     }
-    Ok(Caller::Browser {
-        csrf: s.csrf.clone(),
-    })
+    if a.changes && !origin_ok(a.origin, port) {
+        return Err(Refused::Forbidden("a change must come from this page"));
+    }
+    Ok(Caller::Browser)
 }
 
 #[cfg(test)]
@@ -257,14 +244,12 @@ mod tests {
         (Secret("ab".repeat(32)), Sessions::default(), Instant::now())
     }
 
-    fn asked<'a>(cookie: Option<&'a str>, csrf: Option<&'a str>, changes: bool) -> Asked<'a> {
+    fn asked(authorization: Option<&str>, changes: bool) -> Asked<'_> {
         Asked {
             host: Some("127.0.0.1:4711"),
             origin: changes.then_some("http://127.0.0.1:4711"),
-            cookie,
-            csrf,
+            authorization,
             changes,
-            ..Asked::default()
         }
     }
 
@@ -273,10 +258,9 @@ mod tests {
         let (_, mut s, now) = setup();
         let code = s.new_code(now);
         assert!(s.redeem("not-a-code", now).is_none());
-        let session = s
-            .redeem(&code, now + Duration::from_secs(5))
-            .expect("fresh");
-        assert!(s.session(&session.id, now).is_some());
+        let opened = now + Duration::from_secs(5);
+        let session = s.redeem(&code, opened).expect("fresh");
+        assert!(s.session(&session.token, opened).is_some());
         assert!(s.redeem(&code, now).is_none(), "used");
         let old = s.new_code(now);
         assert!(s.redeem(&old, now + LOGIN_CODE_TTL).is_none(), "too old");
@@ -286,19 +270,18 @@ mod tests {
             s.new_code(now);
         }
         assert!(s.redeem(&first, now).is_none());
-        let opened = now + Duration::from_secs(5);
         assert!(
-            s.session(&session.id, opened + SESSION_TTL).is_none(),
+            s.session(&session.token, opened + SESSION_TTL).is_none(),
             "expired"
         );
-        let ids: Vec<String> = (0..=MAX_SESSIONS)
+        let tokens: Vec<String> = (0..=MAX_SESSIONS)
             .map(|_| {
                 let c = s.new_code(now);
-                s.redeem(&c, now).unwrap().id
+                s.redeem(&c, now).unwrap().token
             })
             .collect();
-        assert!(s.session(&ids[0], now).is_none());
-        assert!(s.session(&ids[MAX_SESSIONS], now).is_some());
+        assert!(s.session(&tokens[0], now).is_none());
+        assert!(s.session(&tokens[MAX_SESSIONS], now).is_some());
     }
 
     #[test]
@@ -306,13 +289,13 @@ mod tests {
         let (secret, mut s, now) = setup();
         let code = s.new_code(now);
         let session = s.redeem(&code, now).unwrap();
-        let cookie = format!("other=1; {SESSION_COOKIE}={}", session.id);
-        let bearer = format!("Bearer {}", secret.expose());
+        let browser = format!("{SESSION_SCHEME}{}", session.token);
+        let bearer = format!("{OWNER_SCHEME}{}", secret.expose());
         let owner = Asked {
             host: Some("localhost:4711"),
             authorization: Some(&bearer),
             changes: true,
-            ..Asked::default()
+            origin: None,
         };
         assert_eq!(decide(&owner, PORT, &secret, &s, now), Ok(Caller::Owner));
         let wrong = Asked {
@@ -323,15 +306,18 @@ mod tests {
             decide(&wrong, PORT, &secret, &s, now),
             Err(Refused::NotLoggedIn)
         );
-        // A browser reads with its cookie and changes with cookie, origin and CSRF token.
-        let read = asked(Some(&cookie), None, false);
-        assert!(decide(&read, PORT, &secret, &s, now).is_ok());
-        let change = asked(Some(&cookie), Some(&session.csrf), true);
-        assert!(decide(&change, PORT, &secret, &s, now).is_ok());
-        assert_eq!(
-            decide(&asked(None, None, false), PORT, &secret, &s, now),
-            Err(Refused::NotLoggedIn)
-        );
+        // A browser reads and changes with its session token.
+        let read = asked(Some(&browser), false);
+        assert_eq!(decide(&read, PORT, &secret, &s, now), Ok(Caller::Browser));
+        let change = asked(Some(&browser), true);
+        assert_eq!(decide(&change, PORT, &secret, &s, now), Ok(Caller::Browser));
+        for nobody in [None, Some("Session 00"), Some("Basic abc")] {
+            assert_eq!(
+                decide(&asked(nobody, false), PORT, &secret, &s, now),
+                Err(Refused::NotLoggedIn),
+                "{nobody:?}"
+            );
+        }
     }
 
     #[test]
@@ -339,8 +325,9 @@ mod tests {
         let (secret, mut s, now) = setup();
         let code = s.new_code(now);
         let session = s.redeem(&code, now).unwrap();
-        let cookie = format!("{SESSION_COOKIE}={}", session.id);
-        let ok = asked(Some(&cookie), Some(&session.csrf), true);
+        let browser = format!("{SESSION_SCHEME}{}", session.token);
+        let ok = asked(Some(&browser), true);
+        assert!(decide(&ok, PORT, &secret, &s, now).is_ok());
         let refused = |a: Asked<'_>| decide(&a, PORT, &secret, &s, now).is_err();
         // DNS rebinding: the browser sends the attacker's name.
         assert!(refused(Asked {
@@ -352,7 +339,7 @@ mod tests {
             ..ok
         }));
         assert!(refused(Asked { host: None, ..ok }));
-        // Another local page (same site, other port) posting with the cookie.
+        // Another local page (same site, other port), or an opaque origin.
         assert!(refused(Asked {
             origin: Some("http://127.0.0.1:9999"),
             ..ok
@@ -361,15 +348,10 @@ mod tests {
             origin: Some("null"),
             ..ok
         }));
-        // A change without an origin or without the token.
+        // A browser's change without its origin.
         assert!(refused(Asked { origin: None, ..ok }));
-        assert!(refused(Asked { csrf: None, ..ok }));
-        assert!(refused(Asked {
-            csrf: Some("00"),
-            ..ok
-        }));
         // Even the secret does not pass another site's origin.
-        let bearer = format!("Bearer {}", secret.expose());
+        let bearer = format!("{OWNER_SCHEME}{}", secret.expose());
         assert!(refused(Asked {
             authorization: Some(&bearer),
             origin: Some("http://evil.example"),
@@ -378,10 +360,7 @@ mod tests {
     }
 
     #[test]
-    fn cookies_and_comparison() {
-        assert_eq!(cookie(Some("a=1; b=2"), "b"), Some("2"));
-        assert_eq!(cookie(Some("ab=1"), "a"), None);
-        assert_eq!(cookie(None, "a"), None);
+    fn comparison_takes_the_whole_token() {
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
     }
 

@@ -3,6 +3,11 @@
 //! or ask it for a login link, with the per-install secret as a bearer
 //! token. Plain HTTP on loopback, never through a proxy, every call under
 //! [`CALL_TIMEOUT`].
+//!
+//! The secret goes only to a port the home's runner holds: the address
+//! file must name the pid that holds the home's run lock (a runner that
+//! was killed leaves its file behind, and another local user could be
+//! listening on that port by now).
 
 use std::path::Path;
 use std::time::Duration;
@@ -33,6 +38,9 @@ fn not_running(data_dir: &Path) -> anyhow::Error {
 /// The running client of `data_dir`, or why none can be reached.
 pub fn find(data_dir: &Path) -> Result<Running> {
     let addr = super::read_addr(data_dir).ok_or_else(|| not_running(data_dir))?;
+    if crate::home::runner_pid(data_dir) != Some(addr.pid) {
+        return Err(not_running(data_dir));
+    }
     let secret = Secret::read(data_dir).map_err(|_| not_running(data_dir))?;
     Ok(Running {
         port: addr.port,
@@ -110,11 +118,17 @@ pub fn command(data_dir: &Path, command: &str) -> Result<String> {
     Ok(line)
 }
 
-/// A one-time login link to the running client's page.
+/// A one-time login link to the running client's page (only a link to
+/// that page is taken: it goes to a browser).
 pub fn login_link(data_dir: &Path) -> Result<String> {
-    let v = find(data_dir)?.post("/api/login-link", &json!({}))?;
-    v["url"]
+    let running = find(data_dir)?;
+    let v = running.post("/api/login-link", &json!({}))?;
+    let url = v["url"]
         .as_str()
-        .map(str::to_string)
-        .context("the running client gave no login link")
+        .context("the running client gave no login link")?;
+    let code = url
+        .strip_prefix(&format!("http://127.0.0.1:{}/login#code=", running.port))
+        .filter(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_hexdigit()))
+        .with_context(|| format!("the running client gave a link that is not its page: {url}"))?;
+    Ok(super::login_url(running.port, code))
 }

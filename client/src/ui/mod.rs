@@ -11,8 +11,8 @@
 //! up while the client waits to join, crawls and leaves.
 //!
 //! Invariants: every request passes [`auth::decide`] (Host, Origin, secret
-//! or session, CSRF) before its body is read; bodies are bounded by
-//! [`MAX_BODY_BYTES`]; settings change only through
+//! or session token) before its body is read; bodies are bounded by
+//! [`MAX_BODY_BYTES`] as they are read; settings change only through
 //! [`crate::settings::set`], the one validated path of `beebot config set`;
 //! the page's HTML, CSS and script are embedded (nothing is fetched from
 //! elsewhere; CSP `default-src 'self'`), and text from a server or a site
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
 use axum::body::Bytes;
-use axum::extract::{Query, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -45,6 +45,10 @@ use auth::{Asked, Caller, Refused, Secret, Sessions};
 
 /// File in the data dir naming the running page's port (and the runner's pid).
 pub const ADDR_FILE: &str = "ui.json";
+/// File in the data dir `beebot open` gives the browser (owner-only): it
+/// sends the browser on to the one-time link, which so never shows in a
+/// process's arguments.
+pub const OPEN_FILE: &str = "open.html";
 /// Largest request body: a setting, an invite code, a command.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 /// Longest a page's "leave" waits for the client to have left.
@@ -54,6 +58,8 @@ const CONTENT_SECURITY_POLICY: &str =
     "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
+const LOGIN_HTML: &str = include_str!("assets/login.html");
+const LOGIN_JS: &str = include_str!("assets/login.js");
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 
@@ -113,6 +119,8 @@ struct Asks {
     leave_asked: AtomicBool,
     /// Why the deployment's invite code did not join, for the page.
     join_problem: Mutex<Option<String>>,
+    /// One join at a time (the page's, the deployment's).
+    join_lock: tokio::sync::Mutex<()>,
 }
 
 /// The running page's state.
@@ -195,6 +203,15 @@ impl Ui {
         }
     }
 
+    /// Join with `code`, one join at a time; the runner hears of it.
+    pub async fn join(&self, code: &str, name: Option<String>) -> Result<crate::home::Enrolment> {
+        let _one = self.asks.join_lock.lock().await;
+        let e = crate::worker::join(&self.home, code, name).await?;
+        self.home.clear_left();
+        self.asks.joined.notify_one();
+        Ok(e)
+    }
+
     /// Say on the page why joining by itself failed.
     pub fn join_failed(&self, why: String) {
         *self
@@ -229,17 +246,17 @@ impl Ui {
 }
 
 fn router(ui: Arc<Ui>) -> Router {
+    let file = |kind: &'static str, body: &'static str| get(move || asset(kind, body));
     Router::new()
-        .route("/", get(index))
-        .route("/login", get(login))
+        .route("/", file("text/html; charset=utf-8", INDEX_HTML))
+        .route("/login", file("text/html; charset=utf-8", LOGIN_HTML))
         .route(
-            "/app.js",
-            get(|| asset("text/javascript; charset=utf-8", APP_JS)),
+            "/login.js",
+            file("text/javascript; charset=utf-8", LOGIN_JS),
         )
-        .route(
-            "/app.css",
-            get(|| asset("text/css; charset=utf-8", APP_CSS)),
-        )
+        .route("/app.js", file("text/javascript; charset=utf-8", APP_JS))
+        .route("/app.css", file("text/css; charset=utf-8", APP_CSS))
+        .route("/api/session", post(open_session))
         .route("/api/status", get(status))
         .route("/api/pause", post(pause))
         .route("/api/resume", post(resume))
@@ -249,6 +266,7 @@ fn router(ui: Arc<Ui>) -> Router {
         .route("/api/control", post(command))
         .route("/api/login-link", post(login_link))
         .layer(middleware::from_fn_with_state(ui.clone(), guard))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::map_response(security_headers))
         .with_state(ui)
 }
@@ -272,10 +290,13 @@ fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// Paths anyone who passes the Host check may fetch: the login link and
-/// the page's own files (they hold no data).
+/// Paths anyone who passes the Host check may fetch: the page's own files
+/// (they hold no data) and the exchange of a login code for a session.
 fn public(path: &str) -> bool {
-    matches!(path, "/login" | "/app.js" | "/app.css")
+    matches!(
+        path,
+        "/" | "/login" | "/login.js" | "/app.js" | "/app.css" | "/api/session"
+    )
 }
 
 /// Decide who asks before anything else runs; the caller rides along.
@@ -284,9 +305,7 @@ async fn guard(State(ui): State<Arc<Ui>>, mut req: Request, next: Next) -> Respo
     let asked = Asked {
         host: header_str(h, "host"),
         origin: header_str(h, "origin"),
-        cookie: header_str(h, "cookie"),
         authorization: header_str(h, "authorization"),
-        csrf: header_str(h, auth::CSRF_HEADER),
         changes: !matches!(*req.method(), Method::GET | Method::HEAD),
     };
     let decided = {
@@ -302,11 +321,10 @@ async fn guard(State(ui): State<Arc<Ui>>, mut req: Request, next: Next) -> Respo
             next.run(req).await
         }
         Err(Refused::Forbidden(why)) => refuse(StatusCode::FORBIDDEN, why),
-        Err(Refused::NotLoggedIn) if req.uri().path().starts_with("/api/") => refuse(
+        Err(Refused::NotLoggedIn) => refuse(
             StatusCode::UNAUTHORIZED,
             "not signed in: open BeeBot again (its menu entry, or `beebot open`)",
         ),
-        Err(Refused::NotLoggedIn) => signed_out_page(StatusCode::UNAUTHORIZED),
     }
 }
 
@@ -314,72 +332,38 @@ fn refuse(status: StatusCode, why: &str) -> Response {
     (status, Json(json!({ "error": why }))).into_response()
 }
 
-/// The page shown without a session: how to open the real one.
-fn signed_out_page(status: StatusCode) -> Response {
-    let body = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-        <title>BeeBot</title><link rel=\"stylesheet\" href=\"/app.css\"></head>\
-        <body><main class=\"signed-out\"><h1>BeeBot</h1>\
-        <p id=\"signed-out\">This page needs the link BeeBot opens for you. \
-        Open <b>BeeBot</b> from your applications menu, or run <code>beebot open</code>.</p>\
-        </main></body></html>";
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        body,
-    )
-        .into_response()
-}
-
 async fn asset(kind: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, kind)], body).into_response()
 }
 
-/// The page, with its session's CSRF token in a `<meta>`.
-async fn index(caller: Option<axum::Extension<Caller>>) -> Response {
-    let csrf = match caller.map(|c| c.0) {
-        Some(Caller::Browser { csrf }) => csrf,
-        _ => return signed_out_page(StatusCode::UNAUTHORIZED),
-    };
-    (
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        INDEX_HTML.replace("{{csrf}}", &csrf),
-    )
-        .into_response()
-}
-
 #[derive(Deserialize)]
-struct LoginQuery {
+struct SessionBody {
     code: String,
 }
 
-/// Spend a one-time login code: set the session cookie and go to the page.
-async fn login(
-    State(ui): State<Arc<Ui>>,
-    q: Result<Query<LoginQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let session = q.ok().and_then(|q| {
-        ui.sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .redeem(&q.code, Instant::now())
-    });
-    let Some(s) = session else {
-        return signed_out_page(StatusCode::UNAUTHORIZED);
+/// Spend a one-time login code (from the link's fragment, sent by the
+/// login page's script) for a session token the page keeps in
+/// `sessionStorage`. Only the page itself may ask: its `Origin` is required.
+async fn open_session(State(ui): State<Arc<Ui>>, headers: HeaderMap, b: Bytes) -> Response {
+    if !auth::origin_ok(header_str(&headers, "origin"), ui.port) {
+        return refuse(StatusCode::FORBIDDEN, "a login must come from this page");
+    }
+    let s: SessionBody = match body(&b) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
     };
-    let cookie = format!(
-        "{}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        auth::SESSION_COOKIE,
-        s.id,
-        auth::SESSION_TTL.as_secs()
-    );
-    (
-        StatusCode::SEE_OTHER,
-        [
-            (header::SET_COOKIE, cookie),
-            (header::LOCATION, "/".to_string()),
-        ],
-    )
-        .into_response()
+    let session = ui
+        .sessions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .redeem(&s.code, Instant::now());
+    match session {
+        Some(s) => Json(json!({ "token": s.token })).into_response(),
+        None => refuse(
+            StatusCode::UNAUTHORIZED,
+            "this link was used already or is too old: open BeeBot again (its menu entry, or `beebot open`)",
+        ),
+    }
 }
 
 /// A request refused with its status and words.
@@ -523,9 +507,13 @@ async fn join(State(ui): State<Arc<Ui>>, b: Bytes) -> Response {
         .name
         .map(|n| n.trim().to_string())
         .filter(|n| !n.is_empty());
-    match crate::worker::join(&ui.home, j.code.trim(), name).await {
+    match ui.join(j.code.trim(), name).await {
         Ok(e) => {
-            ui.asks.joined.notify_one();
+            ui.asks
+                .join_problem
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
             said(format!(
                 "joined {} as host {} ({})",
                 e.server_addr, e.host_id, e.name
@@ -554,12 +542,14 @@ async fn leave(State(ui): State<Arc<Ui>>, b: Bytes) -> Response {
     if !matches!(ui.home.enrolment(), Ok(Some(_))) {
         return refuse(StatusCode::CONFLICT, "this client has not joined a project");
     }
+    if ui.asks.leave_asked.swap(true, Ordering::Relaxed) {
+        return refuse(StatusCode::CONFLICT, "the client is leaving already");
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     *ui.asks
         .leave_reply
         .lock()
         .unwrap_or_else(|p| p.into_inner()) = Some(tx);
-    ui.asks.leave_asked.store(true, Ordering::Relaxed);
     ui.gate.request_stop();
     match tokio::task::spawn_blocking(move || rx.recv_timeout(LEAVE_WAIT)).await {
         Ok(Ok(report)) => said(report),
@@ -615,16 +605,23 @@ async fn login_link(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .new_code(Instant::now());
-    Json(json!({ "url": format!("http://127.0.0.1:{}/login?code={code}", ui.port) }))
-        .into_response()
+    Json(json!({ "url": login_url(ui.port, &code) })).into_response()
+}
+
+/// The one-time login link of a page on `port`: the code rides in the
+/// fragment, which browsers send neither to a server nor in a `Referer`.
+pub fn login_url(port: u16, code: &str) -> String {
+    format!("http://127.0.0.1:{port}/login#code={code}")
 }
 
 /// The page's files, for tests and checks.
-pub fn assets() -> [(&'static str, &'static str); 3] {
+pub fn assets() -> [(&'static str, &'static str); 5] {
     [
         ("index.html", INDEX_HTML),
         ("app.js", APP_JS),
         ("app.css", APP_CSS),
+        ("login.html", LOGIN_HTML),
+        ("login.js", LOGIN_JS),
     ]
 }
 
@@ -653,12 +650,14 @@ mod tests {
             );
             assert!(!text.contains("innerHTML"), "{name}: text is set as text");
         }
-        let html = INDEX_HTML;
-        assert!(
-            !html.contains("<script>") && !html.contains("onclick="),
-            "inline script"
-        );
-        assert!(!html.contains("style="), "inline style");
-        assert!(html.contains("{{csrf}}"));
+        for html in [INDEX_HTML, LOGIN_HTML] {
+            assert!(
+                !html.contains("<script>") && !html.contains("onclick="),
+                "inline script"
+            );
+            assert!(!html.contains("style="), "inline style");
+        }
+        // The login code never goes to a server in a URL: the fragment holds it.
+        assert!(login_url(4711, "c0de").ends_with("/login#code=c0de"));
     }
 }

@@ -1,11 +1,13 @@
 // The status page: reads /api/status every two seconds and places what it
-// says as text; every change is a POST with the session's CSRF token.
+// says as text; every call carries this tab's session token (from the
+// one-time login link, kept in sessionStorage), never a cookie.
 "use strict";
 
 const DAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
 const DAY_NAMES = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
 const POLL_MS = 2000;
-const csrf = document.querySelector('meta[name="csrf"]').content;
+const session = sessionStorage.getItem("beebot-session");
+const SIGNED_OUT = "Open BeeBot from your applications menu (or run `beebot open`): this page needs the link it opens.";
 const $ = (id) => document.getElementById(id);
 // Settings inputs the person is editing are not overwritten by a poll.
 const edited = new Set();
@@ -24,7 +26,7 @@ function say(id, message, error) {
 async function post(path, body) {
   const r = await fetch(path, {
     method: "POST",
-    headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+    headers: { "Content-Type": "application/json", "Authorization": "Session " + session },
     body: JSON.stringify(body || {}),
   });
   let v = {};
@@ -178,9 +180,11 @@ function render(s) {
 
 async function poll() {
   try {
-    const r = await fetch("/api/status", { headers: { "Accept": "application/json" } });
+    const r = await fetch("/api/status", {
+      headers: { "Accept": "application/json", "Authorization": "Session " + session },
+    });
     if (r.status === 401) {
-      text("state-text", "Signed out: open BeeBot again from your applications menu (or `beebot open`).");
+      signedOut();
       return;
     }
     if (r.ok) { render(await r.json()); }
@@ -215,8 +219,10 @@ function wire() {
   $("join-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     say("join-msg", "Joining…", false);
+    $("join-btn").disabled = true;
     act("join-msg", () => post("/api/join", { code: $("invite").value, name: $("host-name").value }))
-      .then((ok) => { if (ok) { $("invite").value = ""; } });
+      .then((ok) => { if (ok) { $("invite").value = ""; } })
+      .finally(() => { $("join-btn").disabled = false; });
   });
   $("window-save").addEventListener("click", () => {
     let w;
@@ -248,6 +254,16 @@ function wire() {
   });
 }
 
+function signedOut() {
+  left = true;
+  for (const id of ["controls", "join-card", "scans-card", "totals-card", "problems-card", "settings-card", "leave-card"]) {
+    show(id, false);
+  }
+  text("project", "Not signed in");
+  text("state", "signed out");
+  text("state-text", SIGNED_OUT);
+}
+
 buildDays();
 wire();
-poll();
+if (session) { poll(); } else { signedOut(); }
