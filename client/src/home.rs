@@ -113,6 +113,13 @@ pub fn deployment_invite_path() -> Option<PathBuf> {
     }
 }
 
+/// Whether this machine has an installer's invite code (the environment's
+/// or a trusted file), which a home that left must not join with again.
+pub fn has_deployment_invite() -> bool {
+    let file = deployment_invite_path();
+    deployment_invite(std::env::var("BEEBOT_INVITE").ok(), file.as_deref()).is_some()
+}
+
 /// Whether a deployment file could only have been written by root: it and
 /// its directory are root's and writable by no one else (Unix; elsewhere
 /// the install directory's own permissions decide).
@@ -748,15 +755,29 @@ impl Drop for RunLock {
     }
 }
 
+/// Tries of the run lock before another holder is reported, and the wait
+/// between them.
+const LOCK_RETRIES: usize = 3;
+const LOCK_RETRY_WAIT: std::time::Duration = std::time::Duration::from_millis(30);
+
 /// The pid of the `beebot run` holding the home at `data`, if one does.
+/// Only looks: the lock file is neither taken over nor changed (a dead
+/// runner's pid stays for the next runner to report).
 pub fn runner_pid(data: &Path) -> Option<u32> {
-    let h = Home {
-        config: data.to_path_buf(),
-        data: data.to_path_buf(),
-    };
-    match h.lock_runner() {
-        Err(RunLockError::Held { pid, .. }) => pid,
-        _ => None,
+    use fs2::FileExt;
+    use std::io::Read;
+    let mut file = fs::File::open(data.join("run.lock")).ok()?;
+    match FileExt::try_lock_shared(&file) {
+        // Nobody holds it exclusively: no runner.
+        Ok(()) => {
+            let _ = FileExt::unlock(&file);
+            None
+        }
+        Err(_) => {
+            let mut text = String::new();
+            Read::take(&mut file, 64).read_to_string(&mut text).ok()?;
+            text.trim().parse().ok()
+        }
     }
 }
 
@@ -789,10 +810,24 @@ impl Home {
             Read::take(&mut *file, 64).read_to_string(&mut text).ok()?;
             text.trim().parse().ok()
         };
-        if let Err(e) = FileExt::try_lock_exclusive(&file) {
-            let contended = e.kind() == std::io::ErrorKind::WouldBlock
-                || e.raw_os_error() == fs2::lock_contended_error().raw_os_error();
-            if !contended {
+        let contended = |e: &std::io::Error| {
+            e.kind() == std::io::ErrorKind::WouldBlock
+                || e.raw_os_error() == fs2::lock_contended_error().raw_os_error()
+        };
+        let mut locked = FileExt::try_lock_exclusive(&file);
+        // A command that only looks ([`runner_pid`]) holds a shared lock for
+        // a moment: try again before saying another runner holds the home.
+        for _ in 0..LOCK_RETRIES {
+            match &locked {
+                Err(e) if contended(e) => {
+                    std::thread::sleep(LOCK_RETRY_WAIT);
+                    locked = FileExt::try_lock_exclusive(&file);
+                }
+                _ => break,
+            }
+        }
+        if let Err(e) = locked {
+            if !contended(&e) {
                 return Err(io(e));
             }
             // The holder writes its pid right after locking: give it a moment.
@@ -922,6 +957,22 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let d = tempfile::tempdir().unwrap();
         std::fs::metadata(d.path()).unwrap().uid() == 0
+    }
+
+    #[test]
+    fn looking_for_the_runner_changes_nothing() {
+        let (_d, h) = home();
+        assert_eq!(runner_pid(&h.data), None);
+        // A dead runner's pid stays for the next runner to report.
+        std::fs::write(h.data.join("run.lock"), "4242\n").unwrap();
+        assert_eq!(runner_pid(&h.data), None);
+        assert_eq!(
+            std::fs::read_to_string(h.data.join("run.lock")).unwrap(),
+            "4242\n"
+        );
+        let lock = h.lock_runner().unwrap();
+        assert_eq!(lock.stale_pid, Some(4242));
+        assert_eq!(runner_pid(&h.data), Some(std::process::id()));
     }
 
     #[test]

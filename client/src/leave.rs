@@ -95,8 +95,8 @@ async fn forget(
     };
     // The lock is held until every file is gone: no runner starts meanwhile.
     let removed = home.remove_all()?;
-    if enrolment.is_some() {
-        // An installer's invite code must not join it again by itself.
+    if enrolment.is_some() && crate::home::has_deployment_invite() {
+        // The installer's invite code must not join it again by itself.
         home.mark_left();
     }
     drop(lock);

@@ -320,8 +320,28 @@ fn a_deployment_invite_joins_by_itself_and_a_bad_one_is_said_on_the_page() {
     wait_for("the runner's status", PAGE_WAIT, || {
         g.status_json("good")["state"] != "not running"
     });
-    let _ = good.kill();
-    let _ = good.wait();
+
+    // Left: the installed code does not join this home again by itself.
+    let o = run(
+        g.client_cmd("good", &["leave"]).env("BEEBOT_INVITE", &code),
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "leave: {}", stderr(&o));
+    assert!(wait_exit(&mut good, PAGE_WAIT), "the runner stopped");
+    assert!(g.home("good").join("left.json").exists());
+    let mut again = spawn("good", &code);
+    let port = page_port(&g, "good");
+    let bearer = format!("Authorization: Bearer {}\r\n", secret(&g, "good"));
+    wait_for("the page", PAGE_WAIT, || {
+        get(port, "/api/status", &format!("127.0.0.1:{port}"), &bearer).0 == 200
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let (_, a) = get(port, "/api/status", &format!("127.0.0.1:{port}"), &bearer);
+    let v = body_json(&a);
+    assert_eq!(v["state"], "not-joined", "{v}");
+    assert!(v["join_problem"].is_null(), "it did not even try: {v}");
+    let _ = again.kill();
+    let _ = again.wait();
 }
 
 /// Revoked by the admin: the runner does not exit (a service would start it

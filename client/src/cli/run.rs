@@ -106,7 +106,7 @@ pub fn run(
         // Revoked: the page stays up (it says so, and offers to leave)
         // until the client is stopped, instead of a service restarting it.
         let ran = match ran {
-            Err(e) if is_revoked(&e) && !page.leave_asked() => {
+            Err(e) if is_revoked(&e) && !page.leave_asked() && !flags.once => {
                 let e = revoked_in_words(home, e);
                 eprintln!("{e:#}");
                 stop().await;
