@@ -115,7 +115,8 @@ async fn forget(
     })
 }
 
-fn is_revoked(e: &anyhow::Error) -> bool {
+/// Whether the server refused this host as revoked.
+pub fn is_revoked(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         matches!(
             c.downcast_ref::<NetError>(),

@@ -106,7 +106,9 @@ pub fn run(
         // Revoked: the page stays up (it says so, and offers to leave)
         // until the client is stopped, instead of a service restarting it.
         let ran = match ran {
-            Err(e) if is_revoked(&e) && !page.leave_asked() && !flags.once => {
+            Err(e)
+                if beebot_client::leave::is_revoked(&e) && !page.leave_asked() && !flags.once =>
+            {
                 let e = revoked_in_words(home, e);
                 eprintln!("{e:#}");
                 stop().await;
@@ -242,19 +244,6 @@ fn lower_priority() {
             .stderr(std::process::Stdio::null())
             .status();
     }
-}
-
-/// Whether the server refused this host as revoked.
-fn is_revoked(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        matches!(
-            c.downcast_ref::<NetError>(),
-            Some(NetError::Refused {
-                code: ErrorCode::Revoked,
-                ..
-            })
-        )
-    })
 }
 
 /// A runner's error in the user's terms: the server refused this host as

@@ -61,40 +61,45 @@ fn agent() -> ureq::Agent {
 impl Running {
     /// GET `path`; the answer's JSON, or its error in words.
     pub fn get(&self, path: &str) -> Result<Value> {
-        let url = format!("http://127.0.0.1:{}{path}", self.port);
-        let mut r = agent()
+        let url = self.url(path);
+        let r = agent()
             .get(&url)
-            .header("Authorization", &format!("Bearer {}", self.secret.expose()))
-            .call()
-            .with_context(|| format!("the running client did not answer on {url}"))?;
-        let status = r.status();
-        let text = r.body_mut().read_to_string()?;
-        let v: Value = serde_json::from_str(&text)
-            .with_context(|| format!("the running client answered {status}: {text}"))?;
-        if !status.is_success() {
-            bail!("{}", v["error"].as_str().unwrap_or(&text));
-        }
-        Ok(v)
+            .header("Authorization", &self.bearer())
+            .call();
+        answer(&url, r)
     }
 
     /// POST `body` to `path`; the answer's JSON, or its error in words.
     pub fn post(&self, path: &str, body: &Value) -> Result<Value> {
-        let url = format!("http://127.0.0.1:{}{path}", self.port);
-        let mut r = agent()
+        let url = self.url(path);
+        let r = agent()
             .post(&url)
-            .header("Authorization", &format!("Bearer {}", self.secret.expose()))
+            .header("Authorization", &self.bearer())
             .header("Content-Type", "application/json")
-            .send(body.to_string())
-            .with_context(|| format!("the running client did not answer on {url}"))?;
-        let status = r.status();
-        let text = r.body_mut().read_to_string()?;
-        let v: Value = serde_json::from_str(&text)
-            .with_context(|| format!("the running client answered {status}: {text}"))?;
-        if !status.is_success() {
-            bail!("{}", v["error"].as_str().unwrap_or(&text));
-        }
-        Ok(v)
+            .send(body.to_string());
+        answer(&url, r)
     }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn bearer(&self) -> String {
+        format!("{}{}", super::auth::OWNER_SCHEME, self.secret.expose())
+    }
+}
+
+/// The JSON of the running client's answer, or its error in words.
+fn answer(url: &str, r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Value> {
+    let mut r = r.with_context(|| format!("the running client did not answer on {url}"))?;
+    let status = r.status();
+    let text = r.body_mut().read_to_string()?;
+    let v: Value = serde_json::from_str(&text)
+        .with_context(|| format!("the running client answered {status}: {text}"))?;
+    if !status.is_success() {
+        bail!("{}", v["error"].as_str().unwrap_or(&text));
+    }
+    Ok(v)
 }
 
 /// Send one control command (`pause 60`, `resume`, `reload KEY`, `stop`)
