@@ -51,9 +51,12 @@ use beebot_shared::synth::{SynthConfig, SynthWeb};
 const SEED: u64 = 1414;
 /// Sites in the target set.
 const SITES: usize = 1000;
-/// Pages per site: enough that ten minutes at 30 pages/s never run out.
+/// Pages per site for each ten minutes of the run: enough that 60 pages/s
+/// never run out (a longer run gets larger sites, never more of them).
 const MIN_PAGES: usize = 20;
 const MAX_PAGES: usize = 120;
+/// The stretch of run the pages per site above are for.
+const PAGES_FOR_S: u64 = 600;
 /// Response times of the synthetic web, ms.
 const RESPONSE: (u64, u64) = (50, 300);
 /// The round's politeness delay: the default of `round start`.
@@ -74,13 +77,16 @@ const SLOTS_VAR: &str = "BEEBOT_BENCH_SLOTS";
 /// The operator contact of the bench's server (it crawls only loopback).
 const CONTACT: &str = "https://beebot.test/contact";
 
-fn web() -> SynthWeb {
+/// The synthetic web of a run of `seconds` (the same sites, larger for a
+/// longer run: 43,967 pages for ten minutes).
+fn web(seconds: u64) -> SynthWeb {
+    let scale = seconds.div_ceil(PAGES_FOR_S).max(1) as usize;
     SynthWeb::with_config(
         SEED,
         SITES,
         SynthConfig {
-            min_pages_per_site: MIN_PAGES,
-            max_pages_per_site: MAX_PAGES,
+            min_pages_per_site: MIN_PAGES * scale,
+            max_pages_per_site: MAX_PAGES * scale,
             crawl_delay_ms: None,
         },
     )
@@ -175,12 +181,13 @@ fn serve_web() -> Result<()> {
         seed: SEED,
     })));
     let served = Arc::clone(&log);
+    let site = Arc::new(web(seconds()?));
     std::thread::spawn(move || {
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener)?;
             beebot_server::web::serve_delayed(
                 listener,
-                Arc::new(web()),
+                site,
                 served,
                 delay,
                 std::future::pending(),
@@ -317,8 +324,9 @@ struct Row {
 fn drive() -> Result<()> {
     let seconds = seconds()?;
     let ceiling = slots()?;
-    let web_pages = web().total_pages();
-    let (mut web_child, mut web_in, mut web_out) = spawn("web", &[])?;
+    let web_pages = web(seconds).total_pages();
+    let (mut web_child, mut web_in, mut web_out) =
+        spawn("web", &[("BEEBOT_BENCH_SECONDS", seconds.to_string())])?;
     let mut port = String::new();
     web_out.read_line(&mut port)?;
     let web_addr: SocketAddr = format!("127.0.0.1:{}", port.trim()).parse()?;
@@ -353,7 +361,7 @@ fn drive() -> Result<()> {
         };
         worker::join(&home, &code, Some("desktop".into())).await?;
         let host_id = home.require_enrolment()?.host_id;
-        let hosts = web().site_hosts();
+        let hosts = web(seconds).site_hosts();
         let now = now_ms();
         shared
             .with_grid(move |g| {
