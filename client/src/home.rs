@@ -671,7 +671,10 @@ impl Home {
             ("revocation note", self.revoked_path()),
             ("live status", self.data.join("status.json")),
             ("live status (temporary)", self.data.join("status.tmp")),
-            ("control socket", self.data.join("control.sock")),
+            (
+                "control socket (of older versions)",
+                self.data.join("control.sock"),
+            ),
             (
                 "status page secret",
                 self.data.join(crate::ui::auth::SECRET_FILE),

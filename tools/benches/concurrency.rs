@@ -185,14 +185,8 @@ fn serve_web() -> Result<()> {
     std::thread::spawn(move || {
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener)?;
-            beebot_server::web::serve_delayed(
-                listener,
-                site,
-                served,
-                delay,
-                std::future::pending(),
-            )
-            .await
+            beebot_server::web::serve_delayed(listener, site, served, delay, std::future::pending())
+                .await
         })
     });
     for line in std::io::stdin().lock().lines() {

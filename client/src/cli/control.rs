@@ -1,5 +1,5 @@
 //! `beebot pause` and `beebot resume`: ask the running client, through its
-//! control socket, to hold its scans at a page boundary or go on.
+//! status page's API, to hold its scans at a page boundary or go on.
 //!
 //! No client running is an error (the socket cannot be reached). Nothing
 //! here touches the spool.

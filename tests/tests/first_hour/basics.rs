@@ -78,7 +78,7 @@ fn a_host_that_drops_its_units_never_takes_a_job_past_its_attempt_limit() {
 }
 
 /// Two `beebot run` on one home: the second used to take the control socket
-/// over and leave the first unreachable. Now it is refused naming the first,
+/// (now the status page's API) over and leave the first unreachable. Now it is refused naming the first,
 /// which stays reachable; a runner killed leaves a stale lock that the next
 /// takes over, and one that exits leaves the home free.
 #[test]
@@ -90,7 +90,7 @@ fn a_second_runner_on_one_home_is_refused_and_the_first_stays_reachable() {
     let mut first = g.spawn_run("a", &[], &log);
     let first_pid = first.id();
     wait_for(
-        "the first runner's control socket",
+        "the first runner's control API",
         Duration::from_secs(30),
         || g.client("a", &["resume"]).status.success(),
     );
@@ -110,7 +110,7 @@ fn a_second_runner_on_one_home_is_refused_and_the_first_stays_reachable() {
     let mut second = g.spawn_run("a", &[], &log);
     let second_pid = second.id();
     wait_for(
-        "the second runner's control socket",
+        "the second runner's control API",
         Duration::from_secs(30),
         || g.client("a", &["pause"]).status.success(),
     );

@@ -107,7 +107,7 @@ fn join_refuses_a_code_of_another_project_and_a_failed_join_leaves_nothing() {
 /// leave` while `beebot run` ran left it running until it died as
 /// "revoked", left the service installed, the host listed as revoked and
 /// `benchmark.json` behind (a rejoin never benchmarked). Now leave stops
-/// the runner through its control socket, uninstalls this home's service,
+/// the runner through its status page's API, uninstalls this home's service,
 /// tells the server (the host is listed as `left`), and removes every file
 /// it made, saying so; a rejoin benchmarks again.
 #[test]
