@@ -154,17 +154,21 @@ pub fn deployment_invite(env: Option<String>, file: Option<&Path>) -> Option<Str
         }
         return None;
     }
+    invite_code_in(fs::File::open(file).ok()?).ok().flatten()
+}
+
+/// The first non-blank line of `input`, reading at most an invite code's
+/// length (stdin of `beebot join -`, a deployment's file).
+pub fn invite_code_in(input: impl std::io::Read) -> std::io::Result<Option<String>> {
+    use std::io::Read;
+    let limit = beebot_shared::invite::MAX_INVITE_CODE_LEN as u64 + 2;
     let mut text = String::new();
-    let f = fs::File::open(file).ok()?;
-    std::io::Read::read_to_string(
-        &mut std::io::Read::take(f, beebot_shared::invite::MAX_INVITE_CODE_LEN as u64 + 2),
-        &mut text,
-    )
-    .ok()?;
-    text.lines()
+    input.take(limit).read_to_string(&mut text)?;
+    Ok(text
+        .lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
-        .map(str::to_string)
+        .map(str::to_string))
 }
 
 /// A finished result waiting for upload.

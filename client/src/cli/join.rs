@@ -67,17 +67,8 @@ fn invite_code(
 /// The first non-blank line of `input`, of at most an invite code's length
 /// (what is read is bounded).
 fn invite_from(input: impl std::io::Read) -> Result<String> {
-    use std::io::Read;
-    let limit = beebot_shared::invite::MAX_INVITE_CODE_LEN as u64 + 2;
-    let mut text = String::new();
-    input
-        .take(limit)
-        .read_to_string(&mut text)
-        .context("cannot read the invite code from stdin")?;
-    text.lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .map(str::to_string)
+    beebot_client::home::invite_code_in(input)
+        .context("cannot read the invite code from stdin")?
         .context("no invite code on stdin")
 }
 

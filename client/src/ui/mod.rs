@@ -207,7 +207,6 @@ impl Ui {
     pub async fn join(&self, code: &str, name: Option<String>) -> Result<crate::home::Enrolment> {
         let _one = self.asks.join_lock.lock().await;
         let e = crate::worker::join(&self.home, code, name).await?;
-        self.home.clear_left();
         self.asks.joined.notify_one();
         Ok(e)
     }

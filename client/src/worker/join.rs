@@ -74,6 +74,8 @@ pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrol
         joined_ms: now_ms(),
     };
     home.save_joined(&key, &e)?;
+    // Joined again: an installer's code may join this home again after a leave.
+    home.clear_left();
     Ok(e)
 }
 
