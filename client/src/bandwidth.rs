@@ -6,12 +6,12 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::cancel::Cancel;
+
 /// Bytes the scans may read ahead of the budget: a quarter second at the cap,
 /// at least 16 KiB (a page or two).
 const MIN_BURST_BYTES: u64 = 16 * 1024;
 const BURST_FRACTION_OF_SECOND: f64 = 0.25;
-/// Longest single wait, so a cancelled scan is noticed.
-const MAX_WAIT_STEP: Duration = Duration::from_millis(200);
 
 /// A shared byte budget (virtual-time scheduling). Its rate may change while
 /// scans run ([`Bandwidth::set_kb_per_s`]; 0: no cap).
@@ -83,12 +83,10 @@ impl Bandwidth {
     }
 
     /// Pay for `bytes`, sleeping as long as the budget needs (stops early on cancel).
-    pub fn pay(&self, bytes: u64, cancel: &std::sync::atomic::AtomicBool) {
-        let mut wait = self.book(bytes, Instant::now());
-        while !wait.is_zero() && !cancel.load(std::sync::atomic::Ordering::Relaxed) {
-            let step = wait.min(MAX_WAIT_STEP);
-            std::thread::sleep(step);
-            wait -= step;
+    pub fn pay(&self, bytes: u64, cancel: &Cancel) {
+        let wait = self.book(bytes, Instant::now());
+        if !wait.is_zero() {
+            cancel.sleep(wait);
         }
     }
 }

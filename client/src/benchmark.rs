@@ -15,7 +15,6 @@
 //! loop cancels it when it exits (a `--once` run never waits for it).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,11 +75,13 @@ pub enum BenchmarkError {
 
 use beebot_shared::clock::now_ms;
 
+use crate::cancel::Cancel;
+
 /// Scan the reference site at `url` and measure. `on_progress` sees the crawl.
 pub fn run(
     url: &str,
     cfg: &CrawlerConfig,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
     on_progress: &mut dyn FnMut(&CrawlProgress),
 ) -> Result<BenchmarkRecord, BenchmarkError> {
     let seed = Url::parse(url.trim())
@@ -195,7 +196,7 @@ pub struct Background {
     pub reference_site: String,
     task: Option<tokio::task::JoinHandle<Result<BenchmarkRecord, BenchmarkError>>>,
     /// Stops the running benchmark (at its next request or wait).
-    cancel: Arc<AtomicBool>,
+    cancel: Arc<Cancel>,
     /// A result not yet acknowledged by the server.
     pending: Option<BenchmarkRecord>,
     /// No new try before this, after a failure.
@@ -258,7 +259,7 @@ impl Background {
                 ..cfg.clone()
             };
             tracing::info!(%url, "benchmarking against the reference site");
-            self.cancel = Arc::new(AtomicBool::new(false));
+            self.cancel = Arc::new(Cancel::new());
             let cancel = self.cancel.clone();
             self.task = Some(tokio::task::spawn_blocking(move || {
                 let mut paid = 0u64;
@@ -267,8 +268,8 @@ impl Background {
                         b.pay(p.bytes.saturating_sub(paid), &cancel);
                         paid = p.bytes;
                     }
-                    if !throttle.is_zero() && !cancel.load(Ordering::Relaxed) {
-                        std::thread::sleep(throttle);
+                    if !throttle.is_zero() {
+                        cancel.sleep(throttle);
                     }
                 })
             }));
@@ -279,7 +280,7 @@ impl Background {
     /// Cancel a running benchmark (the work loop exits): its thread stops
     /// at its next request or wait, and nobody waits for it.
     pub fn stop(&mut self) {
-        self.cancel.store(true, Ordering::Relaxed);
+        self.cancel.cancel();
         self.task = None;
     }
 
@@ -371,7 +372,7 @@ mod tests {
 
     #[test]
     fn bad_urls_are_refused() {
-        let cancel = AtomicBool::new(false);
+        let cancel = Cancel::new();
         for url in ["", "ftp://x.test/", "not a url"] {
             assert!(matches!(
                 run(url, &CrawlerConfig::default(), &cancel, &mut |_| {}),

@@ -6,7 +6,8 @@
 //!
 //! A running scan shares a [`CheckpointSlot`] with the work loop: its thread
 //! puts a snapshot there at page boundaries (at most every
-//! [`SNAPSHOT_EVERY`]) and writes it to the spool every
+//! [`SNAPSHOT_EVERY`]; a snapshot moves the crawl's new records into the
+//! slot, which holds the scan's only copy) and writes it to the spool every
 //! [`CHECKPOINT_INTERVAL`] and whenever the gate holds it; the work loop,
 //! stopping, writes the newest snapshot of a scan whose thread is stuck in a
 //! request, so a stop never waits for a request to time out.
@@ -184,8 +185,6 @@ pub struct CheckpointSlot {
 struct SlotInner {
     /// Records of the earlier parts, then of this part up to the newest snapshot.
     records: Vec<LinkRecord>,
-    /// Records of the earlier parts (the head of `records`).
-    earlier_records: usize,
     /// Summary of the earlier parts.
     earlier: ScanSummary,
     /// The newest snapshot's state and summary (this part only).
@@ -207,7 +206,6 @@ impl CheckpointSlot {
             .unwrap_or_default();
         CheckpointSlot {
             inner: Mutex::new(SlotInner {
-                earlier_records: records.len(),
                 records,
                 earlier: summary,
                 latest: None,
@@ -241,15 +239,8 @@ impl CheckpointSlot {
         !s.written && s.written_at.elapsed() >= CHECKPOINT_INTERVAL
     }
 
-    /// How many of this part's records the slot holds (`records_from` of the
-    /// next snapshot).
-    pub fn records_from(&self) -> usize {
-        let s = self.lock();
-        s.records.len() - s.earlier_records
-    }
-
-    /// Keep `snap` (taken with [`CheckpointSlot::records_from`]) as the
-    /// newest. Its records are new (a part requests each page once, and
+    /// Keep `snap` as the newest. Its records are those found since the
+    /// previous snapshot, and new (a part requests each page once, and
     /// never one an earlier part's checkpoint had), so they are appended as
     /// they are: the cost is theirs alone; [`CheckpointSlot::close`] joins
     /// the parts without duplicates all the same.
@@ -286,14 +277,16 @@ impl CheckpointSlot {
     }
 
     /// The scan ended: the whole unit's records and summary, from this
-    /// part's final output. Closes the slot: the work loop writes no older
-    /// snapshot over what the scan writes now.
+    /// part's final output (`records`: those its last snapshot did not
+    /// take). Closes the slot: the work loop writes no older snapshot over
+    /// what the scan writes now.
     pub fn close(&self, records: Vec<LinkRecord>, summary: &ScanSummary) -> Checkpoint {
         let mut s = self.lock();
         s.closed = true;
-        let earlier_records = s.earlier_records;
-        let mut all: Vec<LinkRecord> = s.records[..earlier_records].to_vec();
+        let kept = std::mem::take(&mut s.records);
+        let mut all = Vec::with_capacity(kept.len() + records.len());
         let mut dropped = 0;
+        join_records(&mut all, kept, &mut dropped);
         join_records(&mut all, records, &mut dropped);
         let mut summary = add_summaries(&s.earlier, summary, &all);
         summary.records_dropped += dropped;
@@ -415,7 +408,6 @@ mod tests {
             Ok(())
         };
         assert!(!slot.write_latest(&write).expect("nothing yet"));
-        assert_eq!(slot.records_from(), 0);
         slot.keep(Snapshot {
             state: ScanState {
                 pages_done: 4,
@@ -428,13 +420,14 @@ mod tests {
                 ..ScanSummary::default()
             },
         });
-        assert_eq!(slot.records_from(), 1);
         assert!(slot.write_latest(&write).expect("written"));
         assert!(!slot.write_latest(&write).expect("once"));
         let w = written.borrow()[0].clone();
         assert_eq!(w.records.len(), 2);
         assert_eq!(w.summary.pages, 4);
         assert_eq!(w.state.pages_done, 4);
+        // The part's output holds what its last snapshot did not take (a
+        // record given twice is still kept once).
         let end = slot.close(
             vec![
                 rec("http://a.test/4", "http://d.test/"),

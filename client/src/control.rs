@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+use crate::cancel::Cancel;
 use crate::window::Windows;
 
 /// How often a held scan looks at the gate again.
@@ -168,9 +169,9 @@ impl Gate {
     }
 
     /// Block (a scan thread, at a page boundary) while held, until open or cancelled.
-    pub fn wait_open(&self, cancel: &AtomicBool) {
-        while !cancel.load(Ordering::Relaxed) && !self.is_open() {
-            std::thread::sleep(GATE_POLL);
+    pub fn wait_open(&self, cancel: &Cancel) {
+        while !cancel.is_set() && !self.is_open() {
+            cancel.sleep(GATE_POLL);
         }
     }
 
@@ -596,7 +597,7 @@ mod tests {
     fn wait_open_returns_on_cancel() {
         let g = Gate::new(Windows::always(), false);
         g.pause(None);
-        let cancel = AtomicBool::new(true);
+        let cancel = Cancel::already();
         g.wait_open(&cancel);
     }
 }

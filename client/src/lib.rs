@@ -4,6 +4,7 @@
 
 pub mod bandwidth;
 pub mod benchmark;
+pub mod cancel;
 pub mod checkpoint;
 pub mod concurrency;
 pub mod control;

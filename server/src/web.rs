@@ -146,6 +146,13 @@ impl RequestLog {
             .clone()
     }
 
+    /// The logged requests, in arrival order, leaving the log empty: a
+    /// reader that takes them as they come sees every request, however
+    /// many (the log holds at most [`MAX_LOGGED_REQUESTS`] between takes).
+    pub fn take(&self) -> Vec<LoggedRequest> {
+        std::mem::take(&mut *self.entries.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
     fn record(&self, entry: LoggedRequest) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         if entries.len() < MAX_LOGGED_REQUESTS {

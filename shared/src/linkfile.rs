@@ -229,6 +229,9 @@ pub fn encode(header: &LinkFileHeader, records: &[LinkRecord]) -> Result<Vec<u8>
             .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
         enc.include_checksum(true)
             .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
+        // The size known, zstd sizes its window and tables to it.
+        enc.set_pledged_src_size(Some(raw.len() as u64))
+            .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
         std::io::Write::write_all(&mut enc, &raw)
             .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
         enc.finish()

@@ -150,6 +150,10 @@ impl ScanState {
             let corrupt = |e: std::io::Error| ScanStateError::Corrupt(e.to_string());
             let mut enc = zstd::stream::Encoder::new(&mut out, ZSTD_LEVEL).map_err(corrupt)?;
             enc.include_checksum(true).map_err(corrupt)?;
+            // The size known, zstd sizes its window and tables to it: a small
+            // state costs kilobytes to compress, not the level's megabytes.
+            enc.set_pledged_src_size(Some(raw.len() as u64))
+                .map_err(corrupt)?;
             std::io::Write::write_all(&mut enc, &raw).map_err(corrupt)?;
             enc.finish().map_err(corrupt)?;
         }

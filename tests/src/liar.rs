@@ -14,7 +14,6 @@
 //! multi-byte characters, longer than the server keeps.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -472,7 +471,12 @@ async fn lie(
         let spec = beebot_client::worker::crawl_spec(unit, None, Duration::ZERO)?;
         let cfg = opts.crawler.clone();
         let out = tokio::task::spawn_blocking(move || {
-            crawler::crawl(&spec, &cfg, &AtomicBool::new(false), &mut |_, _| {})
+            crawler::crawl(
+                &spec,
+                &cfg,
+                &beebot_client::cancel::Cancel::new(),
+                &mut |_, _| {},
+            )
         })
         .await
         .context("the honest scan")?;

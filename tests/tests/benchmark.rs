@@ -3,7 +3,7 @@
 //! sends pages/s and KB/s to the project and `hosts list` shows them; `beebot
 //! run` benchmarks by itself on first start. All on loopback.
 
-use std::sync::atomic::AtomicBool;
+use beebot_client::cancel::Cancel;
 use std::time::{Duration, Instant};
 
 use beebot_client::benchmark;
@@ -62,7 +62,7 @@ fn the_benchmark_scans_every_page_of_the_reference_site() {
     let record = benchmark::run(
         &format!("http://{addr}/"),
         &cfg,
-        &AtomicBool::new(false),
+        &Cancel::new(),
         &mut |_| calls += 1,
     )
     .expect("benchmark");
@@ -77,7 +77,7 @@ fn the_benchmark_scans_every_page_of_the_reference_site() {
     let err = benchmark::run(
         &format!("http://{addr}/"),
         &CrawlerConfig::default(),
-        &AtomicBool::new(false),
+        &Cancel::new(),
         &mut |_| {},
     );
     assert!(matches!(err, Err(benchmark::BenchmarkError::NoPages(_))));

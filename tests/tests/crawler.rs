@@ -2,8 +2,8 @@
 //! exact agreement with the generator's truth, limits, robots.txt, politeness,
 //! the private-address guard and cancellation. Nothing here touches the internet.
 
+use beebot_client::cancel::Cancel;
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +54,7 @@ fn open_spec(host: &str) -> CrawlSpec {
 }
 
 fn run(spec: &CrawlSpec, cfg: &CrawlerConfig) -> CrawlOutput {
-    crawl(spec, cfg, &AtomicBool::new(false), &mut |_, _| {})
+    crawl(spec, cfg, &Cancel::new(), &mut |_, _| {})
 }
 
 fn requests_to(log: &[LoggedRequest], host: &str) -> Vec<LoggedRequest> {
@@ -355,7 +355,7 @@ fn cancel_stops_the_scan() {
     let web = Arc::new(SynthWeb::generate(7, 12));
     let server = start(&web);
     let host = biggest_site(&web);
-    let cancel = AtomicBool::new(false);
+    let cancel = Cancel::new();
     let mut calls = 0u64;
     let out = crawl(
         &open_spec(&host),
@@ -364,7 +364,7 @@ fn cancel_stops_the_scan() {
         &mut |pages, _links| {
             calls += 1;
             if pages >= 3 {
-                cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+                cancel.cancel();
             }
         },
     );
@@ -377,7 +377,7 @@ fn cancel_stops_the_scan() {
     let out = crawl(
         &open_spec(&host),
         &loopback_config(&server),
-        &AtomicBool::new(true),
+        &Cancel::already(),
         &mut |_, _| {},
     );
     assert_eq!(out.summary.stopped_by, Some(StopReason::Cancelled));
@@ -448,7 +448,7 @@ fn progress_reports_pages_queue_links_and_bytes() {
     let out = crawl_with_progress(
         &open_spec(&host),
         &loopback_config(&server),
-        &AtomicBool::new(false),
+        &Cancel::new(),
         &mut |p| seen.push(*p),
     );
     let last = seen.last().expect("progress reported");
@@ -609,7 +609,7 @@ fn a_proxy_carries_the_crawl_and_is_trusted_on_a_private_address() {
     };
     let mut spec = CrawlSpec::new(&host, Scope::Host);
     spec.delay = Duration::ZERO;
-    let out = crawl(&spec, &cfg, &AtomicBool::new(false), &mut |_, _| {});
+    let out = crawl(&spec, &cfg, &Cancel::new(), &mut |_, _| {});
     let mut got = out.records.clone();
     let mut want = web.site_truth(&host).expect("truth");
     got.sort_by(|a, b| (&a.source_url, &a.target_url).cmp(&(&b.source_url, &b.target_url)));
@@ -831,14 +831,14 @@ fn crawl_in_parts(spec: &CrawlSpec, cfg: &CrawlerConfig, stop_after: &[u64]) -> 
     let mut outs: Vec<CrawlOutput> = Vec::new();
     let mut resume: Option<ScanState> = None;
     for i in 0..=stop_after.len() {
-        let cancel = AtomicBool::new(false);
+        let cancel = Cancel::new();
         let spec = CrawlSpec {
             resume: resume.clone(),
             ..spec.clone()
         };
         let out = crawl(&spec, cfg, &cancel, &mut |pages, _| {
             if stop_after.get(i).is_some_and(|&n| pages >= n) {
-                cancel.store(true, Ordering::SeqCst);
+                cancel.cancel();
             }
         });
         let stopped_early = out.summary.stopped_by == Some(StopReason::Cancelled);
@@ -974,14 +974,14 @@ fn a_snapshot_at_a_page_boundary_resumes_like_the_final_state() {
     let host = biggest_site(&web);
     let server = start(&web);
     let cfg = loopback_config(&server);
-    let cancel = AtomicBool::new(false);
+    let cancel = Cancel::new();
     let mut snap = None;
     let first = crawl_resumable(&open_spec(&host), &cfg, &cancel, &mut |p, take| {
         if p.pages == 6 {
-            snap = Some(take(0));
+            snap = Some(take());
         }
         if p.pages >= 9 {
-            cancel.store(true, Ordering::SeqCst);
+            cancel.cancel();
         }
     });
     assert_eq!(first.summary.pages, 9);
@@ -1033,7 +1033,7 @@ fn a_site_that_stops_answering_mid_scan_stops_it_offline_and_loses_nothing() {
     let server = std::sync::Mutex::new(Some(start(&web)));
     let cfg = loopback_config(server.lock().unwrap().as_ref().expect("server"));
     let first_log = std::sync::Mutex::new(Vec::new());
-    let cancel = AtomicBool::new(false);
+    let cancel = Cancel::new();
     let first = crawl_with_progress(&open_spec(&host), &cfg, &cancel, &mut |p| {
         if p.pages == 5 {
             if let Some(s) = server.lock().unwrap().take() {

@@ -3,7 +3,7 @@
 //! in its summary, and nothing crashes. Caps and timeouts are small so every
 //! test ends in a few seconds.
 
-use std::sync::atomic::AtomicBool;
+use beebot_client::cancel::Cancel;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,12 +51,7 @@ fn spec(host: &str) -> CrawlSpec {
 }
 
 fn run(spec: &CrawlSpec, server: &SynthWebServer) -> CrawlOutput {
-    crawl(
-        spec,
-        &config(server),
-        &AtomicBool::new(false),
-        &mut |_, _| {},
-    )
+    crawl(spec, &config(server), &Cancel::new(), &mut |_, _| {})
 }
 
 fn targets(out: &CrawlOutput) -> Vec<&str> {

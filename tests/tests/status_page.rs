@@ -135,6 +135,18 @@ fn the_page_refuses_other_pages_and_shows_a_rounds_totals() {
     let mut child = spawn_runner(&g, "h");
     let port = page_port(&g, "h");
     let me = format!("127.0.0.1:{port}");
+    // The runner limits glibc's malloc arenas (it started itself again
+    // with the variable set: the same process, so the same pid).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let environ = std::fs::read(format!("/proc/{}/environ", child.id())).expect("environ");
+        assert!(
+            environ
+                .split(|b| *b == 0)
+                .any(|v| v == b"MALLOC_ARENA_MAX=2"),
+            "the runner's environment limits malloc's arenas"
+        );
+    }
 
     // Before any login: the page's files hold no data, the API refuses.
     let (status, page) = get(port, "/", &me, "");

@@ -182,6 +182,26 @@ fn serve_web() -> Result<()> {
     })));
     let served = Arc::clone(&log);
     let site = Arc::new(web(seconds()?));
+    // Every request, taken from the log as it comes (the log itself keeps
+    // at most MAX_LOGGED_REQUESTS): arrival times by host.
+    let seen = Arc::new(std::sync::Mutex::new(Arrivals::default()));
+    {
+        let (log, seen) = (Arc::clone(&log), Arc::clone(&seen));
+        std::thread::spawn(move || loop {
+            let taken = log.take();
+            seen.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .add(taken);
+            std::thread::sleep(Duration::from_millis(500));
+        });
+    }
+    let arrivals = |log: &RequestLog| {
+        let mut a = seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        a.add(log.take());
+        a.clone()
+    };
     std::thread::spawn(move || {
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener)?;
@@ -191,9 +211,9 @@ fn serve_web() -> Result<()> {
     });
     for line in std::io::stdin().lock().lines() {
         match line?.trim() {
-            "count" => println!("{}", pages_answered(&log.entries())),
+            "count" => println!("{}", arrivals(&log).pages),
             "report" => {
-                println!("{}", politeness(&log.entries(), log.count()));
+                println!("{}", politeness(&arrivals(&log), log.count()));
                 std::io::stdout().flush()?;
                 return Ok(());
             }
@@ -204,17 +224,28 @@ fn serve_web() -> Result<()> {
     Ok(())
 }
 
-/// Page requests answered (robots.txt not counted).
-fn pages_answered(log: &[beebot_server::web::LoggedRequest]) -> usize {
-    log.iter().filter(|r| r.path != "/robots.txt").count()
+/// Every request the web answered: when each arrived, by host, and the
+/// page requests among them (robots.txt not counted).
+#[derive(Clone, Debug, Default)]
+struct Arrivals {
+    by_host: BTreeMap<String, Vec<Instant>>,
+    pages: u64,
+}
+
+impl Arrivals {
+    fn add(&mut self, taken: Vec<beebot_server::web::LoggedRequest>) {
+        for r in taken {
+            if r.path != "/robots.txt" {
+                self.pages += 1;
+            }
+            self.by_host.entry(r.host).or_default().push(r.at);
+        }
+    }
 }
 
 /// The politeness check: `requests hosts violations shortest_gap_ms`.
-fn politeness(log: &[beebot_server::web::LoggedRequest], count: u64) -> String {
-    let mut by_host: BTreeMap<&str, Vec<Instant>> = BTreeMap::new();
-    for r in log {
-        by_host.entry(r.host.as_str()).or_default().push(r.at);
-    }
+fn politeness(arrivals: &Arrivals, count: u64) -> String {
+    let mut by_host = arrivals.by_host.clone();
     let delay = Duration::from_millis(DELAY_MS);
     let (mut violations, mut shortest) = (0u64, Duration::MAX);
     for times in by_host.values_mut() {

@@ -8,9 +8,9 @@
 //! `BEEBOT_BENCH_ROLE=web`), so the peak memory measured is the crawler's alone.
 //! Figures are compared within one run; nothing here asserts a speed.
 
+use beebot_client::cancel::Cancel;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -176,7 +176,7 @@ fn scan(web: &SynthWeb, port: u16, slots: usize) -> ScanFigures {
                         delay: Duration::ZERO,
                         ..CrawlSpec::new(&host, Scope::Host)
                     };
-                    let out = crawl(&spec, &cfg, &AtomicBool::new(false), &mut |_, _| {});
+                    let out = crawl(&spec, &cfg, &Cancel::new(), &mut |_, _| {});
                     assert!(out.summary.stopped_by.is_none(), "{:?}", out.summary);
                     pages += out.summary.pages;
                     bytes += out.summary.bytes;

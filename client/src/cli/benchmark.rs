@@ -5,7 +5,7 @@
 //! A live progress line goes to stderr; the figures stay said should the
 //! send fail. A `--url` result is never sent.
 
-use std::sync::atomic::AtomicBool;
+use beebot_client::cancel::Cancel;
 
 use anyhow::Result;
 
@@ -39,9 +39,7 @@ pub fn benchmark(home: &Home, url: Option<String>, net: &NetArgs) -> Result<Said
         }
     };
     let mut progress = ProgressLine::stderr();
-    let record = benchmark::run(&url, &cfg, &AtomicBool::new(false), &mut |p| {
-        progress.update(p)
-    });
+    let record = benchmark::run(&url, &cfg, &Cancel::new(), &mut |p| progress.update(p));
     progress.finish();
     let record = record?;
     let mut said = Said::from(figures(&record));

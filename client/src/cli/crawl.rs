@@ -5,7 +5,7 @@
 //! A scan that fetched nothing is an error that names why, after the
 //! summary. Nothing here talks to a server or touches the home.
 
-use std::sync::atomic::AtomicBool;
+use beebot_client::cancel::Cancel;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -29,7 +29,7 @@ pub fn crawl(flags: CrawlFlags, net: &NetArgs) -> Result<Said> {
     let site = spec.site.clone();
     let format: Format = flags.format.parse()?;
     let cfg = net.crawler_config()?;
-    let cancel = AtomicBool::new(false);
+    let cancel = Cancel::new();
     // A live line on stderr when it is a terminal; nothing when piped.
     let mut line = progress::ProgressLine::stderr();
     let outcome = crawler::crawl_with_progress(&spec, &cfg, &cancel, &mut |p| line.update(p));

@@ -26,6 +26,14 @@ const DRAIN_BYTES: u64 = 16 * 1024;
 /// Idle connections kept in all (scopes wider than a host touch a few hosts).
 const IDLE_CONNECTIONS: usize = 4;
 
+/// Largest response header (status line and fields) accepted; a connection's
+/// read buffer is this size, since a header is parsed whole from it.
+pub const MAX_RESPONSE_HEADER_BYTES: usize = 64 * 1024;
+/// A connection's write buffer: a request's line and fields (a URL is at
+/// most 2 KiB). ureq's defaults (128 KiB each way) would hold 256 KiB per
+/// kept connection, 16 MB at 64 scans.
+const REQUEST_BUFFER_BYTES: usize = 16 * 1024;
+
 /// One HTTP response, its body read only when asked for.
 #[derive(Debug)]
 pub struct Fetched {
@@ -115,6 +123,9 @@ impl Fetcher {
             .timeout_global(Some(cfg.request_timeout))
             .max_idle_connections(IDLE_CONNECTIONS)
             .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_HOST)
+            .max_response_header_size(MAX_RESPONSE_HEADER_BYTES)
+            .input_buffer_size(MAX_RESPONSE_HEADER_BYTES)
+            .output_buffer_size(REQUEST_BUFFER_BYTES)
             .build();
         let proxy_host = cfg
             .proxy
@@ -295,5 +306,43 @@ mod tests {
         };
         let err = get(&open, "http://10.0.0.5/").expect_err("nothing listens");
         assert!(!matches!(err, FetchError::Refused(_)), "{err}");
+    }
+
+    /// A response header up to [`MAX_RESPONSE_HEADER_BYTES`] is read (the
+    /// connection's read buffer holds it whole); a longer one is refused,
+    /// never cut into a page.
+    #[test]
+    fn a_header_larger_than_the_limit_is_refused_and_one_within_is_read() {
+        use std::io::Write;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let sizes = [
+            MAX_RESPONSE_HEADER_BYTES - 1024,
+            MAX_RESPONSE_HEADER_BYTES + 1024,
+        ];
+        let server = std::thread::spawn(move || {
+            for size in sizes {
+                let (mut conn, _) = listener.accept().expect("accept");
+                let mut request = [0u8; 4096];
+                let _ = conn.read(&mut request);
+                let filler = "x".repeat(size);
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nX-Filler: {filler}\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+                );
+            }
+        });
+        let cfg = CrawlerConfig {
+            allow_private: true,
+            ..CrawlerConfig::default()
+        };
+        let fetcher = Fetcher::new(&cfg, "BeeBot-test");
+        let url = Url::parse(&format!("http://127.0.0.1:{port}/")).expect("url");
+        let get = || fetcher.get(&url, 1024, BodyWanted::Html, Duration::from_secs(5));
+        let fits = get().expect("a header within the limit is read");
+        assert_eq!((fits.status, fits.body.as_slice()), (200, &b"hello"[..]));
+        let err = get().expect_err("a header past the limit");
+        assert!(matches!(err, FetchError::Network(_)), "{err}");
+        server.join().expect("server");
     }
 }

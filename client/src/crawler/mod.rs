@@ -49,7 +49,6 @@ mod state;
 pub mod trap;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use beebot_shared::limits::{MAX_DELAY_MS, MAX_PAGES_PER_SITE, MAX_URL_LEN};
@@ -62,6 +61,7 @@ use fetch::{FetchError, Fetcher};
 use frontier::{Frontier, MAX_FRONTIER_URLS};
 use robots::{Robots, MAX_CRAWL_DELAY};
 
+pub use crate::cancel::Cancel;
 pub use state::{encode_state, fit_state};
 
 pub use resolve::{
@@ -192,7 +192,8 @@ impl Default for CrawlerConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub struct CrawlOutput {
     /// One record per distinct (source page, target URL) leaving the scope, in
-    /// the order found.
+    /// the order found: those not taken by a snapshot (all of them when
+    /// none was taken).
     pub records: Vec<LinkRecord>,
     pub summary: ScanSummary,
     /// Where the crawl stopped, when it stopped early (cancelled, or out of
@@ -200,9 +201,9 @@ pub struct CrawlOutput {
     pub state: Option<ScanState>,
 }
 
-/// Takes a [`Snapshot`] of the crawl at this page boundary, with the
-/// records after the first `records_from`.
-pub type TakeSnapshot<'a> = &'a dyn Fn(usize) -> Snapshot;
+/// Takes a [`Snapshot`] of the crawl at this page boundary: its state, and
+/// the records found since the previous snapshot, taken out of the crawl.
+pub type TakeSnapshot<'a> = &'a mut dyn FnMut() -> Snapshot;
 
 /// Called after each page with the progress and a way to take a snapshot.
 pub type OnPage<'a> = &'a mut dyn FnMut(&CrawlProgress, TakeSnapshot<'_>);
@@ -212,7 +213,7 @@ pub type OnPage<'a> = &'a mut dyn FnMut(&CrawlProgress, TakeSnapshot<'_>);
 pub struct Snapshot {
     /// Where the crawl stands (pages taken include the resumed state's).
     pub state: ScanState,
-    /// The records found since the first `records_from` (see [`crawl_resumable`]).
+    /// The records found since the previous snapshot (see [`crawl_resumable`]).
     pub new_records: Vec<LinkRecord>,
     /// This crawl's summary so far (`stopped_by` empty).
     pub summary: ScanSummary,
@@ -242,7 +243,7 @@ pub struct CrawlProgress {
 pub fn crawl(
     spec: &CrawlSpec,
     cfg: &CrawlerConfig,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
     on_progress: &mut dyn FnMut(u64, u64),
 ) -> CrawlOutput {
     crawl_with_progress(spec, cfg, cancel, &mut |p| on_progress(p.pages, p.links))
@@ -252,20 +253,21 @@ pub fn crawl(
 pub fn crawl_with_progress(
     spec: &CrawlSpec,
     cfg: &CrawlerConfig,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
     on_progress: &mut dyn FnMut(&CrawlProgress),
 ) -> CrawlOutput {
     crawl_resumable(spec, cfg, cancel, &mut |p, _| on_progress(p))
 }
 
 /// [`crawl_with_progress`], also handing the caller, after each page, a way to
-/// take a [`Snapshot`] of the crawl there: `snapshot(records_from)` returns
-/// the state and the records after the first `records_from` (so a caller
-/// that keeps them pays only for the new ones).
+/// take a [`Snapshot`] of the crawl there: `snapshot()` returns the state
+/// and the records found since the previous snapshot, which leave the crawl
+/// (a caller that keeps them holds the only copy, and the output's
+/// `records` are only those after the last snapshot).
 pub fn crawl_resumable(
     spec: &CrawlSpec,
     cfg: &CrawlerConfig,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
     on_page: OnPage<'_>,
 ) -> CrawlOutput {
     let mut crawler = Crawler::new(spec, cfg, cancel);
@@ -276,7 +278,7 @@ pub fn crawl_resumable(
 /// One crawl in progress.
 struct Crawler<'a> {
     spec: &'a CrawlSpec,
-    cancel: &'a AtomicBool,
+    cancel: &'a Cancel,
     scope: SiteScope,
     fetcher: Fetcher,
     /// robots.txt group name of our User-Agent.
@@ -296,7 +298,10 @@ struct Crawler<'a> {
     pages_before: u64,
     /// When the last request to each origin finished.
     last_request: HashMap<String, Instant>,
+    /// Records not yet taken by a snapshot.
     records: Vec<LinkRecord>,
+    /// Records found by this crawl, those taken by snapshots included.
+    links: u64,
     target_hosts: HashSet<String>,
     status_counts: BTreeMap<u16, u64>,
     /// Frontier entries answered with some HTTP status.
@@ -341,7 +346,7 @@ enum PageResult {
 
 impl<'a> Crawler<'a> {
     /// A crawl of `spec`, from its seed or from the state it resumes.
-    fn new(spec: &'a CrawlSpec, cfg: &CrawlerConfig, cancel: &'a AtomicBool) -> Crawler<'a> {
+    fn new(spec: &'a CrawlSpec, cfg: &CrawlerConfig, cancel: &'a Cancel) -> Crawler<'a> {
         // Groups are matched by our product token, whatever the User-Agent says.
         let agent_token = robots::ROBOTS_TOKEN.to_string();
         let mut frontier = Frontier::new(MAX_FRONTIER_URLS);
@@ -386,6 +391,7 @@ impl<'a> Crawler<'a> {
             pages_before,
             last_request: HashMap::new(),
             records: Vec::new(),
+            links: 0,
             target_hosts: HashSet::new(),
             status_counts: BTreeMap::new(),
             pages: 0,
@@ -433,14 +439,14 @@ impl<'a> Crawler<'a> {
             };
             let progress = CrawlProgress {
                 pages: self.pages,
-                links: self.records.len() as u64,
+                links: self.links,
                 queued: self.frontier.len() as u64,
                 bytes: self.bytes,
                 errors: self.errors,
                 responses: self.responses,
                 response_ms: u64::try_from(self.response_time.as_millis()).unwrap_or(u64::MAX),
             };
-            on_page(&progress, &|from| self.snapshot(from));
+            on_page(&progress, &mut || self.snapshot());
             match result {
                 PageResult::Answered => {}
                 PageResult::Failed if first => return Some(StopReason::SeedUnreachable),
@@ -558,7 +564,7 @@ impl<'a> Crawler<'a> {
         ScanSummary {
             pages: self.pages,
             bytes: self.bytes,
-            links: self.records.len() as u64,
+            links: self.links,
             distinct_target_hosts: self.target_hosts.len() as u64,
             errors: self.errors,
             elapsed_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -598,7 +604,7 @@ impl<'a> Crawler<'a> {
 
     /// Cancel, or the crawl's time budget (the only early stops).
     fn limit_reached(&self) -> Option<StopReason> {
-        if self.cancel.load(Ordering::Relaxed) {
+        if self.cancel.is_set() {
             return Some(StopReason::Cancelled);
         }
         if self.time_left().is_zero() {
@@ -680,7 +686,7 @@ mod tests {
             let out = crawl(
                 &CrawlSpec::new(site, Scope::Host),
                 &cfg(allow_private),
-                &AtomicBool::new(false),
+                &Cancel::new(),
                 &mut |_, _| {},
             );
             assert_eq!(out.summary.pages, 0, "{site}: {:?}", out.summary);
@@ -705,7 +711,7 @@ mod tests {
             ..CrawlSpec::new("a.test", Scope::Host)
         };
         let cfg = CrawlerConfig::default();
-        let cancel = AtomicBool::new(false);
+        let cancel = Cancel::new();
         assert_eq!(Crawler::new(&spec, &cfg, &cancel).agent_token, "BeeBot");
     }
 
@@ -716,7 +722,7 @@ mod tests {
             ..CrawlSpec::new("a.test", Scope::Subdomains)
         };
         let cfg = CrawlerConfig::default();
-        let cancel = AtomicBool::new(false);
+        let cancel = Cancel::new();
         let c = Crawler::new(&spec, &cfg, &cancel);
         assert!(c.is_excluded(&url("http://www.b.a.test:8080/x")));
         assert!(!c.is_excluded(&url("http://c.a.test/")));

@@ -227,10 +227,11 @@ impl Crawler<'_> {
         nofollow: bool,
         anchor_text: String,
     ) {
-        if self.records.len() >= MAX_LINK_RECORDS {
+        if self.links >= MAX_LINK_RECORDS as u64 {
             self.records_dropped += 1;
             return;
         }
+        self.links += 1;
         if let Some(host) = target.host_str() {
             if !self.target_hosts.contains(host) {
                 self.target_hosts.insert(host.to_string());

@@ -5,8 +5,9 @@
 //! site offline.
 //!
 //! A robots.txt that cannot be read means nothing is crawled on its origin
-//! (the safe side). Waits are sliced so a cancel or the time budget is seen
-//! within [`WAIT_SLICE`]. Nothing here queues or records links.
+//! (the safe side). A wait sleeps until its time or the scan's cancel,
+//! whichever comes first ([`crate::cancel::Cancel`]): it never polls. Nothing
+//! here queues or records links.
 
 use std::time::{Duration, Instant};
 
@@ -18,15 +19,8 @@ use url::Url;
 
 use super::fetch::{BodyWanted, FetchError};
 use super::redirect::{self, MAX_REDIRECTS};
-use super::robots::{self, Robots, MAX_ROBOTS_BYTES};
+use super::robots::{Robots, MAX_ROBOTS_BYTES};
 use super::{origin, Crawler, MAX_ROBOTS_HOSTS};
-
-/// Granularity of waits: cancel and time limits are checked this often.
-pub(super) const WAIT_SLICE: Duration = Duration::from_millis(20);
-
-/// Turns of one politeness wait: the longest delay in [`WAIT_SLICE`]s, plus slack.
-const MAX_WAIT_SLICES: u64 =
-    2 + robots::MAX_CRAWL_DELAY.as_millis() as u64 / WAIT_SLICE.as_millis() as u64;
 
 /// What asking one origin's robots.txt gave.
 struct RobotsAsked {
@@ -88,16 +82,9 @@ impl Crawler<'_> {
         if ready - now > self.time_left() {
             return Err(StopReason::MaxTime); // the wait alone would outlast the crawl
         }
-        // The delay is at most a minute, so this is at most MAX_WAIT_SLICES turns.
-        for _ in 0..MAX_WAIT_SLICES {
-            if let Some(stop) = self.limit_reached() {
-                return Err(stop);
-            }
-            let now = Instant::now();
-            if now >= ready {
-                break;
-            }
-            std::thread::sleep((ready - now).min(WAIT_SLICE));
+        // Within the time budget (checked above): only a cancel ends it early.
+        if self.cancel.sleep_until(ready) {
+            return Err(StopReason::Cancelled);
         }
         Ok(())
     }

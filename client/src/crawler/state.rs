@@ -9,7 +9,6 @@
 use std::collections::HashSet;
 
 use beebot_shared::limits::{MAX_SCAN_STATE_DECOMPRESSED_BYTES, MAX_STATE_ROBOTS, MAX_URL_LEN};
-use beebot_shared::linkfile::LinkRecord;
 use beebot_shared::scanstate::{
     url_digest, ScanState, ScanStateError, MAX_SEEN_DIGESTS, MAX_STATE_ROBOTS_BODY,
 };
@@ -57,19 +56,15 @@ impl Crawler<'_> {
         (state, cut)
     }
 
-    /// A snapshot between two pages: the state, the records from
-    /// `records_from` on, and the summary so far.
-    pub(super) fn snapshot(&self, records_from: usize) -> Snapshot {
+    /// A snapshot between two pages: the state, the records found since
+    /// the previous snapshot (taken out of the crawl), and the summary so far.
+    pub(super) fn snapshot(&mut self) -> Snapshot {
         let (state, cut) = self.state();
         let mut summary = self.summary(None);
         summary.frontier_dropped += cut;
         Snapshot {
             state,
-            new_records: self
-                .records
-                .get(records_from..)
-                .map(<[LinkRecord]>::to_vec)
-                .unwrap_or_default(),
+            new_records: std::mem::take(&mut self.records),
             summary,
         }
     }
@@ -137,10 +132,10 @@ pub fn encode_state(state: &mut ScanState) -> Result<(Vec<u8>, u64), ScanStateEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cancel::Cancel;
     use crate::crawler::{CrawlSpec, CrawlerConfig};
     use beebot_shared::scanstate::QueuedUrl;
     use beebot_shared::scope::Scope;
-    use std::sync::atomic::AtomicBool;
     use url::Url;
 
     #[test]
@@ -191,7 +186,7 @@ mod tests {
     fn a_page_reached_by_a_redirect_is_not_queued_in_the_state() {
         let spec = CrawlSpec::new("a.test", Scope::Host);
         let cfg = CrawlerConfig::default();
-        let cancel = AtomicBool::new(false);
+        let cancel = Cancel::new();
         let mut c = Crawler::new(&spec, &cfg, &cancel);
         for u in ["http://a.test/", "http://a.test/b", "http://a.test/c"] {
             c.frontier.push(Url::parse(u).expect("test URL"), 1);

@@ -7,7 +7,6 @@
 //! checkpoint. Nothing here waits for the network while the client stops.
 
 use crate::control::ProblemKind;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -126,7 +125,7 @@ impl Worker {
         self.stopping = true;
         for h in self.held.values() {
             if let HeldState::Crawling { cancel, .. } = &h.state {
-                cancel.store(true, Ordering::Relaxed);
+                cancel.cancel();
             }
         }
         let until = tokio::time::Instant::now() + SHUTDOWN_GRACE;

@@ -8,7 +8,7 @@
 //! Nothing here talks to the server or starts a scan.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use ed25519_dalek::{SigningKey, VerifyingKey};
 use tokio::sync::mpsc;
 
 use crate::bandwidth::Bandwidth;
+use crate::cancel::Cancel;
 use crate::checkpoint::CheckpointSlot;
 use crate::home::{Enrolment, Home, SpooledUnit};
 use crate::net::{Link, ServerId};
@@ -36,7 +37,7 @@ pub(super) struct Held {
 pub(super) enum HeldState {
     Waiting,
     Crawling {
-        cancel: Arc<AtomicBool>,
+        cancel: Arc<Cancel>,
         /// Set with `cancel` when the server wants the scan on another host
         /// ([`ABORT_HAND_OVER`]): it ends with a result and its frontier.
         hand_over: Arc<AtomicBool>,
@@ -184,7 +185,7 @@ impl Worker {
             };
             match &h.state {
                 HeldState::Crawling { cancel, .. } => {
-                    cancel.store(true, Ordering::Relaxed);
+                    cancel.cancel();
                     h.state = HeldState::Aborted;
                 }
                 HeldState::Aborted => {}

@@ -37,13 +37,13 @@ impl Worker {
                     } = &h.state
                     {
                         hand_over.store(true, Ordering::Relaxed);
-                        cancel.store(true, Ordering::Relaxed);
+                        cancel.cancel();
                     }
                 }
                 Ok(Response::Abort { reason }) => {
                     tracing::info!(unit_id, "server aborted the scan: {reason}");
                     if let HeldState::Crawling { cancel, .. } = &h.state {
-                        cancel.store(true, Ordering::Relaxed);
+                        cancel.cancel();
                     }
                     h.state = HeldState::Aborted;
                     if reason == ABORT_ROUND_CANCELLED {

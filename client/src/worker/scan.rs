@@ -19,6 +19,7 @@ use beebot_shared::sign::WorkUnit;
 use url::Url;
 
 use crate::bandwidth::Bandwidth;
+use crate::cancel::Cancel;
 use crate::checkpoint::{Checkpoint, CheckpointSlot};
 use crate::control::Gate;
 use crate::crawler::{self, CrawlProgress, CrawlSpec, CrawlerConfig};
@@ -89,7 +90,7 @@ pub fn crawl_spec(
 
 /// What a running scan shares with the work loop.
 struct ScanHooks {
-    cancel: Arc<AtomicBool>,
+    cancel: Arc<Cancel>,
     /// The cancel is a hand-over: upload what was done, with the frontier.
     hand_over: Arc<AtomicBool>,
     pages: Arc<AtomicU64>,
@@ -135,13 +136,13 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
             b.pay(p.bytes.saturating_sub(paid_bytes), cancel);
             paid_bytes = p.bytes;
         }
-        if !hooks.throttle.is_zero() && !cancel.load(Ordering::Relaxed) {
-            std::thread::sleep(hooks.throttle);
+        if !hooks.throttle.is_zero() {
+            cancel.sleep(hooks.throttle);
         }
         let held = hooks.gate.as_ref().is_some_and(|g| !g.is_open());
         let write_now = held || slot.write_due();
-        if write_now || cancel.load(Ordering::Relaxed) || slot.snapshot_due() {
-            slot.keep(snapshot(slot.records_from()));
+        if write_now || cancel.is_set() || slot.snapshot_due() {
+            slot.keep(snapshot());
         }
         if write_now {
             if let Err(e) = slot.write_latest(&write) {
@@ -269,7 +270,7 @@ impl Worker {
         let (pages_before, links_before) = checkpoint
             .as_ref()
             .map_or((0, 0), |c| (c.summary.pages, c.records.len() as u64));
-        let cancel = Arc::new(AtomicBool::new(false));
+        let cancel = Arc::new(Cancel::new());
         let hand_over = Arc::new(AtomicBool::new(false));
         let pages = Arc::new(AtomicU64::new(pages_before));
         let links = Arc::new(AtomicU64::new(links_before));
