@@ -8,6 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+/// Longest single wait: every caller's wait is far shorter (a Crawl-delay
+/// is capped at a minute); a longer one is cut here, so adding it to the
+/// clock can never overflow.
+pub const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
 /// The cancel of one scan (or benchmark): set once, seen by every wait.
 #[derive(Debug, Default)]
 pub struct Cancel {
@@ -67,19 +72,10 @@ impl Cancel {
         }
     }
 
-    /// Sleep for `d` or until the cancel; true when cancelled.
+    /// Sleep for `d` (at most [`MAX_WAIT`]) or until the cancel; true when
+    /// cancelled.
     pub fn sleep(&self, d: Duration) -> bool {
-        match Instant::now().checked_add(d) {
-            Some(until) => self.sleep_until(until),
-            None => {
-                // Longer than the clock can count: until the cancel.
-                let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-                while !self.is_set() {
-                    guard = self.wake.wait(guard).unwrap_or_else(|p| p.into_inner());
-                }
-                true
-            }
-        }
+        self.sleep_until(Instant::now() + d.min(MAX_WAIT))
     }
 }
 

@@ -443,6 +443,29 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::TcpStream;
 
+    /// A reader that takes the log as it comes sees every request, past
+    /// the entries one log holds; the count is never reset.
+    #[test]
+    fn taking_the_log_empties_it_and_the_count_goes_on() {
+        let log = RequestLog::default();
+        let entry = |path: &str| LoggedRequest {
+            at: Instant::now(),
+            answered: Instant::now(),
+            host: "a.test".into(),
+            path: path.into(),
+            user_agent: String::new(),
+            status: 200,
+        };
+        log.record(entry("/1"));
+        log.record(entry("/2"));
+        let taken: Vec<String> = log.take().into_iter().map(|r| r.path).collect();
+        assert_eq!(taken, ["/1", "/2"]);
+        assert!(log.entries().is_empty());
+        log.record(entry("/3"));
+        assert_eq!(log.take().len(), 1);
+        assert_eq!(log.count(), 3);
+    }
+
     /// One raw HTTP/1.1 GET (Connection: close), returning the response head and body.
     fn get(addr: SocketAddr, host: &str, path: &str) -> (String, Vec<u8>) {
         let mut stream = TcpStream::connect(addr).expect("connect");

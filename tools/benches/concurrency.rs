@@ -195,12 +195,13 @@ fn serve_web() -> Result<()> {
             std::thread::sleep(Duration::from_millis(500));
         });
     }
-    let arrivals = |log: &RequestLog| {
+    // Everything up to now, under the lock (no copy of the arrivals).
+    let up_to_now = |f: &dyn Fn(&mut Arrivals) -> String| {
         let mut a = seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         a.add(log.take());
-        a.clone()
+        f(&mut a)
     };
     std::thread::spawn(move || {
         rt.block_on(async move {
@@ -211,9 +212,9 @@ fn serve_web() -> Result<()> {
     });
     for line in std::io::stdin().lock().lines() {
         match line?.trim() {
-            "count" => println!("{}", arrivals(&log).pages),
+            "count" => println!("{}", up_to_now(&|a| a.pages.to_string())),
             "report" => {
-                println!("{}", politeness(&arrivals(&log), log.count()));
+                println!("{}", up_to_now(&|a| politeness(a, log.count())));
                 std::io::stdout().flush()?;
                 return Ok(());
             }
@@ -226,7 +227,7 @@ fn serve_web() -> Result<()> {
 
 /// Every request the web answered: when each arrived, by host, and the
 /// page requests among them (robots.txt not counted).
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 struct Arrivals {
     by_host: BTreeMap<String, Vec<Instant>>,
     pages: u64,
@@ -244,8 +245,8 @@ impl Arrivals {
 }
 
 /// The politeness check: `requests hosts violations shortest_gap_ms`.
-fn politeness(arrivals: &Arrivals, count: u64) -> String {
-    let mut by_host = arrivals.by_host.clone();
+fn politeness(arrivals: &mut Arrivals, count: u64) -> String {
+    let by_host = &mut arrivals.by_host;
     let delay = Duration::from_millis(DELAY_MS);
     let (mut violations, mut shortest) = (0u64, Duration::MAX);
     for times in by_host.values_mut() {
