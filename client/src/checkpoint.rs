@@ -4,13 +4,19 @@
 //! starting over. Also the arithmetic of a scan in parts: the records of
 //! the parts joined without duplicates, their summaries added up.
 //!
+//! A checkpoint is two files: its head (`N.ckpt`: state, summary and the
+//! [`LogMark`] of its records) and the unit's records log (`N.records`,
+//! [`crate::recordlog`]), which a checkpoint only appends to: a checkpoint
+//! writes the records found since the previous one, never all of them again,
+//! and a running scan holds only those in memory.
+//!
 //! A running scan shares a [`CheckpointSlot`] with the work loop: its thread
 //! puts a snapshot there at page boundaries (at most every
 //! [`SNAPSHOT_EVERY`]; a snapshot moves the crawl's new records into the
-//! slot, which holds the scan's only copy) and writes it to the spool every
-//! [`CHECKPOINT_INTERVAL`] and whenever the gate holds it; the work loop,
-//! stopping, writes the newest snapshot of a scan whose thread is stuck in a
-//! request, so a stop never waits for a request to time out.
+//! slot) and writes it to the spool every [`CHECKPOINT_INTERVAL`] and
+//! whenever the gate holds it; the work loop, stopping, writes the newest
+//! snapshot of a scan whose thread is stuck in a request, so a stop never
+//! waits for a request to time out.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
@@ -20,28 +26,27 @@ use serde::{Deserialize, Serialize};
 
 use beebot_shared::codec;
 use beebot_shared::export::target_host;
-use beebot_shared::limits::{MAX_LINK_FILE_BYTES, MAX_LINK_RECORDS, MAX_SCAN_STATE_BYTES};
-use beebot_shared::linkfile::{
-    self, LinkFileHeader, LinkRecord, ScanSummary, StopReason, LINK_FILE_VERSION,
-};
-use beebot_shared::scanstate::ScanState;
+use beebot_shared::limits::{MAX_LINK_RECORDS, MAX_SCAN_STATE_BYTES};
+use beebot_shared::linkfile::{self, LinkRecord, ScanSummary, StopReason};
+use beebot_shared::scanstate::{url_digest, ScanState};
 
 use crate::crawler::Snapshot;
+use crate::recordlog::{LogMark, RecordsLog};
 
 /// Longest a running scan goes without a checkpoint in the spool: what a
 /// kill or a power cut may cost (the issue asks for at least every 30 s).
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Longest a scan's in-memory snapshot lags its page boundaries: taking one
-/// copies the queue and seen set, so not after every page of a fast scan;
-/// at a politeness delay of 1 s or more every page boundary is kept.
-pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(1);
+/// copies the queue and seen set, so not after every page. What it costs is
+/// what a stop while a request hangs loses: the pages since the snapshot,
+/// requested again when the scan resumes.
+pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
 
-/// Largest checkpoint file: a state and a link file at their limits, plus
-/// the summary.
-pub const MAX_CHECKPOINT_BYTES: usize = MAX_SCAN_STATE_BYTES + MAX_LINK_FILE_BYTES + 64 * 1024;
+/// Largest checkpoint head: a state at its limit, plus the summary.
+pub const MAX_CHECKPOINT_BYTES: usize = MAX_SCAN_STATE_BYTES + 64 * 1024;
 
-/// A scan's checkpoint, as the spool keeps it.
+/// A scan's checkpoint, read whole from the spool.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Checkpoint {
     /// Where the scan stands.
@@ -52,7 +57,7 @@ pub struct Checkpoint {
     pub summary: ScanSummary,
 }
 
-/// Failures reading or writing a checkpoint.
+/// Failures reading or writing a checkpoint head.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     #[error("checkpoint: {0}")]
@@ -65,96 +70,102 @@ pub enum CheckpointError {
     OtherUnit { got: u64, want: u64 },
 }
 
-/// The file form: each part in its own bounded, checksummed encoding.
-#[derive(Serialize, Deserialize)]
-struct CheckpointFile {
-    unit_id: u64,
-    state: Vec<u8>,
-    link_file: Vec<u8>,
-    summary: ScanSummary,
+/// A checkpoint's head: where the scan stands, its summary, and how far its
+/// records log holds its records.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointHead {
+    pub state: ScanState,
+    pub summary: ScanSummary,
+    pub log: LogMark,
 }
 
-impl Checkpoint {
-    /// Encode for the spool (the records as a link file of `unit_id`).
+/// Writes a checkpoint head to the spool (after its records log is synced).
+pub type WriteHead<'a> = &'a dyn Fn(&CheckpointHead) -> anyhow::Result<()>;
+
+/// The head's file form: the state in its own bounded, checksummed encoding.
+#[derive(Serialize, Deserialize)]
+struct HeadFile {
+    unit_id: u64,
+    state: Vec<u8>,
+    summary: ScanSummary,
+    log: LogMark,
+}
+
+impl CheckpointHead {
+    /// Encode for the spool.
     pub fn encode(&self, unit_id: u64) -> Result<Vec<u8>, CheckpointError> {
-        let header = LinkFileHeader {
-            format_version: LINK_FILE_VERSION,
-            round_id: 0,
-            unit_id,
-            site: self.state.site.clone(),
-            pages: self.summary.pages,
-            records: self.records.len() as u64,
-        };
         // Fitted to its limits: a checkpoint is never lost for its size.
         let mut state = self.state.clone();
         let (state, cut) = crate::crawler::encode_state(&mut state)?;
         let mut summary = self.summary.clone();
         summary.frontier_dropped += cut;
-        let file = CheckpointFile {
+        let file = HeadFile {
             unit_id,
             state,
-            link_file: linkfile::encode(&header, &self.records)?,
             summary,
+            log: self.log,
         };
         Ok(codec::encode(&file, MAX_CHECKPOINT_BYTES)?)
     }
 
-    /// Decode a spooled checkpoint of `unit_id`, every part bounded.
-    pub fn decode(bytes: &[u8], unit_id: u64) -> Result<Checkpoint, CheckpointError> {
-        let file: CheckpointFile = codec::decode(bytes, MAX_CHECKPOINT_BYTES)?;
+    /// Decode a spooled head of `unit_id`, every part bounded.
+    pub fn decode(bytes: &[u8], unit_id: u64) -> Result<CheckpointHead, CheckpointError> {
+        let file: HeadFile = codec::decode(bytes, MAX_CHECKPOINT_BYTES)?;
         if file.unit_id != unit_id {
             return Err(CheckpointError::OtherUnit {
                 got: file.unit_id,
                 want: unit_id,
             });
         }
-        let (_, records) = linkfile::decode(&file.link_file)?;
-        Ok(Checkpoint {
+        Ok(CheckpointHead {
             state: ScanState::decode(&file.state)?,
-            records,
             summary: file.summary,
+            log: file.log,
         })
     }
 }
 
 /// Join the records of a scan's parts, in order, without a duplicate
 /// (source, target) pair, at most [`MAX_LINK_RECORDS`] (the rest counted in
-/// `dropped`).
-pub fn join_records(parts: &mut Vec<LinkRecord>, more: Vec<LinkRecord>, dropped: &mut u64) {
-    let mut pairs: HashSet<(String, String)> = parts
-        .iter()
-        .map(|r| (r.source_url.clone(), r.target_url.clone()))
-        .collect();
-    for r in more {
-        if !pairs.insert((r.source_url.clone(), r.target_url.clone())) {
-            continue;
-        }
-        if parts.len() >= MAX_LINK_RECORDS {
-            *dropped += 1;
-            continue;
-        }
-        parts.push(r);
+/// `dropped`). The pairs are compared in place, not copied.
+pub fn join_records(
+    parts: impl IntoIterator<Item = Vec<LinkRecord>>,
+    dropped: &mut u64,
+) -> Vec<LinkRecord> {
+    let mut all: Vec<LinkRecord> = parts.into_iter().flatten().collect();
+    let first: Vec<bool> = {
+        let mut pairs: HashSet<(&str, &str)> = HashSet::with_capacity(all.len());
+        all.iter()
+            .map(|r| pairs.insert((r.source_url.as_str(), r.target_url.as_str())))
+            .collect()
+    };
+    let mut first = first.into_iter();
+    all.retain(|_| first.next().unwrap_or(false));
+    if all.len() > MAX_LINK_RECORDS {
+        *dropped += (all.len() - MAX_LINK_RECORDS) as u64;
+        all.truncate(MAX_LINK_RECORDS);
     }
+    all
 }
 
 /// The summary of two consecutive parts of one scan: counters added up, the
-/// stop of the later part, the links and target hosts of `records` (the
-/// joined records).
+/// stop of the later part, `links` records to `hosts` distinct target hosts
+/// (those of the joined records).
 pub fn add_summaries(
     earlier: &ScanSummary,
     later: &ScanSummary,
-    records: &[LinkRecord],
+    links: u64,
+    hosts: u64,
 ) -> ScanSummary {
     let mut status: BTreeMap<u16, u64> = BTreeMap::new();
     for (code, n) in earlier.status_counts.iter().chain(&later.status_counts) {
         *status.entry(*code).or_insert(0) += n;
     }
-    let hosts: HashSet<String> = records.iter().map(|r| target_host(&r.target_url)).collect();
     ScanSummary {
         pages: earlier.pages + later.pages,
         bytes: earlier.bytes + later.bytes,
-        links: records.len() as u64,
-        distinct_target_hosts: hosts.len() as u64,
+        links,
+        distinct_target_hosts: hosts,
         errors: earlier.errors + later.errors,
         elapsed_ms: earlier.elapsed_ms.saturating_add(later.elapsed_ms),
         stopped_by: later.stopped_by,
@@ -175,6 +186,17 @@ pub fn add_summaries(
     }
 }
 
+/// Distinct target hosts of `records`.
+pub fn distinct_hosts(records: &[LinkRecord]) -> u64 {
+    let hosts: HashSet<String> = records.iter().map(|r| target_host(&r.target_url)).collect();
+    hosts.len() as u64
+}
+
+/// The digest a slot counts a record's target host by.
+fn host_digest(r: &LinkRecord) -> u64 {
+    url_digest(&target_host(&r.target_url))
+}
+
 /// One running scan's checkpoints, shared by its thread and the work loop.
 #[derive(Debug)]
 pub struct CheckpointSlot {
@@ -183,8 +205,14 @@ pub struct CheckpointSlot {
 
 #[derive(Debug)]
 struct SlotInner {
-    /// Records of the earlier parts, then of this part up to the newest snapshot.
-    records: Vec<LinkRecord>,
+    /// The unit's records log: every record up to the last write.
+    log: RecordsLog,
+    /// Records kept since the last write (not yet in the log).
+    pending: Vec<LinkRecord>,
+    /// Digests of the target hosts of the log's and `pending`'s records.
+    hosts: HashSet<u64>,
+    /// Records the log could not take (at its limits).
+    dropped: u64,
     /// Summary of the earlier parts.
     earlier: ScanSummary,
     /// The newest snapshot's state and summary (this part only).
@@ -198,15 +226,52 @@ struct SlotInner {
     closed: bool,
 }
 
+impl SlotInner {
+    /// Move the pending records into the log; those it cannot take are
+    /// counted as dropped (a write that failed keeps them for the next).
+    fn flush(&mut self) -> anyhow::Result<()> {
+        match self.log.append(&self.pending) {
+            Ok(_) => {}
+            Err(e)
+                if self.log.mark().records + self.pending.len() as u64
+                    > MAX_LINK_RECORDS as u64 =>
+            {
+                tracing::warn!("records not kept: {e:#}");
+                self.dropped += self.pending.len() as u64;
+            }
+            Err(e) => return Err(e),
+        }
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// The whole unit's summary so far, with this part's `later`.
+    fn summary(&self, later: &ScanSummary) -> ScanSummary {
+        let links = self.log.mark().records + self.pending.len() as u64;
+        let mut s = add_summaries(&self.earlier, later, links, self.hosts.len() as u64);
+        s.records_dropped += self.dropped;
+        s
+    }
+}
+
 impl CheckpointSlot {
-    /// A slot for a scan that resumes `earlier` (none: a fresh scan).
-    pub fn new(earlier: Option<&Checkpoint>) -> CheckpointSlot {
-        let (records, summary) = earlier
-            .map(|c| (c.records.clone(), c.summary.clone()))
+    /// A slot for a scan whose records go to `log`, resuming `earlier`
+    /// (whose records `log` holds up to its mark; none: a fresh scan).
+    pub fn new(log: RecordsLog, earlier: Option<&Checkpoint>) -> CheckpointSlot {
+        let (hosts, summary) = earlier
+            .map(|c| {
+                (
+                    c.records.iter().map(host_digest).collect(),
+                    c.summary.clone(),
+                )
+            })
             .unwrap_or_default();
         CheckpointSlot {
             inner: Mutex::new(SlotInner {
-                records,
+                log,
+                pending: Vec::new(),
+                hosts,
+                dropped: 0,
                 earlier: summary,
                 latest: None,
                 taken_at: None,
@@ -241,65 +306,98 @@ impl CheckpointSlot {
 
     /// Keep `snap` as the newest. Its records are those found since the
     /// previous snapshot, and new (a part requests each page once, and
-    /// never one an earlier part's checkpoint had), so they are appended as
-    /// they are: the cost is theirs alone; [`CheckpointSlot::close`] joins
+    /// never one an earlier part's checkpoint had), so they are kept as
+    /// they are: the cost is theirs alone; [`CheckpointSlot::finish`] joins
     /// the parts without duplicates all the same.
     pub fn keep(&self, snap: Snapshot) {
         let mut s = self.lock();
-        s.records.extend(snap.new_records);
+        for r in &snap.new_records {
+            let d = host_digest(r);
+            s.hosts.insert(d);
+        }
+        s.pending.extend(snap.new_records);
         s.latest = Some((snap.state, snap.summary));
         s.taken_at = Some(Instant::now());
         s.written = false;
     }
 
-    /// Write the newest snapshot with `write` (unless written, or the scan
-    /// closed the slot). Errors are the caller's to report.
-    pub fn write_latest(
-        &self,
-        write: &dyn Fn(&Checkpoint) -> anyhow::Result<()>,
-    ) -> anyhow::Result<bool> {
+    /// Write the newest snapshot (unless written, or the scan closed the
+    /// slot): its new records appended to the log, then the head with
+    /// `write`. Errors are the caller's to report.
+    pub fn write_latest(&self, write: WriteHead<'_>) -> anyhow::Result<bool> {
         let mut s = self.lock();
         if s.written || s.closed {
             return Ok(false);
         }
-        let Some((state, summary)) = s.latest.clone() else {
+        let Some((state, later)) = s.latest.clone() else {
             return Ok(false);
         };
-        let c = Checkpoint {
-            summary: add_summaries(&s.earlier, &summary, &s.records),
-            records: s.records.clone(),
+        s.flush()?;
+        let head = CheckpointHead {
+            summary: s.summary(&later),
             state,
+            log: s.log.mark(),
         };
-        write(&c)?;
+        write(&head)?;
         s.written = true;
         s.written_at = Instant::now();
         Ok(true)
     }
 
-    /// The scan ended: the whole unit's records and summary, from this
-    /// part's final output (`records`: those its last snapshot did not
-    /// take). Closes the slot: the work loop writes no older snapshot over
-    /// what the scan writes now.
-    pub fn close(&self, records: Vec<LinkRecord>, summary: &ScanSummary) -> Checkpoint {
+    /// The scan stopped to go on later: its final checkpoint, at `state`,
+    /// with this part's final output (`records`: those its last snapshot
+    /// did not take, and `summary`). Closes the slot.
+    pub fn suspend(
+        &self,
+        state: ScanState,
+        records: Vec<LinkRecord>,
+        summary: &ScanSummary,
+        write: WriteHead<'_>,
+    ) -> anyhow::Result<()> {
         let mut s = self.lock();
         s.closed = true;
-        let kept = std::mem::take(&mut s.records);
-        let mut all = Vec::with_capacity(kept.len() + records.len());
-        let mut dropped = 0;
-        join_records(&mut all, kept, &mut dropped);
-        join_records(&mut all, records, &mut dropped);
-        let mut summary = add_summaries(&s.earlier, summary, &all);
+        for r in &records {
+            let d = host_digest(r);
+            s.hosts.insert(d);
+        }
+        s.pending.extend(records);
+        s.flush()?;
+        let head = CheckpointHead {
+            summary: s.summary(summary),
+            state,
+            log: s.log.mark(),
+        };
+        write(&head)
+    }
+
+    /// The scan ended: the whole unit's records (the log's, then this
+    /// part's final output, `records`: those its last snapshot did not
+    /// take) and summary. Closes the slot: the work loop writes no older
+    /// snapshot over what the scan writes now.
+    pub fn finish(
+        &self,
+        records: Vec<LinkRecord>,
+        summary: &ScanSummary,
+    ) -> anyhow::Result<Checkpoint> {
+        let mut s = self.lock();
+        s.closed = true;
+        let logged = s.log.read_all()?;
+        let pending = std::mem::take(&mut s.pending);
+        let mut dropped = s.dropped;
+        let all = join_records([logged, pending, records], &mut dropped);
+        let mut summary =
+            add_summaries(&s.earlier, summary, all.len() as u64, distinct_hosts(&all));
         summary.records_dropped += dropped;
         if summary.stopped_by.is_none() && summary.frontier_dropped > 0 {
             // An earlier part's frontier dropped URLs: the whole unit's scan
             // did not reach every page, though this part's queue ran out.
             summary.stopped_by = Some(StopReason::FrontierFull);
         }
-        Checkpoint {
+        Ok(Checkpoint {
             state: ScanState::default(),
             records: all,
             summary,
-        }
+        })
     }
 }
 
@@ -345,35 +443,66 @@ mod tests {
         }
     }
 
+    /// A records log holding `c`'s records, in a fresh directory.
+    fn log_of(dir: &tempfile::TempDir, c: Option<&Checkpoint>) -> RecordsLog {
+        let mut log = RecordsLog::open(
+            &dir.path().join("7.records"),
+            7,
+            "a.test",
+            LogMark::default(),
+        )
+        .expect("log");
+        if let Some(c) = c {
+            log.append(&c.records).expect("append");
+        }
+        log
+    }
+
     #[test]
-    fn round_trip_and_refusals() {
+    fn heads_round_trip_and_are_refused_when_damaged_or_of_another_unit() {
         let c = checkpoint();
-        let bytes = c.encode(7).expect("encode");
-        assert_eq!(Checkpoint::decode(&bytes, 7).expect("decode"), c);
+        let head = CheckpointHead {
+            state: c.state.clone(),
+            summary: c.summary.clone(),
+            log: LogMark {
+                records: 1,
+                bytes: 90,
+            },
+        };
+        let bytes = head.encode(7).expect("encode");
+        assert_eq!(CheckpointHead::decode(&bytes, 7).expect("decode"), head);
         assert!(matches!(
-            Checkpoint::decode(&bytes, 8),
+            CheckpointHead::decode(&bytes, 8),
             Err(CheckpointError::OtherUnit { .. })
         ));
         let mut bad = bytes.clone();
         let mid = bad.len() / 2;
         bad[mid] ^= 0x5a;
-        assert!(Checkpoint::decode(&bad, 7).is_err());
-        assert!(Checkpoint::decode(&bytes[..bytes.len() / 2], 7).is_err());
+        assert!(CheckpointHead::decode(&bad, 7).is_err());
+        assert!(CheckpointHead::decode(&bytes[..bytes.len() / 2], 7).is_err());
     }
 
     #[test]
     fn parts_add_up_without_duplicates() {
-        let mut all = vec![rec("http://a.test/", "http://b.test/")];
         let mut dropped = 0;
-        join_records(
-            &mut all,
-            vec![
-                rec("http://a.test/", "http://b.test/"),
-                rec("http://a.test/2", "http://c.test/x"),
+        let all = join_records(
+            [
+                vec![rec("http://a.test/", "http://b.test/")],
+                vec![
+                    rec("http://a.test/", "http://b.test/"),
+                    rec("http://a.test/2", "http://c.test/x"),
+                ],
             ],
             &mut dropped,
         );
-        assert_eq!(all.len(), 2);
+        assert_eq!(
+            all,
+            vec![
+                rec("http://a.test/", "http://b.test/"),
+                rec("http://a.test/2", "http://c.test/x")
+            ]
+        );
+        assert_eq!(dropped, 0);
         let earlier = ScanSummary {
             pages: 3,
             errors: 1,
@@ -388,7 +517,7 @@ mod tests {
             status_counts: vec![(200, 1), (404, 1)],
             ..ScanSummary::default()
         };
-        let s = add_summaries(&earlier, &later, &all);
+        let s = add_summaries(&earlier, &later, all.len() as u64, distinct_hosts(&all));
         assert_eq!(s.pages, 5);
         assert_eq!(s.errors, 1);
         assert_eq!(s.elapsed_ms, 1500);
@@ -398,54 +527,137 @@ mod tests {
         assert_eq!(s.status_counts, vec![(200, 4), (404, 1)]);
     }
 
+    fn snapshot(state: &ScanState, records: Vec<LinkRecord>, pages: u64) -> Snapshot {
+        Snapshot {
+            state: ScanState {
+                pages_done: state.pages_done + pages,
+                ..state.clone()
+            },
+            new_records: records,
+            summary: ScanSummary {
+                pages,
+                status_counts: vec![(200, pages)],
+                ..ScanSummary::default()
+            },
+        }
+    }
+
     #[test]
-    fn a_slot_writes_its_newest_snapshot_once_and_never_after_close() {
+    fn a_slot_appends_only_new_records_and_writes_its_newest_snapshot_once() {
+        let dir = tempfile::tempdir().expect("dir");
         let earlier = checkpoint();
-        let slot = CheckpointSlot::new(Some(&earlier));
+        let slot = CheckpointSlot::new(log_of(&dir, Some(&earlier)), Some(&earlier));
         let written = std::cell::RefCell::new(Vec::new());
-        let write = |c: &Checkpoint| {
-            written.borrow_mut().push(c.clone());
+        let write = |h: &CheckpointHead| {
+            written.borrow_mut().push(h.clone());
             Ok(())
         };
         assert!(!slot.write_latest(&write).expect("nothing yet"));
-        slot.keep(Snapshot {
-            state: ScanState {
-                pages_done: 4,
-                ..earlier.state.clone()
-            },
-            new_records: vec![rec("http://a.test/4", "http://d.test/")],
-            summary: ScanSummary {
-                pages: 1,
-                status_counts: vec![(200, 1)],
-                ..ScanSummary::default()
-            },
-        });
+        let path = dir.path().join("7.records");
+        let before = std::fs::metadata(&path).expect("log").len();
+        slot.keep(snapshot(
+            &earlier.state,
+            vec![rec("http://a.test/4", "http://d.test/")],
+            1,
+        ));
+        // Kept in memory until written: the log is as it was.
+        assert_eq!(std::fs::metadata(&path).expect("log").len(), before);
         assert!(slot.write_latest(&write).expect("written"));
         assert!(!slot.write_latest(&write).expect("once"));
-        let w = written.borrow()[0].clone();
-        assert_eq!(w.records.len(), 2);
-        assert_eq!(w.summary.pages, 4);
-        assert_eq!(w.state.pages_done, 4);
+        let h = written.borrow()[0].clone();
+        assert_eq!(h.log.records, 2);
+        assert_eq!(h.log.bytes, std::fs::metadata(&path).expect("log").len());
+        assert_eq!(h.summary.links, 2);
+        assert_eq!(h.summary.distinct_target_hosts, 2);
+        assert_eq!(h.summary.pages, 4);
+        assert_eq!(h.state.pages_done, 4);
+        // What the head names is what the log holds, the earlier record first.
+        assert_eq!(
+            crate::recordlog::read(&path, 7, h.log).expect("read"),
+            vec![
+                rec("http://a.test/", "http://b.test/"),
+                rec("http://a.test/4", "http://d.test/")
+            ]
+        );
+        // A second write appends the records kept since, not all of them.
+        slot.keep(snapshot(
+            &earlier.state,
+            vec![rec("http://a.test/6", "http://d.test/")],
+            2,
+        ));
+        assert!(slot.write_latest(&write).expect("written"));
+        let h2 = written.borrow()[1].clone();
+        assert_eq!(h2.log.records, 3);
+        assert_eq!(h2.summary.distinct_target_hosts, 2);
+        assert!(h2.log.bytes - h.log.bytes < h.log.bytes, "{h:?} {h2:?}");
         // The part's output holds what its last snapshot did not take (a
         // record given twice is still kept once).
-        let end = slot.close(
-            vec![
-                rec("http://a.test/4", "http://d.test/"),
-                rec("http://a.test/5", "http://e.test/"),
-            ],
+        let end = slot
+            .finish(
+                vec![
+                    rec("http://a.test/4", "http://d.test/"),
+                    rec("http://a.test/5", "http://e.test/"),
+                ],
+                &ScanSummary {
+                    pages: 3,
+                    ..ScanSummary::default()
+                },
+            )
+            .expect("finish");
+        assert_eq!(end.records.len(), 4);
+        assert_eq!(end.summary.links, 4);
+        assert_eq!(end.summary.distinct_target_hosts, 3);
+        assert_eq!(end.summary.pages, 6);
+        slot.keep(snapshot(&earlier.state, Vec::new(), 0));
+        assert!(!slot.write_latest(&write).expect("closed"));
+    }
+
+    #[test]
+    fn a_suspended_slot_leaves_a_head_and_log_that_read_back_whole() {
+        let dir = tempfile::tempdir().expect("dir");
+        let home = crate::home::Home::resolve(Some(dir.path().to_path_buf())).expect("home");
+        let earlier = checkpoint();
+        home.save_checkpoint(7, &earlier).expect("save");
+        let (read, mark) = home.checkpoint(7).expect("read").expect("some");
+        assert_eq!(read, earlier);
+        let log = home.records_log(7, "a.test", mark).expect("log");
+        let slot = CheckpointSlot::new(log, Some(&read));
+        slot.keep(snapshot(
+            &earlier.state,
+            vec![rec("http://a.test/4", "http://d.test/")],
+            1,
+        ));
+        let write = |h: &CheckpointHead| home.save_checkpoint_head(7, h);
+        slot.suspend(
+            ScanState {
+                pages_done: 5,
+                ..earlier.state.clone()
+            },
+            vec![rec("http://a.test/5", "http://e.test/")],
             &ScanSummary {
                 pages: 2,
+                stopped_by: Some(StopReason::Cancelled),
                 ..ScanSummary::default()
             },
+            &write,
+        )
+        .expect("suspend");
+        assert!(slot.is_closed());
+        let (again, _) = home.checkpoint(7).expect("read").expect("some");
+        assert_eq!(again.state.pages_done, 5);
+        assert_eq!(again.summary.pages, 5);
+        assert_eq!(again.summary.links, 3);
+        assert_eq!(
+            again.records,
+            vec![
+                rec("http://a.test/", "http://b.test/"),
+                rec("http://a.test/4", "http://d.test/"),
+                rec("http://a.test/5", "http://e.test/")
+            ]
         );
-        assert_eq!(end.records.len(), 3);
-        assert_eq!(end.summary.pages, 5);
-        slot.keep(Snapshot {
-            state: earlier.state.clone(),
-            new_records: Vec::new(),
-            summary: ScanSummary::default(),
-        });
-        assert!(!slot.write_latest(&write).expect("closed"));
+        home.remove_checkpoint(7);
+        assert!(!home.has_checkpoint(7));
+        assert!(!dir.path().join("spool/scans/7.records").exists());
     }
 
     #[test]
@@ -453,33 +665,41 @@ mod tests {
         // The first part's frontier was full (its state could not keep
         // every URL); the resumed part's queue runs out: the unit did not
         // reach its natural end.
+        let dir = tempfile::tempdir().expect("dir");
         let mut earlier = checkpoint();
         earlier.summary.frontier_dropped = 7;
-        let slot = CheckpointSlot::new(Some(&earlier));
-        let end = slot.close(
-            Vec::new(),
-            &ScanSummary {
-                pages: 2,
-                stopped_by: None,
-                ..ScanSummary::default()
-            },
-        );
+        let slot = CheckpointSlot::new(log_of(&dir, Some(&earlier)), Some(&earlier));
+        let end = slot
+            .finish(
+                Vec::new(),
+                &ScanSummary {
+                    pages: 2,
+                    stopped_by: None,
+                    ..ScanSummary::default()
+                },
+            )
+            .expect("finish");
         assert_eq!(end.summary.frontier_dropped, 7);
         assert_eq!(end.summary.stopped_by, Some(StopReason::FrontierFull));
         // A later part's own stop stands; nothing dropped, a natural end.
-        let slot = CheckpointSlot::new(Some(&earlier));
-        let end = slot.close(
-            Vec::new(),
-            &ScanSummary {
-                stopped_by: Some(StopReason::MaxPages),
-                frontier_dropped: 1,
-                ..ScanSummary::default()
-            },
-        );
+        let slot = CheckpointSlot::new(log_of(&dir, Some(&earlier)), Some(&earlier));
+        let end = slot
+            .finish(
+                Vec::new(),
+                &ScanSummary {
+                    stopped_by: Some(StopReason::MaxPages),
+                    frontier_dropped: 1,
+                    ..ScanSummary::default()
+                },
+            )
+            .expect("finish");
         assert_eq!(end.summary.frontier_dropped, 8);
         assert_eq!(end.summary.stopped_by, Some(StopReason::MaxPages));
-        let slot = CheckpointSlot::new(Some(&checkpoint()));
-        let end = slot.close(Vec::new(), &ScanSummary::default());
+        let slot = CheckpointSlot::new(log_of(&dir, Some(&checkpoint())), Some(&checkpoint()));
+        let end = slot
+            .finish(Vec::new(), &ScanSummary::default())
+            .expect("finish");
         assert_eq!(end.summary.stopped_by, None);
+        assert_eq!(end.records, checkpoint().records);
     }
 }

@@ -8,7 +8,8 @@
 //! DATA/spool/units/N.deadline  the unit's deadline as the server last extended it (ms)
 //! DATA/spool/results/N.lf  finished link files waiting for upload, N.summary beside,
 //!                          N.state beside when the scan stopped early (its frontier)
-//! DATA/spool/scans/N.ckpt  a running scan's checkpoint (state, records, summary so far)
+//! DATA/spool/scans/N.ckpt  a running scan's checkpoint head (state, summary, records mark)
+//! DATA/spool/scans/N.records  its records log, appended as it checkpoints
 //! DATA/run.lock            held (advisory lock) by the one `beebot run` of this home;
 //!                          its pid inside, emptied when it exits
 //! DATA/revoked.json        the server refused this host as revoked (when, its words)
@@ -31,7 +32,8 @@ use beebot_shared::limits::{MAX_LINK_FILE_BYTES, MAX_SCAN_STATE_BYTES, MAX_UNIT_
 use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::sign::{self, SignedUnit, WorkUnit};
 
-use crate::checkpoint::{Checkpoint, MAX_CHECKPOINT_BYTES};
+use crate::checkpoint::{Checkpoint, CheckpointHead, MAX_CHECKPOINT_BYTES};
+use crate::recordlog::{self, LogMark, RecordsLog};
 
 /// Most units kept in the spool: more than any buffer the client asks for.
 pub const MAX_SPOOLED_UNITS: usize = 1024;
@@ -248,6 +250,9 @@ impl Home {
     fn checkpoint_path(&self, unit_id: u64) -> PathBuf {
         self.scans_dir().join(format!("{unit_id}.ckpt"))
     }
+    fn records_log_path(&self, unit_id: u64) -> PathBuf {
+        self.scans_dir().join(format!("{unit_id}.records"))
+    }
 
     /// The host key, made (mode 0600) when there is none. A key file other
     /// users can read is refused: whoever reads it can act as this host.
@@ -390,17 +395,41 @@ impl Home {
         text.trim().parse().ok()
     }
 
-    /// Keep a running scan's checkpoint (durably: temporary name, fsync, rename).
+    /// Keep a checkpoint whole (a continuation unit's state, say): its
+    /// records as a new records log, then its head. The old head goes
+    /// first, so a death between leaves no head naming the wrong log.
     pub fn save_checkpoint(&self, unit_id: u64, c: &Checkpoint) -> Result<()> {
-        let bytes = c
+        let _ = fs::remove_file(self.checkpoint_path(unit_id));
+        let mut log = self.records_log(unit_id, &c.state.site, LogMark::default())?;
+        let log = log.append(&c.records)?;
+        self.save_checkpoint_head(
+            unit_id,
+            &CheckpointHead {
+                state: c.state.clone(),
+                summary: c.summary.clone(),
+                log,
+            },
+        )
+    }
+
+    /// Keep a running scan's checkpoint head (durably: temporary name,
+    /// fsync, rename), its records log synced up to `head.log` before.
+    pub fn save_checkpoint_head(&self, unit_id: u64, head: &CheckpointHead) -> Result<()> {
+        let bytes = head
             .encode(unit_id)
             .with_context(|| format!("cannot encode the checkpoint of unit {unit_id}"))?;
         write_atomic(&self.checkpoint_path(unit_id), &bytes, false)
     }
 
-    /// A unit's checkpoint, if one is spooled. A damaged one is an error
-    /// naming the file (the caller starts the scan over).
-    pub fn checkpoint(&self, unit_id: u64) -> Result<Option<Checkpoint>> {
+    /// The records log of a unit's scan, open to append after `mark` (its
+    /// checkpoint's; the default for a fresh scan, which empties it).
+    pub fn records_log(&self, unit_id: u64, site: &str, mark: LogMark) -> Result<RecordsLog> {
+        RecordsLog::open(&self.records_log_path(unit_id), unit_id, site, mark)
+    }
+
+    /// A unit's checkpoint head, if one is spooled. A damaged one is an
+    /// error naming the file.
+    pub fn checkpoint_head(&self, unit_id: u64) -> Result<Option<CheckpointHead>> {
         let path = self.checkpoint_path(unit_id);
         let meta = match fs::metadata(&path) {
             Ok(m) => m,
@@ -411,17 +440,37 @@ impl Home {
             bail!("{} is larger than a checkpoint may be", path.display());
         }
         let bytes = fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        let c = Checkpoint::decode(&bytes, unit_id)
+        let head = CheckpointHead::decode(&bytes, unit_id)
             .with_context(|| format!("{} is damaged", path.display()))?;
-        Ok(Some(c))
+        Ok(Some(head))
+    }
+
+    /// A unit's checkpoint, if one is spooled, with its records, and the
+    /// mark of its records log. A damaged head or log is an error naming
+    /// the file (the caller starts the scan over).
+    pub fn checkpoint(&self, unit_id: u64) -> Result<Option<(Checkpoint, LogMark)>> {
+        let Some(head) = self.checkpoint_head(unit_id)? else {
+            return Ok(None);
+        };
+        let records = recordlog::read(&self.records_log_path(unit_id), unit_id, head.log)?;
+        Ok(Some((
+            Checkpoint {
+                state: head.state,
+                records,
+                summary: head.summary,
+            },
+            head.log,
+        )))
     }
 
     pub fn has_checkpoint(&self, unit_id: u64) -> bool {
         self.checkpoint_path(unit_id).exists()
     }
 
+    /// Remove a unit's checkpoint: its head, then its records log.
     pub fn remove_checkpoint(&self, unit_id: u64) {
         let _ = fs::remove_file(self.checkpoint_path(unit_id));
+        let _ = fs::remove_file(self.records_log_path(unit_id));
     }
 
     /// Keep a finished result until the server acknowledges it. The summary is
@@ -515,7 +564,7 @@ impl Home {
                 }
                 let orphan = match ext_of(&path).as_deref() {
                     Some("tmp") => true,
-                    Some("ckpt" | "lf" | "summary" | "state" | "deadline") => {
+                    Some("ckpt" | "records" | "lf" | "summary" | "state" | "deadline") => {
                         id_of(&path).is_some_and(|id| !units.contains(&id))
                     }
                     _ => false,
@@ -1130,10 +1179,28 @@ mod tests {
         };
         h.save_checkpoint(9, &c).expect("save");
         assert!(h.has_checkpoint(9));
-        assert_eq!(h.checkpoint(9).expect("read"), Some(c));
-        // A checkpoint of another unit under this name is refused, not used.
+        let (read, mark) = h.checkpoint(9).expect("read").expect("some");
+        assert_eq!(read, c);
+        assert_eq!(mark.records, 1);
+        // A checkpoint of another unit under this name is refused, not used;
+        // so is one whose records log is gone or shorter than it names.
         fs::copy(h.checkpoint_path(9), h.checkpoint_path(10)).expect("copy");
+        fs::copy(h.records_log_path(9), h.records_log_path(10)).expect("copy");
         assert!(h.checkpoint(10).is_err());
+        fs::copy(h.records_log_path(9), h.records_log_path(11)).expect("copy");
+        let log = fs::read(h.records_log_path(9)).expect("log");
+        fs::write(h.records_log_path(9), &log[..log.len() - 1]).expect("cut");
+        assert!(h.checkpoint(9).is_err());
+        fs::remove_file(h.records_log_path(9)).expect("rm");
+        assert!(h.checkpoint(9).is_err());
+        fs::rename(h.records_log_path(11), h.records_log_path(9)).expect("back");
+        assert_eq!(h.checkpoint(9).expect("read").expect("some").0, c);
+        // Saved whole again: the log is written anew, not appended to.
+        h.save_checkpoint(9, &c).expect("save");
+        assert_eq!(
+            h.checkpoint(9).expect("read").expect("some"),
+            (c.clone(), mark)
+        );
         h.save_deadline(9, 1_700_000_000_123).expect("deadline");
         assert_eq!(h.deadline(9), Some(1_700_000_000_123));
         let r = SpooledResult {
@@ -1148,6 +1215,7 @@ mod tests {
         assert_eq!(h.result(9).expect("read"), Some(r2));
         h.remove_unit(9);
         assert!(!h.has_checkpoint(9));
+        assert!(!h.records_log_path(9).exists());
         assert_eq!(h.deadline(9), None);
         assert!(h.result(9).expect("read").is_none());
     }
@@ -1167,6 +1235,7 @@ mod tests {
         let kept = [
             h.units_dir().join("4.unit"),
             h.scans_dir().join("4.ckpt"),
+            h.scans_dir().join("4.records"),
             h.results_dir().join("4.lf"),
             h.units_dir().join("4.deadline"),
             h.data.join("spool").join("today.json"),
@@ -1178,6 +1247,7 @@ mod tests {
             h.data.join("spool").join("today.tmp"),
             // A unit removed, its checkpoint and result not yet.
             h.scans_dir().join("7.ckpt"),
+            h.scans_dir().join("7.records"),
             h.results_dir().join("7.lf"),
             h.results_dir().join("7.summary"),
             h.results_dir().join("7.state"),

@@ -14,6 +14,7 @@ pub mod home;
 pub mod leave;
 pub mod logging;
 pub mod net;
+pub mod recordlog;
 pub mod rt;
 pub mod service;
 pub mod settings;

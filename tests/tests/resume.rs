@@ -98,7 +98,7 @@ fn checkpoints(g: &Grid, name: &str) -> BTreeMap<u64, Checkpoint> {
         else {
             continue;
         };
-        if let Ok(Some(c)) = h.checkpoint(id) {
+        if let Ok(Some((c, _))) = h.checkpoint(id) {
             out.insert(id, c);
         }
     }

@@ -111,11 +111,11 @@ pub fn state_answer(
 
 /// Where a unit's scan starts.
 #[derive(Debug)]
-pub enum StartFrom {
+pub enum StartFrom<C> {
     /// A fresh scan, from the seed.
     Seed,
     /// The unit's checkpoint (its own earlier run, or a continuation's state).
-    Checkpoint(Box<Checkpoint>),
+    Checkpoint(Box<C>),
     /// A continuation unit without a usable state: fetch it (`FetchState`).
     FetchState,
 }
@@ -124,7 +124,7 @@ pub enum StartFrom {
 /// checkpoint starts a unit over from the seed; a continuation unit never
 /// starts from the seed (that would scan its job's earlier segments again):
 /// without its checkpoint it fetches its state again.
-pub fn start_from(continuation: bool, read: Result<Option<Checkpoint>>) -> StartFrom {
+pub fn start_from<C>(continuation: bool, read: Result<Option<C>>) -> StartFrom<C> {
     match read {
         Ok(Some(c)) => StartFrom::Checkpoint(Box::new(c)),
         _ if continuation => StartFrom::FetchState,
@@ -342,16 +342,12 @@ mod tests {
             records: Vec::new(),
             summary: Default::default(),
         };
-        assert!(matches!(start_from(false, Ok(None)), StartFrom::Seed));
-        assert!(matches!(start_from(true, Ok(None)), StartFrom::FetchState));
-        assert!(matches!(
-            start_from(true, Err(anyhow::anyhow!("damaged"))),
-            StartFrom::FetchState
-        ));
-        assert!(matches!(
-            start_from(false, Err(anyhow::anyhow!("damaged"))),
-            StartFrom::Seed
-        ));
+        let none = || Ok::<Option<Checkpoint>, anyhow::Error>(None);
+        let damaged = || Err::<Option<Checkpoint>, _>(anyhow::anyhow!("damaged"));
+        assert!(matches!(start_from(false, none()), StartFrom::Seed));
+        assert!(matches!(start_from(true, none()), StartFrom::FetchState));
+        assert!(matches!(start_from(true, damaged()), StartFrom::FetchState));
+        assert!(matches!(start_from(false, damaged()), StartFrom::Seed));
         assert!(matches!(
             start_from(true, Ok(Some(c.clone()))),
             StartFrom::Checkpoint(_)

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use tokio::sync::mpsc;
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::CheckpointHead;
 
 use super::held::{HeldState, Worker};
 use super::scan::{ScanDone, ScanEnd};
@@ -153,7 +153,7 @@ impl Worker {
             if let HeldState::Crawling { slot, .. } = &h.state {
                 let (unit_id, slot, home) = (*unit_id, slot.clone(), self.home.clone());
                 writers.spawn_blocking(move || {
-                    let write = |c: &Checkpoint| home.save_checkpoint(unit_id, c);
+                    let write = |h: &CheckpointHead| home.save_checkpoint_head(unit_id, h);
                     (unit_id, slot.write_latest(&write))
                 });
             }

@@ -20,10 +20,11 @@ use url::Url;
 
 use crate::bandwidth::Bandwidth;
 use crate::cancel::Cancel;
-use crate::checkpoint::{Checkpoint, CheckpointSlot};
+use crate::checkpoint::{Checkpoint, CheckpointHead, CheckpointSlot};
 use crate::control::Gate;
 use crate::crawler::{self, CrawlProgress, CrawlSpec, CrawlerConfig};
 use crate::home::{Home, SpooledResult};
+use crate::recordlog::{LogMark, RecordsLog};
 
 use super::continuation::{start_from, StartFrom};
 use super::held::{HeldState, Worker};
@@ -117,7 +118,7 @@ struct ScanHooks {
 fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHooks) -> ScanEnd {
     let cancel = &*hooks.cancel;
     let slot = &*hooks.slot;
-    let write = |c: &Checkpoint| hooks.home.save_checkpoint(unit.unit_id, c);
+    let write = |h: &CheckpointHead| hooks.home.save_checkpoint_head(unit.unit_id, h);
     let mut paid_bytes = 0u64;
     let mut counted = CrawlProgress::default();
     let out = crawler::crawl_resumable(spec, cfg, cancel, &mut |p, snapshot| {
@@ -155,7 +156,6 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
     });
     let stopped_by = out.summary.stopped_by;
     let state = out.state;
-    let mut whole = slot.close(out.records, &out.summary);
     let handed_over =
         stopped_by == Some(StopReason::Cancelled) && hooks.hand_over.load(Ordering::Relaxed);
     if let Some(stop @ (StopReason::Cancelled | StopReason::Offline)) =
@@ -163,13 +163,17 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
     {
         // Kept, to go on from its checkpoint: after the client restarts,
         // or once the site answers again.
-        whole.state = state.unwrap_or_default();
-        return match hooks.home.save_checkpoint(unit.unit_id, &whole) {
+        let state = state.unwrap_or_default();
+        return match slot.suspend(state, out.records, &out.summary, &write) {
             Ok(()) if stop == StopReason::Offline => ScanEnd::Offline,
             Ok(()) => ScanEnd::Checkpointed,
             Err(e) => ScanEnd::Failed(format!("cannot write the checkpoint: {e:#}")),
         };
     }
+    let mut whole = match slot.finish(out.records, &out.summary) {
+        Ok(w) => w,
+        Err(e) => return ScanEnd::Failed(format!("cannot read the scan's records: {e:#}")),
+    };
     let header = LinkFileHeader::of_unit(unit, whole.summary.pages, whole.records.len() as u64);
     let link_file = match linkfile::encode(&header, &whole.records) {
         Ok(b) => b,
@@ -247,8 +251,13 @@ impl Worker {
             }
         };
         let unit = h.unit.unit.clone();
-        let spent = Duration::from_millis(checkpoint.as_ref().map_or(0, |c| c.summary.elapsed_ms));
-        let spec = match crawl_spec(&unit, checkpoint.as_ref().map(|c| c.state.clone()), spent) {
+        let spent =
+            Duration::from_millis(checkpoint.as_ref().map_or(0, |(c, _)| c.summary.elapsed_ms));
+        let spec = match crawl_spec(
+            &unit,
+            checkpoint.as_ref().map(|(c, _)| c.state.clone()),
+            spent,
+        ) {
             Ok(s) => s,
             Err(e) => {
                 let _ = self.done_tx.try_send(ScanDone {
@@ -259,13 +268,33 @@ impl Worker {
                 return false;
             }
         };
-        self.spawn_scan(unit, spec, checkpoint);
+        // The records log, after the checkpoint's mark (emptied for a
+        // fresh scan).
+        let mark = checkpoint.as_ref().map_or(LogMark::default(), |(_, m)| *m);
+        let log = match self.home.records_log(unit_id, &unit.site, mark) {
+            Ok(log) => log,
+            Err(e) => {
+                let _ = self.done_tx.try_send(ScanDone {
+                    unit_id,
+                    result: ScanEnd::Failed(format!("cannot open the scan's records log: {e:#}")),
+                });
+                h.state = HeldState::Aborted;
+                return false;
+            }
+        };
+        self.spawn_scan(unit, spec, checkpoint.map(|(c, _)| c), log);
         true
     }
 
     /// Run a unit's scan on a blocking thread, the unit crawling meanwhile;
     /// its end comes back on `done_tx`.
-    fn spawn_scan(&mut self, unit: WorkUnit, spec: CrawlSpec, checkpoint: Option<Checkpoint>) {
+    fn spawn_scan(
+        &mut self,
+        unit: WorkUnit,
+        spec: CrawlSpec,
+        checkpoint: Option<Checkpoint>,
+        log: RecordsLog,
+    ) {
         let unit_id = unit.unit_id;
         let (pages_before, links_before) = checkpoint
             .as_ref()
@@ -275,7 +304,7 @@ impl Worker {
         let pages = Arc::new(AtomicU64::new(pages_before));
         let links = Arc::new(AtomicU64::new(links_before));
         let queued = Arc::new(AtomicU64::new(0));
-        let slot = Arc::new(CheckpointSlot::new(checkpoint.as_ref()));
+        let slot = Arc::new(CheckpointSlot::new(log, checkpoint.as_ref()));
         let crawling = HeldState::Crawling {
             cancel: cancel.clone(),
             hand_over: hand_over.clone(),
