@@ -8,7 +8,10 @@
 //! the process's CPU share rises, its memory passes the budget or the
 //! bandwidth cap is reached. A growth step that did not pay (pages per busy
 //! slot fell below [`PAY_SHARE`] of what they were) is undone, and the next
-//! probe waits [`PROBE_AFTER_STEPS`] steps.
+//! probe waits [`PROBE_AFTER_STEPS`] steps. A growth step never goes past
+//! the scans that fit under [`CPU_HOLD_SHARE`] of the CPU budget at the CPU
+//! share per scan measured, so a small budget (the default `cpu_percent`,
+//! 2% of a core) is approached from below, not overshot.
 //!
 //! Invariants: the effective concurrency is always in `1..=cap`, where `cap`
 //! is the least of the `slots` ceiling, [`MAX_SLOTS`], the memory budget
@@ -63,7 +66,8 @@ pub const BASELINE_RISE: f64 = 0.05;
 pub const CPU_HOLD_SHARE: f64 = 0.8;
 
 /// Share of the machine's cores the client's process may use in all
-/// (it runs at low priority besides): half, and at least half a core.
+/// (it runs at low priority besides): half, and at least half a core; the
+/// `cpu_percent` setting is the budget within it.
 pub const CPU_SHARE_OF_MACHINE: f64 = 0.5;
 
 /// The download rate, as a share of the bandwidth cap, above which growth
@@ -376,14 +380,27 @@ impl Controller {
         if s.busy() < BUSY_SHARE * f64::from(self.limit) {
             return (self.limit, Reason::WorkLimited);
         }
-        let grown = ((f64::from(self.limit) * GROWTH).floor() as u32)
+        let mut grown = ((f64::from(self.limit) * GROWTH).floor() as u32)
             .max(self.limit + 1)
             .min(cap);
+        if let Some(fit) = self.cpu_fit(&s, budget) {
+            // No further than the CPU budget's hold line, at this share per scan.
+            grown = grown.min(fit.max(self.limit + 1));
+        }
         if let Some(r) = self.last_rate {
             self.growing = Some((self.limit, r));
         }
         self.limit = grown;
         (grown, Reason::Grew)
+    }
+
+    /// The scans that fit under the CPU budget's hold line
+    /// ([`CPU_HOLD_SHARE`]) at the CPU share per scan `s` measured (the
+    /// process's own share counted as the scans': so never too many).
+    fn cpu_fit(&self, s: &Sample, budget: &Budget) -> Option<u32> {
+        let share = s.cpu_share().filter(|&c| c > 0.0)?;
+        let fit = f64::from(self.limit) * CPU_HOLD_SHARE * budget.cpu_cores / share;
+        Some(fit.floor().clamp(1.0, f64::from(MAX_SLOTS)) as u32)
     }
 
     /// The baseline follows faster responses at once and slower ones slowly.

@@ -19,11 +19,17 @@ use crate::window::{WindowError, Windows};
 const MAX_BANDWIDTH_KBPS: u64 = 10_000_000;
 /// Least memory the scans may be given, MB: one scan of a large site.
 const MIN_MEMORY_MB: u64 = 64;
+/// Most CPU a client may be given, percent of one core: one core is more
+/// than 64 polite scans need.
+pub const MAX_CPU_PERCENT: u64 = 100;
+/// The default CPU budget, percent of one core: a background program an
+/// employee never notices.
+pub const DEFAULT_CPU_PERCENT: u32 = 2;
 /// Longest work buffer (two days, as the server's limit).
 const MAX_BUFFER_S: u64 = beebot_shared::limits::MAX_WANT_SECONDS;
 
 /// Every setting: name, default, what it means.
-pub const KEYS: [(&str, &str, &str); 12] = [
+pub const KEYS: [(&str, &str, &str); 13] = [
     (
         "window",
         "always",
@@ -43,6 +49,11 @@ pub const KEYS: [(&str, &str, &str); 12] = [
         "memory_mb",
         "1024",
         "memory the scans may hold together, MB; the server fits scans into it by their expected size",
+    ),
+    (
+        "cpu_percent",
+        "2",
+        "most CPU the client uses, percent of one core (1-100): it scans fewer sites at once to stay under it",
     ),
     ("low_priority", "true", "run at low CPU priority"),
     (
@@ -110,6 +121,8 @@ pub struct Settings {
     pub bandwidth_kbps: u64,
     pub slots: u32,
     pub memory_mb: u32,
+    /// CPU budget, percent of one core.
+    pub cpu_percent: u32,
     pub low_priority: bool,
     pub buffer_min_s: u64,
     pub buffer_max_s: u64,
@@ -197,6 +210,7 @@ impl Default for Settings {
             bandwidth_kbps: 0,
             slots: MAX_SLOTS,
             memory_mb: 1024,
+            cpu_percent: DEFAULT_CPU_PERCENT,
             low_priority: true,
             buffer_min_s: 600,
             buffer_max_s: 3600,
@@ -224,6 +238,7 @@ impl Settings {
             "memory_mb" => {
                 self.memory_mb = parse_num(value, MIN_MEMORY_MB, MAX_HOST_MEMORY_MB as u64)? as u32
             }
+            "cpu_percent" => self.cpu_percent = parse_num(value, 1, MAX_CPU_PERCENT)? as u32,
             "low_priority" => self.low_priority = parse_bool(value)?,
             "buffer_min_s" => self.buffer_min_s = parse_num(value, 0, MAX_BUFFER_S)?,
             "buffer_max_s" => self.buffer_max_s = parse_num(value, 60, MAX_BUFFER_S)?,

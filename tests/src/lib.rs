@@ -246,9 +246,16 @@ impl Grid {
     }
 
     /// A `beebot` command for client `name`.
+    /// A client command of host `name`. Its CPU budget is a whole core
+    /// ([`LAB_CPU_PERCENT`]): a debug build crawling at delay 0 needs far
+    /// more than the default 2%, and the tests are about what it does, not
+    /// what it costs (`concurrency` tests the budget itself).
     pub fn client_cmd(&self, name: &str, args: &[&str]) -> Command {
         let mut c = Command::new(bin("beebot"));
-        c.args(args).arg("--home").arg(self.home(name));
+        c.args(args)
+            .arg("--home")
+            .arg(self.home(name))
+            .env("BEEBOT_CPU_PERCENT", LAB_CPU_PERCENT);
         c
     }
 
@@ -422,6 +429,9 @@ impl Drop for Grid {
         self.kill_server();
     }
 }
+
+/// The CPU budget of the tests' clients (`cpu_percent`): a whole core.
+pub const LAB_CPU_PERCENT: &str = "100";
 
 /// Set to `1` to let a test that needs a system tool (`unshare`,
 /// `systemd-analyze`) pass where the tool is missing, saying it skipped.

@@ -239,3 +239,76 @@ fn responses_getting_much_slower_make_the_client_back_off() {
     );
     assert!(text().contains("responses got slower"), "{}", text());
 }
+
+#[test]
+fn the_cpu_budget_keeps_the_client_below_it_and_a_raised_one_applies_while_running() {
+    // Quick answers at a 100 ms delay: a debug build's scans cost far more
+    // than 1% of a core.
+    let quick = ResponseDelay {
+        min_ms: 20,
+        max_ms: 40,
+        seed: 17,
+    };
+    let g = grid(171, 40, (40, 60), quick);
+    g.join("a", &g.invite(1));
+    g.import_sites();
+    // The budget from the settings file (not the tests' whole core).
+    let o = g.client("a", &["config", "set", "cpu_percent", "1"]);
+    assert!(o.status.success(), "config set: {}", stderr(&o));
+    let log = g.dir.path().join("client-a.stderr");
+    let file = std::fs::File::create(&log).expect("log");
+    let mut args = vec![
+        "run".to_string(),
+        "--slots".into(),
+        CEILING.to_string(),
+        "--adjust-every-ms".into(),
+        ADJUST_EVERY_MS.into(),
+    ];
+    args.extend(g.crawl_flags());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _client = Running(
+        g.client_cmd("a", &args)
+            .env_remove("BEEBOT_CPU_PERCENT")
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("spawn"),
+    );
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "100"]));
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_for(
+        "a step over the CPU budget",
+        Duration::from_secs(60),
+        || text().contains("CPU over its budget"),
+    );
+    // Held below its start while the budget is 1%: it never grows back.
+    wait_for("the status to show it", Duration::from_secs(10), || {
+        concurrency(&g, "a").is_some_and(|c| c < START)
+    });
+    let mut seen = Vec::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        seen.extend(concurrency(&g, "a"));
+        std::thread::sleep(POLL);
+    }
+    assert!(
+        seen.iter().all(|&c| c < START),
+        "at 1% of a core: {seen:?}\n{}",
+        text()
+    );
+    // Raised while running: it grows past its start, and the round ends
+    // with every job done (a budget slows a scan, never cuts it).
+    let o = g.client("a", &["config", "set", "cpu_percent", "100"]);
+    assert!(o.status.success(), "config set: {}", stderr(&o));
+    wait_for(
+        "growth under the raised budget",
+        Duration::from_secs(90),
+        || concurrency(&g, "a").is_some_and(|c| c > START),
+    );
+    g.wait_round(&round, "300s");
+    let d = g.round_json(&round);
+    assert_eq!(d["counts"]["done"], d["counts"]["total"], "{d}");
+    assert!(text().contains("cpu_percent=100"), "{}", text());
+}

@@ -498,6 +498,7 @@ fn full_or_read_only_disks_give_clear_errors_and_lose_nothing() {
 fn a_read_only_data_dir_keeps_the_server_from_starting(data: &Path) {
     let o = run(
         Command::new("unshare")
+            .env("BEEBOT_CPU_PERCENT", LAB_CPU_PERCENT)
             .args(["-rm", "sh", "-c"])
             .arg(format!(
                 "{}exec '{}' serve --data-dir '{}'",
@@ -586,6 +587,7 @@ fn a_full_spool_gives_a_clear_error_then_resumes(
     let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
     let o = run(
         Command::new("unshare")
+            .env("BEEBOT_CPU_PERCENT", LAB_CPU_PERCENT)
             .args(["-rm", "sh", "-c"])
             .arg(format!(
                 "{}'{}' {} --home '{}'; rc=$?; find '{}' -type f > '{}'; exit $rc",

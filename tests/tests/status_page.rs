@@ -492,6 +492,17 @@ fn an_employee_joins_watches_pauses_steers_and_leaves_in_chromium() {
     let file = std::fs::read_to_string(g.home("e").join("config.toml")).expect("as set up");
     assert!(!file.contains("slots"), "{file}");
 
+    // The CPU budget, set here: written to the settings file.
+    let cpu = b.find("#cpu").expect("as set up");
+    b.script("document.getElementById('cpu').value = '';", json!([]))
+        .expect("as set up");
+    b.type_into(&cpu, "5").expect("as set up");
+    b.click(&b.find("#cpu-save").expect("as set up"))
+        .expect("as set up");
+    wait_text(&b, "#settings-msg", "cpu_percent");
+    let file = std::fs::read_to_string(g.home("e").join("config.toml")).expect("as set up");
+    assert!(file.contains("cpu_percent = 5"), "{file}");
+
     // Any time again: the round goes on to its end.
     b.click(&b.find("#window-always").expect("as set up"))
         .expect("as set up");

@@ -215,6 +215,7 @@ fn run_options(
         crawler,
         bandwidth_kbps: settings.bandwidth_kbps,
         memory_mb: settings.memory_mb,
+        cpu_percent: settings.cpu_percent,
         spool_cap_bytes: settings.spool_cap_mb.saturating_mul(1024 * 1024),
         gate: Some(gate),
         ..RunOptions::default()

@@ -111,7 +111,8 @@ pub(super) struct Worker {
 impl Worker {
     /// Settings read again while running (`beebot config set`): slots,
     /// buffers, the spool cap and the crawler's rules apply from the next
-    /// scan and request, the bandwidth cap at once (the window and battery
+    /// scan and request, the CPU budget from the controller's next step,
+    /// the bandwidth cap at once (the window and battery
     /// rule are the gate's).
     pub(super) fn apply_settings(&mut self, s: &crate::settings::Settings) {
         self.opts.slots = s.slots;
@@ -124,6 +125,7 @@ impl Worker {
             (self.opts.bandwidth_kbps, self.opts.memory_mb) != (s.bandwidth_kbps, s.memory_mb);
         self.opts.bandwidth_kbps = s.bandwidth_kbps;
         self.opts.memory_mb = s.memory_mb;
+        self.opts.cpu_percent = s.cpu_percent;
         if offer_changed {
             self.resources_told = false;
         }
@@ -136,6 +138,7 @@ impl Worker {
         tracing::info!(
             slots = s.slots,
             bandwidth_kbps = s.bandwidth_kbps,
+            cpu_percent = s.cpu_percent,
             "settings applied"
         );
     }

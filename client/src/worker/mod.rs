@@ -82,6 +82,9 @@ pub struct RunOptions {
     /// Memory the scans may hold together, MB (told to the server, whose
     /// `pack` policy fits scans into it).
     pub memory_mb: u32,
+    /// CPU the process may use, percent of one core (the controller scans
+    /// fewer sites at once to stay under it).
+    pub cpu_percent: u32,
     /// Disk the spool may use before no new work is taken, bytes (0: no cap).
     pub spool_cap_bytes: u64,
 }
@@ -102,6 +105,7 @@ impl Default for RunOptions {
             gate: None,
             bandwidth_kbps: 0,
             memory_mb: 1024,
+            cpu_percent: crate::settings::DEFAULT_CPU_PERCENT,
             spool_cap_bytes: 0,
         }
     }

@@ -78,8 +78,6 @@ pub struct Sizing {
     /// was last integrated.
     busy_slot_s: f64,
     busy_at: Instant,
-    /// The CPU the process may use, cores.
-    cpu_cores: f64,
 }
 
 impl Sizing {
@@ -93,7 +91,6 @@ impl Sizing {
             cpu_s: usage::cpu_seconds(Process::This),
             busy_slot_s: 0.0,
             busy_at: now,
-            cpu_cores: budget.cpu_cores,
         }
     }
 
@@ -115,7 +112,7 @@ impl Worker {
             ceiling: self.opts.slots,
             memory_mb: self.opts.memory_mb,
             bandwidth_kbps: self.opts.bandwidth_kbps,
-            cpu_cores: self.sizing.cpu_cores,
+            cpu_cores: cpu_budget(self.opts.cpu_percent),
         }
     }
 
@@ -194,7 +191,9 @@ impl Worker {
     }
 }
 
-/// The CPU budget of this machine, cores.
-pub fn machine_cpu_budget() -> f64 {
-    cpu_budget_cores(std::thread::available_parallelism().map_or(1, usize::from))
+/// The CPU budget, cores: the `cpu_percent` setting, within what this
+/// machine offers ([`cpu_budget_cores`]).
+pub fn cpu_budget(cpu_percent: u32) -> f64 {
+    let machine = cpu_budget_cores(std::thread::available_parallelism().map_or(1, usize::from));
+    (f64::from(cpu_percent.max(1)) / 100.0).min(machine)
 }

@@ -77,7 +77,7 @@ function windowText() {
 function fillSettings(s) {
   const by = {};
   for (const x of s.settings) { by[x.key] = x; }
-  for (const key of ["window", "bandwidth_kbps", "slots", "run_on_battery"]) {
+  for (const key of ["window", "bandwidth_kbps", "cpu_percent", "slots", "run_on_battery"]) {
     const x = by[key];
     if (!x) { continue; }
     text("src-" + key, "From: " + x.source_text + (x.overridden ? " (the settings file has another value)" : ""));
@@ -92,6 +92,8 @@ function fillSettings(s) {
       windowMode();
     } else if (key === "bandwidth_kbps") {
       $("bandwidth").value = x.value;
+    } else if (key === "cpu_percent") {
+      $("cpu").value = x.value;
     } else if (key === "slots") {
       $("slots").value = x.value;
     } else if (key === "run_on_battery") {
@@ -231,8 +233,10 @@ function wire() {
   });
   $("bandwidth").addEventListener("input", () => edited.add("bandwidth_kbps"));
   $("slots").addEventListener("input", () => edited.add("slots"));
+  $("cpu").addEventListener("input", () => edited.add("cpu_percent"));
   $("bandwidth-save").addEventListener("click", () => saveSetting("bandwidth_kbps", $("bandwidth").value));
   $("slots-save").addEventListener("click", () => saveSetting("slots", $("slots").value.trim()));
+  $("cpu-save").addEventListener("click", () => saveSetting("cpu_percent", $("cpu").value));
   $("battery").addEventListener("change", () => saveSetting("run_on_battery", $("battery").checked));
   $("leave-btn").addEventListener("click", async () => {
     if (!window.confirm("Leave the project? This computer stops crawling and BeeBot's files here are removed.")) {
