@@ -361,7 +361,8 @@ pub fn unix_ms(t: SystemTime) -> u64 {
 pub fn write_status(data_dir: &Path, s: &LiveStatus) {
     let path = status_path(data_dir);
     let tmp = path.with_extension("tmp");
-    if let Ok(text) = serde_json::to_vec_pretty(s) {
+    // Compact: it is written every second while running.
+    if let Ok(text) = serde_json::to_vec(s) {
         if std::fs::write(&tmp, text).is_ok() {
             let _ = std::fs::rename(&tmp, &path);
         }

@@ -17,7 +17,8 @@
 //!
 //! `--seconds N` (after `--`) or `BEEBOT_BENCH_SECONDS=N` shortens the run;
 //! `--slots N` (or `BEEBOT_BENCH_SLOTS`) gives the client a `slots` ceiling
-//! below `auto` (64). `--binary` (or `BEEBOT_BENCH_BINARY=1`) runs the
+//! below `auto` (64); `--cpu-percent N` (or `BEEBOT_BENCH_CPU_PERCENT`) a
+//! CPU budget other than the default 2% of a core. `--binary` (or `BEEBOT_BENCH_BINARY=1`) runs the
 //! shipped program instead, as an employee's machine does: the release
 //! `beebot run` with the default settings (low priority included), its
 //! status page read every 2 s as an open tab does; the table then adds the
@@ -37,6 +38,7 @@ use anyhow::{bail, Context, Result};
 use beebot_client::control::{self, LiveStatus};
 use beebot_client::crawler::{CrawlerConfig, ResolveRule};
 use beebot_client::home::Home;
+use beebot_client::settings;
 use beebot_client::usage::{self, Process};
 use beebot_client::worker::{self, RunOptions};
 use beebot_server::config::{self, DataDir, InitOptions};
@@ -74,6 +76,8 @@ const HOME_VAR: &str = "BEEBOT_BENCH_HOME";
 const WEB_VAR: &str = "BEEBOT_BENCH_WEB";
 /// The client's `slots` ceiling.
 const SLOTS_VAR: &str = "BEEBOT_BENCH_SLOTS";
+/// The client's CPU budget (`cpu_percent`).
+const CPU_VAR: &str = "BEEBOT_BENCH_CPU_PERCENT";
 /// The operator contact of the bench's server (it crawls only loopback).
 const CONTACT: &str = "https://beebot.test/contact";
 
@@ -152,6 +156,19 @@ fn release_beebot() -> Result<PathBuf> {
         .context("target dir")?
         .to_path_buf();
     Ok(release.join(format!("beebot{}", std::env::consts::EXE_SUFFIX)))
+}
+
+/// The client's CPU budget, percent of one core: the default unless told.
+fn cpu_percent() -> Result<u32> {
+    let n = number(
+        "--cpu-percent",
+        CPU_VAR,
+        u64::from(settings::DEFAULT_CPU_PERCENT),
+    )?;
+    match u32::try_from(n) {
+        Ok(n) if (1..=settings::MAX_CPU_PERCENT as u32).contains(&n) => Ok(n),
+        _ => bail!("--cpu-percent must be from 1 to 100, not {n}"),
+    }
 }
 
 /// The client's `slots` ceiling: `auto` (64) unless told.
@@ -282,6 +299,7 @@ fn run_client() -> Result<()> {
         // As `beebot run` with the default settings (`slots = auto`) or
         // the ceiling given.
         slots: slots()?,
+        cpu_percent: cpu_percent()?,
         crawler: CrawlerConfig {
             allow_private: true,
             resolve: vec![resolve],
@@ -350,6 +368,7 @@ struct Row {
 fn drive() -> Result<()> {
     let seconds = seconds()?;
     let ceiling = slots()?;
+    let budget = cpu_percent()?;
     let web_pages = web(seconds).total_pages();
     let (mut web_child, mut web_in, mut web_out) =
         spawn("web", &[("BEEBOT_BENCH_SECONDS", seconds.to_string())])?;
@@ -423,6 +442,9 @@ fn drive() -> Result<()> {
             if ceiling < MAX_SLOTS {
                 cmd.args(["--slots", &ceiling.to_string()]);
             }
+            if budget != settings::DEFAULT_CPU_PERCENT {
+                cmd.env("BEEBOT_CPU_PERCENT", budget.to_string());
+            }
             let child = cmd
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -438,6 +460,7 @@ fn drive() -> Result<()> {
                     (HOME_VAR, home_dir.display().to_string()),
                     (WEB_VAR, web_addr.to_string()),
                     (SLOTS_VAR, ceiling.to_string()),
+                    (CPU_VAR, budget.to_string()),
                 ],
             )?;
             (child, Some(stdin))
@@ -462,7 +485,7 @@ fn drive() -> Result<()> {
     });
     eprintln!(
         "client pid {pid}: {SITES} sites ({web_pages} pages), delay {DELAY_MS} ms, responses \
-         {}-{} ms, slots {ceiling}, {seconds} s",
+         {}-{} ms, slots {ceiling}, cpu_percent {budget}, {seconds} s",
         RESPONSE.0, RESPONSE.1
     );
     let started = Instant::now();
@@ -568,7 +591,7 @@ fn drive() -> Result<()> {
             most.map_or("?".into(), |m| m.to_string()),
         ),
         (
-            "client CPU, share of one core".into(),
+            format!("client CPU, share of one core (budget: cpu_percent {budget})"),
             cpu.map_or("not measurable here".into(), |c| {
                 format!("{:.2}% ({c:.1} s in {wall:.0} s)", c / wall * 100.0)
             }),
