@@ -19,6 +19,7 @@
 //! waits for a request to time out.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,7 @@ use beebot_shared::linkfile::{self, LinkRecord, ScanSummary, StopReason};
 use beebot_shared::scanstate::{url_digest, ScanState};
 
 use crate::crawler::Snapshot;
-use crate::recordlog::{LogMark, RecordsLog};
+use crate::recordlog::{LogFull, LogMark, RecordsLog};
 
 /// Longest a running scan goes without a checkpoint in the spool: what a
 /// kill or a power cut may cost (the issue asks for at least every 30 s).
@@ -201,6 +202,10 @@ fn host_digest(r: &LinkRecord) -> u64 {
 #[derive(Debug)]
 pub struct CheckpointSlot {
     inner: Mutex<SlotInner>,
+    /// The scan's own end is being written, or was (final checkpoint or
+    /// result): the work loop writes nothing more. Outside the lock, so
+    /// the work loop never waits on the scan's last write to read it.
+    closed: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -221,22 +226,24 @@ struct SlotInner {
     /// Whether `latest` is in the spool.
     written: bool,
     written_at: Instant,
-    /// The scan's own end was written (final checkpoint or result): the
-    /// work loop writes nothing more.
-    closed: bool,
 }
 
 impl SlotInner {
     /// Move the pending records into the log; those it cannot take are
     /// counted as dropped (a write that failed keeps them for the next).
     fn flush(&mut self) -> anyhow::Result<()> {
+        // What the log has room for goes in; the rest is dropped, counted.
+        let room = usize::try_from(self.log.room()).unwrap_or(usize::MAX);
+        if self.pending.len() > room {
+            let over = self.pending.len() - room;
+            tracing::warn!("{over} records not kept: the scan's records log is full");
+            self.dropped += over as u64;
+            self.pending.truncate(room);
+        }
         match self.log.append(&self.pending) {
             Ok(_) => {}
-            Err(e)
-                if self.log.mark().records + self.pending.len() as u64
-                    > MAX_LINK_RECORDS as u64 =>
-            {
-                tracing::warn!("records not kept: {e:#}");
+            Err(e) if e.is::<LogFull>() => {
+                tracing::warn!("{} records not kept: {e:#}", self.pending.len());
                 self.dropped += self.pending.len() as u64;
             }
             Err(e) => return Err(e),
@@ -277,8 +284,8 @@ impl CheckpointSlot {
                 taken_at: None,
                 written: true,
                 written_at: Instant::now(),
-                closed: false,
             }),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -288,7 +295,7 @@ impl CheckpointSlot {
 
     /// Whether the scan closed the slot (it is writing, or wrote, its end).
     pub fn is_closed(&self) -> bool {
-        self.lock().closed
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Whether a snapshot is due at this page boundary.
@@ -326,12 +333,15 @@ impl CheckpointSlot {
     /// `write`. Errors are the caller's to report.
     pub fn write_latest(&self, write: WriteHead<'_>) -> anyhow::Result<bool> {
         let mut s = self.lock();
-        if s.written || s.closed {
+        if s.written || self.is_closed() {
             return Ok(false);
         }
         let Some((state, later)) = s.latest.clone() else {
             return Ok(false);
         };
+        // A failed write is tried again a CHECKPOINT_INTERVAL later, not
+        // at every page boundary.
+        s.written_at = Instant::now();
         s.flush()?;
         let head = CheckpointHead {
             summary: s.summary(&later),
@@ -340,7 +350,6 @@ impl CheckpointSlot {
         };
         write(&head)?;
         s.written = true;
-        s.written_at = Instant::now();
         Ok(true)
     }
 
@@ -354,8 +363,8 @@ impl CheckpointSlot {
         summary: &ScanSummary,
         write: WriteHead<'_>,
     ) -> anyhow::Result<()> {
+        self.closed.store(true, Ordering::Release);
         let mut s = self.lock();
-        s.closed = true;
         for r in &records {
             let d = host_digest(r);
             s.hosts.insert(d);
@@ -379,8 +388,8 @@ impl CheckpointSlot {
         records: Vec<LinkRecord>,
         summary: &ScanSummary,
     ) -> anyhow::Result<Checkpoint> {
+        self.closed.store(true, Ordering::Release);
         let mut s = self.lock();
-        s.closed = true;
         let logged = s.log.read_all()?;
         let pending = std::mem::take(&mut s.pending);
         let mut dropped = s.dropped;
@@ -655,9 +664,56 @@ mod tests {
                 rec("http://a.test/5", "http://e.test/")
             ]
         );
+        // Closed first (Windows removes an open file only once closed).
+        drop(slot);
         home.remove_checkpoint(7);
         assert!(!home.has_checkpoint(7));
         assert!(!dir.path().join("spool/scans/7.records").exists());
+    }
+
+    #[test]
+    fn records_past_the_logs_limits_are_dropped_and_counted_and_the_rest_kept() {
+        let dir = tempfile::tempdir().expect("dir");
+        let recs = |from: u32, to: u32| -> Vec<LinkRecord> {
+            (from..to)
+                .map(|i| rec(&format!("http://a.test/{i}"), "http://b.test/"))
+                .collect()
+        };
+        let write = |_: &CheckpointHead| Ok(());
+        // Room for 3 records: of 5 kept, 3 go in and 2 are dropped.
+        let slot = CheckpointSlot::new(log_of(&dir, None).with_limits(3, 1 << 20), None);
+        slot.keep(snapshot(&ScanState::default(), recs(0, 5), 5));
+        assert!(slot.write_latest(&write).expect("written"));
+        let end = slot
+            .finish(recs(5, 6), &ScanSummary::default())
+            .expect("finish");
+        assert_eq!(
+            end.records,
+            recs(0, 3).into_iter().chain(recs(5, 6)).collect::<Vec<_>>()
+        );
+        assert_eq!(end.summary.records_dropped, 2);
+        // A log past its bytes refuses the frame: its records are dropped,
+        // counted, and the head is written all the same.
+        let dir = tempfile::tempdir().expect("dir");
+        let heads = std::cell::RefCell::new(Vec::new());
+        let keep_head = |h: &CheckpointHead| {
+            heads.borrow_mut().push(h.clone());
+            Ok(())
+        };
+        let slot = CheckpointSlot::new(log_of(&dir, None).with_limits(100, 16), None);
+        slot.keep(snapshot(&ScanState::default(), recs(0, 4), 4));
+        assert!(slot.write_latest(&keep_head).expect("written"));
+        slot.suspend(
+            ScanState::default(),
+            recs(4, 6),
+            &ScanSummary::default(),
+            &keep_head,
+        )
+        .expect("suspend");
+        let last = heads.borrow().last().cloned().expect("a head");
+        assert_eq!(last.log, LogMark::default());
+        assert_eq!(last.summary.records_dropped, 6);
+        assert_eq!(last.summary.links, 0);
     }
 
     #[test]

@@ -8,10 +8,10 @@
 //! the process's CPU share rises, its memory passes the budget or the
 //! bandwidth cap is reached. A growth step that did not pay (pages per busy
 //! slot fell below [`PAY_SHARE`] of what they were) is undone, and the next
-//! probe waits [`PROBE_AFTER_STEPS`] steps. A growth step never goes past
-//! the scans that fit under [`CPU_HOLD_SHARE`] of the CPU budget at the CPU
-//! share per scan measured, so a small budget (the default `cpu_percent`,
-//! 2% of a core) is approached from below, not overshot.
+//! probe waits [`PROBE_AFTER_STEPS`] steps. A growth step goes at most one
+//! scan past those that fit under [`CPU_HOLD_SHARE`] of the CPU budget at
+//! the CPU share per scan measured, so a small budget (the default
+//! `cpu_percent`, 2% of a core) is approached from below, not overshot.
 //!
 //! Invariants: the effective concurrency is always in `1..=cap`, where `cap`
 //! is the least of the `slots` ceiling, [`MAX_SLOTS`], the memory budget

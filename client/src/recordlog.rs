@@ -14,7 +14,7 @@
 //!
 //! Limits: at most [`MAX_RECORDS_LOG_BYTES`] of log and
 //! [`MAX_LINK_RECORDS`] records; what would go past either is not appended
-//! and is counted as dropped by the caller.
+//! ([`LogFull`]) and is counted as dropped by the caller.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -42,6 +42,12 @@ pub struct LogMark {
     pub bytes: u64,
 }
 
+/// The log is at one of its limits: the records given were not appended
+/// (the caller counts them as dropped).
+#[derive(Debug, thiserror::Error)]
+#[error("the records log is full ({0})")]
+pub struct LogFull(pub String);
+
 /// A scan's records log, open to append after its mark.
 #[derive(Debug)]
 pub struct RecordsLog {
@@ -50,6 +56,12 @@ pub struct RecordsLog {
     site: String,
     file: File,
     mark: LogMark,
+    /// A frame was refused for the byte limit: every later one would be.
+    full: bool,
+    /// The limits: [`MAX_LINK_RECORDS`] and [`MAX_RECORDS_LOG_BYTES`]
+    /// (lower in tests).
+    max_records: u64,
+    max_bytes: u64,
 }
 
 impl RecordsLog {
@@ -89,7 +101,18 @@ impl RecordsLog {
             site: site.to_string(),
             file,
             mark,
+            full: false,
+            max_records: MAX_LINK_RECORDS as u64,
+            max_bytes: MAX_RECORDS_LOG_BYTES,
         })
+    }
+
+    /// The log with lower limits, to test what happens at them.
+    #[cfg(test)]
+    pub fn with_limits(mut self, records: u64, bytes: u64) -> RecordsLog {
+        self.max_records = records;
+        self.max_bytes = bytes;
+        self
     }
 
     /// How far the log is written and synced.
@@ -97,15 +120,30 @@ impl RecordsLog {
         self.mark
     }
 
+    /// Records the log may still take ([`MAX_LINK_RECORDS`] in all; none
+    /// once a frame was refused for its bytes).
+    pub fn room(&self) -> u64 {
+        if self.full {
+            return 0;
+        }
+        self.max_records.saturating_sub(self.mark.records)
+    }
+
     /// Append `records` as one frame and sync it; the new mark. Nothing is
-    /// appended (and an error says why) past [`MAX_RECORDS_LOG_BYTES`] or
-    /// [`MAX_LINK_RECORDS`]; a failed write leaves the mark where it was.
+    /// appended past [`MAX_RECORDS_LOG_BYTES`] or [`MAX_LINK_RECORDS`], or
+    /// when the frame cannot be encoded (the error is then [`LogFull`]); a
+    /// failed write leaves the mark where it was.
     pub fn append(&mut self, records: &[LinkRecord]) -> Result<LogMark> {
         if records.is_empty() {
             return Ok(self.mark);
         }
-        if self.mark.records + records.len() as u64 > MAX_LINK_RECORDS as u64 {
-            bail!("the records log is full ({MAX_LINK_RECORDS} records)");
+        if records.len() as u64 > self.room() {
+            return Err(LogFull(if self.full {
+                format!("{} bytes", self.max_bytes)
+            } else {
+                format!("{} records", self.max_records)
+            })
+            .into());
         }
         let header = LinkFileHeader {
             format_version: LINK_FILE_VERSION,
@@ -115,11 +153,18 @@ impl RecordsLog {
             pages: 0,
             records: records.len() as u64,
         };
-        let frame = linkfile::encode(&header, records)?;
+        let frame = match linkfile::encode(&header, records) {
+            Ok(f) => f,
+            // A frame past a link file's own limits: never appendable.
+            Err(e) => {
+                return Err(LogFull(format!("a frame of {} records: {e}", records.len())).into())
+            }
+        };
         let len = frame.len() as u64;
         let end = self.mark.bytes + FRAME_PREFIX + len;
-        if end > MAX_RECORDS_LOG_BYTES {
-            bail!("the records log is full ({MAX_RECORDS_LOG_BYTES} bytes)");
+        if end > self.max_bytes {
+            self.full = true;
+            return Err(LogFull(format!("{} bytes", self.max_bytes)).into());
         }
         let mut bytes = Vec::with_capacity(frame.len() + FRAME_PREFIX as usize);
         bytes.extend_from_slice(&(len as u32).to_le_bytes());

@@ -53,7 +53,7 @@ pub const KEYS: [(&str, &str, &str); 13] = [
     (
         "cpu_percent",
         "2",
-        "most CPU the client uses, percent of one core (1-100): it scans fewer sites at once to stay under it",
+        "most CPU the client uses, percent of one core (1-100): it scans fewer sites at once to stay under it (read from /proc: Linux only)",
     ),
     ("low_priority", "true", "run at low CPU priority"),
     (

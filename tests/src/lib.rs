@@ -245,8 +245,7 @@ impl Grid {
         self.dir.path().join(format!("client-{name}"))
     }
 
-    /// A `beebot` command for client `name`.
-    /// A client command of host `name`. Its CPU budget is a whole core
+    /// A `beebot` command for client `name`. Its CPU budget is a whole core
     /// ([`LAB_CPU_PERCENT`]): a debug build crawling at delay 0 needs far
     /// more than the default 2%, and the tests are about what it does, not
     /// what it costs (`concurrency` tests the budget itself).

@@ -167,6 +167,10 @@ impl LoopbackGrid {
                 throttle: spec.throttle,
                 buffer_seconds: CLIENT_BUFFER_S,
                 progress_interval: CLIENT_PROGRESS_INTERVAL,
+                // Every client of this process would measure the whole
+                // process's CPU (server, web and the other clients) against
+                // its own budget: no budget here, a core each.
+                cpu_percent: beebot_client::settings::MAX_CPU_PERCENT as u32,
                 crawler: CrawlerConfig {
                     allow_private: true,
                     resolve: vec![resolve.clone()],

@@ -80,8 +80,10 @@ impl Worker {
             ScanEnd::Finished(result) if self.stopping => {
                 // Finished as the client stops: uploaded next time.
                 self.home.save_result(done.unit_id, &result)?;
-                self.home.remove_checkpoint(done.unit_id);
+                // The slot (its log's open file) goes first: Windows
+                // removes an open file only once it is closed.
                 h.state = HeldState::Finished;
+                self.home.remove_checkpoint(done.unit_id);
             }
             ScanEnd::Failed(_) if self.stopping => h.state = HeldState::Waiting,
             ScanEnd::Finished(result) => {
@@ -102,8 +104,10 @@ impl Worker {
                     "scan finished"
                 );
                 self.home.save_result(done.unit_id, &result)?;
-                self.home.remove_checkpoint(done.unit_id);
+                // The slot (its log's open file) goes first: Windows
+                // removes an open file only once it is closed.
                 h.state = HeldState::Finished;
+                self.home.remove_checkpoint(done.unit_id);
             }
             ScanEnd::Failed(reason) => {
                 tracing::warn!(unit_id = done.unit_id, "scan failed: {reason}");

@@ -347,6 +347,8 @@ impl Worker {
         }
         tokio::task::spawn_blocking(move || {
             let result = scan(&unit, &spec, &cfg, &hooks);
+            // Its slot's log closed before the loop removes it.
+            drop(hooks);
             let _ = tx.blocking_send(ScanDone { unit_id, result });
         });
     }

@@ -182,7 +182,7 @@ impl Worker {
             response_ms = sample
                 .mean_response_s()
                 .map(|r| (r * 1000.0).round() as u64),
-            cpu_percent = sample.cpu_share().map(|c| (c * 100.0).round() as u64),
+            cpu_used_percent = sample.cpu_share().map(|c| (c * 100.0).round() as u64),
             "sites scanned at once: {was} -> {limit} ({})",
             why.text()
         );
