@@ -29,7 +29,7 @@ use beebot_shared::codec;
 use beebot_shared::export::target_host;
 use beebot_shared::limits::{MAX_LINK_RECORDS, MAX_SCAN_STATE_BYTES};
 use beebot_shared::linkfile::{self, LinkRecord, ScanSummary, StopReason};
-use beebot_shared::scanstate::{url_digest, ScanState};
+use beebot_shared::scanstate::ScanState;
 
 use crate::crawler::Snapshot;
 use crate::recordlog::{LogFull, LogMark, RecordsLog};
@@ -193,11 +193,6 @@ pub fn distinct_hosts(records: &[LinkRecord]) -> u64 {
     hosts.len() as u64
 }
 
-/// The digest a slot counts a record's target host by.
-fn host_digest(r: &LinkRecord) -> u64 {
-    url_digest(&target_host(&r.target_url))
-}
-
 /// One running scan's checkpoints, shared by its thread and the work loop.
 #[derive(Debug)]
 pub struct CheckpointSlot {
@@ -214,8 +209,6 @@ struct SlotInner {
     log: RecordsLog,
     /// Records kept since the last write (not yet in the log).
     pending: Vec<LinkRecord>,
-    /// Digests of the target hosts of the log's and `pending`'s records.
-    hosts: HashSet<u64>,
     /// Records the log could not take (at its limits).
     dropped: u64,
     /// Summary of the earlier parts.
@@ -252,34 +245,33 @@ impl SlotInner {
         Ok(())
     }
 
-    /// The whole unit's summary so far, with this part's `later`.
+    /// The whole unit's summary so far, with this part's `later`. Its
+    /// distinct target hosts are the most of any part's: a lower bound,
+    /// counted exactly over every record when the scan ends (a head's is
+    /// never read back; counting them here cost a URL parse a record).
     fn summary(&self, later: &ScanSummary) -> ScanSummary {
         let links = self.log.mark().records + self.pending.len() as u64;
-        let mut s = add_summaries(&self.earlier, later, links, self.hosts.len() as u64);
+        let hosts = self
+            .earlier
+            .distinct_target_hosts
+            .max(later.distinct_target_hosts);
+        let mut s = add_summaries(&self.earlier, later, links, hosts);
         s.records_dropped += self.dropped;
         s
     }
 }
 
 impl CheckpointSlot {
-    /// A slot for a scan whose records go to `log`, resuming `earlier`
-    /// (whose records `log` holds up to its mark; none: a fresh scan).
-    pub fn new(log: RecordsLog, earlier: Option<&Checkpoint>) -> CheckpointSlot {
-        let (hosts, summary) = earlier
-            .map(|c| {
-                (
-                    c.records.iter().map(host_digest).collect(),
-                    c.summary.clone(),
-                )
-            })
-            .unwrap_or_default();
+    /// A slot for a scan whose records go to `log` (holding the earlier
+    /// parts' records up to its mark), resuming after `earlier`, the
+    /// summary of those parts (none: a fresh scan).
+    pub fn new(log: RecordsLog, earlier: Option<ScanSummary>) -> CheckpointSlot {
         CheckpointSlot {
             inner: Mutex::new(SlotInner {
                 log,
                 pending: Vec::new(),
-                hosts,
                 dropped: 0,
-                earlier: summary,
+                earlier: earlier.unwrap_or_default(),
                 latest: None,
                 taken_at: None,
                 written: true,
@@ -318,10 +310,6 @@ impl CheckpointSlot {
     /// the parts without duplicates all the same.
     pub fn keep(&self, snap: Snapshot) {
         let mut s = self.lock();
-        for r in &snap.new_records {
-            let d = host_digest(r);
-            s.hosts.insert(d);
-        }
         s.pending.extend(snap.new_records);
         s.latest = Some((snap.state, snap.summary));
         s.taken_at = Some(Instant::now());
@@ -365,10 +353,6 @@ impl CheckpointSlot {
     ) -> anyhow::Result<()> {
         self.closed.store(true, Ordering::Release);
         let mut s = self.lock();
-        for r in &records {
-            let d = host_digest(r);
-            s.hosts.insert(d);
-        }
         s.pending.extend(records);
         s.flush()?;
         let head = CheckpointHead {
@@ -537,6 +521,7 @@ mod tests {
     }
 
     fn snapshot(state: &ScanState, records: Vec<LinkRecord>, pages: u64) -> Snapshot {
+        let records_hosts = distinct_hosts(&records);
         Snapshot {
             state: ScanState {
                 pages_done: state.pages_done + pages,
@@ -546,6 +531,8 @@ mod tests {
             summary: ScanSummary {
                 pages,
                 status_counts: vec![(200, pages)],
+                // The part's own count (the crawler's).
+                distinct_target_hosts: records_hosts,
                 ..ScanSummary::default()
             },
         }
@@ -555,7 +542,7 @@ mod tests {
     fn a_slot_appends_only_new_records_and_writes_its_newest_snapshot_once() {
         let dir = tempfile::tempdir().expect("dir");
         let earlier = checkpoint();
-        let slot = CheckpointSlot::new(log_of(&dir, Some(&earlier)), Some(&earlier));
+        let slot = CheckpointSlot::new(log_of(&dir, Some(&earlier)), Some(earlier.summary.clone()));
         let written = std::cell::RefCell::new(Vec::new());
         let write = |h: &CheckpointHead| {
             written.borrow_mut().push(h.clone());
@@ -577,7 +564,8 @@ mod tests {
         assert_eq!(h.log.records, 2);
         assert_eq!(h.log.bytes, std::fs::metadata(&path).expect("log").len());
         assert_eq!(h.summary.links, 2);
-        assert_eq!(h.summary.distinct_target_hosts, 2);
+        // A head's target hosts: the most of any part's (exact at the end).
+        assert_eq!(h.summary.distinct_target_hosts, 1);
         assert_eq!(h.summary.pages, 4);
         assert_eq!(h.state.pages_done, 4);
         // What the head names is what the log holds, the earlier record first.
@@ -597,7 +585,7 @@ mod tests {
         assert!(slot.write_latest(&write).expect("written"));
         let h2 = written.borrow()[1].clone();
         assert_eq!(h2.log.records, 3);
-        assert_eq!(h2.summary.distinct_target_hosts, 2);
+        assert_eq!(h2.summary.distinct_target_hosts, 1);
         assert!(h2.log.bytes - h.log.bytes < h.log.bytes, "{h:?} {h2:?}");
         // The part's output holds what its last snapshot did not take (a
         // record given twice is still kept once).
@@ -630,7 +618,7 @@ mod tests {
         let (read, mark) = home.checkpoint(7).expect("read").expect("some");
         assert_eq!(read, earlier);
         let log = home.records_log(7, "a.test", mark).expect("log");
-        let slot = CheckpointSlot::new(log, Some(&read));
+        let slot = CheckpointSlot::new(log, Some(read.summary.clone()));
         slot.keep(snapshot(
             &earlier.state,
             vec![rec("http://a.test/4", "http://d.test/")],
@@ -724,7 +712,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let mut earlier = checkpoint();
         earlier.summary.frontier_dropped = 7;
-        let slot = CheckpointSlot::new(log_of(&dir, Some(&earlier)), Some(&earlier));
+        let slot = CheckpointSlot::new(log_of(&dir, Some(&earlier)), Some(earlier.summary.clone()));
         let end = slot
             .finish(
                 Vec::new(),
@@ -738,7 +726,7 @@ mod tests {
         assert_eq!(end.summary.frontier_dropped, 7);
         assert_eq!(end.summary.stopped_by, Some(StopReason::FrontierFull));
         // A later part's own stop stands; nothing dropped, a natural end.
-        let slot = CheckpointSlot::new(log_of(&dir, Some(&earlier)), Some(&earlier));
+        let slot = CheckpointSlot::new(log_of(&dir, Some(&earlier)), Some(earlier.summary.clone()));
         let end = slot
             .finish(
                 Vec::new(),
@@ -751,7 +739,10 @@ mod tests {
             .expect("finish");
         assert_eq!(end.summary.frontier_dropped, 8);
         assert_eq!(end.summary.stopped_by, Some(StopReason::MaxPages));
-        let slot = CheckpointSlot::new(log_of(&dir, Some(&checkpoint())), Some(&checkpoint()));
+        let slot = CheckpointSlot::new(
+            log_of(&dir, Some(&checkpoint())),
+            Some(checkpoint().summary),
+        );
         let end = slot
             .finish(Vec::new(), &ScanSummary::default())
             .expect("finish");

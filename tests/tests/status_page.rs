@@ -482,23 +482,13 @@ fn an_employee_joins_watches_pauses_steers_and_leaves_in_chromium() {
     assert!(file.contains(&format!("mon {away}")), "{file}");
 
     // A bad value is refused in words and not written.
-    let slots = b.find("#slots").expect("as set up");
-    b.script("document.getElementById('slots').value = '';", json!([]))
-        .expect("as set up");
-    b.type_into(&slots, "99").expect("as set up");
-    b.click(&b.find("#slots-save").expect("as set up"))
-        .expect("as set up");
+    save_field(&b, "slots", "99");
     wait_text(&b, "#settings-msg", "99 is outside 1..=64");
     let file = std::fs::read_to_string(g.home("e").join("config.toml")).expect("as set up");
     assert!(!file.contains("slots"), "{file}");
 
     // The CPU budget, set here: written to the settings file.
-    let cpu = b.find("#cpu").expect("as set up");
-    b.script("document.getElementById('cpu').value = '';", json!([]))
-        .expect("as set up");
-    b.type_into(&cpu, "5").expect("as set up");
-    b.click(&b.find("#cpu-save").expect("as set up"))
-        .expect("as set up");
+    save_field(&b, "cpu", "5");
     wait_text(&b, "#settings-msg", "cpu_percent");
     let file = std::fs::read_to_string(g.home("e").join("config.toml")).expect("as set up");
     assert!(file.contains("cpu_percent = 5"), "{file}");
@@ -536,6 +526,20 @@ fn an_employee_joins_watches_pauses_steers_and_leaves_in_chromium() {
     assert!(!g.home("e").join("ui.secret").exists());
     let hosts = stdout(&g.admin_ok(&["hosts", "list"]));
     assert!(hosts.contains("\tleft\t"), "{hosts}");
+}
+
+/// Type `value` into the settings field `id` (emptied first) and press its
+/// Save button (`#ID-save`).
+fn save_field(b: &Browser, id: &str, value: &str) {
+    let field = b.find(&format!("#{id}")).expect("as set up");
+    b.script(
+        "document.getElementById(arguments[0]).value = '';",
+        json!([id]),
+    )
+    .expect("as set up");
+    b.type_into(&field, value).expect("as set up");
+    b.click(&b.find(&format!("#{id}-save")).expect("as set up"))
+        .expect("as set up");
 }
 
 fn wait_text(b: &Browser, css: &str, want: &str) {

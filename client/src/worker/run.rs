@@ -20,7 +20,7 @@ use crate::home::{Enrolment, Home, RunLock, MAX_SPOOLED_UNITS};
 
 use super::held::{Held, HeldState, Worker};
 use super::scan::ScanDone;
-use super::sizing::{cpu_budget, Sizing};
+use super::sizing::{cpu_budget, machine_cpu_budget, Sizing};
 use super::{RunOptions, RunStats};
 use crate::concurrency::Budget;
 
@@ -86,7 +86,7 @@ impl Worker {
             ceiling: opts.slots,
             memory_mb: opts.memory_mb,
             bandwidth_kbps: opts.bandwidth_kbps,
-            cpu_cores: cpu_budget(opts.cpu_percent),
+            cpu_cores: cpu_budget(opts.cpu_percent, machine_cpu_budget()),
         });
         Ok(Worker {
             home,

@@ -304,7 +304,10 @@ impl Worker {
         let pages = Arc::new(AtomicU64::new(pages_before));
         let links = Arc::new(AtomicU64::new(links_before));
         let queued = Arc::new(AtomicU64::new(0));
-        let slot = Arc::new(CheckpointSlot::new(log, checkpoint.as_ref()));
+        let slot = Arc::new(CheckpointSlot::new(
+            log,
+            checkpoint.as_ref().map(|c| c.summary.clone()),
+        ));
         let crawling = HeldState::Crawling {
             cancel: cancel.clone(),
             hand_over: hand_over.clone(),

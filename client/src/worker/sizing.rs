@@ -78,6 +78,8 @@ pub struct Sizing {
     /// was last integrated.
     busy_slot_s: f64,
     busy_at: Instant,
+    /// What the machine offers the process, cores (the budget's bound).
+    machine_cores: f64,
 }
 
 impl Sizing {
@@ -91,6 +93,7 @@ impl Sizing {
             cpu_s: usage::cpu_seconds(Process::This),
             busy_slot_s: 0.0,
             busy_at: now,
+            machine_cores: machine_cpu_budget(),
         }
     }
 
@@ -112,7 +115,7 @@ impl Worker {
             ceiling: self.opts.slots,
             memory_mb: self.opts.memory_mb,
             bandwidth_kbps: self.opts.bandwidth_kbps,
-            cpu_cores: cpu_budget(self.opts.cpu_percent),
+            cpu_cores: cpu_budget(self.opts.cpu_percent, self.sizing.machine_cores),
         }
     }
 
@@ -191,9 +194,13 @@ impl Worker {
     }
 }
 
-/// The CPU budget, cores: the `cpu_percent` setting, within what this
-/// machine offers ([`cpu_budget_cores`]).
-pub fn cpu_budget(cpu_percent: u32) -> f64 {
-    let machine = cpu_budget_cores(std::thread::available_parallelism().map_or(1, usize::from));
+/// What this machine offers the client's process, cores
+/// ([`cpu_budget_cores`]; read once a run: it reads the cgroup's files).
+pub fn machine_cpu_budget() -> f64 {
+    cpu_budget_cores(std::thread::available_parallelism().map_or(1, usize::from))
+}
+
+/// The CPU budget, cores: the `cpu_percent` setting, within `machine`.
+pub fn cpu_budget(cpu_percent: u32, machine: f64) -> f64 {
     (f64::from(cpu_percent.max(1)) / 100.0).min(machine)
 }
