@@ -50,7 +50,9 @@ pub use beebot_shared::clock::now_ms;
 /// What the QUIC and admin layers share: the grid behind one lock, and the
 /// server's identity.
 pub struct Shared {
-    grid: Mutex<Grid>,
+    /// The grid's own thread takes the work of [`Shared::with_grid`] from
+    /// here ([`GridStage`]).
+    grid: std::sync::mpsc::Sender<GridJob>,
     pub cert_fingerprint: [u8; 32],
     /// The grid's signer, to answer `ProveProject` (a joining client's check)
     /// without the grid lock or a store sync: anyone may ask, unauthenticated.
@@ -79,7 +81,7 @@ pub struct Shared {
     /// The snapshot `about_page` was rendered from.
     about_shown: Mutex<Option<about::AboutInfo>>,
     /// What the dashboard shows that the store does not: liveness, series.
-    pub live: dashboard::live::Live,
+    pub live: Arc<dashboard::live::Live>,
     /// The server's Prometheus metrics (`GET /metrics`).
     pub metrics: Arc<metrics::Metrics>,
 }
@@ -140,40 +142,111 @@ impl Shared {
     }
 }
 
+/// Most calls of [`Shared::with_grid`] run one after another before their
+/// store writes are synced together: the first one's answer waits for at
+/// most this many others.
+pub const MAX_GRID_BATCH: usize = 256;
+
+/// One call of [`Shared::with_grid`] on the grid's thread: it runs on the
+/// grid and gives back what delivers its answer once the store is synced.
+type GridJob = Box<dyn FnOnce(&mut Grid) -> Deliver + Send>;
+/// Sends one answer (run after the sync its writes need).
+type Deliver = Box<dyn FnOnce() + Send>;
+
+/// The grid's two threads. `grid` owns the [`Grid`] and runs the calls of
+/// [`Shared::with_grid`] one after another, in batches of what has queued
+/// (at most [`MAX_GRID_BATCH`]), and hands each batch's answers to `sync`.
+/// `sync` makes every store write so far durable (one fsync for every batch
+/// that waited) and only then delivers the answers. So the grid never waits
+/// for a disk, a call never waits for a lock or a blocking thread, and no
+/// answer leaves before the writes it depends on are durable.
+struct GridStage;
+
+impl GridStage {
+    /// Start both threads; returns where `with_grid` sends its calls. They
+    /// end when every sender is gone.
+    fn start(
+        mut grid: Grid,
+        store: store::SharedStore,
+        work_hint: tokio::sync::watch::Sender<u64>,
+        metrics: Arc<metrics::Metrics>,
+        live: Arc<dashboard::live::Live>,
+    ) -> std::io::Result<std::sync::mpsc::Sender<GridJob>> {
+        let (jobs, rx) = std::sync::mpsc::channel::<GridJob>();
+        let (to_sync, synced) = std::sync::mpsc::channel::<Vec<Deliver>>();
+        std::thread::Builder::new()
+            .name("grid".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut batch = vec![first];
+                    while batch.len() < MAX_GRID_BATCH {
+                        match rx.try_recv() {
+                            Ok(j) => batch.push(j),
+                            Err(_) => break,
+                        }
+                    }
+                    let mut answers = Vec::with_capacity(batch.len());
+                    for job in batch {
+                        let started = std::time::Instant::now();
+                        answers.push(job(&mut grid));
+                        grid.repair_after_store_failure();
+                        metrics.lock_held(started.elapsed());
+                    }
+                    let now = grid.rounds_changed();
+                    work_hint.send_if_modified(|seen| {
+                        let changed = *seen != now;
+                        *seen = now;
+                        changed
+                    });
+                    if to_sync.send(answers).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        std::thread::Builder::new()
+            .name("grid-sync".into())
+            .spawn(move || {
+                while let Ok(mut answers) = synced.recv() {
+                    // Every batch that queued meanwhile rides on this sync.
+                    while let Ok(more) = synced.try_recv() {
+                        answers.extend(more);
+                    }
+                    if store.sync().is_ok() {
+                        live.beat(dashboard::live::Component::Store, now_ms());
+                    }
+                    for deliver in answers {
+                        deliver();
+                    }
+                }
+            })?;
+        Ok(jobs)
+    }
+}
+
 impl Shared {
-    /// Run `f` on the grid on a blocking thread, then make every store write
-    /// so far durable before returning (one fsync shared by concurrent
-    /// callers). A failed sync is remembered: see [`Shared::store_failure`].
+    /// Run `f` on the grid (on its own thread, after the calls before it),
+    /// then make every store write so far durable before returning (one
+    /// fsync shared by every call that waited: see [`GridStage`]). A failed
+    /// sync is remembered: see [`Shared::store_failure`]. A panic in `f`
+    /// is raised again here.
     pub async fn with_grid<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&mut Grid) -> T + Send + 'static,
     ) -> T {
-        let s = self.clone();
-        match tokio::task::spawn_blocking(move || {
-            let out = {
-                let mut g = s.grid.lock().unwrap_or_else(|p| p.into_inner());
-                let locked = std::time::Instant::now();
-                let out = f(&mut g);
-                g.repair_after_store_failure();
-                let now = g.rounds_changed();
-                s.work_hint.send_if_modified(|seen| {
-                    let changed = *seen != now;
-                    *seen = now;
-                    changed
-                });
-                drop(g);
-                s.metrics.lock_held(locked.elapsed());
-                out
-            };
-            if s.store.sync().is_ok() {
-                s.live.beat(dashboard::live::Component::Store, now_ms());
-            }
-            out
-        })
-        .await
-        {
-            Ok(v) => v,
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: GridJob = Box::new(move |g: &mut Grid| {
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(g)));
+            Box::new(move || {
+                let _ = tx.send(out);
+            })
+        });
+        if self.grid.send(job).is_err() {
+            panic!("the grid's thread is gone");
+        }
+        match rx.await {
+            Ok(Ok(v)) => v,
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(_) => panic!("the grid's thread is gone"),
         }
     }
 }
@@ -290,8 +363,18 @@ impl Server {
             public_addr: public_addr.clone(),
             pid: std::process::id(),
         };
+        let work_hint = tokio::sync::watch::Sender::new(0);
+        let live = Arc::new(dashboard::live::Live::new(now_ms(), reference_addr));
+        let grid = GridStage::start(
+            grid,
+            store_handle.clone(),
+            work_hint.clone(),
+            metrics.clone(),
+            live.clone(),
+        )
+        .context("cannot start the grid's threads")?;
         let shared = Arc::new(Shared {
-            grid: Mutex::new(grid),
+            grid,
             cert_fingerprint: fingerprint,
             enrol_key,
             reference_site,
@@ -301,11 +384,11 @@ impl Server {
             public_addr,
             store: store_handle,
             uploads: Arc::default(),
-            work_hint: tokio::sync::watch::Sender::new(0),
+            work_hint,
             user_agent,
             about_page,
             about_shown: Mutex::new(Some(about)),
-            live: dashboard::live::Live::new(now_ms(), reference_addr),
+            live,
             metrics,
         });
         Ok(Server {
@@ -537,5 +620,101 @@ mod tests {
         .join();
         assert!(r.is_err());
         assert!(uploads.take(7).is_some());
+    }
+
+    /// The grid's two threads alone, on a grid in memory.
+    fn stage() -> (
+        std::sync::mpsc::Sender<GridJob>,
+        store::SharedStore,
+        tokio::sync::watch::Receiver<u64>,
+    ) {
+        let store = store::memory();
+        let io = GridIo::in_memory(
+            store.clone(),
+            Arc::new(grid::MemoryLinks::default()),
+            beebot_shared::sign::generate_key(),
+            7,
+        );
+        let settings = GridSettings {
+            user_agent: "BeeBot/test".into(),
+            deadline_slack: 3.0,
+            deadline_grace_s: 10,
+            trust_after: 2,
+            spot_check_percent: 0,
+        };
+        let g = Grid::open(io, settings).expect("grid");
+        let hint = tokio::sync::watch::Sender::new(0);
+        let seen = hint.subscribe();
+        let jobs = GridStage::start(
+            g,
+            store.clone(),
+            hint,
+            Arc::new(metrics::Metrics::new(0)),
+            Arc::new(dashboard::live::Live::new(0, None)),
+        )
+        .expect("threads");
+        (jobs, store, seen)
+    }
+
+    /// `with_grid`'s path without a whole `Shared`: a call and its answer.
+    async fn call<T: Send + 'static>(
+        jobs: &std::sync::mpsc::Sender<GridJob>,
+        f: impl FnOnce(&mut Grid) -> T + Send + 'static,
+    ) -> std::thread::Result<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: GridJob = Box::new(move |g: &mut Grid| {
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(g)));
+            Box::new(move || {
+                let _ = tx.send(out);
+            })
+        });
+        jobs.send(job).expect("grid thread");
+        rx.await.expect("answered")
+    }
+
+    #[tokio::test]
+    async fn the_grid_stage_answers_in_order_after_the_sync_and_survives_a_panic() {
+        let (jobs, store, mut seen) = stage();
+        // Many calls at once: each answered, in the order sent, and each
+        // answer sees every write before it.
+        let mut pending = Vec::new();
+        for i in 0..300u64 {
+            let jobs = jobs.clone();
+            pending.push(tokio::spawn(async move {
+                call(&jobs, move |g| {
+                    g.add_sites(&[format!("s{i}.example.edu")], 1_000)
+                        .expect("site");
+                    g.status().sites
+                })
+                .await
+            }));
+        }
+        let mut counts = Vec::new();
+        for p in pending {
+            counts.push(p.await.expect("task").expect("no panic"));
+        }
+        assert_eq!(*counts.iter().max().expect("some"), 300);
+        let mut sorted = counts.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 300, "each call saw one more site");
+        // Answers leave only after their writes are durable.
+        assert!(store.sync().is_ok());
+        // A panic is the caller's, and the next call is served.
+        let r = call(&jobs, |_g| -> u64 { panic!("a bug in one request") }).await;
+        assert!(r.is_err());
+        let sites = call(&jobs, |g| g.status().sites).await.expect("served");
+        assert_eq!(sites, 300);
+        // A round started tells the connections (the work hint).
+        call(&jobs, |g| {
+            g.start_round(params::RoundParams::default(), 2_000)
+                .expect("round")
+        })
+        .await
+        .expect("started");
+        tokio::time::timeout(Duration::from_secs(5), seen.changed())
+            .await
+            .expect("hint in time")
+            .expect("hint");
     }
 }

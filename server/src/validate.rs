@@ -71,7 +71,13 @@ impl ValidateMode {
 
 /// The digest of one link pair (the export's key of a pair too).
 pub fn pair_digest(source: &str, target: &str) -> u64 {
-    let key = sha256(format!("{source}\n{target}").as_bytes());
+    // SHA-256 of `source`, a newline and `target`, fed in parts (no copy).
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(source.as_bytes());
+    h.update(b"\n");
+    h.update(target.as_bytes());
+    let key: [u8; 32] = h.finalize().into();
     u64::from_le_bytes([
         key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7],
     ])

@@ -366,6 +366,10 @@ fn read_value<T: serde::de::DeserializeOwned>(r: &mut impl Read) -> Result<T, Li
     bincode::serde::decode_from_std_read(r, bincode_config()).map_err(corrupt)
 }
 
+/// Texts up to this long are allocated at their claimed length before they
+/// are read (a lie costs at most this much); longer ones as they arrive.
+const TEXT_READ_AT_ONCE: usize = 16 * 1024;
+
 /// A text, its length checked against the memory `budget` left before
 /// anything is allocated.
 fn read_text(r: &mut impl Read, budget: &mut usize) -> Result<String, LinkFileError> {
@@ -375,8 +379,16 @@ fn read_text(r: &mut impl Read, budget: &mut usize) -> Result<String, LinkFileEr
         .filter(|&n| n <= *budget)
         .ok_or(LinkFileError::TooMuchMemory(MAX_LINK_FILE_MEMORY_BYTES))?;
     *budget -= len;
-    // Allocated only as the text arrives: a length claimed by a short file
-    // costs what the file holds, not what it claims.
+    if len <= TEXT_READ_AT_ONCE {
+        // A short text (every URL and anchor text of a real page) is read
+        // in one go into its own size.
+        let mut buf = vec![0u8; len];
+        r.read_exact(&mut buf)
+            .map_err(|_| LinkFileError::Corrupt("truncated text".into()))?;
+        return String::from_utf8(buf).map_err(corrupt);
+    }
+    // A longer one is allocated only as it arrives: a length claimed by a
+    // short file costs what the file holds, not what it claims.
     let mut buf = Vec::new();
     let got = r.take(len as u64).read_to_end(&mut buf).map_err(corrupt)?;
     if got != len {

@@ -8,6 +8,7 @@
 
 pub mod demo;
 pub mod grid;
+pub mod loadfiles;
 pub mod methods;
 
 /// The tools' `main`: logs on stderr at `default_level` unless `RUST_LOG`

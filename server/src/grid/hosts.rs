@@ -25,6 +25,11 @@ use crate::store::IdKind;
 /// Hex digits of an invite's id: the start of its token's SHA-256, enough to
 /// tell invites apart and nothing of the token itself.
 pub const INVITE_ID_LEN: usize = 16;
+/// A work request's only change to its host may be its last contact: it is
+/// written at most this often then. A restart finds it at most this stale,
+/// well inside [`scheduler::ONLINE_WINDOW_MS`], so no time away is counted
+/// for the gap.
+pub const LAST_SEEN_STORED_EVERY_MS: u64 = 30_000;
 /// Fewest hex digits `invite revoke` takes (a prefix of the id).
 pub const MIN_INVITE_ID_LEN: usize = 6;
 
@@ -208,6 +213,26 @@ impl Grid {
         }
         h.last_seen_ms = h.last_seen_ms.max(now_ms);
         Ok(h)
+    }
+
+    /// Store `host` after a contact of `request_work`'s, if that changed
+    /// more than its last contact (`offline_before`: its time away before
+    /// the contact) or its stored last contact is
+    /// [`LAST_SEEN_STORED_EVERY_MS`] old: a host asking every few seconds
+    /// then costs no write (and no fsync) per empty answer.
+    pub(super) fn store_contact(
+        &mut self,
+        host: &HostRecord,
+        offline_before: u64,
+    ) -> Result<(), GridError> {
+        let stored = self.seen_stored.get(&host.id).copied().unwrap_or(0);
+        if host.offline_ms != offline_before
+            || host.last_seen_ms.saturating_sub(stored) >= LAST_SEEN_STORED_EVERY_MS
+        {
+            self.store.put_host(host)?;
+            self.seen_stored.insert(host.id, host.last_seen_ms);
+        }
+        Ok(())
     }
 
     /// Note a host's successful `Hello`.

@@ -174,6 +174,9 @@ pub struct Grid {
     views: views::HostViews,
     /// Hosts whose view must be built again before it is read.
     stale_views: HashSet<u64>,
+    /// Each host's last contact as last written to the store (see
+    /// [`hosts::LAST_SEEN_STORED_EVERY_MS`]).
+    seen_stored: HashMap<u64, u64>,
 }
 
 fn push_reason(job: &mut JobRecord, reason: String) {
@@ -216,6 +219,7 @@ impl Grid {
             counters: GridCounters::default(),
             views: views::HostViews::default(),
             stale_views: HashSet::new(),
+            seen_stored: HashMap::new(),
         }
     }
 

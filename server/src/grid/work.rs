@@ -7,7 +7,7 @@
 //! unit is signed with the project key and bound to its host. Units are
 //! judged elsewhere ([`super::attempts`], [`super::upload`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use beebot_shared::limits::{MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_REPLY};
 use beebot_shared::sign::{ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
@@ -128,6 +128,26 @@ impl Asker<'_> {
     }
 }
 
+/// The open jobs of a round an asker may not take now
+/// ([`Grid::barred_jobs`]).
+struct Barred<'a> {
+    /// The round's results under check, by their authors.
+    checks: &'a BTreeMap<u64, Vec<u64>>,
+    asker: &'a Asker<'a>,
+    /// Jobs it failed or handed over that go to another host.
+    also: BTreeSet<u64>,
+}
+
+impl Barred<'_> {
+    fn contains(&self, job_id: &u64) -> bool {
+        self.also.contains(job_id)
+            || self
+                .checks
+                .get(job_id)
+                .is_some_and(|authors| !self.asker.may_check(authors))
+    }
+}
+
 /// What a work request was given so far, round after round.
 #[derive(Default)]
 struct Picks {
@@ -195,8 +215,9 @@ impl Grid {
         req: &WorkRequest,
         now_ms: u64,
     ) -> Result<WorkReply, GridError> {
+        let offline_before = self.hosts.get(&host_id).map_or(0, |h| h.offline_ms);
         let host = self.active_host(host_id, now_ms)?.clone();
-        self.store.put_host(&host)?;
+        self.store_contact(&host, offline_before)?;
         // Units the host no longer holds go back to the queue at once.
         self.release_host_units(host_id, Some(&req.units_held), now_ms)?;
         let cancelled_units = self.cancelled_units(&req.units_held);
@@ -411,15 +432,12 @@ impl Grid {
     /// Open jobs of a round the asker may not take now: results it may not
     /// check, jobs it failed while another host is online, and jobs it
     /// handed over. (Jobs whose reach meets a busy one are asked of the
-    /// index per job looked at: [`Grid::meets_busy`].)
-    fn barred_jobs(&self, open: &OpenJobs, asker: &Asker<'_>) -> BTreeSet<u64> {
+    /// index per job looked at: [`Grid::meets_busy`].) The results under
+    /// check are asked per job too ([`Barred::contains`]): there may be a
+    /// round's worth of them, and a request never walks them.
+    fn barred_jobs<'a>(&self, open: &'a OpenJobs, asker: &'a Asker<'a>) -> Barred<'a> {
         let host_id = asker.host_id;
-        let mut barred: BTreeSet<u64> = open
-            .checks
-            .iter()
-            .filter(|(_, authors)| !asker.may_check(authors))
-            .map(|(id, _)| *id)
-            .collect();
+        let mut also = BTreeSet::new();
         // A job this host let expire or gave back goes to another host
         // while one that has not failed it is online (as BOINC sends a
         // host no second result of a job): a host that hoards cannot
@@ -441,17 +459,21 @@ impl Grid {
                             .is_some_and(|f| f.contains(id))
                 });
             if someone_else {
-                barred.insert(*id);
+                also.insert(*id);
             }
         }
         // A job this host handed over goes to another host while one
         // is online (else the hand-over gained nothing).
         for (job, from) in &self.handed_from {
             if *from == host_id && asker.others_online {
-                barred.insert(*job);
+                also.insert(*job);
             }
         }
-        barred
+        Barred {
+            checks: &open.checks,
+            asker,
+            also,
+        }
     }
 
     /// The running jobs of a round whose scan could be handed over to the

@@ -586,3 +586,39 @@ fn kept_host_views_follow_every_change_of_another_host() {
     fx.ask(b, 0, &[got_b.unit_id], later);
     assert_eq!(fx.grid.views.built_ms, Some(later));
 }
+
+#[test]
+fn an_empty_answer_writes_its_host_only_when_more_than_its_last_contact_changed() {
+    let (mut fx, _round) = Fx::with_round(3, 3);
+    let a = fx.host();
+    let stored = |fx: &Fx| {
+        fx.grid
+            .store
+            .hosts()
+            .unwrap()
+            .into_iter()
+            .find(|h| h.id == a)
+            .unwrap()
+    };
+    let t1 = T0 + 1_000;
+    let (units, _) = fx.ask(a, 3, &[], t1);
+    let held: Vec<u64> = units.iter().map(|u| u.unit_id).collect();
+    assert_eq!(stored(&fx).last_seen_ms, t1, "the first contact is written");
+    // Asking again with nothing free: only its last contact changed, kept in memory.
+    let t2 = t1 + 5_000;
+    let (none, _) = fx.ask(a, 0, &held, t2);
+    assert!(none.is_empty());
+    assert_eq!(fx.host_rec(a).last_seen_ms, t2);
+    assert_eq!(stored(&fx).last_seen_ms, t1);
+    // Once the stored contact is LAST_SEEN_STORED_EVERY_MS old, it is written.
+    let t3 = t1 + hosts::LAST_SEEN_STORED_EVERY_MS;
+    fx.ask(a, 0, &held, t3);
+    assert_eq!(stored(&fx).last_seen_ms, t3);
+    // Time away (a silence past the online window) is written at once.
+    let t4 = t3 + scheduler::ONLINE_WINDOW_MS + 1;
+    fx.ask(a, 0, &held, t4);
+    let s = stored(&fx);
+    assert_eq!(s.last_seen_ms, t4);
+    assert!(s.offline_ms > scheduler::ONLINE_WINDOW_MS);
+    assert_eq!(s.offline_ms, fx.host_rec(a).offline_ms);
+}

@@ -1,0 +1,270 @@
+//! The results the load generator uploads: a scan's link file of a
+//! realistic size and the summary that goes with it, the same for every copy
+//! of a site's job (replicas agree, as honest hosts' do).
+//!
+//! Sizes follow [`LinkFileSizes`]: records per scan log-normal around a
+//! median, cut at a most, as a site's outbound links are (most sites link a
+//! few hundred times, a few tens of thousands). Pages are the records over
+//! [`LINKS_PER_PAGE`], and the summary's elapsed time covers the round's
+//! politeness delay between them, so the server's pace check passes as it
+//! does for an honest client.
+
+use beebot_shared::extract::LinkTag;
+use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary};
+use beebot_shared::rng::SplitMix64;
+use beebot_shared::sign::WorkUnit;
+
+/// Links a page holds on average in the results (a documentation or
+/// university page: navigation plus content).
+pub const LINKS_PER_PAGE: u64 = 40;
+/// Bytes of a page in the summary (its HTML, uncompressed).
+pub const PAGE_BYTES: u64 = 24_000;
+/// Other hosts a result links to, at most.
+const TARGET_HOSTS: u64 = 200;
+
+/// Records per scan: log-normal with `median` and shape `sigma`, at least 1
+/// and at most `most`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkFileSizes {
+    pub median: u64,
+    pub sigma: f64,
+    pub most: u64,
+}
+
+impl Default for LinkFileSizes {
+    /// A median of 300 records and a tail to 20,000: with `sigma` 1.2 one
+    /// scan in a hundred holds more than about 5,000.
+    fn default() -> Self {
+        LinkFileSizes {
+            median: 300,
+            sigma: 1.2,
+            most: 20_000,
+        }
+    }
+}
+
+impl LinkFileSizes {
+    /// The records of `site`'s result: drawn from the site's name, so every
+    /// copy of its job holds the same.
+    pub fn records_of(&self, site: &str) -> u64 {
+        let mut rng = SplitMix64::new(site_seed(site));
+        // Box-Muller from two uniforms in (0, 1].
+        let u1 = 1.0 - rng.unit();
+        let u2 = rng.unit();
+        let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+        let n = (self.median as f64 * (self.sigma * z).exp()).round();
+        (n as u64).clamp(1, self.most.max(1))
+    }
+}
+
+fn site_seed(site: &str) -> u64 {
+    // FNV-1a: stable across runs and builds.
+    site.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// `unit`'s result as an honest client of a round at `unit`'s politeness
+/// delay would upload it: [`LinkFileSizes::records_of`] records from pages of
+/// the site (at most the unit's page cap), each linking within the site and
+/// to other hosts, and a summary whose elapsed time covers the delay between
+/// its pages.
+pub fn realistic_result(
+    unit: &WorkUnit,
+    sizes: &LinkFileSizes,
+) -> Result<(ScanSummary, Vec<u8>), linkfile::LinkFileError> {
+    let records_n = sizes.records_of(&unit.site);
+    let pages = records_n
+        .div_ceil(LINKS_PER_PAGE)
+        .clamp(1, u64::from(unit.limits.max_pages.max(1)));
+    let per_page = records_n.div_ceil(pages);
+    let mut rng = SplitMix64::new(site_seed(&unit.site) ^ 0x5eed);
+    let mut records = Vec::with_capacity(records_n as usize);
+    let mut hosts = std::collections::HashSet::new();
+    'pages: for p in 0..pages {
+        let source_url = format!("http://{}/docs/section-{p}/index.html", unit.site);
+        for k in 0..per_page {
+            if records.len() as u64 == records_n {
+                break 'pages;
+            }
+            let (target_url, anchor_text) = if rng.next_u64() % 4 == 0 {
+                let host = rng.next_u64() % TARGET_HOSTS;
+                hosts.insert(host);
+                (
+                    format!("https://www.partner-{host}.example.org/research/item-{k}"),
+                    format!("Partner {host} item {k}"),
+                )
+            } else {
+                let to = rng.next_u64() % pages.max(1);
+                (
+                    format!("http://{}/docs/section-{to}/page-{k}.html", unit.site),
+                    format!("Section {to}, page {k}"),
+                )
+            };
+            records.push(LinkRecord {
+                source_url: source_url.clone(),
+                target_url,
+                tag: LinkTag::A,
+                nofollow: false,
+                anchor_text,
+            });
+        }
+    }
+    let links = records.len() as u64;
+    let file = linkfile::encode(&LinkFileHeader::of_unit(unit, pages, links), &records)?;
+    let summary = ScanSummary {
+        pages,
+        links,
+        bytes: pages * PAGE_BYTES,
+        distinct_target_hosts: (hosts.len() as u64 + 1).min(links),
+        elapsed_ms: pages * unit.limits.delay_ms.max(1) + 1_000,
+        status_counts: vec![(200, pages)],
+        ..ScanSummary::default()
+    };
+    Ok((summary, file))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use beebot_server::grid::{
+        Grid, GridIo, GridSettings, MemoryLinks, UploadOutcome, UploadStep, WorkRequest,
+    };
+    use beebot_server::params::RoundParams;
+    use beebot_shared::proto::HostInfo;
+    use beebot_shared::sign;
+    use ed25519_dalek::VerifyingKey;
+
+    use super::*;
+
+    const T0: u64 = 1_750_000_000_000;
+
+    #[test]
+    fn sizes_have_the_median_and_tail_they_name_and_are_the_same_for_every_copy() {
+        let sizes = LinkFileSizes::default();
+        let mut n: Vec<u64> = (0..20_000)
+            .map(|i| sizes.records_of(&format!("s{i}.example.edu")))
+            .collect();
+        assert_eq!(
+            sizes.records_of("s7.example.edu"),
+            sizes.records_of("s7.example.edu")
+        );
+        n.sort_unstable();
+        let median = n[n.len() / 2];
+        assert!((270..=330).contains(&median), "median {median}");
+        let p99 = n[n.len() * 99 / 100];
+        assert!((3_500..=7_000).contains(&p99), "p99 {p99}");
+        assert_eq!(*n.last().unwrap(), 20_000, "the tail reaches the most");
+        assert!(*n.first().unwrap() >= 1);
+    }
+
+    /// A grid in memory with one round at `delay_ms` and one enrolled host.
+    fn grid(delay_ms: u64) -> (Grid, u64, VerifyingKey) {
+        let key = sign::generate_key();
+        let io = GridIo::in_memory(
+            beebot_server::store::memory(),
+            Arc::new(MemoryLinks::default()),
+            key.clone(),
+            7,
+        );
+        let settings = GridSettings {
+            user_agent: "BeeBot/test (+http://example.test/bot)".into(),
+            deadline_slack: 3.0,
+            deadline_grace_s: 600,
+            trust_after: 3,
+            spot_check_percent: 5,
+        };
+        let mut g = Grid::open(io, settings).unwrap();
+        let sites: Vec<String> = (0..50).map(|i| format!("s{i}.example.edu")).collect();
+        g.add_sites(&sites, T0).unwrap();
+        let params = RoundParams {
+            delay_ms,
+            ..RoundParams::default()
+        };
+        g.start_round(params, T0).unwrap();
+        let token = g.create_invite(1, T0 + 86_400_000, T0).unwrap();
+        let hk = sign::generate_key();
+        let info = HostInfo {
+            name: "h".into(),
+            os: "test".into(),
+            client_version: "0".into(),
+            cores: 2,
+        };
+        let h = g
+            .enrol(&token, hk.verifying_key().to_bytes(), info, T0)
+            .unwrap();
+        (g, h, key.verifying_key())
+    }
+
+    #[test]
+    fn the_server_accepts_them_at_a_polite_delay_and_at_zero() {
+        for delay_ms in [1_000, 0] {
+            let (mut g, h, key) = grid(delay_ms);
+            let req = WorkRequest {
+                want_seconds: 600,
+                free_slots: 1,
+                units_held: vec![],
+                open_windows: None,
+            };
+            let reply = g.request_work(h, &req, T0 + 1).unwrap();
+            assert!(!reply.units.is_empty());
+            for signed in reply.units {
+                let unit = sign::verify_unit(&key, &signed).unwrap();
+                let (summary, file) = realistic_result(&unit, &LinkFileSizes::default()).unwrap();
+                let (header, records) = linkfile::decode(&file).unwrap();
+                assert_eq!(header.unit_id, unit.unit_id);
+                assert_eq!(records.len() as u64, summary.links);
+                assert_eq!(
+                    summary.links,
+                    LinkFileSizes::default().records_of(&unit.site)
+                );
+                let UploadStep::Plan(plan) = g.upload_begin(h, unit.unit_id, T0 + 2).unwrap()
+                else {
+                    panic!("no upload plan");
+                };
+                let outcome = beebot_server::simulate::finish_upload(
+                    &mut g,
+                    &plan,
+                    summary,
+                    &file,
+                    None,
+                    T0 + 2,
+                )
+                .unwrap();
+                assert!(
+                    matches!(outcome, UploadOutcome::Accepted),
+                    "delay {delay_ms}: {outcome:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_result_claiming_less_time_than_the_delay_allows_is_refused() {
+        let (mut g, h, key) = grid(1_000);
+        let req = WorkRequest {
+            want_seconds: 600,
+            free_slots: 1,
+            units_held: vec![],
+            open_windows: None,
+        };
+        let signed = g.request_work(h, &req, T0 + 1).unwrap().units.remove(0);
+        let unit = sign::verify_unit(&key, &signed).unwrap();
+        let sizes = LinkFileSizes {
+            median: 2_000,
+            sigma: 0.0,
+            most: 20_000,
+        };
+        let (mut summary, file) = realistic_result(&unit, &sizes).unwrap();
+        assert!(summary.pages > 10);
+        summary.elapsed_ms = 10;
+        let UploadStep::Plan(plan) = g.upload_begin(h, unit.unit_id, T0 + 2).unwrap() else {
+            panic!("no upload plan");
+        };
+        let outcome =
+            beebot_server::simulate::finish_upload(&mut g, &plan, summary, &file, None, T0 + 2)
+                .unwrap();
+        assert!(matches!(outcome, UploadOutcome::Rejected(_)), "{outcome:?}");
+    }
+}
