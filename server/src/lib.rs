@@ -142,24 +142,33 @@ impl Shared {
     }
 }
 
-/// Most calls of [`Shared::with_grid`] run one after another before their
-/// store writes are synced together: the first one's answer waits for at
-/// most this many others.
-pub const MAX_GRID_BATCH: usize = 256;
-
 /// One call of [`Shared::with_grid`] on the grid's thread: it runs on the
 /// grid and gives back what delivers its answer once the store is synced.
 type GridJob = Box<dyn FnOnce(&mut Grid) -> Deliver + Send>;
 /// Sends one answer (run after the sync its writes need).
 type Deliver = Box<dyn FnOnce() + Send>;
+/// Makes every store write so far durable ([`store::Store::sync`]).
+type SyncStore = Box<dyn FnMut() -> Result<(), store::StoreError> + Send>;
+
+/// Longest the grid's thread runs calls before it hands their answers to
+/// the sync: under load, calls that queued meanwhile share one sync (one
+/// fsync a stretch, not one a call), and no answer waits longer than this
+/// for the calls after it.
+pub const GRID_STRETCH: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// The grid's two threads. `grid` owns the [`Grid`] and runs the calls of
-/// [`Shared::with_grid`] one after another, in batches of what has queued
-/// (at most [`MAX_GRID_BATCH`]), and hands each batch's answers to `sync`.
-/// `sync` makes every store write so far durable (one fsync for every batch
-/// that waited) and only then delivers the answers. So the grid never waits
-/// for a disk, a call never waits for a lock or a blocking thread, and no
-/// answer leaves before the writes it depends on are durable.
+/// [`Shared::with_grid`] one after another: while calls are queued, for at
+/// most [`GRID_STRETCH`], then it hands the stretch's answers to
+/// `grid-sync`. That one takes every answer waiting, makes the store's
+/// writes so far durable (one fsync for all of them: group commit), and
+/// only then delivers them. So the grid never waits for a disk, a call
+/// never waits for a lock or a blocking thread, and no answer leaves before
+/// the writes it depends on are durable.
+///
+/// The queues hold one call per request being answered, so they are bound
+/// by what may ask: QUIC requests by admission (`MAX_CONNECTIONS` ×
+/// `MAX_STREAMS_PER_CONNECTION`), the admin API and the ticker by their
+/// callers.
 struct GridStage;
 
 impl GridStage {
@@ -167,7 +176,7 @@ impl GridStage {
     /// end when every sender is gone.
     fn start(
         mut grid: Grid,
-        store: store::SharedStore,
+        mut sync: SyncStore,
         work_hint: tokio::sync::watch::Sender<u64>,
         metrics: Arc<metrics::Metrics>,
         live: Arc<dashboard::live::Live>,
@@ -178,19 +187,19 @@ impl GridStage {
             .name("grid".into())
             .spawn(move || {
                 while let Ok(first) = rx.recv() {
-                    let mut batch = vec![first];
-                    while batch.len() < MAX_GRID_BATCH {
-                        match rx.try_recv() {
-                            Ok(j) => batch.push(j),
-                            Err(_) => break,
-                        }
-                    }
-                    let mut answers = Vec::with_capacity(batch.len());
-                    for job in batch {
+                    let stretch = std::time::Instant::now();
+                    let mut answers = Vec::new();
+                    let mut next = Some(first);
+                    while let Some(job) = next {
                         let started = std::time::Instant::now();
                         answers.push(job(&mut grid));
                         grid.repair_after_store_failure();
                         metrics.lock_held(started.elapsed());
+                        next = if stretch.elapsed() < GRID_STRETCH {
+                            rx.try_recv().ok()
+                        } else {
+                            None
+                        };
                     }
                     let now = grid.rounds_changed();
                     work_hint.send_if_modified(|seen| {
@@ -207,11 +216,11 @@ impl GridStage {
             .name("grid-sync".into())
             .spawn(move || {
                 while let Ok(mut answers) = synced.recv() {
-                    // Every batch that queued meanwhile rides on this sync.
-                    while let Ok(more) = synced.try_recv() {
+                    // Every stretch that queued meanwhile rides on this sync.
+                    for more in synced.try_iter() {
                         answers.extend(more);
                     }
-                    if store.sync().is_ok() {
+                    if sync().is_ok() {
                         live.beat(dashboard::live::Component::Store, now_ms());
                     }
                     for deliver in answers {
@@ -221,6 +230,26 @@ impl GridStage {
             })?;
         Ok(jobs)
     }
+}
+
+/// Run `f` on the grid's thread ([`GridStage`]) and wait for its answer,
+/// delivered once the store is synced; a panic in `f` comes back as `Err`.
+async fn on_grid<T: Send + 'static>(
+    jobs: &std::sync::mpsc::Sender<GridJob>,
+    f: impl FnOnce(&mut Grid) -> T + Send + 'static,
+) -> std::thread::Result<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job: GridJob = Box::new(move |g: &mut Grid| {
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(g)));
+        Box::new(move || {
+            let _ = tx.send(out);
+        })
+    });
+    if jobs.send(job).is_err() {
+        panic!("the grid's thread is gone");
+    }
+    rx.await
+        .unwrap_or_else(|_| panic!("the grid's thread is gone"))
 }
 
 impl Shared {
@@ -233,20 +262,9 @@ impl Shared {
         self: &Arc<Self>,
         f: impl FnOnce(&mut Grid) -> T + Send + 'static,
     ) -> T {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let job: GridJob = Box::new(move |g: &mut Grid| {
-            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(g)));
-            Box::new(move || {
-                let _ = tx.send(out);
-            })
-        });
-        if self.grid.send(job).is_err() {
-            panic!("the grid's thread is gone");
-        }
-        match rx.await {
-            Ok(Ok(v)) => v,
-            Ok(Err(panic)) => std::panic::resume_unwind(panic),
-            Err(_) => panic!("the grid's thread is gone"),
+        match on_grid(&self.grid, f).await {
+            Ok(v) => v,
+            Err(panic) => std::panic::resume_unwind(panic),
         }
     }
 }
@@ -365,9 +383,10 @@ impl Server {
         };
         let work_hint = tokio::sync::watch::Sender::new(0);
         let live = Arc::new(dashboard::live::Live::new(now_ms(), reference_addr));
+        let syncing = store_handle.clone();
         let grid = GridStage::start(
             grid,
-            store_handle.clone(),
+            Box::new(move || syncing.sync()),
             work_hint.clone(),
             metrics.clone(),
             live.clone(),
@@ -622,10 +641,11 @@ mod tests {
         assert!(uploads.take(7).is_some());
     }
 
-    /// The grid's two threads alone, on a grid in memory.
+    /// The grid's two threads alone, on a grid in memory, their sync
+    /// counted (and slow, so an answer delivered before it would show).
     fn stage() -> (
         std::sync::mpsc::Sender<GridJob>,
-        store::SharedStore,
+        Arc<std::sync::atomic::AtomicU64>,
         tokio::sync::watch::Receiver<u64>,
     ) {
         let store = store::memory();
@@ -635,78 +655,73 @@ mod tests {
             beebot_shared::sign::generate_key(),
             7,
         );
-        let settings = GridSettings {
-            user_agent: "BeeBot/test".into(),
-            deadline_slack: 3.0,
-            deadline_grace_s: 10,
-            trust_after: 2,
-            spot_check_percent: 0,
-        };
-        let g = Grid::open(io, settings).expect("grid");
+        let g = Grid::open(io, grid::testkit::settings()).expect("grid");
+        let syncs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = syncs.clone();
+        let sync: SyncStore = Box::new(move || {
+            std::thread::sleep(Duration::from_millis(2));
+            let r = store.sync();
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            r
+        });
         let hint = tokio::sync::watch::Sender::new(0);
         let seen = hint.subscribe();
         let jobs = GridStage::start(
             g,
-            store.clone(),
+            sync,
             hint,
             Arc::new(metrics::Metrics::new(0)),
             Arc::new(dashboard::live::Live::new(0, None)),
         )
         .expect("threads");
-        (jobs, store, seen)
-    }
-
-    /// `with_grid`'s path without a whole `Shared`: a call and its answer.
-    async fn call<T: Send + 'static>(
-        jobs: &std::sync::mpsc::Sender<GridJob>,
-        f: impl FnOnce(&mut Grid) -> T + Send + 'static,
-    ) -> std::thread::Result<T> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let job: GridJob = Box::new(move |g: &mut Grid| {
-            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(g)));
-            Box::new(move || {
-                let _ = tx.send(out);
-            })
-        });
-        jobs.send(job).expect("grid thread");
-        rx.await.expect("answered")
+        (jobs, syncs, seen)
     }
 
     #[tokio::test]
     async fn the_grid_stage_answers_in_order_after_the_sync_and_survives_a_panic() {
-        let (jobs, store, mut seen) = stage();
-        // Many calls at once: each answered, in the order sent, and each
-        // answer sees every write before it.
+        use std::sync::atomic::Ordering::SeqCst;
+        let (jobs, syncs, mut seen) = stage();
+        // Many calls at once: each answered after a sync that began after
+        // it ran, in the order sent, each seeing every write before it.
         let mut pending = Vec::new();
         for i in 0..300u64 {
-            let jobs = jobs.clone();
+            let (jobs, syncs) = (jobs.clone(), syncs.clone());
             pending.push(tokio::spawn(async move {
-                call(&jobs, move |g| {
-                    g.add_sites(&[format!("s{i}.example.edu")], 1_000)
-                        .expect("site");
-                    g.status().sites
+                let (sites, syncs_then) = on_grid(&jobs, {
+                    let syncs = syncs.clone();
+                    move |g| {
+                        g.add_sites(&[format!("s{i}.example.edu")], 1_000)
+                            .expect("site");
+                        (g.status().sites, syncs.load(SeqCst))
+                    }
                 })
                 .await
+                .expect("no panic");
+                assert!(
+                    syncs.load(SeqCst) > syncs_then,
+                    "an answer left before the sync after its call"
+                );
+                sites
             }));
         }
         let mut counts = Vec::new();
         for p in pending {
-            counts.push(p.await.expect("task").expect("no panic"));
+            counts.push(p.await.expect("answered after its sync"));
         }
         assert_eq!(*counts.iter().max().expect("some"), 300);
         let mut sorted = counts.clone();
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(sorted.len(), 300, "each call saw one more site");
-        // Answers leave only after their writes are durable.
-        assert!(store.sync().is_ok());
+        // Syncs are shared: far fewer than calls.
+        assert!(syncs.load(SeqCst) < 300, "{} syncs", syncs.load(SeqCst));
         // A panic is the caller's, and the next call is served.
-        let r = call(&jobs, |_g| -> u64 { panic!("a bug in one request") }).await;
+        let r = on_grid(&jobs, |_g| -> u64 { panic!("a bug in one request") }).await;
         assert!(r.is_err());
-        let sites = call(&jobs, |g| g.status().sites).await.expect("served");
+        let sites = on_grid(&jobs, |g| g.status().sites).await.expect("served");
         assert_eq!(sites, 300);
         // A round started tells the connections (the work hint).
-        call(&jobs, |g| {
+        on_grid(&jobs, |g| {
             g.start_round(params::RoundParams::default(), 2_000)
                 .expect("round")
         })

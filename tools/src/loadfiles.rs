@@ -57,6 +57,18 @@ impl LinkFileSizes {
     }
 }
 
+impl LinkFileSizes {
+    /// `(pages, records)` of `unit`'s result: its site's records, over
+    /// [`LINKS_PER_PAGE`] a page, within the unit's page cap.
+    pub fn scan_of(&self, unit: &WorkUnit) -> (u64, u64) {
+        let records = self.records_of(&unit.site);
+        let pages = records
+            .div_ceil(LINKS_PER_PAGE)
+            .clamp(1, u64::from(unit.limits.max_pages.max(1)));
+        (pages, records)
+    }
+}
+
 fn site_seed(site: &str) -> u64 {
     // FNV-1a: stable across runs and builds.
     site.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -73,10 +85,7 @@ pub fn realistic_result(
     unit: &WorkUnit,
     sizes: &LinkFileSizes,
 ) -> Result<(ScanSummary, Vec<u8>), linkfile::LinkFileError> {
-    let records_n = sizes.records_of(&unit.site);
-    let pages = records_n
-        .div_ceil(LINKS_PER_PAGE)
-        .clamp(1, u64::from(unit.limits.max_pages.max(1)));
+    let (pages, records_n) = sizes.scan_of(unit);
     let per_page = records_n.div_ceil(pages);
     let mut rng = SplitMix64::new(site_seed(&unit.site) ^ 0x5eed);
     let mut records = Vec::with_capacity(records_n as usize);

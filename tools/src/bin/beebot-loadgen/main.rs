@@ -40,7 +40,7 @@ use beebot_shared::rt::runtime;
 use beebot_tools::loadfiles::LinkFileSizes;
 
 use play::{Host, InFlight, Plan};
-use report::{ServerUse, Stats};
+use report::{ServerUse, Sinks, Stats};
 
 /// Connections set up at once (enrolment, reconnection): stays under the
 /// server's per-address limit of unauthenticated connections.
@@ -286,9 +286,9 @@ async fn enrol_all(
     Ok((hosts, progress.unwrap_or(DEFAULT_PROGRESS_EVERY)))
 }
 
-/// Every host plays `plan` into `stats`; returns once every request due
+/// Every host plays `plan` into `sinks`; returns once every request due
 /// before `plan.until` is answered (or [`DRAIN_TIMEOUT`] passed).
-async fn load(hosts: &[Arc<Host>], plan: &Arc<Plan>, stats: &Arc<Stats>) {
+async fn load(hosts: &[Arc<Host>], plan: &Arc<Plan>, sinks: &Arc<Sinks>) {
     let flying = Arc::new(InFlight::default());
     let tasks: Vec<_> = hosts
         .iter()
@@ -296,7 +296,7 @@ async fn load(hosts: &[Arc<Host>], plan: &Arc<Plan>, stats: &Arc<Stats>) {
             tokio::spawn(play::play(
                 h.clone(),
                 plan.clone(),
-                stats.clone(),
+                sinks.clone(),
                 flying.clone(),
             ))
         })
@@ -348,14 +348,16 @@ async fn run_load(
         most: args.records_most,
         ..LinkFileSizes::default()
     };
-    let plan = |secs: u64| Plan {
+    let secs = args.seconds.max(1);
+    let from = tokio::time::Instant::now() + Duration::from_secs(args.warmup);
+    let plan = Arc::new(Plan {
         work_every: every(args.rate),
         upload_every: (args.upload_rate > 0).then(|| every(args.upload_rate)),
         progress_every,
         slots: HOST_SLOTS,
         sizes,
-        until: tokio::time::Instant::now() + Duration::from_secs(secs),
-    };
+        until: from + Duration::from_secs(secs),
+    });
     println!(
         "beebot-loadgen: {} hosts over QUIC on loopback against {}",
         hosts.len(),
@@ -377,53 +379,61 @@ async fn run_load(
         progress_every.as_secs()
     );
     println!(
-        "{} enrolled in {:.1}s (hello p50 {:.1} ms); latency from when each request was due",
+        "{} enrolled in {:.1}s (hello p50 {:.1} ms); {}s of warm-up then {}s measured, one \
+         schedule; latency from when each request was due",
         hosts.len(),
         enrol_secs,
-        setup.hello.ms_at(0.5)
+        setup.hello.ms_at(0.5),
+        args.warmup,
+        secs
     );
-    if args.warmup > 0 {
-        let warm = Arc::new(Stats::default());
-        load(&hosts, &Arc::new(plan(args.warmup)), &warm).await;
-        println!(
-            "warm-up: {}s, {} work requests, {} uploads accepted (not in the table)",
-            args.warmup,
-            warm.work_requests(),
-            warm.accepted.load(std::sync::atomic::Ordering::Relaxed)
-        );
-    }
     println!();
-    let stats = Arc::new(Stats::default());
-    let cpu0 = usage::cpu_seconds(pid).unwrap_or(f64::NAN);
-    let own0 = usage::cpu_seconds(Process::This).unwrap_or(f64::NAN);
-    let start = Instant::now();
-    // CPU is read when the schedule ends (answers still coming after it
-    // are the backlog of a server that fell behind).
-    let secs = args.seconds.max(1);
-    let cpu_at_end = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(secs)).await;
+    let sinks = Arc::new(Sinks {
+        warm: Stats::default(),
+        measured: Stats::default(),
+        from,
+    });
+    // CPU over the measured stretch of the schedule (answers still coming
+    // after it are the backlog of a server that fell behind).
+    let until = plan.until;
+    let cpu = tokio::spawn(async move {
+        tokio::time::sleep_until(from).await;
+        let at_from = (
+            usage::cpu_seconds(pid).unwrap_or(f64::NAN),
+            usage::cpu_seconds(Process::This).unwrap_or(f64::NAN),
+        );
+        tokio::time::sleep_until(until).await;
         (
-            usage::cpu_seconds(pid).unwrap_or(f64::NAN) - cpu0,
-            usage::cpu_seconds(Process::This).unwrap_or(f64::NAN) - own0,
+            usage::cpu_seconds(pid).unwrap_or(f64::NAN) - at_from.0,
+            usage::cpu_seconds(Process::This).unwrap_or(f64::NAN) - at_from.1,
         )
     });
-    load(&hosts, &Arc::new(plan(secs)), &stats).await;
-    let (cpu_s, own) = cpu_at_end.await.unwrap_or((f64::NAN, f64::NAN));
-    let secs = secs as f64;
+    load(&hosts, &plan, &sinks).await;
+    let drained = tokio::time::Instant::now().saturating_duration_since(until);
+    let (cpu_s, own) = cpu.await.unwrap_or((f64::NAN, f64::NAN));
     let server_use = ServerUse {
         cpu_s,
         rss_idle_mb,
         rss_mb: mb(usage::rss_kb(pid)),
         peak_mb: mb(usage::peak_rss_kb(pid)),
     };
-    let drained = start.elapsed().as_secs_f64() - secs;
-    report::print_table(&stats, secs, &server_use, own);
+    println!(
+        "warm-up: {} work requests, {} uploads accepted (not in the table)",
+        sinks.warm.work_requests(),
+        sinks
+            .warm
+            .accepted
+            .load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let stats = &sinks.measured;
+    let secs = secs as f64;
+    report::print_table(stats, secs, &server_use, own);
     let held = hosts.iter().filter(|h| h.link.is_open()).count();
     println!("{:<34} {:>12}", "hosts held connected", held);
     println!(
         "{:<34} {:>12.1}",
         "last answers after the end, s",
-        drained.max(0.0)
+        drained.as_secs_f64()
     );
 
     if args.herd > 0 {

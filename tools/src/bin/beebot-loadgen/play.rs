@@ -21,7 +21,12 @@ use beebot_shared::proto::{Request, Response};
 use beebot_shared::sign::WorkUnit;
 use beebot_tools::loadfiles::{realistic_result, LinkFileSizes};
 
-use crate::report::{Kind, Stats};
+use beebot_shared::fetch_rules::{work_wanted, DEFAULT_BUFFER_MAX_S, DEFAULT_BUFFER_MIN_S};
+
+use crate::report::{Kind, Sinks};
+
+/// The round trip a host counts on when it sizes its buffer (loopback).
+const ROUND_TRIP_S: f64 = 0.05;
 
 /// A host of the load: its key, its connection and the units it holds.
 pub struct Host {
@@ -116,7 +121,7 @@ impl Drop for Flying {
 
 /// Play `host`'s schedule until `plan.until`; requests still in flight then
 /// finish on their own tasks (counted by `flying`).
-pub async fn play(host: Arc<Host>, plan: Arc<Plan>, stats: Arc<Stats>, flying: Arc<InFlight>) {
+pub async fn play(host: Arc<Host>, plan: Arc<Plan>, sinks: Arc<Sinks>, flying: Arc<InFlight>) {
     let start = Instant::now();
     let mut next_work = start + plan.work_every.mul_f64(rand::random::<f64>());
     let mut next_upload = plan
@@ -139,7 +144,7 @@ pub async fn play(host: Arc<Host>, plan: Arc<Plan>, stats: Arc<Stats>, flying: A
             tokio::spawn(work(
                 host.clone(),
                 plan.clone(),
-                stats.clone(),
+                sinks.clone(),
                 next_work,
                 guard,
             ));
@@ -155,14 +160,17 @@ pub async fn play(host: Arc<Host>, plan: Arc<Plan>, stats: Arc<Stats>, flying: A
                         tokio::spawn(upload(
                             host.clone(),
                             plan.clone(),
-                            stats.clone(),
+                            sinks.clone(),
                             h,
                             at,
                             guard,
                         ));
                     }
                     None => {
-                        stats.nothing_to_upload.fetch_add(1, Ordering::Relaxed);
+                        sinks
+                            .at(at)
+                            .nothing_to_upload
+                            .fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 next_upload = Some(at + every);
@@ -186,7 +194,7 @@ pub async fn play(host: Arc<Host>, plan: Arc<Plan>, stats: Arc<Stats>, flying: A
             let guard = Flying::start(&flying);
             tokio::spawn(progress(
                 host.clone(),
-                stats.clone(),
+                sinks.clone(),
                 (unit_id, pages, links),
                 due,
                 guard,
@@ -195,30 +203,35 @@ pub async fn play(host: Arc<Host>, plan: Arc<Plan>, stats: Arc<Stats>, flying: A
     }
 }
 
-async fn work(host: Arc<Host>, plan: Arc<Plan>, stats: Arc<Stats>, due: Instant, _f: Flying) {
+async fn work(host: Arc<Host>, plan: Arc<Plan>, sinks: Arc<Sinks>, due: Instant, _f: Flying) {
     let _asking = host.asking.lock().await;
-    let units_held = host.units_held();
-    let free_slots = plan.slots.saturating_sub(units_held.len() as u32).max(1);
+    let stats = sinks.at(due);
+    // The client's own rule: ask only while the buffer wants work, for
+    // what it wants (`fetch_rules::work_wanted`; no scan time known yet).
+    let unfinished = host.held().len();
+    let Some((want_seconds, free_slots)) = work_wanted(
+        plan.slots,
+        unfinished,
+        None,
+        ROUND_TRIP_S,
+        DEFAULT_BUFFER_MIN_S,
+        DEFAULT_BUFFER_MAX_S,
+    ) else {
+        stats.buffer_full.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
     let req = Request::RequestWork {
-        want_seconds: 600,
+        want_seconds,
         free_slots,
-        units_held,
+        units_held: host.units_held(),
         open_windows: None,
     };
     let r = host.link.request(&req).await;
     let latency = due.elapsed();
     let units = match r {
         Ok(Response::Work { units, .. }) => units,
-        Ok(other) => {
-            stats.work_empty.add(latency);
-            stats.error(|| format!("work request answered {other:?}"));
-            return;
-        }
-        Err(e) => {
-            stats.work_empty.add(latency);
-            stats.error(|| format!("work request: {e}"));
-            return;
-        }
+        Ok(other) => return stats.error(|| format!("work request answered {other:?}")),
+        Err(e) => return stats.error(|| format!("work request: {e}")),
     };
     stats
         .of(if units.is_empty() {
@@ -238,11 +251,9 @@ async fn work(host: Arc<Host>, plan: Arc<Plan>, stats: Arc<Stats>, due: Instant,
             beebot_shared::limits::MAX_UNIT_BYTES,
         ) {
             Ok(unit) => {
-                let links = plan.sizes.records_of(&unit.site);
+                let (pages, links) = plan.sizes.scan_of(&unit);
                 held.push_back(Held {
-                    pages: links
-                        .div_ceil(beebot_tools::loadfiles::LINKS_PER_PAGE)
-                        .clamp(1, u64::from(unit.limits.max_pages.max(1))),
+                    pages,
                     links,
                     unit,
                     next_progress: Instant::now() + plan.progress_every,
@@ -257,21 +268,21 @@ async fn work(host: Arc<Host>, plan: Arc<Plan>, stats: Arc<Stats>, due: Instant,
 async fn upload(
     host: Arc<Host>,
     plan: Arc<Plan>,
-    stats: Arc<Stats>,
+    sinks: Arc<Sinks>,
     h: Held,
     due: Instant,
     _f: Flying,
 ) {
+    let stats = sinks.at(due);
     let unit_id = h.unit.unit_id;
     // The scan's result, made off the runtime.
     let sizes = plan.sizes;
-    let made = tokio::task::spawn_blocking(move || realistic_result(&h.unit, &sizes)).await;
+    let made = tokio::task::spawn_blocking(move || realistic_result(&h.unit, &sizes))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
     let (summary, link_file) = match made {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            host.uploading().retain(|&u| u != unit_id);
-            return stats.error(|| format!("link file: {e}"));
-        }
+        Ok(r) => r,
         Err(e) => {
             host.uploading().retain(|&u| u != unit_id);
             return stats.error(|| format!("link file: {e}"));
@@ -290,7 +301,10 @@ async fn upload(
             state: None,
         })
         .await;
-    stats.upload.add(due.elapsed());
+    // Latency of answers only: a failure is counted as an error.
+    if r.is_ok() {
+        stats.upload.add(due.elapsed());
+    }
     host.uploading().retain(|&u| u != unit_id);
     match r {
         Ok(Response::Accepted) => {
@@ -298,10 +312,7 @@ async fn upload(
         }
         Ok(Response::Rejected { reason }) => {
             stats.not_accepted.fetch_add(1, Ordering::Relaxed);
-            let mut first = stats.first_error.lock().unwrap_or_else(|p| p.into_inner());
-            if first.is_none() {
-                *first = Some(format!("upload rejected: {reason}"));
-            }
+            stats.note_first(|| format!("upload rejected: {reason}"));
         }
         Ok(Response::Duplicate) => {
             stats.not_accepted.fetch_add(1, Ordering::Relaxed);
@@ -313,11 +324,12 @@ async fn upload(
 
 async fn progress(
     host: Arc<Host>,
-    stats: Arc<Stats>,
+    sinks: Arc<Sinks>,
     (unit_id, pages, links): (u64, u64, u64),
     due: Instant,
     _f: Flying,
 ) {
+    let stats = sinks.at(due);
     let r = host
         .link
         .request(&Request::Progress {
@@ -326,7 +338,9 @@ async fn progress(
             links,
         })
         .await;
-    stats.progress.add(due.elapsed());
+    if r.is_ok() {
+        stats.progress.add(due.elapsed());
+    }
     match r {
         Ok(Response::Extend { .. } | Response::Continue) => {}
         Ok(Response::Abort { .. }) => {

@@ -96,12 +96,35 @@ pub struct Stats {
     /// Records in the link files uploaded, and their bytes.
     pub records: AtomicU64,
     pub upload_bytes: AtomicU64,
-    /// Requests that got no answer or an error answer.
+    /// Requests that got no answer or an error answer (their latency is not
+    /// in the histograms).
     pub errors: AtomicU64,
     /// The first error or refusal seen, for the table.
     pub first_error: Mutex<Option<String>>,
     /// Upload times that came while the host held nothing to upload.
     pub nothing_to_upload: AtomicU64,
+    /// Work times at which the host's buffer was full, so it did not ask
+    /// (`fetch_rules::work_wanted`, as the client does).
+    pub buffer_full: AtomicU64,
+}
+
+/// Where a request's figures go, by when it was due: the warm-up's or the
+/// measured stretch's. One schedule runs through both, so the measured
+/// stretch starts with whatever backlog the warm-up left, as load does.
+pub struct Sinks {
+    pub warm: Stats,
+    pub measured: Stats,
+    pub from: tokio::time::Instant,
+}
+
+impl Sinks {
+    pub fn at(&self, due: tokio::time::Instant) -> &Stats {
+        if due < self.from {
+            &self.warm
+        } else {
+            &self.measured
+        }
+    }
 }
 
 impl Stats {
@@ -116,6 +139,11 @@ impl Stats {
 
     pub fn error(&self, what: impl FnOnce() -> String) {
         self.errors.fetch_add(1, Ordering::Relaxed);
+        self.note_first(what);
+    }
+
+    /// Keep `what` if it is the first error or refusal seen.
+    pub fn note_first(&self, what: impl FnOnce() -> String) {
         let mut first = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
         if first.is_none() {
             *first = Some(what());
@@ -180,6 +208,10 @@ pub fn print_table(stats: &Stats, secs: f64, server: &ServerUse, load_cpu_s: f64
             "{:.1}",
             stats.upload_bytes.load(Ordering::Relaxed) as f64 / 1e6 / secs
         ),
+    );
+    line(
+        "work times with a full buffer",
+        stats.buffer_full.load(Ordering::Relaxed).to_string(),
     );
     line(
         "upload times with nothing held",
