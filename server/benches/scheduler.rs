@@ -36,6 +36,7 @@ fn views(seed: u64) -> (Vec<JobView>, Vec<HostView>, Vec<RunningView>) {
             failed_somewhere: false,
             size_known: s.pages.is_some(),
             assigned: Some(1 + (i % HOSTS) as u64),
+            under_check: false,
         })
         .collect();
     let hosts: Vec<HostView> = synthetic_hosts(HOSTS, seed)

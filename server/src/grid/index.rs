@@ -47,11 +47,67 @@ pub(super) struct OpenJobs {
     /// Open jobs whose results are being checked, with the hosts that may
     /// not take them (the results' authors).
     pub(super) checks: BTreeMap<u64, Vec<u64>>,
+    /// The jobs of `checks` by each of their authors.
+    pub(super) checks_by_author: HashMap<u64, BTreeSet<u64>>,
 }
 
 /// Jobs by their site's reach ([`reach_key`] → job id → whether every
 /// name under it is inside).
 pub(super) type ReachIndex = BTreeMap<String, BTreeMap<u64, bool>>;
+
+/// Reaches whose scan uploaded less than the round's delay ago
+/// ([`Grid::settle`]): an index a request asks as it asks the running
+/// reaches' ([`meets_any`]), kept between requests, with each entry's end
+/// in time order so that a request takes out only what expired (never a
+/// walk over every settling reach).
+#[derive(Debug, Default)]
+pub(super) struct Settling {
+    /// Reach key → the job whose scan uploaded → whether every name under
+    /// it is inside.
+    pub(super) index: ReachIndex,
+    /// (until, reach key, job), in time order.
+    ends: BTreeSet<(u64, String, u64)>,
+    /// Each entry's end, by (reach key, job).
+    until: HashMap<(String, u64), u64>,
+}
+
+impl Settling {
+    /// `job`'s reach (`key`, `all_under`) settles until `until_ms`
+    /// (replacing an earlier end of the same job's).
+    pub(super) fn insert(&mut self, key: String, all_under: bool, job: u64, until_ms: u64) {
+        if let Some(old) = self.until.insert((key.clone(), job), until_ms) {
+            self.ends.remove(&(old, key.clone(), job));
+        }
+        self.ends.insert((until_ms, key.clone(), job));
+        self.index.entry(key).or_default().insert(job, all_under);
+    }
+
+    /// Take out every entry whose end is at or before `now_ms`.
+    pub(super) fn expire(&mut self, now_ms: u64) {
+        while self
+            .ends
+            .first()
+            .is_some_and(|(until, _, _)| *until <= now_ms)
+        {
+            let Some((_, key, job)) = self.ends.pop_first() else {
+                break;
+            };
+            self.until.remove(&(key.clone(), job));
+            if let Some(jobs) = self.index.get_mut(&key) {
+                jobs.remove(&job);
+                if jobs.is_empty() {
+                    self.index.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Entries settling.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.until.len()
+    }
+}
 
 /// A running job's one copy that could hand its scan over: its host, its
 /// unit and the job's expected pages.
@@ -188,6 +244,7 @@ impl Grid {
                 size_known: job.size_known,
                 // A batch stays with its host unless that host failed the job.
                 assigned: job.batch_host.filter(|h| !failed_by(job, *h)),
+                under_check: !job.candidates.is_empty(),
             });
         }
         if job.state == JobState::Running {
@@ -243,10 +300,23 @@ impl Grid {
                 open.failed_hosts.insert(job_id, failed);
             }
         }
-        if job.state.is_final() || job.candidates.is_empty() {
-            open.checks.remove(&job_id);
-        } else {
-            open.checks.insert(job_id, job.authors());
+        for author in open.checks.remove(&job_id).unwrap_or_default() {
+            if let Some(jobs) = open.checks_by_author.get_mut(&author) {
+                jobs.remove(&job_id);
+                if jobs.is_empty() {
+                    open.checks_by_author.remove(&author);
+                }
+            }
+        }
+        if !job.state.is_final() && !job.candidates.is_empty() {
+            let authors = job.authors();
+            for &author in &authors {
+                open.checks_by_author
+                    .entry(author)
+                    .or_default()
+                    .insert(job_id);
+            }
+            open.checks.insert(job_id, authors);
         }
     }
 

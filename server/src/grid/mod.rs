@@ -162,7 +162,7 @@ pub struct Grid {
     /// Reaches ([`reach_key`]) whose scan uploaded lately, with the time
     /// the round's delay has passed since: no job of a site that shares
     /// a host starts before (a continuation, or the next job of the host).
-    settling: HashMap<(String, bool), u64>,
+    settling: index::Settling,
     /// What each host offers its scans beyond slots (`Request::Resources`),
     /// bounded. Kept in memory only: a host says it again after every
     /// `Hello`, so after a restart as soon as it reconnects.
@@ -214,7 +214,7 @@ impl Grid {
             rounds_changed: 0,
             hand_overs: HashMap::new(),
             handed_from: HashMap::new(),
-            settling: HashMap::new(),
+            settling: index::Settling::default(),
             resources: HashMap::new(),
             counters: GridCounters::default(),
             views: views::HostViews::default(),

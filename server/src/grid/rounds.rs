@@ -196,6 +196,7 @@ impl Grid {
                 failed_somewhere: false,
                 size_known: j.size_known,
                 assigned: None,
+                under_check: false,
             })
             .collect();
         let hosts = self.host_views_now(now_ms).views;

@@ -784,8 +784,8 @@ impl Grid {
             .filter(|(_, r)| r.params.delay_ms > 0)
         {
             let until = now_ms.saturating_add(round.params.delay_ms);
-            self.settling
-                .insert(reach_key(&job.site, round.params.scope), until);
+            let (key, all_under) = reach_key(&job.site, round.params.scope);
+            self.settling.insert(key, all_under, job_id, until);
         }
     }
 }

@@ -14,7 +14,7 @@ use beebot_shared::sign::{ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
 
 use crate::model::*;
 use crate::scheduler::{
-    self, DeadlineRule, HeldUnit, HostView, JobView, Queue, RunningView, WorkAsk,
+    self, Checks, DeadlineRule, HeldUnit, HostView, JobQueue, JobView, Queue, RunningView, WorkAsk,
 };
 use crate::store::IdKind;
 use crate::validate;
@@ -148,12 +148,31 @@ impl Barred<'_> {
     }
 }
 
+/// The results under check of a round an asker that may not check every
+/// one may see (`None`: every one, its own hidden per job by [`Barred`]):
+/// a host not trusted while trusted hosts are online checks only results
+/// that every trusted host online wrote, found among one of those hosts'
+/// results, so a request never walks the round's results under check.
+fn checks_only(open: &OpenJobs, asker: &Asker<'_>) -> Option<JobQueue> {
+    if asker.trusted || asker.trusted_online.is_empty() {
+        return None;
+    }
+    let first = asker.trusted_online.iter().next()?;
+    let theirs = open.checks_by_author.get(first).into_iter().flatten();
+    let mine = theirs.filter(|id| {
+        open.checks
+            .get(id)
+            .is_some_and(|authors| asker.may_check(authors))
+    });
+    Some(open.queue.checks_among(mine.copied()))
+}
+
 /// What a work request was given so far, round after round.
 #[derive(Default)]
 struct Picks {
     /// Jobs to issue, in order.
     chosen: Vec<u64>,
-    /// Reaches settling after an upload and of the jobs chosen
+    /// Reaches of the jobs chosen
     /// ([`reach_key`]); running jobs' are in the index.
     busy: ReachIndex,
     /// Slots still free.
@@ -285,7 +304,7 @@ impl Grid {
         let asker = index.map(|index| self.asker(host_id, index, views, speed, req));
         // Hand-overs and handed-over jobs of the past are forgotten.
         self.prune_hand_overs();
-        picks.busy = self.settling_reaches(now_ms);
+        self.expire_settling(now_ms);
         for round in running {
             let Some(asker) = &asker else { break };
             if picks.free == 0 {
@@ -334,21 +353,18 @@ impl Grid {
     /// host from two sites, or a site in subdomains/domain scope over
     /// another's host), so no host gets two request streams from the grid:
     /// [`Grid::meets_busy`] asks the index of running reaches.
-    fn settling_reaches(&mut self, now_ms: u64) -> ReachIndex {
-        self.settling.retain(|_, until| *until > now_ms);
-        let mut index = ReachIndex::new();
-        for (key, all_under) in self.settling.keys() {
-            // No job: job ids count from 1.
-            index.entry(key.clone()).or_default().insert(0, *all_under);
-        }
-        index
+    /// [`Grid::meets_busy`] asks the index of running reaches and the
+    /// settling one, kept between requests (only what expired is taken out).
+    fn expire_settling(&mut self, now_ms: u64) {
+        self.settling.expire(now_ms);
     }
 
-    /// Whether `reach` meets a running job's (of any running round) or one
-    /// of `busy` (settling, or chosen in this request). O(rounds × labels ×
-    /// log running).
+    /// Whether `reach` meets a running job's (of any running round), one
+    /// settling, or one of `busy` (chosen in this request). O(rounds ×
+    /// labels × log running).
     fn meets_busy(&self, reach: &(String, bool), busy: &ReachIndex) -> bool {
         meets_any(busy, reach, None)
+            || meets_any(&self.settling.index, reach, None)
             || self
                 .open
                 .values()
@@ -373,6 +389,12 @@ impl Grid {
         };
         let host_id = asker.host_id;
         let barred = self.barred_jobs(open, asker);
+        let only = checks_only(open, asker);
+        let checks = match &only {
+            None => Checks::All,
+            Some(q) if q.checks_len() == 0 => Checks::None,
+            Some(q) => Checks::Only(q),
+        };
         let running_jobs = if policy.replicates() {
             self.running_views(open, asker)
         } else {
@@ -402,7 +424,7 @@ impl Grid {
                 now_ms,
                 round_started_ms: *started_ms,
                 delay_s,
-                queue: Queue::for_asker(&open.queue, open.failed_by.get(&host_id), &hidden),
+                queue: Queue::for_asker(&open.queue, open.failed_by.get(&host_id), &hidden, checks),
                 running: &running_jobs,
                 hosts: asker.hosts,
                 asker: asker.index,
@@ -509,7 +531,9 @@ impl Grid {
                 continue;
             };
             let reach = open.reach_of.get(&id);
-            let meets = reach.is_some_and(|r| meets_any(&picks.busy, r, None));
+            let meets = reach.is_some_and(|r| {
+                meets_any(&picks.busy, r, None) || meets_any(&self.settling.index, r, None)
+            });
             if picks.chosen.iter().all(|c| *c != id) && !meets {
                 picks.want -= v.pages * cost;
                 picks.chosen.push(id);

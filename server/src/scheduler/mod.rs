@@ -37,7 +37,7 @@ pub use estimates::{
 };
 pub use level::{water_level, Level};
 pub use pack::{host_capacity, Pack};
-pub use queue::{JobQueue, Queue};
+pub use queue::{Checks, JobQueue, Queue};
 pub use resources::{Capacity, Demand};
 pub use simple::{RoundRobin, SizeAware};
 
@@ -110,6 +110,9 @@ pub struct JobView {
     pub size_known: bool,
     /// `batch`: the host whose batch holds this job (`None`: anyone's).
     pub assigned: Option<u64>,
+    /// A result of it waits for a check: only a host that may check it
+    /// sees it (the queue keeps such jobs apart: [`Checks`]).
+    pub under_check: bool,
 }
 
 /// A running job, for replicas (hedges and tail replication).

@@ -1,16 +1,20 @@
 //! A round's queued jobs, indexed by what the policies order on
 //! ([`JobQueue`]): list order, expected size (largest first, ties in list
 //! order), sites never scanned, jobs some host failed, and each host's
-//! `batch` share. [`Queue`] is one asking host's look at it: the jobs it
-//! failed marked, the jobs it may not take now hidden.
+//! `batch` share, in two parts indexed alike: jobs waiting for a scan and
+//! results under check (waiting for a host that may check them). [`Queue`]
+//! is one asking host's look at it: the jobs it failed marked, the jobs it
+//! may not take now hidden, and of the results under check all, none or
+//! only some ([`Checks`]).
 //!
-//! Invariants: every index holds exactly the jobs of `by_id` (a job is
-//! added and removed through [`JobQueue::insert`] and [`JobQueue::remove`]
-//! only, each O(log n)); finding the largest job under a size, the first in
-//! list order or the first never scanned costs O(log n) plus the hidden or
-//! failed jobs passed over, never a walk over the queue. Sums count the
-//! whole queue, hidden jobs included: what waits for the grid, not for one
-//! host.
+//! Invariants: every index holds exactly the jobs of its part's `by_id`
+//! (a job is added and removed through [`JobQueue::insert`] and
+//! [`JobQueue::remove`] only, each O(log n)); finding the largest job under
+//! a size, the first in list order or the first never scanned costs O(log
+//! n) plus the hidden or failed jobs passed over, never a walk over the
+//! queue; an asker that may check no result never looks at the results
+//! under check. Sums count the whole queue, hidden jobs included: what
+//! waits for the grid, not for one host.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -73,14 +77,14 @@ fn page_units(pages: f64) -> u128 {
     (pages.max(0.0) * PAGE_UNITS).round() as u128
 }
 
-/// A round's queued jobs, indexed (see the module's doc).
+/// One part of a round's queue, indexed (see the module's doc).
 #[derive(Clone, Debug, Default)]
-pub struct JobQueue {
-    /// Every queued job, by id.
+struct Part {
+    /// Every job of the part, by id.
     by_id: HashMap<u64, JobView>,
-    /// Every queued job, in list order.
+    /// Every job in list order.
     list: BTreeSet<ListKey>,
-    /// Every queued job by size.
+    /// Every job by size.
     by_size: BTreeSet<SizeKey>,
     /// Jobs whose size comes from a last scan, by size.
     known: BTreeSet<SizeKey>,
@@ -99,27 +103,8 @@ pub struct JobQueue {
     page_units: u128,
 }
 
-impl PartialEq for JobQueue {
-    /// Two queues are equal when they hold the same jobs: every index
-    /// follows from `by_id` (checked by [`JobQueue::check`]).
-    fn eq(&self, other: &Self) -> bool {
-        self.by_id == other.by_id
-    }
-}
-
-impl JobQueue {
-    /// A queue of `views` (any order).
-    pub fn from_views(views: &[JobView]) -> JobQueue {
-        let mut q = JobQueue::default();
-        for v in views {
-            q.insert(v.clone());
-        }
-        q
-    }
-
-    /// Queue `v` (replacing a job of the same id).
-    pub fn insert(&mut self, v: JobView) {
-        self.remove(v.job_id);
+impl Part {
+    fn insert(&mut self, v: JobView) {
         let key = SizeKey::of(&v);
         let at = key.at;
         self.list.insert(at);
@@ -147,8 +132,7 @@ impl JobQueue {
         self.by_id.insert(v.job_id, v);
     }
 
-    /// Take job `job_id` out of the queue; its view, if it was queued.
-    pub fn remove(&mut self, job_id: u64) -> Option<JobView> {
+    fn remove(&mut self, job_id: u64) -> Option<JobView> {
         let v = self.by_id.remove(&job_id)?;
         let key = SizeKey::of(&v);
         let at = key.at;
@@ -175,50 +159,191 @@ impl JobQueue {
         Some(v)
     }
 
-    /// The view of a queued job.
-    pub fn get(&self, job_id: u64) -> Option<&JobView> {
-        self.by_id.get(&job_id)
-    }
-
-    /// Queued jobs in list order.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &JobView> + '_ {
-        self.list.iter().filter_map(|(_, id)| self.by_id.get(id))
-    }
-
     fn at(&self, at: &ListKey) -> Option<&JobView> {
         self.by_id.get(&at.1)
     }
 
+    fn iter(&self) -> impl Iterator<Item = &JobView> + '_ {
+        self.list.iter().filter_map(|at| self.at(at))
+    }
+
+    /// Panics unless every index holds exactly the jobs of `by_id`.
+    fn check(&self, name: &str) {
+        let mut fresh = Part::default();
+        for v in self.by_id.values() {
+            fresh.insert(v.clone());
+        }
+        assert_eq!(self.list, fresh.list, "{name}: list order");
+        assert_eq!(self.by_size, fresh.by_size, "{name}: size index");
+        assert_eq!(self.known, fresh.known, "{name}: known sizes");
+        assert_eq!(self.unknown, fresh.unknown, "{name}: never scanned");
+        assert_eq!(
+            self.failed_somewhere, fresh.failed_somewhere,
+            "{name}: failed somewhere"
+        );
+        assert_eq!(self.flagged_failed, fresh.flagged_failed, "{name}: flagged");
+        assert_eq!(self.assigned, fresh.assigned, "{name}: shares");
+        assert_eq!(self.unassigned, fresh.unassigned, "{name}: unassigned");
+        assert_eq!(self.page_units, fresh.page_units, "{name}: pages");
+    }
+}
+
+/// A round's queued jobs in two parts indexed alike: jobs that wait for a
+/// scan, and results under check (`under_check`) that wait for a host
+/// that may check them. An asker that may check none never looks at the
+/// second part, however many results wait there (see the module's doc).
+#[derive(Clone, Debug, Default)]
+pub struct JobQueue {
+    /// Jobs not under check.
+    fresh: Part,
+    /// Results under check.
+    checks: Part,
+}
+
+impl PartialEq for JobQueue {
+    /// Two queues are equal when they hold the same jobs: every index
+    /// follows from the jobs (checked by [`JobQueue::check`]).
+    fn eq(&self, other: &Self) -> bool {
+        self.fresh.by_id == other.fresh.by_id && self.checks.by_id == other.checks.by_id
+    }
+}
+
+impl JobQueue {
+    /// A queue of `views` (any order).
+    pub fn from_views(views: &[JobView]) -> JobQueue {
+        let mut q = JobQueue::default();
+        for v in views {
+            q.insert(v.clone());
+        }
+        q
+    }
+
+    /// Queue `v` (replacing a job of the same id), in the part its
+    /// `under_check` says.
+    pub fn insert(&mut self, v: JobView) {
+        self.remove(v.job_id);
+        if v.under_check {
+            self.checks.insert(v);
+        } else {
+            self.fresh.insert(v);
+        }
+    }
+
+    /// Take job `job_id` out of the queue; its view, if it was queued.
+    pub fn remove(&mut self, job_id: u64) -> Option<JobView> {
+        self.fresh
+            .remove(job_id)
+            .or_else(|| self.checks.remove(job_id))
+    }
+
+    /// The view of a queued job.
+    pub fn get(&self, job_id: u64) -> Option<&JobView> {
+        self.fresh
+            .by_id
+            .get(&job_id)
+            .or_else(|| self.checks.by_id.get(&job_id))
+    }
+
+    /// Queued jobs in list order.
+    pub fn iter(&self) -> impl Iterator<Item = &JobView> + '_ {
+        Merge::new(self.fresh.iter(), self.checks.iter(), |v: &&JobView| {
+            list_key(v)
+        })
+    }
+
     /// Jobs queued.
     pub fn len(&self) -> usize {
-        self.by_id.len()
+        self.fresh.by_id.len() + self.checks.by_id.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_id.is_empty()
+        self.len() == 0
+    }
+
+    /// Results under check queued.
+    pub fn checks_len(&self) -> usize {
+        self.checks.by_id.len()
     }
 
     /// Expected pages of every queued job.
     pub fn total_pages(&self) -> f64 {
-        self.page_units as f64 / PAGE_UNITS
+        (self.fresh.page_units + self.checks.page_units) as f64 / PAGE_UNITS
     }
 
-    /// Panics unless every index holds exactly the jobs of `by_id`.
-    pub fn check(&self) {
-        let fresh = JobQueue::from_views(&self.by_id.values().cloned().collect::<Vec<_>>());
-        assert_eq!(self.list, fresh.list, "list order");
-        assert_eq!(self.by_size, fresh.by_size, "size index");
-        assert_eq!(self.known, fresh.known, "known sizes");
-        assert_eq!(self.unknown, fresh.unknown, "never scanned");
-        assert_eq!(
-            self.failed_somewhere, fresh.failed_somewhere,
-            "failed somewhere"
-        );
-        assert_eq!(self.flagged_failed, fresh.flagged_failed, "flagged");
-        assert_eq!(self.assigned, fresh.assigned, "shares");
-        assert_eq!(self.unassigned, fresh.unassigned, "unassigned");
-        assert_eq!(self.page_units, fresh.page_units, "pages");
+    /// A queue of the results under check among `ids` (for an asker that
+    /// may check only those: [`Checks::Only`]). O(ids × log ids).
+    pub fn checks_among(&self, ids: impl IntoIterator<Item = u64>) -> JobQueue {
+        let mut q = JobQueue::default();
+        for id in ids {
+            if let Some(v) = self.checks.by_id.get(&id) {
+                q.checks.insert(v.clone());
+            }
+        }
+        q
     }
+
+    /// Panics unless every index holds exactly the jobs of its part, and
+    /// each part holds the jobs its `under_check` says.
+    pub fn check(&self) {
+        self.fresh.check("waiting for a scan");
+        self.checks.check("under check");
+        assert!(self.fresh.by_id.values().all(|v| !v.under_check));
+        assert!(self.checks.by_id.values().all(|v| v.under_check));
+        assert!(self
+            .fresh
+            .by_id
+            .keys()
+            .all(|id| !self.checks.by_id.contains_key(id)));
+    }
+}
+
+/// Two iterators sorted by `key`, merged.
+struct Merge<A: Iterator, B: Iterator, F> {
+    a: std::iter::Peekable<A>,
+    b: std::iter::Peekable<B>,
+    key: F,
+}
+
+impl<A: Iterator, B: Iterator<Item = A::Item>, F> Merge<A, B, F> {
+    fn new(a: A, b: B, key: F) -> Self {
+        Merge {
+            a: a.peekable(),
+            b: b.peekable(),
+            key,
+        }
+    }
+}
+
+impl<T, K: Ord, A, B, F> Iterator for Merge<A, B, F>
+where
+    A: Iterator<Item = T>,
+    B: Iterator<Item = T>,
+    F: Fn(&T) -> K,
+{
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        let a_first = match (self.a.peek(), self.b.peek()) {
+            (Some(x), Some(y)) => (self.key)(x) <= (self.key)(y),
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if a_first {
+            self.a.next()
+        } else {
+            self.b.next()
+        }
+    }
+}
+
+/// Which results under check an asker may see.
+#[derive(Clone, Copy, Debug)]
+pub enum Checks<'a> {
+    /// Every one (its `hidden` still says which not).
+    All,
+    /// None: the part under check is never looked at.
+    None,
+    /// Only those of this queue ([`JobQueue::checks_among`]).
+    Only(&'a JobQueue),
 }
 
 /// One asking host's look at a round's queue: the jobs it failed marked
@@ -229,6 +354,8 @@ impl JobQueue {
 #[derive(Clone, Copy)]
 pub struct Queue<'a> {
     jobs: &'a JobQueue,
+    /// The results under check it may see.
+    checks: Option<&'a Part>,
     /// Jobs the asker failed (besides those whose view says so).
     failed: Option<&'a BTreeSet<u64>>,
     /// Whether the asker may not take a job now.
@@ -239,6 +366,7 @@ impl std::fmt::Debug for Queue<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Queue")
             .field("jobs", &self.jobs.len())
+            .field("checks", &self.checks.map_or(0, |p| p.by_id.len()))
             .field("failed", &self.failed.map_or(0, BTreeSet::len))
             .finish()
     }
@@ -249,23 +377,44 @@ impl<'a> Queue<'a> {
     pub fn all(jobs: &'a JobQueue) -> Queue<'a> {
         Queue {
             jobs,
+            checks: Some(&jobs.checks),
             failed: None,
             hidden: None,
         }
     }
 
     /// `jobs` as an asker sees them: `failed` it failed, `hidden` it may
-    /// not take now.
+    /// not take now, `checks` the results under check it may see.
     pub fn for_asker(
         jobs: &'a JobQueue,
         failed: Option<&'a BTreeSet<u64>>,
         hidden: &'a dyn Fn(&JobView) -> bool,
+        checks: Checks<'a>,
     ) -> Queue<'a> {
+        let checks = match checks {
+            Checks::All => Some(&jobs.checks),
+            Checks::None => None,
+            Checks::Only(q) => Some(&q.checks),
+        };
         Queue {
             jobs,
+            checks,
             failed,
             hidden: Some(hidden),
         }
+    }
+
+    /// The parts the asker looks at.
+    fn parts(&self) -> impl Iterator<Item = &'a Part> + 'a {
+        std::iter::once(&self.jobs.fresh).chain(self.checks)
+    }
+
+    fn get(&self, id: &u64) -> Option<&'a JobView> {
+        self.jobs
+            .fresh
+            .by_id
+            .get(id)
+            .or_else(|| self.checks.and_then(|p| p.by_id.get(id)))
     }
 
     fn visible(&self, v: &JobView) -> bool {
@@ -284,8 +433,8 @@ impl<'a> Queue<'a> {
         })
     }
 
-    fn by_key(&self, k: &SizeKey) -> Option<JobView> {
-        self.jobs.by_id.get(&k.job_id()).and_then(|v| self.seen(v))
+    fn by_key(&self, part: &Part, k: &SizeKey) -> Option<JobView> {
+        part.by_id.get(&k.job_id()).and_then(|v| self.seen(v))
     }
 
     /// Jobs queued, hidden ones included.
@@ -305,17 +454,19 @@ impl<'a> Queue<'a> {
 
     /// The visible jobs in list order.
     pub fn iter(&self) -> impl Iterator<Item = JobView> + '_ {
-        self.jobs.iter().filter_map(|v| self.seen(v))
+        let checks = self.checks.into_iter().flat_map(Part::iter);
+        Merge::new(self.jobs.fresh.iter(), checks, |v: &&JobView| list_key(v))
+            .filter_map(|v| self.seen(v))
     }
 
     /// The visible jobs the asker failed, in list order.
     pub(super) fn failed_jobs(&self) -> impl Iterator<Item = JobView> + '_ {
-        let flagged = self.jobs.flagged_failed.iter().copied();
+        let flagged = self.parts().flat_map(|p| p.flagged_failed.iter().copied());
         let overlay = self.failed.into_iter().flatten();
-        let overlay = overlay.filter_map(|id| self.jobs.by_id.get(id).map(list_key));
+        let overlay = overlay.filter_map(|id| self.get(id).map(list_key));
         let at: BTreeSet<ListKey> = flagged.chain(overlay).collect();
         at.into_iter()
-            .filter_map(|at| self.jobs.at(&at))
+            .filter_map(|at| self.get(&at.1))
             .filter_map(|v| self.seen(v))
     }
 
@@ -326,29 +477,43 @@ impl<'a> Queue<'a> {
 
     /// Pages of the largest visible job (0 when none).
     pub fn largest_pages(&self) -> f64 {
-        self.jobs
-            .by_size
-            .iter()
-            .find_map(|k| self.by_key(k))
-            .map_or(0.0, |v| v.pages)
+        self.parts()
+            .filter_map(|p| p.by_size.iter().find_map(|k| self.by_key(p, k)))
+            .map(|v| v.pages)
+            .fold(0.0, f64::max)
     }
 
     /// The largest visible job of at most `most` pages not in `taken`
     /// (ties: list order), one the asker has not failed before one it has.
     pub fn largest(&self, taken: &[u64], most: f64) -> Option<JobView> {
-        self.largest_of(&self.jobs.by_size, taken, most)
+        let sets: Vec<(&Part, &BTreeSet<SizeKey>)> =
+            self.parts().map(|p| (p, &p.by_size)).collect();
+        self.largest_of(&sets, taken, most)
     }
 
-    /// [`Queue::largest`] among the jobs of `set`.
-    fn largest_of(&self, set: &BTreeSet<SizeKey>, taken: &[u64], most: f64) -> Option<JobView> {
+    /// [`Queue::largest`] among the jobs of `sets` (each a set of a part).
+    fn largest_of(
+        &self,
+        sets: &[(&Part, &BTreeSet<SizeKey>)],
+        taken: &[u64],
+        most: f64,
+    ) -> Option<JobView> {
         let fine = |v: &JobView| !taken.contains(&v.job_id);
-        let mine = set
-            .range(SizeKey::at_most(most)..)
-            .filter_map(|k| self.by_key(k))
-            .find(|v| !v.failed_here && fine(v));
+        let mine = sets
+            .iter()
+            .filter_map(|(part, set)| {
+                set.range(SizeKey::at_most(most)..)
+                    .filter_map(|k| self.by_key(part, k))
+                    .find(|v| !v.failed_here && fine(v))
+            })
+            .min_by_key(SizeKey::of);
         mine.or_else(|| {
             self.failed_jobs()
-                .filter(|v| v.pages <= most && set.contains(&SizeKey::of(v)) && fine(v))
+                .filter(|v| {
+                    v.pages <= most
+                        && fine(v)
+                        && sets.iter().any(|(_, s)| s.contains(&SizeKey::of(v)))
+                })
                 .min_by_key(SizeKey::of)
         })
     }
@@ -365,87 +530,102 @@ impl<'a> Queue<'a> {
     /// `hi` pages, not failed by the asker and not in `taken` (ties: list
     /// order).
     pub fn largest_known_between(&self, lo: f64, hi: f64, taken: &[u64]) -> Option<JobView> {
-        self.jobs
-            .known
-            .range(SizeKey::at_most(hi)..)
-            .take_while(|k| k.pages >= lo)
-            .filter_map(|k| self.by_key(k))
-            .find(|v| !v.failed_here && !taken.contains(&v.job_id))
+        self.parts()
+            .filter_map(|p| {
+                p.known
+                    .range(SizeKey::at_most(hi)..)
+                    .take_while(|k| k.pages >= lo)
+                    .filter_map(|k| self.by_key(p, k))
+                    .find(|v| !v.failed_here && !taken.contains(&v.job_id))
+            })
+            .min_by_key(SizeKey::of)
     }
 
     /// The first visible job of a site never scanned, in list order, not
     /// failed by the asker and not in `taken`.
     pub fn first_unknown(&self, taken: &[u64]) -> Option<JobView> {
-        self.jobs
-            .unknown
-            .iter()
-            .filter_map(|at| self.jobs.at(at))
-            .filter_map(|v| self.seen(v))
-            .find(|v| !v.failed_here && !taken.contains(&v.job_id))
+        self.parts()
+            .filter_map(|p| {
+                p.unknown
+                    .iter()
+                    .filter_map(|at| p.at(at))
+                    .filter_map(|v| self.seen(v))
+                    .find(|v| !v.failed_here && !taken.contains(&v.job_id))
+            })
+            .min_by_key(list_key)
     }
 
     /// The visible jobs some host failed, in list order.
-    pub fn failed_somewhere(&self) -> impl Iterator<Item = JobView> + '_ {
-        self.jobs
-            .failed_somewhere
-            .iter()
-            .filter_map(|at| self.jobs.at(at))
-            .filter_map(|v| self.seen(v))
+    pub fn failed_somewhere<'s>(&'s self) -> impl Iterator<Item = JobView> + 's {
+        let fresh: &'s Part = &self.jobs.fresh;
+        let checks: Option<&'s Part> = self.checks;
+        let of = |p: &'s Part| p.failed_somewhere.iter().filter_map(move |at| p.at(at));
+        let rest = checks.into_iter().flat_map(of);
+        Merge::new(of(fresh), rest, |v: &&JobView| list_key(v)).filter_map(|v| self.seen(v))
     }
 
     /// The smallest visible job not in `taken` (ties: list order), one the
     /// asker has not failed before one it has.
     pub fn smallest(&self, taken: &[u64]) -> Option<JobView> {
         let fine = |v: &JobView| !taken.contains(&v.job_id);
-        let found = self
-            .jobs
-            .by_size
-            .iter()
-            .rev()
-            .filter_map(|k| self.by_key(k))
-            .find(|v| !v.failed_here && fine(v));
-        // Of that size, the first in list order.
-        let mine = found.map(|f| {
-            self.jobs
+        let smallest_in = |p: &Part| {
+            let found = p
                 .by_size
-                .range(SizeKey::at_most(f.pages)..)
-                .take_while(|k| k.pages == f.pages)
-                .filter_map(|k| self.by_key(k))
-                .find(|v| !v.failed_here && fine(v))
-                .unwrap_or(f)
-        });
-        mine.or_else(|| {
-            self.failed_jobs().filter(|v| fine(v)).min_by(|a, b| {
-                a.pages
-                    .total_cmp(&b.pages)
-                    .then(list_key(a).cmp(&list_key(b)))
-            })
-        })
+                .iter()
+                .rev()
+                .filter_map(|k| self.by_key(p, k))
+                .find(|v| !v.failed_here && fine(v))?;
+            // Of that size, the first in list order.
+            let first = p
+                .by_size
+                .range(SizeKey::at_most(found.pages)..)
+                .take_while(|k| k.pages == found.pages)
+                .filter_map(|k| self.by_key(p, k))
+                .find(|v| !v.failed_here && fine(v));
+            Some(first.unwrap_or(found))
+        };
+        let by_size = |a: &JobView, b: &JobView| {
+            a.pages
+                .total_cmp(&b.pages)
+                .then(list_key(a).cmp(&list_key(b)))
+        };
+        let mine = self.parts().filter_map(smallest_in).min_by(by_size);
+        mine.or_else(|| self.failed_jobs().filter(|v| fine(v)).min_by(by_size))
     }
 
     /// `batch`: the largest visible job of `host`'s share (see
     /// [`Queue::largest`]).
     pub fn largest_assigned(&self, host: u64, taken: &[u64]) -> Option<JobView> {
-        let share = self.jobs.assigned.get(&host)?;
-        self.largest_of(share, taken, f64::INFINITY)
+        let sets: Vec<(&Part, &BTreeSet<SizeKey>)> = self
+            .parts()
+            .filter_map(|p| p.assigned.get(&host).map(|s| (p, s)))
+            .collect();
+        if sets.is_empty() {
+            return None;
+        }
+        self.largest_of(&sets, taken, f64::INFINITY)
     }
 
     /// `batch`: the largest visible job in no share, or in the share of a
     /// host `open` accepts (one pass over the shares' largest jobs).
     pub fn largest_released(&self, taken: &[u64], open: impl Fn(u64) -> bool) -> Option<JobView> {
-        let mut best = self.largest_of(&self.jobs.unassigned, taken, f64::INFINITY);
-        for (host, share) in &self.jobs.assigned {
-            if !open(*host) {
-                continue;
-            }
-            let Some(v) = self.largest_of(share, taken, f64::INFINITY) else {
-                continue;
-            };
-            let better = best
-                .as_ref()
-                .is_none_or(|b| (b.failed_here, SizeKey::of(b)) > (v.failed_here, SizeKey::of(&v)));
-            if better {
-                best = Some(v);
+        let unassigned: Vec<(&Part, &BTreeSet<SizeKey>)> =
+            self.parts().map(|p| (p, &p.unassigned)).collect();
+        let mut best = self.largest_of(&unassigned, taken, f64::INFINITY);
+        for part in self.parts() {
+            for (host, share) in &part.assigned {
+                if !open(*host) {
+                    continue;
+                }
+                let Some(v) = self.largest_of(&[(part, share)], taken, f64::INFINITY) else {
+                    continue;
+                };
+                let better = best.as_ref().is_none_or(|b| {
+                    (b.failed_here, SizeKey::of(b)) > (v.failed_here, SizeKey::of(&v))
+                });
+                if better {
+                    best = Some(v);
+                }
             }
         }
         best

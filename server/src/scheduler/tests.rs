@@ -32,6 +32,7 @@ fn q(ids_pages: &[(u64, f64)]) -> Vec<JobView> {
             failed_somewhere: false,
             size_known: true,
             assigned: None,
+            under_check: false,
         })
         .collect()
 }
@@ -572,43 +573,77 @@ fn adaptive_hedges_the_critical_job_while_jobs_are_queued_only_with_slack() {
 
 /// The queue's indexes answer what a walk over the queue would: the
 /// largest job under a size and the smallest (the asker's failures last,
-/// ties in list order), skipping hidden and taken jobs, after inserts and
-/// removals in any order.
+/// ties in list order), the largest scanned between two sizes, the first
+/// never scanned, list order and the jobs failed somewhere, skipping
+/// hidden and taken jobs and the results under check the asker may not
+/// see (all, none or some), after inserts and removals in any order.
 #[test]
 fn the_queue_index_answers_as_a_walk_over_the_queue() {
     use proptest::prelude::*;
-    use std::collections::BTreeSet;
-    let job = (1u64..60, 0u32..6, any::<bool>(), any::<bool>());
+    let job = (
+        1u64..60,
+        0u32..6,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+    );
     proptest!(|(jobs in proptest::collection::vec(job, 0..40),
                 gone in proptest::collection::vec(1u64..60, 0..10),
                 failed in proptest::collection::btree_set(1u64..60, 0..8),
                 hidden in proptest::collection::btree_set(1u64..60, 0..8),
                 taken in proptest::collection::vec(1u64..60, 0..4),
-                most in 0u32..7)| {
+                mode in 0u8..3,
+                some in proptest::collection::btree_set(1u64..60, 0..20),
+                most in 0u32..7,
+                lo in 0u32..7)| {
         let mut q = JobQueue::default();
-        for (id, pages, known, flagged) in &jobs {
-            q.insert(JobView {
+        // What the queue holds, by id (list order: `order` is the id).
+        let mut truth = std::collections::BTreeMap::new();
+        for (id, pages, known, flagged, checked, failed_somewhere) in &jobs {
+            let v = JobView {
                 job_id: *id,
                 order: *id as u32,
                 pages: f64::from(*pages),
                 failed_here: *flagged,
-                failed_somewhere: false,
+                failed_somewhere: *failed_somewhere,
                 size_known: *known,
                 assigned: None,
-            });
+                under_check: *checked,
+            };
+            truth.insert(*id, v.clone());
+            q.insert(v);
         }
         for id in &gone {
-            q.remove(*id);
+            prop_assert_eq!(q.remove(*id), truth.remove(id));
         }
         q.check();
         let hide = |v: &JobView| hidden.contains(&v.job_id);
-        let view = Queue::for_asker(&q, Some(&failed), &hide);
-        // The walk: every visible job not taken, failures marked.
-        let seen: Vec<JobView> = q
-            .iter()
-            .filter(|v| !hidden.contains(&v.job_id) && !taken.contains(&v.job_id))
+        let only = q.checks_among(some.iter().copied());
+        let checks = match mode {
+            0 => Checks::All,
+            1 => Checks::None,
+            _ => Checks::Only(&only),
+        };
+        let may_see = |v: &JobView| !v.under_check || match mode {
+            0 => true,
+            1 => false,
+            _ => some.contains(&v.job_id),
+        };
+        let view = Queue::for_asker(&q, Some(&failed), &hide, checks);
+        // The walk: every visible job, failures marked.
+        let all: Vec<JobView> = truth
+            .values()
+            .filter(|v| !hidden.contains(&v.job_id) && may_see(v))
             .map(|v| JobView { failed_here: v.failed_here || failed.contains(&v.job_id), ..v.clone() })
             .collect();
+        let ids = |vs: Vec<JobView>| vs.into_iter().map(|v| v.job_id).collect::<Vec<_>>();
+        prop_assert_eq!(ids(view.iter().collect()), ids(all.clone()));
+        let somewhere: Vec<JobView> = all.iter().filter(|v| v.failed_somewhere).cloned().collect();
+        prop_assert_eq!(ids(view.failed_somewhere().collect()), ids(somewhere));
+        let largest_pages = all.iter().map(|v| v.pages).fold(0.0, f64::max);
+        prop_assert_eq!(view.largest_pages(), largest_pages);
+        let seen: Vec<&JobView> = all.iter().filter(|v| !taken.contains(&v.job_id)).collect();
         let most = f64::from(most);
         let key = |v: &JobView| (v.failed_here, std::cmp::Reverse((v.pages * 10.0) as i64), v.order);
         let largest = seen.iter().filter(|v| v.pages <= most).min_by_key(|v| key(v)).map(|v| v.job_id);
@@ -616,7 +651,17 @@ fn the_queue_index_answers_as_a_walk_over_the_queue() {
         let small = |v: &JobView| (v.failed_here, (v.pages * 10.0) as i64, v.order);
         let smallest = seen.iter().min_by_key(|v| small(v)).map(|v| v.job_id);
         prop_assert_eq!(view.smallest(&taken).map(|v| v.job_id), smallest);
-        let ids: BTreeSet<u64> = jobs.iter().map(|j| j.0).filter(|id| !gone.contains(id)).collect();
-        prop_assert_eq!(q.len(), ids.len());
+        let mine: Vec<&&JobView> = seen.iter().filter(|v| !v.failed_here).collect();
+        let lo = f64::from(lo);
+        let known = mine
+            .iter()
+            .filter(|v| v.size_known && v.pages >= lo && v.pages <= most)
+            .min_by_key(|v| key(v))
+            .map(|v| v.job_id);
+        prop_assert_eq!(view.largest_known_between(lo, most, &taken).map(|v| v.job_id), known);
+        let unknown = mine.iter().find(|v| !v.size_known).map(|v| v.job_id);
+        prop_assert_eq!(view.first_unknown(&taken).map(|v| v.job_id), unknown);
+        prop_assert_eq!(ids(q.iter().cloned().collect()), truth.keys().copied().collect::<Vec<_>>());
+        prop_assert_eq!(q.len(), truth.len());
     });
 }

@@ -519,3 +519,59 @@ fn a_write_failing_mid_change_leaves_the_index_repaired() {
     g.repair_after_store_failure();
     g.check_open();
 }
+
+/// After a scan uploads, a job on the same host (here the same host on
+/// another port) waits until the round's delay has passed since, at 1 s
+/// and at 0; the settling reach is then taken out of the index.
+#[test]
+fn a_job_on_a_host_just_scanned_waits_the_rounds_delay() {
+    for delay_ms in [1000, 0] {
+        let mut fx = Fx::new();
+        let names = ["example.edu", "example.edu:8080"].map(String::from);
+        fx.grid.add_sites(&names, T0).unwrap();
+        let h = [fx.host(), fx.host()];
+        let p = RoundParams {
+            scope: Scope::Host,
+            policy: "round-robin".into(),
+            delay_ms,
+            ..params(3)
+        };
+        fx.grid.start_round(p, T0).unwrap();
+        let (first, _) = fx.ask(h[0], 2, &[], T0 + 1);
+        assert_eq!(first.len(), 1, "one stream to the host: {first:?}");
+        fx.upload(h[0], &first[0], 3, T0 + 1000);
+        assert_eq!(fx.grid.settling.len(), usize::from(delay_ms > 0));
+        let (early, _) = fx.ask(h[1], 2, &[], T0 + 1999);
+        let (late, _) = fx.ask(h[1], 2, &[], T0 + 2000);
+        if delay_ms > 0 {
+            assert!(early.is_empty(), "{early:?}");
+            assert_eq!(late.len(), 1, "{late:?}");
+        } else {
+            assert_eq!(early.len(), 1, "{early:?}");
+        }
+        assert_ne!(
+            [&early, &late].into_iter().flatten().next().unwrap().site,
+            first[0].site
+        );
+        assert_eq!(fx.grid.settling.len(), 0);
+    }
+}
+
+/// Settling reaches end in time order; a second upload of one job's
+/// scan moves its end, and only what ended is taken out.
+#[test]
+fn settling_reaches_end_in_time_order() {
+    let mut s = Settling::default();
+    s.insert("edu.a".into(), false, 1, 100);
+    s.insert("edu.b".into(), true, 2, 50);
+    s.insert("edu.a".into(), false, 1, 200);
+    s.expire(99);
+    assert_eq!(s.len(), 1);
+    assert!(meets_any(&s.index, &("edu.a".into(), false), None));
+    assert!(!meets_any(&s.index, &("edu.b".into(), false), None));
+    s.expire(199);
+    assert_eq!(s.len(), 1);
+    s.expire(200);
+    assert_eq!(s.len(), 0);
+    assert!(s.index.is_empty());
+}

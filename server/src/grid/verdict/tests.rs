@@ -195,6 +195,35 @@ fn a_check_goes_to_a_trusted_host_while_one_is_online() {
     assert_eq!(v.job_id, u.job_id);
 }
 
+/// A host not trusted checks a trusted host's result only while no
+/// other trusted host is online (the queue shows it that one result, not
+/// the round's results under check).
+#[test]
+fn an_untrusted_host_checks_a_result_only_when_no_other_trusted_host_is_online() {
+    for other_trusted_online in [false, true] {
+        let (mut fx, h) = validating(1, 3, ValidateMode::All);
+        let (author, untrusted, other) = (h[0], h[1], h[2]);
+        fx.grid.hosts.get_mut(&author).unwrap().consecutive_valid = 2;
+        if other_trusted_online {
+            fx.grid.hosts.get_mut(&other).unwrap().consecutive_valid = 2;
+        }
+        let u = fx.one(author, &[], T0);
+        // The other host is heard from (and gets nothing: one site).
+        let (none, _) = fx.ask(other, 2, &[], T0 + 100);
+        assert!(none.is_empty());
+        assert_eq!(fx.upload(author, &u, 6, T0 + 1000), UploadOutcome::Accepted);
+        assert_eq!(fx.grid.open[&u.round_id].queue.checks_len(), 1);
+        let (units, _) = fx.ask(untrusted, 2, &[], T0 + 1500);
+        let got: Vec<u64> = units.iter().map(|x| x.job_id).collect();
+        if other_trusted_online {
+            assert!(got.is_empty(), "{got:?}");
+            assert_eq!(fx.one(other, &[], T0 + 2000).job_id, u.job_id);
+        } else {
+            assert_eq!(got, vec![u.job_id]);
+        }
+    }
+}
+
 #[test]
 fn results_that_never_agree_fail_the_job_and_nobody_loses_trust() {
     let (mut fx, h) = validating(1, validate::MAX_RESULTS_PER_JOB, ValidateMode::All);
