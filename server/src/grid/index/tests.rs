@@ -539,7 +539,10 @@ fn a_job_on_a_host_just_scanned_waits_the_rounds_delay() {
         fx.grid.start_round(p, T0).unwrap();
         let (first, _) = fx.ask(h[0], 2, &[], T0 + 1);
         assert_eq!(first.len(), 1, "one stream to the host: {first:?}");
-        fx.upload(h[0], &first[0], 3, T0 + 1000);
+        assert_eq!(
+            fx.upload(h[0], &first[0], 3, T0 + 1000),
+            UploadOutcome::Accepted
+        );
         assert_eq!(fx.grid.settling.len(), usize::from(delay_ms > 0));
         let (early, _) = fx.ask(h[1], 2, &[], T0 + 1999);
         let (late, _) = fx.ask(h[1], 2, &[], T0 + 2000);
