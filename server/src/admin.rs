@@ -669,10 +669,12 @@ async fn round_export(
         q.format.as_deref().unwrap_or("tsv").parse().map_err(
             |e: crate::export::UnknownFormat| fail(StatusCode::BAD_REQUEST, e.to_string()),
         )?;
-    let (round, jobs) = s.with_grid(move |g| g.round(id)).await.map_err(grid_fail)?;
-    let links_dir = s.data.links();
+    let (round, jobs, files) = s
+        .with_grid(move |g| g.round(id).map(|(r, j)| (r, j, g.link_files_shared())))
+        .await
+        .map_err(grid_fail)?;
     let body = crate::export::stream::spawn(format!("export of round {id}"), move |out| {
-        crate::export::export_to(&links_dir, &jobs, format, out).map(|_| ())
+        crate::export::export_to(files.as_ref(), &jobs, format, out).map(|_| ())
     });
     // The round's state beside the rows (a cancelled round's export holds
     // only the sites done before the cancel).

@@ -7,7 +7,8 @@
 //! DATA_DIR/cert.pem      TLS certificate; key.pem its private key (0600)
 //! DATA_DIR/admin.token   admin API bearer token (0600)
 //! DATA_DIR/store/        sled database
-//! DATA_DIR/links/        accepted link files, links/ROUND/JOB-UNIT.lf
+//! DATA_DIR/links/        link files and scan states, named ROUND/JOB-UNIT.lf
+//!                        (.state), appended to links/ROUND/pack-NNNNNN.lfp
 //! DATA_DIR/serve.json    addresses of the running server (written by `serve`)
 //! ```
 

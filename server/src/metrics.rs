@@ -348,6 +348,8 @@ pub struct Metrics {
     upload_bytes: Counter,
     fsync: Histogram,
     sync_group: Histogram,
+    link_fsync: Histogram,
+    link_sync_group: Histogram,
     lock_hold: Histogram,
     /// When this server started, Unix seconds.
     started_s: f64,
@@ -375,6 +377,8 @@ impl Metrics {
             upload_bytes: Counter::default(),
             fsync: histogram(FSYNC_BUCKETS),
             sync_group: histogram(GROUP_BUCKETS),
+            link_fsync: histogram(FSYNC_BUCKETS),
+            link_sync_group: histogram(GROUP_BUCKETS),
             lock_hold: histogram(LOCK_BUCKETS),
             started_s: started_ms as f64 / 1000.0,
         };
@@ -417,6 +421,11 @@ impl Metrics {
                 &self.fsync,
             ),
             (
+                "link_fsync_duration",
+                "Time one fsync of a link pack took",
+                &self.link_fsync,
+            ),
+            (
                 "grid_lock_hold_duration",
                 "Time the grid lock was held by one call",
                 &self.lock_hold,
@@ -428,6 +437,11 @@ impl Metrics {
             "store_sync_group_size",
             "Sync calls one fsync served (group commit)",
             self.sync_group.clone(),
+        );
+        r.register(
+            "link_sync_group_size",
+            "Link files and removals one link pack fsync made durable (group commit)",
+            self.link_sync_group.clone(),
         );
         self
     }
@@ -556,6 +570,23 @@ impl SyncObserver for Metrics {
     fn synced(&self, took: Duration, group: u64) {
         self.fsync.observe(took.as_secs_f64());
         self.sync_group.observe(group as f64);
+    }
+}
+
+/// The link packs' syncs, told to the metrics ([`Metrics::link_syncs`]).
+struct LinkSyncs(Arc<Metrics>);
+
+impl SyncObserver for LinkSyncs {
+    fn synced(&self, took: Duration, group: u64) {
+        self.0.link_fsync.observe(took.as_secs_f64());
+        self.0.link_sync_group.observe(group as f64);
+    }
+}
+
+impl Metrics {
+    /// What the link packs tell of their syncs.
+    pub fn link_syncs(self: &Arc<Self>) -> Arc<dyn SyncObserver> {
+        Arc::new(LinkSyncs(self.clone()))
     }
 }
 

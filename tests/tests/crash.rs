@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use beebot_server::grid::{pack_files, LinkFiles, LinkPacks};
 use beebot_tests::*;
 
 /// Server kills in the server crash test (the issue asks for at least 20).
@@ -73,8 +74,8 @@ fn jobs(d: &serde_json::Value) -> &Vec<serde_json::Value> {
     d["jobs"].as_array().expect("jobs")
 }
 
-/// Every accepted unit is the result of its job, and its link file is on
-/// disk and decodes to the job's site.
+/// Every accepted unit is the result of its job, and its link file is in
+/// the server's link packs and decodes to the job's site.
 fn assert_accepted_present(g: &Grid, round: &str, accepted: &BTreeSet<u64>, when: &str) {
     let d = round_json(g, round);
     let by_unit: BTreeMap<u64, &serde_json::Value> = jobs(&d)
@@ -89,15 +90,11 @@ fn assert_accepted_present(g: &Grid, round: &str, accepted: &BTreeSet<u64>, when
         };
         assert_eq!(job["state"], "Done", "{when}: job of unit {unit}: {job}");
         let file = job["result"]["file"].as_str().expect("result file");
-        let path = g.data_dir().join("links").join(file);
-        let bytes = std::fs::read(&path)
-            .unwrap_or_else(|e| panic!("{when}: link file {} of unit {unit}: {e}", path.display()));
-        let (header, _) = beebot_shared::linkfile::decode(&bytes).unwrap_or_else(|e| {
-            panic!(
-                "{when}: link file {} of unit {unit} unreadable: {e}",
-                path.display()
-            )
-        });
+        let bytes = LinkPacks::new(g.data_dir().join("links"))
+            .read(file)
+            .unwrap_or_else(|e| panic!("{when}: link file {file} of unit {unit}: {e}"));
+        let (header, _) = beebot_shared::linkfile::decode(&bytes)
+            .unwrap_or_else(|e| panic!("{when}: link file {file} of unit {unit} unreadable: {e}"));
         assert_eq!(header.unit_id, *unit, "{when}");
         assert_eq!(Some(header.site.as_str()), job["site"].as_str(), "{when}");
     }
@@ -131,22 +128,12 @@ fn assert_each_job_counted_once(g: &Grid, d: &serde_json::Value, n_jobs: usize) 
     assert_eq!(done, n_jobs as u64, "hosts' done counters: {}", stdout(&o));
 }
 
+/// Link files whole in the packs under `dir` (read as an export beside the
+/// server reads them: up to the first frame that is not whole).
 fn link_files(dir: &Path) -> usize {
-    fn walk(dir: &Path, n: &mut usize) {
-        if let Ok(rd) = std::fs::read_dir(dir) {
-            for e in rd.flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    walk(&p, n);
-                } else if p.extension().is_some_and(|x| x == "lf") {
-                    *n += 1;
-                }
-            }
-        }
-    }
-    let mut n = 0;
-    walk(dir, &mut n);
-    n
+    LinkPacks::new(dir)
+        .names()
+        .map_or(0, |n| n.iter().filter(|n| n.ends_with(".lf")).count())
 }
 
 /// The project's seeded generator, seeded per test; the seed is printed.
@@ -230,7 +217,7 @@ fn server_killed_twenty_times_mid_round_loses_nothing_acknowledged() {
         }
     }
     assert!(aimed_hits > 0, "no aimed kill hit a link file landing");
-    assert_no_temporary_link_files(&links_dir.join(&round));
+    assert_no_torn_link_packs(&links_dir.join(&round));
     g.wait_round(&round, "240s");
     for mut c in clients {
         let status = c.wait().expect("client");
@@ -268,8 +255,16 @@ fn wait_for_the_moment_to_kill(
     }
 }
 
-/// Link files a kill interrupted mid-write were swept at the next start.
-fn assert_no_temporary_link_files(round_links: &Path) {
+/// What a kill interrupted mid-append was cut at the next start: every
+/// pack of the round is whole frames to its end, and no temporary is left.
+fn assert_no_torn_link_packs(round_links: &Path) {
+    let packs = pack_files(round_links).expect("round's link packs");
+    assert!(!packs.is_empty(), "the round's link files are packed");
+    let torn: Vec<_> = packs
+        .iter()
+        .filter(|(_, len, whole)| len != whole)
+        .collect();
+    assert!(torn.is_empty(), "torn link packs left: {torn:?}");
     let stray: Vec<_> = std::fs::read_dir(round_links)
         .expect("round's links")
         .flatten()
@@ -529,7 +524,7 @@ fn a_full_links_disk_acknowledges_nothing(
     let full_log = g.dir.path().join("server-full.log");
     let (mut full_server, mut reap) = start_in_namespace(
         &format!(
-            "{}'{}' serve --data-dir '{}'; find '{}' -type f > '{}'",
+            "{}'{}' serve --data-dir '{}'; find '{}' -type f -printf '%p %s\\n' > '{}'",
             full_fs(&links),
             bin("beebot-server").display(),
             data.display(),
@@ -562,9 +557,12 @@ fn a_full_links_disk_acknowledges_nothing(
         .pid;
     let _ = Command::new("kill").arg(pid.to_string()).status();
     let _ = full_server.wait();
+    // Besides the filler, at most packs the failed appends were cut from:
+    // empty, no frame of them left.
     let left = std::fs::read_to_string(listing).expect("listing");
     assert!(
-        left.lines().all(|l| l.ends_with("/filler")),
+        left.lines()
+            .all(|l| l.contains("/filler ") || (l.contains("/pack-") && l.ends_with(".lfp 0"))),
         "no half-written link file: {left}"
     );
     let server_text = plain_log(&full_log);

@@ -286,6 +286,11 @@ fn the_server_internals_are_measured(m: &Scrape) {
     assert_eq!(m.sum("beebot_store_sync_group_size_count", &[]), fsyncs);
     assert!(m.sum("beebot_store_sync_group_size_sum", &[]) >= fsyncs);
     assert!(m.sum("beebot_grid_lock_hold_duration_seconds_count", &[]) > fsyncs);
+    // Every accepted link file rode one link pack fsync or shared one.
+    let link_syncs = m.sum("beebot_link_fsync_duration_seconds_count", &[]);
+    assert!(link_syncs > 0.0);
+    assert_eq!(m.sum("beebot_link_sync_group_size_count", &[]), link_syncs);
+    assert!(m.sum("beebot_link_sync_group_size_sum", &[]) >= SITES as f64);
     let uploads = m.sum(
         "beebot_request_duration_seconds_count",
         &[("kind", "upload")],

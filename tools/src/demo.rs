@@ -202,7 +202,8 @@ async fn export_round(grid: &LoopbackGrid, round_id: u64) -> Result<(PathBuf, BT
     let mut exported = BTreeSet::new();
     let file = std::fs::File::create(&export_path)?;
     let mut w = ExportWriter::new(std::io::BufWriter::new(file), Format::Tsv)?;
-    beebot_server::export::export_round(&grid.dir.links(), &jobs, &mut w, |site, r| {
+    let files = beebot_server::grid::LinkPacks::new(grid.dir.links());
+    beebot_server::export::export_round(&files, &jobs, &mut w, |site, r| {
         exported.insert((site.to_string(), r.source_url.clone(), r.target_url.clone()));
     })?;
     w.finish()?;

@@ -4,7 +4,7 @@
 //!
 //! Sites come in name order; a site scanned in several scans (continuations)
 //! is the union of their link files, each (source, target) pair once
-//! ([`crate::grid::for_each_job_link`]). Only jobs that are done with an
+//! ([`crate::grid::for_each_link`]). Only jobs that are done with an
 //! accepted result are exported: a failed or cancelled job has no rows. This
 //! module never changes the grid: it reads link files and writes rows.
 //!
@@ -21,12 +21,11 @@ pub mod parquet;
 pub mod stream;
 
 use std::io::{self, Write};
-use std::path::Path;
 
 use beebot_shared::export::ExportWriter;
 use beebot_shared::linkfile::LinkRecord;
 
-use crate::grid::LinkReadError;
+use crate::grid::{LinkFiles, LinkReadError};
 use crate::model::{JobRecord, JobState};
 
 /// Why an export stopped.
@@ -112,7 +111,7 @@ impl<W: Write> RowSink for ExportWriter<W> {
 /// Write the whole export of `jobs` in `format` to `out` and finish it
 /// (TSV's header, Parquet's footer); returns the number of rows.
 pub fn export_to<W: Write + Send>(
-    links_dir: &Path,
+    files: &dyn LinkFiles,
     jobs: &[JobRecord],
     format: Format,
     out: W,
@@ -120,13 +119,13 @@ pub fn export_to<W: Write + Send>(
     match format.text() {
         Some(text) => {
             let mut w = ExportWriter::new(out, text)?;
-            let rows = export_round(links_dir, jobs, &mut w, |_, _| {})?;
+            let rows = export_round(files, jobs, &mut w, |_, _| {})?;
             w.finish()?;
             Ok(rows)
         }
         None => {
             let mut w = parquet::ParquetRows::new(out)?;
-            let rows = export_round(links_dir, jobs, &mut w, |_, _| {})?;
+            let rows = export_round(files, jobs, &mut w, |_, _| {})?;
             w.finish()?;
             Ok(rows)
         }
@@ -138,7 +137,7 @@ pub fn export_to<W: Write + Send>(
 /// (its site and record). Returns the number of rows. The writer is not
 /// finished: the caller ends it ([`ExportWriter::finish`]).
 pub fn export_round<S: RowSink>(
-    links_dir: &Path,
+    files: &dyn LinkFiles,
     jobs: &[JobRecord],
     writer: &mut S,
     mut on_row: impl FnMut(&str, &LinkRecord),
@@ -150,7 +149,7 @@ pub fn export_round<S: RowSink>(
     done.sort_by(|a, b| a.site.cmp(&b.site));
     let mut rows = 0u64;
     for job in done {
-        let visited = crate::grid::for_each_job_link(links_dir, job, |r| {
+        let visited = crate::grid::for_each_link(files, job, |r| {
             writer.row(&job.site, r)?;
             rows += 1;
             on_row(&job.site, r);
@@ -176,7 +175,7 @@ mod tests {
 
     #[test]
     fn a_round_without_done_jobs_exports_the_header_only() {
-        let dir = std::env::temp_dir();
+        let dir = crate::grid::MemoryLinks::new();
         let mut w =
             ExportWriter::new(Vec::new(), beebot_shared::export::Format::Tsv).expect("writer");
         let mut seen = 0;

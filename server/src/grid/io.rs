@@ -11,7 +11,6 @@
 //! through [`ProjectSigner`] for a [`SigningKey`] is byte for byte what
 //! [`beebot_shared::sign`] makes with the key.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use ed25519_dalek::SigningKey;
@@ -19,7 +18,8 @@ use rand::{CryptoRng, RngCore, SeedableRng};
 
 use beebot_shared::sign::{self, SignError, SignedUnit, WorkUnit};
 
-use super::links::{LinkDir, LinkFiles, MemoryLinks};
+use super::links::{LinkFiles, MemoryLinks};
+use super::packs::LinkPacks;
 use crate::store::SharedStore;
 
 /// What signs for the project: work units and the enrolment proof, with
@@ -71,12 +71,12 @@ pub struct GridIo {
 }
 
 impl GridIo {
-    /// The server's: link files under `links_dir`, signed with `key`,
-    /// secrets from the operating system.
-    pub fn server(store: SharedStore, links_dir: PathBuf, key: SigningKey) -> GridIo {
+    /// The server's: link files in `links` (packed under the data dir's
+    /// `links/`), signed with `key`, secrets from the operating system.
+    pub fn server(store: SharedStore, links: LinkPacks, key: SigningKey) -> GridIo {
         GridIo {
             store,
-            links: Arc::new(LinkDir::new(links_dir)),
+            links: Arc::new(links),
             signer: Arc::new(key),
             rng: Box::new(rand::rngs::OsRng),
         }

@@ -42,6 +42,9 @@ pub trait LinkFiles: Send + Sync + fmt::Debug {
     fn sweep_temporaries(&self, round_id: u64);
     /// Where `name` is, for messages (a path for a directory).
     fn location(&self, name: &str) -> String;
+    /// Every name held, in order (for checks and tests: it reads the whole
+    /// storage's index).
+    fn names(&self) -> std::io::Result<Vec<String>>;
 }
 
 /// Whether `name` is a relative name the contract allows (see the module
@@ -116,6 +119,30 @@ impl LinkFiles for LinkDir {
     fn location(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
+
+    fn names(&self) -> std::io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        let mut todo = vec![self.dir.clone()];
+        while let Some(d) = todo.pop() {
+            let rd = match fs::read_dir(&d) {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            for entry in rd {
+                let path = entry?.path();
+                if path.is_dir() {
+                    todo.push(path);
+                } else if path.extension().is_none_or(|x| x != "tmp") {
+                    if let Some(rel) = path.strip_prefix(&self.dir).ok().and_then(|r| r.to_str()) {
+                        out.push(rel.to_string());
+                    }
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
 }
 
 /// Link files in memory, for the simulator and unit tests: a write is in
@@ -130,11 +157,6 @@ pub struct MemoryLinks {
 impl MemoryLinks {
     pub fn new() -> MemoryLinks {
         MemoryLinks::default()
-    }
-
-    /// The names held, in order.
-    pub fn names(&self) -> Vec<String> {
-        self.lock().keys().cloned().collect()
     }
 
     /// Bytes held, all files together.
@@ -171,6 +193,10 @@ impl LinkFiles for MemoryLinks {
     fn location(&self, name: &str) -> String {
         format!("memory:{name}")
     }
+
+    fn names(&self) -> std::io::Result<Vec<String>> {
+        Ok(self.lock().keys().cloned().collect())
+    }
 }
 
 /// Write `data` to `path` durably: temporary name, fsync, rename, fsync the
@@ -203,14 +229,14 @@ pub enum LinkReadError<E: std::error::Error + 'static> {
     Visit(E),
 }
 
-/// Visit the link records of a job kept under `links_dir` (the admin
-/// export): [`for_each_link`] over a [`LinkDir`].
+/// Visit the link records of a job kept under `links_dir` by a server
+/// (read beside it): [`for_each_link`] over [`LinkPacks`](super::LinkPacks).
 pub fn for_each_job_link<E: std::error::Error + 'static>(
     links_dir: &Path,
     job: &JobRecord,
     f: impl FnMut(&linkfile::LinkRecord) -> Result<(), E>,
 ) -> Result<(), LinkReadError<E>> {
-    for_each_link(&LinkDir::new(links_dir), job, f)
+    for_each_link(&super::LinkPacks::new(links_dir), job, f)
 }
 
 /// Visit the link records of a job: the union of its scans' link files
@@ -269,6 +295,11 @@ impl Grid {
     /// Where the grid keeps link files and scan states.
     pub fn link_files(&self) -> &dyn LinkFiles {
         self.links.as_ref()
+    }
+
+    /// The same, to read from outside the grid (an export).
+    pub fn link_files_shared(&self) -> std::sync::Arc<dyn LinkFiles> {
+        self.links.clone()
     }
 
     /// Remove the link and state files of a job's results but `keep`.
@@ -372,10 +403,26 @@ mod tests {
     }
 
     #[test]
+    fn packs_keep_the_contract_and_stay_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let links = crate::grid::LinkPacks::new(dir.path().join("links"));
+        keeps_the_contract(&links);
+        assert_eq!(links.names().unwrap(), vec!["7/3-12.state".to_string()]);
+        let files = files_under(dir.path());
+        assert!(
+            files
+                .iter()
+                .all(|f| f.starts_with(dir.path().join("links").join("7"))),
+            "{files:?}"
+        );
+        assert_eq!(links.dir(), dir.path().join("links"));
+    }
+
+    #[test]
     fn memory_keeps_the_contract() {
         let links = MemoryLinks::new();
         keeps_the_contract(&links);
-        assert_eq!(links.names(), vec!["7/3-12.state".to_string()]);
+        assert_eq!(links.names().unwrap(), vec!["7/3-12.state".to_string()]);
         assert_eq!(links.bytes(), 5);
     }
 

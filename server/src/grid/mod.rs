@@ -24,6 +24,7 @@ mod hosts;
 mod index;
 mod io;
 mod links;
+mod packs;
 mod rounds;
 mod sites;
 mod status;
@@ -56,6 +57,9 @@ pub use io::{GridIo, ProjectSigner, SecretRng};
 pub use links::{
     check_name, for_each_job_link, for_each_link, write_durable, LinkDir, LinkFiles, LinkReadError,
     MemoryLinks,
+};
+pub use packs::{
+    pack_files, LinkPacks, SyncCounts, MAX_KEY_BYTES, MAX_PACK_BYTES, MAX_TORN_TAIL_BYTES,
 };
 pub use sites::{excluded_message, ExcludeOutcome, EXCLUDED_REASON};
 pub use status::{GridStatus, RoundOutcome};

@@ -46,7 +46,7 @@ pub(crate) fn settings() -> GridSettings {
 
 pub(crate) fn open_grid(dir: &Path, key: &SigningKey) -> Grid {
     let store = crate::store::open(&dir.join("db")).unwrap();
-    let io = GridIo::server(store, dir.join("links"), key.clone());
+    let io = GridIo::server(store, LinkPacks::new(dir.join("links")), key.clone());
     Grid::open(io, settings()).unwrap()
 }
 
@@ -68,6 +68,23 @@ impl Fx {
 
     pub(crate) fn links(&self) -> PathBuf {
         self.dir.path().join("links")
+    }
+
+    /// Every name the grid's link-file storage holds.
+    pub(crate) fn link_names(&self) -> Vec<String> {
+        self.grid.link_files().names().unwrap()
+    }
+
+    pub(crate) fn has_link(&self, name: &str) -> bool {
+        self.link_names().iter().any(|n| n == name)
+    }
+
+    /// The bytes stored as `name` (it must be there).
+    pub(crate) fn read_link(&self, name: &str) -> Vec<u8> {
+        self.grid
+            .link_files()
+            .read(name)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
     }
 
     pub(crate) fn host(&mut self) -> u64 {
@@ -242,10 +259,9 @@ pub(crate) fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-pub(crate) fn lf_path(fx: &Fx, unit: &WorkUnit) -> PathBuf {
-    fx.links()
-        .join(unit.round_id.to_string())
-        .join(format!("{}-{}.lf", unit.job_id, unit.unit_id))
+/// The name of `unit`'s link file in the grid's link-file storage.
+pub(crate) fn lf_name(unit: &WorkUnit) -> String {
+    format!("{}/{}-{}.lf", unit.round_id, unit.job_id, unit.unit_id)
 }
 
 /// Upload `sum` with the link file of `records` for `unit`; the reason

@@ -3,7 +3,6 @@
 use super::*;
 use crate::grid::testkit::*;
 use crate::grid::*;
-use std::fs;
 
 use beebot_shared::limits::{MAX_LINK_RECORDS, MAX_TEXT_LEN};
 use beebot_shared::linkfile::{LinkRecord, ScanSummary};
@@ -360,7 +359,7 @@ fn a_site_never_reached_fails_its_job_with_the_cause() {
     let why = jobs[0].completeness().why_not.unwrap_or_default();
     assert!(why.contains("connection-refused"), "{why}");
     assert_eq!(fx.round_state(round), RoundState::Done);
-    assert!(files_under(&fx.links()).is_empty());
+    assert!(fx.link_names().is_empty());
 }
 
 /// One site, two hosts, and two copies of its job from the same start:
@@ -420,8 +419,8 @@ fn a_scan_cut_by_the_time_budget_continues_from_its_frontier_until_the_natural_e
     assert!(job.result.is_none());
     assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Partial);
     assert_eq!(fx.round_state(round), RoundState::Running);
-    let state_path = fx.links().join(&job.segments[0].state_file);
-    assert_eq!(fs::read(&state_path).unwrap(), state);
+    let state_name = job.segments[0].state_file.clone();
+    assert_eq!(fx.read_link(&state_name), state);
     // The same upload again is a duplicate, not a second segment.
     assert_eq!(
         fx.grid
@@ -442,7 +441,7 @@ fn a_scan_cut_by_the_time_budget_continues_from_its_frontier_until_the_natural_e
     };
     assert_eq!(file.name, job.segments[0].state_file);
     assert_eq!(file.sha256, r.state_sha256);
-    assert_eq!(file.location(), state_path.display().to_string());
+    assert_eq!(file.location(), fx.grid.link_files().location(&state_name));
     assert_eq!(file.read().unwrap(), state);
     // Not to another host, nor for the unit that was cut.
     for (host, unit) in [(a, v.unit_id), (a, u.unit_id)] {
@@ -458,11 +457,11 @@ fn a_scan_cut_by_the_time_budget_continues_from_its_frontier_until_the_natural_e
     assert_eq!(job.state, JobState::Done);
     let files: Vec<&str> = job.link_files().collect();
     assert_eq!(files.len(), 2);
-    assert!(files.iter().all(|f| fx.links().join(f).exists()));
+    assert!(files.iter().all(|f| fx.has_link(f)));
     // The export's union: the two scans' files share three pairs (the
     // fixture's records repeat), and each pair comes once.
     assert_export_is_the_union(&fx, &job, &records(&u.site, 4));
-    assert!(!state_path.exists());
+    assert!(!fx.has_link(&state_name));
     let c = job.completeness();
     // (`summary` counts 3 pages a scan.)
     assert_eq!((c.pages, c.links, c.scans), (3 + 3, 3 + 4, 2));
@@ -489,7 +488,7 @@ fn a_copy_overtaken_by_another_copys_segment_is_aborted_and_dropped() {
     );
     // a's late complete result from the seed is acknowledged and dropped.
     assert_eq!(fx.upload(a, &u, 5, t + 1), UploadOutcome::Duplicate);
-    assert!(!lf_path(&fx, &u).exists());
+    assert!(!fx.has_link(&lf_name(&u)));
     let job = fx.job(u.job_id);
     assert_eq!(job.segments.len(), 1);
     assert!(job.result.is_none());
@@ -535,8 +534,8 @@ fn attempts_are_counted_since_the_last_segment_and_a_failed_job_keeps_no_frontie
             .unwrap(),
         UploadOutcome::Accepted
     );
-    let seg_state = fx.links().join(&fx.job(u.job_id).segments[0].state_file);
-    assert!(seg_state.exists());
+    let seg_state = fx.job(u.job_id).segments[0].state_file.clone();
+    assert!(fx.has_link(&seg_state));
     // ...and one after it: two in all, but one since the segment, so the
     // job (at most 2 attempts) goes on.
     let w = fx.one(a, &[], t + 1);
@@ -548,7 +547,7 @@ fn attempts_are_counted_since_the_last_segment_and_a_failed_job_keeps_no_frontie
     fx.grid.fail(a, x.unit_id, "boom again", t + 4).unwrap();
     let job = fx.job(u.job_id);
     assert_eq!(job.state, JobState::Failed);
-    assert!(!seg_state.exists());
+    assert!(!fx.has_link(&seg_state));
     assert_eq!(fx.round_state(round), RoundState::Done);
     let c = job.completeness();
     assert!(!c.natural_end);

@@ -304,7 +304,7 @@ fn a_revoked_host_loses_its_units_and_its_access() {
             .upload(a, units[0].unit_id, sum, &file, None, T0 + 6),
         Err(GridError::Revoked(_))
     ));
-    assert!(files_under(&fx.links()).is_empty());
+    assert!(fx.link_names().is_empty());
     assert!(!fx.host_rec(b).revoked);
 
     // The queue is whole again for the others; A's old deadlines do not count.
@@ -402,7 +402,7 @@ proptest::proptest! {
         let dir = tempfile::tempdir().unwrap();
         let io = GridIo::server(
             crate::store::memory(),
-            dir.path().join("links"),
+            LinkPacks::new(dir.path().join("links")),
             sign::generate_key(),
         );
         let mut g = Grid::open(io, settings()).unwrap();

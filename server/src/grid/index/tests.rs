@@ -199,7 +199,11 @@ proptest::proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let key = sign::generate_key();
-        let io = GridIo::server(crate::store::memory(), dir.path().join("links"), key.clone());
+        let io = GridIo::server(
+            crate::store::memory(),
+            LinkPacks::new(dir.path().join("links")),
+            key.clone(),
+        );
         let mut g = Grid::open(io, settings()).unwrap();
         let pk = key.verifying_key();
         let hosts = [enrol_host(&mut g, T0), enrol_host(&mut g, T0)];

@@ -73,7 +73,7 @@ fn a_cancelled_round_stops_its_units() {
         fx.upload(a, &u, 2, T0 + 13),
         UploadOutcome::Rejected(ABORT_ROUND_CANCELLED.into())
     );
-    assert!(files_under(&fx.links()).is_empty());
+    assert!(fx.link_names().is_empty());
     assert_eq!(fx.host_rec(a).jobs_done, 0);
     // Its queued job is not handed out; hosts idle.
     let (none, r) = fx.ask(b, 4, &[], T0 + 14);

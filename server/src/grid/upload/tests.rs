@@ -3,7 +3,6 @@
 use super::*;
 use crate::grid::testkit::*;
 use crate::grid::*;
-use std::fs;
 
 use beebot_shared::limits::{PACE_FREE_PAGES, PACE_TOLERANCE};
 use beebot_shared::linkfile::{self, ScanSummary};
@@ -259,8 +258,8 @@ fn a_late_result_for_an_open_job_is_accepted_once() {
         );
     }
     assert_eq!(fx.job(u.job_id), job);
-    assert_eq!(fs::read(lf_path(&fx, &u)).unwrap(), file_a);
-    assert_eq!(files_under(&fx.links()).len(), 1);
+    assert_eq!(fx.read_link(&lf_name(&u)), file_a);
+    assert_eq!(fx.link_names().len(), 1);
     assert_eq!(fx.host_rec(a), ha);
     let hb = fx.host_rec(b);
     assert_eq!((hb.jobs_done, hb.pages_done, hb.failures), (0, 0, 0));
@@ -282,8 +281,8 @@ fn the_same_upload_again_is_a_duplicate() {
             .unwrap(),
         UploadOutcome::Accepted
     );
-    let path = lf_path(&fx, &u);
-    let mtime = fs::metadata(&path).unwrap().modified().unwrap();
+    let name = lf_name(&u);
+    let held = fx.link_names();
     let job = fx.job(u.job_id);
     let host = fx.host_rec(a);
     // The same upload again (a retry after a lost answer), then a different file
@@ -295,9 +294,9 @@ fn the_same_upload_again_is_a_duplicate() {
         UploadOutcome::Duplicate
     );
     assert_eq!(fx.upload(a, &u, 7, T0 + 3), UploadOutcome::Duplicate);
-    assert_eq!(fs::read(&path).unwrap(), file);
-    assert_eq!(fs::metadata(&path).unwrap().modified().unwrap(), mtime);
-    assert_eq!(files_under(&fx.links()), vec![path]);
+    assert_eq!(fx.read_link(&name), file);
+    assert_eq!(fx.link_names(), held);
+    assert_eq!(held, vec![name]);
     assert_eq!(fx.job(u.job_id), job);
     assert_eq!(fx.host_rec(a).jobs_done, 1);
     assert_eq!(fx.host_rec(a).pages_done, host.pages_done);
@@ -358,7 +357,7 @@ fn bad_uploads_are_rejected_and_write_nothing() {
     assert!(rejected[6].contains("not issued"));
     assert!(rejected[7].contains("unknown unit"));
 
-    assert!(files_under(&fx.links()).is_empty(), "nothing under links/");
+    assert!(fx.link_names().is_empty(), "nothing stored");
     // A refused result ends its attempt: the job goes back to the queue.
     for u in &units[..6] {
         assert!(matches!(
@@ -385,32 +384,30 @@ fn an_accepted_link_file_is_durable_and_decodes() {
     let a = fx.host();
     let u = fx.one(a, &[], T0);
     let (sum, file) = result_for(&u, 12);
-    assert!(!lf_path(&fx, &u).exists());
+    assert!(!fx.has_link(&lf_name(&u)));
     assert_eq!(
         fx.grid
             .upload(a, u.unit_id, sum, &file, None, T0 + 1)
             .unwrap(),
         UploadOutcome::Accepted
     );
-    let path = lf_path(&fx, &u);
-    let name = format!("{}/{}-{}.lf", u.round_id, u.job_id, u.unit_id);
-    assert_eq!(
-        fx.grid.link_files().location(&name),
-        path.display().to_string()
+    let name = lf_name(&u);
+    let location = fx.grid.link_files().location(&name);
+    assert!(
+        location.starts_with(&fx.links().display().to_string()) && location.contains(&name),
+        "{location}"
     );
-    let on_disk = fs::read(&path).unwrap();
+    let on_disk = fx.read_link(&name);
     assert_eq!(on_disk, file);
     let (h, recs) = linkfile::decode(&on_disk).unwrap();
     assert_eq!(h, header_for(&u, 12));
     assert_eq!(recs, records(&u.site, 12));
-    let all = files_under(&fx.links());
-    assert_eq!(all, vec![path.clone()]);
-    assert!(all.iter().all(|p| p.extension().is_some_and(|e| e == "lf")));
+    assert_eq!(fx.link_names(), vec![name.clone()]);
     let job = fx.job(u.job_id);
     assert_eq!(
-        fx.links().join(&job.result.unwrap().file),
-        path,
-        "the stored relative path names the file"
+        job.result.unwrap().file,
+        name,
+        "the stored relative name names the file"
     );
 }
 
@@ -506,9 +503,9 @@ fn interleaved_uploads_keep_exactly_the_winners_file() {
     assert_eq!(done(&mut fx, &pv, &sum_v), UploadOutcome::Accepted);
     assert_eq!(done(&mut fx, &pu, &sum_u), UploadOutcome::Duplicate);
     assert_eq!(done(&mut fx, &pv2, &sum_v), UploadOutcome::Duplicate);
-    let path = lf_path(&fx, &v);
-    assert_eq!(files_under(&fx.links()), vec![path.clone()]);
-    assert_eq!(fs::read(&path).unwrap(), file_v);
+    let name = lf_name(&v);
+    assert_eq!(fx.link_names(), vec![name.clone()]);
+    assert_eq!(fx.read_link(&name), file_v);
     let job = fx.job(v.job_id);
     assert_eq!(job.result.as_ref().map(|r| r.unit_id), Some(v.unit_id));
     assert_eq!(fx.host_rec(fast).jobs_done, 1);
@@ -529,7 +526,7 @@ fn a_scan_that_stops_early_without_its_frontier_or_a_page_is_refused() {
         matches!(&o, UploadOutcome::Rejected(r) if r.contains("without its frontier")),
         "{o:?}"
     );
-    assert!(files_under(&fx.links()).is_empty(), "nothing kept");
+    assert!(fx.link_names().is_empty(), "nothing kept");
     let job = fx.job(u.job_id);
     assert_eq!(job.state, JobState::Queued);
     assert!(job.segments.is_empty() && job.result.is_none());
@@ -542,7 +539,7 @@ fn a_scan_that_stops_early_without_its_frontier_or_a_page_is_refused() {
         .upload(a, v.unit_id, sum, &file, Some(&state), T0 + 3)
         .unwrap();
     assert!(matches!(&o, UploadOutcome::Rejected(r) if r.contains("without a page")));
-    assert!(files_under(&fx.links()).is_empty());
+    assert!(fx.link_names().is_empty());
     assert_eq!(fx.job(u.job_id).failed_attempts(), 2);
     // A frontier of another site, or one that counts fewer pages than
     // the job already took, is refused.
@@ -641,7 +638,7 @@ fn a_kept_frontier_holds_only_the_sites_urls_and_no_robots_answers() {
     );
     assert_eq!(o, UploadOutcome::Accepted);
     let job = fx.job(w.job_id);
-    let kept = fs::read(fx.links().join(&job.segments[0].state_file)).unwrap();
+    let kept = fx.read_link(&job.segments[0].state_file);
     let kept = ScanState::decode(&kept).unwrap();
     assert!(kept.robots.is_empty());
     assert_eq!(kept.queue, st.queue);
@@ -651,15 +648,12 @@ fn a_kept_frontier_holds_only_the_sites_urls_and_no_robots_answers() {
     );
     // Sent again, the unit's segment is acknowledged before anything is
     // written: its stored files stay as they were.
-    let before = fs::read(fx.links().join(&job.segments[0].file)).unwrap();
+    let before = fx.read_link(&job.segments[0].file);
     assert!(matches!(
         fx.grid.upload_begin(a, w.unit_id, T0 + 6).unwrap(),
         UploadStep::Answer(UploadOutcome::Duplicate)
     ));
-    assert_eq!(
-        fs::read(fx.links().join(&job.segments[0].file)).unwrap(),
-        before
-    );
+    assert_eq!(fx.read_link(&job.segments[0].file), before);
 }
 
 #[test]

@@ -76,8 +76,8 @@ fn an_untrusted_hosts_result_is_checked_by_another_hosts_scan() {
     assert!(job.candidates.iter().all(|c| c.verdict == Verdict::Valid));
     // The first result is kept; the check's file is removed.
     assert_eq!(job.result.as_ref().unwrap().unit_id, u.unit_id);
-    assert!(lf_path(&fx, &u).exists());
-    assert!(!lf_path(&fx, &v).exists());
+    assert!(fx.has_link(&lf_name(&u)));
+    assert!(!fx.has_link(&lf_name(&v)));
     for id in &h {
         let rec = fx.host_rec(*id);
         assert_eq!((rec.consecutive_valid, rec.valid_results), (1, 1));
@@ -130,7 +130,7 @@ fn a_result_that_disagrees_gets_a_third_copy_and_the_liar_loses_its_trust() {
     );
     assert_eq!(job.candidates[0].similarity, Some(0.0));
     assert_eq!(job.result.as_ref().unwrap().unit_id, v.unit_id);
-    assert!(!lf_path(&fx, &u).exists(), "an invalid result's file goes");
+    assert!(!fx.has_link(&lf_name(&u)), "an invalid result's file goes");
     let rec = fx.host_rec(liar);
     assert_eq!(rec.consecutive_valid, 0);
     assert_eq!(rec.avg_pages_per_s, None, "nothing learned from a liar");
@@ -143,7 +143,7 @@ fn a_result_that_disagrees_gets_a_third_copy_and_the_liar_loses_its_trust() {
     nothing_for(&mut fx, liar, T0 + 5500);
     assert_eq!(job2.state, JobState::Queued);
     assert_eq!(job2.validation, JobValidation::None);
-    assert!(!lf_path(&fx, &u2).exists());
+    assert!(!fx.has_link(&lf_name(&u2)));
     assert!(job2.reasons.iter().any(|r| r.contains("found lying")));
 }
 
@@ -302,7 +302,7 @@ fn a_liars_scans_that_others_continue_are_dropped_and_the_site_starts_over() {
     assert!(job2.segments.is_empty());
     assert_eq!(job2.chain, 1);
     assert_eq!(job2.state, JobState::Queued);
-    assert!(!lf_path(&fx, &u2).exists());
+    assert!(!fx.has_link(&lf_name(&u2)));
     assert!(matches!(
         fx.grid
             .progress(honest, cont.unit_id, 5, 5, T0 + 6000)

@@ -1,0 +1,751 @@
+//! Link files packed ([`LinkPacks`], the server's [`LinkFiles`]): each
+//! group of names (a round: the part of a name before its last `/`) is a
+//! directory of append-only pack files, `pack-NNNNNN.lfp`, and a write
+//! appends one frame to the group's open pack and waits for a sync that
+//! may cover many writes (group commit): the uploads landing together share
+//! one `fdatasync`, instead of each creating, syncing and renaming a file
+//! and syncing its directory.
+//!
+//! A frame is `[magic "BBLP"][kind u8][key length u16][data length u32]
+//! [data CRC-32][head CRC-32][key][data]` (little-endian); the head CRC
+//! covers the 15 bytes before it and the key. `kind` is a put (the key's
+//! bytes are the data) or a removal (no data). Opening a group reads the
+//! heads of its packs in order (never the data) and keeps, per key, where
+//! its last put is; a later frame replaces an earlier one, a removal forgets
+//! the key. A pack is read up to its first frame that is not whole (a torn
+//! tail a kill left): nothing after it is read, and nothing is ever appended
+//! after it, since each opening of a group appends to a new pack.
+//!
+//! Invariants: a write returns `Ok` only once its frame is synced; frames
+//! are appended and the index changed under one lock, so the index follows
+//! the log's order; a failed append is cut off again (or its pack is never
+//! appended to again), and a pack whose sync failed is never taken as
+//! durable. A removal appends its frame without waiting for a sync (a
+//! removal a crash loses leaves bytes no result names) and, on Linux, frees
+//! the removed data's blocks (a hole punched in the pack; the heads stay).
+//! Reading never changes a pack, so another process (an export run beside
+//! the server) may open the same directory to read.
+//!
+//! Limits: a pack grows to [`MAX_PACK_BYTES`], then the next write opens a
+//! new one; a key is at most [`MAX_KEY_BYTES`]. The index holds one entry
+//! per live name (about 80 bytes with its key). Packs are never compacted:
+//! a removed frame keeps its head (19 bytes and its key) in the pack, its
+//! data's blocks freed by the hole.
+//!
+//! Link files written before packs (plain files `GROUP/KEY` beside the
+//! packs) are still read, listed and removed; a write of such a name goes
+//! to a pack, which then takes precedence.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use beebot_shared::limits::{MAX_LINK_FILE_BYTES, MAX_SCAN_STATE_BYTES};
+
+use super::links::{check_name, LinkDir, LinkFiles};
+use crate::store::SyncObserver;
+
+/// Largest pack before a write opens the next one (a frame larger than
+/// what is left still goes whole into a pack of its own).
+pub const MAX_PACK_BYTES: u64 = 1 << 30;
+/// Longest key (a name's last part) a frame holds.
+pub const MAX_KEY_BYTES: usize = 255;
+
+const MAGIC: &[u8; 4] = b"BBLP";
+const KIND_PUT: u8 = 1;
+const KIND_REMOVE: u8 = 2;
+/// Bytes of a frame's head before its key.
+const HEAD_BYTES: usize = 19;
+const PACK_PREFIX: &str = "pack-";
+const PACK_SUFFIX: &str = ".lfp";
+
+/// A position in a group's log: (pack number, bytes of it).
+type Pos = (u32, u64);
+
+/// Where a key's bytes are.
+#[derive(Clone, Copy, Debug)]
+struct Loc {
+    pack: u32,
+    offset: u64,
+    len: u32,
+    crc: u32,
+}
+
+/// Link files in pack files under a directory (the server's `links/`).
+/// See the module docs.
+#[derive(Debug)]
+pub struct LinkPacks {
+    dir: PathBuf,
+    plain: LinkDir,
+    groups: Mutex<HashMap<String, Arc<Group>>>,
+    /// Largest pack before the next is opened ([`MAX_PACK_BYTES`]).
+    max_pack_bytes: u64,
+    counts: Arc<SyncCounts>,
+}
+
+/// What the writes of a [`LinkPacks`] cost in syncs: `writes / syncs` is
+/// the mean group a sync made durable.
+#[derive(Default)]
+pub struct SyncCounts {
+    /// Writes made durable (returned `Ok`).
+    pub writes: AtomicU64,
+    /// Syncs of a pack's data (`fdatasync`), each covering every write
+    /// appended before it.
+    pub syncs: AtomicU64,
+    /// Told of each sync: how long it took and the frames it covered.
+    observer: Option<Arc<dyn SyncObserver>>,
+}
+
+impl fmt::Debug for SyncCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SyncCounts")
+            .field("writes", &self.writes)
+            .field("syncs", &self.syncs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SyncCounts {
+    fn synced(&self, took: Duration, frames: u64) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        if let Some(o) = &self.observer {
+            o.synced(took, frames);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Group {
+    dir: PathBuf,
+    max_pack_bytes: u64,
+    counts: Arc<SyncCounts>,
+    state: Mutex<GroupState>,
+    sync: Mutex<SyncState>,
+    synced_cv: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct GroupState {
+    loaded: bool,
+    index: HashMap<String, Loc>,
+    /// Read handles of the group's packs, opened when first read.
+    packs: BTreeMap<u32, Arc<File>>,
+    next_pack: u32,
+    writer: Option<Writer>,
+}
+
+#[derive(Debug)]
+struct Writer {
+    pack: u32,
+    file: Arc<File>,
+    len: u64,
+}
+
+#[derive(Debug, Default)]
+struct SyncState {
+    /// End of the last append.
+    written: Pos,
+    /// Everything up to here is durable (but in `failed` packs).
+    synced: Pos,
+    /// The pack appended to, for the next sync.
+    file: Option<Arc<File>>,
+    /// Frames appended since the last sync began (the next one's group).
+    pending: u64,
+    syncing: bool,
+    /// Packs whose sync failed: nothing in them is taken as durable since.
+    failed: BTreeSet<u32>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere while a lock was held leaves whole frames only.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `name` split at its last `/`: (group, key).
+fn split(name: &str) -> (&str, &str) {
+    name.rsplit_once('/').unwrap_or(("", name))
+}
+
+fn pack_name(n: u32) -> String {
+    format!("{PACK_PREFIX}{n:06}{PACK_SUFFIX}")
+}
+
+fn pack_number(file_name: &str) -> Option<u32> {
+    file_name
+        .strip_prefix(PACK_PREFIX)?
+        .strip_suffix(PACK_SUFFIX)?
+        .parse()
+        .ok()
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+/// One frame, head, key and data.
+fn frame(kind: u8, key: &str, data: &[u8]) -> io::Result<Vec<u8>> {
+    if key.len() > MAX_KEY_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{key:?} is longer than {MAX_KEY_BYTES} bytes"),
+        ));
+    }
+    let data_len = u32::try_from(data.len()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} bytes do not fit in a pack frame", data.len()),
+        )
+    })?;
+    let mut out = Vec::with_capacity(HEAD_BYTES + key.len() + data.len());
+    out.extend_from_slice(MAGIC);
+    out.push(kind);
+    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.extend_from_slice(&data_len.to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(data).to_le_bytes());
+    out.extend_from_slice(&head_crc(&out[..15], key.as_bytes()).to_le_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(data);
+    Ok(out)
+}
+
+fn head_crc(head: &[u8], key: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(head);
+    h.update(key);
+    h.finalize()
+}
+
+/// A frame's head as read back.
+struct Head {
+    kind: u8,
+    key: String,
+    data_len: u32,
+    data_crc: u32,
+}
+
+/// Read the next frame's head from `r` at `offset` of a pack of `len`
+/// bytes: `None` at the end, or where the pack stops being whole.
+fn read_head(r: &mut impl Read, offset: u64, len: u64) -> Option<Head> {
+    let mut head = [0u8; HEAD_BYTES];
+    if offset + HEAD_BYTES as u64 > len || r.read_exact(&mut head).is_err() {
+        return None;
+    }
+    let key_len = u16::from_le_bytes([head[5], head[6]]) as usize;
+    let data_len = u32::from_le_bytes([head[7], head[8], head[9], head[10]]);
+    let data_crc = u32::from_le_bytes([head[11], head[12], head[13], head[14]]);
+    let crc = u32::from_le_bytes([head[15], head[16], head[17], head[18]]);
+    if &head[..4] != MAGIC || key_len > MAX_KEY_BYTES {
+        return None;
+    }
+    let end = offset + (HEAD_BYTES + key_len) as u64 + u64::from(data_len);
+    if end > len {
+        return None;
+    }
+    let mut key = vec![0u8; key_len];
+    r.read_exact(&mut key).ok()?;
+    if head_crc(&head[..15], &key) != crc {
+        return None;
+    }
+    let kind = head[4];
+    if kind != KIND_PUT && (kind != KIND_REMOVE || data_len != 0) {
+        return None;
+    }
+    Some(Head {
+        kind,
+        key: String::from_utf8(key).ok()?,
+        data_len,
+        data_crc,
+    })
+}
+
+/// A frame as replayed: where it starts, and where its data is (a put).
+type Replayed = (u64, Option<Loc>);
+
+/// Replay pack `n` at `path` into `index`; the bytes of it that are whole.
+/// With `frames`, every frame is listed there too, in order.
+fn replay(
+    path: &Path,
+    n: u32,
+    index: &mut HashMap<String, Loc>,
+    mut frames: Option<&mut Vec<Replayed>>,
+) -> io::Result<u64> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let mut r = BufReader::with_capacity(64 * 1024, file);
+    let mut offset = 0u64;
+    while let Some(head) = read_head(&mut r, offset, len) {
+        let start = offset;
+        let data_offset = offset + (HEAD_BYTES + head.key.len()) as u64;
+        r.seek_relative(i64::from(head.data_len))?;
+        offset = data_offset + u64::from(head.data_len);
+        let loc = (head.kind == KIND_PUT).then_some(Loc {
+            pack: n,
+            offset: data_offset,
+            len: head.data_len,
+            crc: head.data_crc,
+        });
+        if let Some(frames) = frames.as_deref_mut() {
+            frames.push((start, loc));
+        }
+        match loc {
+            Some(loc) => index.insert(head.key, loc),
+            None => index.remove(&head.key),
+        };
+    }
+    Ok(offset)
+}
+
+/// Most bytes past a pack's last whole frame that [`cut_torn_tail`] cuts:
+/// one frame of the largest link file or scan state, all that one
+/// interrupted append leaves.
+pub const MAX_TORN_TAIL_BYTES: u64 = (HEAD_BYTES
+    + MAX_KEY_BYTES
+    + if MAX_LINK_FILE_BYTES > MAX_SCAN_STATE_BYTES {
+        MAX_LINK_FILE_BYTES
+    } else {
+        MAX_SCAN_STATE_BYTES
+    }) as u64;
+
+/// Cut what an interrupted append left at the end of the pack at `path`
+/// (replayed as `frames`, whole up to `whole`): the bytes past its last
+/// whole frame, and the frames at its end whose data does not match their
+/// checksum (a file system may show an append that was never synced at its
+/// full length, zeros inside). A tail past `whole` longer than
+/// [`MAX_TORN_TAIL_BYTES`] is no torn append but damage, and is kept for
+/// whoever looks into it (its frames stay unread, and an error is logged);
+/// a damaged frame followed by a sound one is kept too (it reads as a
+/// checksum error). Only the writer calls this, at its opening. Returns the
+/// pack's length after.
+fn cut_torn_tail(path: &Path, whole: u64, frames: &[Replayed]) -> io::Result<u64> {
+    let len = fs::metadata(path)?.len();
+    if len - whole.min(len) > MAX_TORN_TAIL_BYTES {
+        tracing::error!(
+            pack = %path.display(),
+            whole,
+            len,
+            "a link pack stops being readable {} bytes before its end: \
+             the rest is kept but not read",
+            len - whole
+        );
+        return Ok(len);
+    }
+    let mut keep = whole;
+    let file = File::open(path)?;
+    for &(start, loc) in frames.iter().rev() {
+        let Some(loc) = loc else { break };
+        let mut data = vec![0u8; loc.len as usize];
+        file.read_exact_at(&mut data, loc.offset)?;
+        if crc32fast::hash(&data) == loc.crc {
+            break;
+        }
+        keep = start;
+    }
+    if keep < whole {
+        tracing::warn!(
+            pack = %path.display(),
+            "cut {} bytes of link files that were never synced",
+            whole - keep
+        );
+    }
+    if keep < len {
+        let f = OpenOptions::new().write(true).open(path)?;
+        f.set_len(keep)?;
+        f.sync_all()?;
+    }
+    Ok(keep)
+}
+
+/// The packs in `dir`, by number.
+fn packs_in(dir: &Path) -> io::Result<BTreeMap<u32, PathBuf>> {
+    let mut out = BTreeMap::new();
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for entry in rd {
+        let entry = entry?;
+        if let Some(n) = entry.file_name().to_str().and_then(pack_number) {
+            out.insert(n, entry.path());
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(target_os = "linux")]
+fn punch_hole(file: &File, offset: u64, len: u64) {
+    use rustix::fs::{fallocate, FallocateFlags};
+    // Freeing is best effort: a file system without holes keeps the bytes.
+    let _ = fallocate(
+        file,
+        FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+        offset,
+        len,
+    );
+}
+
+#[cfg(not(target_os = "linux"))]
+fn punch_hole(_file: &File, _offset: u64, _len: u64) {}
+
+impl Group {
+    /// The group's state, its packs replayed the first time.
+    fn loaded(&self) -> io::Result<MutexGuard<'_, GroupState>> {
+        self.load(false)
+    }
+
+    /// The group's state, its packs replayed the first time; with `cut`,
+    /// a torn tail found then is cut off (see [`cut_torn_tail`]).
+    fn load(&self, cut: bool) -> io::Result<MutexGuard<'_, GroupState>> {
+        let mut st = lock(&self.state);
+        if !st.loaded {
+            let mut index = HashMap::new();
+            let packs = packs_in(&self.dir)?;
+            let mut frames_cut = false;
+            for (&n, path) in &packs {
+                let mut frames = Vec::new();
+                let whole = replay(path, n, &mut index, cut.then_some(&mut frames))?;
+                if cut && cut_torn_tail(path, whole, &frames)? < whole {
+                    frames_cut = true;
+                }
+            }
+            if frames_cut {
+                // A cut frame may have replaced an earlier one of its key.
+                index.clear();
+                for (&n, path) in &packs {
+                    replay(path, n, &mut index, None)?;
+                }
+            }
+            st.index = index;
+            st.next_pack = packs.keys().next_back().map_or(1, |n| n + 1);
+            st.loaded = true;
+        }
+        Ok(st)
+    }
+
+    /// Append `frame` to the open pack (opening one first); the end of the
+    /// frame and where it starts.
+    fn append(&self, st: &mut GroupState, frame: &[u8]) -> io::Result<(Pos, u64)> {
+        if let Some(w) = &st.writer {
+            if w.len > 0 && w.len + frame.len() as u64 > self.max_pack_bytes {
+                // Full: synced whole, so nothing in it waits on a later sync.
+                let began = Instant::now();
+                w.file.sync_data()?;
+                let end = (w.pack, w.len);
+                let mut s = lock(&self.sync);
+                self.counts
+                    .synced(began.elapsed(), std::mem::take(&mut s.pending));
+                s.synced = s.synced.max(end);
+                st.writer = None;
+            }
+        }
+        if st.writer.is_none() {
+            beebot_shared::util::create_private_dir(&self.dir)?;
+            let n = st.next_pack;
+            st.next_pack += 1;
+            let path = self.dir.join(pack_name(n));
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)?;
+            File::open(&self.dir)?.sync_all()?;
+            let file = Arc::new(file);
+            st.packs.insert(n, file.clone());
+            st.writer = Some(Writer {
+                pack: n,
+                file,
+                len: 0,
+            });
+        }
+        let w = st.writer.as_mut().expect("a pack to append to");
+        let start = w.len;
+        if let Err(e) = w.file.write_all_at(frame, start) {
+            // Cut the torn frame off; a pack that cannot be cut is left
+            // as it is (its readers stop at the torn frame).
+            if w.file.set_len(start).is_err() {
+                st.writer = None;
+            }
+            return Err(e);
+        }
+        w.len += frame.len() as u64;
+        let end = (w.pack, w.len);
+        let mut s = lock(&self.sync);
+        s.written = end;
+        s.file = Some(w.file.clone());
+        s.pending += 1;
+        Ok((end, start))
+    }
+
+    /// Wait until everything up to `end` is durable, syncing it if no other
+    /// writer is.
+    fn wait_durable(&self, end: Pos) -> io::Result<()> {
+        let mut s = lock(&self.sync);
+        loop {
+            if s.failed.contains(&end.0) {
+                return Err(io::Error::other(format!(
+                    "syncing {} failed",
+                    self.dir.join(pack_name(end.0)).display()
+                )));
+            }
+            if s.synced >= end {
+                return Ok(());
+            }
+            if s.syncing {
+                s = self
+                    .synced_cv
+                    .wait(s)
+                    .unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            s.syncing = true;
+            let target = s.written;
+            let file = s.file.clone();
+            let frames = std::mem::take(&mut s.pending);
+            drop(s);
+            let began = Instant::now();
+            let synced = file.map_or(Ok(()), |f| f.sync_data());
+            self.counts.synced(began.elapsed(), frames);
+            if synced.is_err() {
+                // Never appended to again: its frames are not durable.
+                let mut st = lock(&self.state);
+                if st.writer.as_ref().is_some_and(|w| w.pack == target.0) {
+                    st.writer = None;
+                }
+            }
+            s = lock(&self.sync);
+            s.syncing = false;
+            match synced {
+                Ok(()) => s.synced = s.synced.max(target),
+                Err(_) => {
+                    s.failed.insert(target.0);
+                }
+            }
+            self.synced_cv.notify_all();
+        }
+    }
+}
+
+impl LinkPacks {
+    /// Link files under `dir` (created on the first write).
+    pub fn new(dir: impl Into<PathBuf>) -> LinkPacks {
+        LinkPacks::with_pack_limit(dir, MAX_PACK_BYTES)
+    }
+
+    /// Link files under `dir` in packs of at most `max_pack_bytes` (a
+    /// frame larger than that still goes whole into a pack of its own).
+    pub fn with_pack_limit(dir: impl Into<PathBuf>, max_pack_bytes: u64) -> LinkPacks {
+        let dir = dir.into();
+        LinkPacks {
+            plain: LinkDir::new(dir.clone()),
+            dir,
+            groups: Mutex::new(HashMap::new()),
+            max_pack_bytes,
+            counts: Arc::default(),
+        }
+    }
+
+    /// The same, telling `observer` of every sync (the server's metrics):
+    /// how long it took and how many frames it made durable.
+    pub fn observed(mut self, observer: Arc<dyn SyncObserver>) -> LinkPacks {
+        self.counts = Arc::new(SyncCounts {
+            observer: Some(observer),
+            ..SyncCounts::default()
+        });
+        self
+    }
+
+    /// Writes and syncs so far (see [`SyncCounts`]).
+    pub fn counts(&self) -> &SyncCounts {
+        &self.counts
+    }
+
+    /// The directory itself.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn group(&self, name: &str) -> Arc<Group> {
+        lock(&self.groups)
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                Arc::new(Group {
+                    max_pack_bytes: self.max_pack_bytes,
+                    counts: self.counts.clone(),
+                    dir: if name.is_empty() {
+                        self.dir.clone()
+                    } else {
+                        self.dir.join(name)
+                    },
+                    state: Mutex::default(),
+                    sync: Mutex::default(),
+                    synced_cv: Condvar::new(),
+                })
+            })
+            .clone()
+    }
+
+    /// The live names of `group` (packed and plain), each `group/key`.
+    fn group_names(&self, group: &str, out: &mut Vec<String>) -> io::Result<()> {
+        let g = self.group(group);
+        let st = g.loaded()?;
+        let full = |key: &str| {
+            if group.is_empty() {
+                key.to_string()
+            } else {
+                format!("{group}/{key}")
+            }
+        };
+        let mut keys: BTreeSet<String> = st.index.keys().map(|k| full(k)).collect();
+        for entry in fs::read_dir(&g.dir).into_iter().flatten().flatten() {
+            let Some(file_name) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            let plain = entry.file_type().is_ok_and(|t| t.is_file())
+                && pack_number(&file_name).is_none()
+                && !file_name.ends_with(".tmp");
+            if plain {
+                keys.insert(full(&file_name));
+            }
+        }
+        out.extend(keys);
+        Ok(())
+    }
+}
+
+impl LinkFiles for LinkPacks {
+    fn write(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        check_name(name)?;
+        let (group, key) = split(name);
+        let frame = frame(KIND_PUT, key, bytes)?;
+        let g = self.group(group);
+        let end = {
+            let mut st = g.loaded()?;
+            let (end, start) = g.append(&mut st, &frame)?;
+            let loc = Loc {
+                pack: end.0,
+                offset: start + (HEAD_BYTES + key.len()) as u64,
+                len: bytes.len() as u32,
+                crc: crc32fast::hash(bytes),
+            };
+            st.index.insert(key.to_string(), loc);
+            end
+        };
+        g.wait_durable(end)?;
+        self.counts.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn read(&self, name: &str) -> io::Result<Vec<u8>> {
+        check_name(name)?;
+        let (group, key) = split(name);
+        let g = self.group(group);
+        let (loc, file) = {
+            let mut st = g.loaded()?;
+            let Some(loc) = st.index.get(key).copied() else {
+                drop(st);
+                return self.plain.read(name);
+            };
+            let file = match st.packs.get(&loc.pack) {
+                Some(f) => f.clone(),
+                None => {
+                    let f = Arc::new(File::open(g.dir.join(pack_name(loc.pack)))?);
+                    st.packs.insert(loc.pack, f.clone());
+                    f
+                }
+            };
+            (loc, file)
+        };
+        let mut data = vec![0u8; loc.len as usize];
+        file.read_exact_at(&mut data, loc.offset)?;
+        if crc32fast::hash(&data) != loc.crc {
+            return Err(invalid(format!(
+                "{}: the bytes of {name} at {} do not match their checksum",
+                g.dir.join(pack_name(loc.pack)).display(),
+                loc.offset
+            )));
+        }
+        Ok(data)
+    }
+
+    fn remove(&self, name: &str) {
+        if check_name(name).is_err() {
+            return;
+        }
+        let (group, key) = split(name);
+        let g = self.group(group);
+        if let Ok(mut st) = g.loaded() {
+            if let Some(loc) = st.index.remove(key) {
+                if let Ok(frame) = frame(KIND_REMOVE, key, &[]) {
+                    // A removal that does not land leaves bytes no result
+                    // names (the key comes back at the next opening).
+                    let _ = g.append(&mut st, &frame);
+                }
+                if let Some(w) = st.writer.as_ref().filter(|w| w.pack == loc.pack) {
+                    punch_hole(&w.file, loc.offset, u64::from(loc.len));
+                } else if let Ok(f) = OpenOptions::new()
+                    .write(true)
+                    .open(g.dir.join(pack_name(loc.pack)))
+                {
+                    punch_hole(&f, loc.offset, u64::from(loc.len));
+                }
+            }
+        }
+        self.plain.remove(name);
+    }
+
+    fn sweep_temporaries(&self, round_id: u64) {
+        self.plain.sweep_temporaries(round_id);
+        // Replayed now rather than at the round's first upload, cutting
+        // what a kill mid-append left.
+        if let Err(e) = self.group(&round_id.to_string()).load(true) {
+            tracing::error!(round_id, "cannot read the round's link packs: {e}");
+        }
+    }
+
+    fn location(&self, name: &str) -> String {
+        let (group, _) = split(name);
+        format!(
+            "{} (packed in {})",
+            self.dir.join(name).display(),
+            self.dir.join(group).display()
+        )
+    }
+
+    fn names(&self) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        let mut groups = vec![String::new()];
+        for entry in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                if let Some(n) = entry.file_name().to_str() {
+                    groups.push(n.to_string());
+                }
+            }
+        }
+        for group in &groups {
+            self.group_names(group, &mut out)?;
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// What a directory's packs hold, for checks from outside the server (a
+/// crash test): per pack, its length and the bytes of it that are whole.
+pub fn pack_files(dir: &Path) -> io::Result<Vec<(PathBuf, u64, u64)>> {
+    let mut out = Vec::new();
+    for (n, path) in packs_in(dir)? {
+        let len = fs::metadata(&path)?.len();
+        let whole = replay(&path, n, &mut HashMap::new(), None)?;
+        out.push((path, len, whole));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

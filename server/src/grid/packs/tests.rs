@@ -1,0 +1,359 @@
+//! Link packs: reopening, torn tails, group commit, removal, plain files
+//! from before packs, limits.
+
+use super::*;
+use std::io::Write;
+
+fn packs_of(dir: &Path) -> Vec<(PathBuf, u64, u64)> {
+    pack_files(dir).expect("packs")
+}
+
+#[test]
+fn a_reopened_directory_reads_what_was_written_and_forgets_what_was_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let links = LinkPacks::new(dir.path());
+    links.write("7/1-1.lf", b"one").unwrap();
+    links.write("7/2-2.lf", b"two").unwrap();
+    links.write("7/2-2.state", b"state").unwrap();
+    links.write("8/3-3.lf", b"other round").unwrap();
+    links.write("7/1-1.lf", b"one again").unwrap();
+    links.remove("7/2-2.lf");
+    drop(links);
+    let again = LinkPacks::new(dir.path());
+    assert_eq!(again.read("7/1-1.lf").unwrap(), b"one again");
+    assert_eq!(
+        again.read("7/2-2.lf").unwrap_err().kind(),
+        io::ErrorKind::NotFound
+    );
+    assert_eq!(again.read("7/2-2.state").unwrap(), b"state");
+    assert_eq!(again.read("8/3-3.lf").unwrap(), b"other round");
+    assert_eq!(
+        again.names().unwrap(),
+        vec!["7/1-1.lf", "7/2-2.state", "8/3-3.lf"]
+    );
+    // The reopening writes to a pack of its own; the first stays as it was.
+    let before = packs_of(&dir.path().join("7"));
+    assert_eq!(before.len(), 1);
+    again.write("7/4-4.lf", b"four").unwrap();
+    let after = packs_of(&dir.path().join("7"));
+    assert_eq!(after.len(), 2);
+    assert_eq!(after[0], before[0], "an earlier pack is never appended to");
+    assert!(after.iter().all(|(_, len, whole)| len == whole));
+}
+
+#[test]
+fn a_torn_tail_is_not_read_and_the_writer_cuts_it_at_its_opening() {
+    let dir = tempfile::tempdir().unwrap();
+    let round = dir.path().join("7");
+    let links = LinkPacks::new(dir.path());
+    links.write("7/1-1.lf", b"whole").unwrap();
+    links.write("7/2-2.lf", b"torn by a kill").unwrap();
+    drop(links);
+    let (path, len, _) = packs_of(&round).remove(0);
+    // A kill mid-append: the last frame lacks its last bytes.
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len - 3)
+        .unwrap();
+    let reader = LinkPacks::new(dir.path());
+    assert_eq!(reader.read("7/1-1.lf").unwrap(), b"whole");
+    assert!(reader.read("7/2-2.lf").is_err(), "a torn frame is not read");
+    assert_eq!(reader.names().unwrap(), vec!["7/1-1.lf"]);
+    assert_eq!(
+        fs::metadata(&path).unwrap().len(),
+        len - 3,
+        "a reader never changes a pack"
+    );
+    let writer = LinkPacks::new(dir.path());
+    writer.sweep_temporaries(7);
+    let whole = packs_of(&round)[0].2;
+    assert_eq!(fs::metadata(&path).unwrap().len(), whole, "cut at opening");
+    writer.write("7/2-2.lf", b"sent again").unwrap();
+    assert_eq!(writer.read("7/2-2.lf").unwrap(), b"sent again");
+    assert!(packs_of(&round).iter().all(|(_, len, whole)| len == whole));
+    assert_eq!(
+        LinkPacks::new(dir.path()).read("7/2-2.lf").unwrap(),
+        b"sent again"
+    );
+}
+
+#[test]
+fn a_tail_longer_than_one_append_is_damage_and_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let links = LinkPacks::new(dir.path());
+    links.write("7/1-1.lf", b"whole").unwrap();
+    drop(links);
+    let (path, len, whole) = packs_of(&dir.path().join("7")).remove(0);
+    assert_eq!(len, whole);
+    // Past one frame of the largest file: no append tore this (sparse).
+    let damaged = whole + MAX_TORN_TAIL_BYTES + 1;
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(damaged)
+        .unwrap();
+    let writer = LinkPacks::new(dir.path());
+    writer.sweep_temporaries(7);
+    assert_eq!(fs::metadata(&path).unwrap().len(), damaged, "kept");
+    assert_eq!(writer.read("7/1-1.lf").unwrap(), b"whole");
+    // One byte of tail less than that is cut.
+    drop(writer);
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(whole + MAX_TORN_TAIL_BYTES)
+        .unwrap();
+    LinkPacks::new(dir.path()).sweep_temporaries(7);
+    assert_eq!(fs::metadata(&path).unwrap().len(), whole, "cut");
+}
+
+#[test]
+fn a_damaged_frame_is_refused_by_its_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let links = LinkPacks::new(dir.path());
+    links
+        .write("7/1-1.lf", b"the bytes of a link file")
+        .unwrap();
+    let (path, len, _) = packs_of(&dir.path().join("7")).remove(0);
+    // Flip the data's last byte.
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, len - 1).unwrap();
+    f.write_all_at(&[b[0] ^ 0x20], len - 1).unwrap();
+    let e = links.read("7/1-1.lf").unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    assert!(e.to_string().contains("checksum"), "{e}");
+    // A damaged head stops the replay there: the frame is not listed.
+    f.write_all_at(b"XX", 0).unwrap();
+    assert!(LinkPacks::new(dir.path()).names().unwrap().is_empty());
+}
+
+#[test]
+fn writes_appended_before_a_sync_are_made_durable_by_that_one_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let links = LinkPacks::new(dir.path());
+    let g = links.group("7");
+    let mut ends = Vec::new();
+    {
+        let mut st = g.loaded().unwrap();
+        for key in ["1-1.lf", "2-2.lf", "3-3.lf"] {
+            let f = frame(KIND_PUT, key, key.as_bytes()).unwrap();
+            ends.push(g.append(&mut st, &f).unwrap().0);
+        }
+    }
+    assert_eq!(links.counts().syncs.load(Ordering::Relaxed), 0);
+    // The last writer syncs; the earlier ones find their frames durable.
+    g.wait_durable(ends[2]).unwrap();
+    g.wait_durable(ends[0]).unwrap();
+    g.wait_durable(ends[1]).unwrap();
+    assert_eq!(links.counts().syncs.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn concurrent_writers_each_land_whole_and_share_syncs() {
+    const THREADS: usize = 8;
+    const EACH: usize = 25;
+    let dir = tempfile::tempdir().unwrap();
+    let links = Arc::new(LinkPacks::new(dir.path()));
+    let start = Arc::new(std::sync::Barrier::new(THREADS));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (links, start) = (links.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                for i in 0..EACH {
+                    let data = vec![t as u8; 1000 + i];
+                    links.write(&format!("7/{t}-{i}.lf"), &data).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let counts = links.counts();
+    let writes = counts.writes.load(Ordering::Relaxed);
+    let syncs = counts.syncs.load(Ordering::Relaxed);
+    assert_eq!(writes, (THREADS * EACH) as u64);
+    assert!(syncs >= 1 && syncs <= writes, "{syncs} syncs");
+    let again = LinkPacks::new(dir.path());
+    assert_eq!(again.names().unwrap().len(), THREADS * EACH);
+    for t in 0..THREADS {
+        for i in 0..EACH {
+            assert_eq!(
+                again.read(&format!("7/{t}-{i}.lf")).unwrap(),
+                vec![t as u8; 1000 + i]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_full_pack_is_synced_and_the_next_write_opens_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let links = LinkPacks::with_pack_limit(dir.path(), 4096);
+    for i in 0..10 {
+        links
+            .write(&format!("7/{i}-{i}.lf"), &[i as u8; 1000])
+            .unwrap();
+    }
+    // A frame larger than a pack goes whole into one of its own.
+    links.write("7/big-1.lf", &[9u8; 10_000]).unwrap();
+    let packs = packs_of(&dir.path().join("7"));
+    assert!(packs.len() >= 4, "{packs:?}");
+    for (path, len, whole) in &packs[..packs.len() - 1] {
+        assert_eq!(len, whole, "{}", path.display());
+        assert!(*len <= 4096 || *len > 10_000, "{}: {len}", path.display());
+    }
+    let again = LinkPacks::new(dir.path());
+    for i in 0..10 {
+        assert_eq!(
+            again.read(&format!("7/{i}-{i}.lf")).unwrap(),
+            [i as u8; 1000]
+        );
+    }
+    assert_eq!(again.read("7/big-1.lf").unwrap(), [9u8; 10_000]);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_removal_frees_the_blocks_of_what_it_removed() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let links = LinkPacks::new(dir.path());
+    links.write("7/1-1.lf", &vec![7u8; 4 << 20]).unwrap();
+    links.write("7/2-2.lf", b"kept").unwrap();
+    let path = packs_of(&dir.path().join("7")).remove(0).0;
+    let blocks = fs::metadata(&path).unwrap().blocks();
+    links.remove("7/1-1.lf");
+    let after = fs::metadata(&path).unwrap().blocks();
+    assert!(
+        after * 4 < blocks,
+        "blocks of 512 bytes: {blocks} before, {after} after"
+    );
+    assert_eq!(links.read("7/2-2.lf").unwrap(), b"kept");
+    let again = LinkPacks::new(dir.path());
+    assert_eq!(again.names().unwrap(), vec!["7/2-2.lf"]);
+}
+
+#[test]
+fn plain_files_from_before_packs_are_read_listed_and_replaced_by_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let round = dir.path().join("7");
+    fs::create_dir_all(&round).unwrap();
+    fs::write(round.join("1-1.lf"), b"plain").unwrap();
+    fs::write(round.join("2-2.lf"), b"plain two").unwrap();
+    fs::write(round.join("3-3.lf.1-0.tmp"), b"half").unwrap();
+    let links = LinkPacks::new(dir.path());
+    links.sweep_temporaries(7);
+    assert!(!round.join("3-3.lf.1-0.tmp").exists(), "swept");
+    assert_eq!(links.read("7/1-1.lf").unwrap(), b"plain");
+    assert_eq!(links.names().unwrap(), vec!["7/1-1.lf", "7/2-2.lf"]);
+    links.write("7/1-1.lf", b"packed").unwrap();
+    assert_eq!(links.read("7/1-1.lf").unwrap(), b"packed");
+    links.remove("7/2-2.lf");
+    assert!(!round.join("2-2.lf").exists(), "a plain file is removed");
+    assert_eq!(links.names().unwrap(), vec!["7/1-1.lf"]);
+    assert_eq!(
+        LinkPacks::new(dir.path()).read("7/1-1.lf").unwrap(),
+        b"packed"
+    );
+}
+
+#[test]
+fn a_key_past_its_limit_or_a_bad_name_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let links = LinkPacks::new(dir.path());
+    let long = format!("7/{}.lf", "x".repeat(MAX_KEY_BYTES));
+    assert_eq!(
+        links.write(&long, b"x").unwrap_err().kind(),
+        io::ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        links.write("7/../x.lf", b"x").unwrap_err().kind(),
+        io::ErrorKind::InvalidInput
+    );
+    assert!(links.names().unwrap().is_empty());
+    assert!(packs_of(&dir.path().join("7")).is_empty());
+}
+
+#[test]
+fn garbage_after_a_head_is_refused_when_read_and_cut_by_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let round = dir.path().join("7");
+    fs::create_dir_all(&round).unwrap();
+    let path = round.join(pack_name(1));
+    let mut f = File::create(&path).unwrap();
+    // A whole head naming 100 bytes of data, then random bytes: the data
+    // does not match the head's checksum.
+    let mut fake = frame(KIND_PUT, "1-1.lf", &[1u8; 100]).unwrap();
+    fake.truncate(HEAD_BYTES + 10);
+    f.write_all(&fake).unwrap();
+    f.write_all(&[0xAB; 300]).unwrap();
+    drop(f);
+    let reader = LinkPacks::new(dir.path());
+    assert_eq!(reader.names().unwrap(), vec!["7/1-1.lf"]);
+    let e = reader.read("7/1-1.lf").unwrap_err();
+    assert!(e.to_string().contains("checksum"), "{e}");
+    let writer = LinkPacks::new(dir.path());
+    writer.sweep_temporaries(7);
+    assert_eq!(fs::metadata(&path).unwrap().len(), 0, "cut whole");
+    assert!(writer.names().unwrap().is_empty());
+    writer.write("7/1-1.lf", b"real").unwrap();
+    assert_eq!(writer.read("7/1-1.lf").unwrap(), b"real");
+}
+
+#[test]
+fn frames_at_the_end_never_synced_are_cut_and_what_they_replaced_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let links = LinkPacks::new(dir.path());
+    links.write("7/1-1.lf", b"first, synced").unwrap();
+    links.write("7/2-2.lf", b"sound").unwrap();
+    drop(links);
+    let (path, _, _) = packs_of(&dir.path().join("7")).remove(0);
+    // Two appends a power cut showed at full length with zeros inside: a
+    // second copy of 1-1 and a new 3-3.
+    let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+    for (key, data) in [("1-1.lf", &b"second, lost"[..]), ("3-3.lf", b"lost")] {
+        let mut torn = frame(KIND_PUT, key, data).unwrap();
+        let n = torn.len();
+        torn[n - data.len()..].fill(0);
+        f.write_all(&torn).unwrap();
+    }
+    drop(f);
+    assert!(LinkPacks::new(dir.path()).read("7/1-1.lf").is_err());
+    let writer = LinkPacks::new(dir.path());
+    writer.sweep_temporaries(7);
+    assert_eq!(writer.read("7/1-1.lf").unwrap(), b"first, synced");
+    assert_eq!(writer.read("7/2-2.lf").unwrap(), b"sound");
+    assert_eq!(writer.names().unwrap(), vec!["7/1-1.lf", "7/2-2.lf"]);
+    assert!(packs_of(&dir.path().join("7"))
+        .iter()
+        .all(|(_, l, w)| l == w));
+}
+
+#[test]
+fn a_damaged_frame_before_a_sound_one_is_kept_for_a_look() {
+    let dir = tempfile::tempdir().unwrap();
+    let links = LinkPacks::new(dir.path());
+    links.write("7/1-1.lf", b"damaged later").unwrap();
+    links.write("7/2-2.lf", b"sound").unwrap();
+    drop(links);
+    let (path, len, _) = packs_of(&dir.path().join("7")).remove(0);
+    let f = OpenOptions::new().write(true).open(&path).unwrap();
+    let at = (HEAD_BYTES + "1-1.lf".len()) as u64;
+    f.write_all_at(b"XX", at).unwrap();
+    let writer = LinkPacks::new(dir.path());
+    writer.sweep_temporaries(7);
+    assert_eq!(fs::metadata(&path).unwrap().len(), len, "nothing cut");
+    assert!(writer.read("7/1-1.lf").is_err());
+    assert_eq!(writer.read("7/2-2.lf").unwrap(), b"sound");
+}
