@@ -357,7 +357,7 @@ impl Server {
         store_handle.defer_flushes();
         let metrics = Arc::new(metrics::Metrics::new(now_ms()));
         store_handle.observe_syncs(metrics.clone());
-        let links = grid::LinkPacks::new(dir.links()).observed(metrics.link_syncs());
+        let links = grid::LinkPacks::writer(dir.links()).observed(metrics.link_syncs());
         let grid = Grid::open(GridIo::server(store, links, key), settings)?;
         let enrol_key = grid.signer();
         let endpoint = bind_quic(&config.listen, certs, cert_key)?;

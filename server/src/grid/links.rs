@@ -40,6 +40,9 @@ pub trait LinkFiles: Send + Sync + fmt::Debug {
     /// Remove what writes a crash interrupted among round `round_id`'s
     /// files (called when the grid opens).
     fn sweep_temporaries(&self, round_id: u64);
+    /// Round `round_id` is over: what is kept open for its writes may be
+    /// closed (its files stay readable).
+    fn forget_round(&self, _round_id: u64) {}
     /// Where `name` is, for messages (a path for a directory).
     fn location(&self, name: &str) -> String;
     /// Every name held, in order (for checks and tests: it reads the whole

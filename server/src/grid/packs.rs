@@ -16,25 +16,38 @@
 //! tail a kill left): nothing after it is read, and nothing is ever appended
 //! after it, since each opening of a group appends to a new pack.
 //!
-//! Invariants: a write returns `Ok` only once its frame is synced; frames
-//! are appended and the index changed under one lock, so the index follows
-//! the log's order; a failed append is cut off again (or its pack is never
-//! appended to again), and a pack whose sync failed is never taken as
-//! durable. A removal appends its frame without waiting for a sync (a
-//! removal a crash loses leaves bytes no result names) and, on Linux, frees
-//! the removed data's blocks (a hole punched in the pack; the heads stay).
-//! Reading never changes a pack, so another process (an export run beside
-//! the server) may open the same directory to read.
+//! Invariants: a write returns `Ok` only once a sync that began after its
+//! frame was appended succeeded; frames are appended and the index changed
+//! under one lock, so the index follows the log's order; a full pack is
+//! synced whole before the next opens; a pack whose sync failed, or whose
+//! failed append could not be cut off, is never appended to again and
+//! nothing in it after its last good sync is taken as durable. Each opening
+//! of a group appends to a new pack, so nothing is ever appended after a
+//! torn tail. Only the storage's writer ([`LinkPacks::writer`], the
+//! server's) changes a pack when it opens a group: it cuts the frames at a
+//! pack's end whose data fails its checksum (appends never synced), and
+//! never bytes past the last whole frame (a damaged head may hide synced
+//! frames). Readers ([`LinkPacks::new`]: an export beside the server, a
+//! check) never change a pack. A removal appends its frame without waiting
+//! for a sync (a removal a crash loses leaves bytes no result names) and,
+//! on Linux, frees the whole blocks of the removed data (a hole punched in
+//! the pack; the blocks at its edges, shared with the frames beside it,
+//! are kept). A read that finds freed bytes looks the name up again, so a
+//! removal racing it reads as "not found", not as damage. A key that could
+//! be taken for a pack's file name is refused.
 //!
 //! Limits: a pack grows to [`MAX_PACK_BYTES`], then the next write opens a
-//! new one; a key is at most [`MAX_KEY_BYTES`]. The index holds one entry
-//! per live name (about 80 bytes with its key). Packs are never compacted:
-//! a removed frame keeps its head (19 bytes and its key) in the pack, its
-//! data's blocks freed by the hole.
+//! new one; a key is at most [`MAX_KEY_BYTES`]; at most
+//! [`MAX_CACHED_GROUPS`] groups stay open beyond those being written to (a
+//! round's group is closed when the round ends). A group's index holds one
+//! entry per live name (about 80 bytes with its key). Packs are never
+//! compacted: a removed frame keeps its head (19 bytes and its key) in the
+//! pack, and a name written again keeps its older frame's bytes.
 //!
 //! Link files written before packs (plain files `GROUP/KEY` beside the
 //! packs) are still read, listed and removed; a write of such a name goes
-//! to a pack, which then takes precedence.
+//! to a pack, which then takes precedence. Unix only (positioned reads and
+//! writes).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -86,6 +99,10 @@ pub struct LinkPacks {
     groups: Mutex<HashMap<String, Arc<Group>>>,
     /// Largest pack before the next is opened ([`MAX_PACK_BYTES`]).
     max_pack_bytes: u64,
+    /// Whether this is the storage's writer, which cuts unsynced frames
+    /// when it opens a group ([`LinkPacks::writer`]); readers never change
+    /// a pack.
+    cut_on_load: bool,
     counts: Arc<SyncCounts>,
 }
 
@@ -124,6 +141,7 @@ impl SyncCounts {
 struct Group {
     dir: PathBuf,
     max_pack_bytes: u64,
+    cut_on_load: bool,
     counts: Arc<SyncCounts>,
     state: Mutex<GroupState>,
     sync: Mutex<SyncState>,
@@ -134,8 +152,6 @@ struct Group {
 struct GroupState {
     loaded: bool,
     index: HashMap<String, Loc>,
-    /// Read handles of the group's packs, opened when first read.
-    packs: BTreeMap<u32, Arc<File>>,
     next_pack: u32,
     writer: Option<Writer>,
 }
@@ -301,9 +317,9 @@ fn replay(
     Ok(offset)
 }
 
-/// Most bytes past a pack's last whole frame that [`cut_torn_tail`] cuts:
-/// one frame of the largest link file or scan state, all that one
-/// interrupted append leaves.
+/// Most bytes one interrupted append leaves past a pack's last whole frame
+/// (one frame of the largest link file or scan state): a longer unread tail
+/// is damage, and the writer's opening logs it as such.
 pub const MAX_TORN_TAIL_BYTES: u64 = (HEAD_BYTES
     + MAX_KEY_BYTES
     + if MAX_LINK_FILE_BYTES > MAX_SCAN_STATE_BYTES {
@@ -312,28 +328,29 @@ pub const MAX_TORN_TAIL_BYTES: u64 = (HEAD_BYTES
         MAX_SCAN_STATE_BYTES
     }) as u64;
 
-/// Cut what an interrupted append left at the end of the pack at `path`
-/// (replayed as `frames`, whole up to `whole`): the bytes past its last
-/// whole frame, and the frames at its end whose data does not match their
-/// checksum (a file system may show an append that was never synced at its
-/// full length, zeros inside). A tail past `whole` longer than
-/// [`MAX_TORN_TAIL_BYTES`] is no torn append but damage, and is kept for
-/// whoever looks into it (its frames stay unread, and an error is logged);
-/// a damaged frame followed by a sound one is kept too (it reads as a
-/// checksum error). Only the writer calls this, at its opening. Returns the
-/// pack's length after.
-fn cut_torn_tail(path: &Path, whole: u64, frames: &[Replayed]) -> io::Result<u64> {
+/// At the writer's opening, cut the frames at the end of the pack at `path`
+/// (replayed as `frames`, whole up to `whole`) whose data does not match
+/// their checksum: appends never synced, which a file system may show at
+/// their full length with zeros inside after a power cut. Only when the
+/// pack ends on a whole frame: bytes past `whole` (a torn append, or a
+/// damaged head with frames after it) are never cut, since no frame is
+/// ever appended after them and a damaged head may hide synced frames;
+/// readers stop there. A damaged frame followed by a sound one is kept
+/// (it reads as a checksum error). Returns the bytes kept.
+fn cut_unsynced_frames(path: &Path, whole: u64, frames: &[Replayed]) -> io::Result<u64> {
     let len = fs::metadata(path)?.len();
-    if len - whole.min(len) > MAX_TORN_TAIL_BYTES {
-        tracing::error!(
-            pack = %path.display(),
-            whole,
-            len,
-            "a link pack stops being readable {} bytes before its end: \
-             the rest is kept but not read",
-            len - whole
-        );
-        return Ok(len);
+    if len != whole {
+        if len - whole.min(len) > MAX_TORN_TAIL_BYTES {
+            tracing::error!(
+                pack = %path.display(),
+                whole,
+                len,
+                "a link pack stops being readable {} bytes before its end: \
+                 the rest is kept but not read",
+                len - whole
+            );
+        }
+        return Ok(whole);
     }
     let mut keep = whole;
     let file = File::open(path)?;
@@ -349,11 +366,9 @@ fn cut_torn_tail(path: &Path, whole: u64, frames: &[Replayed]) -> io::Result<u64
     if keep < whole {
         tracing::warn!(
             pack = %path.display(),
-            "cut {} bytes of link files that were never synced",
+            "cut {} bytes of link files at the end of a pack that were never synced",
             whole - keep
         );
-    }
-    if keep < len {
         let f = OpenOptions::new().write(true).open(path)?;
         f.set_len(keep)?;
         f.sync_all()?;
@@ -394,23 +409,20 @@ fn punch_hole(file: &File, offset: u64, len: u64) {
 fn punch_hole(_file: &File, _offset: u64, _len: u64) {}
 
 impl Group {
-    /// The group's state, its packs replayed the first time.
+    /// The group's state, its packs replayed the first time; when the
+    /// group is its writer's (`cut_on_load`), frames at a pack's end that
+    /// were never synced are cut off then (see [`cut_unsynced_frames`]).
     fn loaded(&self) -> io::Result<MutexGuard<'_, GroupState>> {
-        self.load(false)
-    }
-
-    /// The group's state, its packs replayed the first time; with `cut`,
-    /// a torn tail found then is cut off (see [`cut_torn_tail`]).
-    fn load(&self, cut: bool) -> io::Result<MutexGuard<'_, GroupState>> {
         let mut st = lock(&self.state);
         if !st.loaded {
+            let cut = self.cut_on_load;
             let mut index = HashMap::new();
             let packs = packs_in(&self.dir)?;
             let mut frames_cut = false;
             for (&n, path) in &packs {
                 let mut frames = Vec::new();
                 let whole = replay(path, n, &mut index, cut.then_some(&mut frames))?;
-                if cut && cut_torn_tail(path, whole, &frames)? < whole {
+                if cut && cut_unsynced_frames(path, whole, &frames)? < whole {
                     frames_cut = true;
                 }
             }
@@ -429,19 +441,19 @@ impl Group {
     }
 
     /// Append `frame` to the open pack (opening one first); the end of the
-    /// frame and where it starts.
+    /// frame and where it starts. A full pack is made durable whole before
+    /// the next is opened (so a later sync never has to reach back into
+    /// it), and a pack whose sync failed is never appended to again.
     fn append(&self, st: &mut GroupState, frame: &[u8]) -> io::Result<(Pos, u64)> {
         if let Some(w) = &st.writer {
-            if w.len > 0 && w.len + frame.len() as u64 > self.max_pack_bytes {
-                // Full: synced whole, so nothing in it waits on a later sync.
-                let began = Instant::now();
-                w.file.sync_data()?;
-                let end = (w.pack, w.len);
-                let mut s = lock(&self.sync);
-                self.counts
-                    .synced(began.elapsed(), std::mem::take(&mut s.pending));
-                s.synced = s.synced.max(end);
+            let failed = lock(&self.sync).failed.contains(&w.pack);
+            if failed {
                 st.writer = None;
+            } else if w.len > 0 && w.len + frame.len() as u64 > self.max_pack_bytes {
+                let end = (w.pack, w.len);
+                // Never appended to again, whatever the sync says.
+                st.writer = None;
+                self.wait_durable(end)?;
             }
         }
         if st.writer.is_none() {
@@ -455,20 +467,20 @@ impl Group {
                 .create_new(true)
                 .open(&path)?;
             File::open(&self.dir)?.sync_all()?;
-            let file = Arc::new(file);
-            st.packs.insert(n, file.clone());
             st.writer = Some(Writer {
                 pack: n,
-                file,
+                file: Arc::new(file),
                 len: 0,
             });
         }
         let w = st.writer.as_mut().expect("a pack to append to");
         let start = w.len;
         if let Err(e) = w.file.write_all_at(frame, start) {
-            // Cut the torn frame off; a pack that cannot be cut is left
-            // as it is (its readers stop at the torn frame).
+            // Cut the torn frame off; a pack that cannot be cut is never
+            // appended to again, and nothing in it is taken as durable
+            // (its readers stop at the torn frame).
             if w.file.set_len(start).is_err() {
+                lock(&self.sync).failed.insert(w.pack);
                 st.writer = None;
             }
             return Err(e);
@@ -483,18 +495,19 @@ impl Group {
     }
 
     /// Wait until everything up to `end` is durable, syncing it if no other
-    /// writer is.
+    /// writer is. Takes only the sync lock (never the state lock), so a
+    /// caller holding the state lock may wait here.
     fn wait_durable(&self, end: Pos) -> io::Result<()> {
         let mut s = lock(&self.sync);
         loop {
+            if s.synced >= end {
+                return Ok(());
+            }
             if s.failed.contains(&end.0) {
                 return Err(io::Error::other(format!(
                     "syncing {} failed",
                     self.dir.join(pack_name(end.0)).display()
                 )));
-            }
-            if s.synced >= end {
-                return Ok(());
             }
             if s.syncing {
                 s = self
@@ -510,31 +523,47 @@ impl Group {
             drop(s);
             let began = Instant::now();
             let synced = file.map_or(Ok(()), |f| f.sync_data());
-            self.counts.synced(began.elapsed(), frames);
-            if synced.is_err() {
-                // Never appended to again: its frames are not durable.
-                let mut st = lock(&self.state);
-                if st.writer.as_ref().is_some_and(|w| w.pack == target.0) {
-                    st.writer = None;
-                }
-            }
+            // Told while still the syncer (the writers meanwhile append for
+            // the next sync); a panic there still hands the turn over.
+            let told = synced.is_ok().then(|| {
+                let took = began.elapsed();
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.counts.synced(took, frames)
+                }))
+            });
             s = lock(&self.sync);
             s.syncing = false;
             match synced {
                 Ok(()) => s.synced = s.synced.max(target),
+                // Linux reports a failed writeback once: the pack's frames
+                // are never taken as durable, and it is never appended to.
                 Err(_) => {
                     s.failed.insert(target.0);
                 }
             }
             self.synced_cv.notify_all();
+            if let Some(Err(panic)) = told {
+                drop(s);
+                std::panic::resume_unwind(panic);
+            }
         }
     }
 }
 
 impl LinkPacks {
-    /// Link files under `dir` (created on the first write).
+    /// Link files under `dir` (created on the first write), for reading
+    /// beside the storage's writer (an export, a check) or for tests.
     pub fn new(dir: impl Into<PathBuf>) -> LinkPacks {
         LinkPacks::with_pack_limit(dir, MAX_PACK_BYTES)
+    }
+
+    /// The storage's one writer (the server's): when it opens a group, it
+    /// cuts the frames at a pack's end that were never synced.
+    pub fn writer(dir: impl Into<PathBuf>) -> LinkPacks {
+        LinkPacks {
+            cut_on_load: true,
+            ..LinkPacks::new(dir)
+        }
     }
 
     /// Link files under `dir` in packs of at most `max_pack_bytes` (a
@@ -546,6 +575,7 @@ impl LinkPacks {
             dir,
             groups: Mutex::new(HashMap::new()),
             max_pack_bytes,
+            cut_on_load: false,
             counts: Arc::default(),
         }
     }
@@ -571,23 +601,29 @@ impl LinkPacks {
     }
 
     fn group(&self, name: &str) -> Arc<Group> {
-        lock(&self.groups)
-            .entry(name.to_string())
-            .or_insert_with(|| {
-                Arc::new(Group {
-                    max_pack_bytes: self.max_pack_bytes,
-                    counts: self.counts.clone(),
-                    dir: if name.is_empty() {
-                        self.dir.clone()
-                    } else {
-                        self.dir.join(name)
-                    },
-                    state: Mutex::default(),
-                    sync: Mutex::default(),
-                    synced_cv: Condvar::new(),
-                })
-            })
-            .clone()
+        let mut groups = lock(&self.groups);
+        if let Some(g) = groups.get(name) {
+            return g.clone();
+        }
+        if groups.len() >= MAX_CACHED_GROUPS {
+            // Groups nobody writes to are read again when asked for.
+            groups.retain(|_, g| Arc::strong_count(g) > 1 || lock(&g.state).writer.is_some());
+        }
+        let g = Arc::new(Group {
+            max_pack_bytes: self.max_pack_bytes,
+            cut_on_load: self.cut_on_load,
+            counts: self.counts.clone(),
+            dir: if name.is_empty() {
+                self.dir.clone()
+            } else {
+                self.dir.join(name)
+            },
+            state: Mutex::default(),
+            sync: Mutex::default(),
+            synced_cv: Condvar::new(),
+        });
+        groups.insert(name.to_string(), g.clone());
+        g
     }
 
     /// The live names of `group` (packed and plain), each `group/key`.
@@ -616,12 +652,50 @@ impl LinkPacks {
         out.extend(keys);
         Ok(())
     }
+
+    /// Read `loc` of `group`'s `key`; `None` when its bytes do not match
+    /// their checksum.
+    fn read_at(g: &Group, loc: Loc) -> io::Result<Option<Vec<u8>>> {
+        let file = File::open(g.dir.join(pack_name(loc.pack)))?;
+        let mut data = vec![0u8; loc.len as usize];
+        file.read_exact_at(&mut data, loc.offset)?;
+        Ok((crc32fast::hash(&data) == loc.crc).then_some(data))
+    }
+}
+
+/// Most groups (rounds) a [`LinkPacks`] keeps open: past it, the groups
+/// not written to since they were opened are closed (and read again when
+/// asked for). A group's memory is its index, about 80 bytes a name.
+pub const MAX_CACHED_GROUPS: usize = 16;
+
+/// `name`, split into (group, key), refused when the contract refuses it
+/// or its key could be taken for a pack's own file name.
+fn checked(name: &str) -> io::Result<(&str, &str)> {
+    check_name(name)?;
+    let (group, key) = split(name);
+    if pack_number(key).is_some() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} names a link pack, not a link file"),
+        ));
+    }
+    Ok((group, key))
+}
+
+/// Free the whole blocks of `[offset, offset + len)` of `file`: the blocks
+/// at its edges are kept, since they hold the frames beside it.
+fn free_blocks(file: &File, offset: u64, len: u64) {
+    const BLOCK: u64 = 4096;
+    let first = offset.div_ceil(BLOCK) * BLOCK;
+    let end = (offset + len) / BLOCK * BLOCK;
+    if end > first {
+        punch_hole(file, first, end - first);
+    }
 }
 
 impl LinkFiles for LinkPacks {
     fn write(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
-        check_name(name)?;
-        let (group, key) = split(name);
+        let (group, key) = checked(name)?;
         let frame = frame(KIND_PUT, key, bytes)?;
         let g = self.group(group);
         let end = {
@@ -642,42 +716,41 @@ impl LinkFiles for LinkPacks {
     }
 
     fn read(&self, name: &str) -> io::Result<Vec<u8>> {
-        check_name(name)?;
-        let (group, key) = split(name);
+        let (group, key) = checked(name)?;
         let g = self.group(group);
-        let (loc, file) = {
-            let mut st = g.loaded()?;
-            let Some(loc) = st.index.get(key).copied() else {
-                drop(st);
-                return self.plain.read(name);
-            };
-            let file = match st.packs.get(&loc.pack) {
-                Some(f) => f.clone(),
-                None => {
-                    let f = Arc::new(File::open(g.dir.join(pack_name(loc.pack)))?);
-                    st.packs.insert(loc.pack, f.clone());
-                    f
-                }
-            };
-            (loc, file)
+        let loc = g.loaded()?.index.get(key).copied();
+        let Some(mut loc) = loc else {
+            return self.plain.read(name);
         };
-        let mut data = vec![0u8; loc.len as usize];
-        file.read_exact_at(&mut data, loc.offset)?;
-        if crc32fast::hash(&data) != loc.crc {
-            return Err(invalid(format!(
-                "{}: the bytes of {name} at {} do not match their checksum",
-                g.dir.join(pack_name(loc.pack)).display(),
-                loc.offset
-            )));
+        // A removal (or a new write of the name) between the look-up and
+        // the read frees or replaces the bytes: look again before calling
+        // them damaged.
+        for _ in 0..2 {
+            if let Some(data) = Self::read_at(&g, loc)? {
+                return Ok(data);
+            }
+            match g.loaded()?.index.get(key).copied() {
+                None => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("{name} was removed"),
+                    ))
+                }
+                Some(now) if (now.pack, now.offset) != (loc.pack, loc.offset) => loc = now,
+                Some(_) => break,
+            }
         }
-        Ok(data)
+        Err(invalid(format!(
+            "{}: the bytes of {name} at {} do not match their checksum",
+            g.dir.join(pack_name(loc.pack)).display(),
+            loc.offset
+        )))
     }
 
     fn remove(&self, name: &str) {
-        if check_name(name).is_err() {
+        let Ok((group, key)) = checked(name) else {
             return;
-        }
-        let (group, key) = split(name);
+        };
         let g = self.group(group);
         if let Ok(mut st) = g.loaded() {
             if let Some(loc) = st.index.remove(key) {
@@ -686,13 +759,14 @@ impl LinkFiles for LinkPacks {
                     // names (the key comes back at the next opening).
                     let _ = g.append(&mut st, &frame);
                 }
+                let (offset, len) = (loc.offset, u64::from(loc.len));
                 if let Some(w) = st.writer.as_ref().filter(|w| w.pack == loc.pack) {
-                    punch_hole(&w.file, loc.offset, u64::from(loc.len));
+                    free_blocks(&w.file, offset, len);
                 } else if let Ok(f) = OpenOptions::new()
                     .write(true)
                     .open(g.dir.join(pack_name(loc.pack)))
                 {
-                    punch_hole(&f, loc.offset, u64::from(loc.len));
+                    free_blocks(&f, offset, len);
                 }
             }
         }
@@ -701,11 +775,15 @@ impl LinkFiles for LinkPacks {
 
     fn sweep_temporaries(&self, round_id: u64) {
         self.plain.sweep_temporaries(round_id);
-        // Replayed now rather than at the round's first upload, cutting
-        // what a kill mid-append left.
-        if let Err(e) = self.group(&round_id.to_string()).load(true) {
+        // Opened now (the writer cutting what was never synced) rather
+        // than at the round's first upload.
+        if let Err(e) = self.group(&round_id.to_string()).loaded() {
             tracing::error!(round_id, "cannot read the round's link packs: {e}");
         }
+    }
+
+    fn forget_round(&self, round_id: u64) {
+        lock(&self.groups).remove(&round_id.to_string());
     }
 
     fn location(&self, name: &str) -> String {

@@ -46,7 +46,7 @@ pub(crate) fn settings() -> GridSettings {
 
 pub(crate) fn open_grid(dir: &Path, key: &SigningKey) -> Grid {
     let store = crate::store::open(&dir.join("db")).unwrap();
-    let io = GridIo::server(store, LinkPacks::new(dir.join("links")), key.clone());
+    let io = GridIo::server(store, LinkPacks::writer(dir.join("links")), key.clone());
     Grid::open(io, settings()).unwrap()
 }
 

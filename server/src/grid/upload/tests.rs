@@ -283,6 +283,7 @@ fn the_same_upload_again_is_a_duplicate() {
     );
     let name = lf_name(&u);
     let held = fx.link_names();
+    let packs = pack_files(&fx.links().join(u.round_id.to_string())).unwrap();
     let job = fx.job(u.job_id);
     let host = fx.host_rec(a);
     // The same upload again (a retry after a lost answer), then a different file
@@ -297,6 +298,8 @@ fn the_same_upload_again_is_a_duplicate() {
     assert_eq!(fx.read_link(&name), file);
     assert_eq!(fx.link_names(), held);
     assert_eq!(held, vec![name]);
+    let packed = fx.links().join(u.round_id.to_string());
+    assert_eq!(pack_files(&packed).unwrap(), packs, "nothing written again");
     assert_eq!(fx.job(u.job_id), job);
     assert_eq!(fx.host_rec(a).jobs_done, 1);
     assert_eq!(fx.host_rec(a).pages_done, host.pages_done);
