@@ -460,6 +460,62 @@ fn progress_reports_pages_queue_links_and_bytes() {
     assert!(seen.windows(2).all(|w| w[0].pages <= w[1].pages));
 }
 
+/// At delay 0 a page is parsed on a helper while the next request is in
+/// flight; at a delay the parse fits in the wait and runs in line. Both
+/// request the same pages in the same order and find the same records.
+#[test]
+fn a_crawl_parsing_beside_its_requests_finds_what_one_parsing_in_line_does() {
+    assert!(beebot_client::crawler::PIPELINE_BELOW_DELAY <= Duration::from_millis(10));
+    let web = Arc::new(SynthWeb::with_config(
+        11,
+        2,
+        SynthConfig {
+            min_pages_per_site: 100,
+            max_pages_per_site: 150,
+            crawl_delay_ms: None,
+        },
+    ));
+    let server = start(&web);
+    let host = biggest_site(&web);
+    let cfg = loopback_config(&server);
+    let piped = run(&open_spec(&host), &cfg);
+    let in_line = run(
+        &CrawlSpec {
+            delay: Duration::from_millis(10),
+            ..open_spec(&host)
+        },
+        &cfg,
+    );
+    assert!(piped.summary.pages >= 100, "{:?}", piped.summary);
+    // The same records (a redirect's record is taken at its request, a
+    // page's once parsed: the order of the two kinds may differ).
+    let sorted = |out: &CrawlOutput| {
+        let mut r = out.records.clone();
+        r.sort_by_key(key);
+        r
+    };
+    assert_eq!(sorted(&piped), sorted(&in_line));
+    for (a, b) in [
+        (piped.summary.pages, in_line.summary.pages),
+        (piped.summary.links, in_line.summary.links),
+        (piped.summary.bytes, in_line.summary.bytes),
+    ] {
+        assert_eq!(a, b);
+    }
+    let truth = web.site_truth(&host).expect("known site");
+    assert!(differences(&piped.records, &truth).is_empty());
+    // The same order of requests.
+    let log = server.request_log();
+    let pages = |from: usize, to: usize| -> Vec<String> {
+        requests_to(&log[from..to], &host)
+            .into_iter()
+            .map(|r| r.path)
+            .collect()
+    };
+    let half = log.len() / 2;
+    assert_eq!(pages(0, half), pages(half, log.len()));
+}
+
 #[test]
 fn www_and_the_bare_host_are_one_site() {
     // The site is named `www.site0.synth.test`; its bare host is inside its

@@ -130,10 +130,11 @@ fn main() {
     };
     let ours = median(&runs[0].1);
     println!(
-        "\n{:38} {:>11} {:>8} {:>15} {:>8} {:>9} {:>7} {:>10}",
+        "\n{:38} {:>11} {:>8} {:>11} {:>15} {:>8} {:>9} {:>7} {:>10}",
         "crawler",
         "pages",
         "requests",
+        "connections",
         "seconds (range)",
         "pages/s",
         "time/ours",
@@ -155,13 +156,15 @@ fn main() {
             format!("{p_lo}-{p_hi}")
         };
         let requests = counts.iter().map(|c| c.requests).max().unwrap_or(0);
+        let opened = counts.iter().map(|c| c.opened).max().unwrap_or(0);
         let at_once = counts.iter().map(|c| c.most_at_once).max().unwrap_or(0);
         let disallowed: u64 = counts.iter().map(|c| c.disallowed).sum();
         println!(
-            "{:38} {:>11} {:>8} {:>15} {:>8.0} {:>9.2} {:>7} {:>10}",
+            "{:38} {:>11} {:>8} {:>11} {:>15} {:>8.0} {:>9.2} {:>7} {:>10}",
             name,
             pages_shown,
             requests,
+            opened,
             format!("{m:.2} ({lo:.2}-{hi:.2})"),
             median(&pages) / m.max(1e-9),
             m / ours.max(1e-9),
@@ -172,8 +175,8 @@ fn main() {
     println!("\n{repeats} runs of each crawler, in turn; seconds and time/ours are medians.");
     println!(
         "pages: HTML answers (200) served to the crawler in a run (a range when runs differ); \
-         requests: the most of a run; at once: the most requests one site had in flight \
-         together; disallowed: requests for paths robots.txt disallows, all runs."
+         requests, connections: the most of a run (all sites); at once: the most requests one site had \
+         unanswered together; disallowed: requests for paths robots.txt disallows, all runs."
     );
 }
 
@@ -317,11 +320,14 @@ struct Stats {
     disallowed: AtomicU64,
     in_flight: AtomicU64,
     most_at_once: AtomicU64,
+    /// Connections open now (bounded by [`MAX_CONNECTIONS`]), and opened.
     connections: AtomicU64,
+    opened: AtomicU64,
 }
 
 #[derive(Default)]
 struct Counts {
+    opened: u64,
     requests: u64,
     html: u64,
     disallowed: u64,
@@ -330,6 +336,7 @@ struct Counts {
 
 impl Counts {
     fn add(&mut self, c: &Counts) {
+        self.opened += c.opened;
         self.requests += c.requests;
         self.html += c.html;
         self.disallowed += c.disallowed;
@@ -341,6 +348,7 @@ impl Stats {
     /// The counts so far, and zero again.
     fn take(&self) -> Counts {
         Counts {
+            opened: self.opened.swap(0, Ordering::SeqCst),
             requests: self.requests.swap(0, Ordering::SeqCst),
             html: self.html.swap(0, Ordering::SeqCst),
             disallowed: self.disallowed.swap(0, Ordering::SeqCst),
@@ -368,6 +376,7 @@ impl Site {
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 stats2.connections.fetch_add(1, Ordering::SeqCst);
+                stats2.opened.fetch_add(1, Ordering::SeqCst);
                 let (root, stats) = (root2.clone(), stats2.clone());
                 std::thread::spawn(move || {
                     let _ = serve_connection(conn, &root, &stats);
@@ -446,9 +455,12 @@ fn serve_connection(conn: TcpStream, root: &Path, stats: &Stats) -> std::io::Res
         if method != "HEAD" {
             bytes.extend_from_slice(&body);
         }
-        let written = out.write_all(&bytes);
+        // Answered once its answer is whole and about to be sent: a client
+        // that waits for each answer can only send its next request after
+        // this, so it never counts twice (counting after the send would race
+        // the client's next request on another connection).
         stats.in_flight.fetch_sub(1, Ordering::SeqCst);
-        written?;
+        out.write_all(&bytes)?;
         if close {
             return Ok(());
         }

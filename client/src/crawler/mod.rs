@@ -40,6 +40,7 @@
 pub mod fetch;
 pub mod frontier;
 mod page;
+mod parse;
 mod polite;
 pub mod progress;
 pub mod redirect;
@@ -62,6 +63,7 @@ use frontier::{Frontier, MAX_FRONTIER_URLS};
 use robots::{Robots, MAX_CRAWL_DELAY};
 
 pub use crate::cancel::Cancel;
+pub use parse::PIPELINE_BELOW_DELAY;
 pub use state::{encode_state, fit_state};
 
 pub use resolve::{
@@ -326,6 +328,11 @@ struct Crawler<'a> {
     /// Why the last robots.txt fetch that got no answer failed (the name,
     /// the connection, the address guard): the scan's stop when it was the seed's.
     robots_failure: Option<StopReason>,
+    /// The helper parsing pages while the next request is in flight (a
+    /// delay below [`PIPELINE_BELOW_DELAY`]), and the page it is parsing
+    /// (URL, depth), whose links are taken before anything reads the crawl.
+    parser: Option<parse::Parser>,
+    pending: Option<(Url, u32)>,
     /// The spec's limits, capped.
     max_pages: u64,
     delay: Duration,
@@ -406,12 +413,28 @@ impl<'a> Crawler<'a> {
             unanswered: Vec::new(),
             robots_unanswered: false,
             robots_failure: None,
+            parser: if spec.delay < PIPELINE_BELOW_DELAY {
+                parse::Parser::start()
+            } else {
+                None
+            },
+            pending: None,
             max_pages: u64::from(spec.max_pages.min(MAX_PAGES_PER_SITE)),
             delay: spec.delay.min(Duration::from_millis(MAX_DELAY_MS)),
             max_crawl_delay: spec.max_crawl_delay.min(MAX_CRAWL_DELAY),
             max_page_bytes: spec.max_page_bytes.min(MAX_PAGE_BYTES_CAP),
             request_timeout: cfg.request_timeout,
         }
+    }
+
+    /// The next frontier entry; when the frontier is empty, the links of
+    /// the page being parsed are taken first (they may queue more).
+    fn next_in_frontier(&mut self) -> Option<(Url, u32)> {
+        if let Some(next) = self.frontier.pop() {
+            return Some(next);
+        }
+        self.take_pending_links();
+        self.frontier.pop()
     }
 
     /// Frontier entries taken by this crawl and the scans it resumes.
@@ -428,24 +451,18 @@ impl<'a> Crawler<'a> {
         // A fresh crawl starts at the seed; a resumed one where it stopped
         // (its first page is the seed when it stopped before any).
         let mut first = self.pages_before == 0;
+        let mut reported_links = 0;
         // Each turn takes one URL off the bounded frontier, which never hands out
         // a URL twice; the page cap bounds the turns that fetch. A turn that
         // stops before its request puts its URL back, so the state keeps it.
-        while let Some((url, depth)) = self.frontier.pop() {
+        while let Some((url, depth)) = self.next_in_frontier() {
             let result = match self.take_turn(url, depth, &seed) {
                 Ok(Some(result)) => result,
                 Ok(None) => continue,
                 Err(stop) => return Some(stop),
             };
-            let progress = CrawlProgress {
-                pages: self.pages,
-                links: self.links,
-                queued: self.frontier.len() as u64,
-                bytes: self.bytes,
-                errors: self.errors,
-                responses: self.responses,
-                response_ms: u64::try_from(self.response_time.as_millis()).unwrap_or(u64::MAX),
-            };
+            let progress = self.progress();
+            reported_links = progress.links;
             on_page(&progress, &mut || self.snapshot());
             match result {
                 PageResult::Answered => {}
@@ -455,10 +472,29 @@ impl<'a> Crawler<'a> {
             }
             first = false;
         }
+        // The last page's links came in after its report (parsed while
+        // nothing else was left to fetch): one more report says so.
+        let progress = self.progress();
+        if self.parser.is_some() && progress.links != reported_links {
+            on_page(&progress, &mut || self.snapshot());
+        }
         if self.frontier.dropped() > 0 {
             return Some(StopReason::FrontierFull);
         }
         None
+    }
+
+    /// Where the crawl stands (its pages' links taken so far).
+    fn progress(&self) -> CrawlProgress {
+        CrawlProgress {
+            pages: self.pages,
+            links: self.links,
+            queued: self.frontier.len() as u64,
+            bytes: self.bytes,
+            errors: self.errors,
+            responses: self.responses,
+            response_ms: u64::try_from(self.response_time.as_millis()).unwrap_or(u64::MAX),
+        }
     }
 
     /// Check the seed and queue it (a fresh crawl), and ask its host's
@@ -579,7 +615,8 @@ impl<'a> Crawler<'a> {
 
     /// The crawl's output: its records, summary, and its state when it
     /// stopped before its natural end.
-    fn finish(self, stopped_by: Option<StopReason>) -> CrawlOutput {
+    fn finish(mut self, stopped_by: Option<StopReason>) -> CrawlOutput {
+        self.take_pending_links();
         if self.records_dropped > 0 {
             tracing::warn!(
                 site = %self.spec.site,

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use beebot_shared::extract::{extract_page_links, LinkTag};
+use beebot_shared::extract::{extract_page_links, ExtractedLink, LinkTag};
 use beebot_shared::limits::{MAX_LINKS_PER_PAGE, MAX_LINK_RECORDS, MAX_URL_LEN};
 use beebot_shared::linkfile::{LinkRecord, StopReason};
 use beebot_shared::scanstate::url_digest;
@@ -51,7 +51,7 @@ impl Crawler<'_> {
             }
             if (200..300).contains(&response.status) {
                 if response.is_html() {
-                    self.take_links(&current, depth, &response);
+                    self.take_links(&current, depth, response);
                 } else {
                     self.bounds.non_html += 1;
                 }
@@ -184,10 +184,48 @@ impl Crawler<'_> {
     }
 
     /// Queue the page's in-scope links and record the others.
-    pub(super) fn take_links(&mut self, page: &Url, depth: u32, response: &fetch::Fetched) {
+    pub(super) fn take_links(&mut self, page: &Url, depth: u32, response: fetch::Fetched) {
+        // The page before's links first: pages are taken in order.
+        self.take_pending_links();
+        let body = match &self.parser {
+            Some(parser) => match parser.send(response.body, page, response.content_type.clone()) {
+                Ok(()) => {
+                    self.pending = Some((page.clone(), depth));
+                    return;
+                }
+                Err(body) => {
+                    tracing::warn!("the parse helper is gone: pages are parsed in line");
+                    self.parser = None;
+                    body
+                }
+            },
+            None => response.body,
+        };
+        let links = extract_page_links(&body, page, response.content_type.as_deref());
+        self.add_links(page, depth, links);
+    }
+
+    /// Take the links of the page being parsed on the helper, if one is
+    /// (waiting for its parse).
+    pub(super) fn take_pending_links(&mut self) {
+        let Some((page, depth)) = self.pending.take() else {
+            return;
+        };
+        let links = match self.parser.as_ref().and_then(|p| p.recv()) {
+            Some(links) => links,
+            None => {
+                tracing::error!(page = %page, "the parse helper died: the page's links are lost");
+                self.parser = None;
+                return;
+            }
+        };
+        self.add_links(&page, depth, links);
+    }
+
+    /// Queue a page's links in the scope and record those leaving it.
+    fn add_links(&mut self, page: &Url, depth: u32, links: Vec<ExtractedLink>) {
         let mut targets: HashSet<String> = HashSet::new();
         // At most MAX_LINKS_PER_PAGE links come back.
-        let links = extract_page_links(&response.body, page, response.content_type.as_deref());
         if links.len() >= MAX_LINKS_PER_PAGE {
             self.bounds.link_capped_pages += 1;
         }

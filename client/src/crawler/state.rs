@@ -59,6 +59,7 @@ impl Crawler<'_> {
     /// A snapshot between two pages: the state, the records found since
     /// the previous snapshot (taken out of the crawl), and the summary so far.
     pub(super) fn snapshot(&mut self) -> Snapshot {
+        self.take_pending_links();
         let (state, cut) = self.state();
         let mut summary = self.summary(None);
         summary.frontier_dropped += cut;
