@@ -27,7 +27,8 @@ use beebot_shared::limits::MAX_SLOTS;
 pub const START_SLOTS: u32 = 4;
 
 /// Memory budgeted per scan, MB: a scan's robots rules, the page being parsed
-/// (up to the crawler's body cap), its frontier and the records it keeps
+/// (up to the crawler's body cap; below a 10 ms delay a second page, fetched
+/// while the first is parsed), its frontier and the records it keeps
 /// until its upload; a 1,000-page site stays well below it. The default
 /// `memory_mb` (1024) thus allows [`MAX_SLOTS`] scans.
 pub const SCAN_MEMORY_MB: u32 = 16;

@@ -208,6 +208,10 @@ pub struct CrawlOutput {
 pub type TakeSnapshot<'a> = &'a mut dyn FnMut() -> Snapshot;
 
 /// Called after each page with the progress and a way to take a snapshot.
+/// Below [`PIPELINE_BELOW_DELAY`] a page's links may come in with the next
+/// page's report (they are being parsed meanwhile); a snapshot and the
+/// summary always hold them, and so does the report of a page after which
+/// the frontier was empty.
 pub type OnPage<'a> = &'a mut dyn FnMut(&CrawlProgress, TakeSnapshot<'_>);
 
 /// A crawl at a page boundary: what a checkpoint keeps.
@@ -451,7 +455,6 @@ impl<'a> Crawler<'a> {
         // A fresh crawl starts at the seed; a resumed one where it stopped
         // (its first page is the seed when it stopped before any).
         let mut first = self.pages_before == 0;
-        let mut reported_links = 0;
         // Each turn takes one URL off the bounded frontier, which never hands out
         // a URL twice; the page cap bounds the turns that fetch. A turn that
         // stops before its request puts its URL back, so the state keeps it.
@@ -461,8 +464,12 @@ impl<'a> Crawler<'a> {
                 Ok(None) => continue,
                 Err(stop) => return Some(stop),
             };
+            if self.frontier.is_empty() {
+                // Nothing else to fetch meanwhile: the page's own links
+                // come in before its report (so the last report is whole).
+                self.take_pending_links();
+            }
             let progress = self.progress();
-            reported_links = progress.links;
             on_page(&progress, &mut || self.snapshot());
             match result {
                 PageResult::Answered => {}
@@ -471,12 +478,6 @@ impl<'a> Crawler<'a> {
                 PageResult::Stopped(stop) => return Some(stop),
             }
             first = false;
-        }
-        // The last page's links came in after its report (parsed while
-        // nothing else was left to fetch): one more report says so.
-        let progress = self.progress();
-        if self.parser.is_some() && progress.links != reported_links {
-            on_page(&progress, &mut || self.snapshot());
         }
         if self.frontier.dropped() > 0 {
             return Some(StopReason::FrontierFull);
@@ -739,6 +740,24 @@ mod tests {
             unreachable_cause(&FetchError::Timeout("slow".into())),
             StopReason::RobotsUnavailable
         );
+    }
+
+    #[test]
+    fn only_a_crawl_below_the_pipeline_delay_parses_beside_its_requests() {
+        let cfg = CrawlerConfig::default();
+        let cancel = Cancel::new();
+        let at = |delay| {
+            let spec = CrawlSpec {
+                delay,
+                ..CrawlSpec::new("a.test", Scope::Host)
+            };
+            Crawler::new(&spec, &cfg, &cancel).parser.is_some()
+        };
+        assert!(PIPELINE_BELOW_DELAY > Duration::ZERO);
+        assert!(at(Duration::ZERO));
+        assert!(at(PIPELINE_BELOW_DELAY - Duration::from_millis(1)));
+        assert!(!at(PIPELINE_BELOW_DELAY));
+        assert!(!at(Duration::from_secs(1)));
     }
 
     #[test]

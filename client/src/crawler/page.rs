@@ -187,7 +187,7 @@ impl Crawler<'_> {
     pub(super) fn take_links(&mut self, page: &Url, depth: u32, response: fetch::Fetched) {
         // The page before's links first: pages are taken in order.
         self.take_pending_links();
-        let body = match &self.parser {
+        let body = match &mut self.parser {
             Some(parser) => match parser.send(response.body, page, response.content_type.clone()) {
                 Ok(()) => {
                     self.pending = Some((page.clone(), depth));
@@ -211,14 +211,10 @@ impl Crawler<'_> {
         let Some((page, depth)) = self.pending.take() else {
             return;
         };
-        let links = match self.parser.as_ref().and_then(|p| p.recv()) {
-            Some(links) => links,
-            None => {
-                tracing::error!(page = %page, "the parse helper died: the page's links are lost");
-                self.parser = None;
-                return;
-            }
+        let Some(parser) = self.parser.as_mut() else {
+            return;
         };
+        let links = parser.recv();
         self.add_links(&page, depth, links);
     }
 

@@ -12,6 +12,7 @@
 //! The helper ends when the crawl drops it. It never touches the network.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use beebot_shared::extract::{extract_page_links, ExtractedLink};
@@ -32,6 +33,9 @@ struct Job {
 pub(super) struct Parser {
     jobs: Sender<Job>,
     links: Receiver<Vec<ExtractedLink>>,
+    /// Joined when the helper is found gone, so its panic goes on in the
+    /// crawl as it would have parsing in line.
+    thread: Option<JoinHandle<()>>,
 }
 
 impl Parser {
@@ -40,7 +44,7 @@ impl Parser {
     pub(super) fn start() -> Option<Parser> {
         let (jobs, inbox) = channel::<Job>();
         let (outbox, links) = channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("parse".into())
             .spawn(move || {
                 for job in inbox {
@@ -52,12 +56,16 @@ impl Parser {
                 }
             })
             .ok()?;
-        Some(Parser { jobs, links })
+        Some(Parser {
+            jobs,
+            links,
+            thread: Some(thread),
+        })
     }
 
     /// Hand a page over; its body back when the helper is gone.
     pub(super) fn send(
-        &self,
+        &mut self,
         body: Vec<u8>,
         page: &Url,
         content_type: Option<String>,
@@ -68,13 +76,30 @@ impl Parser {
                 page: page.clone(),
                 content_type,
             })
-            .map_err(|e| e.0.body)
+            .map_err(|e| {
+                self.rethrow();
+                e.0.body
+            })
     }
 
-    /// The links of the page handed over last (waits for its parse);
-    /// `None` when the helper died on it.
-    pub(super) fn recv(&self) -> Option<Vec<ExtractedLink>> {
-        self.links.recv().ok()
+    /// The links of the page handed over last (waits for its parse). A
+    /// helper that panicked on it takes the crawl down with its panic, as
+    /// the parse in line would have: a page's links are never lost quietly.
+    pub(super) fn recv(&mut self) -> Vec<ExtractedLink> {
+        match self.links.recv() {
+            Ok(links) => links,
+            Err(_) => {
+                self.rethrow();
+                unreachable!("the parse helper ended while a page was handed to it")
+            }
+        }
+    }
+
+    /// Go on with the helper's panic, if it ended in one.
+    fn rethrow(&mut self) {
+        if let Some(Err(panic)) = self.thread.take().map(JoinHandle::join) {
+            std::panic::resume_unwind(panic);
+        }
     }
 }
 
@@ -84,12 +109,12 @@ mod tests {
 
     #[test]
     fn pages_come_back_in_the_order_they_were_handed_over() {
-        let parser = Parser::start().expect("a helper");
+        let mut parser = Parser::start().expect("a helper");
         let page = Url::parse("http://a.test/").unwrap();
         parser
             .send(b"<a href=/one>1</a>".to_vec(), &page, None)
             .unwrap();
-        let one = parser.recv().unwrap();
+        let one = parser.recv();
         parser
             .send(
                 b"<a href=/two>2</a><a href=/three>3</a>".to_vec(),
@@ -97,7 +122,7 @@ mod tests {
                 None,
             )
             .unwrap();
-        let two = parser.recv().unwrap();
+        let two = parser.recv();
         assert_eq!(one.len(), 1);
         assert_eq!(one[0].url.as_str(), "http://a.test/one");
         assert_eq!(
