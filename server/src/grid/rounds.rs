@@ -12,7 +12,7 @@ use beebot_shared::scope::{Scope, SiteScope};
 use super::{Grid, GridError, PLAN_HOSTS_SEEN_WITHIN_MS, REPEAT_SOON_MS};
 use crate::model::*;
 use crate::scheduler::{self, HostView, JobView};
-use crate::store::{IdKind, MAX_RECORD_BYTES};
+use crate::store::IdKind;
 
 /// The sites of `targets` that a wider site's scope covers
 /// ([`SiteScope::covers_site`]), each with the widest site covering it (of
@@ -89,13 +89,14 @@ impl Grid {
             next_round: None,
             folded,
         };
-        // The round's record lists a job per site: one too large to store
-        // is refused before any job is written.
-        if let Err(e) = beebot_shared::codec::encode(&round, MAX_RECORD_BYTES) {
+        // The round's record lists the sites folded into wider ones: one
+        // too large to store is refused before any job is written.
+        if let Err(e) = crate::store::check_round(&round) {
             return Err(GridError::Invalid(format!(
-                "a round of {} sites is more than one round can hold ({e}: its record \
-                 lists every job); remove or exclude sites before starting it",
-                round.job_ids.len()
+                "a round folding {} sites into wider ones is more than one round can \
+                 hold ({e}: its record lists every folded site); start it with a \
+                 narrower scope or remove the folded sites from the target set",
+                round.folded.len()
             )));
         }
         let plan = self.batch_plan(policy.as_ref(), &jobs, &round.params, now_ms);

@@ -1,16 +1,18 @@
 //! The scheduler's view of the hosts ([`HostView`]), kept between work
 //! requests ([`HostViews`]): a request refreshes only the hosts that
-//! changed since (and the asker), and every view at least every
-//! [`VIEW_REFRESH_MS`], instead of building 2,000 views per request.
+//! changed since (and the asker), and a share of the others, oldest first
+//! (`hosts × elapsed / VIEW_REFRESH_MS` of them, so every view is built
+//! again once a [`VIEW_REFRESH_MS`] paid a few a request), instead of
+//! building 2,000 views per request or all of them at once every second.
 //!
 //! Invariants: a host whose units or record changed is marked stale
 //! ([`Grid::host_changed`], called by `reindex` for every host of a
 //! changed job and by `active_host`) and refreshed before its view is
-//! read; any other view is at most [`VIEW_REFRESH_MS`] old, so a change
-//! no mark names is seen within that. Views are memory only and never
-//! change a record.
+//! read; any other view is at most [`VIEW_REFRESH_MS`] old when read, so a
+//! change no mark names is seen within that. Views are memory only and
+//! never change a record.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::model::*;
 use crate::scheduler::{self, Capacity, Demand, HeldUnit, HostView};
@@ -36,8 +38,17 @@ struct OneHost {
 /// The hosts' views kept between requests (see the module's doc).
 #[derive(Default)]
 pub(super) struct HostViews {
-    /// When every view was last built (`None`: never).
+    /// When every view was last built at once (`None`: never).
     pub(super) built_ms: Option<u64>,
+    /// When each host's view was built, by host id.
+    pub(super) built: HashMap<u64, u64>,
+    /// The request the views were last brought up to.
+    last_ms: u64,
+    /// Host-milliseconds of rebuilding owed but not yet a whole view.
+    credit: u128,
+    /// Every build `(when, host)` in the order made: the oldest view is the
+    /// first whose host's `built` still names it (the others are skipped).
+    order: VecDeque<(u64, u64)>,
     /// Active hosts' views, sorted by host id.
     pub(super) views: Vec<HostView>,
     /// Expected end of every running unit, by unit id.
@@ -51,8 +62,9 @@ pub(super) struct HostViews {
 }
 
 impl HostViews {
-    /// Put `one` in for `host_id` (`None`: the host is gone or revoked).
-    fn set(&mut self, host_id: u64, one: Option<OneHost>) {
+    /// Put `one`, built at `now_ms`, in for `host_id` (`None`: the host is
+    /// gone or revoked).
+    fn set(&mut self, host_id: u64, one: Option<OneHost>, now_ms: u64) {
         for unit in self.units_of.remove(&host_id).unwrap_or_default() {
             self.ends.remove(&unit);
         }
@@ -60,11 +72,14 @@ impl HostViews {
         self.trusted_online.remove(&host_id);
         let at = self.views.binary_search_by_key(&host_id, |v| v.host_id);
         let Some(one) = one else {
+            self.built.remove(&host_id);
             if let Ok(i) = at {
                 self.views.remove(i);
             }
             return;
         };
+        self.built.insert(host_id, now_ms);
+        self.order.push_back((now_ms, host_id));
         let units: Vec<u64> = one.ends.iter().map(|(u, _)| *u).collect();
         self.ends.extend(one.ends);
         self.units_of.insert(host_id, units);
@@ -169,44 +184,95 @@ impl Grid {
     pub(super) fn host_views_now(&self, now_ms: u64) -> HostViews {
         let mut out = HostViews {
             built_ms: Some(now_ms),
+            last_ms: now_ms,
             ..HostViews::default()
         };
         for h in self.hosts.values() {
             let one = self.one_host(h, now_ms);
-            out.set(h.id, one);
+            out.set(h.id, one, now_ms);
         }
         out
     }
 
-    /// The kept views, brought up to `now_ms` for a request of `asker`:
-    /// built afresh when older than [`VIEW_REFRESH_MS`] (or the clock went
-    /// back), else the stale hosts' and the asker's built again.
+    /// The kept views, brought up to `now_ms` for a request of `asker`: the
+    /// stale hosts', the asker's and the oldest ones built again (at least
+    /// `hosts × elapsed / VIEW_REFRESH_MS` of them, and every one
+    /// [`VIEW_REFRESH_MS`] old); all built afresh when that share is every
+    /// host (or the clock went back).
     pub(super) fn take_views(&mut self, now_ms: u64, asker: u64) -> HostViews {
         let mut views = std::mem::take(&mut self.views);
-        let fresh = views
+        let hosts = self.hosts.len() as u128;
+        let refresh = u128::from(VIEW_REFRESH_MS);
+        let credit = views
             .built_ms
-            .is_some_and(|b| now_ms >= b && now_ms - b < VIEW_REFRESH_MS);
-        if !fresh {
+            .filter(|_| now_ms >= views.last_ms)
+            .map(|_| views.credit + hosts * u128::from(now_ms - views.last_ms));
+        let Some(credit) = credit.filter(|c| c / refresh < hosts) else {
             self.stale_views.clear();
             return self.host_views_now(now_ms);
-        }
+        };
+        let due = (credit / refresh) as usize;
+        views.credit = credit % refresh;
+        views.last_ms = now_ms;
+        // Kept views built at this very moment and not marked: each must
+        // equal one built afresh (debug builds check the marks by it).
+        #[cfg(debug_assertions)]
+        let unmarked_now: Vec<u64> = views
+            .built
+            .iter()
+            .filter(|&(id, &b)| b == now_ms && *id != asker && !self.stale_views.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
         let mut stale: Vec<u64> = self.stale_views.drain().collect();
         stale.push(asker);
+        // The oldest views: the share due, and any as old as the limit.
+        let mut taken = 0;
+        while let Some(&(b, h)) = views.order.front() {
+            if views.built.get(&h) != Some(&b) {
+                views.order.pop_front();
+                continue;
+            }
+            if taken >= due && now_ms - b < VIEW_REFRESH_MS {
+                break;
+            }
+            views.order.pop_front();
+            stale.push(h);
+            taken += 1;
+        }
         stale.sort_unstable();
         stale.dedup();
         for id in stale {
             let one = self.hosts.get(&id).and_then(|h| self.one_host(h, now_ms));
-            views.set(id, one);
+            views.set(id, one, now_ms);
         }
-        // Debug builds check the marks: at the moment the views were built,
-        // the kept ones equal views built afresh.
         #[cfg(debug_assertions)]
-        if views.built_ms == Some(now_ms) {
-            let fresh = self.host_views_now(now_ms);
-            assert_eq!(views.views, fresh.views, "host views");
-            assert_eq!(views.ends, fresh.ends, "units' ends");
-            assert_eq!(views.held, fresh.held, "units held");
-            assert_eq!(views.trusted_online, fresh.trusted_online, "trusted");
+        for id in unmarked_now {
+            let one = self.hosts.get(&id).and_then(|h| self.one_host(h, now_ms));
+            let mut fresh = HostViews::default();
+            fresh.set(id, one, now_ms);
+            let kept = |v: &HostViews| {
+                let view = v.views.iter().find(|x| x.host_id == id).cloned();
+                let mut ends: Vec<(u64, u64)> = v
+                    .units_of
+                    .get(&id)
+                    .into_iter()
+                    .flatten()
+                    .map(|u| (*u, v.ends[u].to_bits()))
+                    .collect();
+                ends.sort_unstable();
+                let held = v.held.get(&id).cloned();
+                (view, ends, held, v.trusted_online.contains(&id))
+            };
+            assert_eq!(kept(&views), kept(&fresh), "kept view of host {id}");
+        }
+        #[cfg(debug_assertions)]
+        for v in &views.views {
+            let age = now_ms - views.built[&v.host_id];
+            assert!(
+                age < VIEW_REFRESH_MS,
+                "view of host {} {age} ms old",
+                v.host_id
+            );
         }
         views
     }

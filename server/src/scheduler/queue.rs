@@ -448,8 +448,15 @@ impl<'a> Queue<'a> {
     }
 
     /// Whether no job is visible.
+    /// No visible job. Looks at the jobs waiting for a scan before the
+    /// results under check, in no order and without copying any: the
+    /// results under check are the ones hidden in numbers (each settles for
+    /// the round's delay after its upload), and a request must not walk
+    /// past them to learn that a fresh job is there.
     pub fn is_empty(&self) -> bool {
-        self.iter().next().is_none()
+        !self
+            .parts()
+            .any(|p| p.by_id.values().any(|v| self.visible(v)))
     }
 
     /// The visible jobs in list order.
@@ -478,7 +485,12 @@ impl<'a> Queue<'a> {
     /// Pages of the largest visible job (0 when none).
     pub fn largest_pages(&self) -> f64 {
         self.parts()
-            .filter_map(|p| p.by_size.iter().find_map(|k| self.by_key(p, k)))
+            .filter_map(|p| {
+                p.by_size
+                    .iter()
+                    .filter_map(|k| p.by_id.get(&k.job_id()))
+                    .find(|v| self.visible(v))
+            })
             .map(|v| v.pages)
             .fold(0.0, f64::max)
     }

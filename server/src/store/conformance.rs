@@ -340,3 +340,142 @@ fn shared_handles_see_the_same_records_and_a_new_store_none() {
     other.put_site(&site("c.test", None)).unwrap();
     assert_eq!(s.sites().unwrap().len(), 1);
 }
+
+/// Write straight into the sled database in `dir`, as an older (or newer)
+/// server would have left it.
+fn raw_sled(dir: &Path, write: impl FnOnce(&::sled::Db)) {
+    let db = ::sled::open(dir).unwrap();
+    write(&db);
+    db.flush().unwrap();
+}
+
+fn v1_bytes(r: &RoundRecord) -> Vec<u8> {
+    codec::encode(r, MAX_RECORD_BYTES).unwrap()
+}
+
+fn meta_format(dir: &Path) -> Option<Vec<u8>> {
+    let db = ::sled::open(dir).unwrap();
+    let v = db.open_tree("meta").unwrap().get(b"format").unwrap();
+    v.map(|v| v.to_vec())
+}
+
+#[test]
+fn a_format_1_store_is_migrated_at_opening_and_keeps_its_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (round(1, vec![5, 6, 7, 10]), round(2, vec![]));
+    raw_sled(dir.path(), |db| {
+        let t = db.open_tree("rounds").unwrap();
+        t.insert(id_key(1), v1_bytes(&a)).unwrap();
+        t.insert(id_key(2), v1_bytes(&b)).unwrap();
+        let jobs = db.open_tree("jobs").unwrap();
+        let j = job(5, 1, "a.test");
+        jobs.insert(id_key(5), codec::encode(&j, MAX_RECORD_BYTES).unwrap())
+            .unwrap();
+    });
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        assert_eq!(s.rounds().unwrap(), [a.clone(), b.clone()]);
+        assert_eq!(s.jobs().unwrap().len(), 1);
+    }
+    assert_eq!(meta_format(dir.path()), Some(2u32.to_le_bytes().to_vec()));
+    {
+        let db = ::sled::open(dir.path()).unwrap();
+        assert!(db.open_tree("rounds").unwrap().is_empty());
+    }
+    // Opened again: format 2 as it is, rounds the same.
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(s.rounds().unwrap(), [a, b]);
+}
+
+#[test]
+fn a_migration_cut_short_is_done_again_or_finished_at_the_next_opening() {
+    // Cut before its format was written: rounds.v2 holds some rounds, the
+    // old tree all of them. The migration runs again.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (round(1, vec![1, 2]), round(2, vec![3]));
+    raw_sled(dir.path(), |db| {
+        let old = db.open_tree("rounds").unwrap();
+        old.insert(id_key(1), v1_bytes(&a)).unwrap();
+        old.insert(id_key(2), v1_bytes(&b)).unwrap();
+        let new = db.open_tree("rounds.v2").unwrap();
+        let half = codec::encode(&format::StoredRound::from(&a), MAX_RECORD_BYTES).unwrap();
+        new.insert(id_key(1), half).unwrap();
+    });
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(s.rounds().unwrap(), [a.clone(), b.clone()]);
+    drop(s);
+    // Cut after its format was synced, before the old tree was cleared:
+    // what is left of it is cleared, the rounds come from rounds.v2 alone.
+    raw_sled(dir.path(), |db| {
+        let old = db.open_tree("rounds").unwrap();
+        old.insert(id_key(9), v1_bytes(&round(9, vec![4]))).unwrap();
+    });
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(s.rounds().unwrap(), [a, b]);
+    drop(s);
+    let db = ::sled::open(dir.path()).unwrap();
+    assert!(db.open_tree("rounds").unwrap().is_empty());
+}
+
+#[test]
+fn a_newer_format_is_refused_and_left_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = round(1, vec![1]);
+    raw_sled(dir.path(), |db| {
+        db.open_tree("meta")
+            .unwrap()
+            .insert(b"format", 3u32.to_le_bytes().to_vec())
+            .unwrap();
+        db.open_tree("rounds")
+            .unwrap()
+            .insert(id_key(1), v1_bytes(&a))
+            .unwrap();
+    });
+    let err = SledStore::open(dir.path())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("store format 3, newer than this server reads (up to 2)"),
+        "{err}"
+    );
+    assert_eq!(meta_format(dir.path()), Some(3u32.to_le_bytes().to_vec()));
+    let db = ::sled::open(dir.path()).unwrap();
+    assert_eq!(db.open_tree("rounds").unwrap().len(), 1);
+    assert!(db.open_tree("rounds.v2").unwrap().is_empty());
+    drop(db);
+    // A format that is not a number is damage, named as such.
+    raw_sled(dir.path(), |db| {
+        db.open_tree("meta")
+            .unwrap()
+            .insert(b"format", vec![1, 2, 3])
+            .unwrap();
+    });
+    let err = SledStore::open(dir.path())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("stored record is unreadable (meta/format)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_damaged_run_of_job_ids_is_an_error_not_an_allocation() {
+    let s = MemoryStore::new();
+    let mut r = format::StoredRound::from(&round(4, vec![1, 2, 3]));
+    r.damage_runs(u64::MAX / 2);
+    s.insert(
+        Tree::Rounds,
+        &id_key(4),
+        codec::encode(&r, MAX_RECORD_BYTES).unwrap(),
+    )
+    .unwrap();
+    let err = s.rounds().unwrap_err().to_string();
+    assert!(
+        err.contains("stored record is unreadable (rounds.v2/"),
+        "{err}"
+    );
+    assert!(err.contains("job id runs pass 1000000 ids"), "{err}");
+}

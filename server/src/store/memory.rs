@@ -20,7 +20,9 @@ pub struct MemoryStore {
 impl MemoryStore {
     /// A new, empty store.
     pub fn new() -> MemoryStore {
-        MemoryStore::default()
+        let store = MemoryStore::default();
+        super::format::prepare(&store).expect("an empty store in memory takes any format");
+        store
     }
 
     /// Make the next write or sync fail ([`StoreError::Injected`]), as a

@@ -23,6 +23,7 @@
 //! A store never decides anything about the grid: it keeps the records it is
 //! given, and checks only that they encode within [`MAX_RECORD_BYTES`].
 
+mod format;
 mod memory;
 mod sled;
 
@@ -39,6 +40,7 @@ use serde::{de::DeserializeOwned, Serialize};
 
 use crate::model::{ExclusionRecord, HostRecord, InviteRecord, JobRecord, RoundRecord, SiteRecord};
 
+pub use self::format::{check_round, STORE_FORMAT};
 pub use self::memory::MemoryStore;
 pub use self::sled::SledStore;
 
@@ -58,6 +60,12 @@ pub enum StoreError {
     },
     #[error("cannot encode record: {0}")]
     Encode(String),
+    /// The data directory was written by a newer server.
+    #[error(
+        "the data directory holds store format {found}, newer than this server reads \
+         (up to {supported}): run the beebot-server that wrote it, or a newer one"
+    )]
+    Format { found: u32, supported: u32 },
     #[error("storage failed earlier ({0}); restart the server")]
     Failed(String),
     /// A failure asked for by [`MemoryStore::fail_next_write`] (tests, what-ifs).
@@ -162,7 +170,12 @@ pub fn memory() -> SharedStore {
 enum Tree {
     /// The last id handed out of each [`IdKind`], keyed by its name.
     Ids,
+    /// The store's format ([`STORE_FORMAT`]), under `format`.
+    Meta,
     Sites,
+    /// Rounds in format 1 (each job id listed): read only to migrate them.
+    RoundsV1,
+    /// Rounds, their job ids as runs of consecutive ids (format 2).
     Rounds,
     Jobs,
     Hosts,
@@ -172,9 +185,11 @@ enum Tree {
 }
 
 impl Tree {
-    const ALL: [Tree; 7] = [
+    const ALL: [Tree; 9] = [
         Tree::Ids,
+        Tree::Meta,
         Tree::Sites,
+        Tree::RoundsV1,
         Tree::Rounds,
         Tree::Jobs,
         Tree::Hosts,
@@ -186,8 +201,10 @@ impl Tree {
     fn name(self) -> &'static str {
         match self {
             Tree::Ids => "ids",
+            Tree::Meta => "meta",
             Tree::Sites => "sites",
-            Tree::Rounds => "rounds",
+            Tree::RoundsV1 => "rounds",
+            Tree::Rounds => "rounds.v2",
             Tree::Jobs => "jobs",
             Tree::Hosts => "hosts",
             Tree::Invites => "invites",
@@ -443,10 +460,18 @@ impl<B: Backend> Store for B {
     }
 
     fn put_round(&self, round: &RoundRecord) -> Result<(), StoreError> {
-        put(self, Tree::Rounds, &id_key(round.id), round)
+        put(
+            self,
+            Tree::Rounds,
+            &id_key(round.id),
+            &format::StoredRound::from(round),
+        )
     }
     fn rounds(&self) -> Result<Vec<RoundRecord>, StoreError> {
-        all(self, Tree::Rounds)
+        all::<format::StoredRound>(self, Tree::Rounds)?
+            .into_iter()
+            .map(format::StoredRound::into_record)
+            .collect()
     }
 
     fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {

@@ -26,7 +26,8 @@ pub struct SledStore {
 }
 
 impl SledStore {
-    /// Open (or create) the store in `dir`.
+    /// Open (or create) the store in `dir`, brought to
+    /// [`super::STORE_FORMAT`] (a newer format is refused).
     ///
     /// sled locks its directory; a store closed a moment ago (its flusher
     /// thread still stopping) is retried for up to [`LOCK_RETRY`] before the
@@ -52,11 +53,13 @@ impl SledStore {
             .iter()
             .map(|t| db.open_tree(t.name()))
             .collect::<Result<_, _>>()?;
-        Ok(SledStore {
+        let store = SledStore {
             db,
             trees,
             ledger: Ledger::default(),
-        })
+        };
+        super::format::prepare(&store)?;
+        Ok(store)
     }
 
     /// Make the next write or sync fail, as a full disk would.

@@ -250,9 +250,32 @@ fn a_cancelled_round_counts_its_open_sites_incomplete() {
     assert_eq!(fx.grid.status().last_round.unwrap().incomplete, 2);
 }
 
-/// A target set larger than one round's record holds (a job id per site,
-/// under the store's record limit) is refused with a clear error before
-/// any job is written: the grid and the store keep no half-made round.
+/// A round of more sites than format 1's record could list (about
+/// 210,000 job ids) starts, and its record comes back whole from the store.
+#[test]
+fn a_round_of_250000_sites_starts_and_its_record_comes_back_whole() {
+    let store = crate::store::memory();
+    let links = std::sync::Arc::new(crate::grid::links::MemoryLinks::new());
+    let key = beebot_shared::sign::generate_key();
+    let io = GridIo::in_memory(store.clone(), links.clone(), key.clone(), 7);
+    let mut g = Grid::open(io, settings()).unwrap();
+    let sites: Vec<String> = (0..250_000).map(|i| format!("s{i}.big.test")).collect();
+    g.add_sites(&sites, T0).unwrap();
+    let round = g.start_round(params(3), T0).unwrap();
+    let ids = g.rounds[&round].job_ids.clone();
+    assert_eq!(ids.len(), 250_000);
+    let stored = store.rounds().unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0], g.rounds[&round]);
+    drop(g);
+    let reopened = Grid::open(GridIo::in_memory(store, links, key, 7), settings()).unwrap();
+    assert_eq!(reopened.rounds[&round].job_ids, ids);
+    assert_eq!(reopened.jobs.len(), 250_000);
+}
+
+/// A round whose record would pass the store's record limit (the sites
+/// folded into wider ones are listed in it) is refused with a clear error
+/// before any job is written: the grid and the store keep no half-made round.
 #[test]
 fn a_round_too_large_for_its_record_is_refused_before_any_job_is_written() {
     let store = crate::store::memory();
@@ -263,15 +286,22 @@ fn a_round_too_large_for_its_record_is_refused_before_any_job_is_written() {
         7,
     );
     let mut g = Grid::open(io, settings()).unwrap();
-    // 3 bytes an id up to 65,535, 5 past it: 300,000 ids are past 1 MiB.
-    let sites: Vec<String> = (0..300_000).map(|i| format!("s{i}.big.test")).collect();
+    // About 46 bytes a folded site: 25,000 of them are past 1 MiB.
+    let mut sites = vec!["big.test".to_string()];
+    sites.extend((0..25_000).map(|i| format!("a-rather-long-department-name-{i}.big.test")));
     g.add_sites(&sites, T0).unwrap();
-    let err = g.start_round(params(3), T0).unwrap_err().to_string();
+    let p = RoundParams {
+        scope: Scope::Subdomains,
+        ..params(3)
+    };
+    let err = g.start_round(p, T0).unwrap_err().to_string();
     assert!(
-        err.contains("a round of 300000 sites is more than one round can hold"),
+        err.contains("a round folding 25000 sites into wider ones is more than one round can hold"),
         "{err}"
     );
     assert!(g.jobs.is_empty() && g.rounds.is_empty());
     assert!(err.contains("limit of 1048576 bytes"), "{err}");
     assert!(store.jobs().unwrap().is_empty() && store.rounds().unwrap().is_empty());
+    // In host scope nothing is folded: the same target set starts.
+    g.start_round(params(3), T0).unwrap();
 }

@@ -581,10 +581,49 @@ fn kept_host_views_follow_every_change_of_another_host() {
     // Progress of b's scan: a's request sees b's units timed by their pace.
     fx.grid.progress(b, got_b.unit_id, 4, 9, now + 200).unwrap();
     fx.ask(a, 1, &[], now + 200);
-    // Past the refresh interval every view is built afresh.
-    let later = now + VIEW_REFRESH_MS;
+    // A refresh interval after the last request every view is due: all
+    // are built afresh.
+    let later = now + 200 + VIEW_REFRESH_MS;
     fx.ask(b, 0, &[got_b.unit_id], later);
     assert_eq!(fx.grid.views.built_ms, Some(later));
+}
+
+/// Between requests close together the views not marked are built again
+/// a share at a time, oldest first (never all at once): every view is read
+/// less than [`VIEW_REFRESH_MS`] old, and a request builds about
+/// `hosts × elapsed / VIEW_REFRESH_MS` of them beside its own.
+#[test]
+fn kept_host_views_are_built_again_a_share_at_a_time() {
+    let (mut fx, _) = Fx::with_round(400, 3);
+    let hosts: Vec<u64> = (0..100).map(|_| fx.host()).collect();
+    let mut now = T0 + 1000;
+    fx.ask(hosts[0], 0, &[], now);
+    let full = fx.grid.views.built_ms;
+    assert_eq!(full, Some(now));
+    let mut most_built = 0;
+    for i in 1..=400 {
+        now += 10;
+        let before = fx.grid.views.built.clone();
+        fx.ask(hosts[(i * 7) % 100], 0, &[], now);
+        let built = fx
+            .grid
+            .views
+            .built
+            .iter()
+            .filter(|(id, b)| before.get(id) != Some(b))
+            .count();
+        most_built = most_built.max(built);
+        for (id, b) in &fx.grid.views.built {
+            assert!(
+                now - b < VIEW_REFRESH_MS,
+                "host {id} built at {b}, now {now}"
+            );
+        }
+    }
+    // 100 hosts × 10 ms / 1,000 ms = 1 a request, the asker's beside it,
+    // never the whole set again.
+    assert!(most_built <= 3, "{most_built} views built by one request");
+    assert_eq!(fx.grid.views.built_ms, full, "never all at once");
 }
 
 #[test]
