@@ -8,7 +8,7 @@
 //! (debug builds check it: [`Grid::check_open`]). It is memory only, rebuilt
 //! when the grid opens; it never writes to the store.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use beebot_shared::scope::{Scope, SiteScope};
 
@@ -49,6 +49,11 @@ pub(super) struct OpenJobs {
     pub(super) checks: BTreeMap<u64, Vec<u64>>,
     /// The jobs of `checks` by each of their authors.
     pub(super) checks_by_author: HashMap<u64, BTreeSet<u64>>,
+    /// Queued jobs kept out of `queue` while their own scan's upload
+    /// settles ([`Settling`]): every asker would have to pass over them,
+    /// and at hundreds of uploads a second they are hundreds. Each goes
+    /// into the queue when its settling ends (`Grid::expire_settling`).
+    pub(super) settling: BTreeSet<u64>,
 }
 
 /// Jobs by their site's reach ([`reach_key`] → job id → whether every
@@ -60,7 +65,7 @@ pub(super) type ReachIndex = BTreeMap<String, BTreeMap<u64, bool>>;
 /// reaches' ([`meets_any`]), kept between requests, with each entry's end
 /// in time order so that a request takes out only what expired (never a
 /// walk over every settling reach).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct Settling {
     /// Reach key → the job whose scan uploaded → whether every name under
     /// it is inside.
@@ -69,6 +74,8 @@ pub(super) struct Settling {
     ends: BTreeSet<(u64, String, u64)>,
     /// Each entry's end, by (reach key, job).
     until: HashMap<(String, u64), u64>,
+    /// The jobs with an entry.
+    jobs: HashSet<u64>,
 }
 
 impl Settling {
@@ -80,10 +87,18 @@ impl Settling {
         }
         self.ends.insert((until_ms, key.clone(), job));
         self.index.entry(key).or_default().insert(job, all_under);
+        self.jobs.insert(job);
     }
 
-    /// Take out every entry whose end is at or before `now_ms`.
-    pub(super) fn expire(&mut self, now_ms: u64) {
+    /// Whether `job`'s own scan settles.
+    pub(super) fn holds(&self, job: u64) -> bool {
+        self.jobs.contains(&job)
+    }
+
+    /// Take out every entry whose end is at or before `now_ms`; the jobs
+    /// whose settling ended.
+    pub(super) fn expire(&mut self, now_ms: u64) -> Vec<u64> {
+        let mut ended = Vec::new();
         while self
             .ends
             .first()
@@ -99,7 +114,11 @@ impl Settling {
                     self.index.remove(&key);
                 }
             }
+            if self.jobs.remove(&job) {
+                ended.push(job);
+            }
         }
+        ended
     }
 
     /// Entries settling.
@@ -213,8 +232,10 @@ impl Grid {
         else {
             return;
         };
+        let settles = self.settling.holds(job_id);
         let open = self.open.entry(job.round_id).or_default();
         open.queue.remove(job_id);
+        open.settling.remove(&job_id);
         let is_open = matches!(job.state, JobState::Queued | JobState::Running);
         // The site's reach, worked out once while the job is open.
         let reach = match open.reach_of.get(&job_id) {
@@ -233,7 +254,9 @@ impl Grid {
         } else {
             open.reach_of.remove(&job_id);
         }
-        if job.state == JobState::Queued {
+        if job.state == JobState::Queued && settles {
+            open.settling.insert(job_id);
+        } else if job.state == JobState::Queued {
             let order = round.job_ids.binary_search(&job_id).unwrap_or(0) as u32;
             open.queue.insert(JobView {
                 job_id,
@@ -371,6 +394,7 @@ impl Grid {
         let mut g = Grid::empty(io, self.settings.clone());
         g.rounds = self.rounds.clone();
         g.jobs = self.jobs.clone();
+        g.settling = self.settling.clone();
         let ids: Vec<u64> = g.jobs.keys().copied().collect();
         for id in ids {
             g.reindex(id);

@@ -357,7 +357,7 @@ impl Grid {
         let all_final = self
             .open
             .get(&round_id)
-            .is_none_or(|o| o.queue.is_empty() && o.running.is_empty());
+            .is_none_or(|o| o.queue.is_empty() && o.settling.is_empty() && o.running.is_empty());
         if all_final {
             self.open.remove(&round_id);
             let mut r = round.clone();

@@ -355,8 +355,11 @@ impl Grid {
     /// [`Grid::meets_busy`] asks the index of running reaches.
     /// [`Grid::meets_busy`] asks the index of running reaches and the
     /// settling one, kept between requests (only what expired is taken out).
+    /// A queued job whose own scan settled goes into its round's queue.
     fn expire_settling(&mut self, now_ms: u64) {
-        self.settling.expire(now_ms);
+        for job_id in self.settling.expire(now_ms) {
+            self.reindex(job_id);
+        }
     }
 
     /// Whether `reach` meets a running job's (of any running round), one

@@ -582,3 +582,46 @@ fn settling_reaches_end_in_time_order() {
     assert_eq!(s.len(), 0);
     assert!(s.index.is_empty());
 }
+
+/// A result under check waits outside its round's queue while its own
+/// scan's upload settles (the round's delay), so no asker passes over it;
+/// the round is not done while it waits, and the first request after the
+/// delay finds it queued and gives it to a host other than its author. At
+/// delay 0 it is queued at once.
+#[test]
+fn a_result_under_check_waits_outside_the_queue_while_its_upload_settles() {
+    for delay_ms in [1000, 0] {
+        let mut fx = Fx::new();
+        fx.grid.add_sites(&["a.test".to_string()], T0).unwrap();
+        let (a, b) = (fx.host(), fx.host());
+        let p = RoundParams {
+            policy: "round-robin".into(),
+            validate: ValidateMode::All,
+            delay_ms,
+            ..params(3)
+        };
+        let round = fx.grid.start_round(p, T0).unwrap();
+        let unit = fx.one(a, &[], T0 + 1);
+        assert_eq!(fx.upload(a, &unit, 3, T0 + 1000), UploadOutcome::Accepted);
+        let job = unit.job_id;
+        assert_eq!(fx.grid.jobs[&job].state, JobState::Queued, "under check");
+        let open = &fx.grid.open[&round];
+        if delay_ms > 0 {
+            assert!(open.queue.get(job).is_none(), "kept out of the queue");
+            assert!(open.settling.contains(&job));
+            // Nobody gets it while it settles, and the round goes on.
+            assert!(fx.ask(b, 1, &[], T0 + 1999).0.is_empty());
+            assert_eq!(fx.grid.rounds[&round].state, RoundState::Running);
+            fx.grid.check_open();
+        } else {
+            assert!(open.queue.get(job).is_some());
+            assert!(open.settling.is_empty());
+        }
+        // Its author never checks it; another host does once it settled.
+        assert!(fx.ask(a, 1, &[unit.unit_id], T0 + 2000).0.is_empty());
+        let check = fx.one(b, &[], T0 + 2000);
+        assert_eq!(check.job_id, job);
+        assert!(fx.grid.open[&round].settling.is_empty());
+        assert_eq!(fx.grid.settling.len(), 0);
+    }
+}
