@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashSet;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 
 use encoding_rs::Encoding;
 use html5gum::{Emitter, Error as TokenizerError, State, Tokenizer};
@@ -21,6 +21,26 @@ use super::resolve::{
 use super::{ExtractedLink, LinkTag};
 use crate::limits::{MAX_ANCHOR_CHARS, MAX_URL_LEN};
 use crate::util::collapse_whitespace;
+
+/// The hasher of a set of keyed hashes ([`Extractor`]'s `seen`): each
+/// `u64` is its own hash, already keyed at random per page.
+#[derive(Default)]
+pub(super) struct Identity(u64);
+
+impl Hasher for Identity {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64`s are hashed here; any other input is folded in.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
 
 /// Longest tag or attribute name kept; longer names are none we look for.
 const NAME_CAP: usize = 16;
@@ -163,7 +183,8 @@ pub(super) struct Extractor<'u> {
     /// Keyed 64-bit hashes of the URLs kept: the key is random per page, so a
     /// page cannot make two of its URLs collide on purpose (and by chance the
     /// odds are below 1e-11 at [`MAX_LINKS_PER_PAGE`](crate::limits::MAX_LINKS_PER_PAGE)); saves copying each URL.
-    seen: HashSet<u64>,
+    /// Being keyed already, they are their own hash in the set.
+    seen: HashSet<u64, BuildHasherDefault<Identity>>,
     hasher: RandomState,
     /// The document's encoding when it is not UTF-8: URL queries are
     /// percent-encoded in it, as browsers do.
@@ -212,7 +233,7 @@ impl<'u> Extractor<'u> {
             candidates: 0,
             max_links,
             links: Vec::new(),
-            seen: HashSet::new(),
+            seen: HashSet::default(),
             hasher: RandomState::new(),
             encoding,
             stop: false,
