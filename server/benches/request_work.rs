@@ -11,7 +11,9 @@
 //! within one run and nothing here asserts a speed.
 //!
 //! `BEEBOT_BENCH_QUEUES=1000,100000` picks the queue sizes,
-//! `BEEBOT_BENCH_POLICIES=adaptive,level` the policies.
+//! `BEEBOT_BENCH_POLICIES=adaptive,level` the policies,
+//! `BEEBOT_BENCH_STEP_MS=1` the virtual time between two requests (5 ms:
+//! 200 requests a second).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -42,6 +44,20 @@ const TARGET_US: f64 = 100.0;
 /// Start of the bench's clock (Unix ms); each request moves it on by this.
 const T0: u64 = 1_750_000_000_000;
 const STEP_MS: u64 = 5;
+/// What `BEEBOT_BENCH_STEP_MS` sets instead of [`STEP_MS`]: the requests a
+/// second the grid sees (200 at 5 ms). Views not marked are rebuilt
+/// `hosts × elapsed / VIEW_REFRESH_MS` a request, so their share of a
+/// request falls as requests come faster.
+fn step_ms() -> u64 {
+    std::env::var("BEEBOT_BENCH_STEP_MS")
+        .ok()
+        .map(|v| {
+            v.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("BEEBOT_BENCH_STEP_MS: `{v}` is not a number"))
+        })
+        .unwrap_or(STEP_MS)
+}
 
 fn list<T: std::str::FromStr + Clone>(var: &str, default: &[T]) -> Vec<T> {
     match std::env::var(var) {
@@ -66,7 +82,10 @@ fn main() {
     println!(
         "one whole request_work (views, policy, issue, sign) with {HOSTS} hosts each holding a unit;"
     );
-    println!("every unit handed out is uploaded (untimed) before its host asks again");
+    println!(
+        "every unit handed out is uploaded (untimed) before its host asks again; {} ms between requests",
+        step_ms()
+    );
     println!(
         "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
         "policy",
@@ -203,6 +222,7 @@ fn upload(g: &mut Grid, h: u64, unit: &WorkUnit, now: u64) {
 
 fn measure(policy: &str, queued: usize) -> Measured {
     let (mut g, key, hosts, mut held, mut now) = grid(policy, queued);
+    let step = step_ms();
     let mut times = Vec::new();
     let mut units = 0;
     let start = Instant::now();
@@ -212,7 +232,7 @@ fn measure(policy: &str, queued: usize) -> Measured {
         let k = (i * 7919) % HOSTS;
         i += 1;
         let h = hosts[k];
-        now += STEP_MS;
+        now += step;
         // The unit it held is scanned: uploaded before it asks again.
         if let Some(u) = held[k].take() {
             upload(&mut g, h, &u, now);
