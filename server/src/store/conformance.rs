@@ -417,6 +417,11 @@ fn a_migration_cut_short_is_done_again_or_finished_at_the_next_opening() {
     assert!(db.open_tree("rounds").unwrap().is_empty());
 }
 
+/// Why opening the store in `dir` is refused.
+fn refused(dir: &Path) -> String {
+    SledStore::open(dir).err().expect("refused").to_string()
+}
+
 #[test]
 fn a_newer_format_is_refused_and_left_as_it_is() {
     let dir = tempfile::tempdir().unwrap();
@@ -431,10 +436,7 @@ fn a_newer_format_is_refused_and_left_as_it_is() {
             .insert(id_key(1), v1_bytes(&a))
             .unwrap();
     });
-    let err = SledStore::open(dir.path())
-        .err()
-        .expect("refused")
-        .to_string();
+    let err = refused(dir.path());
     assert!(
         err.contains("store format 3, newer than this server reads (up to 2)"),
         "{err}"
@@ -451,10 +453,7 @@ fn a_newer_format_is_refused_and_left_as_it_is() {
             .insert(b"format", vec![1, 2, 3])
             .unwrap();
     });
-    let err = SledStore::open(dir.path())
-        .err()
-        .expect("refused")
-        .to_string();
+    let err = refused(dir.path());
     assert!(
         err.contains("stored record is unreadable (meta/format)"),
         "{err}"
