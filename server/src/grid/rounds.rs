@@ -287,6 +287,8 @@ impl Grid {
                     if a.state == AttemptState::Running {
                         a.state = AttemptState::Aborted;
                         self.counters.units_aborted += 1;
+                        // Its host holds one unit less: its view changes.
+                        self.stale_views.insert(a.host_id);
                     }
                 }
                 job.state = JobState::Cancelled;

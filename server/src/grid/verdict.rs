@@ -286,6 +286,7 @@ impl Grid {
                 o.queue
                     .iter()
                     .map(|v| v.job_id)
+                    .chain(o.settling.iter().copied())
                     .chain(o.running.iter().copied())
             })
             .collect();

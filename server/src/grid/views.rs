@@ -201,7 +201,8 @@ impl Grid {
     /// host (or the clock went back).
     pub(super) fn take_views(&mut self, now_ms: u64, asker: u64) -> HostViews {
         let mut views = std::mem::take(&mut self.views);
-        let hosts = self.hosts.len() as u128;
+        // The views kept (revoked hosts have none).
+        let hosts = views.built.len() as u128;
         let refresh = u128::from(VIEW_REFRESH_MS);
         let credit = views
             .built_ms

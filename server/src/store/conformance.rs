@@ -380,7 +380,7 @@ fn a_format_1_store_is_migrated_at_opening_and_keeps_its_rounds() {
     assert_eq!(meta_format(dir.path()), Some(2u32.to_le_bytes().to_vec()));
     {
         let db = ::sled::open(dir.path()).unwrap();
-        assert!(db.open_tree("rounds").unwrap().is_empty());
+        assert_only_the_fence(&db);
     }
     // Opened again: format 2 as it is, rounds the same.
     let s = SledStore::open(dir.path()).unwrap();
@@ -405,16 +405,36 @@ fn a_migration_cut_short_is_done_again_or_finished_at_the_next_opening() {
     assert_eq!(s.rounds().unwrap(), [a.clone(), b.clone()]);
     drop(s);
     // Cut after its format was synced, before the old tree was cleared:
-    // what is left of it is cleared, the rounds come from rounds.v2 alone.
+    // a round in both trees is taken from rounds.v2 (here the old tree's
+    // copy is older); a round only in the old tree (an older server wrote
+    // it after opening the store anyway) is migrated, never dropped.
+    let c = round(9, vec![4]);
     raw_sled(dir.path(), |db| {
         let old = db.open_tree("rounds").unwrap();
-        old.insert(id_key(9), v1_bytes(&round(9, vec![4]))).unwrap();
+        old.insert(id_key(1), v1_bytes(&round(1, vec![1]))).unwrap();
+        old.insert(id_key(9), v1_bytes(&c)).unwrap();
     });
     let s = SledStore::open(dir.path()).unwrap();
-    assert_eq!(s.rounds().unwrap(), [a, b]);
+    assert_eq!(s.rounds().unwrap(), [a, b, c]);
     drop(s);
     let db = ::sled::open(dir.path()).unwrap();
-    assert!(db.open_tree("rounds").unwrap().is_empty());
+    assert_only_the_fence(&db);
+}
+
+/// Format 2 leaves one record in the old tree that a server from before
+/// formats were numbered cannot read (so it refuses the store instead of
+/// running without its rounds).
+fn assert_only_the_fence(db: &::sled::Db) {
+    let old: Vec<_> = db
+        .open_tree("rounds")
+        .unwrap()
+        .iter()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(old.len(), 1);
+    assert_eq!(old[0].0.as_ref(), format::V1_FENCE_KEY);
+    let read = codec::decode::<RoundRecord>(&old[0].1, MAX_RECORD_BYTES);
+    assert!(read.is_err(), "{read:?}");
 }
 
 /// Why opening the store in `dir` is refused.
@@ -477,4 +497,15 @@ fn a_damaged_run_of_job_ids_is_an_error_not_an_allocation() {
         "{err}"
     );
     assert!(err.contains("job id runs pass 1000000 ids"), "{err}");
+    // Runs out of order would give unsorted ids: damage too.
+    let r = format::StoredRound::from(&round(5, vec![5, 6, 1, 2]));
+    let s = MemoryStore::new();
+    s.insert(
+        Tree::Rounds,
+        &id_key(5),
+        codec::encode(&r, MAX_RECORD_BYTES).unwrap(),
+    )
+    .unwrap();
+    let err = s.rounds().unwrap_err().to_string();
+    assert!(err.contains("job id runs out of order"), "{err}");
 }

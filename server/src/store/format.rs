@@ -10,11 +10,14 @@
 //!   after another, so a round of any size is one run.
 //!
 //! Invariants: a store is opened only at a format this build reads; a
-//! newer one is refused ([`StoreError::Format`]) before anything is written.
-//! A migration writes the new records under a tree of their own, then the
-//! format, syncs, and only then clears the old tree: a crash at any point
-//! leaves either the old format whole (migrated again at the next opening)
-//! or the new one whole.
+//! newer one is refused ([`StoreError::Format`]) before any record is
+//! written. A migration writes the new records under a tree of their own
+//! and syncs, then writes the format and syncs, and only then clears the
+//! old tree: a crash at any point leaves either the old format whole
+//! (migrated again at the next opening) or the new one whole. Format 2
+//! leaves one unreadable record in the old tree, so a server from before
+//! formats were numbered refuses the store rather than run without its
+//! rounds.
 
 use beebot_shared::codec;
 use beebot_shared::limits::MAX_SITES;
@@ -97,14 +100,19 @@ impl StoredRound {
             key: hex::encode(super::id_key(self.id)),
             msg,
         };
-        let mut total: u64 = 0;
+        let (mut total, mut next): (u64, u64) = (0, 0);
         for r in &self.job_ids {
             total = total.saturating_add(r.count);
-            if r.first.checked_add(r.count).is_none() || total > MAX_SITES as u64 {
+            let end = r.first.checked_add(r.count);
+            if end.is_none() || total > MAX_SITES as u64 {
                 return Err(damaged(format!(
                     "job id runs pass {MAX_SITES} ids or the largest id"
                 )));
             }
+            if r.first < next {
+                return Err(damaged("job id runs out of order".into()));
+            }
+            next = end.unwrap_or(u64::MAX);
         }
         let mut job_ids = Vec::with_capacity(total as usize);
         for r in &self.job_ids {
@@ -148,49 +156,76 @@ fn found_format(b: &impl Backend) -> Result<Option<u32>, StoreError> {
     Ok(Some(u32::from_le_bytes(bytes)))
 }
 
+/// Where format 1 kept rounds, format 2 keeps one record no format-1
+/// server can read (round id 0 is never handed out): a server from before
+/// formats were numbered refuses the store ("stored record is unreadable")
+/// instead of opening it without its rounds.
+pub(super) const V1_FENCE_KEY: [u8; 8] = [0; 8];
+const V1_FENCE: &[u8] = b"\xffbeebot store format 2: this server is older than its data";
+
 /// Bring `b` to [`STORE_FORMAT`] at opening, or refuse a newer format.
 /// Writes straight to the backend (before any caller can write) and syncs
 /// before it returns whenever it wrote.
+///
+/// Format 1's rounds are rewritten into format 2's tree, synced, then the
+/// format is written and synced, and only then are they cleared: a crash
+/// leaves them all in the old tree (the migration runs again), or all in
+/// both. A round in the old tree that format 2's lacks while the format is
+/// already 2 (written by an older server that opened the store anyway) is
+/// migrated too, never dropped.
 pub(super) fn prepare(b: &impl Backend) -> Result<(), StoreError> {
-    match found_format(b)? {
-        Some(f) if f > STORE_FORMAT => Err(StoreError::Format {
+    let found = found_format(b)?;
+    if let Some(f) = found.filter(|f| *f > STORE_FORMAT) {
+        return Err(StoreError::Format {
             found: f,
             supported: STORE_FORMAT,
-        }),
-        Some(STORE_FORMAT) => clear_v1(b),
-        _ => migrate_from_v1(b),
+        });
     }
-}
-
-/// Format 1 to 2: each round rewritten with runs of ids, then the format
-/// set and synced, then the old rounds cleared.
-fn migrate_from_v1(b: &impl Backend) -> Result<(), StoreError> {
-    for (k, v) in b.entries(Tree::RoundsV1)? {
+    let old: Vec<_> = b
+        .entries(Tree::RoundsV1)?
+        .into_iter()
+        .filter(|(k, _)| k.as_slice() != V1_FENCE_KEY)
+        .collect();
+    let kept: std::collections::HashSet<Vec<u8>> = b
+        .entries(Tree::Rounds)?
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let mut wrote = false;
+    for (k, v) in &old {
+        // With the format written, a round in both trees is the new one.
+        if found == Some(STORE_FORMAT) && kept.contains(k) {
+            continue;
+        }
         let round: RoundRecord =
-            codec::decode(&v, MAX_RECORD_BYTES).map_err(|e| StoreError::Corrupt {
+            codec::decode(v, MAX_RECORD_BYTES).map_err(|e| StoreError::Corrupt {
                 tree: Tree::RoundsV1.name(),
-                key: hex::encode(&k),
+                key: hex::encode(k),
                 msg: e.to_string(),
             })?;
         let bytes = codec::encode(&StoredRound::from(&round), MAX_RECORD_BYTES)
             .map_err(|e| StoreError::Encode(e.to_string()))?;
-        b.insert(Tree::Rounds, &k, bytes)?;
+        b.insert(Tree::Rounds, k, bytes)?;
+        wrote = true;
     }
-    b.insert(Tree::Meta, FORMAT_KEY, STORE_FORMAT.to_le_bytes().to_vec())?;
-    b.write_out()?;
-    clear_v1(b)
-}
-
-/// Remove what is left of format 1's rounds (a migration cut short after
-/// its format was synced), and sync when anything was removed.
-fn clear_v1(b: &impl Backend) -> Result<(), StoreError> {
-    let old = b.entries(Tree::RoundsV1)?;
-    if old.is_empty() {
+    if wrote {
+        b.write_out()?;
+    }
+    if found != Some(STORE_FORMAT) {
+        b.insert(Tree::Meta, FORMAT_KEY, STORE_FORMAT.to_le_bytes().to_vec())?;
+        b.write_out()?;
+    }
+    let fenced = b
+        .entries(Tree::RoundsV1)?
+        .iter()
+        .any(|(k, v)| k.as_slice() == V1_FENCE_KEY && v.as_slice() == V1_FENCE);
+    if old.is_empty() && fenced {
         return Ok(());
     }
-    for (k, _) in old {
-        b.remove(Tree::RoundsV1, &k)?;
+    for (k, _) in &old {
+        b.remove(Tree::RoundsV1, k)?;
     }
+    b.insert(Tree::RoundsV1, &V1_FENCE_KEY, V1_FENCE.to_vec())?;
     b.write_out()
 }
 

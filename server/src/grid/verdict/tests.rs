@@ -342,3 +342,40 @@ fn results_that_disagree_with_no_other_host_to_scan_again_fail_the_job() {
     );
     assert_eq!(fx.round_state(job.round_id), RoundState::Done);
 }
+
+/// At a delay above 0: the liar's other result, uploaded just before its
+/// lie is found and still settling outside the queue, is dropped with the
+/// others.
+#[test]
+fn a_liars_result_still_settling_is_dropped_when_its_lie_is_found() {
+    let mut fx = Fx::new();
+    fx.grid.add_sites(&site_names(2), T0).unwrap();
+    let h: Vec<u64> = (0..3).map(|_| fx.host()).collect();
+    let p = RoundParams {
+        validate: ValidateMode::All,
+        delay_ms: 1000,
+        ..params(3)
+    };
+    let round = fx.grid.start_round(p, T0).unwrap();
+    let (liar, honest, third) = (h[0], h[1], h[2]);
+    let u = fx.one(liar, &[], T0);
+    let u2 = fx.one(liar, &[u.unit_id], T0);
+    let fake = fabricated(&u.site, 6);
+    assert_eq!(
+        upload_records(&mut fx, liar, &u, &fake, T0 + 1000),
+        UploadOutcome::Accepted
+    );
+    let v = fx.one(honest, &[], T0 + 2000);
+    assert_eq!(v.job_id, u.job_id);
+    assert_eq!(fx.upload(honest, &v, 6, T0 + 3000), UploadOutcome::Accepted);
+    let w = fx.one(third, &[], T0 + 4000);
+    assert_eq!(w.job_id, u.job_id);
+    assert_eq!(fx.upload(liar, &u2, 6, T0 + 4900), UploadOutcome::Accepted);
+    assert!(fx.grid.open[&round].settling.contains(&u2.job_id));
+    assert_eq!(fx.upload(third, &w, 6, T0 + 5000), UploadOutcome::Accepted);
+    assert_eq!(fx.job(u.job_id).validation, JobValidation::Valid);
+    let job2 = fx.job(u2.job_id);
+    let verdicts: Vec<Verdict> = job2.candidates.iter().map(|c| c.verdict).collect();
+    assert_eq!(verdicts, [Verdict::Invalid]);
+    assert_eq!(fx.host_rec(liar).invalid_results, 2);
+}

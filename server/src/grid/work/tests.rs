@@ -661,3 +661,28 @@ fn an_empty_answer_writes_its_host_only_when_more_than_its_last_contact_changed(
     assert!(s.offline_ms > scheduler::ONLINE_WINDOW_MS);
     assert_eq!(s.offline_ms, fx.host_rec(a).offline_ms);
 }
+
+/// A cancelled round's units leave their hosts' views at once: a request
+/// at the same moment (debug builds check each kept view against a fresh
+/// one) sees the host idle.
+#[test]
+fn a_cancelled_rounds_units_leave_their_hosts_views_at_once() {
+    let (mut fx, first) = Fx::with_round(4, 3);
+    let (a, b, c) = (fx.host(), fx.host(), fx.host());
+    let now = T0 + 1000;
+    let got = fx.ask(a, 1, &[], now).0;
+    assert_eq!(got.len(), 1);
+    // b's request builds a's view again, with its unit.
+    fx.ask(b, 0, &[], now);
+    fx.grid.start_round(params(3), now).unwrap();
+    fx.grid.cancel_round(first, now).unwrap();
+    fx.ask(c, 0, &[], now);
+    let busy = fx
+        .grid
+        .views
+        .views
+        .iter()
+        .find(|v| v.host_id == a)
+        .map(|v| v.busy);
+    assert_eq!(busy, Some(0));
+}
