@@ -447,16 +447,11 @@ impl<'a> Queue<'a> {
         self.jobs.total_pages()
     }
 
-    /// Whether no job is visible.
-    /// No visible job. Looks at the jobs waiting for a scan before the
-    /// results under check, in no order and without copying any: the
-    /// results under check are the ones hidden in numbers (each settles for
-    /// the round's delay after its upload), and a request must not walk
-    /// past them to learn that a fresh job is there.
+    /// Whether no job is visible. Looks at the jobs waiting for a scan
+    /// before the results under check, each part in list order, without
+    /// copying any (no merge of the two parts: the order does not matter).
     pub fn is_empty(&self) -> bool {
-        !self
-            .parts()
-            .any(|p| p.by_id.values().any(|v| self.visible(v)))
+        !self.parts().any(|p| p.iter().any(|v| self.visible(v)))
     }
 
     /// The visible jobs in list order.

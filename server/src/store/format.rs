@@ -181,16 +181,23 @@ pub(super) fn prepare(b: &impl Backend) -> Result<(), StoreError> {
             supported: STORE_FORMAT,
         });
     }
-    let old: Vec<_> = b
+    let (fence, old): (Vec<_>, Vec<_>) = b
         .entries(Tree::RoundsV1)?
         .into_iter()
-        .filter(|(k, _)| k.as_slice() != V1_FENCE_KEY)
-        .collect();
-    let kept: std::collections::HashSet<Vec<u8>> = b
-        .entries(Tree::Rounds)?
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
+        .partition(|(k, _)| k.as_slice() == V1_FENCE_KEY);
+    let fenced = fence.iter().any(|(_, v)| v.as_slice() == V1_FENCE);
+    if old.is_empty() && fenced && found == Some(STORE_FORMAT) {
+        return Ok(());
+    }
+    // Format 2's rounds are read only when there is something to migrate.
+    let kept: std::collections::HashSet<Vec<u8>> = if old.is_empty() {
+        Default::default()
+    } else {
+        b.entries(Tree::Rounds)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect()
+    };
     let mut wrote = false;
     for (k, v) in &old {
         // With the format written, a round in both trees is the new one.
@@ -214,13 +221,6 @@ pub(super) fn prepare(b: &impl Backend) -> Result<(), StoreError> {
     if found != Some(STORE_FORMAT) {
         b.insert(Tree::Meta, FORMAT_KEY, STORE_FORMAT.to_le_bytes().to_vec())?;
         b.write_out()?;
-    }
-    let fenced = b
-        .entries(Tree::RoundsV1)?
-        .iter()
-        .any(|(k, v)| k.as_slice() == V1_FENCE_KEY && v.as_slice() == V1_FENCE);
-    if old.is_empty() && fenced {
-        return Ok(());
     }
     for (k, _) in &old {
         b.remove(Tree::RoundsV1, k)?;
