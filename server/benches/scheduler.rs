@@ -8,7 +8,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use beebot_server::scheduler::{
-    self, Ctx, HeldUnit, HostView, JobQueue, JobView, Queue, RunningView, WorkAsk, POLICY_NAMES,
+    self, Ctx, HeldUnit, HostView, JobQueue, JobView, NoRunning, Queue, RunningList, RunningView,
+    WorkAsk, POLICY_NAMES,
 };
 use beebot_server::simulate::{synthetic_hosts, synthetic_sites, Rng};
 
@@ -99,6 +100,7 @@ fn time_us(mut f: impl FnMut(u32)) -> f64 {
 fn main() {
     let (queue, hosts, running) = views(7);
     let queue = JobQueue::from_views(&queue);
+    let running = RunningList::new(running);
     println!(
         "one scheduling decision: {QUEUED} queued jobs, {HOSTS} hosts, {RUNNING} running jobs"
     );
@@ -112,7 +114,7 @@ fn main() {
 }
 
 /// Every policy over the full views, asked for one slot and for four.
-fn bench_policies(queue: &JobQueue, hosts: &[HostView], running: &[RunningView]) {
+fn bench_policies(queue: &JobQueue, hosts: &[HostView], running: &RunningList) {
     for name in POLICY_NAMES {
         let policy = scheduler::policy_by_name(name).expect("known policy");
         for (label, ask) in [
@@ -137,7 +139,11 @@ fn bench_policies(queue: &JobQueue, hosts: &[HostView], running: &[RunningView])
                     round_started_ms: 0,
                     delay_s: 0.0,
                     queue: Queue::all(queue),
-                    running: if policy.replicates() { running } else { &[] },
+                    running: if policy.replicates() {
+                        running
+                    } else {
+                        &NoRunning
+                    },
                     hosts,
                     asker: (n as usize * 7919) % HOSTS,
                 };
@@ -155,7 +161,7 @@ fn bench_policies(queue: &JobQueue, hosts: &[HostView], running: &[RunningView])
 }
 
 /// The tail case: nothing queued, replication over the running jobs.
-fn bench_tail(hosts: &[HostView], running: &[RunningView]) {
+fn bench_tail(hosts: &[HostView], running: &RunningList) {
     let policy = scheduler::policy_by_name("adaptive").expect("adaptive");
     let empty = JobQueue::default();
     let us = time_us(|n| {

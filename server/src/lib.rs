@@ -55,7 +55,9 @@ pub struct Shared {
     grid: std::sync::mpsc::Sender<GridJob>,
     pub cert_fingerprint: [u8; 32],
     /// The grid's signer, to answer `ProveProject` (a joining client's check)
-    /// without the grid lock or a store sync: anyone may ask, unauthenticated.
+    /// without the grid lock or a store sync (anyone may ask,
+    /// unauthenticated), and to sign the units a work request got outside
+    /// the grid's thread ([`Shared::sign_work`]).
     enrol_key: Arc<dyn ProjectSigner>,
     pub reference_site: String,
     pub config: ServerConfig,
@@ -133,6 +135,15 @@ impl Shared {
     pub fn enrol_proof(&self, client_nonce: &[u8; 32]) -> Vec<u8> {
         self.enrol_key
             .enrol_proof(client_nonce, &self.cert_fingerprint)
+    }
+
+    /// A work reply's units signed with the project key, on the caller's
+    /// thread: the grid's thread only decides and records them.
+    pub fn sign_work(
+        &self,
+        reply: grid::WorkReply<beebot_shared::sign::WorkUnit>,
+    ) -> Result<grid::WorkReply, grid::GridError> {
+        reply.sign(&*self.enrol_key)
     }
 
     /// Take `unit_id`'s upload slot; `None` while another upload of it is

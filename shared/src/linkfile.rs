@@ -287,16 +287,36 @@ fn record_memory(r: &LinkRecord) -> usize {
 /// and is returned as it is.
 pub fn for_each_record(
     bytes: &[u8],
-    f: impl FnMut(LinkRecord) -> Result<(), LinkFileError>,
+    mut f: impl FnMut(LinkRecord) -> Result<(), LinkFileError>,
+) -> Result<LinkFileHeader, LinkFileError> {
+    stream(bytes, MAX_LINK_FILE_MEMORY_BYTES, |r| f(r.clone()))
+}
+
+/// [`for_each_record`] lending each record instead of giving it: one
+/// record's texts are read into the same buffers every time, so a reader
+/// that keeps nothing (the server's check of an upload, the export)
+/// allocates nothing per record. The same checks and memory charge.
+pub fn for_each_record_ref(
+    bytes: &[u8],
+    f: impl FnMut(&LinkRecord) -> Result<(), LinkFileError>,
 ) -> Result<LinkFileHeader, LinkFileError> {
     stream(bytes, MAX_LINK_FILE_MEMORY_BYTES, f)
 }
 
-/// [`for_each_record`] with a memory budget of `budget` bytes.
+thread_local! {
+    /// This thread's decompression context, made once and reset for every
+    /// file (a context is about 100 KiB to set up).
+    static DCTX: std::cell::RefCell<Option<zstd::zstd_safe::DCtx<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// [`for_each_record_ref`] with a memory budget of `budget` bytes, on this
+/// thread's decompression context (a fresh one when it is in use: `f`
+/// decoding another file).
 fn stream(
     bytes: &[u8],
     budget: usize,
-    mut f: impl FnMut(LinkRecord) -> Result<(), LinkFileError>,
+    mut f: impl FnMut(&LinkRecord) -> Result<(), LinkFileError>,
 ) -> Result<LinkFileHeader, LinkFileError> {
     if bytes.len() > MAX_LINK_FILE_BYTES {
         return Err(LinkFileError::TooLarge {
@@ -304,8 +324,24 @@ fn stream(
             limit: MAX_LINK_FILE_BYTES,
         });
     }
-    let decoder =
-        zstd::stream::Decoder::new(bytes).map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
+    DCTX.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut kept) => {
+            let ctx = kept.get_or_insert_with(zstd::zstd_safe::DCtx::create);
+            stream_with(bytes, budget, ctx, &mut f)
+        }
+        Err(_) => stream_with(bytes, budget, &mut zstd::zstd_safe::DCtx::create(), &mut f),
+    })
+}
+
+/// [`stream`] on the decompression context `ctx` (reset first).
+fn stream_with(
+    bytes: &[u8],
+    budget: usize,
+    ctx: &mut zstd::zstd_safe::DCtx<'static>,
+    f: &mut impl FnMut(&LinkRecord) -> Result<(), LinkFileError>,
+) -> Result<LinkFileHeader, LinkFileError> {
+    // The compressed bytes are read in place (a slice is already buffered).
+    let decoder = zstd::stream::read::Decoder::with_context(bytes, ctx);
     let mut r = std::io::BufReader::with_capacity(
         64 * 1024,
         Bounded {
@@ -314,7 +350,7 @@ fn stream(
             over: false,
         },
     );
-    let header = read_body(&mut r, budget, &mut f).map_err(|e| {
+    let header = read_body(&mut r, budget, f).map_err(|e| {
         if r.get_ref().over {
             LinkFileError::DecompressedTooLarge(MAX_LINK_FILE_DECOMPRESSED_BYTES)
         } else {
@@ -370,37 +406,43 @@ fn read_value<T: serde::de::DeserializeOwned>(r: &mut impl Read) -> Result<T, Li
 /// are read (a lie costs at most this much); longer ones as they arrive.
 const TEXT_READ_AT_ONCE: usize = 16 * 1024;
 
-/// A text, its length checked against the memory `budget` left before
-/// anything is allocated.
-fn read_text(r: &mut impl Read, budget: &mut usize) -> Result<String, LinkFileError> {
+/// A text into `out` (its buffer reused), its length checked against the
+/// memory `budget` left before anything is allocated.
+fn read_text_into(
+    r: &mut impl Read,
+    budget: &mut usize,
+    out: &mut String,
+) -> Result<(), LinkFileError> {
     let len: u64 = read_value(r)?;
     let len = usize::try_from(len)
         .ok()
         .filter(|&n| n <= *budget)
         .ok_or(LinkFileError::TooMuchMemory(MAX_LINK_FILE_MEMORY_BYTES))?;
     *budget -= len;
+    let mut buf = std::mem::take(out).into_bytes();
+    buf.clear();
     if len <= TEXT_READ_AT_ONCE {
         // A short text (every URL and anchor text of a real page) is read
-        // in one go into its own size.
-        let mut buf = vec![0u8; len];
+        // in one go.
+        buf.resize(len, 0);
         r.read_exact(&mut buf)
             .map_err(|_| LinkFileError::Corrupt("truncated text".into()))?;
-        return String::from_utf8(buf).map_err(corrupt);
+    } else {
+        // A longer one is allocated only as it arrives: a length claimed by
+        // a short file costs what the file holds, not what it claims.
+        let got = r.take(len as u64).read_to_end(&mut buf).map_err(corrupt)?;
+        if got != len {
+            return Err(LinkFileError::Corrupt("truncated text".into()));
+        }
     }
-    // A longer one is allocated only as it arrives: a length claimed by a
-    // short file costs what the file holds, not what it claims.
-    let mut buf = Vec::new();
-    let got = r.take(len as u64).read_to_end(&mut buf).map_err(corrupt)?;
-    if got != len {
-        return Err(LinkFileError::Corrupt("truncated text".into()));
-    }
-    String::from_utf8(buf).map_err(corrupt)
+    *out = String::from_utf8(buf).map_err(corrupt)?;
+    Ok(())
 }
 
 fn read_body(
     r: &mut impl Read,
     mut budget: usize,
-    f: &mut impl FnMut(LinkRecord) -> Result<(), LinkFileError>,
+    f: &mut impl FnMut(&LinkRecord) -> Result<(), LinkFileError>,
 ) -> Result<LinkFileHeader, LinkFileError> {
     let mut magic = [0u8; MAGIC.len()];
     if r.read_exact(&mut magic).is_err() || &magic != MAGIC {
@@ -417,6 +459,14 @@ fn read_body(
     }
     // The records' sequence length: a claim, checked, never allocated for.
     let claimed: u64 = read_value(r)?;
+    // Every record is read into this one (its texts' buffers reused).
+    let mut record = LinkRecord {
+        source_url: String::new(),
+        target_url: String::new(),
+        tag: LinkTag::A,
+        nofollow: false,
+        anchor_text: String::new(),
+    };
     let mut count: u64 = 0;
     loop {
         if count == claimed {
@@ -434,18 +484,12 @@ fn read_body(
         budget = budget
             .checked_sub(LINK_RECORD_OVERHEAD_BYTES)
             .ok_or(LinkFileError::TooMuchMemory(MAX_LINK_FILE_MEMORY_BYTES))?;
-        let source_url = read_text(r, &mut budget)?;
-        let target_url = read_text(r, &mut budget)?;
-        let tag: LinkTag = read_value(r)?;
-        let nofollow: bool = read_value(r)?;
-        let anchor_text = read_text(r, &mut budget)?;
-        f(LinkRecord {
-            source_url,
-            target_url,
-            tag,
-            nofollow,
-            anchor_text,
-        })?;
+        read_text_into(r, &mut budget, &mut record.source_url)?;
+        read_text_into(r, &mut budget, &mut record.target_url)?;
+        record.tag = read_value(r)?;
+        record.nofollow = read_value(r)?;
+        read_text_into(r, &mut budget, &mut record.anchor_text)?;
+        f(&record)?;
         count += 1;
     }
     if count != header.records {
@@ -727,6 +771,46 @@ mod tests {
         });
         assert!(matches!(got, Err(LinkFileError::Refused(_))));
         assert_eq!(seen, 3);
+    }
+
+    #[test]
+    fn a_thread_decodes_file_after_file_whatever_the_last_one_was() {
+        // One thread's decompression context serves every file: one cut
+        // short, refused, or stopped mid-stream leaves nothing behind.
+        let (h, r) = sample(300);
+        let good = encode(&h, &r).unwrap();
+        let cut = &good[..good.len() / 2];
+        let mut flipped = good.clone();
+        let mid = flipped.len() / 2;
+        flipped[mid] ^= 0x40;
+        for bad in [cut, &flipped[..]] {
+            assert!(decode(bad).is_err());
+            assert_eq!(decode(&good).unwrap(), (h.clone(), r.clone()));
+        }
+        let mut n = 0;
+        let stopped = for_each_record_ref(&good, |_| {
+            n += 1;
+            if n == 5 {
+                Err(LinkFileError::Refused("no".into()))
+            } else {
+                Ok(())
+            }
+        });
+        assert!(stopped.is_err());
+        assert_eq!(decode(&good).unwrap(), (h.clone(), r.clone()));
+        // A file decoded while another is (the context in use): its own.
+        let (h2, r2) = sample(20);
+        let other = encode(&h2, &r2).unwrap();
+        let mut lent = Vec::new();
+        let header = for_each_record_ref(&good, |rec| {
+            if lent.is_empty() {
+                assert_eq!(decode(&other).unwrap(), (h2.clone(), r2.clone()));
+            }
+            lent.push(rec.clone());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((header, lent), (h, r));
     }
 
     #[test]

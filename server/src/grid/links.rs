@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
 use beebot_shared::linkfile;
-use beebot_shared::util::sha256;
 
 use super::Grid;
 use crate::model::*;
@@ -261,13 +260,10 @@ pub fn for_each_link<E: std::error::Error + 'static>(
             source,
         })?;
         let mut failed = None;
-        let decoded = linkfile::for_each_record(&bytes, |r| {
-            let key = sha256(format!("{}\n{}", r.source_url, r.target_url).as_bytes());
-            let digest = u64::from_le_bytes([
-                key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7],
-            ]);
-            if seen.insert(digest) {
-                if let Err(e) = f(&r) {
+        let decoded = linkfile::for_each_record_ref(&bytes, |r| {
+            // The pair's key, as the sketches digest it.
+            if seen.insert(crate::validate::pair_digest(&r.source_url, &r.target_url)) {
+                if let Err(e) = f(r) {
                     failed = Some(e);
                     return Err(linkfile::LinkFileError::Refused("the visit stopped".into()));
                 }

@@ -228,7 +228,7 @@ impl UploadPlan {
             refused = Some(why);
             linkfile::LinkFileError::Refused("refused".into())
         };
-        let header = linkfile::for_each_record(link_file, |r| {
+        let header = linkfile::for_each_record_ref(link_file, |r| {
             sketch.add(validate::pair_digest(&r.source_url, &r.target_url));
             if records > 0 && r.source_url == last_source {
                 records += 1;
@@ -254,7 +254,7 @@ impl UploadPlan {
                 &u.origin().ascii_serialization(),
             ));
             records += 1;
-            last_source = r.source_url;
+            last_source.clone_from(&r.source_url);
             Ok(())
         })
         .map_err(|e| refused.take().unwrap_or(UploadRefusal::LinkFile(e)))?;

@@ -27,12 +27,36 @@ use super::Grid;
 pub const VIEW_REFRESH_MS: u64 = 1_000;
 
 /// One host's view, the expected end (seconds from when it was made) of
-/// each unit it runs, and its units laid on its slots (in issue order).
+/// each unit it runs whose scan could be handed over (as a key of
+/// [`HostViews::by_end`]), and its units laid on its slots (in issue order).
 struct OneHost {
     view: HostView,
     trusted: bool,
-    ends: Vec<(u64, f64)>,
+    ends: Vec<EndKey>,
     held: Vec<HeldUnit>,
+}
+
+/// A running unit in the order running jobs are read in, latest end first
+/// when read backwards: `(end_key(end), end_key(pages), !job id, unit id)`
+/// (ties: the larger job, then the lower id; see
+/// [`crate::scheduler::RunningView::latest_first`]).
+pub(super) type EndKey = (u64, u64, u64, u64);
+
+/// A running unit of a host as its view is built.
+struct RunningUnit {
+    /// Scanning ones first (their slots are taken), then in issue order:
+    /// (not scanning, issued, unit id).
+    key: (bool, u64, u64),
+    held: HeldUnit,
+    demand: Demand,
+    /// Its job and pages when a copy of it could be made (its scan could
+    /// be handed over), for the index by end.
+    handable: Option<(u64, f64)>,
+}
+
+/// The key of `unit` of job `job_id` (`pages` expected) ending at `end`.
+fn end_of_unit(unit: u64, job_id: u64, pages: f64, end: f64) -> EndKey {
+    (end_key(end), end_key(pages), !job_id, unit)
 }
 
 /// The hosts' views kept between requests (see the module's doc).
@@ -51,22 +75,43 @@ pub(super) struct HostViews {
     order: VecDeque<(u64, u64)>,
     /// Active hosts' views, sorted by host id.
     pub(super) views: Vec<HostView>,
-    /// Expected end of every running unit, by unit id.
-    pub(super) ends: HashMap<u64, f64>,
+    /// Every running unit whose scan could be handed over (the only ones a
+    /// policy may copy), ordered by expected end (see [`EndKey`]): they are
+    /// read latest end first without a walk over them all.
+    pub(super) by_end: BTreeSet<EndKey>,
     /// Each host's units laid on its slots.
     pub(super) held: HashMap<u64, Vec<HeldUnit>>,
-    /// Each host's units in `ends`.
-    units_of: HashMap<u64, Vec<u64>>,
+    /// Each host's units in `by_end`.
+    units_of: HashMap<u64, Vec<EndKey>>,
     /// Trusted hosts online.
     pub(super) trusted_online: BTreeSet<u64>,
+}
+
+/// `end` as a key whose order is [`f64::total_cmp`]'s.
+pub(super) fn end_key(end: f64) -> u64 {
+    let bits = end.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    }
+}
+
+/// The end [`end_key`] was made of.
+pub(super) fn end_of(key: u64) -> f64 {
+    f64::from_bits(if key >> 63 == 1 {
+        key & !(1 << 63)
+    } else {
+        !key
+    })
 }
 
 impl HostViews {
     /// Put `one`, built at `now_ms`, in for `host_id` (`None`: the host is
     /// gone or revoked).
     fn set(&mut self, host_id: u64, one: Option<OneHost>, now_ms: u64) {
-        for unit in self.units_of.remove(&host_id).unwrap_or_default() {
-            self.ends.remove(&unit);
+        for key in self.units_of.remove(&host_id).unwrap_or_default() {
+            self.by_end.remove(&key);
         }
         self.held.remove(&host_id);
         self.trusted_online.remove(&host_id);
@@ -80,9 +125,8 @@ impl HostViews {
         };
         self.built.insert(host_id, now_ms);
         self.order.push_back((now_ms, host_id));
-        let units: Vec<u64> = one.ends.iter().map(|(u, _)| *u).collect();
-        self.ends.extend(one.ends);
-        self.units_of.insert(host_id, units);
+        self.by_end.extend(one.ends.iter().copied());
+        self.units_of.insert(host_id, one.ends);
         self.held.insert(host_id, one.held);
         if one.trusted && one.view.online {
             self.trusted_online.insert(host_id);
@@ -109,7 +153,7 @@ impl Grid {
         }
         // Its running units, scanning ones first (their slots are taken),
         // then in issue order.
-        let mut units: Vec<((bool, u64, u64), HeldUnit, Demand)> = Vec::new();
+        let mut units: Vec<RunningUnit> = Vec::new();
         for (round_id, open) in &self.open {
             let Some(r) = self
                 .rounds
@@ -139,25 +183,38 @@ impl Grid {
                         },
                     };
                     let key = (a.first_report_ms == 0, a.issued_ms, a.unit_id);
-                    units.push((key, unit, Demand::of_scan(job.est_pages, cost)));
+                    units.push(RunningUnit {
+                        key,
+                        held: unit,
+                        demand: Demand::of_scan(job.est_pages, cost),
+                        handable: open
+                            .handable
+                            .get(&job.id)
+                            .is_some_and(|h| h.unit_id == a.unit_id)
+                            .then_some((job.id, job.est_pages)),
+                    });
                 }
             }
         }
-        units.sort_by_key(|(key, _, _)| *key);
+        units.sort_by_key(|u| u.key);
         // What its held units need at once, beyond slots (`pack`).
         let mut demand = Demand::default();
-        for (_, _, d) in &units {
-            demand.add(*d);
+        for u in &units {
+            demand.add(u.demand);
         }
         let slots = host_slots(h);
-        let held: Vec<HeldUnit> = units.iter().map(|(_, u, _)| *u).collect();
+        let held: Vec<HeldUnit> = units.iter().map(|u| u.held).collect();
         let sched = scheduler::slot_schedule(&held, slots, now_ms);
         let online =
             scheduler::is_online(h.last_seen_ms, h.last_missed_ms, !units.is_empty(), now_ms);
         let ends = units
             .iter()
             .zip(&sched.ends_s)
-            .map(|(((_, _, unit), _, _), end)| (*unit, if online { *end } else { f64::INFINITY }))
+            .filter_map(|(u, end)| {
+                let (job_id, pages) = u.handable?;
+                let end = if online { *end } else { f64::INFINITY };
+                Some(end_of_unit(u.key.2, job_id, pages, end))
+            })
             .collect();
         let view = HostView {
             host_id: h.id,
@@ -253,13 +310,7 @@ impl Grid {
             fresh.set(id, one, now_ms);
             let kept = |v: &HostViews| {
                 let view = v.views.iter().find(|x| x.host_id == id).cloned();
-                let mut ends: Vec<(u64, u64)> = v
-                    .units_of
-                    .get(&id)
-                    .into_iter()
-                    .flatten()
-                    .map(|u| (*u, v.ends[u].to_bits()))
-                    .collect();
+                let mut ends: Vec<EndKey> = v.units_of.get(&id).cloned().unwrap_or_default();
                 ends.sort_unstable();
                 let held = v.held.get(&id).cloned();
                 (view, ends, held, v.trusted_online.contains(&id))

@@ -7,7 +7,7 @@
 //! unit is signed with the project key and bound to its host. Units are
 //! judged elsewhere ([`super::attempts`], [`super::upload`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use beebot_shared::limits::{MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_REPLY};
 use beebot_shared::sign::{ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
@@ -20,8 +20,26 @@ use crate::store::IdKind;
 use crate::validate;
 
 use super::index::*;
-use super::views::HostViews;
-use super::{Grid, GridError, RETRY_IDLE_S, RETRY_WHILE_ROUND_OPEN_S};
+use super::views::{end_key, end_of, EndKey, HostViews};
+use super::{Grid, GridError, ProjectSigner, RETRY_IDLE_S, RETRY_WHILE_ROUND_OPEN_S};
+
+impl WorkReply<WorkUnit> {
+    /// The reply with its units signed by `signer` (the project key).
+    pub fn sign(self, signer: &dyn ProjectSigner) -> Result<WorkReply, GridError> {
+        let units = self
+            .units
+            .iter()
+            .map(|u| signer.sign_unit(u))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| GridError::Sign(e.to_string()))?;
+        Ok(WorkReply {
+            units,
+            retry_after_s: self.retry_after_s,
+            rounds_open: self.rounds_open,
+            cancelled_units: self.cancelled_units,
+        })
+    }
+}
 
 /// A work request as the grid sees it.
 #[derive(Clone, Debug)]
@@ -33,10 +51,12 @@ pub struct WorkRequest {
     pub open_windows: Option<Vec<(u64, u64)>>,
 }
 
-/// The answer to a work request.
+/// The answer to a work request: its units signed (`U` = [`SignedUnit`]),
+/// or not yet ([`WorkUnit`]: [`Grid::request_work_unsigned`], signed off
+/// the grid thread by [`WorkReply::sign`]).
 #[derive(Clone, Debug)]
-pub struct WorkReply {
-    pub units: Vec<SignedUnit>,
+pub struct WorkReply<U = SignedUnit> {
+    pub units: Vec<U>,
     pub retry_after_s: Option<u64>,
     pub rounds_open: bool,
     /// Held units (named in the request) of cancelled rounds: the host drops them.
@@ -108,8 +128,8 @@ struct Asker<'a> {
     index: usize,
     /// The scheduler's view of every active host.
     hosts: &'a [HostView],
-    /// Expected end (seconds from now) of every running unit, by unit id.
-    ends: &'a HashMap<u64, f64>,
+    /// Every running unit by expected end (seconds from now).
+    by_end: &'a BTreeSet<EndKey>,
     speed: Option<f64>,
     /// Trusted hosts online.
     trusted_online: &'a BTreeSet<u64>,
@@ -125,6 +145,63 @@ impl Asker<'_> {
     fn may_check(&self, authors: &[u64]) -> bool {
         !authors.contains(&self.host_id)
             && (self.trusted || self.trusted_online.iter().all(|t| authors.contains(t)))
+    }
+}
+
+/// A round's running jobs whose scan could be handed over to the asker
+/// (one copy runs, on another host: see `hand_over_from`), read from the
+/// views' index by expected end ([`HostViews::by_end`]): a policy reads
+/// the latest ends only, never every running job.
+struct RoundRunning<'a> {
+    open: &'a OpenJobs,
+    asker: &'a Asker<'a>,
+}
+
+impl RoundRunning<'_> {
+    fn view(&self, job_id: u64, h: &Handable, finish_s: f64) -> RunningView {
+        let failed = self.open.failed_by.get(&self.asker.host_id);
+        RunningView {
+            job_id,
+            pages: h.pages,
+            copies: 1,
+            on_asker: false,
+            failed_here: failed.is_some_and(|f| f.contains(&job_id)),
+            finish_s,
+        }
+    }
+}
+
+impl std::fmt::Debug for RoundRunning<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoundRunning")
+            .field("handable", &self.open.handable.len())
+            .field("asker", &self.asker.host_id)
+            .finish()
+    }
+}
+
+impl RoundRunning<'_> {
+    /// The round's handable units among `keys` (read backwards: latest end first).
+    fn read<'b>(
+        &'b self,
+        keys: impl DoubleEndedIterator<Item = &'b EndKey> + 'b,
+    ) -> Box<dyn Iterator<Item = RunningView> + 'b> {
+        Box::new(keys.rev().filter_map(|&(end, _, job, unit)| {
+            let job_id = !job;
+            let h = self.open.handable.get(&job_id)?;
+            (h.unit_id == unit && h.host_id != self.asker.host_id)
+                .then(|| self.view(job_id, h, end_of(end)))
+        }))
+    }
+}
+
+impl scheduler::RunningJobs for RoundRunning<'_> {
+    fn latest_first(&self) -> Box<dyn Iterator<Item = RunningView> + '_> {
+        self.read(self.asker.by_end.iter())
+    }
+    fn latest_first_finite(&self) -> Box<dyn Iterator<Item = RunningView> + '_> {
+        let infinite = (end_key(f64::INFINITY), 0, 0, 0);
+        self.read(self.asker.by_end.range(..infinite))
     }
 }
 
@@ -227,13 +304,29 @@ impl Grid {
         }
     }
 
-    /// Answer a host's work request.
+    /// Answer a host's work request, its units signed.
     pub fn request_work(
         &mut self,
         host_id: u64,
         req: &WorkRequest,
         now_ms: u64,
     ) -> Result<WorkReply, GridError> {
+        let signer = self.signer.clone();
+        self.request_work_unsigned(host_id, req, now_ms)?
+            .sign(&*signer)
+    }
+
+    /// Answer a host's work request with units recorded as issued but not
+    /// signed yet: `serve` signs them ([`WorkReply::sign`]) outside the
+    /// grid's lock. A unit whose signing fails never reaches its host and
+    /// goes back to the queue at the host's next request, which does not
+    /// name it.
+    pub fn request_work_unsigned(
+        &mut self,
+        host_id: u64,
+        req: &WorkRequest,
+        now_ms: u64,
+    ) -> Result<WorkReply<WorkUnit>, GridError> {
         let offline_before = self.hosts.get(&host_id).map_or(0, |h| h.offline_ms);
         let host = self.active_host(host_id, now_ms)?.clone();
         self.store_contact(&host, offline_before)?;
@@ -285,7 +378,7 @@ impl Grid {
         running: &[(u64, RoundParams, u64)],
         views: &HostViews,
         now_ms: u64,
-    ) -> Result<Vec<SignedUnit>, GridError> {
+    ) -> Result<Vec<WorkUnit>, GridError> {
         let speed = self.host_speed(host_id);
         let mut picks = Picks {
             free: req.free_slots.min(MAX_UNITS_PER_REPLY as u32),
@@ -338,7 +431,7 @@ impl Grid {
             host_id,
             index,
             hosts,
-            ends: &views.ends,
+            by_end: &views.by_end,
             speed,
             trusted_online,
             trusted,
@@ -398,10 +491,15 @@ impl Grid {
             Some(q) if q.checks_len() == 0 => Checks::None,
             Some(q) => Checks::Only(q),
         };
-        let running_jobs = if policy.replicates() {
-            self.running_views(open, asker)
+        let running_jobs = RoundRunning { open, asker };
+        #[cfg(debug_assertions)]
+        if policy.replicates() {
+            self.check_running(&running_jobs);
+        }
+        let running: &dyn scheduler::RunningJobs = if policy.replicates() {
+            &running_jobs
         } else {
-            Vec::new()
+            &scheduler::NoRunning
         };
         let delay_s = params.delay_ms as f64 / 1000.0;
         let cost = scheduler::seconds_per_page(asker.speed, delay_s);
@@ -428,7 +526,7 @@ impl Grid {
                 round_started_ms: *started_ms,
                 delay_s,
                 queue: Queue::for_asker(&open.queue, open.failed_by.get(&host_id), &hidden, checks),
-                running: &running_jobs,
+                running,
                 hosts: asker.hosts,
                 asker: asker.index,
             };
@@ -444,10 +542,9 @@ impl Grid {
         // The running copy stops at a page boundary and uploads what it
         // did with its frontier, and another host continues from there.
         for id in decision.replicas {
+            // One running copy, on another host (see `hand_over_from`).
             let ok = !barred.contains(&id)
-                && running_jobs
-                    .iter()
-                    .any(|r| r.job_id == id && r.copies < scheduler::MAX_COPIES && !r.on_asker);
+                && open.handable.get(&id).is_some_and(|h| h.host_id != host_id);
             if ok && !picks.hand_over.contains(&id) {
                 picks.hand_over.push(id);
             }
@@ -501,25 +598,35 @@ impl Grid {
         }
     }
 
-    /// The running jobs of a round whose scan could be handed over to the
-    /// asker: a copy is never run beside another (one silent is replaced at
-    /// its deadline).
-    fn running_views(&self, open: &OpenJobs, asker: &Asker<'_>) -> Vec<RunningView> {
-        let host_id = asker.host_id;
-        let failed = open.failed_by.get(&host_id);
-        open.handable
+    /// Debug builds: the running jobs as [`RoundRunning`] reads them from
+    /// the index by expected end are every running job of the round whose
+    /// scan could be handed over to the asker, as a walk over them all
+    /// finds them, in [`RunningView::latest_first`] order.
+    #[cfg(debug_assertions)]
+    fn check_running(&self, running: &RoundRunning<'_>) {
+        use scheduler::RunningJobs;
+        let asker = running.asker;
+        let ends: std::collections::HashMap<u64, f64> = asker
+            .by_end
             .iter()
-            .filter(|(_, h)| h.host_id != host_id)
-            .map(|(job_id, h)| RunningView {
-                job_id: *job_id,
-                pages: h.pages,
-                // One running copy, on another host (see `hand_over_from`).
-                copies: 1,
-                on_asker: false,
-                failed_here: failed.is_some_and(|f| f.contains(job_id)),
-                finish_s: asker.ends.get(&h.unit_id).copied().unwrap_or(f64::INFINITY),
+            .map(|&(end, _, _, unit)| (unit, end_of(end)))
+            .collect();
+        let mut all: Vec<RunningView> = running
+            .open
+            .handable
+            .iter()
+            .filter(|(_, h)| h.host_id != asker.host_id)
+            .map(|(&job_id, h)| {
+                let end = ends.get(&h.unit_id).copied().unwrap_or(f64::INFINITY);
+                running.view(job_id, h, end)
             })
-            .collect()
+            .collect();
+        all.sort_by(RunningView::latest_first);
+        let read: Vec<RunningView> = running.latest_first().collect();
+        assert_eq!(read, all, "running jobs read by expected end");
+        let finite: Vec<RunningView> = running.latest_first_finite().collect();
+        all.retain(|r| r.finish_s.is_finite());
+        assert_eq!(finite, all, "running jobs with a finite end");
     }
 
     /// Take the jobs the scheduler chose (`ids`, queued in `open`) while
@@ -562,7 +669,7 @@ impl Grid {
         speed: Option<f64>,
         (slots, mut mine): (u32, Vec<HeldUnit>),
         now_ms: u64,
-    ) -> Result<Vec<SignedUnit>, GridError> {
+    ) -> Result<Vec<WorkUnit>, GridError> {
         let mut units = Vec::with_capacity(chosen.len());
         for &job_id in chosen {
             // The continuation of a handed-over scan counts as the copy
@@ -628,9 +735,9 @@ impl Grid {
         });
     }
 
-    /// Create, record and sign one unit of a job (queued, or running when
+    /// Create and record one unit of a job (queued, or running when
     /// `replica`); its deadline counts `wait_s` for a free slot. Returns the
-    /// unit and its expected scan seconds.
+    /// unit (to be signed) and its expected scan seconds.
     pub(super) fn issue(
         &mut self,
         job_id: u64,
@@ -639,7 +746,7 @@ impl Grid {
         replica: bool,
         wait_s: f64,
         now_ms: u64,
-    ) -> Result<(SignedUnit, f64), GridError> {
+    ) -> Result<(WorkUnit, f64), GridError> {
         let unit_id = self.store.next_id(IdKind::Unit)?;
         let job = self
             .jobs
@@ -682,10 +789,6 @@ impl Grid {
             resume,
             exclusions,
         };
-        let signed = self
-            .signer
-            .sign_unit(&unit)
-            .map_err(|e| GridError::Sign(e.to_string()))?;
         let job = self.job_mut(job_id)?;
         job.attempts.push(Attempt {
             replica,
@@ -700,7 +803,7 @@ impl Grid {
         self.reindex(job_id);
         self.counters.units_issued += 1;
         self.counters.units_replicated += u64::from(replica);
-        Ok((signed, expected))
+        Ok((unit, expected))
     }
 
     /// Running attempts of `host_id`, across rounds.

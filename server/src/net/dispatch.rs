@@ -291,15 +291,15 @@ async fn request_work(
     host_id: u64,
     req: WorkRequest,
 ) -> Result<Response, GridError> {
-    shared
-        .with_grid(move |g| g.request_work(host_id, &req, now_ms()))
-        .await
-        .map(|w| Response::Work {
-            units: w.units,
-            retry_after_s: w.retry_after_s,
-            rounds_open: w.rounds_open,
-            cancelled_units: w.cancelled_units,
-        })
+    let reply = shared
+        .with_grid(move |g| g.request_work_unsigned(host_id, &req, now_ms()))
+        .await?;
+    shared.sign_work(reply).map(|w| Response::Work {
+        units: w.units,
+        retry_after_s: w.retry_after_s,
+        rounds_open: w.rounds_open,
+        cancelled_units: w.cancelled_units,
+    })
 }
 
 /// `Progress`: go on, stop, or a later deadline.

@@ -2,7 +2,8 @@
 //! that would finish it soonest, hedges on the critical path, then tail
 //! replication.
 //!
-//! Invariants: a decision is O(hosts + running jobs) and O(log queue)
+//! Invariants: a decision is O(hosts) and O(log queue) plus the running
+//! jobs it reads, latest end first, until none later can be worth a copy
 //! (the queue is indexed by size: [`super::Queue`]); at most [`MAX_COPIES`] copies
 //! of a job run, and a copy goes only to the online host that would finish
 //! it soonest. It never reads a clock: `now` comes in the context.
@@ -100,19 +101,25 @@ impl Adaptive {
     /// jobs whose every holder is offline that would outlast the queue (see
     /// [`Adaptive`]).
     fn replicas(ctx: &Ctx, n: usize, start_s: f64, cost: f64) -> Vec<u64> {
-        if ctx.running.is_empty() || n == 0 {
+        if n == 0 {
             return Vec::new();
         }
-        // With jobs queued: (level, largest queued) and the longest running job.
+        if ctx.running.latest_first().next().is_none() {
+            return Vec::new();
+        }
+        // With jobs queued: (level, largest queued) and the longest running
+        // job (the first with a finite end).
         let queued = (!ctx.queue.is_empty()).then(|| {
             let longest_s = ctx
                 .running
-                .iter()
-                .map(|r| r.finish_s)
-                .filter(|f| f.is_finite())
-                .fold(0.0, f64::max);
+                .latest_first_finite()
+                .next()
+                .map_or(0.0, |r| r.finish_s.max(0.0));
             (Self::queue_drain_s(ctx, cost), longest_s)
         });
+        // One pass over the hosts: the sizes this host would finish soonest.
+        let (lo, hi) = Self::winning_sizes(ctx, start_s, cost);
+        let (lo, hi) = (lo * 0.999_999, hi * 1.000_001);
         let worth = |r: &RunningView| {
             let mine = start_s + r.pages * cost;
             match queued {
@@ -127,31 +134,43 @@ impl Adaptive {
                 }
             }
         };
-        // One pass over the hosts: the sizes this host would finish soonest.
-        let (lo, hi) = Self::winning_sizes(ctx, start_s, cost);
+        let take = |r: &RunningView| {
+            r.copies < MAX_COPIES
+                && !r.on_asker
+                && !r.failed_here
+                && r.pages >= lo
+                && r.pages <= hi
+                && worth(r)
+        };
         let mut out: Vec<u64> = Vec::new();
-        while out.len() < n {
-            let pick = ctx
-                .running
-                .iter()
-                .filter(|r| {
-                    r.copies < MAX_COPIES
-                        && !r.on_asker
-                        && !r.failed_here
-                        && !out.contains(&r.job_id)
-                        && r.pages >= lo * 0.999_999
-                        && r.pages <= hi * 1.000_001
-                        && worth(r)
-                })
-                .max_by(|a, b| {
-                    a.finish_s
-                        .total_cmp(&b.finish_s)
-                        .then(a.pages.total_cmp(&b.pages))
-                        .then(b.job_id.cmp(&a.job_id))
-                });
-            match pick {
-                Some(r) => out.push(r.job_id),
-                None => break,
+        // Jobs whose every holder is offline, the largest first: none
+        // smaller than `lo` is taken, nor (with jobs queued) one whose copy
+        // would end before the queue drains.
+        for r in ctx.running.latest_first() {
+            if out.len() >= n || r.finish_s.is_finite() || r.pages < lo {
+                break;
+            }
+            if queued.is_some() && !worth(&r) && r.pages <= hi {
+                break;
+            }
+            if take(&r) {
+                out.push(r.job_id);
+            }
+        }
+        // Then by expected end: each test on the end grows with it, so the
+        // first job whose end fails one ends the reading.
+        let may_be_worth = |finish_s: f64| match queued {
+            None => start_s + lo.max(0.0) * cost < REPLICA_GAIN * finish_s,
+            Some(((level, largest), longest_s)) => {
+                finish_s >= level.max(largest * HEDGE_REACH) && finish_s * HEDGE_REACH >= longest_s
+            }
+        };
+        for r in ctx.running.latest_first_finite() {
+            if out.len() >= n || !may_be_worth(r.finish_s) {
+                break;
+            }
+            if take(&r) {
+                out.push(r.job_id);
             }
         }
         out

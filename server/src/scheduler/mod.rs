@@ -131,6 +131,64 @@ pub struct RunningView {
     pub finish_s: f64,
 }
 
+impl RunningView {
+    /// The order a policy looks at running jobs in: latest expected end
+    /// first, then the larger, then the lower id.
+    pub fn latest_first(a: &RunningView, b: &RunningView) -> std::cmp::Ordering {
+        b.finish_s
+            .total_cmp(&a.finish_s)
+            .then(b.pages.total_cmp(&a.pages))
+            .then(a.job_id.cmp(&b.job_id))
+    }
+}
+
+/// The running jobs a replicating policy may copy, read latest expected
+/// end first ([`RunningView::latest_first`]): a policy stops reading once
+/// no later one can be worth a copy, so a decision never walks every
+/// running job (the grid keeps them indexed by expected end).
+pub trait RunningJobs: std::fmt::Debug {
+    /// The running jobs in [`RunningView::latest_first`] order.
+    fn latest_first(&self) -> Box<dyn Iterator<Item = RunningView> + '_>;
+    /// The same, from the first with a finite expected end (the ones
+    /// whose every holder is offline passed over without a walk).
+    fn latest_first_finite(&self) -> Box<dyn Iterator<Item = RunningView> + '_>;
+}
+
+/// No running job (a policy that does not replicate is given this).
+#[derive(Debug)]
+pub struct NoRunning;
+
+impl RunningJobs for NoRunning {
+    fn latest_first(&self) -> Box<dyn Iterator<Item = RunningView> + '_> {
+        Box::new(std::iter::empty())
+    }
+    fn latest_first_finite(&self) -> Box<dyn Iterator<Item = RunningView> + '_> {
+        Box::new(std::iter::empty())
+    }
+}
+
+/// A list of running jobs (tests, benches, the simulator's policy runs),
+/// sorted once when made.
+#[derive(Clone, Debug, Default)]
+pub struct RunningList(Vec<RunningView>);
+
+impl RunningList {
+    pub fn new(mut all: Vec<RunningView>) -> RunningList {
+        all.sort_by(RunningView::latest_first);
+        RunningList(all)
+    }
+}
+
+impl RunningJobs for RunningList {
+    fn latest_first(&self) -> Box<dyn Iterator<Item = RunningView> + '_> {
+        Box::new(self.0.iter().cloned())
+    }
+    fn latest_first_finite(&self) -> Box<dyn Iterator<Item = RunningView> + '_> {
+        let infinite = self.0.partition_point(|r| r.finish_s == f64::INFINITY);
+        Box::new(self.0[infinite..].iter().cloned())
+    }
+}
+
 /// A host as policies see it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostView {
@@ -186,8 +244,8 @@ pub struct Ctx<'a> {
     pub delay_s: f64,
     /// Queued jobs as the asker sees them (indexed: see [`Queue`]).
     pub queue: Queue<'a>,
-    /// Running jobs (only filled for policies that replicate).
-    pub running: &'a [RunningView],
+    /// Running jobs (only given to policies that replicate).
+    pub running: &'a dyn RunningJobs,
     /// Every active host, sorted by `host_id`, the asking one included.
     pub hosts: &'a [HostView],
     /// Index of the asking host in `hosts`.

@@ -61,7 +61,7 @@ fn ctx<'a>(queue: &[JobView], hosts: &'a [HostView], asker: usize) -> Ctx<'a> {
         round_started_ms: 0,
         delay_s: 0.0,
         queue: Queue::all(jobs),
-        running: &[],
+        running: &NoRunning,
         hosts,
         asker,
     }
@@ -472,7 +472,8 @@ fn adaptive_gives_a_job_that_failed_elsewhere_to_the_next_host_that_asks() {
 #[test]
 fn adaptive_replicates_the_job_expected_to_finish_last() {
     let hosts = [host(1, 10.0), host(2, 1.0)];
-    let running = vec![run(1, 100.0, 50.0), run(2, 100.0, 90.0), run(3, 100.0, 5.0)];
+    let list = vec![run(1, 100.0, 50.0), run(2, 100.0, 90.0), run(3, 100.0, 5.0)];
+    let running = RunningList::new(list.clone());
     let mut c = ctx(&[], &hosts, 0);
     c.running = &running;
     // The fast host would do 100 pages in 10 s: copy job 2 (ends in 90 s).
@@ -495,10 +496,11 @@ fn adaptive_replicates_the_job_expected_to_finish_last() {
     c.running = &running;
     assert!(Adaptive.choose(&c, &ask(0, 1)).replicas.is_empty());
     // Never a third copy, never a copy on a holder or on a host that failed it.
-    let mut full = running.clone();
+    let mut full = list.clone();
     full[1].copies = MAX_COPIES;
     full[0].on_asker = true;
     let mut c = ctx(&[], &hosts, 0);
+    let full = RunningList::new(full);
     c.running = &full;
     assert!(Adaptive.choose(&c, &ask(0, 1)).replicas.is_empty());
     // Nothing is copied while the queue keeps the hosts busy past every
@@ -523,7 +525,8 @@ fn adaptive_hedges_the_critical_job_while_jobs_are_queued_only_with_slack() {
     hosts[0].busy = 1;
     hosts[0].free_at_s = 100.0;
     hosts[0].load_s = 100.0;
-    let running = vec![run(1, 1000.0, 100.0)];
+    let list = vec![run(1, 1000.0, 100.0)];
+    let running = RunningList::new(list.clone());
     let with = |queue: &[JobView], hosts: &[HostView], asker: usize| {
         let mut c = ctx(queue, hosts, asker);
         c.running = &running;
@@ -560,12 +563,13 @@ fn adaptive_hedges_the_critical_job_while_jobs_are_queued_only_with_slack() {
     assert_eq!(with(&small, &hosts, 2), Decision::default());
     // A job well short of the longest one does not set the makespan: job 2
     // (300 s left, already two copies) is the critical one, not job 1.
-    let mut running2 = running.clone();
+    let mut running2 = list.clone();
     running2.push(RunningView {
         copies: MAX_COPIES,
         ..run(2, 3000.0, 300.0)
     });
     let mut c = ctx(&small, &hosts, 1);
+    let running2 = RunningList::new(running2);
     c.running = &running2;
     let d = Adaptive.choose(&c, &ask(0, 1));
     assert!(d.replicas.is_empty() && d.jobs.len() == 1, "{d:?}");

@@ -1,0 +1,107 @@
+//! Upload-check bench (`cargo bench -p beebot-tools --bench upload`): the
+//! server's check of one uploaded link file (`UploadPlan::verify`, as
+//! `serve` runs it off the grid thread for every upload: decompress, decode,
+//! every record's source on the site, every pair's digest into the sketch)
+//! on link files made as an honest client makes them
+//! (`beebot_tools::loadfiles::realistic_result`), at the real web's median
+//! size (300 records), ten times that, and the most the load generator draws
+//! (20,000). Prints one table: µs per file and records per second. Figures
+//! are compared within one run; nothing here asserts a speed.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use beebot_server::grid::{Grid, GridIo, GridSettings, MemoryLinks, UploadStep, WorkRequest};
+use beebot_server::params::RoundParams;
+use beebot_shared::proto::HostInfo;
+use beebot_shared::sign;
+use beebot_tools::loadfiles::{realistic_result, LinkFileSizes};
+
+const T0: u64 = 1_750_000_000_000;
+/// Records of the files checked.
+const SIZES: [u64; 3] = [300, 3_000, 20_000];
+/// Least time spent on each figure, and most files.
+const MIN_TIME: Duration = Duration::from_secs(2);
+const MAX_FILES: usize = 200_000;
+
+fn main() {
+    let (mut g, host, key) = grid();
+    let req = WorkRequest {
+        want_seconds: 600,
+        free_slots: 1,
+        units_held: vec![],
+        open_windows: None,
+    };
+    let signed = g.request_work(host, &req, T0 + 1).expect("work").units;
+    let unit = sign::verify_unit(&key, signed.first().expect("a unit")).expect("signed");
+    let UploadStep::Plan(plan) = g.upload_begin(host, unit.unit_id, T0 + 2).expect("upload") else {
+        panic!("no upload plan");
+    };
+    println!("one upload's check (UploadPlan::verify) of an honest client's link file");
+    println!(
+        "{:>10} {:>12} {:>10} {:>12} {:>14}",
+        "records", "file bytes", "files", "µs per file", "records per s"
+    );
+    for records in SIZES {
+        let sizes = LinkFileSizes {
+            median: records,
+            sigma: 0.0,
+            most: records,
+        };
+        let (summary, file) = realistic_result(&unit, &sizes).expect("link file");
+        assert_eq!(summary.links, records);
+        plan.verify(&summary, &file, None)
+            .expect("an honest file passes");
+        let start = Instant::now();
+        let mut n = 0;
+        while n < MAX_FILES && (start.elapsed() < MIN_TIME || n < 10) {
+            black_box(plan.verify(black_box(&summary), black_box(&file), None)).ok();
+            n += 1;
+        }
+        let per_file = start.elapsed().as_secs_f64() / n as f64;
+        println!(
+            "{:>10} {:>12} {:>10} {:>12.1} {:>14.0}",
+            records,
+            file.len(),
+            n,
+            per_file * 1e6,
+            records as f64 / per_file
+        );
+    }
+}
+
+/// A grid in memory with one round of one site at the default delay and
+/// one enrolled host; the project's public key.
+fn grid() -> (Grid, u64, ed25519_dalek::VerifyingKey) {
+    let key = sign::generate_key();
+    let io = GridIo::in_memory(
+        beebot_server::store::memory(),
+        Arc::new(MemoryLinks::default()),
+        key.clone(),
+        7,
+    );
+    let settings = GridSettings {
+        user_agent: "BeeBot/bench (+http://example.test/bot)".into(),
+        deadline_slack: 3.0,
+        deadline_grace_s: 600,
+        trust_after: 3,
+        spot_check_percent: 5,
+    };
+    let mut g = Grid::open(io, settings).expect("grid");
+    g.add_sites(&["www.example.edu".to_string()], T0)
+        .expect("sites");
+    g.start_round(RoundParams::default(), T0).expect("round");
+    let token = g.create_invite(1, T0 + 86_400_000, T0).expect("invite");
+    let hk = sign::generate_key();
+    let info = HostInfo {
+        name: "h".into(),
+        os: "bench".into(),
+        client_version: "0".into(),
+        cores: 2,
+    };
+    let h = g
+        .enrol(&token, hk.verifying_key().to_bytes(), info, T0)
+        .expect("enrol");
+    (g, h, key.verifying_key())
+}
