@@ -35,7 +35,7 @@ use beebot_server::params::RoundParams;
 use beebot_server::simulate;
 use beebot_server::validate::ValidateMode;
 use beebot_shared::proto::HostInfo;
-use beebot_shared::sign::{self, SignedUnit, WorkUnit};
+use beebot_shared::sign::{self, SignedUnit, UnitBytes, WorkUnit};
 
 /// Hosts enrolled, each asking in turn.
 const HOSTS: usize = 2_000;
@@ -211,13 +211,13 @@ fn grid(policy: &str, queued: usize) -> Bench {
 /// signed (the server's whole work; the host verifies it).
 fn request(g: &mut Grid, h: u64, held: &[u64], now: u64) -> Option<SignedUnit> {
     let signer = g.signer();
-    request_unsigned(g, h, held, now).map(|u| signer.sign_unit(&u).expect("signed"))
+    request_unsigned(g, h, held, now).map(|u| signer.sign_unit_bytes(u))
 }
 
 /// What `serve` runs under the grid lock for one work request of host `h`
-/// holding `held`: the reply's first unit, recorded as issued, not yet
-/// signed (`serve` signs it outside the lock).
-fn request_unsigned(g: &mut Grid, h: u64, held: &[u64], now: u64) -> Option<WorkUnit> {
+/// holding `held`: the reply's first unit, recorded as issued, its bytes
+/// made but not signed (`serve` signs them outside the lock).
+fn request_unsigned(g: &mut Grid, h: u64, held: &[u64], now: u64) -> Option<UnitBytes> {
     let req = WorkRequest {
         want_seconds: 3600,
         free_slots: 1,
@@ -294,7 +294,7 @@ fn measure(policy: &str, queued: usize) -> Measured {
         units += usize::from(unit.is_some());
         // Signed as `serve` signs it, outside the lock (timed apart).
         let t = Instant::now();
-        let signed = unit.map(|u| signer.sign_unit(&u).expect("signed"));
+        let signed = unit.map(|u| signer.sign_unit_bytes(u));
         signing += t.elapsed();
         held[k].extend(verified(&key, signed));
     }

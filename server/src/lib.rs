@@ -141,8 +141,8 @@ impl Shared {
     /// thread: the grid's thread only decides and records them.
     pub fn sign_work(
         &self,
-        reply: grid::WorkReply<beebot_shared::sign::WorkUnit>,
-    ) -> Result<grid::WorkReply, grid::GridError> {
+        reply: grid::WorkReply<beebot_shared::sign::UnitBytes>,
+    ) -> grid::WorkReply {
         reply.sign(&*self.enrol_key)
     }
 

@@ -303,16 +303,7 @@ pub fn for_each_record_ref(
     stream(bytes, MAX_LINK_FILE_MEMORY_BYTES, f)
 }
 
-thread_local! {
-    /// This thread's decompression context, made once and reset for every
-    /// file (a context is about 100 KiB to set up).
-    static DCTX: std::cell::RefCell<Option<zstd::zstd_safe::DCtx<'static>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// [`for_each_record_ref`] with a memory budget of `budget` bytes, on this
-/// thread's decompression context (a fresh one when it is in use: `f`
-/// decoding another file).
+/// [`for_each_record_ref`] with a memory budget of `budget` bytes.
 fn stream(
     bytes: &[u8],
     budget: usize,
@@ -324,24 +315,11 @@ fn stream(
             limit: MAX_LINK_FILE_BYTES,
         });
     }
-    DCTX.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut kept) => {
-            let ctx = kept.get_or_insert_with(zstd::zstd_safe::DCtx::create);
-            stream_with(bytes, budget, ctx, &mut f)
-        }
-        Err(_) => stream_with(bytes, budget, &mut zstd::zstd_safe::DCtx::create(), &mut f),
-    })
-}
-
-/// [`stream`] on the decompression context `ctx` (reset first).
-fn stream_with(
-    bytes: &[u8],
-    budget: usize,
-    ctx: &mut zstd::zstd_safe::DCtx<'static>,
-    f: &mut impl FnMut(&LinkRecord) -> Result<(), LinkFileError>,
-) -> Result<LinkFileHeader, LinkFileError> {
     // The compressed bytes are read in place (a slice is already buffered).
-    let decoder = zstd::stream::read::Decoder::with_context(bytes, ctx);
+    // A context of its own, freed with it: a kept one would keep the
+    // window the last file asked for.
+    let decoder = zstd::stream::read::Decoder::with_buffer(bytes)
+        .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
     let mut r = std::io::BufReader::with_capacity(
         64 * 1024,
         Bounded {
@@ -350,7 +328,7 @@ fn stream_with(
             over: false,
         },
     );
-    let header = read_body(&mut r, budget, f).map_err(|e| {
+    let header = read_body(&mut r, budget, &mut f).map_err(|e| {
         if r.get_ref().over {
             LinkFileError::DecompressedTooLarge(MAX_LINK_FILE_DECOMPRESSED_BYTES)
         } else {
@@ -775,8 +753,8 @@ mod tests {
 
     #[test]
     fn a_thread_decodes_file_after_file_whatever_the_last_one_was() {
-        // One thread's decompression context serves every file: one cut
-        // short, refused, or stopped mid-stream leaves nothing behind.
+        // A file cut short, refused, or stopped mid-stream leaves nothing
+        // behind for the next one (the record's buffers are reused).
         let (h, r) = sample(300);
         let good = encode(&h, &r).unwrap();
         let cut = &good[..good.len() / 2];
@@ -798,7 +776,7 @@ mod tests {
         });
         assert!(stopped.is_err());
         assert_eq!(decode(&good).unwrap(), (h.clone(), r.clone()));
-        // A file decoded while another is (the context in use): its own.
+        // A file decoded inside another's callback.
         let (h2, r2) = sample(20);
         let other = encode(&h2, &r2).unwrap();
         let mut lent = Vec::new();

@@ -95,13 +95,33 @@ pub const ENROL_PROOF_CONTEXT: &[u8] = b"beebot-enrol-proof-v1";
 
 /// Sign a unit with the project key.
 pub fn sign_unit(key: &SigningKey, unit: &WorkUnit) -> Result<SignedUnit, SignError> {
+    Ok(sign_unit_bytes(key, unit_bytes(unit)?))
+}
+
+/// `unit`'s bytes as they are signed: encoded, at most [`MAX_UNIT_BYTES`],
+/// never beginning with the proofs' signing context. Every way signing a
+/// unit can fail is here, so a caller may record a unit once its bytes are
+/// made and sign them later ([`sign_unit_bytes`], which cannot fail).
+pub fn unit_bytes(unit: &WorkUnit) -> Result<UnitBytes, SignError> {
     let bytes =
         codec::encode(unit, MAX_UNIT_BYTES).map_err(|e| SignError::Decode(e.to_string()))?;
     if bytes.starts_with(ENROL_PROOF_CONTEXT) {
         return Err(SignError::ReservedContext);
     }
-    let signature = key.sign(&bytes).to_bytes().to_vec();
-    Ok(SignedUnit { bytes, signature })
+    Ok(UnitBytes(bytes))
+}
+
+/// A unit's bytes made by [`unit_bytes`], not yet signed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitBytes(Vec<u8>);
+
+/// Bytes made by [`unit_bytes`], signed.
+pub fn sign_unit_bytes(key: &SigningKey, bytes: UnitBytes) -> SignedUnit {
+    let signature = key.sign(&bytes.0).to_bytes().to_vec();
+    SignedUnit {
+        bytes: bytes.0,
+        signature,
+    }
 }
 
 /// Verify a unit's signature over its exact bytes, then decode it.

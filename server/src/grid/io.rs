@@ -30,6 +30,10 @@ pub trait ProjectSigner: Send + Sync {
     fn public_key(&self) -> [u8; 32];
     /// `unit` encoded and signed ([`sign::sign_unit`]).
     fn sign_unit(&self, unit: &WorkUnit) -> Result<SignedUnit, SignError>;
+    /// A unit's bytes ([`sign::unit_bytes`]) signed: it cannot fail, so
+    /// `serve` records a unit under the grid's lock once its bytes are
+    /// made and signs them outside it.
+    fn sign_unit_bytes(&self, bytes: sign::UnitBytes) -> SignedUnit;
     /// The proof to a joining client that this server holds the key
     /// ([`sign::make_enrol_proof`]).
     fn enrol_proof(&self, client_nonce: &[u8; 32], cert_fingerprint: &[u8; 32]) -> Vec<u8>;
@@ -45,6 +49,10 @@ impl ProjectSigner for SigningKey {
 
     fn sign_unit(&self, unit: &WorkUnit) -> Result<SignedUnit, SignError> {
         sign::sign_unit(self, unit)
+    }
+
+    fn sign_unit_bytes(&self, bytes: sign::UnitBytes) -> SignedUnit {
+        sign::sign_unit_bytes(self, bytes)
     }
 
     fn enrol_proof(&self, client_nonce: &[u8; 32], cert_fingerprint: &[u8; 32]) -> Vec<u8> {

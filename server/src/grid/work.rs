@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use beebot_shared::limits::{MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_REPLY};
-use beebot_shared::sign::{ResumeFrom, SignedUnit, UnitLimits, WorkUnit};
+use beebot_shared::sign::{ResumeFrom, SignedUnit, UnitBytes, UnitLimits, WorkUnit};
 
 use crate::model::*;
 use crate::scheduler::{
@@ -23,21 +23,19 @@ use super::index::*;
 use super::views::{end_key, end_of, EndKey, HostViews};
 use super::{Grid, GridError, ProjectSigner, RETRY_IDLE_S, RETRY_WHILE_ROUND_OPEN_S};
 
-impl WorkReply<WorkUnit> {
+impl WorkReply<UnitBytes> {
     /// The reply with its units signed by `signer` (the project key).
-    pub fn sign(self, signer: &dyn ProjectSigner) -> Result<WorkReply, GridError> {
-        let units = self
-            .units
-            .iter()
-            .map(|u| signer.sign_unit(u))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| GridError::Sign(e.to_string()))?;
-        Ok(WorkReply {
-            units,
+    pub fn sign(self, signer: &dyn ProjectSigner) -> WorkReply {
+        WorkReply {
+            units: self
+                .units
+                .into_iter()
+                .map(|u| signer.sign_unit_bytes(u))
+                .collect(),
             retry_after_s: self.retry_after_s,
             rounds_open: self.rounds_open,
             cancelled_units: self.cancelled_units,
-        })
+        }
     }
 }
 
@@ -52,8 +50,9 @@ pub struct WorkRequest {
 }
 
 /// The answer to a work request: its units signed (`U` = [`SignedUnit`]),
-/// or not yet ([`WorkUnit`]: [`Grid::request_work_unsigned`], signed off
-/// the grid thread by [`WorkReply::sign`]).
+/// or their bytes made but not signed yet ([`UnitBytes`]:
+/// [`Grid::request_work_unsigned`], signed off the grid thread by
+/// [`WorkReply::sign`], which cannot fail).
 #[derive(Clone, Debug)]
 pub struct WorkReply<U = SignedUnit> {
     pub units: Vec<U>,
@@ -151,7 +150,8 @@ impl Asker<'_> {
 /// A round's running jobs whose scan could be handed over to the asker
 /// (one copy runs, on another host: see `hand_over_from`), read from the
 /// views' index by expected end ([`HostViews::by_end`]): a policy reads
-/// the latest ends only, never every running job.
+/// from the latest end and stops where no later one could be worth a copy
+/// (nothing is built for the jobs it does not read).
 struct RoundRunning<'a> {
     open: &'a OpenJobs,
     asker: &'a Asker<'a>,
@@ -312,21 +312,21 @@ impl Grid {
         now_ms: u64,
     ) -> Result<WorkReply, GridError> {
         let signer = self.signer.clone();
-        self.request_work_unsigned(host_id, req, now_ms)?
-            .sign(&*signer)
+        Ok(self
+            .request_work_unsigned(host_id, req, now_ms)?
+            .sign(&*signer))
     }
 
-    /// Answer a host's work request with units recorded as issued but not
-    /// signed yet: `serve` signs them ([`WorkReply::sign`]) outside the
-    /// grid's lock. A unit whose signing fails never reaches its host and
-    /// goes back to the queue at the host's next request, which does not
-    /// name it.
+    /// Answer a host's work request with units recorded as issued, their
+    /// bytes made (every way signing can fail is met there, before a unit
+    /// is recorded) but not signed: `serve` signs them
+    /// ([`WorkReply::sign`]) outside the grid's lock.
     pub fn request_work_unsigned(
         &mut self,
         host_id: u64,
         req: &WorkRequest,
         now_ms: u64,
-    ) -> Result<WorkReply<WorkUnit>, GridError> {
+    ) -> Result<WorkReply<UnitBytes>, GridError> {
         let offline_before = self.hosts.get(&host_id).map_or(0, |h| h.offline_ms);
         let host = self.active_host(host_id, now_ms)?.clone();
         self.store_contact(&host, offline_before)?;
@@ -378,7 +378,7 @@ impl Grid {
         running: &[(u64, RoundParams, u64)],
         views: &HostViews,
         now_ms: u64,
-    ) -> Result<Vec<WorkUnit>, GridError> {
+    ) -> Result<Vec<UnitBytes>, GridError> {
         let speed = self.host_speed(host_id);
         let mut picks = Picks {
             free: req.free_slots.min(MAX_UNITS_PER_REPLY as u32),
@@ -669,7 +669,7 @@ impl Grid {
         speed: Option<f64>,
         (slots, mut mine): (u32, Vec<HeldUnit>),
         now_ms: u64,
-    ) -> Result<Vec<WorkUnit>, GridError> {
+    ) -> Result<Vec<UnitBytes>, GridError> {
         let mut units = Vec::with_capacity(chosen.len());
         for &job_id in chosen {
             // The continuation of a handed-over scan counts as the copy
@@ -737,7 +737,8 @@ impl Grid {
 
     /// Create and record one unit of a job (queued, or running when
     /// `replica`); its deadline counts `wait_s` for a free slot. Returns the
-    /// unit (to be signed) and its expected scan seconds.
+    /// unit's bytes (to be signed; a unit that cannot be signed is refused
+    /// before anything is recorded) and its expected scan seconds.
     pub(super) fn issue(
         &mut self,
         job_id: u64,
@@ -746,7 +747,7 @@ impl Grid {
         replica: bool,
         wait_s: f64,
         now_ms: u64,
-    ) -> Result<(WorkUnit, f64), GridError> {
+    ) -> Result<(UnitBytes, f64), GridError> {
         let unit_id = self.store.next_id(IdKind::Unit)?;
         let job = self
             .jobs
@@ -789,6 +790,8 @@ impl Grid {
             resume,
             exclusions,
         };
+        let bytes =
+            beebot_shared::sign::unit_bytes(&unit).map_err(|e| GridError::Sign(e.to_string()))?;
         let job = self.job_mut(job_id)?;
         job.attempts.push(Attempt {
             replica,
@@ -803,7 +806,7 @@ impl Grid {
         self.reindex(job_id);
         self.counters.units_issued += 1;
         self.counters.units_replicated += u64::from(replica);
-        Ok((unit, expected))
+        Ok((bytes, expected))
     }
 
     /// Running attempts of `host_id`, across rounds.

@@ -294,7 +294,8 @@ async fn request_work(
     let reply = shared
         .with_grid(move |g| g.request_work_unsigned(host_id, &req, now_ms()))
         .await?;
-    shared.sign_work(reply).map(|w| Response::Work {
+    let w = shared.sign_work(reply);
+    Ok(Response::Work {
         units: w.units,
         retry_after_s: w.retry_after_s,
         rounds_open: w.rounds_open,

@@ -144,8 +144,9 @@ impl RunningView {
 
 /// The running jobs a replicating policy may copy, read latest expected
 /// end first ([`RunningView::latest_first`]): a policy stops reading once
-/// no later one can be worth a copy, so a decision never walks every
-/// running job (the grid keeps them indexed by expected end).
+/// no later one can be worth a copy, so while jobs are queued a decision
+/// reads the few latest (the grid keeps them indexed by expected end); in
+/// the tail, with few running, it may read them all.
 pub trait RunningJobs: std::fmt::Debug {
     /// The running jobs in [`RunningView::latest_first`] order.
     fn latest_first(&self) -> Box<dyn Iterator<Item = RunningView> + '_>;

@@ -686,3 +686,49 @@ fn a_cancelled_rounds_units_leave_their_hosts_views_at_once() {
         .map(|v| v.busy);
     assert_eq!(busy, Some(0));
 }
+
+#[test]
+fn a_unit_that_cannot_be_signed_is_refused_before_it_is_recorded() {
+    // A user agent past a unit's size limit: no unit of this grid can be
+    // signed. Signing happens outside the grid's lock, so every way it can
+    // fail is met when the unit's bytes are made, before anything is kept.
+    let dir = tempfile::tempdir().unwrap();
+    let key = sign::generate_key();
+    let store = crate::store::open(&dir.path().join("db")).unwrap();
+    let io = GridIo::server(
+        store,
+        LinkPacks::writer(dir.path().join("links")),
+        key.clone(),
+    );
+    let huge = GridSettings {
+        user_agent: "x".repeat(beebot_shared::limits::MAX_UNIT_BYTES + 1),
+        ..settings()
+    };
+    let mut g = Grid::open(io, huge).unwrap();
+    g.add_sites(&site_names(3), T0).unwrap();
+    g.start_round(params(3), T0).unwrap();
+    let h = enrol_host(&mut g, T0);
+    let req = WorkRequest {
+        want_seconds: 600,
+        free_slots: 2,
+        units_held: vec![],
+        open_windows: None,
+    };
+    for _ in 0..2 {
+        assert!(matches!(
+            g.request_work_unsigned(h, &req, T0 + 1000),
+            Err(GridError::Sign(_))
+        ));
+        assert!(matches!(
+            g.request_work(h, &req, T0 + 1000),
+            Err(GridError::Sign(_))
+        ));
+    }
+    // Nothing was issued: every job is queued, none running or failed.
+    let s = g.status();
+    assert_eq!(
+        (s.jobs_queued, s.jobs_running, s.jobs_failed),
+        (3, 0, 0),
+        "{s:?}"
+    );
+}
