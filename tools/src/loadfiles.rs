@@ -9,10 +9,15 @@
 //! politeness delay between them, so the server's pace check passes as it
 //! does for an honest client.
 
+use std::sync::Arc;
+
+use beebot_server::grid::{Grid, GridIo, GridSettings, MemoryLinks};
+use beebot_server::params::RoundParams;
 use beebot_shared::extract::LinkTag;
 use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary};
+use beebot_shared::proto::HostInfo;
 use beebot_shared::rng::SplitMix64;
-use beebot_shared::sign::WorkUnit;
+use beebot_shared::sign::{self, WorkUnit};
 
 /// Links a page holds on average in the results (a documentation or
 /// university page: navigation plus content).
@@ -133,15 +138,56 @@ pub fn realistic_result(
     Ok((summary, file))
 }
 
+/// A grid in memory (store and link files) with `sites` in one running
+/// round of `params` and one enrolled host, at `now_ms`: the grid, the
+/// host, and the project's public key. The real checks an upload meets,
+/// for tests and benches of these results.
+pub fn memory_grid(
+    sites: &[String],
+    params: RoundParams,
+    now_ms: u64,
+) -> (Grid, u64, ed25519_dalek::VerifyingKey) {
+    let key = sign::generate_key();
+    let io = GridIo::in_memory(
+        beebot_server::store::memory(),
+        Arc::new(MemoryLinks::default()),
+        key.clone(),
+        7,
+    );
+    let settings = GridSettings {
+        user_agent: "BeeBot/loadfiles (+http://example.test/bot)".into(),
+        deadline_slack: 3.0,
+        deadline_grace_s: 600,
+        trust_after: 3,
+        spot_check_percent: 5,
+    };
+    let mut g = Grid::open(io, settings).expect("a grid in memory");
+    g.add_sites(sites, now_ms).expect("sites");
+    g.start_round(params, now_ms).expect("round");
+    let token = g
+        .create_invite(1, now_ms + 86_400_000, now_ms)
+        .expect("invite");
+    let info = HostInfo {
+        name: "h".into(),
+        os: "loadfiles".into(),
+        client_version: "0".into(),
+        cores: 2,
+    };
+    let host = g
+        .enrol(
+            &token,
+            sign::generate_key().verifying_key().to_bytes(),
+            info,
+            now_ms,
+        )
+        .expect("enrol");
+    (g, host, key.verifying_key())
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use beebot_server::grid::{
-        Grid, GridIo, GridSettings, MemoryLinks, UploadOutcome, UploadStep, WorkRequest,
-    };
+    use beebot_server::grid::{Grid, UploadOutcome, UploadStep, WorkRequest};
     use beebot_server::params::RoundParams;
-    use beebot_shared::proto::HostInfo;
     use beebot_shared::sign;
     use ed25519_dalek::VerifyingKey;
 
@@ -168,42 +214,15 @@ mod tests {
         assert!(*n.first().unwrap() >= 1);
     }
 
-    /// A grid in memory with one round at `delay_ms` and one enrolled host.
+    /// A grid in memory with one round of 50 sites at `delay_ms` and one
+    /// enrolled host.
     fn grid(delay_ms: u64) -> (Grid, u64, VerifyingKey) {
-        let key = sign::generate_key();
-        let io = GridIo::in_memory(
-            beebot_server::store::memory(),
-            Arc::new(MemoryLinks::default()),
-            key.clone(),
-            7,
-        );
-        let settings = GridSettings {
-            user_agent: "BeeBot/test (+http://example.test/bot)".into(),
-            deadline_slack: 3.0,
-            deadline_grace_s: 600,
-            trust_after: 3,
-            spot_check_percent: 5,
-        };
-        let mut g = Grid::open(io, settings).unwrap();
         let sites: Vec<String> = (0..50).map(|i| format!("s{i}.example.edu")).collect();
-        g.add_sites(&sites, T0).unwrap();
         let params = RoundParams {
             delay_ms,
             ..RoundParams::default()
         };
-        g.start_round(params, T0).unwrap();
-        let token = g.create_invite(1, T0 + 86_400_000, T0).unwrap();
-        let hk = sign::generate_key();
-        let info = HostInfo {
-            name: "h".into(),
-            os: "test".into(),
-            client_version: "0".into(),
-            cores: 2,
-        };
-        let h = g
-            .enrol(&token, hk.verifying_key().to_bytes(), info, T0)
-            .unwrap();
-        (g, h, key.verifying_key())
+        memory_grid(&sites, params, T0)
     }
 
     #[test]
