@@ -12,7 +12,7 @@ use beebot_client::crawler::{
     crawl, crawl_resumable, crawl_with_progress, CrawlOutput, CrawlProgress, CrawlSpec,
     CrawlerConfig, Lookup,
 };
-use beebot_server::web::{LoggedRequest, SynthWebServer};
+use beebot_server::web::{LoggedRequest, ResponseDelay, SynthWebServer};
 use beebot_shared::linkfile::{LinkRecord, StopReason};
 use beebot_shared::scanstate::{url_digest, ScanState};
 use beebot_shared::scope::Scope;
@@ -573,6 +573,53 @@ fn beebot_crawl_piped_prints_records_and_one_summary_line() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.starts_with("site0.synth.test: "), "{err}");
     assert!(err.contains("[HTTP 200×"), "{err}");
+}
+
+#[test]
+fn beebot_crawl_takes_more_connections_only_at_delay_0() {
+    let web = Arc::new(SynthWeb::generate(7, 2));
+    let server = start(&web);
+    let home = tempfile::tempdir().expect("tempdir");
+    let crawl = |extra: &[&str]| {
+        beebot_tests::run(
+            std::process::Command::new(beebot_tests::bin("beebot"))
+                .args([
+                    "crawl",
+                    "http://site0.synth.test/",
+                    "--allow-private",
+                    "--resolve",
+                    &format!("*.synth.test={}", server.addr()),
+                    "--home",
+                ])
+                .arg(home.path())
+                .args(extra),
+            Duration::from_secs(120),
+        )
+    };
+    let o = crawl(&["--delay-ms", "0", "--connections", "3"]);
+    assert!(o.status.success(), "{}", beebot_tests::stderr(&o));
+    let truth = web.site_truth("site0.synth.test").expect("site");
+    assert_eq!(beebot_tests::stdout(&o).lines().count(), truth.len() + 1);
+    let asked = server.requests();
+    // At a politeness delay (the default 1 s here), or beyond the named
+    // maximum: refused before any request, saying why.
+    for (args, says) in [
+        (&["--connections", "2"][..], "needs --delay-ms 0"),
+        (
+            &["--delay-ms", "0", "--connections", "5"][..],
+            "from 1 to 4",
+        ),
+        (
+            &["--delay-ms", "0", "--connections", "0"][..],
+            "from 1 to 4",
+        ),
+    ] {
+        let o = crawl(args);
+        assert!(!o.status.success(), "{args:?}");
+        let err = beebot_tests::stderr(&o);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    assert_eq!(server.requests(), asked, "nothing requested when refused");
 }
 
 /// What a test proxy did: the tunnels it opened, and the target (`host:port`
@@ -1188,4 +1235,136 @@ fn a_resumed_scan_whose_site_does_not_answer_stays_offline_with_its_queue() {
     let back = out.state.expect("its state");
     assert_eq!(back.queue, state.queue);
     assert_eq!(back.pages_done, state.pages_done);
+}
+
+/// Most of `log`'s requests unanswered at once: for each request, those
+/// that had arrived and were not answered yet when it arrived, itself included.
+fn most_unanswered_at_once(log: &[LoggedRequest]) -> usize {
+    log.iter()
+        .map(|r| {
+            log.iter()
+                .filter(|o| o.at <= r.at && r.at < o.answered)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Paths requested, each with how often.
+fn paths(log: &[LoggedRequest]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for r in log {
+        *out.entry(r.path.clone()).or_insert(0) += 1;
+    }
+    out
+}
+
+#[test]
+fn connections_an_operator_allows_overlap_requests_and_crawl_the_same_pages() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let server = start(&web);
+    // Answers take 2–20 ms, so requests on several connections overlap.
+    server.set_response_delay(Some(ResponseDelay {
+        min_ms: 2,
+        max_ms: 20,
+        seed: 3,
+    }));
+    let cfg = loopback_config(&server);
+    let host = biggest_site(&web);
+    let truth = web.site_truth(&host).expect("known site");
+    let one = run(&open_spec(&host), &cfg);
+    let one_log = requests_to(&server.request_log(), &host);
+    assert_eq!(most_unanswered_at_once(&one_log), 1);
+    assert!(differences(&one.records, &truth).is_empty());
+    for n in [2u8, 4] {
+        let before = server.request_log().len();
+        let spec = CrawlSpec {
+            connections: n,
+            ..open_spec(&host)
+        };
+        let out = run(&spec, &cfg);
+        let log = requests_to(&server.request_log()[before..], &host);
+        let diff = differences(&out.records, &truth);
+        assert!(diff.is_empty(), "{n} connections:\n{}", diff.join("\n"));
+        let (a, b) = (&out.summary, &one.summary);
+        assert_eq!(
+            (a.pages, a.links, a.errors, &a.status_counts, a.stopped_by),
+            (b.pages, b.links, b.errors, &b.status_counts, b.stopped_by),
+            "{n} connections"
+        );
+        // The same requests, none twice (a redirect to a page asked for
+        // ahead takes its answer), and more than one at a time.
+        assert_eq!(paths(&log), paths(&one_log), "{n} connections");
+        let at_once = most_unanswered_at_once(&log);
+        assert!(
+            (2..=usize::from(n)).contains(&at_once),
+            "{n} connections: {at_once} unanswered at once"
+        );
+    }
+    // Within the page cap: the same requests as one connection makes,
+    // none ahead beyond the cap (read once the server has gone quiet, so a
+    // request still being answered would be counted).
+    let capped = |connections: u8| {
+        let before = server.request_log().len();
+        let spec = CrawlSpec {
+            connections,
+            max_pages: 4,
+            ..open_spec(&host)
+        };
+        let out = run(&spec, &cfg);
+        assert_eq!(out.summary.pages, 4, "{connections} connections");
+        let mut seen = server.requests();
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = server.requests();
+            if now == seen {
+                break;
+            }
+            seen = now;
+        }
+        paths(&requests_to(&server.request_log()[before..], &host))
+    };
+    assert_eq!(capped(4), capped(1));
+}
+
+#[test]
+fn connections_are_one_at_a_time_at_any_delay() {
+    // A politeness delay, or a robots.txt Crawl-delay at delay 0: the site
+    // gets one request at a time, spaced, however many connections.
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let server = start(&web);
+    let host = biggest_site(&web);
+    let delay = Duration::from_millis(30);
+    let spec = CrawlSpec {
+        connections: 4,
+        max_pages: 6,
+        delay,
+        ..open_spec(&host)
+    };
+    let out = run(&spec, &loopback_config(&server));
+    assert_eq!(out.summary.pages, 6);
+    let log = requests_to(&server.request_log(), &host);
+    assert_eq!(most_unanswered_at_once(&log), 1);
+    assert_spaced(&log, delay);
+
+    let web = Arc::new(SynthWeb::with_config(
+        7,
+        12,
+        SynthConfig {
+            crawl_delay_ms: Some(60),
+            ..SynthConfig::default()
+        },
+    ));
+    let server = start(&web);
+    let host = biggest_site(&web);
+    let spec = CrawlSpec {
+        connections: 4,
+        max_pages: 4,
+        ..open_spec(&host)
+    };
+    let out = run(&spec, &loopback_config(&server));
+    assert_eq!(out.summary.pages, 4);
+    let log = requests_to(&server.request_log(), &host);
+    assert_eq!(most_unanswered_at_once(&log), 1);
+    assert_spaced(&log, Duration::from_millis(60));
 }

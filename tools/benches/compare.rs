@@ -2,6 +2,8 @@
 //! compare`): one client scanning the 5 largest sites of a real
 //! documentation corpus one after another at delay 0, then `wget --spider
 //! -r` and spider_cli over the same sites, robots.txt obeyed by all three.
+//! This crawler runs as the grid does (one request at a time per site) and
+//! with 2 and 4 connections per site, as a site's operator may allow.
 //! Prints one table: HTML pages fetched, requests, seconds (the median of
 //! [`REPEATS`] runs taken in turn, and their range), pages/s, the time
 //! against this crawler's, the most requests one site had at once, and
@@ -18,6 +20,8 @@
 //! spider_cli --no-default-features --features status_code` (or
 //! `BEEBOT_SPIDER=PATH`). A missing corpus or tool stops the bench with
 //! what to install; nothing is skipped. Nothing here reaches past loopback.
+//! `BEEBOT_COMPARE_LATENCY_MS=N` has the static server wait N ms before
+//! each answer, as a site across a network does (0 by default).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -55,6 +59,10 @@ const DISALLOWED: &[&str] = &["/_sources/", "/_modules/"];
 const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// Most connections the static server serves at once per site (more wait).
 const MAX_CONNECTIONS: u64 = 256;
+/// This crawler's rows: one request at a time per site (the grid's
+/// politeness), then 2 and 4 connections as a site's operator may allow
+/// (`beebot crawl --connections N --delay-ms 0`).
+const OURS: usize = 3;
 /// Longest one crawler may take over one site before the bench gives up.
 const TOOL_TIMEOUT: Duration = Duration::from_secs(1800);
 
@@ -77,11 +85,23 @@ fn main() {
             html_files(&s.root)
         );
     }
-    // `BEEBOT_COMPARE_ONLY=beebot` runs this crawler alone (for a profile).
+    // `BEEBOT_COMPARE_ONLY=beebot` runs this crawler alone (for a profile),
+    // at 1, 2 and 4 connections per site.
     let only_ours = std::env::var("BEEBOT_COMPARE_ONLY").as_deref() == Ok("beebot");
     let spider_sync = spider.clone();
     let tools: Vec<(&str, Crawler)> = vec![
-        ("beebot (1 request at a time per host)", Box::new(beebot)),
+        (
+            "beebot (1 request at a time per host)",
+            Box::new(|s: &Site| beebot(s, 1)),
+        ),
+        (
+            "beebot, 2 connections (if allowed)",
+            Box::new(|s: &Site| beebot(s, 2)),
+        ),
+        (
+            "beebot, 4 connections (if allowed)",
+            Box::new(|s: &Site| beebot(s, 4)),
+        ),
         ("wget --spider -r", Box::new(wget)),
         (
             "spider_cli crawl --sync (1 at a time)",
@@ -93,7 +113,7 @@ fn main() {
         ),
     ];
     let tools = if only_ours {
-        tools.into_iter().take(1).collect()
+        tools.into_iter().take(OURS).collect()
     } else {
         tools
     };
@@ -172,7 +192,11 @@ fn main() {
             disallowed
         );
     }
-    println!("\n{repeats} runs of each crawler, in turn; seconds and time/ours are medians.");
+    println!(
+        "\n{repeats} runs of each crawler, in turn; seconds and time/ours are medians; \
+         each answer took {} ms more (BEEBOT_COMPARE_LATENCY_MS).",
+        latency().as_millis()
+    );
     println!(
         "pages: HTML answers (200) served to the crawler in a run (a range when runs differ); \
          requests, connections: the most of a run (all sites); at once: the most requests one site had \
@@ -240,7 +264,8 @@ fn require_tool(bin: &str, args: &[&str], install: &str) {
     assert!(ok, "{bin} is needed for this bench: {install}");
 }
 
-fn beebot(site: &Site) {
+/// This crawler over `site` at delay 0 with `connections` per site.
+fn beebot(site: &Site, connections: u8) {
     let host = site.host();
     let cfg = CrawlerConfig {
         allow_private: true,
@@ -254,6 +279,7 @@ fn beebot(site: &Site) {
         max_depth: 1000,
         delay: Duration::ZERO,
         max_duration: TOOL_TIMEOUT,
+        connections,
         ..CrawlSpec::new(&host, Scope::Host)
     };
     let out = crawl(&spec, &cfg, &Cancel::new(), &mut |_, _| {});
@@ -401,6 +427,20 @@ impl Site {
     }
 }
 
+/// How long the static server takes to answer each request
+/// (`BEEBOT_COMPARE_LATENCY_MS`, 0 by default: at once), as a site across a
+/// network does.
+fn latency() -> Duration {
+    static LATENCY: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *LATENCY.get_or_init(|| {
+        let ms = std::env::var("BEEBOT_COMPARE_LATENCY_MS").map_or(0, |v| {
+            v.parse()
+                .expect("BEEBOT_COMPARE_LATENCY_MS is a number of milliseconds")
+        });
+        Duration::from_millis(ms)
+    })
+}
+
 fn serve_connection(conn: TcpStream, root: &Path, stats: &Stats) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
@@ -424,6 +464,10 @@ fn serve_connection(conn: TcpStream, root: &Path, stats: &Stats) -> std::io::Res
         let now = stats.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         stats.most_at_once.fetch_max(now, Ordering::SeqCst);
         stats.requests.fetch_add(1, Ordering::SeqCst);
+        let latency = latency();
+        if !latency.is_zero() {
+            std::thread::sleep(latency);
+        }
         let path = percent_decode(target.split(['?', '#']).next().unwrap_or("/"));
         if DISALLOWED.iter().any(|d| path.starts_with(d)) {
             stats.disallowed.fetch_add(1, Ordering::SeqCst);

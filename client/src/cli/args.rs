@@ -173,6 +173,11 @@ pub struct CrawlFlags {
     pub max_depth: u32,
     #[arg(long, default_value_t = 1000)]
     pub delay_ms: u64,
+    /// Requests the site may have unanswered at once, 1 to 4: more than
+    /// one only for a site whose operator allows it, and only with
+    /// `--delay-ms 0` (no robots.txt Crawl-delay either).
+    #[arg(long, default_value_t = 1)]
+    pub connections: u8,
     #[arg(long, default_value = "host", value_parser = ["host", "subdomains", "domain"])]
     pub scope: String,
     #[arg(long, default_value = "tsv", value_parser = ["tsv", "jsonl"])]

@@ -61,6 +61,15 @@ fn crawl_spec(flags: &CrawlFlags) -> Result<CrawlSpec> {
         .with_context(|| format!("`{url}` is not a URL"))?;
     let site = seed.host_str().context("the URL has no host")?.to_string();
     let scope: Scope = flags.scope.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let max = crawler::MAX_CONNECTIONS_PER_HOST;
+    if !(1..=max).contains(&flags.connections) {
+        anyhow::bail!("--connections must be from 1 to {max}");
+    }
+    if flags.connections > 1 && flags.delay_ms > 0 {
+        anyhow::bail!(
+            "--connections above 1 needs --delay-ms 0: at a politeness delay a site gets one request at a time"
+        );
+    }
     Ok(CrawlSpec {
         site,
         seed,
@@ -77,5 +86,6 @@ fn crawl_spec(flags: &CrawlFlags) -> Result<CrawlSpec> {
         ),
         resume: None,
         excluded: Vec::new(),
+        connections: flags.connections,
     })
 }

@@ -16,9 +16,6 @@ use super::CrawlerConfig;
 /// What we accept, in order of preference.
 const ACCEPT: &str = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.1";
 
-/// Idle connections kept per host: we never have two requests to a host in flight.
-const IDLE_CONNECTIONS_PER_HOST: usize = 1;
-
 /// Bytes of an unwanted body read and thrown away so the connection can be
 /// reused (redirects and error pages are small); a longer body closes it.
 const DRAIN_BYTES: u64 = 16 * 1024;
@@ -107,7 +104,11 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
-    pub fn new(cfg: &CrawlerConfig, user_agent: &str) -> Fetcher {
+    /// A fetcher keeping up to `connections` idle connections per host:
+    /// the requests a crawl may have in flight to one host at once (one,
+    /// unless the site's operator allows more).
+    pub fn new(cfg: &CrawlerConfig, user_agent: &str, connections: u8) -> Fetcher {
+        let per_host = usize::from(connections.max(1));
         let proxy = cfg.proxy.as_deref().and_then(|p| ureq::Proxy::new(p).ok());
         let proxy_guard = (proxy.is_some() && !cfg.allow_private)
             .then(|| ProxyGuard::new(cfg.resolve.clone(), cfg.lookup.clone(), cfg.connect_timeout));
@@ -121,8 +122,8 @@ impl Fetcher {
             .timeout_recv_response(Some(cfg.read_timeout))
             .timeout_per_read(Some(cfg.read_timeout))
             .timeout_global(Some(cfg.request_timeout))
-            .max_idle_connections(IDLE_CONNECTIONS)
-            .max_idle_connections_per_host(IDLE_CONNECTIONS_PER_HOST)
+            .max_idle_connections(IDLE_CONNECTIONS.max(per_host))
+            .max_idle_connections_per_host(per_host)
             .max_response_header_size(MAX_RESPONSE_HEADER_BYTES)
             .input_buffer_size(MAX_RESPONSE_HEADER_BYTES)
             .output_buffer_size(REQUEST_BUFFER_BYTES)
@@ -277,7 +278,7 @@ mod tests {
             ..CrawlerConfig::default()
         };
         let get = |cfg: &CrawlerConfig, url: &str| {
-            Fetcher::new(cfg, "BeeBot-test").get(
+            Fetcher::new(cfg, "BeeBot-test", 1).get(
                 &Url::parse(url).expect("url"),
                 1024,
                 BodyWanted::Html,
@@ -336,7 +337,7 @@ mod tests {
             allow_private: true,
             ..CrawlerConfig::default()
         };
-        let fetcher = Fetcher::new(&cfg, "BeeBot-test");
+        let fetcher = Fetcher::new(&cfg, "BeeBot-test", 1);
         let url = Url::parse(&format!("http://127.0.0.1:{port}/")).expect("url");
         let get = || fetcher.get(&url, 1024, BodyWanted::Html, Duration::from_secs(5));
         let fits = get().expect("a header within the limit is read");

@@ -114,6 +114,11 @@ impl Frontier {
         self.queue.pop_front()
     }
 
+    /// The next `n` URLs, oldest first, left queued.
+    pub fn peek(&self, n: usize) -> impl Iterator<Item = &Url> {
+        self.queue.iter().take(n).map(|(url, _)| url)
+    }
+
     pub fn len(&self) -> usize {
         self.queue.len()
     }

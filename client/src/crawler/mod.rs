@@ -37,6 +37,7 @@
 //!
 //! https is fetched through rustls (ring) with the webpki root certificates.
 
+mod ahead;
 pub mod fetch;
 pub mod frontier;
 mod page;
@@ -50,6 +51,7 @@ mod state;
 pub mod trap;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use beebot_shared::limits::{MAX_DELAY_MS, MAX_PAGES_PER_SITE, MAX_URL_LEN};
@@ -58,11 +60,13 @@ use beebot_shared::scanstate::{url_digest, RobotsAnswer, ScanState};
 use beebot_shared::scope::{canonical_url, seed_url, Exclusion, Scope, SiteScope};
 use url::Url;
 
-use fetch::{FetchError, Fetcher};
+use ahead::Answer;
+use fetch::{BodyWanted, FetchError, Fetcher};
 use frontier::{Frontier, MAX_FRONTIER_URLS};
 use robots::{Robots, MAX_CRAWL_DELAY};
 
 pub use crate::cancel::Cancel;
+pub use ahead::MAX_CONNECTIONS_PER_HOST;
 pub use parse::PIPELINE_BELOW_DELAY;
 pub use state::{encode_state, fit_state};
 
@@ -127,6 +131,11 @@ pub struct CrawlSpec {
     /// Hosts never requested (robots.txt included), though inside the scope:
     /// links to them are recorded as outbound links.
     pub excluded: Vec<Exclusion>,
+    /// Requests a site may have unanswered at once, 1 to
+    /// [`MAX_CONNECTIONS_PER_HOST`]: more than one only where the site's
+    /// operator allows it (`beebot crawl --connections`), and then only to
+    /// an origin with no delay at all. A grid unit is always crawled with 1.
+    pub connections: u8,
 }
 
 impl CrawlSpec {
@@ -147,6 +156,7 @@ impl CrawlSpec {
             user_agent: DEFAULT_USER_AGENT.to_string(),
             resume: None,
             excluded: Vec::new(),
+            connections: 1,
         }
     }
 }
@@ -286,7 +296,10 @@ struct Crawler<'a> {
     spec: &'a CrawlSpec,
     cancel: &'a Cancel,
     scope: SiteScope,
-    fetcher: Fetcher,
+    fetcher: Arc<Fetcher>,
+    /// Helpers asking for the next pages on connections of their own
+    /// (`spec.connections` above 1).
+    ahead: Option<ahead::Ahead>,
     /// robots.txt group name of our User-Agent.
     agent_token: String,
     started: Instant,
@@ -387,11 +400,20 @@ impl<'a> Crawler<'a> {
             }
             pages_before = state.pages_done;
         }
+        let connections = spec.connections.clamp(1, MAX_CONNECTIONS_PER_HOST);
+        let fetcher = Arc::new(Fetcher::new(cfg, &spec.user_agent, connections));
+        // Nothing could be asked for ahead at a politeness delay.
+        let ahead = if spec.delay.is_zero() {
+            ahead::Ahead::start(&fetcher, connections)
+        } else {
+            None
+        };
         Crawler {
             spec,
             cancel,
             scope: SiteScope::new(&spec.site, spec.scope),
-            fetcher: Fetcher::new(cfg, &spec.user_agent),
+            fetcher,
+            ahead,
             agent_token,
             started: Instant::now(),
             frontier,
@@ -555,11 +577,13 @@ impl<'a> Crawler<'a> {
             return Err(stop);
         }
         if self.fetched.contains(&url_digest(url.as_str())) {
+            self.forget_ahead(&url);
             return Ok(None); // already reached through a redirect
         }
         if self.is_excluded(&url) || (url != *seed && !self.scope.contains(&url)) {
             // Queued by an earlier scan before the host was excluded, or
             // under a wider scope than this unit's.
+            self.forget_ahead(&url);
             return Ok(None);
         }
         if self.pages_taken() >= self.max_pages {
@@ -579,6 +603,8 @@ impl<'a> Crawler<'a> {
             // Another host of the scope without usable robots.txt.
             _ => return Ok(None),
         }
+        // (Never asked for ahead: a URL is only asked for ahead once its
+        // robots.txt allows it.)
         let mut result = self.fetch_page(url, depth);
         if self.unanswered.len() >= MAX_CONSECUTIVE_CONN_FAILURES {
             match self.still_online(seed) {
@@ -677,6 +703,92 @@ impl<'a> Crawler<'a> {
         self.request_timeout
             .min(self.time_left() + REQUEST_GRACE)
             .max(Duration::from_millis(1))
+    }
+
+    /// One request of the crawl, and how long it took: made by the
+    /// helpers when there are (see [`ahead`]), else here. A page's first
+    /// request (`page`) sends the pages queued after it ahead, as far as
+    /// helpers are free.
+    fn get(&mut self, url: &Url, body: BodyWanted, max_bytes: u64, page: bool) -> Answer {
+        let timeout = self.request_timeout();
+        let pending = match &mut self.ahead {
+            Some(ahead) => ahead.request(url, body, max_bytes, timeout),
+            None => None,
+        };
+        if page && pending.is_some() {
+            self.ask_ahead();
+        }
+        if let Some(answer) = pending.and_then(ahead::Pending::wait) {
+            return answer;
+        }
+        let sent = Instant::now();
+        let result = self.fetcher.get(url, max_bytes, body, timeout);
+        (result, sent.elapsed())
+    }
+
+    /// Ask for the pages queued next ahead, as far as helpers are free:
+    /// only those the crawl's next turns would request now, within the
+    /// page cap.
+    fn ask_ahead(&mut self) {
+        let Some(ahead) = &self.ahead else { return };
+        let mut free = ahead.free();
+        // Pages the cap leaves after the current one and those ahead.
+        let mut cap = self.max_pages.saturating_sub(
+            self.pages_taken()
+                .saturating_add(1)
+                .saturating_add(ahead.pending() as u64),
+        );
+        let mut wanted = Vec::new();
+        for url in self.frontier.peek(ahead.look_ahead()) {
+            if free == 0 || cap == 0 {
+                break;
+            }
+            if ahead.has(url) || self.turn_skips(url) {
+                continue; // counted already, or never a page of the cap
+            }
+            // A page the crawl will take, whether asked for now or at its turn.
+            cap -= 1;
+            if self.would_request_now(url) {
+                wanted.push(url.clone());
+                free -= 1;
+            }
+        }
+        let (max_bytes, timeout) = (self.max_page_bytes, self.request_timeout());
+        if let Some(ahead) = &mut self.ahead {
+            for url in &wanted {
+                ahead.ask_ahead(url, max_bytes, timeout);
+            }
+        }
+    }
+
+    /// Whether the turn of queued `url` would skip it as things stand:
+    /// requested already, excluded, out of the scope, or its robots.txt read
+    /// and not allowing it.
+    fn turn_skips(&self, url: &Url) -> bool {
+        self.fetched.contains(&url_digest(url.as_str()))
+            || self.is_excluded(url)
+            || !self.scope.contains(url)
+            || self
+                .robots_for(url)
+                .is_some_and(|r| r.is_unavailable() || !r.allowed(url))
+    }
+
+    /// Whether the turn of queued `url` would request it at once: not
+    /// skipped, its robots.txt read and asking for no Crawl-delay, and no
+    /// politeness delay.
+    fn would_request_now(&self, url: &Url) -> bool {
+        self.delay.is_zero()
+            && !self.turn_skips(url)
+            && self
+                .robots_for(url)
+                .is_some_and(|r| r.crawl_delay().is_none_or(|d| d.is_zero()))
+    }
+
+    /// Throw away the answer to `url` if it was asked for ahead.
+    fn forget_ahead(&mut self, url: &Url) {
+        if let Some(ahead) = &mut self.ahead {
+            ahead.forget(url);
+        }
     }
 
     /// Whether `url` is on a host excluded from crawling.

@@ -78,15 +78,11 @@ impl Crawler<'_> {
             self.frontier.unpop(current.clone(), depth);
             return Err(PageResult::Stopped(stop));
         }
-        let timeout = self.request_timeout();
-        let sent = Instant::now();
-        let result = self
-            .fetcher
-            .get(current, self.max_page_bytes, BodyWanted::Html, timeout);
+        let (result, took) = self.get(current, BodyWanted::Html, self.max_page_bytes, first);
         self.last_request.insert(origin(current), Instant::now());
         if result.is_ok() {
             self.responses += 1;
-            self.response_time += sent.elapsed();
+            self.response_time += took;
         }
         if self.cut_by_budget(&result) {
             // Not the page's answer: it goes back to the queue, for the

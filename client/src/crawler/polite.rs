@@ -41,10 +41,7 @@ impl Crawler<'_> {
             return Ok(false);
         };
         self.wait_turn(&probe)?;
-        let timeout = self.request_timeout();
-        let result = self
-            .fetcher
-            .get(&probe, MAX_ROBOTS_BYTES, BodyWanted::Any2xx, timeout);
+        let (result, _) = self.get(&probe, BodyWanted::Any2xx, MAX_ROBOTS_BYTES, false);
         self.last_request.insert(origin(&probe), Instant::now());
         match result {
             Ok(_) => Ok(true),
@@ -68,13 +65,7 @@ impl Crawler<'_> {
         let Some(last) = self.last_request.get(&key) else {
             return Ok(());
         };
-        let crawl_delay = self
-            .robots
-            .get(&key)
-            .and_then(Robots::crawl_delay)
-            .unwrap_or(Duration::ZERO)
-            .min(self.max_crawl_delay);
-        let ready = *last + self.delay.max(crawl_delay);
+        let ready = *last + self.delay_for(&key);
         let now = Instant::now();
         if ready <= now {
             return Ok(());
@@ -87,6 +78,18 @@ impl Crawler<'_> {
             return Err(StopReason::Cancelled);
         }
         Ok(())
+    }
+
+    /// The pause between two requests to origin `key`: the crawl's delay,
+    /// or its robots.txt Crawl-delay when longer (up to the cap).
+    pub(super) fn delay_for(&self, key: &str) -> Duration {
+        let crawl_delay = self
+            .robots
+            .get(key)
+            .and_then(Robots::crawl_delay)
+            .unwrap_or(Duration::ZERO)
+            .min(self.max_crawl_delay);
+        self.delay.max(crawl_delay)
     }
 
     /// The robots.txt policy of `url`'s origin, once asked.
@@ -142,10 +145,7 @@ impl Crawler<'_> {
         // rules (allowing all could crawl what the site forbids).
         for _ in 0..=MAX_REDIRECTS {
             self.wait_turn(&current)?;
-            let timeout = self.request_timeout();
-            let result = self
-                .fetcher
-                .get(&current, MAX_ROBOTS_BYTES, BodyWanted::Any2xx, timeout);
+            let (result, _) = self.get(&current, BodyWanted::Any2xx, MAX_ROBOTS_BYTES, false);
             self.last_request.insert(origin(&current), Instant::now());
             if self.cut_by_budget(&result) {
                 return Err(StopReason::MaxTime); // asked again by the next scan

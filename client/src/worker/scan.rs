@@ -86,6 +86,8 @@ pub fn crawl_spec(
         user_agent: unit.user_agent.clone(),
         resume,
         excluded: unit.exclusions.clone(),
+        // One request at a time per host: the grid's politeness.
+        connections: 1,
     })
 }
 
