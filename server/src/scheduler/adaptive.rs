@@ -2,7 +2,8 @@
 //! that would finish it soonest, hedges on the critical path, then tail
 //! replication.
 //!
-//! Invariants: a decision is O(hosts) and O(log queue) plus the running
+//! Invariants: a decision is one pass over the hosts ([`Field`]) and
+//! O(log queue) plus the running
 //! jobs it reads, latest end first, until none later can be worth a copy
 //! (the queue is indexed by size: [`super::Queue`]); at most [`MAX_COPIES`] copies
 //! of a job run, and a copy goes only to the online host that would finish
@@ -47,17 +48,57 @@ use super::{
 /// sooner ([`REPLICA_GAIN`]).
 pub struct Adaptive;
 
+/// What a decision needs of the hosts, gathered in one pass over them
+/// (O(hosts), a cost per page worked out once per host): each other
+/// online host as a line (its start and its seconds per page, slack
+/// applied), and the queue's drain over the online hosts (the asker
+/// included). A decision then reads these instead of the hosts' views.
+struct Field {
+    /// `(start_s, cost)` of every other online host, in host order.
+    lines: Vec<(f64, f64)>,
+    /// Pages per second over every slot of the online hosts and the asker.
+    rate: f64,
+    /// The work they hold, in pages at their speeds.
+    held: f64,
+    /// The least seconds per page among them.
+    fastest: f64,
+}
+
+impl Field {
+    fn of(ctx: &Ctx) -> Field {
+        let mut lines = Vec::with_capacity(ctx.hosts.len());
+        let (mut rate, mut held, mut fastest) = (0.0, 0.0, f64::INFINITY);
+        for (i, h) in ctx.hosts.iter().enumerate() {
+            let asker = i == ctx.asker;
+            if !asker && !h.online {
+                continue;
+            }
+            let c = h.cost(ctx.delay_s);
+            rate += h.slots.max(1) as f64 / c;
+            held += h.load_s / c;
+            fastest = fastest.min(c);
+            if !asker {
+                lines.push((
+                    ADAPTIVE_SLACK * (h.free_at_s + ASK_LAG_S),
+                    ADAPTIVE_SLACK * c,
+                ));
+            }
+        }
+        Field {
+            lines,
+            rate,
+            held,
+            fastest,
+        }
+    }
+}
+
 impl Adaptive {
     /// The interval of job sizes (pages) the asker finishes no later than
     /// every other online host, starting at `start_s` with `cost` s/page.
-    fn winning_sizes(ctx: &Ctx, start_s: f64, cost: f64) -> (f64, f64) {
+    fn winning_sizes(field: &Field, start_s: f64, cost: f64) -> (f64, f64) {
         let (mut lo, mut hi) = (0.0f64, f64::INFINITY);
-        for (i, g) in ctx.hosts.iter().enumerate() {
-            if i == ctx.asker || !g.online {
-                continue;
-            }
-            let s_g = ADAPTIVE_SLACK * (g.free_at_s + ASK_LAG_S);
-            let c_g = ADAPTIVE_SLACK * g.cost(ctx.delay_s);
+        for &(s_g, c_g) in &field.lines {
             // start + x·cost ≤ s_g + x·c_g
             let dc = cost - c_g;
             let ds = s_g - start_s;
@@ -76,21 +117,11 @@ impl Adaptive {
     /// the online hosts were the asker to spend one slot on a copy (the level
     /// it reaches), and the seconds of the largest queued job on the fastest
     /// online host (the queued work counts every queued job: it waits for
-    /// the grid, not for one host). O(hosts).
-    fn queue_drain_s(ctx: &Ctx, cost: f64) -> (f64, f64) {
-        let (mut rate, mut held, mut fastest) = (0.0, 0.0, f64::INFINITY);
-        for (i, h) in ctx.hosts.iter().enumerate() {
-            if i != ctx.asker && !h.online {
-                continue;
-            }
-            let c = h.cost(ctx.delay_s);
-            rate += h.slots.max(1) as f64 / c;
-            held += h.load_s / c;
-            fastest = fastest.min(c);
-        }
+    /// the grid, not for one host).
+    fn queue_drain_s(ctx: &Ctx, field: &Field, cost: f64) -> (f64, f64) {
         let (work, largest) = (ctx.queue.total_pages(), ctx.queue.largest_pages());
-        let rate = (rate - 1.0 / cost).max(f64::MIN_POSITIVE);
-        ((work + held) / rate, largest * fastest)
+        let rate = (field.rate - 1.0 / cost).max(f64::MIN_POSITIVE);
+        ((work + field.held) / rate, largest * field.fastest)
     }
 
     /// Copies of running jobs for the asker, latest expected finish first, at
@@ -100,7 +131,7 @@ impl Adaptive {
     /// With jobs queued: hedges of jobs on the critical path, and copies of
     /// jobs whose every holder is offline that would outlast the queue (see
     /// [`Adaptive`]).
-    fn replicas(ctx: &Ctx, n: usize, start_s: f64, cost: f64) -> Vec<u64> {
+    fn replicas(ctx: &Ctx, field: &Field, n: usize, start_s: f64, cost: f64) -> Vec<u64> {
         if n == 0 {
             return Vec::new();
         }
@@ -115,10 +146,10 @@ impl Adaptive {
                 .latest_first_finite()
                 .next()
                 .map_or(0.0, |r| r.finish_s.max(0.0));
-            (Self::queue_drain_s(ctx, cost), longest_s)
+            (Self::queue_drain_s(ctx, field, cost), longest_s)
         });
         // One pass over the hosts: the sizes this host would finish soonest.
-        let (lo, hi) = Self::winning_sizes(ctx, start_s, cost);
+        let (lo, hi) = Self::winning_sizes(field, start_s, cost);
         let (lo, hi) = (lo * 0.999_999, hi * 1.000_001);
         let worth = |r: &RunningView| {
             let mine = start_s + r.pages * cost;
@@ -224,11 +255,14 @@ impl Policy for Adaptive {
         let cost = me.cost(ctx.delay_s);
         let slots = me.slots.max(1) as f64;
         let mut idle = me.idle_slots();
+        // The hosts, read once for the whole decision, when it needs them.
+        let field = std::cell::OnceCell::new();
+        let field = || field.get_or_init(|| Field::of(ctx));
         // A copy of a job on the critical path (a hedge, or a job stuck on
         // offline hosts) comes first, into the next free slot.
         if !ctx.queue.is_empty() && ask.free_slots > 0 {
             let start = if idle > 0 { 0.0 } else { me.free_at_s };
-            let critical = Self::replicas(ctx, 1, start, cost);
+            let critical = Self::replicas(ctx, field(), 1, start, cost);
             if !critical.is_empty() {
                 return Decision {
                     jobs: Vec::new(),
@@ -247,7 +281,7 @@ impl Policy for Adaptive {
         while out.len() < ask.free_slots as usize
             && (out.is_empty() || total < ask.want_seconds as f64)
         {
-            let (lo, hi) = Self::winning_sizes(ctx, start, cost);
+            let (lo, hi) = Self::winning_sizes(field(), start, cost);
             let mut pick = Self::largest_won(ctx, &out, (lo, hi), largest);
             // A job this host failed comes back to it only when nothing else is left.
             if pick.is_none() && idle > 0 {
@@ -273,7 +307,7 @@ impl Policy for Adaptive {
         }
         // Tail replication: nothing queued, and this host has a slot to spare.
         let replicas = if ctx.queue.is_empty() && idle > 0 && out.is_empty() {
-            Self::replicas(ctx, idle.min(ask.free_slots) as usize, 0.0, cost)
+            Self::replicas(ctx, field(), idle.min(ask.free_slots) as usize, 0.0, cost)
         } else {
             Vec::new()
         };
