@@ -17,6 +17,11 @@ use crate::window::Windows;
 
 /// How often a held scan looks at the gate again.
 const GATE_POLL: Duration = Duration::from_millis(200);
+/// How long [`Gate::is_open`]'s reading of the window and the power supply
+/// holds: every scan asks at every page, and a reading looks at the time
+/// zone and the power supplies (a few file reads). A pause, a resume and
+/// new rules take effect at once.
+pub const GATE_RECHECK: Duration = Duration::from_secs(1);
 /// The longest timed pause: a year (past it, a time would not be shown).
 pub const MAX_PAUSE: Duration = Duration::from_secs(366 * 24 * 3600);
 /// A status file older than this means the client is not running.
@@ -51,6 +56,8 @@ pub struct Gate {
     /// Settings read again, for the work loop to take.
     settings: Mutex<Option<crate::settings::Settings>>,
     reloader: Mutex<Option<Arc<Reloader>>>,
+    /// The last reading for [`Gate::is_open`]: when, and whether open.
+    reading: Mutex<Option<(std::time::Instant, bool)>>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -72,7 +79,13 @@ impl Gate {
             stop: tokio::sync::Notify::new(),
             settings: Mutex::new(None),
             reloader: Mutex::new(None),
+            reading: Mutex::new(None),
         }
+    }
+
+    /// Read the window and the power supply again at the next check.
+    fn forget_reading(&self) {
+        *self.reading.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     fn windows_now(&self) -> std::sync::MutexGuard<'_, Windows> {
@@ -88,6 +101,7 @@ impl Gate {
         *self.windows_now() = windows;
         self.stop_on_battery
             .store(stop_on_battery, Ordering::Relaxed);
+        self.forget_reading();
     }
 
     /// How `reload` reads the settings again (set by `beebot run`).
@@ -120,15 +134,19 @@ impl Gate {
 
     pub fn pause(&self, until: Option<SystemTime>) {
         *self.paused.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
+        self.forget_reading();
     }
 
     /// Resume; false when it was not paused.
     pub fn resume(&self) -> bool {
-        self.paused
+        let was = self
+            .paused
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
-            .is_some()
+            .is_some();
+        self.forget_reading();
+        was
     }
 
     /// The hold at wall-clock `now` (local time for the window).
@@ -164,8 +182,18 @@ impl Gate {
         )
     }
 
+    /// Whether scans may go on: [`Gate::hold`] read at most every
+    /// [`GATE_RECHECK`] (a pause, a resume or new rules at once).
     pub fn is_open(&self) -> bool {
-        self.hold() == Hold::Open
+        let mut reading = self.reading.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, open)) = *reading {
+            if at.elapsed() < GATE_RECHECK {
+                return open;
+            }
+        }
+        let open = self.hold() == Hold::Open;
+        *reading = Some((std::time::Instant::now(), open));
+        open
     }
 
     /// Block (a scan thread, at a page boundary) while held, until open or cancelled.
@@ -520,6 +548,25 @@ mod tests {
         let forever = format!("pause {}", u64::MAX);
         assert!(apply_command(&g, &forever, now).starts_with("error: a pause lasts at most"));
         assert!(apply_command(&g, "explode", now).starts_with("error"));
+    }
+
+    #[test]
+    fn the_scans_check_sees_a_pause_a_resume_and_new_rules_at_once() {
+        use chrono::Timelike;
+        let g = Gate::new(Windows::always(), false);
+        assert!(g.is_open());
+        // Within GATE_RECHECK of the reading above, every change shows.
+        g.pause(None);
+        assert!(!g.is_open());
+        assert!(g.resume());
+        assert!(g.is_open());
+        // A window that opens two hours from now: closed now.
+        let h = (chrono::Local::now().hour() + 2) % 24;
+        let later = Windows::parse(&format!("{h:02}:00-{:02}:00", (h + 1) % 24)).unwrap();
+        g.set_rules(later, false);
+        assert!(!g.is_open());
+        g.set_rules(Windows::always(), false);
+        assert!(g.is_open());
     }
 
     #[test]

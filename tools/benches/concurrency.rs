@@ -23,7 +23,9 @@
 //! `beebot run` with the default settings (low priority included), its
 //! status page read every 2 s as an open tab does; the table then adds the
 //! binary's size and the bytes written per hour (`--seconds 3600` for the
-//! README's hour).
+//! README's hour). `BEEBOT_BENCH_CLIENT_BIN=PATH` runs that program
+//! instead of building one (two builds side by side, each in a bench of
+//! its own).
 //! Nothing here asserts a figure: it reports them.
 
 use std::collections::BTreeMap;
@@ -76,6 +78,8 @@ const HOME_VAR: &str = "BEEBOT_BENCH_HOME";
 const WEB_VAR: &str = "BEEBOT_BENCH_WEB";
 /// The client's `slots` ceiling.
 const SLOTS_VAR: &str = "BEEBOT_BENCH_SLOTS";
+/// The program a `--binary` run starts instead of building `beebot`.
+const CLIENT_BIN_VAR: &str = "BEEBOT_BENCH_CLIENT_BIN";
 /// The client's CPU budget (`cpu_percent`).
 const CPU_VAR: &str = "BEEBOT_BENCH_CPU_PERCENT";
 /// The operator contact of the bench's server (it crawls only loopback).
@@ -134,8 +138,18 @@ fn binary() -> bool {
 const PAGE_POLL: Duration = Duration::from_secs(2);
 
 /// Build the release `beebot` and give its path (next to this bench's
-/// target dir: `target/release/beebot`).
+/// target dir: `target/release/beebot`), or the program
+/// `BEEBOT_BENCH_CLIENT_BIN` names (another build, to set two side by side).
 fn release_beebot() -> Result<PathBuf> {
+    if let Some(given) = std::env::var_os(CLIENT_BIN_VAR) {
+        let given = PathBuf::from(given);
+        anyhow::ensure!(
+            given.is_file(),
+            "{CLIENT_BIN_VAR} names {}, not a file",
+            given.display()
+        );
+        return Ok(given);
+    }
     let status = Command::new(env!("CARGO"))
         .args([
             "build",
@@ -622,7 +636,11 @@ fn drive() -> Result<()> {
             ),
         );
         table.push((
-            "client binary (release, stripped)".into(),
+            if std::env::var_os(CLIENT_BIN_VAR).is_some() {
+                "client binary (as given)".into()
+            } else {
+                "client binary (release, stripped)".into()
+            },
             std::fs::metadata(exe).map_or("?".into(), |m| {
                 format!("{:.1} MB", m.len() as f64 / (1024.0 * 1024.0))
             }),

@@ -27,6 +27,12 @@ const SPOOL_FULL: &str =
 /// random wait of up to this long, so connected hosts do not ask in lockstep.
 pub const WORK_HINT_JITTER: Duration = Duration::from_secs(1);
 
+/// How long a measure of the spool's size holds for [`Worker::spool_full`]:
+/// the work loop looks before every work request it might send, and a
+/// measure lists the spool's files (a full spool frees within this of an
+/// upload; the spool grows by a few units meanwhile at most).
+pub const SPOOL_RECHECK: Duration = Duration::from_secs(1);
+
 /// Seconds before asking again when the server gave no work and no
 /// `retry_after`, or answered something unexpected.
 const DEFAULT_RETRY_AFTER_S: u64 = 30;
@@ -81,7 +87,18 @@ impl Worker {
     /// A full spool takes no new work until uploads free it (said once in
     /// the log and the status).
     fn spool_full(&mut self) -> bool {
-        if self.opts.spool_cap_bytes == 0 || self.home.spool_bytes() < self.opts.spool_cap_bytes {
+        if self.opts.spool_cap_bytes == 0 {
+            return false;
+        }
+        let bytes = match self.spool_measured {
+            Some((at, bytes)) if at.elapsed() < SPOOL_RECHECK => bytes,
+            _ => {
+                let bytes = self.home.spool_bytes();
+                self.spool_measured = Some((Instant::now(), bytes));
+                bytes
+            }
+        };
+        if bytes < self.opts.spool_cap_bytes {
             return false;
         }
         if self.last_error.as_deref() != Some(SPOOL_FULL) {

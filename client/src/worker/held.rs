@@ -77,6 +77,8 @@ pub(super) struct Worker {
     pub(super) stats: RunStats,
     pub(super) done_tx: mpsc::Sender<ScanDone>,
     pub(super) last_error: Option<String>,
+    /// The spool's size when last measured, and when (see [`SPOOL_RECHECK`]).
+    pub(super) spool_measured: Option<(Instant, u64)>,
     /// The last problems, for the status page.
     pub(super) problems: Vec<crate::control::Problem>,
     pub(super) status_written: Instant,
