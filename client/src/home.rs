@@ -593,28 +593,30 @@ impl Home {
 
     /// Today's totals (local date), kept in the spool across restarts.
     pub fn today(&self, date: &str) -> DayTotals {
-        std::fs::read_to_string(self.data.join("spool").join("today.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<DayTotals>(&t).ok())
-            .filter(|d| d.date == date)
+        self.days()
+            .into_iter()
+            .rfind(|d| d.date == date)
+            .or_else(|| {
+                // A home whose client kept the day apart as well (`today.json`).
+                std::fs::read_to_string(self.data.join("spool").join("today.json"))
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<DayTotals>(&t).ok())
+                    .filter(|d| d.date == date)
+            })
             .unwrap_or_else(|| DayTotals {
                 date: date.to_string(),
                 ..Default::default()
             })
     }
 
-    /// Add one accepted result to today's totals (and to the days kept
-    /// for the week's, [`Home::days`]).
+    /// Add one accepted result to today's totals, kept with the days kept
+    /// for the week's ([`Home::days`]).
     pub fn add_to_today(&self, date: &str, pages: u64, links: u64) -> Result<DayTotals> {
         let mut d = self.today(date);
         d.results += 1;
         d.pages += pages;
         d.links += links;
-        write_atomic(
-            &self.data.join("spool").join("today.json"),
-            serde_json::to_string(&d)?.as_bytes(),
-            false,
-        )?;
+        // One file for every day kept, today's included: one write a result.
         let mut days = self.days();
         days.retain(|x| x.date != d.date);
         days.push(d.clone());
