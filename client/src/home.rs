@@ -619,15 +619,20 @@ impl Home {
         // One file for every day kept, today's included: one write a result.
         let mut days = self.days();
         days.retain(|x| x.date != d.date);
+        days.sort_by(|a, b| a.date.cmp(&b.date));
+        // The oldest other days go; today's stays, even on a clock set
+        // back behind the days kept.
+        let extra = (days.len() + 1).saturating_sub(DAYS_KEPT);
+        days.drain(..extra.min(days.len()));
         days.push(d.clone());
         days.sort_by(|a, b| a.date.cmp(&b.date));
-        let extra = days.len().saturating_sub(DAYS_KEPT);
-        days.drain(..extra);
         write_atomic(
             &self.days_path(),
             serde_json::to_string(&days)?.as_bytes(),
             false,
         )?;
+        // An older client's file for the day alone is stale from now on.
+        let _ = fs::remove_file(self.data.join("spool").join("today.json"));
         Ok(d)
     }
 
@@ -951,6 +956,11 @@ mod tests {
         }
         let days = h.days();
         assert_eq!(days.len(), DAYS_KEPT);
+        // A clock set back behind every day kept: today's count still adds up.
+        h.add_to_today("2026-01-01", 2, 0).unwrap();
+        h.add_to_today("2026-01-01", 3, 0).unwrap();
+        assert_eq!(h.today("2026-01-01").pages, 5);
+        assert_eq!(h.days().len(), DAYS_KEPT);
         assert_eq!(
             days.last().unwrap().date,
             format!("2027-01-{:02}", DAYS_KEPT + 3)

@@ -29,8 +29,9 @@ pub const WORK_HINT_JITTER: Duration = Duration::from_secs(1);
 
 /// How long a measure of the spool's size holds for [`Worker::spool_full`]:
 /// the work loop looks before every work request it might send, and a
-/// measure lists the spool's files (a full spool frees within this of an
-/// upload; the spool grows by a few units meanwhile at most).
+/// measure lists the spool's files. A unit spooled or a result uploaded
+/// has it measured again at the next look; a scan's own writes show
+/// within this.
 pub const SPOOL_RECHECK: Duration = Duration::from_secs(1);
 
 /// Seconds before asking again when the server gave no work and no
@@ -166,6 +167,8 @@ impl Worker {
                 Ok(unit) if unit.host_id == self.enrolment.host_id => {
                     let s = SpooledUnit { signed, unit };
                     self.home.spool_unit(&s)?;
+                    // The spool grew: measured again before the next request.
+                    self.spool_measured = None;
                     self.stats.units_received += 1;
                     self.refusals = 0;
                     self.held.insert(
