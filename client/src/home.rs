@@ -593,12 +593,17 @@ impl Home {
 
     /// Today's totals (local date), kept in the spool across restarts.
     pub fn today(&self, date: &str) -> DayTotals {
-        self.days()
-            .into_iter()
+        self.day_in(&self.days(), date)
+    }
+
+    /// `date`'s totals among `days`, else in an older client's file for the
+    /// day alone (`today.json`), else nothing yet.
+    fn day_in(&self, days: &[DayTotals], date: &str) -> DayTotals {
+        days.iter()
             .rfind(|d| d.date == date)
+            .cloned()
             .or_else(|| {
-                // A home whose client kept the day apart as well (`today.json`).
-                std::fs::read_to_string(self.data.join("spool").join("today.json"))
+                std::fs::read_to_string(self.today_path())
                     .ok()
                     .and_then(|t| serde_json::from_str::<DayTotals>(&t).ok())
                     .filter(|d| d.date == date)
@@ -609,30 +614,36 @@ impl Home {
             })
     }
 
+    fn today_path(&self) -> PathBuf {
+        self.data.join("spool").join("today.json")
+    }
+
     /// Add one accepted result to today's totals, kept with the days kept
-    /// for the week's ([`Home::days`]).
+    /// for the week's ([`Home::days`]): one read and one write a result.
     pub fn add_to_today(&self, date: &str, pages: u64, links: u64) -> Result<DayTotals> {
-        let mut d = self.today(date);
+        let mut days = self.days();
+        let first_today = !days.iter().any(|x| x.date == date);
+        let mut d = self.day_in(&days, date);
         d.results += 1;
         d.pages += pages;
         d.links += links;
-        // One file for every day kept, today's included: one write a result.
-        let mut days = self.days();
         days.retain(|x| x.date != d.date);
         days.sort_by(|a, b| a.date.cmp(&b.date));
         // The oldest other days go; today's stays, even on a clock set
         // back behind the days kept.
         let extra = (days.len() + 1).saturating_sub(DAYS_KEPT);
         days.drain(..extra.min(days.len()));
-        days.push(d.clone());
-        days.sort_by(|a, b| a.date.cmp(&b.date));
+        let at = days.partition_point(|x| x.date < d.date);
+        days.insert(at, d.clone());
         write_atomic(
             &self.days_path(),
             serde_json::to_string(&days)?.as_bytes(),
             false,
         )?;
-        // An older client's file for the day alone is stale from now on.
-        let _ = fs::remove_file(self.data.join("spool").join("today.json"));
+        if first_today {
+            // An older client's file for the day alone is stale from now on.
+            let _ = fs::remove_file(self.today_path());
+        }
         Ok(d)
     }
 
@@ -931,6 +942,25 @@ mod tests {
             data: dir.path().to_path_buf(),
         };
         (dir, h)
+    }
+
+    #[test]
+    fn an_older_clients_day_file_is_taken_over_once() {
+        let (_d, h) = home();
+        std::fs::create_dir_all(h.data.join("spool")).unwrap();
+        let older = DayTotals {
+            date: "2026-12-01".into(),
+            results: 2,
+            pages: 7,
+            links: 70,
+        };
+        std::fs::write(h.today_path(), serde_json::to_string(&older).unwrap()).unwrap();
+        assert_eq!(h.today("2026-12-01").pages, 7);
+        assert_eq!(h.today("2026-12-02").pages, 0, "another day's file");
+        let d = h.add_to_today("2026-12-01", 1, 10).unwrap();
+        assert_eq!((d.results, d.pages, d.links), (3, 8, 80));
+        assert!(!h.today_path().exists(), "kept in days.json from now on");
+        assert_eq!(h.today("2026-12-01").pages, 8);
     }
 
     #[test]

@@ -748,7 +748,7 @@ impl<'a> Crawler<'a> {
             }
             // A page the crawl will take, whether asked for now or at its turn.
             cap -= 1;
-            if self.would_request_now(url) {
+            if self.no_wait_for(url) {
                 wanted.push(url.clone());
                 free -= 1;
             }
@@ -773,12 +773,11 @@ impl<'a> Crawler<'a> {
                 .is_some_and(|r| r.is_unavailable() || !r.allowed(url))
     }
 
-    /// Whether the turn of queued `url` would request it at once: not
-    /// skipped, its robots.txt read and asking for no Crawl-delay, and no
-    /// politeness delay.
-    fn would_request_now(&self, url: &Url) -> bool {
+    /// Whether a turn of `url` not skipped would request it at once: no
+    /// politeness delay, and its robots.txt read and asking for no
+    /// Crawl-delay.
+    fn no_wait_for(&self, url: &Url) -> bool {
         self.delay.is_zero()
-            && !self.turn_skips(url)
             && self
                 .robots_for(url)
                 .is_some_and(|r| r.crawl_delay().is_none_or(|d| d.is_zero()))

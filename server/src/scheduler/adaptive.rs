@@ -131,13 +131,21 @@ impl Adaptive {
     /// With jobs queued: hedges of jobs on the critical path, and copies of
     /// jobs whose every holder is offline that would outlast the queue (see
     /// [`Adaptive`]).
-    fn replicas(ctx: &Ctx, field: &Field, n: usize, start_s: f64, cost: f64) -> Vec<u64> {
+    /// `field` is read only when some job runs.
+    fn replicas<'f>(
+        ctx: &Ctx,
+        field: impl Fn() -> &'f Field,
+        n: usize,
+        start_s: f64,
+        cost: f64,
+    ) -> Vec<u64> {
         if n == 0 {
             return Vec::new();
         }
         if ctx.running.latest_first().next().is_none() {
             return Vec::new();
         }
+        let field = field();
         // With jobs queued: (level, largest queued) and the longest running
         // job (the first with a finite end).
         let queued = (!ctx.queue.is_empty()).then(|| {
@@ -262,7 +270,7 @@ impl Policy for Adaptive {
         // offline hosts) comes first, into the next free slot.
         if !ctx.queue.is_empty() && ask.free_slots > 0 {
             let start = if idle > 0 { 0.0 } else { me.free_at_s };
-            let critical = Self::replicas(ctx, field(), 1, start, cost);
+            let critical = Self::replicas(ctx, field, 1, start, cost);
             if !critical.is_empty() {
                 return Decision {
                     jobs: Vec::new(),
@@ -307,7 +315,7 @@ impl Policy for Adaptive {
         }
         // Tail replication: nothing queued, and this host has a slot to spare.
         let replicas = if ctx.queue.is_empty() && idle > 0 && out.is_empty() {
-            Self::replicas(ctx, field(), idle.min(ask.free_slots) as usize, 0.0, cost)
+            Self::replicas(ctx, field, idle.min(ask.free_slots) as usize, 0.0, cost)
         } else {
             Vec::new()
         };
