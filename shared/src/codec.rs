@@ -51,6 +51,79 @@ fn large_config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<LARGE_DECODE_LIMIT>()
 }
 
+/// `#[serde(with = "crate::codec::bytes")]` for a `Vec<u8>` field: the same
+/// bytes on the wire as the plain field (bincode writes a length, then the
+/// bytes; JSON an array of numbers), but encoded and decoded as one run of
+/// bytes instead of a value per byte. The claimed length is checked against
+/// the decode's limit before anything is allocated, as for any sequence.
+pub mod bytes {
+    use serde::{de, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        d.deserialize_byte_buf(Bytes)
+    }
+
+    struct Bytes;
+
+    impl<'de> de::Visitor<'de> for Bytes {
+        type Value = Vec<u8>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("bytes")
+        }
+
+        fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(v.to_vec())
+        }
+
+        fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+            Ok(v)
+        }
+
+        /// JSON (and any format without a bytes type) gives a sequence.
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+            // As serde's own `Vec<u8>`: a claimed size preallocates at most 1 MiB.
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 20));
+            while let Some(b) = seq.next_element::<u8>()? {
+                out.push(b);
+            }
+            Ok(out)
+        }
+    }
+
+    /// [`self`] for an `Option<Vec<u8>>` field.
+    pub mod option {
+        use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+        #[derive(Deserialize)]
+        #[serde(transparent)]
+        struct Wrap(#[serde(with = "super")] Vec<u8>);
+
+        struct WrapRef<'a>(&'a [u8]);
+
+        impl Serialize for WrapRef<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_bytes(self.0)
+            }
+        }
+
+        pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+            match v {
+                Some(b) => s.serialize_some(&WrapRef(b)),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+            Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
+        }
+    }
+}
+
 /// Encode a value with the standard configuration. Fails when the result would
 /// exceed `limit` bytes.
 pub fn encode<T: Serialize>(value: &T, limit: usize) -> Result<Vec<u8>, CodecError> {
@@ -218,5 +291,59 @@ mod tests {
             let _ = decode::<Msg>(&junk, 1000);
             let _ = decode_frame::<Msg>(&junk);
         }
+    }
+
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct Plain {
+        a: Vec<u8>,
+        b: Option<Vec<u8>>,
+    }
+
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct Runs {
+        #[serde(with = "bytes")]
+        a: Vec<u8>,
+        #[serde(with = "bytes::option")]
+        b: Option<Vec<u8>>,
+    }
+
+    #[test]
+    fn byte_runs_are_the_same_on_the_wire_and_in_json_as_byte_vectors() {
+        let long: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+        for (a, b) in [
+            (long.clone(), Some(long.clone())),
+            (vec![], None),
+            (vec![0, 255], Some(vec![])),
+        ] {
+            let plain = Plain {
+                a: a.clone(),
+                b: b.clone(),
+            };
+            let runs = Runs { a, b };
+            let wire = encode(&plain, usize::MAX).unwrap();
+            assert_eq!(encode(&runs, usize::MAX).unwrap(), wire);
+            assert_eq!(decode::<Runs>(&wire, MAX_FRAME_BYTES).unwrap(), runs);
+            let back: Plain = decode(&encode(&runs, usize::MAX).unwrap(), MAX_FRAME_BYTES).unwrap();
+            assert_eq!(back, plain);
+            let json = serde_json::to_string(&plain).unwrap();
+            assert_eq!(serde_json::to_string(&runs).unwrap(), json);
+            assert_eq!(serde_json::from_str::<Runs>(&json).unwrap(), runs);
+        }
+    }
+
+    #[test]
+    fn a_byte_run_claiming_more_than_the_limit_is_refused_before_it_is_allocated() {
+        // A length of 2^40 bytes (bincode's varint: 253, then 8 bytes),
+        // followed by nothing.
+        let mut lie = vec![253u8];
+        lie.extend_from_slice(&(1u64 << 40).to_le_bytes());
+        assert!(matches!(
+            decode::<Runs>(&lie, MAX_FRAME_BYTES),
+            Err(CodecError::Decode(_))
+        ));
+        // Within the limit but past the end: truncated, not read past.
+        let mut short = vec![100u8];
+        short.extend_from_slice(&[1, 2, 3]);
+        assert!(decode::<Runs>(&short, MAX_FRAME_BYTES).is_err());
     }
 }

@@ -14,7 +14,6 @@ use std::io::Read;
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec;
 use crate::extract::LinkTag;
 use crate::limits::{
     MAX_LINK_FILE_BYTES, MAX_LINK_FILE_DECOMPRESSED_BYTES, MAX_LINK_FILE_MEMORY_BYTES,
@@ -213,30 +212,57 @@ pub enum LinkFileError {
 
 /// Compress a header and its records into a link file.
 pub fn encode(header: &LinkFileHeader, records: &[LinkRecord]) -> Result<Vec<u8>, LinkFileError> {
+    let mut zstd = new_compressor()?;
+    encode_with(&mut zstd, header, records)
+}
+
+/// A zstd compression context of link files.
+pub type Compressor = zstd::bulk::Compressor<'static>;
+
+/// A compression context as [`encode_with`] wants it (level, checksum).
+pub fn new_compressor() -> Result<Compressor, LinkFileError> {
+    let zerr = |e: std::io::Error| LinkFileError::Corrupt(e.to_string());
+    let mut zstd = zstd::bulk::Compressor::new(ZSTD_LEVEL).map_err(zerr)?;
+    zstd.include_checksum(true).map_err(zerr)?;
+    Ok(zstd)
+}
+
+/// [`encode`] with a compression context of the caller's
+/// ([`new_compressor`]), kept from one file to the next by a maker of many
+/// files (the load generator); it keeps the tables the largest file asked for.
+pub fn encode_with(
+    zstd: &mut Compressor,
+    header: &LinkFileHeader,
+    records: &[LinkRecord],
+) -> Result<Vec<u8>, LinkFileError> {
     if records.len() > MAX_LINK_RECORDS {
         return Err(LinkFileError::TooManyRecords(records.len()));
     }
-    if records_memory(records) > MAX_LINK_FILE_MEMORY_BYTES {
+    let memory = records_memory(records);
+    if memory > MAX_LINK_FILE_MEMORY_BYTES {
         return Err(LinkFileError::TooMuchMemory(MAX_LINK_FILE_MEMORY_BYTES));
     }
-    let mut raw = MAGIC.to_vec();
-    let body = codec::encode(&(header, records), MAX_LINK_FILE_DECOMPRESSED_BYTES)
-        .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
-    raw.extend_from_slice(&body);
-    let mut out = Vec::with_capacity(raw.len() / 4 + 64);
-    {
-        let mut enc = zstd::stream::Encoder::new(&mut out, ZSTD_LEVEL)
-            .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
-        enc.include_checksum(true)
-            .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
-        // The size known, zstd sizes its window and tables to it.
-        enc.set_pledged_src_size(Some(raw.len() as u64))
-            .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
-        std::io::Write::write_all(&mut enc, &raw)
-            .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
-        enc.finish()
-            .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
+    // Magic and body into one buffer (no copy of the body), then one
+    // compression call: zstd knows the size, sizes its window and tables to
+    // it, and writes it in the frame's header. A record's encoding is its
+    // texts and a few bytes of lengths and flags.
+    let texts = memory - records.len() * LINK_RECORD_OVERHEAD_BYTES;
+    let mut raw = Vec::with_capacity(MAGIC.len() + texts + records.len() * 8 + 256);
+    raw.extend_from_slice(MAGIC);
+    bincode::serde::encode_into_std_write(
+        (header, records),
+        &mut raw,
+        bincode::config::standard(),
+    )
+    .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
+    if raw.len() - MAGIC.len() > MAX_LINK_FILE_DECOMPRESSED_BYTES {
+        return Err(LinkFileError::DecompressedTooLarge(
+            MAX_LINK_FILE_DECOMPRESSED_BYTES,
+        ));
     }
+    let out = zstd
+        .compress(&raw)
+        .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
     if out.len() > MAX_LINK_FILE_BYTES {
         return Err(LinkFileError::TooLarge {
             got: out.len(),
@@ -489,6 +515,7 @@ fn read_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec;
 
     /// The causes of a site never reached are natural ends (the job does
     /// not continue from a frontier) and site failures (no page: a failed

@@ -61,7 +61,9 @@ pub enum Request {
     Upload {
         unit_id: u64,
         summary: ScanSummary,
+        #[serde(with = "crate::codec::bytes")]
         link_file: Vec<u8>,
+        #[serde(with = "crate::codec::bytes::option")]
         state: Option<Vec<u8>>,
     },
     /// The frontier a continuation unit starts from (`WorkUnit::resume`).
@@ -167,6 +169,7 @@ pub enum Response {
     Duplicate,
     /// The encoded scan state a continuation unit resumes from.
     State {
+        #[serde(with = "crate::codec::bytes")]
         bytes: Vec<u8>,
     },
     Rejected {

@@ -70,6 +70,7 @@ pub struct ResumeFrom {
 /// A work unit's exact encoded bytes and the project key's signature over them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SignedUnit {
+    #[serde(with = "crate::codec::bytes")]
     pub bytes: Vec<u8>,
     pub signature: Vec<u8>,
 }

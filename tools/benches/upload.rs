@@ -7,15 +7,17 @@
 //! size (300 records), ten times that, and the most the load generator draws
 //! (20,000), in a round at the default politeness delay (1 s; the pace
 //! check passes as it does for an honest client). Prints one table: µs per
-//! file and records per second. Figures are compared within one run;
-//! nothing here asserts a speed.
+//! file and records per second, and beside them µs per file of the making
+//! side: `linkfile::encode` of the same records (what a client does for
+//! every result, and the load generator for every upload). Figures are
+//! compared within one run; nothing here asserts a speed.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use beebot_server::grid::{UploadStep, WorkRequest};
 use beebot_server::params::RoundParams;
-use beebot_shared::sign;
+use beebot_shared::{linkfile, sign};
 use beebot_tools::loadfiles::{memory_grid, realistic_result, LinkFileSizes};
 
 const T0: u64 = 1_750_000_000_000;
@@ -41,8 +43,14 @@ fn main() {
     };
     println!("one upload's check (UploadPlan::verify) of an honest client's link file");
     println!(
-        "{:>10} {:>12} {:>10} {:>12} {:>14}",
-        "records", "file bytes", "files", "µs per file", "records per s"
+        "{:>10} {:>12} {:>10} {:>12} {:>14} {:>16} {:>18}",
+        "records",
+        "file bytes",
+        "files",
+        "µs per file",
+        "records per s",
+        "encode µs/file",
+        "context kept µs"
     );
     for records in SIZES {
         let sizes = LinkFileSizes {
@@ -61,13 +69,36 @@ fn main() {
             n += 1;
         }
         let per_file = start.elapsed().as_secs_f64() / n as f64;
+        let (header, recs) = linkfile::decode(&file).expect("decodes");
+        let start = Instant::now();
+        let mut m = 0;
+        while m < MAX_FILES && (start.elapsed() < MIN_TIME || m < 10) {
+            black_box(linkfile::encode(black_box(&header), black_box(&recs))).ok();
+            m += 1;
+        }
+        let per_encode = start.elapsed().as_secs_f64() / m as f64;
+        let mut zstd = linkfile::new_compressor().expect("context");
+        let start = Instant::now();
+        let mut k = 0;
+        while k < MAX_FILES && (start.elapsed() < MIN_TIME || k < 10) {
+            black_box(linkfile::encode_with(
+                &mut zstd,
+                black_box(&header),
+                black_box(&recs),
+            ))
+            .ok();
+            k += 1;
+        }
+        let per_encode_kept = start.elapsed().as_secs_f64() / k as f64;
         println!(
-            "{:>10} {:>12} {:>10} {:>12.1} {:>14.0}",
+            "{:>10} {:>12} {:>10} {:>12.1} {:>14.0} {:>16.1} {:>18.1}",
             records,
             file.len(),
             n,
             per_file * 1e6,
-            records as f64 / per_file
+            records as f64 / per_file,
+            per_encode * 1e6,
+            per_encode_kept * 1e6
         );
     }
 }

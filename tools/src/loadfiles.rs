@@ -125,7 +125,9 @@ pub fn realistic_result(
         }
     }
     let links = records.len() as u64;
-    let file = linkfile::encode(&LinkFileHeader::of_unit(unit, pages, links), &records)?;
+    let file = with_compressor(|zstd| {
+        linkfile::encode_with(zstd, &LinkFileHeader::of_unit(unit, pages, links), &records)
+    })?;
     let summary = ScanSummary {
         pages,
         links,
@@ -136,6 +138,31 @@ pub fn realistic_result(
         ..ScanSummary::default()
     };
     Ok((summary, file))
+}
+
+/// Compression contexts kept between results, at most this many (each
+/// keeps the tables the largest file it made asked for, a few MB).
+const KEPT_COMPRESSORS: usize = 8;
+
+static COMPRESSORS: std::sync::Mutex<Vec<linkfile::Compressor>> = std::sync::Mutex::new(Vec::new());
+
+/// `f` with a compression context from the kept ones (a new one when none
+/// is free), put back after unless [`KEPT_COMPRESSORS`] are kept: a result
+/// per upload is made without building a context for each.
+fn with_compressor<T>(
+    f: impl FnOnce(&mut linkfile::Compressor) -> Result<T, linkfile::LinkFileError>,
+) -> Result<T, linkfile::LinkFileError> {
+    let kept = COMPRESSORS.lock().unwrap_or_else(|p| p.into_inner()).pop();
+    let mut zstd = match kept {
+        Some(z) => z,
+        None => linkfile::new_compressor()?,
+    };
+    let out = f(&mut zstd);
+    let mut kept = COMPRESSORS.lock().unwrap_or_else(|p| p.into_inner());
+    if kept.len() < KEPT_COMPRESSORS {
+        kept.push(zstd);
+    }
+    out
 }
 
 /// A grid in memory (store and link files) with `sites` in one running
