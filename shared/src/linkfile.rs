@@ -249,12 +249,8 @@ pub fn encode_with(
     let texts = memory - records.len() * LINK_RECORD_OVERHEAD_BYTES;
     let mut raw = Vec::with_capacity(MAGIC.len() + texts + records.len() * 8 + 256);
     raw.extend_from_slice(MAGIC);
-    bincode::serde::encode_into_std_write(
-        (header, records),
-        &mut raw,
-        bincode::config::standard(),
-    )
-    .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
+    bincode::serde::encode_into_std_write((header, records), &mut raw, bincode::config::standard())
+        .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
     if raw.len() - MAGIC.len() > MAX_LINK_FILE_DECOMPRESSED_BYTES {
         return Err(LinkFileError::DecompressedTooLarge(
             MAX_LINK_FILE_DECOMPRESSED_BYTES,

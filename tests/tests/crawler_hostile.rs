@@ -174,3 +174,61 @@ fn legacy_encoding_gives_the_urls_a_browser_requests() {
     );
     assert_eq!(rec.anchor_text, "Crème");
 }
+
+/// The request paths the server logged for `host` from `from` on, once it
+/// has gone quiet (nothing new for 300 ms): a request still being answered
+/// or sent after the crawl returned is counted.
+fn quiet_paths(server: &SynthWebServer, host: &str, from: usize) -> Vec<String> {
+    let mut seen = server.request_log().len();
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = server.request_log().len();
+        if now == seen {
+            break;
+        }
+        seen = now;
+    }
+    let mut p = paths(&server.request_log()[from..], host);
+    p.sort();
+    p
+}
+
+#[test]
+fn connections_an_operator_allows_end_hostile_sites_as_one_connection_does() {
+    // With 4 requests at once to a site (allowed only at delay 0), a page
+    // dripped a byte a second, redirect loops and an endless calendar end
+    // the scan as one connection ends it: the same counts, the same
+    // requests (none sent ahead past a cap or after the end), in bounded time.
+    let server = server();
+    for (host, pages, bound) in [
+        ("drip.hostile.test", 100, Duration::from_secs(8)),
+        ("loop.hostile.test", 100, Duration::from_secs(8)),
+        ("calendar.hostile.test", 30, Duration::from_secs(15)),
+    ] {
+        let ends = |connections: u8| {
+            let from = server.request_log().len();
+            let spec = CrawlSpec {
+                connections,
+                max_pages: pages,
+                ..spec(host)
+            };
+            let started = Instant::now();
+            let out = run(&spec, &server);
+            let took = started.elapsed();
+            assert!(took < bound, "{host}, {connections} connections: {took:?}");
+            let s = out.summary;
+            let counts = (
+                s.pages,
+                s.timeouts,
+                s.redirect_errors,
+                s.trap_urls,
+                s.stopped_by,
+            );
+            (counts, quiet_paths(&server, host, from))
+        };
+        let (one, one_paths) = ends(1);
+        let (four, four_paths) = ends(4);
+        assert_eq!(four, one, "{host}");
+        assert_eq!(four_paths, one_paths, "{host}");
+    }
+}
