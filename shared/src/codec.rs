@@ -54,8 +54,11 @@ fn large_config() -> impl bincode::config::Config {
 /// `#[serde(with = "crate::codec::bytes")]` for a `Vec<u8>` field: the same
 /// bytes on the wire as the plain field (bincode writes a length, then the
 /// bytes; JSON an array of numbers), but encoded and decoded as one run of
-/// bytes instead of a value per byte. The claimed length is checked against
-/// the decode's limit before anything is allocated, as for any sequence.
+/// bytes instead of a value per byte. Decoded from a slice (every decode
+/// of [`decode`]), the run is borrowed from the input and copied once: a
+/// claimed length past the bytes there are is refused before anything is
+/// allocated for it. (`deserialize_byte_buf` would allocate the claimed
+/// length, up to the decode's limit, before finding the input short.)
 pub mod bytes {
     use serde::{de, Deserializer, Serializer};
 
@@ -64,7 +67,7 @@ pub mod bytes {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        d.deserialize_byte_buf(Bytes)
+        d.deserialize_bytes(Bytes)
     }
 
     struct Bytes;
@@ -345,5 +348,19 @@ mod tests {
         let mut short = vec![100u8];
         short.extend_from_slice(&[1, 2, 3]);
         assert!(decode::<Runs>(&short, MAX_FRAME_BYTES).is_err());
+        // 40 MiB claimed (under the frame limit) by a frame of a few bytes,
+        // in the plain run and in the optional one: refused (the run is
+        // borrowed from the input, so nothing of the claimed size is made).
+        let claim = 40u32 << 20;
+        assert!((claim as usize) < MAX_FRAME_BYTES);
+        for head in [vec![252u8], vec![0, 1, 252]] {
+            let mut lie = head;
+            lie.extend_from_slice(&claim.to_le_bytes());
+            lie.extend_from_slice(&[1, 2, 3]);
+            assert!(matches!(
+                decode::<Runs>(&lie, MAX_FRAME_BYTES),
+                Err(CodecError::Decode(_))
+            ));
+        }
     }
 }

@@ -249,8 +249,8 @@ fn responses_getting_much_slower_make_the_client_back_off() {
 
 #[test]
 fn the_cpu_budget_keeps_the_client_below_it_and_a_raised_one_applies_while_running() {
-    // Quick answers at a 100 ms delay: a debug build's scans cost far more
-    // than 1% of a core.
+    // Quick answers at a 30 ms delay: a debug build's scans cost far more
+    // than 1% of a core (at 100 ms, three of them fitted 1% on a fast day).
     let g = quick_grid(171, 17);
     // The budget from the settings file (not the tests' whole core).
     let o = g.client("a", &["config", "set", "cpu_percent", "1"]);
@@ -276,7 +276,7 @@ fn the_cpu_budget_keeps_the_client_below_it_and_a_raised_one_applies_while_runni
             .spawn()
             .expect("spawn"),
     );
-    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "100"]));
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "30"]));
     let text = || std::fs::read_to_string(&log).unwrap_or_default();
     wait_for(
         "a step over the CPU budget",
