@@ -245,9 +245,10 @@ pub fn encode_with(
     // Magic and body into one buffer (no copy of the body), then one
     // compression call: zstd knows the size, sizes its window and tables to
     // it, and writes it in the frame's header. A record's encoding is its
-    // texts and a few bytes of lengths and flags.
+    // texts and at most 12 bytes of lengths (up to 3 each) and flags; the
+    // header's a few hundred.
     let texts = memory - records.len() * LINK_RECORD_OVERHEAD_BYTES;
-    let mut raw = Vec::with_capacity(MAGIC.len() + texts + records.len() * 8 + 256);
+    let mut raw = Vec::with_capacity(MAGIC.len() + texts + records.len() * 12 + 1024);
     raw.extend_from_slice(MAGIC);
     bincode::serde::encode_into_std_write((header, records), &mut raw, bincode::config::standard())
         .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;

@@ -177,8 +177,10 @@ fn legacy_encoding_gives_the_urls_a_browser_requests() {
 
 /// The request paths the server logged for `host` from `from` on, once it
 /// has gone quiet (nothing new for 300 ms): a request still being answered
-/// or sent after the crawl returned is counted.
+/// or sent after the crawl returned is counted. A crawl still requesting
+/// 10 s after it returned fails the test.
 fn quiet_paths(server: &SynthWebServer, host: &str, from: usize) -> Vec<String> {
+    let until = Instant::now() + Duration::from_secs(10);
     let mut seen = server.request_log().len();
     loop {
         std::thread::sleep(Duration::from_millis(300));
@@ -186,6 +188,10 @@ fn quiet_paths(server: &SynthWebServer, host: &str, from: usize) -> Vec<String> 
         if now == seen {
             break;
         }
+        assert!(
+            Instant::now() < until,
+            "{host} still requested after the crawl ended"
+        );
         seen = now;
     }
     let mut p = paths(&server.request_log()[from..], host);

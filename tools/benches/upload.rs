@@ -62,34 +62,22 @@ fn main() {
         assert_eq!(summary.links, records);
         plan.verify(&summary, &file, None)
             .expect("an honest file passes");
-        let start = Instant::now();
-        let mut n = 0;
-        while n < MAX_FILES && (start.elapsed() < MIN_TIME || n < 10) {
+        let (n, per_file) = time_each(|| {
             black_box(plan.verify(black_box(&summary), black_box(&file), None)).ok();
-            n += 1;
-        }
-        let per_file = start.elapsed().as_secs_f64() / n as f64;
+        });
         let (header, recs) = linkfile::decode(&file).expect("decodes");
-        let start = Instant::now();
-        let mut m = 0;
-        while m < MAX_FILES && (start.elapsed() < MIN_TIME || m < 10) {
+        let (_, per_encode) = time_each(|| {
             black_box(linkfile::encode(black_box(&header), black_box(&recs))).ok();
-            m += 1;
-        }
-        let per_encode = start.elapsed().as_secs_f64() / m as f64;
+        });
         let mut zstd = linkfile::new_compressor().expect("context");
-        let start = Instant::now();
-        let mut k = 0;
-        while k < MAX_FILES && (start.elapsed() < MIN_TIME || k < 10) {
+        let (_, per_encode_kept) = time_each(|| {
             black_box(linkfile::encode_with(
                 &mut zstd,
                 black_box(&header),
                 black_box(&recs),
             ))
             .ok();
-            k += 1;
-        }
-        let per_encode_kept = start.elapsed().as_secs_f64() / k as f64;
+        });
         println!(
             "{:>10} {:>12} {:>10} {:>12.1} {:>14.0} {:>16.1} {:>18.1}",
             records,
@@ -101,4 +89,16 @@ fn main() {
             per_encode_kept * 1e6
         );
     }
+}
+
+/// Run `f` at least [`MIN_TIME`] and 10 times, at most [`MAX_FILES`]
+/// times: the runs made and the seconds each took.
+fn time_each(mut f: impl FnMut()) -> (usize, f64) {
+    let start = Instant::now();
+    let mut n = 0;
+    while n < MAX_FILES && (start.elapsed() < MIN_TIME || n < 10) {
+        f();
+        n += 1;
+    }
+    (n, start.elapsed().as_secs_f64() / n as f64)
 }
