@@ -330,7 +330,7 @@ pub fn for_each_record_ref(
 fn stream(
     bytes: &[u8],
     budget: usize,
-    mut f: impl FnMut(&LinkRecord) -> Result<(), LinkFileError>,
+    f: impl FnMut(&LinkRecord) -> Result<(), LinkFileError>,
 ) -> Result<LinkFileHeader, LinkFileError> {
     if bytes.len() > MAX_LINK_FILE_BYTES {
         return Err(LinkFileError::TooLarge {
@@ -338,11 +338,21 @@ fn stream(
             limit: MAX_LINK_FILE_BYTES,
         });
     }
+    // With a kept decompression context (see `KEPT_DECOMPRESSORS`).
+    let mut dctx = take_decompressor()?;
+    let out = stream_with(&mut dctx, bytes, budget, f);
+    put_back_decompressor(dctx);
+    out
+}
+
+fn stream_with(
+    dctx: &mut DCtx,
+    bytes: &[u8],
+    budget: usize,
+    mut f: impl FnMut(&LinkRecord) -> Result<(), LinkFileError>,
+) -> Result<LinkFileHeader, LinkFileError> {
     // The compressed bytes are read in place (a slice is already buffered).
-    // A context of its own, freed with it: a kept one would keep the
-    // window the last file asked for.
-    let decoder = zstd::stream::read::Decoder::with_buffer(bytes)
-        .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
+    let decoder = zstd::stream::read::Decoder::with_context(bytes, dctx);
     let mut r = std::io::BufReader::with_capacity(
         64 * 1024,
         Bounded {
@@ -359,6 +369,45 @@ fn stream(
         }
     })?;
     Ok(header)
+}
+
+/// Decompression contexts kept between link files (the server checks one
+/// per upload on whichever blocking thread is free), at most this many: a
+/// file reuses one instead of building a context and its buffers.
+const KEPT_DECOMPRESSORS: usize = 8;
+
+/// A context is put back only while its buffers take at most this: one that
+/// grew for a file with a wider window than link files need is freed with
+/// that file. So the kept ones hold at most 8 × 1 MiB.
+const KEPT_DECOMPRESSOR_BYTES: usize = 1 << 20;
+
+static DECOMPRESSORS: std::sync::Mutex<Vec<DCtx>> = std::sync::Mutex::new(Vec::new());
+
+type DCtx = zstd::zstd_safe::DCtx<'static>;
+
+/// A kept decompression context, or a new one (a decoder made with one
+/// resets its session first, so whatever the last file left half read is
+/// forgotten).
+fn take_decompressor() -> Result<DCtx, LinkFileError> {
+    let kept = DECOMPRESSORS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .pop();
+    match kept {
+        Some(d) => Ok(d),
+        None => DCtx::try_create().ok_or_else(|| corrupt("no memory for a decompression context")),
+    }
+}
+
+/// Keep `dctx` for the next file if it is small enough and there is room.
+fn put_back_decompressor(dctx: DCtx) {
+    if dctx.sizeof() > KEPT_DECOMPRESSOR_BYTES {
+        return;
+    }
+    let mut kept = DECOMPRESSORS.lock().unwrap_or_else(|p| p.into_inner());
+    if kept.len() < KEPT_DECOMPRESSORS {
+        kept.push(dctx);
+    }
 }
 
 /// The decompressed stream, refused past [`MAX_LINK_FILE_DECOMPRESSED_BYTES`].
@@ -569,6 +618,53 @@ mod tests {
             records: n as u64,
         };
         (header, records)
+    }
+
+    /// Kept decompression contexts: files of every size, a file cut short
+    /// and a damaged one in between, decode as each does with a context of
+    /// its own (a context a failed file left mid-frame is reset), and a
+    /// context grown past `KEPT_DECOMPRESSOR_BYTES` is not kept.
+    #[test]
+    fn kept_decompression_contexts_decode_every_file_as_a_fresh_one_does() {
+        let files: Vec<(usize, Vec<u8>)> = [3, 300, 20_000, 0, 3_000]
+            .into_iter()
+            .map(|n| {
+                let (h, r) = sample(n);
+                (n, encode(&h, &r).unwrap())
+            })
+            .collect();
+        let fresh = |bytes: &[u8]| {
+            let mut dctx = DCtx::create();
+            let mut n = 0;
+            stream_with(&mut dctx, bytes, MAX_LINK_FILE_MEMORY_BYTES, |_| {
+                n += 1;
+                Ok(())
+            })
+            .map(|h| (h, n))
+            .map_err(|e| e.to_string())
+        };
+        for round in 0..3 {
+            for (n, bytes) in &files {
+                let cut = &bytes[..bytes.len() * 2 / 3];
+                let mut flipped = bytes.clone();
+                let mid = flipped.len() / 2;
+                flipped[mid] ^= 0x40;
+                for b in [bytes.as_slice(), cut, &flipped] {
+                    let mut got = 0;
+                    let kept = for_each_record_ref(b, |_| {
+                        got += 1;
+                        Ok(())
+                    })
+                    .map(|h| (h, got))
+                    .map_err(|e| e.to_string());
+                    assert_eq!(kept, fresh(b), "round {round}, {n} records");
+                }
+                assert_eq!(decode(bytes).unwrap().1.len(), *n);
+            }
+        }
+        let kept = DECOMPRESSORS.lock().unwrap();
+        assert!(kept.len() <= KEPT_DECOMPRESSORS);
+        assert!(kept.iter().all(|d| d.sizeof() <= KEPT_DECOMPRESSOR_BYTES));
     }
 
     #[test]

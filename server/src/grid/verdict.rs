@@ -19,7 +19,8 @@ use crate::validate::{self, ValidateMode};
 /// that agree with it are valid, the others (the minority) invalid; returns
 /// the authors of results newly found invalid (sorted, once each).
 fn judge_by(candidates: &mut [Candidate], w: usize) -> Vec<u64> {
-    let keep_sketch = candidates[w].sketch.clone();
+    // Lent out for the comparisons (the kept result is not compared).
+    let keep_sketch = std::mem::take(&mut candidates[w].sketch);
     let mut liars = Vec::new();
     for (i, c) in candidates.iter_mut().enumerate() {
         let sim = if i == w {
@@ -38,6 +39,7 @@ fn judge_by(candidates: &mut [Candidate], w: usize) -> Vec<u64> {
             Verdict::Invalid
         };
     }
+    candidates[w].sketch = keep_sketch;
     liars.sort_unstable();
     liars.dedup();
     liars
@@ -172,13 +174,15 @@ impl Grid {
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Ok(());
         };
+        // Sketches are of no more use once a result is kept (dropped
+        // before anything is copied).
+        for c in job.candidates.iter_mut() {
+            c.sketch = Vec::new();
+        }
         let kept = job.candidates[keep].clone();
         job.segments = kept.segments.clone();
         job.result = Some(kept.result.clone());
         job.state = JobState::Done;
-        for c in job.candidates.iter_mut() {
-            c.sketch = Vec::new();
-        }
         let round_id = job.round_id;
         let valid: Vec<Candidate> = if job.validation == JobValidation::Valid {
             job.candidates
@@ -221,12 +225,21 @@ impl Grid {
             self.store.put_site(&s)?;
         }
         // Speeds are learned from results found valid or taken from trusted
-        // hosts only, never from a result that waits for its check.
+        // hosts only, never from a result that waits for its check. Each
+        // host changed is written once, after all of it.
         let last = pieces.len() - 1;
+        let mut changed = Vec::new();
         for (i, (host, summary)) in pieces.iter().enumerate() {
-            self.learn_from(*host, summary, delay_s, i == last)?;
+            self.learn_from(*host, summary, delay_s, i == last, &mut changed);
         }
-        self.credit_valid(&valid, &kept, delay_s)?;
+        self.credit_valid(&valid, &kept, delay_s, &mut changed);
+        changed.sort_unstable();
+        changed.dedup();
+        for host in changed {
+            if let Some(h) = self.hosts.get(&host) {
+                self.store.put_host(h)?;
+            }
+        }
         self.reindex(job_id);
         for &host in liars {
             self.distrust(host)?;
@@ -236,21 +249,23 @@ impl Grid {
 
     /// The results found `valid` are real work of their hosts (the checks
     /// beside the `kept` one teach their speeds too), and each author gains
-    /// trust.
+    /// trust. The hosts changed are added to `changed`, for the caller to
+    /// write.
     fn credit_valid(
         &mut self,
         valid: &[Candidate],
         kept: &Candidate,
         delay_s: f64,
-    ) -> Result<(), GridError> {
+        changed: &mut Vec<u64>,
+    ) {
         for c in valid
             .iter()
             .filter(|c| c.result.unit_id != kept.result.unit_id)
         {
             for seg in &c.segments {
-                self.learn_from(seg.host_id, &seg.summary, delay_s, false)?;
+                self.learn_from(seg.host_id, &seg.summary, delay_s, false, changed);
             }
-            self.learn_from(c.result.host_id, &c.result.summary, delay_s, false)?;
+            self.learn_from(c.result.host_id, &c.result.summary, delay_s, false, changed);
         }
         for c in valid {
             for host in c.authors() {
@@ -258,12 +273,10 @@ impl Grid {
                 if let Some(h) = self.hosts.get_mut(&host) {
                     h.consecutive_valid = h.consecutive_valid.saturating_add(1);
                     h.valid_results += 1;
-                    let h = h.clone();
-                    self.store.put_host(&h)?;
+                    changed.push(host);
                 }
             }
         }
-        Ok(())
     }
 
     /// A result of `host_id` was found invalid: its trust is reset, and
@@ -353,14 +366,16 @@ impl Grid {
         Ok(())
     }
 
-    /// A host's figures from one of its scans, in a result taken.
-    pub(super) fn learn_from(
+    /// A host's figures from one of its scans, in a result taken; the host
+    /// is added to `changed`, for the caller to write.
+    fn learn_from(
         &mut self,
         host_id: u64,
         summary: &ScanSummary,
         delay_s: f64,
         job_done: bool,
-    ) -> Result<(), GridError> {
+        changed: &mut Vec<u64>,
+    ) {
         let (pages, bytes) = (summary.pages, summary.bytes);
         let seconds = summary.elapsed_ms as f64 / 1000.0;
         self.host_changed(host_id);
@@ -373,10 +388,8 @@ impl Grid {
             h.bytes_done = h.bytes_done.saturating_add(bytes);
             h.avg_pages_per_s = scheduler::learn_speed(h.avg_pages_per_s, pages, seconds, delay_s);
             h.avg_kb_per_s = scheduler::learn_speed(h.avg_kb_per_s, bytes / 1024, seconds, 0.0);
-            let h = h.clone();
-            self.store.put_host(&h)?;
+            changed.push(host_id);
         }
-        Ok(())
     }
 }
 

@@ -85,11 +85,22 @@ fn an_untrusted_hosts_result_is_checked_by_another_hosts_scan() {
     }
     assert_eq!(fx.host_rec(h[0]).jobs_done, 1);
     assert_eq!(fx.round_state(job.round_id), RoundState::Done);
-    // Trust is stored.
+    // Trust and every figure learned are stored (each host written once,
+    // after all of the result's changes to it).
+    let learned = |r: &HostRecord| {
+        (
+            (r.jobs_done, r.pages_done, r.bytes_done, r.seconds_done),
+            (r.avg_pages_per_s, r.avg_kb_per_s),
+            (r.consecutive_valid, r.valid_results, r.invalid_results),
+        )
+    };
+    let before: Vec<_> = h.iter().map(|id| learned(&fx.host_rec(*id))).collect();
     let (dir, key) = (fx.dir.path().to_path_buf(), fx.key.clone());
     drop(fx.grid);
     let g = open_grid(&dir, &key);
     assert_eq!(g.hosts[&h[1]].consecutive_valid, 1);
+    let after: Vec<_> = h.iter().map(|id| learned(&g.hosts[id])).collect();
+    assert_eq!(after, before);
 }
 
 #[test]
