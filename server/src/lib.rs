@@ -158,6 +158,13 @@ impl Shared {
 type GridJob = Box<dyn FnOnce(&mut Grid) -> Deliver + Send>;
 /// Sends one answer (run after the sync its writes need).
 type Deliver = Box<dyn FnOnce() + Send>;
+/// What one stretch of the grid's thread hands to the sync: its answers,
+/// and the link files its calls stopped naming (removed after the sync).
+struct Stretch {
+    answers: Vec<Deliver>,
+    removals: Vec<String>,
+}
+
 /// Makes every store write so far durable ([`store::Store::sync`]).
 type SyncStore = Box<dyn FnMut() -> Result<(), store::StoreError> + Send>;
 
@@ -172,9 +179,11 @@ pub const GRID_STRETCH: std::time::Duration = std::time::Duration::from_millis(5
 /// most [`GRID_STRETCH`], then it hands the stretch's answers to
 /// `grid-sync`. That one takes every answer waiting, makes the store's
 /// writes so far durable (one fsync for all of them: group commit), and
-/// only then delivers them. So the grid never waits for a disk, a call
-/// never waits for a lock or a blocking thread, and no answer leaves before
-/// the writes it depends on are durable.
+/// only then delivers them, then removes the link files the stretch's
+/// calls stopped naming ([`Grid::defer_link_removals`]). So the grid never
+/// waits for a disk, a call never waits for a lock or a blocking thread, no
+/// answer leaves before the writes it depends on are durable, and no file
+/// goes before the record that stopped naming it is durable.
 ///
 /// The queues hold one call per request being answered, so they are bound
 /// by what may ask: QUIC requests by admission (`MAX_CONNECTIONS` ×
@@ -193,7 +202,11 @@ impl GridStage {
         live: Arc<dashboard::live::Live>,
     ) -> std::io::Result<std::sync::mpsc::Sender<GridJob>> {
         let (jobs, rx) = std::sync::mpsc::channel::<GridJob>();
-        let (to_sync, synced) = std::sync::mpsc::channel::<Vec<Deliver>>();
+        let (to_sync, synced) = std::sync::mpsc::channel::<Stretch>();
+        // Link files a record stops naming are removed once that record is
+        // durable, by the sync thread after it delivered the answers.
+        grid.defer_link_removals();
+        let links = grid.link_files_shared();
         std::thread::Builder::new()
             .name("grid".into())
             .spawn(move || {
@@ -218,7 +231,8 @@ impl GridStage {
                         *seen = now;
                         changed
                     });
-                    if to_sync.send(answers).is_err() {
+                    let removals = grid.take_link_removals();
+                    if to_sync.send(Stretch { answers, removals }).is_err() {
                         break;
                     }
                 }
@@ -226,16 +240,25 @@ impl GridStage {
         std::thread::Builder::new()
             .name("grid-sync".into())
             .spawn(move || {
-                while let Ok(mut answers) = synced.recv() {
+                while let Ok(mut stretch) = synced.recv() {
                     // Every stretch that queued meanwhile rides on this sync.
                     for more in synced.try_iter() {
-                        answers.extend(more);
+                        stretch.answers.extend(more.answers);
+                        stretch.removals.extend(more.removals);
                     }
-                    if sync().is_ok() {
+                    let synced = sync().is_ok();
+                    if synced {
                         live.beat(dashboard::live::Component::Store, now_ms());
                     }
-                    for deliver in answers {
+                    for deliver in stretch.answers {
                         deliver();
+                    }
+                    // After a failed sync the files stay (their records
+                    // may still name them after a restart).
+                    if synced {
+                        for name in &stretch.removals {
+                            links.remove(name);
+                        }
                     }
                 }
             })?;
@@ -743,5 +766,94 @@ mod tests {
             .await
             .expect("hint in time")
             .expect("hint");
+    }
+
+    /// A link file a record stops naming is removed by the sync thread
+    /// once the store is synced, never by the call (the record saying so
+    /// could be lost in a crash before it); after a failed sync it stays.
+    #[tokio::test]
+    async fn a_link_file_a_record_stops_naming_is_removed_after_the_sync() {
+        use grid::LinkFiles;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+        let store = store::memory();
+        let links = Arc::new(grid::MemoryLinks::default());
+        let io = GridIo::in_memory(
+            store.clone(),
+            links.clone(),
+            beebot_shared::sign::generate_key(),
+            7,
+        );
+        let g = Grid::open(io, grid::testkit::settings()).expect("grid");
+        for name in ["1/a.lf", "1/b.lf"] {
+            links.write(name, b"links").expect("write");
+        }
+        // Each sync notes whether the files were still there; the second
+        // sync fails.
+        let (seen, syncs, fail) = (
+            Arc::new(std::sync::Mutex::new(Vec::new())),
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let sync: SyncStore = {
+            let (seen, syncs, fail, links) =
+                (seen.clone(), syncs.clone(), fail.clone(), links.clone());
+            Box::new(move || {
+                let there = |n: &str| links.read(n).is_ok();
+                seen.lock()
+                    .expect("lock")
+                    .push((there("1/a.lf"), there("1/b.lf")));
+                syncs.fetch_add(1, SeqCst);
+                if fail.load(SeqCst) {
+                    Err(store::StoreError::Injected)
+                } else {
+                    store.sync()
+                }
+            })
+        };
+        let jobs = GridStage::start(
+            g,
+            sync,
+            tokio::sync::watch::Sender::new(0),
+            Arc::new(metrics::Metrics::new(0)),
+            Arc::new(dashboard::live::Live::new(0, None)),
+        )
+        .expect("threads");
+        // The call writes (so the stretch syncs) and stops naming a file:
+        // still there while it ran and at the sync, gone soon after.
+        let during = on_grid(&jobs, {
+            let links = links.clone();
+            move |g| {
+                g.add_sites(&["s1.example.edu".to_string()], 1_000)
+                    .expect("site");
+                g.remove_link("1/a.lf");
+                links.read("1/a.lf").is_ok()
+            }
+        })
+        .await
+        .expect("answered");
+        assert!(during, "removed by the call itself");
+        let gone = || async {
+            for _ in 0..200 {
+                if links.read("1/a.lf").is_err() {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            false
+        };
+        assert!(gone().await, "not removed after the sync");
+        assert_eq!(seen.lock().expect("lock")[0], (true, true));
+        // A failed sync removes nothing.
+        fail.store(true, SeqCst);
+        on_grid(&jobs, |g| {
+            g.add_sites(&["s2.example.edu".to_string()], 1_000)
+                .expect("site");
+            g.remove_link("1/b.lf");
+        })
+        .await
+        .expect("answered");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(syncs.load(SeqCst) >= 2);
+        assert!(links.read("1/b.lf").is_ok(), "removed after a failed sync");
     }
 }

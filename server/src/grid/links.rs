@@ -301,8 +301,35 @@ impl Grid {
         self.links.clone()
     }
 
+    /// From now on, a link file or scan state that a record stops naming is
+    /// removed only once that record is durable: kept in a list for
+    /// [`Grid::take_link_removals`] (the server's grid stage removes them
+    /// after the store's sync). Without it (tests, the simulator, the
+    /// commands that open the store) removal is at once.
+    pub fn defer_link_removals(&mut self) {
+        self.link_removals.get_or_insert_with(Vec::new);
+    }
+
+    /// The removals deferred since the last call (see
+    /// [`Grid::defer_link_removals`]), to make once the store is synced.
+    pub fn take_link_removals(&mut self) -> Vec<String> {
+        self.link_removals
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Remove `name`, which no record will name once the change being made
+    /// is stored: at once, or after the sync when deferred.
+    pub(crate) fn remove_link(&mut self, name: &str) {
+        match &mut self.link_removals {
+            Some(later) => later.push(name.to_owned()),
+            None => self.links.remove(name),
+        }
+    }
+
     /// Remove the link and state files of a job's results but `keep`.
-    pub(super) fn remove_candidate_files(&self, job: &JobRecord, keep: Option<usize>) {
+    pub(super) fn remove_candidate_files(&mut self, job: &JobRecord, keep: Option<usize>) {
         for (i, c) in job.candidates.iter().enumerate() {
             if Some(i) == keep {
                 continue;
@@ -311,20 +338,20 @@ impl Grid {
         }
     }
 
-    pub(super) fn remove_chain_files(&self, segments: &[Segment], result: Option<&JobResult>) {
+    pub(super) fn remove_chain_files(&mut self, segments: &[Segment], result: Option<&JobResult>) {
         for seg in segments {
-            self.links.remove(&seg.file);
-            self.links.remove(&seg.state_file);
+            self.remove_link(&seg.file);
+            self.remove_link(&seg.state_file);
         }
         if let Some(r) = result {
-            self.links.remove(&r.file);
+            self.remove_link(&r.file);
         }
     }
 
     /// Remove the scan states a job kept (it is over: nothing continues).
-    pub(super) fn drop_states(&self, job: &JobRecord) {
+    pub(super) fn drop_states(&mut self, job: &JobRecord) {
         for seg in &job.segments {
-            self.links.remove(&seg.state_file);
+            self.remove_link(&seg.state_file);
         }
     }
 }

@@ -173,6 +173,9 @@ pub struct Grid {
     resources: HashMap<u64, HostResources>,
     /// Totals for the server's metrics (see [`counters`]).
     counters: GridCounters,
+    /// Link files and scan states no record names any more, removed once
+    /// the store is synced (`Some`: see [`Grid::defer_link_removals`]).
+    link_removals: Option<Vec<String>>,
     /// The scheduler's views of the hosts, kept between requests
     /// (see [`views`]).
     views: views::HostViews,
@@ -221,6 +224,7 @@ impl Grid {
             settling: index::Settling::default(),
             resources: HashMap::new(),
             counters: GridCounters::default(),
+            link_removals: None,
             views: views::HostViews::default(),
             stale_views: HashSet::new(),
             seen_stored: HashMap::new(),
