@@ -159,10 +159,11 @@ type GridJob = Box<dyn FnOnce(&mut Grid) -> Deliver + Send>;
 /// Sends one answer (run after the sync its writes need).
 type Deliver = Box<dyn FnOnce() + Send>;
 /// What one stretch of the grid's thread hands to the sync: its answers,
-/// and the link files its calls stopped naming (removed after the sync).
+/// and the link files its calls stopped naming and the rounds that ended
+/// (applied after the sync).
 struct Stretch {
     answers: Vec<Deliver>,
-    removals: Vec<String>,
+    links: grid::LinkChanges,
 }
 
 /// Makes every store write so far durable ([`store::Store::sync`]).
@@ -180,7 +181,8 @@ pub const GRID_STRETCH: std::time::Duration = std::time::Duration::from_millis(5
 /// `grid-sync`. That one takes every answer waiting, makes the store's
 /// writes so far durable (one fsync for all of them: group commit), and
 /// only then delivers them, then removes the link files the stretch's
-/// calls stopped naming ([`Grid::defer_link_removals`]). So the grid never
+/// calls stopped naming and closes the rounds that ended
+/// ([`Grid::defer_link_removals`]). So the grid never
 /// waits for a disk, a call never waits for a lock or a blocking thread, no
 /// answer leaves before the writes it depends on are durable, and no file
 /// goes before the record that stopped naming it is durable.
@@ -231,8 +233,8 @@ impl GridStage {
                         *seen = now;
                         changed
                     });
-                    let removals = grid.take_link_removals();
-                    if to_sync.send(Stretch { answers, removals }).is_err() {
+                    let links = grid.take_link_changes();
+                    if to_sync.send(Stretch { answers, links }).is_err() {
                         break;
                     }
                 }
@@ -244,21 +246,22 @@ impl GridStage {
                     // Every stretch that queued meanwhile rides on this sync.
                     for more in synced.try_iter() {
                         stretch.answers.extend(more.answers);
-                        stretch.removals.extend(more.removals);
+                        stretch.links.extend(more.links);
                     }
-                    let synced = sync().is_ok();
-                    if synced {
+                    let durable = sync().is_ok();
+                    if durable {
                         live.beat(dashboard::live::Component::Store, now_ms());
                     }
                     for deliver in stretch.answers {
                         deliver();
                     }
-                    // After a failed sync the files stay (their records
-                    // may still name them after a restart).
-                    if synced {
-                        for name in &stretch.removals {
-                            links.remove(name);
-                        }
+                    if durable {
+                        stretch.links.apply(links.as_ref());
+                    } else {
+                        // The files stay: their records may still name
+                        // them after a restart (their bytes stay unnamed
+                        // if not: packs are never compacted).
+                        stretch.links.close_rounds(links.as_ref());
                     }
                 }
             })?;
@@ -768,27 +771,82 @@ mod tests {
             .expect("hint");
     }
 
+    /// Link files kept in memory, every removal and round closed noted in
+    /// order.
+    #[derive(Debug, Default)]
+    struct Noted {
+        files: grid::MemoryLinks,
+        log: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl Noted {
+        fn note(&self, what: String) {
+            self.log.lock().expect("log").push(what);
+        }
+        fn log(&self) -> Vec<String> {
+            self.log.lock().expect("log").clone()
+        }
+        /// Wait (at most 2 s) until `what` is noted.
+        async fn noted(&self, what: &str) -> bool {
+            for _ in 0..200 {
+                if self.log().iter().any(|l| l == what) {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            false
+        }
+    }
+
+    impl grid::LinkFiles for Noted {
+        fn write(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+            self.files.write(name, bytes)
+        }
+        fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
+            self.files.read(name)
+        }
+        fn remove(&self, name: &str) {
+            self.note(format!("remove {name}"));
+            self.files.remove(name);
+        }
+        fn sweep_temporaries(&self, round_id: u64) {
+            self.files.sweep_temporaries(round_id);
+        }
+        fn forget_round(&self, round_id: u64) {
+            self.note(format!("close {round_id}"));
+        }
+        fn location(&self, name: &str) -> String {
+            self.files.location(name)
+        }
+        fn names(&self) -> std::io::Result<Vec<String>> {
+            self.files.names()
+        }
+    }
+
     /// A link file a record stops naming is removed by the sync thread
     /// once the store is synced, never by the call (the record saying so
-    /// could be lost in a crash before it); after a failed sync it stays.
+    /// could be lost in a crash before it), and a round that ended is
+    /// closed after every removal (one after the close would open its
+    /// packs again); after a failed sync the files stay.
     #[tokio::test]
     async fn a_link_file_a_record_stops_naming_is_removed_after_the_sync() {
         use grid::LinkFiles;
         use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
         let store = store::memory();
-        let links = Arc::new(grid::MemoryLinks::default());
-        let io = GridIo::in_memory(
+        let links = Arc::new(Noted::default());
+        let mut io = GridIo::in_memory(
             store.clone(),
-            links.clone(),
+            Arc::new(grid::MemoryLinks::default()),
             beebot_shared::sign::generate_key(),
             7,
         );
+        io.links = links.clone();
         let g = Grid::open(io, grid::testkit::settings()).expect("grid");
-        for name in ["1/a.lf", "1/b.lf"] {
+        for name in ["1/a.lf", "1/b.lf", "1/c.lf"] {
             links.write(name, b"links").expect("write");
         }
-        // Each sync notes whether the files were still there; the second
-        // sync fails.
+        // Each sync notes whether the files were still there; syncs fail
+        // once `fail` is set.
         let (seen, syncs, fail) = (
             Arc::new(std::sync::Mutex::new(Vec::new())),
             Arc::new(AtomicU64::new(0)),
@@ -801,7 +859,7 @@ mod tests {
                 let there = |n: &str| links.read(n).is_ok();
                 seen.lock()
                     .expect("lock")
-                    .push((there("1/a.lf"), there("1/b.lf")));
+                    .push((there("1/a.lf"), there("1/c.lf")));
                 syncs.fetch_add(1, SeqCst);
                 if fail.load(SeqCst) {
                     Err(store::StoreError::Injected)
@@ -818,42 +876,40 @@ mod tests {
             Arc::new(dashboard::live::Live::new(0, None)),
         )
         .expect("threads");
-        // The call writes (so the stretch syncs) and stops naming a file:
-        // still there while it ran and at the sync, gone soon after.
+        // One call stops naming a file, closes its round, and stops naming
+        // another (as a cancelled round's call does): nothing goes while it
+        // runs or at the sync; after it, both removals, then the close.
         let during = on_grid(&jobs, {
             let links = links.clone();
             move |g| {
                 g.add_sites(&["s1.example.edu".to_string()], 1_000)
                     .expect("site");
                 g.remove_link("1/a.lf");
-                links.read("1/a.lf").is_ok()
+                g.close_round_links(1);
+                g.remove_link("1/c.lf");
+                (links.read("1/a.lf").is_ok(), links.log())
             }
         })
         .await
         .expect("answered");
-        assert!(during, "removed by the call itself");
-        let gone = || async {
-            for _ in 0..200 {
-                if links.read("1/a.lf").is_err() {
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            false
-        };
-        assert!(gone().await, "not removed after the sync");
+        assert_eq!(during, (true, Vec::new()), "changed by the call itself");
+        assert!(links.noted("close 1").await, "the round was not closed");
+        assert_eq!(links.log(), ["remove 1/a.lf", "remove 1/c.lf", "close 1"]);
         assert_eq!(seen.lock().expect("lock")[0], (true, true));
-        // A failed sync removes nothing.
+        assert!(links.read("1/a.lf").is_err() && links.read("1/c.lf").is_err());
+        // A failed sync removes nothing (its round is still closed).
         fail.store(true, SeqCst);
         on_grid(&jobs, |g| {
             g.add_sites(&["s2.example.edu".to_string()], 1_000)
                 .expect("site");
             g.remove_link("1/b.lf");
+            g.close_round_links(2);
         })
         .await
         .expect("answered");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(links.noted("close 2").await, "the round was not closed");
         assert!(syncs.load(SeqCst) >= 2);
+        assert!(!links.log().contains(&"remove 1/b.lf".to_string()));
         assert!(links.read("1/b.lf").is_ok(), "removed after a failed sync");
     }
 }

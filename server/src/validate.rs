@@ -289,8 +289,9 @@ mod tests {
         assert!(ValidateMode::from_str("sometimes", false).is_err());
     }
 
-    /// What `merge` and `similarity` answer, as first written: the union
-    /// sorted whole, then each digest looked up in both.
+    /// What `merge` and `similarity` answer, as first written (on sets
+    /// sorted and distinct, as every sketch is): the union sorted whole,
+    /// then each digest looked up in both.
     fn merge_by_sorting(a: &[u64], b: &[u64]) -> Vec<u64> {
         let mut v: Vec<u64> = a.iter().chain(b).copied().collect();
         v.sort_unstable();

@@ -377,8 +377,9 @@ fn stream_with(
 const KEPT_DECOMPRESSORS: usize = 8;
 
 /// A context is put back only while its buffers take at most this: one that
-/// grew for a file with a wider window than link files need is freed with
-/// that file. So the kept ones hold at most 8 × 1 MiB.
+/// grew for a large file (its window is about the file's decompressed size:
+/// past this from some 15,000 records) is freed with that file. So the
+/// kept ones hold at most 8 × 1 MiB.
 const KEPT_DECOMPRESSOR_BYTES: usize = 1 << 20;
 
 static DECOMPRESSORS: std::sync::Mutex<Vec<DCtx>> = std::sync::Mutex::new(Vec::new());
@@ -665,6 +666,17 @@ mod tests {
         let kept = DECOMPRESSORS.lock().unwrap();
         assert!(kept.len() <= KEPT_DECOMPRESSORS);
         assert!(kept.iter().all(|d| d.sizeof() <= KEPT_DECOMPRESSOR_BYTES));
+        drop(kept);
+        // The largest file grows a context past the bound (so it is not
+        // kept); a median one's stays under it.
+        let grown = |n: usize| {
+            let bytes = &files.iter().find(|(m, _)| *m == n).unwrap().1;
+            let mut dctx = DCtx::create();
+            stream_with(&mut dctx, bytes, MAX_LINK_FILE_MEMORY_BYTES, |_| Ok(())).unwrap();
+            dctx.sizeof()
+        };
+        assert!(grown(20_000) > KEPT_DECOMPRESSOR_BYTES);
+        assert!(grown(300) <= KEPT_DECOMPRESSOR_BYTES);
     }
 
     #[test]

@@ -302,18 +302,18 @@ impl Grid {
     }
 
     /// From now on, a link file or scan state that a record stops naming is
-    /// removed only once that record is durable: kept in a list for
-    /// [`Grid::take_link_removals`] (the server's grid stage removes them
-    /// after the store's sync). Without it (tests, the simulator, the
-    /// commands that open the store) removal is at once.
+    /// removed only once that record is durable, and a round that ended is
+    /// closed after them: kept for [`Grid::take_link_changes`] (the server's
+    /// grid stage applies them after the store's sync). Without it (tests,
+    /// the simulator, the commands that open the store) both are at once.
     pub fn defer_link_removals(&mut self) {
-        self.link_removals.get_or_insert_with(Vec::new);
+        self.link_changes.get_or_insert_with(LinkChanges::default);
     }
 
-    /// The removals deferred since the last call (see
-    /// [`Grid::defer_link_removals`]), to make once the store is synced.
-    pub fn take_link_removals(&mut self) -> Vec<String> {
-        self.link_removals
+    /// The changes deferred since the last call (see
+    /// [`Grid::defer_link_removals`]), to apply once the store is synced.
+    pub fn take_link_changes(&mut self) -> LinkChanges {
+        self.link_changes
             .as_mut()
             .map(std::mem::take)
             .unwrap_or_default()
@@ -322,9 +322,19 @@ impl Grid {
     /// Remove `name`, which no record will name once the change being made
     /// is stored: at once, or after the sync when deferred.
     pub(crate) fn remove_link(&mut self, name: &str) {
-        match &mut self.link_removals {
-            Some(later) => later.push(name.to_owned()),
+        match &mut self.link_changes {
+            Some(later) => later.removals.push(name.to_owned()),
             None => self.links.remove(name),
+        }
+    }
+
+    /// A round ended: its link files are closed, at once, or after the
+    /// deferred removals (a removal after the close would open the round's
+    /// packs again, for good).
+    pub(crate) fn close_round_links(&mut self, round_id: u64) {
+        match &mut self.link_changes {
+            Some(later) => later.ended_rounds.push(round_id),
+            None => self.links.forget_round(round_id),
         }
     }
 
@@ -352,6 +362,41 @@ impl Grid {
     pub(super) fn drop_states(&mut self, job: &JobRecord) {
         for seg in &job.segments {
             self.remove_link(&seg.state_file);
+        }
+    }
+}
+
+/// What a stretch of grid calls asks of the link files once the records
+/// they wrote are durable ([`Grid::defer_link_removals`]).
+#[derive(Debug, Default)]
+pub struct LinkChanges {
+    /// Files no record names any more.
+    pub removals: Vec<String>,
+    /// Rounds that ended: their packs are closed, after the removals.
+    pub ended_rounds: Vec<u64>,
+}
+
+impl LinkChanges {
+    /// `more`'s changes after these.
+    pub fn extend(&mut self, more: LinkChanges) {
+        self.removals.extend(more.removals);
+        self.ended_rounds.extend(more.ended_rounds);
+    }
+
+    /// Make the removals, then close the rounds that ended (every removal
+    /// first, whatever order the calls made them in: a removal in a round
+    /// closed before it would open its packs again).
+    pub fn apply(self, links: &dyn LinkFiles) {
+        for name in &self.removals {
+            links.remove(name);
+        }
+        self.close_rounds(links);
+    }
+
+    /// Close the rounds that ended, removing nothing (after a failed sync).
+    pub fn close_rounds(self, links: &dyn LinkFiles) {
+        for round_id in self.ended_rounds {
+            links.forget_round(round_id);
         }
     }
 }

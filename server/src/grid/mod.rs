@@ -55,8 +55,8 @@ pub use hosts::{invite_id, INVITE_ID_LEN, MIN_INVITE_ID_LEN};
 use index::OpenJobs;
 pub use io::{GridIo, ProjectSigner, SecretRng};
 pub use links::{
-    check_name, for_each_job_link, for_each_link, write_durable, LinkDir, LinkFiles, LinkReadError,
-    MemoryLinks,
+    check_name, for_each_job_link, for_each_link, write_durable, LinkChanges, LinkDir, LinkFiles,
+    LinkReadError, MemoryLinks,
 };
 pub use packs::{
     pack_files, LinkPacks, SyncCounts, MAX_KEY_BYTES, MAX_PACK_BYTES, MAX_TORN_TAIL_BYTES,
@@ -173,9 +173,10 @@ pub struct Grid {
     resources: HashMap<u64, HostResources>,
     /// Totals for the server's metrics (see [`counters`]).
     counters: GridCounters,
-    /// Link files and scan states no record names any more, removed once
-    /// the store is synced (`Some`: see [`Grid::defer_link_removals`]).
-    link_removals: Option<Vec<String>>,
+    /// Link files and scan states no record names any more, and rounds
+    /// that ended, applied once the store is synced (`Some`: see
+    /// [`Grid::defer_link_removals`]).
+    link_changes: Option<LinkChanges>,
     /// The scheduler's views of the hosts, kept between requests
     /// (see [`views`]).
     views: views::HostViews,
@@ -224,7 +225,7 @@ impl Grid {
             settling: index::Settling::default(),
             resources: HashMap::new(),
             counters: GridCounters::default(),
-            link_removals: None,
+            link_changes: None,
             views: views::HostViews::default(),
             stale_views: HashSet::new(),
             seen_stored: HashMap::new(),

@@ -274,7 +274,7 @@ impl Grid {
         round.finished_ms = Some(now_ms);
         let round = round.clone();
         self.store.put_round(&round)?;
-        self.links.forget_round(round_id);
+        self.close_round_links(round_id);
         // Its running units are aborted (their hosts are told to stop), so a
         // deadline passing later is not held against the hosts, and its
         // unfinished jobs are cancelled: never issued again.
@@ -378,7 +378,7 @@ impl Grid {
             );
             self.store.put_round(&r)?;
             self.rounds.insert(round_id, r);
-            self.links.forget_round(round_id);
+            self.close_round_links(round_id);
         }
         Ok(())
     }
