@@ -64,24 +64,9 @@ struct Field {
     fastest: f64,
 }
 
-thread_local! {
-    /// The last decision's [`Field::lines`] on this thread (the grid's),
-    /// kept for the next: a decision at 2,000 hosts allocates no 32 KB
-    /// buffer. It holds at most one line per host.
-    static LINES: std::cell::Cell<Vec<(f64, f64)>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-impl Drop for Field {
-    fn drop(&mut self) {
-        LINES.set(std::mem::take(&mut self.lines));
-    }
-}
-
 impl Field {
     fn of(ctx: &Ctx) -> Field {
-        let mut lines = LINES.take();
-        lines.clear();
-        lines.reserve(ctx.hosts.len());
+        let mut lines = Vec::with_capacity(ctx.hosts.len());
         let (mut rate, mut held, mut fastest) = (0.0, 0.0, f64::INFINITY);
         for (i, h) in ctx.hosts.iter().enumerate() {
             let asker = i == ctx.asker;
