@@ -414,3 +414,37 @@ fn deferred_the_checks_file_goes_after_the_sync_and_its_round_closes_after_it() 
     let none = fx.grid.take_link_changes();
     assert!(none.removals.is_empty() && none.ended_rounds.is_empty());
 }
+
+/// A result in two scans (a segment by one host, its continuation by
+/// another) kept at once: both hosts learn from their own scan, and every
+/// figure is stored (each host written once, after all of its changes).
+#[test]
+fn both_hosts_of_a_kept_chain_learn_and_their_figures_are_stored() {
+    let (mut fx, h) = validating(1, 2, ValidateMode::Off);
+    let u = fx.one(h[0], &[], T0);
+    let (sum, file, state) = partial_for(&u, 3, 3);
+    let outcome = fx
+        .grid
+        .upload(h[0], u.unit_id, sum, &file, Some(&state), T0 + 1000)
+        .unwrap();
+    assert_eq!(outcome, UploadOutcome::Accepted);
+    let v = fx.one(h[1], &[], T0 + 3000);
+    assert_eq!(v.job_id, u.job_id, "the continuation");
+    assert_eq!(fx.upload(h[1], &v, 6, T0 + 4000), UploadOutcome::Accepted);
+    assert_eq!(fx.job(u.job_id).state, JobState::Done);
+    let learned = |r: &HostRecord| {
+        (
+            (r.jobs_done, r.pages_done, r.bytes_done, r.seconds_done),
+            (r.avg_pages_per_s, r.avg_kb_per_s),
+        )
+    };
+    let before: Vec<_> = h.iter().map(|id| learned(&fx.host_rec(*id))).collect();
+    // Each host learned from its own scan; the job counts for the last.
+    assert!(before.iter().all(|(_, (speed, _))| speed.is_some()));
+    assert_eq!((before[0].0 .0, before[1].0 .0), (0, 1));
+    let (dir, key) = (fx.dir.path().to_path_buf(), fx.key.clone());
+    drop(fx.grid);
+    let g = open_grid(&dir, &key);
+    let after: Vec<_> = h.iter().map(|id| learned(&g.hosts[id])).collect();
+    assert_eq!(after, before);
+}
