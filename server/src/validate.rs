@@ -104,9 +104,6 @@ impl SketchBuilder {
         if self.bound.is_some_and(|b| digest >= b) {
             return;
         }
-        if self.kept.capacity() == 0 {
-            self.kept.reserve_exact(2 * SKETCH_PAIRS);
-        }
         self.kept.push(digest);
         if self.kept.len() >= 2 * SKETCH_PAIRS {
             self.compact();

@@ -12,6 +12,14 @@ pub const MAX_SCAN_STATE_BYTES: usize = 16 * 1024 * 1024;
 /// Largest decompressed scan state: zstd bombs stop here.
 pub const MAX_SCAN_STATE_DECOMPRESSED_BYTES: usize = 64 * 1024 * 1024;
 
+/// The largest window a compressed link file or scan state may ask for, as
+/// a power of two (8 MiB). A zstd frame's header names the window its
+/// reader must allocate, so a frame asking more is refused before that is
+/// allocated (zstd's own default allows 128 MiB for every upload being
+/// checked). Both are made at level 3, whose window is at most 2 MiB; every
+/// level up to 19 stays within 8 MiB.
+pub const MAX_ZSTD_WINDOW_LOG: u32 = 23;
+
 /// URLs waiting in one crawl's queue: a site of a million pages rarely has more
 /// than this many unvisited links at once, and each entry costs at most
 /// [`MAX_URL_LEN`] bytes, twice (queue and seen set).

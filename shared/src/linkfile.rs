@@ -382,7 +382,7 @@ const KEPT_DECOMPRESSORS: usize = 8;
 /// kept ones hold at most 8 × 1 MiB.
 const KEPT_DECOMPRESSOR_BYTES: usize = 1 << 20;
 
-static DECOMPRESSORS: std::sync::Mutex<Vec<DCtx>> = std::sync::Mutex::new(Vec::new());
+static DECOMPRESSORS: crate::util::Kept<DCtx> = crate::util::Kept::new(KEPT_DECOMPRESSORS);
 
 type DCtx = zstd::zstd_safe::DCtx<'static>;
 
@@ -390,24 +390,28 @@ type DCtx = zstd::zstd_safe::DCtx<'static>;
 /// resets its session first, so whatever the last file left half read is
 /// forgotten).
 fn take_decompressor() -> Result<DCtx, LinkFileError> {
-    let kept = DECOMPRESSORS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .pop();
-    match kept {
-        Some(d) => Ok(d),
-        None => DCtx::try_create().ok_or_else(|| corrupt("no memory for a decompression context")),
+    if let Some(d) = DECOMPRESSORS.take() {
+        return Ok(d);
     }
+    new_decompressor()
+}
+
+/// A decompression context that refuses a frame asking for a window past
+/// [`crate::limits::MAX_ZSTD_WINDOW_LOG`] (kept through its session's resets).
+fn new_decompressor() -> Result<DCtx, LinkFileError> {
+    let mut dctx =
+        DCtx::try_create().ok_or_else(|| corrupt("no memory for a decompression context"))?;
+    dctx.set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(
+        crate::limits::MAX_ZSTD_WINDOW_LOG,
+    ))
+    .map_err(|code| corrupt(zstd::zstd_safe::get_error_name(code)))?;
+    Ok(dctx)
 }
 
 /// Keep `dctx` for the next file if it is small enough and there is room.
 fn put_back_decompressor(dctx: DCtx) {
-    if dctx.sizeof() > KEPT_DECOMPRESSOR_BYTES {
-        return;
-    }
-    let mut kept = DECOMPRESSORS.lock().unwrap_or_else(|p| p.into_inner());
-    if kept.len() < KEPT_DECOMPRESSORS {
-        kept.push(dctx);
+    if dctx.sizeof() <= KEPT_DECOMPRESSOR_BYTES {
+        DECOMPRESSORS.put_back(dctx);
     }
 }
 
@@ -496,7 +500,10 @@ fn read_body(
     f: &mut impl FnMut(&LinkRecord) -> Result<(), LinkFileError>,
 ) -> Result<LinkFileHeader, LinkFileError> {
     let mut magic = [0u8; MAGIC.len()];
-    if r.read_exact(&mut magic).is_err() || &magic != MAGIC {
+    // A frame zstd refuses (its window past the bound, a damaged header)
+    // fails here, at the first read: its reason is kept.
+    r.read_exact(&mut magic).map_err(corrupt)?;
+    if &magic != MAGIC {
         return Err(LinkFileError::Corrupt("bad magic".into()));
     }
     let header: LinkFileHeader = read_value(r)?;
@@ -635,7 +642,7 @@ mod tests {
             })
             .collect();
         let fresh = |bytes: &[u8]| {
-            let mut dctx = DCtx::create();
+            let mut dctx = new_decompressor().unwrap();
             let mut n = 0;
             stream_with(&mut dctx, bytes, MAX_LINK_FILE_MEMORY_BYTES, |_| {
                 n += 1;
@@ -663,20 +670,47 @@ mod tests {
                 assert_eq!(decode(bytes).unwrap().1.len(), *n);
             }
         }
-        let kept = DECOMPRESSORS.lock().unwrap();
-        assert!(kept.len() <= KEPT_DECOMPRESSORS);
-        assert!(kept.iter().all(|d| d.sizeof() <= KEPT_DECOMPRESSOR_BYTES));
-        drop(kept);
+        assert!(DECOMPRESSORS.len() <= KEPT_DECOMPRESSORS);
         // The largest file grows a context past the bound (so it is not
         // kept); a median one's stays under it.
         let grown = |n: usize| {
             let bytes = &files.iter().find(|(m, _)| *m == n).unwrap().1;
-            let mut dctx = DCtx::create();
+            let mut dctx = new_decompressor().unwrap();
             stream_with(&mut dctx, bytes, MAX_LINK_FILE_MEMORY_BYTES, |_| Ok(())).unwrap();
             dctx.sizeof()
         };
         assert!(grown(20_000) > KEPT_DECOMPRESSOR_BYTES);
         assert!(grown(300) <= KEPT_DECOMPRESSOR_BYTES);
+    }
+
+    /// A file whose frame asks for a window past `MAX_ZSTD_WINDOW_LOG` (here
+    /// 64 MiB, an honest file's records re-compressed by a hostile maker) is
+    /// refused before the window is allocated; the same bytes decode with
+    /// zstd's default bound, so the window alone is refused.
+    #[test]
+    fn a_file_asking_for_a_window_past_the_bound_is_refused() {
+        let (h, r) = sample(300);
+        let raw = zstd::decode_all(encode(&h, &r).unwrap().as_slice()).unwrap();
+        let mut enc = zstd::stream::Encoder::new(Vec::new(), ZSTD_LEVEL).unwrap();
+        enc.window_log(26).unwrap();
+        enc.include_checksum(true).unwrap();
+        std::io::Write::write_all(&mut enc, &raw).unwrap();
+        let wide = enc.finish().unwrap();
+        let err = for_each_record_ref(&wide, |_| Ok(())).unwrap_err();
+        assert!(
+            matches!(&err, LinkFileError::Corrupt(m) if m.contains("memory")),
+            "{err}"
+        );
+        let mut unbounded = DCtx::create();
+        let header = stream_with(
+            &mut unbounded,
+            &wide,
+            MAX_LINK_FILE_MEMORY_BYTES,
+            |_| Ok(()),
+        );
+        assert_eq!(header.unwrap(), h);
+        // An honest file is well within the bound.
+        assert!(for_each_record_ref(&encode(&h, &r).unwrap(), |_| Ok(())).is_ok());
     }
 
     #[test]

@@ -176,7 +176,10 @@ impl ScanState {
             });
         }
         let corrupt = |e: std::io::Error| ScanStateError::Corrupt(e.to_string());
-        let decoder = zstd::stream::Decoder::new(bytes).map_err(corrupt)?;
+        let mut decoder = zstd::stream::Decoder::new(bytes).map_err(corrupt)?;
+        decoder
+            .window_log_max(crate::limits::MAX_ZSTD_WINDOW_LOG)
+            .map_err(corrupt)?;
         let mut raw = Vec::new();
         decoder
             .take(MAX_SCAN_STATE_DECOMPRESSED_BYTES as u64 + 1)
@@ -360,6 +363,24 @@ mod tests {
         let s = sample();
         let bytes = s.encode().unwrap();
         assert_eq!(ScanState::decode(&bytes).unwrap(), s);
+    }
+
+    /// A state whose frame asks for a window past `MAX_ZSTD_WINDOW_LOG`
+    /// (64 MiB here) is refused before the window is allocated; the same
+    /// bytes decompress under zstd's default bound.
+    #[test]
+    fn a_state_asking_for_a_window_past_the_bound_is_refused() {
+        let raw = zstd::decode_all(sample().encode().unwrap().as_slice()).unwrap();
+        let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+        enc.window_log(26).unwrap();
+        std::io::Write::write_all(&mut enc, &raw).unwrap();
+        let wide = enc.finish().unwrap();
+        assert_eq!(zstd::decode_all(wide.as_slice()).unwrap(), raw);
+        let err = ScanState::decode(&wide).unwrap_err();
+        assert!(
+            matches!(&err, ScanStateError::Corrupt(m) if m.contains("memory")),
+            "{err}"
+        );
     }
 
     #[test]

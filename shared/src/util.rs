@@ -150,8 +150,63 @@ pub fn truncate_on_char(s: &mut String, max_bytes: usize) {
     s.truncate(end);
 }
 
+/// Values kept between uses (compression contexts, whose tables and
+/// buffers cost more to build than to reuse), at most a named number: a
+/// user takes one (`None`: make a new one) and puts it back after.
+pub struct Kept<T> {
+    values: std::sync::Mutex<Vec<T>>,
+    most: usize,
+}
+
+impl<T> Kept<T> {
+    /// At most `most` kept.
+    pub const fn new(most: usize) -> Kept<T> {
+        Kept {
+            values: std::sync::Mutex::new(Vec::new()),
+            most,
+        }
+    }
+
+    /// A kept value, if one is free.
+    pub fn take(&self) -> Option<T> {
+        self.values.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    /// Keep `value` for the next user, unless as many as allowed are kept.
+    pub fn put_back(&self, value: T) {
+        let mut values = self.values.lock().unwrap_or_else(|p| p.into_inner());
+        if values.len() < self.most {
+            values.push(value);
+        }
+    }
+
+    /// How many are kept now.
+    pub fn len(&self) -> usize {
+        self.values.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn kept_values_are_handed_out_again_and_never_past_their_most() {
+        let kept = super::Kept::new(2);
+        assert_eq!(kept.take(), None::<u32>);
+        for v in [1, 2, 3] {
+            kept.put_back(v);
+        }
+        assert_eq!(kept.len(), 2);
+        assert_eq!(
+            (kept.take(), kept.take(), kept.take()),
+            (Some(2), Some(1), None)
+        );
+        assert!(kept.is_empty());
+    }
+
     use super::*;
 
     #[test]

@@ -144,7 +144,8 @@ pub fn realistic_result(
 /// keeps the tables the largest file it made asked for, a few MB).
 const KEPT_COMPRESSORS: usize = 8;
 
-static COMPRESSORS: std::sync::Mutex<Vec<linkfile::Compressor>> = std::sync::Mutex::new(Vec::new());
+static COMPRESSORS: beebot_shared::util::Kept<linkfile::Compressor> =
+    beebot_shared::util::Kept::new(KEPT_COMPRESSORS);
 
 /// `f` with a compression context from the kept ones (a new one when none
 /// is free), put back after unless [`KEPT_COMPRESSORS`] are kept: a result
@@ -152,16 +153,12 @@ static COMPRESSORS: std::sync::Mutex<Vec<linkfile::Compressor>> = std::sync::Mut
 fn with_compressor<T>(
     f: impl FnOnce(&mut linkfile::Compressor) -> Result<T, linkfile::LinkFileError>,
 ) -> Result<T, linkfile::LinkFileError> {
-    let kept = COMPRESSORS.lock().unwrap_or_else(|p| p.into_inner()).pop();
-    let mut zstd = match kept {
+    let mut zstd = match COMPRESSORS.take() {
         Some(z) => z,
         None => linkfile::new_compressor()?,
     };
     let out = f(&mut zstd);
-    let mut kept = COMPRESSORS.lock().unwrap_or_else(|p| p.into_inner());
-    if kept.len() < KEPT_COMPRESSORS {
-        kept.push(zstd);
-    }
+    COMPRESSORS.put_back(zstd);
     out
 }
 

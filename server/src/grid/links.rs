@@ -306,12 +306,12 @@ impl Grid {
     /// closed after them: kept for [`Grid::take_link_changes`] (the server's
     /// grid stage applies them after the store's sync). Without it (tests,
     /// the simulator, the commands that open the store) both are at once.
-    pub fn defer_link_removals(&mut self) {
+    pub fn defer_link_changes(&mut self) {
         self.link_changes.get_or_insert_with(LinkChanges::default);
     }
 
     /// The changes deferred since the last call (see
-    /// [`Grid::defer_link_removals`]), to apply once the store is synced.
+    /// [`Grid::defer_link_changes`]), to apply once the store is synced.
     pub fn take_link_changes(&mut self) -> LinkChanges {
         self.link_changes
             .as_mut()
@@ -367,7 +367,7 @@ impl Grid {
 }
 
 /// What a stretch of grid calls asks of the link files once the records
-/// they wrote are durable ([`Grid::defer_link_removals`]).
+/// they wrote are durable ([`Grid::defer_link_changes`]).
 #[derive(Debug, Default)]
 pub struct LinkChanges {
     /// Files no record names any more.

@@ -175,7 +175,7 @@ pub struct Grid {
     counters: GridCounters,
     /// Link files and scan states no record names any more, and rounds
     /// that ended, applied once the store is synced (`Some`: see
-    /// [`Grid::defer_link_removals`]).
+    /// [`Grid::defer_link_changes`]).
     link_changes: Option<LinkChanges>,
     /// The scheduler's views of the hosts, kept between requests
     /// (see [`views`]).

@@ -397,7 +397,7 @@ fn a_liars_result_still_settling_is_dropped_when_its_lie_is_found() {
 #[test]
 fn deferred_the_checks_file_goes_after_the_sync_and_its_round_closes_after_it() {
     let (mut fx, h) = validating(1, 2, ValidateMode::Adaptive);
-    fx.grid.defer_link_removals();
+    fx.grid.defer_link_changes();
     let u = fx.one(h[0], &[], T0);
     assert_eq!(fx.upload(h[0], &u, 6, T0 + 1000), UploadOutcome::Accepted);
     let v = fx.one(h[1], &[], T0 + 3000);
