@@ -68,8 +68,7 @@ pub fn endpoint(
     transport.max_concurrent_uni_streams(0u32.into());
     transport.max_idle_timeout(Some(IDLE_TIMEOUT.try_into().context("idle timeout")?));
     cfg.transport_config(Arc::new(transport));
-    let socket =
-        std::net::UdpSocket::bind(listen).with_context(|| format!("cannot bind UDP {listen}"))?;
+    let socket = udp_socket(listen)?;
     let mut endpoint_cfg = quinn::EndpointConfig::new(Arc::new(reset_key));
     // quinn's default connection ids carry a hash under a per-process key and
     // packets whose ids fail it are dropped silently; plain random ids let the
@@ -83,6 +82,46 @@ pub fn endpoint(
         Arc::new(quinn::TokioRuntime),
     )
     .with_context(|| format!("cannot serve QUIC on {listen}"))
+}
+
+/// Receive and send buffer the server's UDP socket asks the kernel for.
+/// Every host's packets arrive on this one socket: with Linux's default
+/// (about 208 KiB) a burst of uploads overflowed it while the runtime was
+/// busy, and each dropped packet cost its request a QUIC loss timeout
+/// (hundreds of ms at p99). 7 MiB is what quic-go asks for; Linux grants at
+/// most `net.core.rmem_max` (`wmem_max` for sending), doubled.
+pub const UDP_BUFFER_BYTES: usize = 7 * 1024 * 1024;
+
+/// A UDP socket bound to `listen` with [`UDP_BUFFER_BYTES`] asked for both
+/// ways. A kernel that grants less is not an error: the server runs, and
+/// says what it got and how to raise it.
+fn udp_socket(listen: SocketAddr) -> Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(listen),
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )
+    .with_context(|| format!("cannot open a UDP socket for {listen}"))?;
+    // Asked before binding, so no packet arrives to the smaller buffer.
+    let _ = socket.set_recv_buffer_size(UDP_BUFFER_BYTES);
+    let _ = socket.set_send_buffer_size(UDP_BUFFER_BYTES);
+    socket
+        .bind(&listen.into())
+        .with_context(|| format!("cannot bind UDP {listen}"))?;
+    let got = socket.recv_buffer_size().unwrap_or(0);
+    if got < UDP_BUFFER_BYTES {
+        tracing::warn!(
+            asked = UDP_BUFFER_BYTES,
+            got,
+            "the kernel gave the QUIC socket a smaller receive buffer than asked: \
+             under load, packets can be dropped and requests wait for QUIC's loss timer \
+             (raise it with: sysctl -w net.core.rmem_max={UDP_BUFFER_BYTES})"
+        );
+    } else {
+        tracing::debug!(receive_buffer = got, "QUIC socket ready");
+    }
+    Ok(socket.into())
 }
 
 /// The stateless-reset key: an HMAC key derived from the TLS private key, so
@@ -110,5 +149,36 @@ impl quinn::ConnectionIdGenerator for RandomIds {
     }
     fn cid_lifetime(&self) -> Option<Duration> {
         None
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    fn sysctl(name: &str) -> usize {
+        std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+            .expect("read sysctl")
+            .trim()
+            .parse()
+            .expect("a number")
+    }
+
+    #[test]
+    fn the_quic_socket_gets_the_buffers_it_asks_for_within_the_kernels_cap() {
+        let socket = udp_socket("127.0.0.1:0".parse().expect("addr")).expect("socket");
+        let s = socket2::SockRef::from(&socket);
+        // Linux grants min(asked, cap), doubled for its bookkeeping.
+        let recv = s.recv_buffer_size().expect("recv size");
+        let send = s.send_buffer_size().expect("send size");
+        let rmem = (2 * sysctl("rmem_max")).min(2 * UDP_BUFFER_BYTES);
+        let wmem = (2 * sysctl("wmem_max")).min(2 * UDP_BUFFER_BYTES);
+        assert_eq!(recv, rmem, "receive buffer");
+        assert_eq!(send, wmem, "send buffer");
+        assert!(
+            recv > 2 * sysctl("rmem_default") || sysctl("rmem_max") <= sysctl("rmem_default"),
+            "more than the default whenever the kernel allows it: {recv}"
+        );
+        assert!(socket.local_addr().expect("bound").port() > 0);
     }
 }
