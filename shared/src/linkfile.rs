@@ -252,13 +252,19 @@ pub fn encode_with(
     raw.extend_from_slice(MAGIC);
     bincode::serde::encode_into_std_write((header, records), &mut raw, bincode::config::standard())
         .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
+    compress_raw(zstd, &raw)
+}
+
+/// The link file of `raw` (the magic, then the encoded header and records):
+/// within [`MAX_LINK_FILE_DECOMPRESSED_BYTES`] and [`MAX_LINK_FILE_BYTES`].
+fn compress_raw(zstd: &mut Compressor, raw: &[u8]) -> Result<Vec<u8>, LinkFileError> {
     if raw.len() - MAGIC.len() > MAX_LINK_FILE_DECOMPRESSED_BYTES {
         return Err(LinkFileError::DecompressedTooLarge(
             MAX_LINK_FILE_DECOMPRESSED_BYTES,
         ));
     }
     let out = zstd
-        .compress(&raw)
+        .compress(raw)
         .map_err(|e| LinkFileError::Corrupt(e.to_string()))?;
     if out.len() > MAX_LINK_FILE_BYTES {
         return Err(LinkFileError::TooLarge {
@@ -267,6 +273,90 @@ pub fn encode_with(
         });
     }
     Ok(out)
+}
+
+/// A record of borrowed texts: encoded exactly as the [`LinkRecord`] of the
+/// same fields.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct LinkRecordRef<'a> {
+    pub source_url: &'a str,
+    pub target_url: &'a str,
+    pub tag: LinkTag,
+    pub nofollow: bool,
+    pub anchor_text: &'a str,
+}
+
+/// A link file written a record at a time from borrowed texts: byte for
+/// byte what [`encode_with`] makes of the same header and records, with no
+/// record allocated, for a maker of many files (the load generator). The
+/// header's `records` is the count written; the limits are
+/// [`encode_with`]'s.
+pub struct LinkFileWriter {
+    raw: Vec<u8>,
+    claimed: u64,
+    written: u64,
+    memory: usize,
+}
+
+impl LinkFileWriter {
+    /// A file of `header` and the `header.records` records to come.
+    pub fn new(header: &LinkFileHeader) -> Result<LinkFileWriter, LinkFileError> {
+        let claimed = header.records;
+        if claimed > MAX_LINK_RECORDS as u64 {
+            return Err(LinkFileError::TooManyRecords(
+                usize::try_from(claimed).unwrap_or(usize::MAX),
+            ));
+        }
+        let mut raw = Vec::with_capacity(1024);
+        raw.extend_from_slice(MAGIC);
+        // `(header, records)` as encode_with writes it: the header, then
+        // the sequence's length, then its records.
+        bincode::serde::encode_into_std_write(
+            (header, claimed),
+            &mut raw,
+            bincode::config::standard(),
+        )
+        .map_err(corrupt)?;
+        Ok(LinkFileWriter {
+            raw,
+            claimed,
+            written: 0,
+            memory: 0,
+        })
+    }
+
+    /// Append one record (one past the header's count is refused).
+    pub fn push(&mut self, r: &LinkRecordRef<'_>) -> Result<(), LinkFileError> {
+        if self.written == self.claimed {
+            return Err(LinkFileError::CountMismatch {
+                claimed: self.claimed,
+                actual: usize::try_from(self.written + 1).unwrap_or(usize::MAX),
+            });
+        }
+        self.memory += LINK_RECORD_OVERHEAD_BYTES
+            + r.source_url.len()
+            + r.target_url.len()
+            + r.anchor_text.len();
+        if self.memory > MAX_LINK_FILE_MEMORY_BYTES {
+            return Err(LinkFileError::TooMuchMemory(MAX_LINK_FILE_MEMORY_BYTES));
+        }
+        bincode::serde::encode_into_std_write(r, &mut self.raw, bincode::config::standard())
+            .map_err(corrupt)?;
+        self.written += 1;
+        Ok(())
+    }
+
+    /// The link file, compressed with `zstd` ([`new_compressor`]); its
+    /// records must be as many as its header said.
+    pub fn finish_with(self, zstd: &mut Compressor) -> Result<Vec<u8>, LinkFileError> {
+        if self.written != self.claimed {
+            return Err(LinkFileError::CountMismatch {
+                claimed: self.claimed,
+                actual: usize::try_from(self.written).unwrap_or(usize::MAX),
+            });
+        }
+        compress_raw(zstd, &self.raw)
+    }
 }
 
 /// Decompress (bounded) and decode a link file, checking its checksum, magic,
@@ -570,6 +660,96 @@ fn read_body(
 mod tests {
     use super::*;
     use crate::codec;
+
+    #[test]
+    fn a_file_written_a_record_at_a_time_is_byte_for_byte_the_encoded_one() {
+        let tags = [
+            LinkTag::A,
+            LinkTag::Area,
+            LinkTag::MetaRefresh,
+            LinkTag::Redirect,
+        ];
+        for n in [0usize, 1, 250, 3_000] {
+            let records: Vec<LinkRecord> = (0..n)
+                .map(|i| LinkRecord {
+                    source_url: format!("http://www.example.edu/p/{}", i / 40),
+                    target_url: format!("https://other-{}.example.org/item-{i}", i % 7),
+                    tag: tags[i % tags.len()],
+                    nofollow: i % 3 == 0,
+                    anchor_text: "x".repeat(i % 300),
+                })
+                .collect();
+            let header = LinkFileHeader {
+                format_version: LINK_FILE_VERSION,
+                round_id: 4,
+                unit_id: 1 << 40,
+                site: "www.example.edu".into(),
+                pages: n.div_ceil(40) as u64,
+                records: n as u64,
+            };
+            let mut w = LinkFileWriter::new(&header).expect("writer");
+            for r in &records {
+                w.push(&LinkRecordRef {
+                    source_url: &r.source_url,
+                    target_url: &r.target_url,
+                    tag: r.tag,
+                    nofollow: r.nofollow,
+                    anchor_text: &r.anchor_text,
+                })
+                .expect("push");
+            }
+            let written = w
+                .finish_with(&mut new_compressor().expect("zstd"))
+                .expect("finish");
+            let encoded = encode(&header, &records).expect("encode");
+            assert_eq!(written, encoded, "{n} records");
+            assert_eq!(decode(&written).expect("decodes"), (header, records));
+        }
+    }
+
+    #[test]
+    fn a_writer_refuses_more_or_fewer_records_than_its_header_says() {
+        let header = LinkFileHeader {
+            format_version: LINK_FILE_VERSION,
+            round_id: 1,
+            unit_id: 1,
+            site: "www.example.edu".into(),
+            pages: 1,
+            records: 1,
+        };
+        let r = LinkRecordRef {
+            source_url: "http://www.example.edu/",
+            target_url: "https://other.example.org/",
+            tag: LinkTag::A,
+            nofollow: false,
+            anchor_text: "other",
+        };
+        let short = LinkFileWriter::new(&header).expect("writer");
+        assert!(matches!(
+            short.finish_with(&mut new_compressor().expect("zstd")),
+            Err(LinkFileError::CountMismatch {
+                claimed: 1,
+                actual: 0
+            })
+        ));
+        let mut long = LinkFileWriter::new(&header).expect("writer");
+        long.push(&r).expect("the one claimed");
+        assert!(matches!(
+            long.push(&r),
+            Err(LinkFileError::CountMismatch {
+                claimed: 1,
+                actual: 2
+            })
+        ));
+        let many = LinkFileHeader {
+            records: MAX_LINK_RECORDS as u64 + 1,
+            ..header
+        };
+        assert!(matches!(
+            LinkFileWriter::new(&many),
+            Err(LinkFileError::TooManyRecords(_))
+        ));
+    }
 
     /// The causes of a site never reached are natural ends (the job does
     /// not continue from a frontier) and site failures (no page: a failed

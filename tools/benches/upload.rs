@@ -9,8 +9,12 @@
 //! check passes as it does for an honest client). Prints one table: µs per
 //! file and records per second, and beside them µs per file of the making
 //! side: `linkfile::encode` of the same records (what a client does for
-//! every result, and the load generator for every upload). Figures are
-//! compared within one run; nothing here asserts a speed.
+//! every result, and the load generator for every upload). A last line
+//! takes the load generator's own mix ([`MIX_FILES`] files whose sizes are
+//! drawn from `LinkFileSizes::default()`, as its sites' are): the check's
+//! mean µs per file, the making's (`realistic_result`, records and all),
+//! and what each costs in cores at the default 2,000 uploads a second.
+//! Figures are compared within one run; nothing here asserts a speed.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -26,6 +30,10 @@ const SIZES: [u64; 3] = [300, 3_000, 20_000];
 /// Least time spent on each figure, and most files.
 const MIN_TIME: Duration = Duration::from_secs(2);
 const MAX_FILES: usize = 200_000;
+/// Files of the load generator's mix.
+const MIX_FILES: usize = 2_000;
+/// Uploads a second the mix's cores are given at (the load generator's default).
+const MIX_UPLOADS_PER_S: f64 = 2_000.0;
 
 fn main() {
     let (mut g, host, key) =
@@ -87,6 +95,63 @@ fn main() {
             records as f64 / per_file,
             per_encode * 1e6,
             per_encode_kept * 1e6
+        );
+    }
+
+    // The load generator's mix: each file's records as a site's are drawn.
+    let counts: Vec<u64> = (0..MIX_FILES)
+        .map(|k| LinkFileSizes::default().records_of(&format!("site{k}.example.edu")))
+        .collect();
+    let sized = |records: u64| LinkFileSizes {
+        median: records,
+        sigma: 0.0,
+        most: records,
+    };
+    let files: Vec<_> = counts
+        .iter()
+        .map(|&r| realistic_result(&unit, &sized(r)).expect("link file"))
+        .collect();
+    let mut rounds = 0;
+    let started = Instant::now();
+    while rounds == 0 || started.elapsed() < MIN_TIME {
+        for &r in &counts {
+            black_box(realistic_result(black_box(&unit), &sized(r))).ok();
+        }
+        rounds += 1;
+    }
+    let make = started.elapsed().as_secs_f64() / (rounds * MIX_FILES) as f64;
+    for (summary, file) in &files {
+        plan.verify(summary, file, None)
+            .expect("an honest file passes");
+    }
+    let mut rounds = 0;
+    let started = Instant::now();
+    while rounds == 0 || started.elapsed() < MIN_TIME {
+        for (summary, file) in &files {
+            black_box(plan.verify(black_box(summary), black_box(file), None)).ok();
+        }
+        rounds += 1;
+    }
+    let check = started.elapsed().as_secs_f64() / (rounds * MIX_FILES) as f64;
+    let mean_records = counts.iter().sum::<u64>() as f64 / MIX_FILES as f64;
+    let mean_bytes = files.iter().map(|(_, f)| f.len()).sum::<usize>() as f64 / MIX_FILES as f64;
+    println!();
+    println!(
+        "the load generator's mix: {MIX_FILES} files, mean {mean_records:.0} records, \
+         {mean_bytes:.0} bytes"
+    );
+    println!(
+        "{:>22} {:>12} {:>28}",
+        "",
+        "µs per file",
+        format!("cores at {MIX_UPLOADS_PER_S} uploads/s")
+    );
+    for (what, per) in [("check (server)", check), ("make (load generator)", make)] {
+        println!(
+            "{:>22} {:>12.1} {:>28.2}",
+            what,
+            per * 1e6,
+            per * MIX_UPLOADS_PER_S
         );
     }
 }

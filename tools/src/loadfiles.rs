@@ -14,7 +14,7 @@ use std::sync::Arc;
 use beebot_server::grid::{Grid, GridIo, GridSettings, MemoryLinks};
 use beebot_server::params::RoundParams;
 use beebot_shared::extract::LinkTag;
-use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary};
+use beebot_shared::linkfile::{self, LinkFileHeader, LinkFileWriter, LinkRecordRef, ScanSummary};
 use beebot_shared::proto::HostInfo;
 use beebot_shared::rng::SplitMix64;
 use beebot_shared::sign::{self, WorkUnit};
@@ -85,54 +85,65 @@ fn site_seed(site: &str) -> u64 {
 /// delay would upload it: [`LinkFileSizes::records_of`] records from pages of
 /// the site (at most the unit's page cap), each linking within the site and
 /// to other hosts, and a summary whose elapsed time covers the delay between
-/// its pages.
+/// its pages. The records are written straight into the file
+/// ([`linkfile::LinkFileWriter`]) from three reused texts: the load
+/// generator makes one for every upload, thousands a second.
 pub fn realistic_result(
     unit: &WorkUnit,
     sizes: &LinkFileSizes,
 ) -> Result<(ScanSummary, Vec<u8>), linkfile::LinkFileError> {
-    let (pages, records_n) = sizes.scan_of(unit);
-    let per_page = records_n.div_ceil(pages);
+    use std::fmt::Write;
+    let (pages, links) = sizes.scan_of(unit);
+    // `pages` × `per_page` >= `links`: every record claimed is written.
+    let per_page = links.div_ceil(pages);
     let mut rng = SplitMix64::new(site_seed(&unit.site) ^ 0x5eed);
-    let mut records = Vec::with_capacity(records_n as usize);
-    let mut hosts = std::collections::HashSet::new();
+    let mut hosts = [false; TARGET_HOSTS as usize];
+    let mut file = LinkFileWriter::new(&LinkFileHeader::of_unit(unit, pages, links))?;
+    let (mut source, mut target, mut anchor) = (String::new(), String::new(), String::new());
+    let mut written = 0;
     'pages: for p in 0..pages {
-        let source_url = format!("http://{}/docs/section-{p}/index.html", unit.site);
+        source.clear();
+        let _ = write!(source, "http://{}/docs/section-{p}/index.html", unit.site);
         for k in 0..per_page {
-            if records.len() as u64 == records_n {
+            if written == links {
                 break 'pages;
             }
-            let (target_url, anchor_text) = if rng.next_u64() % 4 == 0 {
+            target.clear();
+            anchor.clear();
+            if rng.next_u64() % 4 == 0 {
                 let host = rng.next_u64() % TARGET_HOSTS;
-                hosts.insert(host);
-                (
-                    format!("https://www.partner-{host}.example.org/research/item-{k}"),
-                    format!("Partner {host} item {k}"),
-                )
+                hosts[host as usize] = true;
+                let _ = write!(
+                    target,
+                    "https://www.partner-{host}.example.org/research/item-{k}"
+                );
+                let _ = write!(anchor, "Partner {host} item {k}");
             } else {
                 let to = rng.next_u64() % pages.max(1);
-                (
-                    format!("http://{}/docs/section-{to}/page-{k}.html", unit.site),
-                    format!("Section {to}, page {k}"),
-                )
-            };
-            records.push(LinkRecord {
-                source_url: source_url.clone(),
-                target_url,
+                let _ = write!(
+                    target,
+                    "http://{}/docs/section-{to}/page-{k}.html",
+                    unit.site
+                );
+                let _ = write!(anchor, "Section {to}, page {k}");
+            }
+            file.push(&LinkRecordRef {
+                source_url: &source,
+                target_url: &target,
                 tag: LinkTag::A,
                 nofollow: false,
-                anchor_text,
-            });
+                anchor_text: &anchor,
+            })?;
+            written += 1;
         }
     }
-    let links = records.len() as u64;
-    let file = with_compressor(|zstd| {
-        linkfile::encode_with(zstd, &LinkFileHeader::of_unit(unit, pages, links), &records)
-    })?;
+    let file = with_compressor(|zstd| file.finish_with(zstd))?;
+    let distinct = hosts.iter().filter(|&&h| h).count() as u64;
     let summary = ScanSummary {
         pages,
         links,
         bytes: pages * PAGE_BYTES,
-        distinct_target_hosts: (hosts.len() as u64 + 1).min(links),
+        distinct_target_hosts: (distinct + 1).min(links),
         elapsed_ms: pages * unit.limits.delay_ms.max(1) + 1_000,
         status_counts: vec![(200, pages)],
         ..ScanSummary::default()
@@ -236,6 +247,54 @@ mod tests {
         assert!((3_500..=7_000).contains(&p99), "p99 {p99}");
         assert_eq!(*n.last().unwrap(), 20_000, "the tail reaches the most");
         assert!(*n.first().unwrap() >= 1);
+    }
+
+    #[test]
+    fn a_result_holds_the_records_it_claims_on_the_site_and_every_copy_holds_the_same() {
+        let (mut g, host, key) = grid(1000);
+        let req = WorkRequest {
+            want_seconds: 600,
+            free_slots: 1,
+            units_held: vec![],
+            open_windows: None,
+        };
+        let signed = g.request_work(host, &req, T0 + 1).expect("work").units;
+        let unit = sign::verify_unit(&key, signed.first().expect("a unit")).expect("signed");
+        for median in [1, 40, 300, 5_000] {
+            let sizes = LinkFileSizes {
+                median,
+                sigma: 0.0,
+                most: 20_000,
+            };
+            let (summary, file) = realistic_result(&unit, &sizes).expect("made");
+            let (header, records) = linkfile::decode(&file).expect("decodes");
+            assert_eq!(records.len() as u64, median);
+            assert_eq!((summary.links, header.records), (median, median));
+            assert_eq!(summary.pages, median.div_ceil(LINKS_PER_PAGE));
+            assert_eq!((header.unit_id, &header.site), (unit.unit_id, &unit.site));
+            let on_site = format!("http://{}/", unit.site);
+            assert!(records.iter().all(|r| r.source_url.starts_with(&on_site)));
+            let partners: std::collections::HashSet<&str> = records
+                .iter()
+                .filter(|r| !r.target_url.starts_with(&on_site))
+                .map(|r| r.target_url.split('/').nth(2).unwrap_or_default())
+                .collect();
+            assert_eq!(
+                summary.distinct_target_hosts,
+                (partners.len() as u64 + 1).min(median)
+            );
+            if median >= 300 {
+                let share = partners.len() as f64;
+                assert!(share > 10.0, "links leave the site: {share} hosts");
+            }
+            // Another copy of the job: another unit, the same records.
+            let copy = WorkUnit {
+                unit_id: unit.unit_id + 1,
+                ..unit.clone()
+            };
+            let (_, other) = realistic_result(&copy, &sizes).expect("made");
+            assert_eq!(linkfile::decode(&other).expect("decodes").1, records);
+        }
     }
 
     /// A grid in memory with one round of 50 sites at `delay_ms` and one

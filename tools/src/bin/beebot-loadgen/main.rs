@@ -12,16 +12,19 @@
 //! The table gives each kind's rate and p50/p99/p99.9, the server's CPU and
 //! its memory. With `--herd N` it then kills the server, restarts it, and
 //! shows how N hosts reconnecting with the client's backoff spread out
-//! (`herd`).
+//! (`herd`). With `--null-server` the same load goes to a server that
+//! only answers (`null`): the transport's own cost.
 //!
 //! Build with `--release` (it runs the `beebot-server` beside its own binary):
 //! `cargo build --release -p beebot-server -p beebot-tools --bins`, then
 //! `target/release/beebot-loadgen`.
 
 mod herd;
+mod null;
 mod play;
 mod report;
 
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -99,6 +102,16 @@ struct Args {
     /// The server binary (default: `beebot-server` beside this one).
     #[arg(long)]
     server_bin: Option<PathBuf>,
+    /// Play the load against a null server instead: the server's QUIC
+    /// endpoint and the protocol's framing answering every request at once
+    /// with an answer of the real one's shape, with no grid behind them
+    /// (no store, policy, signature or check). Its CPU is the transport's
+    /// own share of a request. Hosts connect without enrolling; no herd.
+    #[arg(long)]
+    null_server: bool,
+    /// Be the null server (what `--null-server` starts).
+    #[arg(long, hide = true)]
+    serve_null: bool,
 }
 
 fn server_bin(args: &Args) -> Result<PathBuf> {
@@ -257,7 +270,7 @@ fn setup_server(args: &Args, bin: &Path, tmp: &Path) -> Result<(Child, Invite)> 
 async fn enrol_all(
     count: usize,
     server: &ServerId,
-    token: &[u8],
+    token: Option<&[u8]>,
     stats: &Arc<Stats>,
 ) -> Result<(Vec<Arc<Host>>, Duration)> {
     let gate = Arc::new(Semaphore::new(SETUP_CONCURRENCY));
@@ -265,11 +278,19 @@ async fn enrol_all(
     for n in 0..count {
         let gate = gate.clone();
         let server = server.clone();
-        let token = token.to_vec();
+        let token = token.map(<[u8]>::to_vec);
         let stats = stats.clone();
         pending.push(tokio::spawn(async move {
             let _g = gate.acquire_owned().await?;
-            enrol(&server, token, n, &stats).await
+            match token {
+                Some(token) => enrol(&server, token, n, &stats).await,
+                // The null server: connected is ready.
+                None => {
+                    let link = Link::connect(&server).await?;
+                    let key = beebot_shared::sign::generate_key();
+                    Ok((Host::new(n as u64, key, link), None))
+                }
+            }
         }));
     }
     let mut hosts = Vec::new();
@@ -321,22 +342,20 @@ fn mb(kb: Option<u64>) -> f64 {
     kb.map_or(f64::NAN, |kb| kb as f64 / 1024.0)
 }
 
-/// Enrol the hosts, warm up, measure, print the table, then the herd.
+/// Enrol the hosts (connect them, with the null server: `token` `None`),
+/// warm up, measure, print the table, then the herd.
 async fn run_load(
     args: &Args,
     bin: &Path,
     tmp: &Path,
-    invite: &Invite,
+    server: &ServerId,
+    token: Option<&[u8]>,
     mut child: Child,
 ) -> Result<Child> {
-    let server = ServerId {
-        addr: invite.addr.clone(),
-        server_name: invite.server_name.clone(),
-        cert_sha256: invite.cert_sha256,
-    };
+    let server = server.clone();
     let setup = Arc::new(Stats::default());
     let enrol_start = Instant::now();
-    let (hosts, progress_every) = enrol_all(args.hosts, &server, &invite.token, &setup).await?;
+    let (hosts, progress_every) = enrol_all(args.hosts, &server, token, &setup).await?;
     let enrol_secs = enrol_start.elapsed().as_secs_f64();
     let pid = Process::Pid(child.id());
     let rss_idle_mb = mb(usage::rss_kb(pid));
@@ -361,7 +380,11 @@ async fn run_load(
     println!(
         "beebot-loadgen: {} hosts over QUIC on loopback against {}",
         hosts.len(),
-        bin.display()
+        if token.is_none() {
+            "a null server (QUIC and framing only, no grid)".to_string()
+        } else {
+            bin.display().to_string()
+        }
     );
     println!(
         "round of {} sites at a {} ms delay{}; asked {} work requests/s and {} uploads/s; \
@@ -436,7 +459,7 @@ async fn run_load(
         drained.as_secs_f64()
     );
 
-    if args.herd > 0 {
+    if args.herd > 0 && token.is_some() {
         let n = args.herd.min(hosts.len());
         let (dir, log) = (tmp.join("server"), tmp.join("server.log"));
         child = herd::herd(&hosts[..n], &server, bin, &dir, &log, &mut child).await?;
@@ -447,12 +470,60 @@ async fn run_load(
     Ok(child)
 }
 
+/// Start the null server (this binary with `--serve-null`) and read where
+/// it listens and its certificate's fingerprint.
+fn start_null_server() -> Result<(Child, ServerId)> {
+    let exe = std::env::current_exe().context("own path")?;
+    let mut child = Command::new(exe)
+        .arg("--serve-null")
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("start the null server")?;
+    let out = child.stdout.take().context("null server's stdout")?;
+    let mut line = String::new();
+    std::io::BufReader::new(out)
+        .read_line(&mut line)
+        .context("null server's first line")?;
+    let mut words = line.split_whitespace();
+    let (Some(null::READY), Some(addr), Some(fp)) = (words.next(), words.next(), words.next())
+    else {
+        let _ = child.kill();
+        bail!("the null server did not start: {line:?}");
+    };
+    let cert_sha256 = hex::decode(fp)
+        .ok()
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .context("null server's fingerprint")?;
+    let server = ServerId {
+        addr: addr.to_string(),
+        server_name: "localhost".into(),
+        cert_sha256,
+    };
+    Ok((child, server))
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
-    let bin = server_bin(&args)?;
+    if args.serve_null {
+        let listen = "127.0.0.1:0".parse().context("address")?;
+        return runtime()?.block_on(null::serve(listen, HOST_SLOTS));
+    }
     let tmp = tempfile::tempdir().context("temp dir")?;
-    let (child, invite) = setup_server(&args, &bin, tmp.path())?;
-    let mut child = runtime()?.block_on(run_load(&args, &bin, tmp.path(), &invite, child))?;
+    let mut child = if args.null_server {
+        let (child, server) = start_null_server()?;
+        let bin = std::env::current_exe().context("own path")?;
+        runtime()?.block_on(run_load(&args, &bin, tmp.path(), &server, None, child))?
+    } else {
+        let bin = server_bin(&args)?;
+        let (child, invite) = setup_server(&args, &bin, tmp.path())?;
+        let server = ServerId {
+            addr: invite.addr.clone(),
+            server_name: invite.server_name.clone(),
+            cert_sha256: invite.cert_sha256,
+        };
+        let token = Some(invite.token.as_slice());
+        runtime()?.block_on(run_load(&args, &bin, tmp.path(), &server, token, child))?
+    };
     let _ = child.kill();
     let _ = child.wait();
     Ok(())
