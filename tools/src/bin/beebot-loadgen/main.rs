@@ -474,8 +474,11 @@ async fn run_load(
 /// it listens and its certificate's fingerprint.
 fn start_null_server() -> Result<(Child, ServerId)> {
     let exe = std::env::current_exe().context("own path")?;
+    // Its stdin stays open while this process lives: it exits when this
+    // one does, whatever way.
     let mut child = Command::new(exe)
         .arg("--serve-null")
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .context("start the null server")?;

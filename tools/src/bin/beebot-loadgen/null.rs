@@ -27,9 +27,14 @@ use beebot_shared::sign::{SignedUnit, UnitLimits, WorkUnit};
 /// certificate's SHA-256 in hex.
 pub const READY: &str = "null-server";
 
-/// Serve on `listen` until killed; print [`READY`], the bound address and
-/// the fingerprint on stdout once listening.
+/// Serve on `listen` until killed or until stdin closes (the load
+/// generator that started it is gone); print [`READY`], the bound address
+/// and the fingerprint on stdout once listening.
 pub async fn serve(listen: SocketAddr, slots: u32) -> Result<()> {
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(0);
+    });
     let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
         .context("self-signed certificate")?;
     let cert = made.cert.der().clone();
