@@ -173,14 +173,15 @@ impl Grid {
         cfg.round.validate = beebot_server::validate::ValidateMode::Off;
         dir.save_config(&cfg).expect("save config");
         g.start_server();
-        // Pin the ports the server picked, so a restarted server is where the
-        // clients' enrolments say it is.
+        // Pin the QUIC port the server picked, so a restarted server is where
+        // the clients' enrolments say it is. The admin port stays free to
+        // move: everything that talks to it reads `serve.json`, and a pinned
+        // TCP port could be taken by another test while the server is down.
         let dir = beebot_server::config::DataDir(g.data_dir());
         let rt = dir.load_runtime().expect("serve.json");
         let mut cfg = dir.load_config().expect("config");
         cfg.listen = rt.quic_addr.to_string();
         cfg.public_addr = rt.public_addr.clone();
-        cfg.admin_listen = rt.admin_addr.to_string();
         dir.save_config(&cfg).expect("save config");
         g
     }
