@@ -621,7 +621,20 @@ impl Home {
     /// Add one accepted result to today's totals, kept with the days kept
     /// for the week's ([`Home::days`]): one read and one write a result.
     pub fn add_to_today(&self, date: &str, pages: u64, links: u64) -> Result<DayTotals> {
-        let mut days = self.days();
+        let mut days = match self.read_days() {
+            Ok(days) => days,
+            Err(why) => {
+                // Not overwritten: the unreadable history is kept aside.
+                let aside = self.days_path().with_extension("json.unreadable");
+                fs::rename(self.days_path(), &aside)?;
+                tracing::warn!(
+                    "{} was unreadable ({why}): kept as {}, the days start again",
+                    self.days_path().display(),
+                    aside.display()
+                );
+                Vec::new()
+            }
+        };
         let first_today = !days.iter().any(|x| x.date == date);
         let mut d = self.day_in(&days, date);
         d.results += 1;
@@ -651,12 +664,20 @@ impl Home {
         self.data.join("spool").join("days.json")
     }
 
-    /// The totals of the last [`DAYS_KEPT`] days with results, oldest first.
+    /// The totals of the last [`DAYS_KEPT`] days with results, oldest first
+    /// (none while the file is unreadable).
     pub fn days(&self) -> Vec<DayTotals> {
-        std::fs::read_to_string(self.days_path())
-            .ok()
-            .and_then(|t| serde_json::from_str::<Vec<DayTotals>>(&t).ok())
-            .unwrap_or_default()
+        self.read_days().unwrap_or_default()
+    }
+
+    /// The days kept, none when there is no file yet; `Err` says why a
+    /// file that is there cannot be read.
+    fn read_days(&self) -> std::result::Result<Vec<DayTotals>, String> {
+        match std::fs::read_to_string(self.days_path()) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| e.to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// The totals of the seven days ending on `today` (`YYYY-MM-DD`).
@@ -942,6 +963,24 @@ mod tests {
             data: dir.path().to_path_buf(),
         };
         (dir, h)
+    }
+
+    #[test]
+    fn an_unreadable_days_file_is_kept_aside_not_overwritten() {
+        let (_d, h) = home();
+        fs::create_dir_all(h.days_path().parent().unwrap()).unwrap();
+        let garbage = b"[{\"date\": \"2026-11-30\", \"results\": 4,";
+        fs::write(h.days_path(), garbage).unwrap();
+        assert!(h.days().is_empty(), "nothing to show while unreadable");
+        let d = h.add_to_today("2026-12-01", 3, 30).unwrap();
+        assert_eq!((d.results, d.pages, d.links), (1, 3, 30));
+        let aside = h.days_path().with_extension("json.unreadable");
+        assert_eq!(fs::read(&aside).unwrap(), garbage, "the old bytes, whole");
+        assert_eq!(h.days(), vec![d.clone()], "the days start again");
+        // The next result adds to them, and leaves the kept file alone.
+        h.add_to_today("2026-12-01", 1, 0).unwrap();
+        assert_eq!(h.days()[0].results, 2);
+        assert_eq!(fs::read(&aside).unwrap(), garbage);
     }
 
     #[test]
