@@ -6,8 +6,8 @@
 //! median, cut at a most, as a site's outbound links are (most sites link a
 //! few hundred times, a few tens of thousands). Pages are the records over
 //! [`LINKS_PER_PAGE`], and the summary's elapsed time covers the round's
-//! politeness delay between them, so the server's pace check passes as it
-//! does for an honest client.
+//! politeness delay between them (at least [`PAGE_FETCH_MS`] a page), so
+//! the server's pace check passes as it does for an honest client.
 
 use std::sync::Arc;
 
@@ -24,6 +24,10 @@ use beebot_shared::sign::{self, WorkUnit};
 pub const LINKS_PER_PAGE: u64 = 40;
 /// Bytes of a page in the summary (its HTML, uncompressed).
 pub const PAGE_BYTES: u64 = 24_000;
+/// What a page takes to fetch when the round's delay is shorter: a real
+/// site answers in 50–300 ms. (At a 0 ms delay a result claiming 1 ms a
+/// page made every host look hundreds of times faster than any is.)
+pub const PAGE_FETCH_MS: u64 = 150;
 /// Other hosts a result links to, at most.
 const TARGET_HOSTS: u64 = 200;
 
@@ -92,11 +96,35 @@ pub fn realistic_result(
     unit: &WorkUnit,
     sizes: &LinkFileSizes,
 ) -> Result<(ScanSummary, Vec<u8>), linkfile::LinkFileError> {
+    result_drawn(unit, sizes, HONEST_DRAW)
+}
+
+/// A lying host's result for `unit`: the same pages, record count and
+/// summary as [`realistic_result`]'s, every record's source on the site,
+/// so it passes every check an upload meets alone, but the links are made
+/// up (drawn otherwise): it disagrees with an honest copy of the job, as a
+/// host that fakes its scans does.
+pub fn made_up_result(
+    unit: &WorkUnit,
+    sizes: &LinkFileSizes,
+) -> Result<(ScanSummary, Vec<u8>), linkfile::LinkFileError> {
+    result_drawn(unit, sizes, MADE_UP_DRAW)
+}
+
+/// What the links of a result are drawn from, besides the site's name.
+const HONEST_DRAW: u64 = 0x5eed;
+const MADE_UP_DRAW: u64 = 0x11e5;
+
+fn result_drawn(
+    unit: &WorkUnit,
+    sizes: &LinkFileSizes,
+    draw: u64,
+) -> Result<(ScanSummary, Vec<u8>), linkfile::LinkFileError> {
     use std::fmt::Write;
     let (pages, links) = sizes.scan_of(unit);
     // `pages` × `per_page` >= `links`: every record claimed is written.
     let per_page = links.div_ceil(pages);
-    let mut rng = SplitMix64::new(site_seed(&unit.site) ^ 0x5eed);
+    let mut rng = SplitMix64::new(site_seed(&unit.site) ^ draw);
     let mut hosts = [false; TARGET_HOSTS as usize];
     let mut file = LinkFileWriter::new(&LinkFileHeader::of_unit(unit, pages, links))?;
     let (mut source, mut target, mut anchor) = (String::new(), String::new(), String::new());
@@ -144,7 +172,7 @@ pub fn realistic_result(
         links,
         bytes: pages * PAGE_BYTES,
         distinct_target_hosts: (distinct + 1).min(links),
-        elapsed_ms: pages * unit.limits.delay_ms.max(1) + 1_000,
+        elapsed_ms: pages * unit.limits.delay_ms.max(PAGE_FETCH_MS) + 1_000,
         status_counts: vec![(200, pages)],
         ..ScanSummary::default()
     };
@@ -294,6 +322,55 @@ mod tests {
             };
             let (_, other) = realistic_result(&copy, &sizes).expect("made");
             assert_eq!(linkfile::decode(&other).expect("decodes").1, records);
+        }
+    }
+
+    #[test]
+    fn a_made_up_result_passes_alone_and_disagrees_with_the_honest_one() {
+        for delay_ms in [1_000, 0] {
+            let (mut g, h, key) = grid(delay_ms);
+            let req = WorkRequest {
+                want_seconds: 600,
+                free_slots: 1,
+                units_held: vec![],
+                open_windows: None,
+            };
+            let signed = g.request_work(h, &req, T0 + 1).expect("work").units;
+            let unit = sign::verify_unit(&key, signed.first().expect("a unit")).expect("signed");
+            let sizes = LinkFileSizes::default();
+            let (honest_summary, honest) = realistic_result(&unit, &sizes).expect("made");
+            let (summary, file) = made_up_result(&unit, &sizes).expect("made");
+            let claims = ScanSummary {
+                distinct_target_hosts: honest_summary.distinct_target_hosts,
+                ..summary.clone()
+            };
+            assert_eq!(claims, honest_summary, "the same pages, links and time");
+            let pairs = |f: &[u8]| -> std::collections::HashSet<(String, String)> {
+                linkfile::decode(f)
+                    .expect("decodes")
+                    .1
+                    .into_iter()
+                    .map(|r| (r.source_url, r.target_url))
+                    .collect()
+            };
+            let (made_up, truth) = (pairs(&file), pairs(&honest));
+            let shared = made_up.intersection(&truth).count();
+            assert!(
+                shared * 2 < truth.len(),
+                "{shared} of {} pairs shared",
+                truth.len()
+            );
+            let UploadStep::Plan(plan) = g.upload_begin(h, unit.unit_id, T0 + 2).expect("begin")
+            else {
+                panic!("no upload plan");
+            };
+            let outcome =
+                beebot_server::simulate::finish_upload(&mut g, &plan, summary, &file, None, T0 + 2)
+                    .expect("upload");
+            assert!(
+                matches!(outcome, UploadOutcome::Accepted),
+                "delay {delay_ms}: {outcome:?}"
+            );
         }
     }
 

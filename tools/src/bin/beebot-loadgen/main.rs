@@ -95,6 +95,11 @@ struct Args {
     /// Most records of an uploaded link file.
     #[arg(long, default_value_t = LinkFileSizes::default().most)]
     records_most: u64,
+    /// Share of the hosts that lie (0 to 1): they upload made-up link files
+    /// that pass every check an upload meets alone and disagree with an
+    /// honest copy of the job (`loadfiles::made_up_result`).
+    #[arg(long, default_value_t = 0.0)]
+    liars: f64,
     /// After the load: kill and restart the server, and reconnect this many
     /// hosts with the client's backoff (0: skip).
     #[arg(long, default_value_t = 200)]
@@ -174,6 +179,7 @@ async fn enrol(
     server: &ServerId,
     token: Vec<u8>,
     n: usize,
+    liar: bool,
     stats: &Stats,
 ) -> Result<(Host, Option<Duration>)> {
     let key = beebot_shared::sign::generate_key();
@@ -209,7 +215,7 @@ async fn enrol(
         }
         _ => None,
     };
-    Ok((Host::new(id, key, link), progress))
+    Ok((Host::new(id, key, link, liar), progress))
 }
 
 /// A fresh data dir in `tmp` and a server on it with its ports pinned (so a
@@ -269,6 +275,7 @@ fn setup_server(args: &Args, bin: &Path, tmp: &Path) -> Result<(Child, Invite)> 
 /// interval the server's welcome named.
 async fn enrol_all(
     count: usize,
+    liars: usize,
     server: &ServerId,
     token: Option<&[u8]>,
     stats: &Arc<Stats>,
@@ -280,15 +287,16 @@ async fn enrol_all(
         let server = server.clone();
         let token = token.map(<[u8]>::to_vec);
         let stats = stats.clone();
+        let liar = n < liars;
         pending.push(tokio::spawn(async move {
             let _g = gate.acquire_owned().await?;
             match token {
-                Some(token) => enrol(&server, token, n, &stats).await,
+                Some(token) => enrol(&server, token, n, liar, &stats).await,
                 // The null server: connected is ready.
                 None => {
                     let link = Link::connect(&server).await?;
                     let key = beebot_shared::sign::generate_key();
-                    Ok((Host::new(n as u64, key, link), None))
+                    Ok((Host::new(n as u64, key, link, liar), None))
                 }
             }
         }));
@@ -355,7 +363,8 @@ async fn run_load(
     let server = server.clone();
     let setup = Arc::new(Stats::default());
     let enrol_start = Instant::now();
-    let (hosts, progress_every) = enrol_all(args.hosts, &server, token, &setup).await?;
+    let liars = (args.hosts as f64 * args.liars).round() as usize;
+    let (hosts, progress_every) = enrol_all(args.hosts, liars, &server, token, &setup).await?;
     let enrol_secs = enrol_start.elapsed().as_secs_f64();
     let pid = Process::Pid(child.id());
     let rss_idle_mb = mb(usage::rss_kb(pid));
@@ -401,6 +410,13 @@ async fn run_load(
         sizes.most,
         progress_every.as_secs()
     );
+    let lying = hosts.iter().filter(|h| h.liar).count();
+    if lying > 0 {
+        println!(
+            "{lying} of {} hosts lie: their link files are made up",
+            hosts.len()
+        );
+    }
     println!(
         "{} enrolled in {:.1}s (hello p50 {:.1} ms); {}s of warm-up then {}s measured, one \
          schedule; latency from when each request was due",
@@ -507,6 +523,12 @@ fn start_null_server() -> Result<(Child, ServerId)> {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if !(0.0..=1.0).contains(&args.liars) {
+        bail!(
+            "--liars is a share of the hosts, from 0 to 1: {}",
+            args.liars
+        );
+    }
     if args.serve_null {
         let listen = "127.0.0.1:0".parse().context("address")?;
         return runtime()?.block_on(null::serve(listen, HOST_SLOTS));
@@ -525,7 +547,16 @@ fn main() -> Result<()> {
             cert_sha256: invite.cert_sha256,
         };
         let token = Some(invite.token.as_slice());
-        runtime()?.block_on(run_load(&args, &bin, tmp.path(), &server, token, child))?
+        let child =
+            runtime()?.block_on(run_load(&args, &bin, tmp.path(), &server, token, child))?;
+        // What the grid made of the load: jobs settled, hosts.
+        let status = admin(&bin, &tmp.path().join("server"), &["status"])?;
+        for line in status.lines() {
+            if line.starts_with("jobs") || line.starts_with("hosts") {
+                println!("server's {line}");
+            }
+        }
+        child
     };
     let _ = child.kill();
     let _ = child.wait();

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use beebot_client::net::Link;
 use beebot_shared::proto::{Request, Response};
 use beebot_shared::sign::WorkUnit;
-use beebot_tools::loadfiles::{realistic_result, LinkFileSizes};
+use beebot_tools::loadfiles::{made_up_result, realistic_result, LinkFileSizes};
 
 use beebot_shared::fetch_rules::{work_wanted, DEFAULT_BUFFER_MAX_S, DEFAULT_BUFFER_MIN_S};
 
@@ -33,6 +33,9 @@ pub struct Host {
     pub id: u64,
     pub key: ed25519_dalek::SigningKey,
     pub link: Link,
+    /// Uploads made-up link files
+    /// ([`beebot_tools::loadfiles::made_up_result`]).
+    pub liar: bool,
     held: Mutex<VecDeque<Held>>,
     /// Units whose upload is on its way (still held, as a client counts them).
     uploading: Mutex<Vec<u64>>,
@@ -53,11 +56,12 @@ struct Held {
 }
 
 impl Host {
-    pub fn new(id: u64, key: ed25519_dalek::SigningKey, link: Link) -> Host {
+    pub fn new(id: u64, key: ed25519_dalek::SigningKey, link: Link, liar: bool) -> Host {
         Host {
             id,
             key,
             link,
+            liar,
             held: Mutex::new(VecDeque::new()),
             uploading: Mutex::new(Vec::new()),
             asking: tokio::sync::Mutex::new(()),
@@ -277,7 +281,12 @@ async fn upload(
     let unit_id = h.unit.unit_id;
     // The scan's result, made off the runtime.
     let sizes = plan.sizes;
-    let made = tokio::task::spawn_blocking(move || realistic_result(&h.unit, &sizes))
+    let make = if host.liar {
+        made_up_result
+    } else {
+        realistic_result
+    };
+    let made = tokio::task::spawn_blocking(move || make(&h.unit, &sizes))
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r.map_err(|e| e.to_string()));
