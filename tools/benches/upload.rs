@@ -19,10 +19,10 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use beebot_server::grid::{UploadStep, WorkRequest};
+use beebot_server::grid::UploadStep;
 use beebot_server::params::RoundParams;
-use beebot_shared::{linkfile, sign};
-use beebot_tools::loadfiles::{memory_grid, realistic_result, LinkFileSizes};
+use beebot_shared::linkfile;
+use beebot_tools::loadfiles::{memory_grid, memory_unit, realistic_result, LinkFileSizes};
 
 const T0: u64 = 1_750_000_000_000;
 /// Records of the files checked.
@@ -38,14 +38,7 @@ const MIX_UPLOADS_PER_S: f64 = 2_000.0;
 fn main() {
     let (mut g, host, key) =
         memory_grid(&["www.example.edu".to_string()], RoundParams::default(), T0);
-    let req = WorkRequest {
-        want_seconds: 600,
-        free_slots: 1,
-        units_held: vec![],
-        open_windows: None,
-    };
-    let signed = g.request_work(host, &req, T0 + 1).expect("work").units;
-    let unit = sign::verify_unit(&key, signed.first().expect("a unit")).expect("signed");
+    let unit = memory_unit(&mut g, host, &key, T0 + 1);
     let UploadStep::Plan(plan) = g.upload_begin(host, unit.unit_id, T0 + 2).expect("upload") else {
         panic!("no upload plan");
     };

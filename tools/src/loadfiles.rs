@@ -247,6 +247,25 @@ pub fn memory_grid(
     (g, host, key.verifying_key())
 }
 
+/// The first unit `host` of a [`memory_grid`] gets at `now_ms`, its
+/// signature checked with `key`.
+pub fn memory_unit(
+    g: &mut Grid,
+    host: u64,
+    key: &ed25519_dalek::VerifyingKey,
+    now_ms: u64,
+) -> WorkUnit {
+    let req = beebot_server::grid::WorkRequest {
+        want_seconds: 600,
+        free_slots: 1,
+        units_held: vec![],
+        open_windows: None,
+    };
+    let reply = g.request_work(host, &req, now_ms).expect("work");
+    let signed = reply.units.first().expect("a unit");
+    sign::verify_unit(key, signed).expect("signed by the grid")
+}
+
 #[cfg(test)]
 mod tests {
     use beebot_server::grid::{Grid, UploadOutcome, UploadStep, WorkRequest};
@@ -280,14 +299,7 @@ mod tests {
     #[test]
     fn a_result_holds_the_records_it_claims_on_the_site_and_every_copy_holds_the_same() {
         let (mut g, host, key) = grid(1000);
-        let req = WorkRequest {
-            want_seconds: 600,
-            free_slots: 1,
-            units_held: vec![],
-            open_windows: None,
-        };
-        let signed = g.request_work(host, &req, T0 + 1).expect("work").units;
-        let unit = sign::verify_unit(&key, signed.first().expect("a unit")).expect("signed");
+        let unit = memory_unit(&mut g, host, &key, T0 + 1);
         for median in [1, 40, 300, 5_000] {
             let sizes = LinkFileSizes {
                 median,
@@ -329,14 +341,7 @@ mod tests {
     fn a_made_up_result_passes_alone_and_disagrees_with_the_honest_one() {
         for delay_ms in [1_000, 0] {
             let (mut g, h, key) = grid(delay_ms);
-            let req = WorkRequest {
-                want_seconds: 600,
-                free_slots: 1,
-                units_held: vec![],
-                open_windows: None,
-            };
-            let signed = g.request_work(h, &req, T0 + 1).expect("work").units;
-            let unit = sign::verify_unit(&key, signed.first().expect("a unit")).expect("signed");
+            let unit = memory_unit(&mut g, h, &key, T0 + 1);
             let sizes = LinkFileSizes::default();
             let (honest_summary, honest) = realistic_result(&unit, &sizes).expect("made");
             let (summary, file) = made_up_result(&unit, &sizes).expect("made");
@@ -360,18 +365,28 @@ mod tests {
                 "{shared} of {} pairs shared",
                 truth.len()
             );
-            let UploadStep::Plan(plan) = g.upload_begin(h, unit.unit_id, T0 + 2).expect("begin")
-            else {
-                panic!("no upload plan");
-            };
-            let outcome =
-                beebot_server::simulate::finish_upload(&mut g, &plan, summary, &file, None, T0 + 2)
-                    .expect("upload");
+            let outcome = upload(&mut g, h, &unit, (summary, file), T0 + 2);
             assert!(
                 matches!(outcome, UploadOutcome::Accepted),
                 "delay {delay_ms}: {outcome:?}"
             );
         }
+    }
+
+    /// `unit`'s result uploaded by `h` at `now_ms`, checked and kept as
+    /// `serve` does.
+    fn upload(
+        g: &mut Grid,
+        h: u64,
+        unit: &WorkUnit,
+        (summary, file): (ScanSummary, Vec<u8>),
+        now_ms: u64,
+    ) -> UploadOutcome {
+        let UploadStep::Plan(plan) = g.upload_begin(h, unit.unit_id, now_ms).expect("begin") else {
+            panic!("no upload plan");
+        };
+        beebot_server::simulate::finish_upload(g, &plan, summary, &file, None, now_ms)
+            .expect("upload")
     }
 
     /// A grid in memory with one round of 50 sites at `delay_ms` and one
@@ -407,19 +422,7 @@ mod tests {
                     summary.links,
                     LinkFileSizes::default().records_of(&unit.site)
                 );
-                let UploadStep::Plan(plan) = g.upload_begin(h, unit.unit_id, T0 + 2).unwrap()
-                else {
-                    panic!("no upload plan");
-                };
-                let outcome = beebot_server::simulate::finish_upload(
-                    &mut g,
-                    &plan,
-                    summary,
-                    &file,
-                    None,
-                    T0 + 2,
-                )
-                .unwrap();
+                let outcome = upload(&mut g, h, &unit, (summary, file), T0 + 2);
                 assert!(
                     matches!(outcome, UploadOutcome::Accepted),
                     "delay {delay_ms}: {outcome:?}"
@@ -431,14 +434,7 @@ mod tests {
     #[test]
     fn a_result_claiming_less_time_than_the_delay_allows_is_refused() {
         let (mut g, h, key) = grid(1_000);
-        let req = WorkRequest {
-            want_seconds: 600,
-            free_slots: 1,
-            units_held: vec![],
-            open_windows: None,
-        };
-        let signed = g.request_work(h, &req, T0 + 1).unwrap().units.remove(0);
-        let unit = sign::verify_unit(&key, &signed).unwrap();
+        let unit = memory_unit(&mut g, h, &key, T0 + 1);
         let sizes = LinkFileSizes {
             median: 2_000,
             sigma: 0.0,
@@ -447,12 +443,7 @@ mod tests {
         let (mut summary, file) = realistic_result(&unit, &sizes).unwrap();
         assert!(summary.pages > 10);
         summary.elapsed_ms = 10;
-        let UploadStep::Plan(plan) = g.upload_begin(h, unit.unit_id, T0 + 2).unwrap() else {
-            panic!("no upload plan");
-        };
-        let outcome =
-            beebot_server::simulate::finish_upload(&mut g, &plan, summary, &file, None, T0 + 2)
-                .unwrap();
+        let outcome = upload(&mut g, h, &unit, (summary, file), T0 + 2);
         assert!(matches!(outcome, UploadOutcome::Rejected(_)), "{outcome:?}");
     }
 }
