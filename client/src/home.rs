@@ -621,14 +621,19 @@ impl Home {
     /// Add one accepted result to today's totals, kept with the days kept
     /// for the week's ([`Home::days`]): one read and one write a result.
     pub fn add_to_today(&self, date: &str, pages: u64, links: u64) -> Result<DayTotals> {
-        let mut days = match self.read_days() {
+        let mut days = match self.read_days()? {
             Ok(days) => days,
             Err(why) => {
-                // Not overwritten: the unreadable history is kept aside.
-                let aside = self.days_path().with_extension("json.unreadable");
-                fs::rename(self.days_path(), &aside)?;
+                // Not overwritten: the history that does not parse is kept
+                // aside, under a name of its own.
+                let aside = self.days_path().with_extension(format!(
+                    "json.unreadable-{}",
+                    crate::control::unix_ms(std::time::SystemTime::now())
+                ));
+                fs::rename(self.days_path(), &aside)
+                    .with_context(|| format!("cannot keep {} aside", self.days_path().display()))?;
                 tracing::warn!(
-                    "{} was unreadable ({why}): kept as {}, the days start again",
+                    "{} could not be read ({why}): kept as {}, the days start again",
                     self.days_path().display(),
                     aside.display()
                 );
@@ -665,18 +670,22 @@ impl Home {
     }
 
     /// The totals of the last [`DAYS_KEPT`] days with results, oldest first
-    /// (none while the file is unreadable).
+    /// (none while the file cannot be read).
     pub fn days(&self) -> Vec<DayTotals> {
-        self.read_days().unwrap_or_default()
+        self.read_days()
+            .ok()
+            .and_then(|d| d.ok())
+            .unwrap_or_default()
     }
 
-    /// The days kept, none when there is no file yet; `Err` says why a
-    /// file that is there cannot be read.
-    fn read_days(&self) -> std::result::Result<Vec<DayTotals>, String> {
-        match std::fs::read_to_string(self.days_path()) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| e.to_string()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(e.to_string()),
+    /// The days kept, none when there is no file yet; the inner `Err`
+    /// says why a file that was read does not parse (bytes no reader can
+    /// use), the outer one why it could not be read (which may pass).
+    fn read_days(&self) -> Result<std::result::Result<Vec<DayTotals>, String>> {
+        match std::fs::read(self.days_path()) {
+            Ok(bytes) => Ok(serde_json::from_slice(&bytes).map_err(|e| e.to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Ok(Vec::new())),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", self.days_path().display())),
         }
     }
 
@@ -974,13 +983,38 @@ mod tests {
         assert!(h.days().is_empty(), "nothing to show while unreadable");
         let d = h.add_to_today("2026-12-01", 3, 30).unwrap();
         assert_eq!((d.results, d.pages, d.links), (1, 3, 30));
-        let aside = h.days_path().with_extension("json.unreadable");
-        assert_eq!(fs::read(&aside).unwrap(), garbage, "the old bytes, whole");
+        let kept = |h: &Home| -> Vec<Vec<u8>> {
+            let mut names: Vec<PathBuf> = fs::read_dir(h.days_path().parent().unwrap())
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.to_string_lossy().contains("days.json.unreadable-"))
+                .collect();
+            names.sort();
+            names.iter().map(|p| fs::read(p).unwrap()).collect()
+        };
+        assert_eq!(kept(&h), vec![garbage.to_vec()], "the old bytes, whole");
         assert_eq!(h.days(), vec![d.clone()], "the days start again");
         // The next result adds to them, and leaves the kept file alone.
         h.add_to_today("2026-12-01", 1, 0).unwrap();
         assert_eq!(h.days()[0].results, 2);
-        assert_eq!(fs::read(&aside).unwrap(), garbage);
+        // A second bad file is kept beside the first, not over it.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        fs::write(h.days_path(), b"not json").unwrap();
+        h.add_to_today("2026-12-02", 1, 0).unwrap();
+        let mut both = kept(&h);
+        both.sort();
+        assert_eq!(both, vec![garbage.to_vec(), b"not json".to_vec()]);
+    }
+
+    #[test]
+    fn a_days_file_that_cannot_be_read_now_is_left_where_it_is() {
+        let (_d, h) = home();
+        // A directory where the file should be: reading fails, not parsing.
+        fs::create_dir_all(h.days_path()).unwrap();
+        let err = h.add_to_today("2026-12-01", 1, 1).unwrap_err();
+        assert!(format!("{err:#}").contains("cannot read"), "{err:#}");
+        assert!(h.days_path().is_dir(), "left as it was");
+        assert!(h.days().is_empty());
     }
 
     #[test]

@@ -88,6 +88,18 @@ pub enum RoundParamsError {
 }
 
 impl RoundParams {
+    /// The limits a unit of a round with these parameters carries.
+    pub fn unit_limits(&self) -> beebot_shared::sign::UnitLimits {
+        beebot_shared::sign::UnitLimits {
+            max_pages: self.max_pages,
+            max_depth: self.max_depth,
+            delay_ms: self.delay_ms,
+            max_page_bytes: self.max_page_bytes,
+            max_seconds: self.max_seconds,
+            max_crawl_delay_ms: self.max_crawl_delay_ms,
+        }
+    }
+
     /// Lay `o` over these parameters: each field given replaces its own.
     pub fn apply(&mut self, o: &RoundOverrides) {
         fn set<T: Clone>(field: &mut T, v: &Option<T>) {

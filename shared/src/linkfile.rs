@@ -286,6 +286,27 @@ pub struct LinkRecordRef<'a> {
     pub anchor_text: &'a str,
 }
 
+impl<'a> From<&'a LinkRecord> for LinkRecordRef<'a> {
+    fn from(r: &'a LinkRecord) -> LinkRecordRef<'a> {
+        // Every field named: one added to `LinkRecord` stops the build
+        // here until it is added to the borrowed record too.
+        let LinkRecord {
+            source_url,
+            target_url,
+            tag,
+            nofollow,
+            anchor_text,
+        } = r;
+        LinkRecordRef {
+            source_url,
+            target_url,
+            tag: *tag,
+            nofollow: *nofollow,
+            anchor_text,
+        }
+    }
+}
+
 /// A link file written a record at a time from borrowed texts: byte for
 /// byte what [`encode_with`] makes of the same header and records, with no
 /// record allocated, for a maker of many files (the load generator). The
@@ -333,10 +354,12 @@ impl LinkFileWriter {
                 actual: usize::try_from(self.written + 1).unwrap_or(usize::MAX),
             });
         }
-        self.memory += LINK_RECORD_OVERHEAD_BYTES
-            + r.source_url.len()
-            + r.target_url.len()
-            + r.anchor_text.len();
+        self.memory = self.memory.saturating_add(
+            LINK_RECORD_OVERHEAD_BYTES
+                + r.source_url.len()
+                + r.target_url.len()
+                + r.anchor_text.len(),
+        );
         if self.memory > MAX_LINK_FILE_MEMORY_BYTES {
             return Err(LinkFileError::TooMuchMemory(MAX_LINK_FILE_MEMORY_BYTES));
         }
@@ -689,14 +712,7 @@ mod tests {
             };
             let mut w = LinkFileWriter::new(&header).expect("writer");
             for r in &records {
-                w.push(&LinkRecordRef {
-                    source_url: &r.source_url,
-                    target_url: &r.target_url,
-                    tag: r.tag,
-                    nofollow: r.nofollow,
-                    anchor_text: &r.anchor_text,
-                })
-                .expect("push");
+                w.push(&r.into()).expect("push");
             }
             let written = w
                 .finish_with(&mut new_compressor().expect("zstd"))

@@ -249,6 +249,10 @@ pub fn memory_grid(
 
 /// The first unit `host` of a [`memory_grid`] gets at `now_ms`, its
 /// signature checked with `key`.
+///
+/// # Panics
+/// When the grid has no unit for the host, or signs it with another key
+/// (a bench's or a test's setup gone wrong).
 pub fn memory_unit(
     g: &mut Grid,
     host: u64,

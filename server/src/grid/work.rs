@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use beebot_shared::limits::{MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_REPLY};
-use beebot_shared::sign::{ResumeFrom, SignedUnit, UnitBytes, UnitLimits, WorkUnit};
+use beebot_shared::sign::{ResumeFrom, SignedUnit, UnitBytes, WorkUnit};
 
 use crate::model::*;
 use crate::scheduler::{
@@ -258,18 +258,6 @@ struct Picks {
     want: f64,
     /// Running jobs whose scan the asker wants a copy of: handed over.
     hand_over: Vec<u64>,
-}
-
-/// The limits a unit of a round with `p` carries.
-fn unit_limits(p: &RoundParams) -> UnitLimits {
-    UnitLimits {
-        max_pages: p.max_pages,
-        max_depth: p.max_depth,
-        delay_ms: p.delay_ms,
-        max_page_bytes: p.max_page_bytes,
-        max_seconds: p.max_seconds,
-        max_crawl_delay_ms: p.max_crawl_delay_ms,
-    }
 }
 
 /// A running attempt just issued: nothing reported yet, the first copy of
@@ -783,7 +771,7 @@ impl Grid {
             site: job.site.clone(),
             seed_url: beebot_shared::scope::seed_url(&job.site).to_string(),
             scope,
-            limits: unit_limits(p),
+            limits: p.unit_limits(),
             issued_ms: now_ms,
             deadline_ms: deadline,
             user_agent: self.settings.user_agent.clone(),

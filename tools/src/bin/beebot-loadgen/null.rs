@@ -8,8 +8,10 @@
 //!
 //! Its answers have the real ones' shapes: a work request holding fewer
 //! than the host's slots gets one unit (unsigned, a real unit's fields and
-//! size), any other an empty answer; an upload is `Accepted`, a progress
-//! report `Continue`, anything else `Ack`.
+//! size, a default round's limits), any other an empty answer; an upload
+//! is `Accepted`, a progress report `Continue`, anything else `Ack`. Its
+//! streams are bounded as the server's are (the endpoint's streams per
+//! connection and the QUIC frame limit).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,11 +23,18 @@ use beebot_shared::codec::{self, FRAME_HEADER_BYTES};
 use beebot_shared::limits::MAX_FRAME_BYTES;
 use beebot_shared::proto::{Request, Response};
 use beebot_shared::scope::Scope;
-use beebot_shared::sign::{SignedUnit, UnitLimits, WorkUnit};
+use beebot_shared::sign::{SignedUnit, WorkUnit};
 
 /// The line the null server prints when it listens: its address and its
-/// certificate's SHA-256 in hex.
+/// certificate's SHA-256 in hex. Its only line on stdout (the load
+/// generator stops reading after it); its log goes to stderr.
 pub const READY: &str = "null-server";
+
+/// When an empty answer tells a host to ask again, seconds (the hosts of
+/// the load ask on their own schedule).
+const RETRY_AFTER_S: u64 = 1;
+/// How long a unit gives its host, ms (a default round's longest).
+const DEADLINE_MS: u64 = 24 * 3600 * 1000;
 
 /// Serve on `listen` until killed or until stdin closes (the load
 /// generator that started it is gone); print [`READY`], the bound address
@@ -86,7 +95,7 @@ async fn answer(
                 } else {
                     Vec::new()
                 },
-                retry_after_s: (!give).then_some(1),
+                retry_after_s: (!give).then_some(RETRY_AFTER_S),
                 rounds_open: true,
                 cancelled_units: Vec::new(),
             }
@@ -102,8 +111,8 @@ async fn answer(
     let _ = send.finish();
 }
 
-/// Unit `n`: a real unit's fields (the server's defaults) for site `n`,
-/// with a signature of zeros.
+/// Unit `n`: a real unit's fields (a default round's limits) for site
+/// `n`, with a signature of zeros.
 fn unit(n: u64) -> SignedUnit {
     let site = format!("site{n}.example.edu");
     let now = beebot_shared::clock::now_ms();
@@ -115,16 +124,9 @@ fn unit(n: u64) -> SignedUnit {
         seed_url: format!("https://{site}/"),
         site,
         scope: Scope::Host,
-        limits: UnitLimits {
-            max_pages: 1000,
-            max_depth: 10,
-            delay_ms: 1000,
-            max_page_bytes: 2 * 1024 * 1024,
-            max_seconds: 4 * 3600,
-            max_crawl_delay_ms: 30_000,
-        },
+        limits: beebot_server::params::RoundParams::default().unit_limits(),
         issued_ms: now,
-        deadline_ms: now + 24 * 3600 * 1000,
+        deadline_ms: now + DEADLINE_MS,
         user_agent: "BeeBot/0.1 (+https://example.invalid/beebot-grid)".into(),
         resume: None,
         exclusions: Vec::new(),
