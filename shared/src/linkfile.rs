@@ -286,6 +286,17 @@ pub struct LinkRecordRef<'a> {
     pub anchor_text: &'a str,
 }
 
+impl LinkRecordRef<'_> {
+    /// The memory the record takes decoded, as [`for_each_record`] charges
+    /// it: its texts plus [`LINK_RECORD_OVERHEAD_BYTES`].
+    pub fn memory(&self) -> usize {
+        LINK_RECORD_OVERHEAD_BYTES
+            + self.source_url.len()
+            + self.target_url.len()
+            + self.anchor_text.len()
+    }
+}
+
 impl<'a> From<&'a LinkRecord> for LinkRecordRef<'a> {
     fn from(r: &'a LinkRecord) -> LinkRecordRef<'a> {
         // Every field named: one added to `LinkRecord` stops the build
@@ -354,12 +365,7 @@ impl LinkFileWriter {
                 actual: usize::try_from(self.written + 1).unwrap_or(usize::MAX),
             });
         }
-        self.memory = self.memory.saturating_add(
-            LINK_RECORD_OVERHEAD_BYTES
-                + r.source_url.len()
-                + r.target_url.len()
-                + r.anchor_text.len(),
-        );
+        self.memory = self.memory.saturating_add(r.memory());
         if self.memory > MAX_LINK_FILE_MEMORY_BYTES {
             return Err(LinkFileError::TooMuchMemory(MAX_LINK_FILE_MEMORY_BYTES));
         }
@@ -403,11 +409,10 @@ const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// The memory `records` take when decoded, as [`for_each_record`] counts it:
 /// their texts' bytes plus [`LINK_RECORD_OVERHEAD_BYTES`] each.
 pub fn records_memory(records: &[LinkRecord]) -> usize {
-    records.iter().map(record_memory).sum()
-}
-
-fn record_memory(r: &LinkRecord) -> usize {
-    LINK_RECORD_OVERHEAD_BYTES + r.source_url.len() + r.target_url.len() + r.anchor_text.len()
+    records
+        .iter()
+        .map(|r| LinkRecordRef::from(r).memory())
+        .sum()
 }
 
 /// Decode a link file as a stream, handing each record to `f` as it is read:

@@ -192,9 +192,11 @@ impl<T> Kept<T> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn kept_values_are_handed_out_again_and_never_past_their_most() {
-        let kept = super::Kept::new(2);
+        let kept = Kept::new(2);
         assert_eq!(kept.take(), None::<u32>);
         for v in [1, 2, 3] {
             kept.put_back(v);
@@ -206,8 +208,6 @@ mod tests {
         );
         assert!(kept.is_empty());
     }
-
-    use super::*;
 
     #[test]
     fn truncation_never_splits_a_character() {

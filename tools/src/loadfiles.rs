@@ -128,42 +128,39 @@ fn result_drawn(
     let mut hosts = [false; TARGET_HOSTS as usize];
     let mut file = LinkFileWriter::new(&LinkFileHeader::of_unit(unit, pages, links))?;
     let (mut source, mut target, mut anchor) = (String::new(), String::new(), String::new());
-    let mut written = 0;
-    'pages: for p in 0..pages {
-        source.clear();
-        let _ = write!(source, "http://{}/docs/section-{p}/index.html", unit.site);
-        for k in 0..per_page {
-            if written == links {
-                break 'pages;
-            }
-            target.clear();
-            anchor.clear();
-            if rng.next_u64() % 4 == 0 {
-                let host = rng.next_u64() % TARGET_HOSTS;
-                hosts[host as usize] = true;
-                let _ = write!(
-                    target,
-                    "https://www.partner-{host}.example.org/research/item-{k}"
-                );
-                let _ = write!(anchor, "Partner {host} item {k}");
-            } else {
-                let to = rng.next_u64() % pages.max(1);
-                let _ = write!(
-                    target,
-                    "http://{}/docs/section-{to}/page-{k}.html",
-                    unit.site
-                );
-                let _ = write!(anchor, "Section {to}, page {k}");
-            }
-            file.push(&LinkRecordRef {
-                source_url: &source,
-                target_url: &target,
-                tag: LinkTag::A,
-                nofollow: false,
-                anchor_text: &anchor,
-            })?;
-            written += 1;
+    // Page by page, `per_page` records each, until `links` are written.
+    for i in 0..links {
+        let (p, k) = (i / per_page, i % per_page);
+        if k == 0 {
+            source.clear();
+            let _ = write!(source, "http://{}/docs/section-{p}/index.html", unit.site);
         }
+        target.clear();
+        anchor.clear();
+        if rng.next_u64() % 4 == 0 {
+            let host = rng.next_u64() % TARGET_HOSTS;
+            hosts[host as usize] = true;
+            let _ = write!(
+                target,
+                "https://www.partner-{host}.example.org/research/item-{k}"
+            );
+            let _ = write!(anchor, "Partner {host} item {k}");
+        } else {
+            let to = rng.next_u64() % pages.max(1);
+            let _ = write!(
+                target,
+                "http://{}/docs/section-{to}/page-{k}.html",
+                unit.site
+            );
+            let _ = write!(anchor, "Section {to}, page {k}");
+        }
+        file.push(&LinkRecordRef {
+            source_url: &source,
+            target_url: &target,
+            tag: LinkTag::A,
+            nofollow: false,
+            anchor_text: &anchor,
+        })?;
     }
     let file = with_compressor(|zstd| file.finish_with(zstd))?;
     let distinct = hosts.iter().filter(|&&h| h).count() as u64;
@@ -274,6 +271,7 @@ pub fn memory_unit(
 mod tests {
     use beebot_server::grid::{Grid, UploadOutcome, UploadStep, WorkRequest};
     use beebot_server::params::RoundParams;
+    use beebot_server::validate::{similarity, MIN_SIMILARITY};
     use beebot_shared::sign;
     use ed25519_dalek::VerifyingKey;
 
@@ -354,22 +352,20 @@ mod tests {
                 ..summary.clone()
             };
             assert_eq!(claims, honest_summary, "the same pages, links and time");
-            let pairs = |f: &[u8]| -> std::collections::HashSet<(String, String)> {
-                linkfile::decode(f)
-                    .expect("decodes")
-                    .1
-                    .into_iter()
-                    .map(|r| (r.source_url, r.target_url))
-                    .collect()
+            // As the server judges two copies: their sketches from its own
+            // check, compared with the agreement it asks for (honest copies
+            // hold the same records: tested above).
+            let UploadStep::Plan(plan) = g.upload_begin(h, unit.unit_id, T0 + 2).expect("begin")
+            else {
+                panic!("no upload plan");
             };
-            let (made_up, truth) = (pairs(&file), pairs(&honest));
-            let shared = made_up.intersection(&truth).count();
-            assert!(
-                shared * 2 < truth.len(),
-                "{shared} of {} pairs shared",
-                truth.len()
-            );
-            let outcome = upload(&mut g, h, &unit, (summary, file), T0 + 2);
+            let sketch =
+                |s: &ScanSummary, f: &[u8]| plan.verify(s, f, None).expect("passes").sketch;
+            let lie = similarity(&sketch(&honest_summary, &honest), &sketch(&summary, &file));
+            assert!(lie < MIN_SIMILARITY / 2.0, "a made-up copy agrees: {lie}");
+            let outcome =
+                beebot_server::simulate::finish_upload(&mut g, &plan, summary, &file, None, T0 + 2)
+                    .expect("upload");
             assert!(
                 matches!(outcome, UploadOutcome::Accepted),
                 "delay {delay_ms}: {outcome:?}"

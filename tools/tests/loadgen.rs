@@ -61,3 +61,73 @@ fn the_null_server_answers_every_request_of_a_small_load() {
         "null server CPU {cpu}"
     );
 }
+
+/// The processes whose parent is `pid`, with their command lines.
+#[cfg(target_os = "linux")]
+fn children_of(pid: u32) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: comm may hold spaces, so after ')'.
+        let after = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
+        let ppid = after.split_whitespace().nth(1).and_then(|w| w.parse().ok());
+        if ppid == Some(pid) {
+            let cmd = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+            out.push((child, String::from_utf8_lossy(&cmd).replace('\0', " ")));
+        }
+    }
+    out
+}
+
+/// Whether `pid` still runs (a zombie waiting for its reaper does not).
+#[cfg(target_os = "linux")]
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let after = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
+        after.split_whitespace().next() != Some("Z")
+    })
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_null_server_goes_when_the_load_generator_is_killed() {
+    use std::time::{Duration, Instant};
+    let mut lg = Command::new(env!("CARGO_BIN_EXE_beebot-loadgen"))
+        .args(["--null-server", "--hosts", "2", "--rate", "4"])
+        .args(["--upload-rate", "1", "--warmup", "0", "--seconds", "600"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run the load generator");
+    let started = Instant::now();
+    let null = loop {
+        let found = children_of(lg.id())
+            .into_iter()
+            .find(|(_, cmd)| cmd.contains("--serve-null"));
+        if let Some((pid, _)) = found {
+            break pid;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no null server started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(running(null));
+    // SIGKILL: the load generator cannot stop it on its way out.
+    lg.kill().expect("kill");
+    lg.wait().expect("reaped");
+    let killed = Instant::now();
+    while running(null) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "the null server outlived the load generator"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
