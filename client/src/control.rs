@@ -157,7 +157,7 @@ impl Gate {
             Some(until) => return Hold::Paused(until),
             None => {}
         }
-        if self.stop_on_battery.load(Ordering::Relaxed) && on_battery(Path::new(POWER_SUPPLY_DIR)) {
+        if self.stop_on_battery.load(Ordering::Relaxed) && machine_on_battery() {
             return Hold::OnBattery;
         }
         let windows = self.windows_now();
@@ -219,12 +219,26 @@ impl Gate {
 }
 
 /// Where Linux describes power supplies.
+#[cfg(not(windows))]
 const POWER_SUPPLY_DIR: &str = "/sys/class/power_supply";
 /// Power supplies looked at, at most.
 const MAX_POWER_SUPPLIES: usize = 32;
 
+/// Whether this machine runs on battery now: Linux's power supplies in
+/// sysfs, Windows' `GetSystemPowerStatus`; elsewhere (macOS), never.
+pub fn machine_on_battery() -> bool {
+    #[cfg(windows)]
+    {
+        beebot_win32::power::status().is_some_and(|s| s.on_battery())
+    }
+    #[cfg(not(windows))]
+    {
+        on_battery(Path::new(POWER_SUPPLY_DIR))
+    }
+}
+
 /// Whether the machine runs on battery: it has a battery and no mains supply
-/// is online (Linux sysfs layout; elsewhere, never).
+/// is online (Linux sysfs layout).
 pub fn on_battery(dir: &Path) -> bool {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return false;

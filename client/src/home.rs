@@ -10,8 +10,9 @@
 //!                          N.state beside when the scan stopped early (its frontier)
 //! DATA/spool/scans/N.ckpt  a running scan's checkpoint head (state, summary, records mark)
 //! DATA/spool/scans/N.records  its records log, appended as it checkpoints
-//! DATA/run.lock            held (advisory lock) by the one `beebot run` of this home;
-//!                          its pid inside, emptied when it exits
+//! DATA/run.lock            held (advisory lock) by the one `beebot run` of this home
+//! DATA/run.pid             that runner's pid, removed when it exits (a file apart:
+//!                          Windows lets no other process read a locked file)
 //! DATA/revoked.json        the server refused this host as revoked (when, its words)
 //! ```
 //! Also the client's: `CONFIG/config.toml` (settings), `DATA/benchmark.json`,
@@ -20,7 +21,6 @@
 //! With `--home DIR` (or `BEEBOT_HOME`) both CONFIG and DATA are DIR.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -94,20 +94,16 @@ pub fn today_date() -> String {
 }
 
 /// Where an IT deployment leaves an invite code for every user of the
-/// machine (the Debian package's postinst, the Windows installer's
-/// `/INVITE=`): a client that has not joined yet joins with it by itself.
+/// machine (the Debian package's postinst): a client that has not joined
+/// yet joins with it by itself. On Windows the installers leave it in the
+/// registry instead ([`WINDOWS_INVITE_KEY`]), so there is no file.
 ///
-/// Only its installer's account can write it: on Windows it is next to the
-/// program, in the user's own install directory (every user may write to
-/// `%ProgramData%`, so a code there could send another user's client to a
-/// server of their choosing); elsewhere it is under a root-owned directory,
-/// and a file others than root could have written is refused
+/// Only root can write it: it is under a root-owned directory, and a file
+/// others than root could have written is refused
 /// ([`deployment_file_trusted`]).
 pub fn deployment_invite_path() -> Option<PathBuf> {
     if cfg!(windows) {
-        std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(|d| d.join("invite")))
+        None
     } else if cfg!(target_os = "macos") {
         Some(PathBuf::from("/Library/Application Support/BeeBot/invite"))
     } else {
@@ -115,11 +111,48 @@ pub fn deployment_invite_path() -> Option<PathBuf> {
     }
 }
 
-/// Whether this machine has an installer's invite code (the environment's
-/// or a trusted file), which a home that left must not join with again.
-pub fn has_deployment_invite() -> bool {
+/// The registry key where the Windows installers leave the invite code:
+/// under `HKLM` by the per-machine MSI (only administrators can write
+/// there), else under `HKCU` by a per-user install (only that user can).
+/// Never a file in `%ProgramData%`, which every user may write: a code
+/// there could send another user's client to a server of their choosing.
+pub const WINDOWS_INVITE_KEY: &str = "Software\\BeeBot";
+/// The value's name under [`WINDOWS_INVITE_KEY`].
+pub const WINDOWS_INVITE_VALUE: &str = "Invite";
+
+/// The code a Windows installer left: the machine's (`HKLM`), else this
+/// user's (`HKCU`). Blank values count as none.
+#[cfg(windows)]
+fn windows_installed_invite() -> Option<String> {
+    use beebot_win32::registry::{get_string, Root};
+    [Root::LocalMachine, Root::CurrentUser]
+        .into_iter()
+        .filter_map(|root| {
+            get_string(root, WINDOWS_INVITE_KEY, WINDOWS_INVITE_VALUE)
+                .ok()
+                .flatten()
+        })
+        .filter_map(|v| invite_code_in(v.as_bytes()).ok().flatten())
+        .next()
+}
+
+/// The invite code this machine was installed with: `BEEBOT_INVITE`, else
+/// the Windows installers' registry value, else the deployment's file.
+pub fn installed_invite() -> Option<String> {
+    let env = std::env::var("BEEBOT_INVITE").ok();
+    #[cfg(windows)]
+    if let Some(code) = deployment_invite(env.clone(), None).or_else(windows_installed_invite) {
+        return Some(code);
+    }
     let file = deployment_invite_path();
-    deployment_invite(std::env::var("BEEBOT_INVITE").ok(), file.as_deref()).is_some()
+    deployment_invite(env, file.as_deref())
+}
+
+/// Whether this machine has an installer's invite code (the environment's,
+/// the registry's or a trusted file), which a home that left must not join
+/// with again.
+pub fn has_deployment_invite() -> bool {
+    installed_invite().is_some()
 }
 
 /// Whether a deployment file could only have been written by root: it and
@@ -226,9 +259,13 @@ impl Home {
         }
         let dirs = directories::ProjectDirs::from("org", "BeeBot", "beebot")
             .context("cannot find a home directory; pass --home DIR")?;
+        // The machine's own folders: on Windows Local AppData, never the
+        // Roaming one a roaming profile copies at every logon (the spool
+        // holds up to a gigabyte, and a host key copied to a second machine
+        // would make two hosts one). Elsewhere the same as the plain ones.
         Ok(Home {
-            config: dirs.config_dir().to_path_buf(),
-            data: dirs.data_dir().to_path_buf(),
+            config: dirs.config_local_dir().to_path_buf(),
+            data: dirs.data_local_dir().to_path_buf(),
         })
     }
 
@@ -784,6 +821,7 @@ impl Home {
             ("status page opener", self.data.join(crate::ui::OPEN_FILE)),
             ("note that it left", self.left_path()),
             ("logs", self.data.join("logs")),
+            ("runner's pid", self.data.join(RUN_PID_FILE)),
             ("run lock", self.run_lock_path()),
         ]
     }
@@ -793,6 +831,13 @@ impl Home {
     /// else is left in them. Returns what was removed.
     pub fn remove_all(&self) -> Result<Vec<(&'static str, PathBuf)>> {
         let mut removed = Vec::new();
+        self.remove_all_into(&mut removed)?;
+        Ok(removed)
+    }
+
+    /// [`Home::remove_all`], adding what it removed to `removed` as it goes
+    /// (so a second try after a failure reports the first's too).
+    pub fn remove_all_into(&self, removed: &mut Vec<(&'static str, PathBuf)>) -> Result<()> {
         for (what, p) in self.own_files() {
             let gone = match fs::symlink_metadata(&p) {
                 Ok(m) if m.is_dir() => fs::remove_dir_all(&p),
@@ -807,7 +852,7 @@ impl Home {
             // Only when empty: the user's own files stay, and so does the dir.
             let _ = fs::remove_dir(dir);
         }
-        Ok(removed)
+        Ok(())
     }
 }
 
@@ -840,23 +885,46 @@ pub enum RunLockError {
 }
 
 /// The home held by one `beebot run`: an exclusive advisory lock (`flock` on
-/// Unix, `LockFileEx` on Windows) on `DATA/run.lock`, which holds the pid.
-/// The operating system drops the lock when the process ends, however it
-/// ends, so a lock file left by a killed runner (its pid still inside) is
-/// taken over by the next. The file itself is never removed (removing it
-/// while another runner opens it would let two lock different files): on
-/// drop it is emptied, then unlocked.
+/// Unix, `LockFileEx` on Windows) on `DATA/run.lock`, and its pid in
+/// `DATA/run.pid` for other processes to find it. The pid is a file apart
+/// because Windows lets no other process read a range another holds
+/// locked. The operating system drops the lock when the process ends,
+/// however it ends, so a lock left by a killed runner (its pid file still
+/// there) is taken over by the next. The lock file itself is never removed
+/// (removing it while another runner opens it would let two lock different
+/// files); on drop the pid file goes, then the lock.
 #[derive(Debug)]
 pub struct RunLock {
-    file: fs::File,
-    /// The pid a runner that died left in the file, if one did.
+    /// Held open for the lock; dropped after the pid file is removed.
+    _lock: fs::File,
+    pid_path: PathBuf,
+    /// The pid a runner that died left behind, if one did.
     pub stale_pid: Option<u32>,
 }
 
 impl Drop for RunLock {
     fn drop(&mut self) {
-        let _ = self.file.set_len(0);
+        let _ = fs::remove_file(&self.pid_path);
     }
+}
+
+/// The runner's pid beside its lock.
+pub const RUN_PID_FILE: &str = "run.pid";
+
+/// The pid in a file of the home, if it holds one.
+fn pid_in(path: &Path) -> Option<u32> {
+    use std::io::Read;
+    let mut text = String::new();
+    Read::take(fs::File::open(path).ok()?, 64)
+        .read_to_string(&mut text)
+        .ok()?;
+    text.trim().parse().ok()
+}
+
+/// The pid recorded for the home's runner: `run.pid`, else the lock file
+/// itself, where runners before `run.pid` wrote it.
+fn recorded_pid(data: &Path) -> Option<u32> {
+    pid_in(&data.join(RUN_PID_FILE)).or_else(|| pid_in(&data.join("run.lock")))
 }
 
 /// Tries of the run lock before another holder is reported, and the wait
@@ -869,19 +937,14 @@ const LOCK_RETRY_WAIT: std::time::Duration = std::time::Duration::from_millis(30
 /// runner's pid stays for the next runner to report).
 pub fn runner_pid(data: &Path) -> Option<u32> {
     use fs2::FileExt;
-    use std::io::Read;
-    let mut file = fs::File::open(data.join("run.lock")).ok()?;
+    let file = fs::File::open(data.join("run.lock")).ok()?;
     match FileExt::try_lock_shared(&file) {
         // Nobody holds it exclusively: no runner.
         Ok(()) => {
             let _ = FileExt::unlock(&file);
             None
         }
-        Err(_) => {
-            let mut text = String::new();
-            Read::take(&mut file, 64).read_to_string(&mut text).ok()?;
-            text.trim().parse().ok()
-        }
+        Err(_) => recorded_pid(data),
     }
 }
 
@@ -893,7 +956,6 @@ impl Home {
     /// Take the home for `beebot run`, or say which process holds it.
     pub fn lock_runner(&self) -> Result<RunLock, RunLockError> {
         use fs2::FileExt;
-        use std::io::{Read, Seek};
         let path = self.run_lock_path();
         let io = |source| RunLockError::Io {
             path: path.clone(),
@@ -907,13 +969,7 @@ impl Home {
             use std::os::unix::fs::OpenOptionsExt;
             opts.mode(0o600);
         }
-        let mut file = opts.open(&path).map_err(io)?;
-        let pid_in = |file: &mut fs::File| -> Option<u32> {
-            let mut text = String::new();
-            file.seek(std::io::SeekFrom::Start(0)).ok()?;
-            Read::take(&mut *file, 64).read_to_string(&mut text).ok()?;
-            text.trim().parse().ok()
-        };
+        let file = opts.open(&path).map_err(io)?;
         let contended = |e: &std::io::Error| {
             e.kind() == std::io::ErrorKind::WouldBlock
                 || e.raw_os_error() == fs2::lock_contended_error().raw_os_error()
@@ -935,23 +991,35 @@ impl Home {
                 return Err(io(e));
             }
             // The holder writes its pid right after locking: give it a moment.
-            let mut pid = pid_in(&mut file);
+            let mut pid = recorded_pid(&self.data);
             if pid.is_none() {
                 std::thread::sleep(std::time::Duration::from_millis(200));
-                pid = pid_in(&mut file);
+                pid = recorded_pid(&self.data);
             }
             return Err(RunLockError::Held {
                 pid,
                 home: self.data.clone(),
             });
         }
-        let stale_pid = pid_in(&mut file).filter(|p| *p != std::process::id());
+        let stale_pid = recorded_pid(&self.data).filter(|p| *p != std::process::id());
+        // What a runner before `run.pid` left in the lock file goes.
         file.set_len(0).map_err(io)?;
-        file.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
-        file.write_all(format!("{}\n", std::process::id()).as_bytes())
-            .map_err(io)?;
-        file.flush().map_err(io)?;
-        Ok(RunLock { file, stale_pid })
+        let pid_path = self.data.join(RUN_PID_FILE);
+        let pid_io = |source| RunLockError::Io {
+            path: pid_path.clone(),
+            source,
+        };
+        beebot_shared::durable::write_with(
+            &pid_path,
+            format!("{}\n", std::process::id()).as_bytes(),
+            beebot_shared::durable::Access::Private,
+        )
+        .map_err(pid_io)?;
+        Ok(RunLock {
+            _lock: file,
+            pid_path,
+            stale_pid,
+        })
     }
 }
 
@@ -1130,15 +1198,77 @@ mod tests {
         std::fs::metadata(d.path()).unwrap().uid() == 0
     }
 
+    /// An installer's code is read from this user's registry (the MSI's
+    /// machine-wide value comes first; under Wine in CI).
+    #[cfg(windows)]
+    #[test]
+    fn a_windows_installers_invite_is_read_from_the_registry() {
+        use beebot_win32::registry::{delete_value, set_string, Root};
+        if std::env::var_os("BEEBOT_INVITE").is_some() {
+            return;
+        }
+        assert_eq!(installed_invite(), None);
+        set_string(
+            Root::CurrentUser,
+            WINDOWS_INVITE_KEY,
+            WINDOWS_INVITE_VALUE,
+            "  \r\n",
+        )
+        .unwrap();
+        assert_eq!(installed_invite(), None, "a blank value is none");
+        set_string(
+            Root::CurrentUser,
+            WINDOWS_INVITE_KEY,
+            WINDOWS_INVITE_VALUE,
+            " beebot2-abc \r\n",
+        )
+        .unwrap();
+        assert_eq!(installed_invite().as_deref(), Some("beebot2-abc"));
+        assert!(has_deployment_invite());
+        delete_value(Root::CurrentUser, WINDOWS_INVITE_KEY, WINDOWS_INVITE_VALUE).unwrap();
+        assert_eq!(installed_invite(), None);
+    }
+
+    #[cfg(windows)]
+    #[test]
+    fn the_default_home_is_in_local_app_data() {
+        let local = std::env::var_os("LOCALAPPDATA").expect("LOCALAPPDATA");
+        let roaming = std::env::var_os("APPDATA").expect("APPDATA");
+        let h = Home::resolve(None).unwrap();
+        for dir in [&h.config, &h.data] {
+            assert!(
+                dir.starts_with(&local),
+                "{} not under {local:?}",
+                dir.display()
+            );
+            assert!(
+                !dir.starts_with(&roaming),
+                "{} under {roaming:?}",
+                dir.display()
+            );
+        }
+        assert_ne!(h.config, h.data);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_default_home_follows_xdg() {
+        let h = Home::resolve(None).unwrap();
+        let base = directories::BaseDirs::new().unwrap();
+        assert!(h.config.starts_with(base.config_dir()));
+        assert!(h.data.starts_with(base.data_dir()));
+    }
+
     #[test]
     fn looking_for_the_runner_changes_nothing() {
         let (_d, h) = home();
         assert_eq!(runner_pid(&h.data), None);
         // A dead runner's pid stays for the next runner to report.
-        std::fs::write(h.data.join("run.lock"), "4242\n").unwrap();
+        std::fs::write(h.data.join(RUN_PID_FILE), "4242\n").unwrap();
+        std::fs::write(h.data.join("run.lock"), "").unwrap();
         assert_eq!(runner_pid(&h.data), None);
         assert_eq!(
-            std::fs::read_to_string(h.data.join("run.lock")).unwrap(),
+            std::fs::read_to_string(h.data.join(RUN_PID_FILE)).unwrap(),
             "4242\n"
         );
         let lock = h.lock_runner().unwrap();
@@ -1186,8 +1316,11 @@ mod tests {
         let (_d, h) = home();
         let lock = h.lock_runner().expect("first runner");
         assert_eq!(lock.stale_pid, None);
-        let text = fs::read_to_string(h.data.join("run.lock")).unwrap();
+        // The pid is in a file of its own, readable while the lock is held
+        // (Windows refuses reads of a locked range to other handles).
+        let text = fs::read_to_string(h.data.join(RUN_PID_FILE)).unwrap();
         assert_eq!(text.trim(), std::process::id().to_string());
+        assert_eq!(runner_pid(&h.data), Some(std::process::id()));
         // A second lock on another open file is refused and names the holder.
         let e = h.lock_runner().expect_err("second runner");
         assert!(
@@ -1199,16 +1332,23 @@ mod tests {
             msg.contains(&format!("pid {}", std::process::id())) && msg.contains("already running"),
             "{msg}"
         );
-        // Released on drop, the file emptied.
+        // Released on drop, the pid file gone.
         drop(lock);
-        assert_eq!(fs::read_to_string(h.data.join("run.lock")).unwrap(), "");
+        assert!(!h.data.join(RUN_PID_FILE).exists());
+        assert_eq!(runner_pid(&h.data), None);
         let lock = h.lock_runner().expect("after the first exits");
         assert_eq!(lock.stale_pid, None);
         drop(lock);
         // A runner killed leaves its pid but no lock: taken over.
-        fs::write(h.data.join("run.lock"), "4000000\n").unwrap();
+        fs::write(h.data.join(RUN_PID_FILE), "4000000\n").unwrap();
         let lock = h.lock_runner().expect("stale lock");
         assert_eq!(lock.stale_pid, Some(4_000_000));
+        drop(lock);
+        // So does a runner from before `run.pid`, which wrote it in the lock.
+        fs::write(h.data.join("run.lock"), "4000004\n").unwrap();
+        let lock = h.lock_runner().expect("stale lock of an older runner");
+        assert_eq!(lock.stale_pid, Some(4_000_004));
+        assert_eq!(fs::read_to_string(h.data.join("run.lock")).unwrap(), "");
     }
 
     #[test]

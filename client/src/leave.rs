@@ -65,11 +65,40 @@ pub async fn leave(home: &Home, home_flag: Option<&Path>) -> Result<LeaveReport>
     Ok(report)
 }
 
+/// Longest `leave` tries again to remove the home's files while another
+/// process still holds one open: Windows refuses to remove those, and a
+/// runner that has just let go of the run lock is still exiting (a virus
+/// scanner may hold a file for a moment too).
+pub const REMOVE_RETRY: Duration = Duration::from_secs(10);
+/// The wait between tries.
+const REMOVE_RETRY_WAIT: Duration = Duration::from_millis(100);
+
+/// Remove every file of the home, trying again for [`REMOVE_RETRY`] while
+/// one cannot be removed yet; what every try removed.
+async fn remove_all_retrying(home: &Home) -> Result<Vec<(&'static str, PathBuf)>> {
+    let start = Instant::now();
+    let mut removed = Vec::new();
+    loop {
+        match home.remove_all_into(&mut removed) {
+            Ok(()) => return Ok(removed),
+            Err(e) if start.elapsed() >= REMOVE_RETRY => {
+                return Err(e.context(format!(
+                    "still held open after {} (is a BeeBot still running?)",
+                    beebot_shared::util::human_duration(REMOVE_RETRY)
+                )))
+            }
+            Err(_) => tokio::time::sleep(REMOVE_RETRY_WAIT).await,
+        }
+    }
+}
+
 /// Leave from inside `beebot run` (the status page's "leave"): its work
 /// loop has stopped and it holds the run lock. The server is told and the
 /// files removed; uninstalling the service, which stops this very process,
 /// is the runner's last step.
 pub async fn leave_holding_lock(home: &Home, lock: RunLock) -> Result<LeaveReport> {
+    // Its own log file would keep the log directory on Windows.
+    crate::logging::close_files();
     forget(home, home.enrolment()?, lock).await
 }
 
@@ -94,13 +123,13 @@ async fn forget(
         },
     };
     // The lock is held until every file is gone: no runner starts meanwhile.
-    let removed = home.remove_all()?;
+    let removed = remove_all_retrying(home).await?;
     if enrolment.is_some() && crate::home::has_deployment_invite() {
         // The installer's invite code must not join it again by itself.
         home.mark_left();
     }
     drop(lock);
-    let nothing = |w: &str| w == "run lock" || w == "note that it left";
+    let nothing = |w: &str| matches!(w, "run lock" | "runner's pid" | "note that it left");
     if enrolment.is_none() && removed.iter().all(|(w, _)| nothing(w)) {
         bail!(
             "this client has not joined a project (home {}): nothing to leave",
@@ -140,7 +169,7 @@ async fn tell_server(home: &Home, e: &crate::home::Enrolment) -> Result<()> {
 /// Take the home's run lock, first asking a running `beebot run` to stop
 /// (through its status page's API) and waiting for it to exit, at most
 /// [`RUNNER_STOP_TIMEOUT`]. Returns the stopped runner's pid and the lock.
-async fn stop_runner(home: &Home) -> Result<(Option<u32>, RunLock)> {
+pub async fn stop_runner(home: &Home) -> Result<(Option<u32>, RunLock)> {
     let pid = match home.lock_runner() {
         Ok(lock) => return Ok((None, lock)),
         Err(RunLockError::Held { pid, .. }) => pid,

@@ -18,6 +18,7 @@ pub mod recordlog;
 pub mod rt;
 pub mod service;
 pub mod settings;
+pub mod tray;
 pub mod ui;
 pub mod usage;
 pub mod window;

@@ -4,7 +4,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A log file is rotated when it grows past this.
 pub const MAX_LOG_BYTES: u64 = 10 * 1024 * 1024;
@@ -18,6 +18,8 @@ pub struct RotatingFile {
     keep: usize,
     file: Option<File>,
     written: u64,
+    /// Closed for good ([`close_files`]): writes are dropped.
+    closed: bool,
 }
 
 impl RotatingFile {
@@ -33,7 +35,14 @@ impl RotatingFile {
             keep: keep.max(1),
             file: Some(file),
             written,
+            closed: false,
         })
+    }
+
+    /// Close the file; later writes are dropped, never reopen it.
+    pub fn close(&mut self) {
+        self.closed = true;
+        self.file = None;
     }
 
     fn rotated(&self, n: usize) -> PathBuf {
@@ -62,6 +71,9 @@ impl RotatingFile {
 
 impl Write for RotatingFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.closed {
+            return Ok(buf.len());
+        }
         if self.written > 0 && self.written + buf.len() as u64 > self.max_bytes {
             self.rotate()?;
         }
@@ -88,10 +100,30 @@ pub struct LogWriter {
     file: Option<Arc<Mutex<RotatingFile>>>,
 }
 
+/// The log files this process writes, for [`close_files`].
+static OPEN_FILES: OnceLock<Mutex<Vec<Arc<Mutex<RotatingFile>>>>> = OnceLock::new();
+
 impl LogWriter {
     pub fn new(file: Option<RotatingFile>) -> LogWriter {
-        LogWriter {
-            file: file.map(|f| Arc::new(Mutex::new(f))),
+        let file = file.map(|f| Arc::new(Mutex::new(f)));
+        if let Some(f) = &file {
+            OPEN_FILES
+                .get_or_init(Mutex::default)
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(f.clone());
+        }
+        LogWriter { file }
+    }
+}
+
+/// Close this process's log files for good (logging goes on to stderr
+/// alone): before leaving removes the log directory, which Windows keeps
+/// while a file in it is open.
+pub fn close_files() {
+    if let Some(files) = OPEN_FILES.get() {
+        for f in files.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            f.lock().unwrap_or_else(|p| p.into_inner()).close();
         }
     }
 }
@@ -143,5 +175,21 @@ mod tests {
         assert!(!d.path().join("logs/beebot.log.3").exists());
         let newest = fs::read_to_string(&path).unwrap();
         assert!(newest.contains("line 0029"));
+    }
+
+    #[test]
+    fn a_closed_file_takes_no_more_lines_and_can_be_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("logs/beebot.log");
+        let mut f = RotatingFile::open(&path, 100, 2).unwrap();
+        writeln!(f, "before").unwrap();
+        f.close();
+        // Removable while the value lives (Windows keeps an open file's
+        // directory), and never written again, nor reopened by a rotation.
+        fs::remove_dir_all(d.path().join("logs")).unwrap();
+        for _ in 0..20 {
+            writeln!(f, "after the close, past the rotation size").unwrap();
+        }
+        assert!(!d.path().join("logs").exists());
     }
 }

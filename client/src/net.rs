@@ -424,4 +424,29 @@ mod tests {
         assert_eq!(request_timeout(usize::MAX), MAX_REQUEST_TIMEOUT);
         assert!(request_timeout(MAX_FRAME_BYTES) <= MAX_REQUEST_TIMEOUT);
     }
+
+    /// The client's QUIC endpoint is made on an IPv4 socket and its first
+    /// packet (an Initial, padded to 1,200 bytes) reaches an IPv4 server:
+    /// quinn-udp's socket set-up, on every platform the tests run on
+    /// (Windows under Wine included).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_client_endpoint_reaches_an_ipv4_server() {
+        let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        server
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let to = server.local_addr().unwrap();
+        let endpoint = quinn::Endpoint::client("0.0.0.0:0".parse().unwrap()).expect("endpoint");
+        let (cfg, _) = pinned_config([0; 32]).unwrap();
+        let _connecting = endpoint.connect_with(cfg, to, "beebot").unwrap();
+        let (n, from) = tokio::task::spawn_blocking(move || {
+            let mut buf = [0u8; 2048];
+            server.recv_from(&mut buf)
+        })
+        .await
+        .unwrap()
+        .expect("no packet reached the server");
+        assert!(n >= 1200, "{n} bytes");
+        assert!(from.ip().is_loopback(), "{from}");
+    }
 }

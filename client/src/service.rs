@@ -1,8 +1,18 @@
 //! `beebot service install|uninstall|status`: run the client as a per-user
 //! background service that starts at login or boot. A systemd user unit on
-//! Linux, a launchd agent on macOS, a scheduled task on Windows. The file
-//! contents are pure functions (tested); installing writes them and asks the
-//! platform's service manager to start them.
+//! Linux, a launchd agent on macOS, the user's `Run` key on Windows. The
+//! file contents and the command lines are pure functions (tested);
+//! installing writes them and asks the platform to start them.
+//!
+//! On Windows the autostart is a value under
+//! `HKCU\Software\Microsoft\Windows\CurrentVersion\Run`, as Dropbox,
+//! OneDrive and Syncthing's tray wrappers do: any user may write their own
+//! without administrator rights, it starts in the user's session (where the
+//! notification-area icon belongs), and Group Policy and installers know
+//! it. A scheduled task needs the user named (refused to non-admins
+//! otherwise) and its XML in UTF-16; the Startup folder needs a `.lnk`
+//! (COM) and is moved by folder redirection. It runs `beebotw.exe`, the
+//! windowless launcher beside `beebot.exe`, so no console window opens.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,8 +23,6 @@ use anyhow::{bail, Context, Result};
 pub const SYSTEMD_UNIT: &str = "beebot.service";
 /// launchd label.
 pub const LAUNCHD_LABEL: &str = "org.beebot.client";
-/// Windows task name.
-pub const WINDOWS_TASK: &str = "BeeBot grid client";
 
 fn quote_systemd(arg: &str) -> String {
     if arg
@@ -96,32 +104,126 @@ pub fn launchd_plist(exe: &Path, home: Option<&Path>, log_dir: &Path) -> String 
     )
 }
 
-/// The Windows scheduled task (Task Scheduler XML): at logon, low priority,
-/// restarted on failure.
-pub fn windows_task_xml(exe: &Path, home: Option<&Path>) -> String {
-    let mut args = String::new();
-    if let Some(h) = home {
-        args.push_str(&format!("--home \"{}\" ", h.to_string_lossy()));
+/// The registry key of per-user (`HKCU`) and per-machine (`HKLM`) autostart
+/// entries.
+pub const WINDOWS_RUN_KEY: &str = "Software\\Microsoft\\Windows\\CurrentVersion\\Run";
+/// The value's name there (the installers write the same).
+pub const WINDOWS_RUN_VALUE: &str = "BeeBot";
+/// The windowless launcher beside `beebot.exe` that the autostart runs.
+pub const WINDOWS_LAUNCHER: &str = "beebotw.exe";
+
+/// One argument quoted for a Windows command line, as `CommandLineToArgvW`
+/// splits it: in quotes when it has a space, a tab or a quote (or is
+/// empty), backslashes doubled before a quote and at the end.
+pub fn quote_windows(arg: &str) -> String {
+    if !arg.is_empty() && !arg.contains([' ', '\t', '"']) {
+        return arg.to_string();
     }
-    args.push_str("run");
-    format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-16\"?>\n\
-         <Task version=\"1.2\" xmlns=\"http://schemas.microsoft.com/windows/2004/02/mit/task\">\n\
-         \x20 <RegistrationInfo><Description>BeeBot grid client: crawls websites for a research link graph while the machine is idle.</Description></RegistrationInfo>\n\
-         \x20 <Triggers><LogonTrigger><Enabled>true</Enabled></LogonTrigger></Triggers>\n\
-         \x20 <Settings>\n\
-         \x20   <MultipleInstancesPolicy>IgnoreNew</MultipleInstancesPolicy>\n\
-         \x20   <DisallowStartIfOnBatteries>false</DisallowStartIfOnBatteries>\n\
-         \x20   <StopIfGoingOnBatteries>false</StopIfGoingOnBatteries>\n\
-         \x20   <ExecutionTimeLimit>PT0S</ExecutionTimeLimit>\n\
-         \x20   <Priority>7</Priority>\n\
-         \x20   <RestartOnFailure><Interval>PT1M</Interval><Count>999</Count></RestartOnFailure>\n\
-         \x20 </Settings>\n\
-         \x20 <Actions Context=\"Author\"><Exec><Command>{}</Command><Arguments>{}</Arguments></Exec></Actions>\n\
-         </Task>\n",
-        xml_escape(&exe.to_string_lossy()),
-        xml_escape(&args)
-    )
+    let mut out = String::from("\"");
+    let mut slashes = 0;
+    for c in arg.chars() {
+        match c {
+            '\\' => slashes += 1,
+            '"' => {
+                out.push_str(&"\\".repeat(2 * slashes + 1));
+                out.push('"');
+                slashes = 0;
+                continue;
+            }
+            _ => {}
+        }
+        if c != '\\' {
+            out.push_str(&"\\".repeat(slashes));
+            slashes = 0;
+            out.push(c);
+        }
+    }
+    out.push_str(&"\\".repeat(2 * slashes));
+    out.push('"');
+    out
+}
+
+/// A Windows command line split as `CommandLineToArgvW` splits it (the
+/// program name by the same rules; enough for what [`quote_windows`] makes).
+pub fn split_windows(line: &str) -> Vec<String> {
+    let mut args = Vec::new();
+    let mut chars = line.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| *c == ' ' || *c == '\t') {
+            chars.next();
+        }
+        if chars.peek().is_none() {
+            return args;
+        }
+        let (mut arg, mut quoted, mut slashes) = (String::new(), false, 0usize);
+        while let Some(&c) = chars.peek() {
+            match c {
+                '\\' => {
+                    slashes += 1;
+                    chars.next();
+                    continue;
+                }
+                '"' => {
+                    arg.push_str(&"\\".repeat(slashes / 2));
+                    if slashes % 2 == 1 {
+                        arg.push('"');
+                    } else {
+                        quoted = !quoted;
+                    }
+                    slashes = 0;
+                    chars.next();
+                    continue;
+                }
+                ' ' | '\t' if !quoted => break,
+                _ => {}
+            }
+            arg.push_str(&"\\".repeat(slashes));
+            slashes = 0;
+            arg.push(c);
+            chars.next();
+        }
+        arg.push_str(&"\\".repeat(slashes));
+        args.push(arg);
+    }
+}
+
+/// The autostart's command line: the launcher, `--home` when one was given,
+/// then `run`.
+pub fn windows_run_command(launcher: &Path, home: Option<&Path>) -> String {
+    let mut args = vec![quote_windows(&launcher.to_string_lossy())];
+    if let Some(h) = home {
+        args.push("--home".into());
+        args.push(quote_windows(&h.to_string_lossy()));
+    }
+    args.push("run".into());
+    args.join(" ")
+}
+
+/// Whether an autostart command line runs this home (`--home HOME run`, or
+/// `run` without `--home` for the default home).
+pub fn windows_runs_home(command: &str, home: Option<&Path>) -> bool {
+    let args = split_windows(command);
+    let n = args.len();
+    match home {
+        Some(h) => {
+            n >= 4
+                && args[n - 1] == "run"
+                && args[n - 2] == h.to_string_lossy()
+                && args[n - 3] == "--home"
+        }
+        None => n >= 2 && args[n - 1] == "run" && !args.iter().any(|a| a == "--home"),
+    }
+}
+
+/// The launcher beside `exe` (`beebotw.exe`), or `exe` itself when the
+/// launcher is missing (a console window then shows at logon).
+pub fn windows_launcher(exe: &Path) -> PathBuf {
+    let launcher = exe.with_file_name(WINDOWS_LAUNCHER);
+    if launcher.is_file() {
+        launcher
+    } else {
+        exe.to_path_buf()
+    }
 }
 
 /// Where the systemd user unit goes (`$XDG_CONFIG_HOME/systemd/user`).
@@ -154,7 +256,8 @@ pub fn install(
     } else if cfg!(target_os = "macos") {
         install_launchd(exe, home, log_dir, start)
     } else if cfg!(windows) {
-        install_windows_task(exe, home, log_dir, start)
+        let _ = log_dir;
+        install_windows_run(exe, home, start)
     } else {
         bail!(
             "no service support on this platform: run `beebot run` from your session's autostart"
@@ -218,30 +321,68 @@ fn install_launchd(
     Ok(notes)
 }
 
-/// The Windows scheduled task (its XML kept beside the logs).
-fn install_windows_task(
-    exe: &Path,
-    home: Option<&Path>,
-    log_dir: &Path,
-    start: bool,
-) -> Result<Vec<String>> {
-    let path = log_dir.join("beebot-task.xml");
-    let mut notes = write_service_file(&path, &windows_task_xml(exe, home))?;
+/// The user's autostart entry; with `start`, the runner started now too
+/// (windowless, in the background) unless one runs already.
+#[cfg(windows)]
+fn install_windows_run(exe: &Path, home: Option<&Path>, start: bool) -> Result<Vec<String>> {
+    use beebot_win32::registry::{self, Root};
+    let launcher = windows_launcher(exe);
+    let command = windows_run_command(&launcher, home);
+    registry::set_string(
+        Root::CurrentUser,
+        WINDOWS_RUN_KEY,
+        WINDOWS_RUN_VALUE,
+        &command,
+    )
+    .with_context(|| {
+        format!("cannot register the autostart (HKCU\\{WINDOWS_RUN_KEY}\\{WINDOWS_RUN_VALUE})")
+    })?;
+    let mut notes = vec![format!(
+        "autostart registered for this user (HKCU\\{WINDOWS_RUN_KEY}\\{WINDOWS_RUN_VALUE}): {command}"
+    )];
     if start {
-        let ok = run_quiet(
-            Command::new("schtasks")
-                .args(["/Create", "/F", "/TN", WINDOWS_TASK, "/XML"])
-                .arg(&path),
-        )
-        .is_some();
-        if !ok {
-            notes.push(format!(
-                "could not register it; run `schtasks /Create /TN \"{WINDOWS_TASK}\" /XML {}`",
-                path.display()
-            ));
+        let data = match home {
+            Some(h) => h.to_path_buf(),
+            None => crate::home::Home::resolve(None)?.data,
+        };
+        match crate::home::runner_pid(&data) {
+            Some(pid) => notes.push(format!("already running (pid {pid})")),
+            None => {
+                let pid = spawn_windowless(&launcher, home)?;
+                notes.push(format!("started (pid {pid})"));
+            }
         }
     }
     Ok(notes)
+}
+
+#[cfg(not(windows))]
+fn install_windows_run(_exe: &Path, _home: Option<&Path>, _start: bool) -> Result<Vec<String>> {
+    bail!("the Windows autostart is made on Windows only")
+}
+
+/// `PROGRAM [--home HOME] run` with no console window and no console of its
+/// caller's, in a process group of its own; its pid.
+#[cfg(windows)]
+pub fn spawn_windowless(program: &Path, home: Option<&Path>) -> Result<u32> {
+    use std::os::windows::process::CommandExt;
+    use std::process::Stdio;
+    /// No console window of its own, and none shared with the caller's.
+    const DETACHED_PROCESS: u32 = 0x0000_0008;
+    const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
+    let mut cmd = Command::new(program);
+    if let Some(h) = home {
+        cmd.arg("--home").arg(h);
+    }
+    let child = cmd
+        .arg("run")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .creation_flags(DETACHED_PROCESS | CREATE_NEW_PROCESS_GROUP)
+        .spawn()
+        .with_context(|| format!("cannot start {}", program.display()))?;
+    Ok(child.id())
 }
 
 /// Stop and remove the service.
@@ -269,10 +410,49 @@ pub fn uninstall() -> Result<Vec<String>> {
         let _ = std::fs::remove_file(&path);
         notes.push(format!("removed {}", path.display()));
     } else if cfg!(windows) {
-        let _ = run_quiet(Command::new("schtasks").args(["/Delete", "/F", "/TN", WINDOWS_TASK]));
-        notes.push("removed the scheduled task".into());
+        notes.push(uninstall_windows_run()?);
     }
     Ok(notes)
+}
+
+/// Remove this user's autostart entry.
+#[cfg(windows)]
+fn uninstall_windows_run() -> Result<String> {
+    use beebot_win32::registry::{self, Root};
+    let had = registry::get_string(Root::CurrentUser, WINDOWS_RUN_KEY, WINDOWS_RUN_VALUE)
+        .ok()
+        .flatten()
+        .is_some();
+    registry::delete_value(Root::CurrentUser, WINDOWS_RUN_KEY, WINDOWS_RUN_VALUE).with_context(
+        || format!("cannot remove the autostart (HKCU\\{WINDOWS_RUN_KEY}\\{WINDOWS_RUN_VALUE})"),
+    )?;
+    Ok(if had {
+        format!("removed the autostart (HKCU\\{WINDOWS_RUN_KEY}\\{WINDOWS_RUN_VALUE})")
+    } else {
+        "no autostart was registered for this user".into()
+    })
+}
+
+#[cfg(not(windows))]
+fn uninstall_windows_run() -> Result<String> {
+    bail!("the Windows autostart is removed on Windows only")
+}
+
+/// The autostart entries that start the client: this user's, then the
+/// machine's (a per-machine installer's, for every user), each with its
+/// command line.
+#[cfg(windows)]
+pub fn windows_autostarts() -> Vec<(&'static str, String)> {
+    use beebot_win32::registry::{self, Root};
+    [(Root::CurrentUser, "HKCU"), (Root::LocalMachine, "HKLM")]
+        .into_iter()
+        .filter_map(|(root, name)| {
+            registry::get_string(root, WINDOWS_RUN_KEY, WINDOWS_RUN_VALUE)
+                .ok()
+                .flatten()
+                .map(|cmd| (name, cmd))
+        })
+        .collect()
 }
 
 /// Whether a service file runs this home: `ExecStart` (systemd) or the
@@ -324,24 +504,24 @@ pub fn installed_for(home: Option<&Path>) -> Result<bool> {
             .join("Library/LaunchAgents")
             .join(format!("{LAUNCHD_LABEL}.plist"))
     } else if cfg!(windows) {
-        // One task a user, by name: `service install` registers it for
-        // the home it was given.
-        let _ = home;
-        return Ok(Command::new("schtasks")
-            .args(["/Query", "/TN", WINDOWS_TASK])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success()));
+        #[cfg(windows)]
+        return Ok(windows_autostarts()
+            .iter()
+            .any(|(_, cmd)| windows_runs_home(cmd, home)));
+        #[cfg(not(windows))]
+        return Ok(false);
     } else {
         return Ok(false);
     };
     Ok(std::fs::read_to_string(&path).is_ok_and(|text| runs_home(&text, home)))
 }
 
-/// Whether the service is installed, and what the service manager says.
-pub fn status() -> Result<String> {
+/// Whether the service is installed, and what the service manager says;
+/// on Windows, whether the autostart is registered and the runner of
+/// `data` runs.
+pub fn status(data: &Path) -> Result<String> {
     if cfg!(target_os = "linux") {
+        let _ = data;
         let path = systemd_unit_path()?;
         if !path.exists() {
             return Ok("not installed (`beebot service install`)".into());
@@ -350,9 +530,43 @@ pub fn status() -> Result<String> {
             run_quiet(Command::new("systemctl").args(["--user", "is-active", SYSTEMD_UNIT]))
                 .unwrap_or_else(|| "unknown (no user systemd session)".into());
         Ok(format!("installed ({}), {state}", path.display()))
+    } else if cfg!(windows) {
+        #[cfg(windows)]
+        let autostarts = windows_autostarts();
+        #[cfg(not(windows))]
+        let autostarts: Vec<(&str, String)> = Vec::new();
+        Ok(windows_status(&autostarts, crate::home::runner_pid(data)))
     } else {
+        let _ = data;
         Ok("see your platform's service manager".into())
     }
+}
+
+/// What `service status` says on Windows, from the autostart entries found
+/// (hive, command) and the runner's pid.
+pub fn windows_status(autostarts: &[(&str, String)], runner: Option<u32>) -> String {
+    let mut out = if autostarts.is_empty() {
+        "autostart: not registered (`beebot service install`)".to_string()
+    } else {
+        autostarts
+            .iter()
+            .map(|(hive, cmd)| {
+                let whom = if *hive == "HKLM" {
+                    "every user of this machine"
+                } else {
+                    "this user"
+                };
+                format!("autostart: registered for {whom} ({hive}\\{WINDOWS_RUN_KEY}\\{WINDOWS_RUN_VALUE}): {cmd}")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    out.push('\n');
+    out.push_str(&match runner {
+        Some(pid) => format!("runner: running (pid {pid})"),
+        None => "runner: not running".into(),
+    });
+    out
 }
 
 #[cfg(test)]
@@ -396,6 +610,7 @@ mod tests {
         assert!(!runs_home("", None));
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn systemd_unit_verifies_where_systemd_analyze_exists() {
         let found = Command::new("systemd-analyze").arg("--version").output();
@@ -457,20 +672,40 @@ mod tests {
         let packaged = std::fs::read_to_string(deploy.join("client-deb/beebot.service")).unwrap();
         let generated = systemd_unit(Path::new("/usr/bin/beebot"), None);
         assert_eq!(body(&packaged), body(&generated));
-        // The Windows installer: this version, the logon task, the invite
-        // where the client looks for it.
-        let iss = std::fs::read_to_string(deploy.join("windows/beebot.iss")).unwrap();
+        // The Windows installers name the registry keys and values the
+        // client reads and the commands it has: the per-user setup HKCU's
+        // (through `service install`), the MSI HKLM's.
+        let (invite_key, invite_value) = (
+            crate::home::WINDOWS_INVITE_KEY,
+            crate::home::WINDOWS_INVITE_VALUE,
+        );
+        let nsi = std::fs::read_to_string(deploy.join("windows/beebot.nsi")).unwrap();
         for want in [
-            format!("#define AppVersion \"{}\"", env!("CARGO_PKG_VERSION")),
-            "PrivilegesRequired=lowest".to_string(),
-            "Source: \"..\\..\\target\\release\\beebot.exe\"".to_string(),
-            "Parameters: \"service install\"".to_string(),
-            "Parameters: \"service uninstall\"".to_string(),
-            "{param:INVITE|}".to_string(),
-            "ExpandConstant('{app}')".to_string(),
-            "Dir + '\\invite'".to_string(),
+            "RequestExecutionLevel user".to_string(),
+            "Target amd64-unicode".to_string(),
+            "\"$PLUGINSDIR\\beebot.exe\" join --check'".to_string(),
+            "\"$INSTDIR\\beebot.exe\" service install'".to_string(),
+            "\"$INSTDIR\\beebot.exe\" stop'".to_string(),
+            "\"$INSTDIR\\beebot.exe\" leave'".to_string(),
+            format!("!define INVITE_KEY \"{invite_key}\""),
+            format!("WriteRegStr HKCU \"${{INVITE_KEY}}\" \"{invite_value}\" \"$Invite\""),
+            format!("DeleteRegValue HKCU \"{WINDOWS_RUN_KEY}\" \"{WINDOWS_RUN_VALUE}\""),
+            format!("\"$INSTDIR\\{WINDOWS_LAUNCHER}\" \"open\""),
         ] {
-            assert!(iss.contains(&want), "beebot.iss lacks {want}");
+            assert!(nsi.contains(&want), "beebot.nsi lacks {want}");
+        }
+        let wxs = std::fs::read_to_string(deploy.join("windows/beebot.wxs")).unwrap();
+        for want in [
+            "InstallScope=\"perMachine\"".to_string(),
+            format!("Root=\"HKLM\" Key=\"{WINDOWS_RUN_KEY}\"\n                           Name=\"{WINDOWS_RUN_VALUE}\""),
+            format!("Value=\"&quot;[INSTALLDIR]{WINDOWS_LAUNCHER}&quot; run\""),
+            format!("Root=\"HKLM\" Key=\"{invite_key}\" Name=\"{invite_value}\""),
+            "ExeCommand=\"join --check [INVITE]\"".to_string(),
+            "ExeCommand=\"stop\"".to_string(),
+            "ExeCommand=\"leave\"".to_string(),
+            format!("Target=\"[INSTALLDIR]{WINDOWS_LAUNCHER}\" Arguments=\"open\""),
+        ] {
+            assert!(wxs.contains(&want), "beebot.wxs lacks {want}");
         }
         let plist = std::fs::read_to_string(deploy.join("org.beebot.client.plist")).unwrap();
         for key in [
@@ -481,21 +716,106 @@ mod tests {
         ] {
             assert!(plist.contains(key), "{key}");
         }
-        let task = std::fs::read_to_string(deploy.join("beebot-task.xml")).unwrap();
-        let gen = windows_task_xml(Path::new("C:\\Program Files\\BeeBot\\beebot.exe"), None);
-        for line in gen.lines().skip(1) {
-            assert!(task.contains(line.trim()), "{line}");
-        }
     }
 
     #[test]
-    fn windows_task_runs_at_logon() {
-        let x = windows_task_xml(
-            Path::new("C:\\Program Files\\BeeBot\\beebot.exe"),
-            Some(Path::new("D:\\bb")),
+    fn windows_arguments_are_quoted_as_windows_splits_them() {
+        for (arg, quoted) in [
+            ("run", "run"),
+            (
+                "C:\\Program Files\\BeeBot\\beebotw.exe",
+                "\"C:\\Program Files\\BeeBot\\beebotw.exe\"",
+            ),
+            ("D:\\bee home\\", "\"D:\\bee home\\\\\""),
+            ("a\"b", "\"a\\\"b\""),
+            ("", "\"\""),
+            ("C:\\no\\spaces", "C:\\no\\spaces"),
+        ] {
+            assert_eq!(quote_windows(arg), quoted, "{arg}");
+            assert_eq!(split_windows(quoted), vec![arg.to_string()], "{quoted}");
+        }
+        // Backslashes are plain unless a quote follows them.
+        assert_eq!(
+            split_windows(r#"a\\b "c d" e\\\\"f g" h\"i"#),
+            vec!["a\\\\b", "c d", "e\\\\f g", "h\"i"]
         );
-        assert!(x.contains("<LogonTrigger>"));
-        assert!(x.contains("<Command>C:\\Program Files\\BeeBot\\beebot.exe</Command>"));
-        assert!(x.contains("<Arguments>--home &quot;D:\\bb&quot; run</Arguments>"));
+        assert_eq!(split_windows("  "), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_windows_autostart_runs_the_launcher_for_its_home() {
+        let launcher =
+            Path::new("C:\\Users\\Ann Lee\\AppData\\Local\\Programs\\BeeBot\\beebotw.exe");
+        let a = Path::new("D:\\bee home");
+        let cmd = windows_run_command(launcher, Some(a));
+        assert_eq!(
+            cmd,
+            "\"C:\\Users\\Ann Lee\\AppData\\Local\\Programs\\BeeBot\\beebotw.exe\" --home \"D:\\bee home\" run"
+        );
+        assert!(windows_runs_home(&cmd, Some(a)));
+        assert!(!windows_runs_home(&cmd, Some(Path::new("D:\\other"))));
+        assert!(!windows_runs_home(&cmd, None));
+        let default = windows_run_command(launcher, None);
+        assert!(windows_runs_home(&default, None));
+        assert!(!windows_runs_home(&default, Some(a)));
+        assert!(!windows_runs_home("", None));
+        assert!(!windows_runs_home("beebotw.exe leave", None));
+        // No launcher beside the exe: the exe itself.
+        let d = tempfile::tempdir().unwrap();
+        let exe = d.path().join("beebot.exe");
+        assert_eq!(windows_launcher(&exe), exe);
+        std::fs::write(d.path().join(WINDOWS_LAUNCHER), b"").unwrap();
+        assert_eq!(windows_launcher(&exe), d.path().join(WINDOWS_LAUNCHER));
+    }
+
+    #[test]
+    fn windows_status_says_where_the_autostart_is_and_whether_it_runs() {
+        let none = windows_status(&[], None);
+        assert_eq!(
+            none,
+            "autostart: not registered (`beebot service install`)\nrunner: not running"
+        );
+        let both = windows_status(
+            &[
+                ("HKCU", "\"C:\\b\\beebotw.exe\" run".into()),
+                ("HKLM", "x run".into()),
+            ],
+            Some(4242),
+        );
+        assert!(both.contains("registered for this user (HKCU\\Software\\Microsoft\\Windows\\CurrentVersion\\Run\\BeeBot): \"C:\\b\\beebotw.exe\" run"), "{both}");
+        assert!(
+            both.contains("registered for every user of this machine (HKLM\\"),
+            "{both}"
+        );
+        assert!(both.ends_with("\nrunner: running (pid 4242)"), "{both}");
+    }
+
+    /// The autostart really written to and removed from this user's
+    /// registry (under Wine in CI).
+    #[cfg(windows)]
+    #[test]
+    fn the_windows_autostart_is_registered_and_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let home = d.path().join("bee home");
+        let exe = std::env::current_exe().unwrap();
+        let notes = install(&exe, Some(&home), d.path(), false).unwrap();
+        assert!(
+            notes[0].starts_with("autostart registered for this user"),
+            "{notes:?}"
+        );
+        assert!(installed_for(Some(&home)).unwrap());
+        assert!(!installed_for(Some(&d.path().join("other"))).unwrap());
+        let said = status(&home).unwrap();
+        assert!(
+            said.contains("registered for this user") && said.contains("runner: not running"),
+            "{said}"
+        );
+        let notes = uninstall().unwrap();
+        assert!(notes[0].starts_with("removed the autostart"), "{notes:?}");
+        assert!(!installed_for(Some(&home)).unwrap());
+        assert_eq!(
+            uninstall().unwrap(),
+            vec!["no autostart was registered for this user".to_string()]
+        );
     }
 }

@@ -1,12 +1,13 @@
-//! What a process uses of the machine, read from `/proc` on Linux: its CPU
-//! time, its resident memory (now and at its peak) and the bytes it wrote.
-//! The concurrency controller reads its own process; the concurrency bench
-//! reads a client's by pid.
+//! What a process uses of the machine: its CPU time, its resident memory
+//! (now and at its peak) and the bytes it wrote. Read from `/proc` on Linux
+//! and through `beebot-win32` on Windows (`GetProcessTimes`,
+//! `K32GetProcessMemoryInfo`, `GetProcessIoCounters`). The concurrency
+//! controller reads its own process; the concurrency bench reads a client's
+//! by pid.
 //!
-//! Elsewhere (macOS, Windows) every figure is `None`: reading them there
-//! needs system calls through `unsafe` code, which this workspace forbids, so
-//! the controller there sizes by the response times, pages/s, memory budget
-//! and bandwidth cap alone. The parsers are pure and tested on sample text.
+//! Elsewhere (macOS) every figure is `None`: the controller there sizes by
+//! the response times, pages/s, memory budget and bandwidth cap alone. The
+//! `/proc` parsers are pure and tested on sample text.
 
 use std::path::PathBuf;
 
@@ -23,6 +24,15 @@ pub enum Process {
 }
 
 impl Process {
+    #[cfg(windows)]
+    fn pid(self) -> Option<u32> {
+        match self {
+            Process::This => None,
+            Process::Pid(pid) => Some(pid),
+        }
+    }
+
+    #[cfg_attr(windows, allow(dead_code))]
     fn proc_file(self, name: &str) -> PathBuf {
         match self {
             Process::This => PathBuf::from("/proc/self").join(name),
@@ -33,31 +43,60 @@ impl Process {
 
 /// CPU time the process used so far (user and system, every thread), seconds.
 pub fn cpu_seconds(p: Process) -> Option<f64> {
-    let stat = std::fs::read_to_string(p.proc_file("stat")).ok()?;
-    cpu_ticks(&stat).map(|t| t as f64 / CLOCK_TICKS_PER_S)
+    #[cfg(windows)]
+    {
+        beebot_win32::process::cpu_seconds(p.pid())
+    }
+    #[cfg(not(windows))]
+    {
+        let stat = std::fs::read_to_string(p.proc_file("stat")).ok()?;
+        cpu_ticks(&stat).map(|t| t as f64 / CLOCK_TICKS_PER_S)
+    }
 }
 
-/// Resident memory now (`VmRSS`), KB.
+/// Resident memory now (`VmRSS`; the working set on Windows), KB.
 pub fn rss_kb(p: Process) -> Option<u64> {
-    status_kb(
-        &std::fs::read_to_string(p.proc_file("status")).ok()?,
-        "VmRSS",
-    )
+    #[cfg(windows)]
+    {
+        beebot_win32::process::memory_kb(p.pid()).map(|(now, _)| now)
+    }
+    #[cfg(not(windows))]
+    {
+        status_kb(
+            &std::fs::read_to_string(p.proc_file("status")).ok()?,
+            "VmRSS",
+        )
+    }
 }
 
-/// Peak resident memory so far (`VmHWM`), KB.
+/// Peak resident memory so far (`VmHWM`; the peak working set), KB.
 pub fn peak_rss_kb(p: Process) -> Option<u64> {
-    status_kb(
-        &std::fs::read_to_string(p.proc_file("status")).ok()?,
-        "VmHWM",
-    )
+    #[cfg(windows)]
+    {
+        beebot_win32::process::memory_kb(p.pid()).map(|(_, peak)| peak)
+    }
+    #[cfg(not(windows))]
+    {
+        status_kb(
+            &std::fs::read_to_string(p.proc_file("status")).ok()?,
+            "VmHWM",
+        )
+    }
 }
 
 /// Bytes written: `(wchar, write_bytes)` of `/proc/PID/io`, what the process
-/// passed to write calls and what reached the block layer (0 on tmpfs).
+/// passed to write calls and what reached the block layer (0 on tmpfs). On
+/// Windows both are the process's write transfer count.
 pub fn written_bytes(p: Process) -> Option<(u64, u64)> {
-    let io = std::fs::read_to_string(p.proc_file("io")).ok()?;
-    Some((io_field(&io, "wchar")?, io_field(&io, "write_bytes")?))
+    #[cfg(windows)]
+    {
+        beebot_win32::process::written_bytes(p.pid()).map(|b| (b, b))
+    }
+    #[cfg(not(windows))]
+    {
+        let io = std::fs::read_to_string(p.proc_file("io")).ok()?;
+        Some((io_field(&io, "wchar")?, io_field(&io, "write_bytes")?))
+    }
 }
 
 /// utime + stime of a `/proc/PID/stat` line, in clock ticks. The command
@@ -84,6 +123,7 @@ pub fn status_kb(status: &str, key: &str) -> Option<u64> {
 }
 
 /// A `key: 1234` line of `/proc/PID/io`.
+#[cfg_attr(windows, allow(dead_code))]
 fn io_field(io: &str, key: &str) -> Option<u64> {
     io.lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
@@ -117,12 +157,23 @@ mod tests {
     }
 
     #[test]
-    fn this_process_is_measured_on_linux() {
-        if cfg!(target_os = "linux") {
-            assert!(cpu_seconds(Process::This).is_some());
+    fn this_process_is_measured_on_linux_and_windows() {
+        if cfg!(any(target_os = "linux", windows)) {
+            let cpu0 = cpu_seconds(Process::This).expect("cpu time");
+            let start = std::time::Instant::now();
+            let mut x = 1u64;
+            while start.elapsed() < std::time::Duration::from_millis(200) {
+                x = x.wrapping_mul(31).wrapping_add(7);
+            }
+            std::hint::black_box(x);
+            let cpu1 = cpu_seconds(Process::This).expect("cpu time");
+            assert!(cpu1 - cpu0 > 0.05, "{cpu0} -> {cpu1}");
             let rss = rss_kb(Process::This);
             assert!(rss.is_some_and(|k| k > 0));
             assert!(peak_rss_kb(Process::This) >= rss);
+            let pid = Process::Pid(std::process::id());
+            assert!(cpu_seconds(pid).is_some_and(|c| c >= cpu1));
+            assert!(written_bytes(pid).is_some());
         }
     }
 }

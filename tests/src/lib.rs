@@ -67,30 +67,38 @@ pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
     };
     let out_t = drain(child.stdout.take().map(|s| Box::new(s) as _));
     let err_t = drain(child.stderr.take().map(|s| Box::new(s) as _));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if start.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            let out = out_t.join().unwrap_or_default();
-            let err = err_t.join().unwrap_or_default();
-            panic!(
-                "command timed out after {:?}: {:?}\nstdout:\n{}\nstderr:\n{}",
-                timeout,
-                cmd,
-                String::from_utf8_lossy(&out),
-                String::from_utf8_lossy(&err)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = wait_or_kill(&mut child, timeout) else {
+        let out = out_t.join().unwrap_or_default();
+        let err = err_t.join().unwrap_or_default();
+        panic!(
+            "command timed out after {:?}: {:?}\nstdout:\n{}\nstderr:\n{}",
+            timeout,
+            cmd,
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&err)
+        );
     };
     Output {
         status,
         stdout: out_t.join().unwrap_or_default(),
         stderr: err_t.join().unwrap_or_default(),
+    }
+}
+
+/// Wait for `child` to exit, at most `timeout`; past it the child is
+/// killed and `None` returned.
+pub fn wait_or_kill(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return Some(status);
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -150,26 +150,7 @@ fn release_beebot() -> Result<PathBuf> {
         );
         return Ok(given);
     }
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "--locked",
-            "-p",
-            "beebot-client",
-            "--bin",
-            "beebot",
-        ])
-        .status()
-        .context("run cargo build")?;
-    anyhow::ensure!(status.success(), "cargo build of beebot failed");
-    let exe = std::env::current_exe()?;
-    let release = exe
-        .parent()
-        .and_then(Path::parent)
-        .context("target dir")?
-        .to_path_buf();
-    Ok(release.join(format!("beebot{}", std::env::consts::EXE_SUFFIX)))
+    beebot_tools::build_release_client()
 }
 
 /// The client's CPU budget, percent of one core: the default unless told.

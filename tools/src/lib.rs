@@ -11,6 +11,33 @@ pub mod grid;
 pub mod loadfiles;
 pub mod methods;
 
+/// Build the release `beebot` (`cargo build --release -p beebot-client`)
+/// and give its path, beside the running bench's own target dir
+/// (`target/release/beebot`).
+pub fn build_release_client() -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context;
+    let status = std::process::Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "beebot-client",
+            "--bin",
+            "beebot",
+        ])
+        .status()
+        .context("run cargo build")?;
+    anyhow::ensure!(status.success(), "cargo build of beebot failed");
+    let exe = std::env::current_exe()?;
+    let release = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .context("target dir")?
+        .to_path_buf();
+    Ok(release.join(format!("beebot{}", std::env::consts::EXE_SUFFIX)))
+}
+
 /// The tools' `main`: logs on stderr at `default_level` unless `RUST_LOG`
 /// says otherwise (colours only on a terminal), then `run`; an error is
 /// printed and exits with status 1.

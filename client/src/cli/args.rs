@@ -44,6 +44,10 @@ pub enum Cmd {
         /// Name shown to the admin (default: this machine's host name).
         #[arg(long)]
         name: Option<String>,
+        /// Only check the code, offline (its form and checksum): nothing is
+        /// joined or written. What the Windows installers run on theirs.
+        #[arg(long)]
+        check: bool,
     },
     /// Pull work, crawl, upload, repeat.
     Run {
@@ -70,6 +74,10 @@ pub enum Cmd {
     },
     /// Resume a paused client.
     Resume,
+    /// Stop the running client: its scans are checkpointed and go on at its
+    /// next start (the autostart starts it again at the next login). What
+    /// an installer runs before it replaces the program.
+    Stop,
     /// Open the status page in the browser (starting the client when it is
     /// not running): see and steer it without a terminal.
     Open {
@@ -161,6 +169,9 @@ pub struct RunFlags {
     /// demos; the default is 10 s).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub adjust_every_ms: u64,
+    /// No notification-area icon (Windows; elsewhere there is none).
+    #[arg(long)]
+    pub no_tray: bool,
 }
 
 /// The flags of `beebot crawl` other than the network ones.
@@ -195,8 +206,15 @@ pub struct NetArgs {
     /// HTTP proxy for crawling (setting `proxy`), e.g. http://proxy.corp:3128.
     #[arg(long, value_name = "URL")]
     pub proxy: Option<String>,
-    /// Map a host name for crawling, like curl: HOST=IP[:PORT] (HOST may be *.suffix).
-    #[arg(long, value_name = "HOST=IP[:PORT]")]
+    /// Map a host name for crawling, like curl: HOST=IP[:PORT] (HOST may be
+    /// *.suffix). Also from BEEBOT_RESOLVE, rules separated by commas (a
+    /// lab's client started by its autostart, which passes no flags).
+    #[arg(
+        long,
+        value_name = "HOST=IP[:PORT]",
+        env = "BEEBOT_RESOLVE",
+        value_delimiter = ','
+    )]
     pub resolve: Vec<String>,
 }
 
@@ -291,12 +309,32 @@ mod tests {
         let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
         let read = |p: &str| std::fs::read_to_string(deploy.join(p)).unwrap();
         let mut lines: Vec<String> = Vec::new();
-        for l in read("windows/beebot.iss").lines() {
-            if let Some(rest) = l.split("Parameters: \"").nth(1) {
+        // The per-user setup: `"$INSTDIR\beebot.exe" ARGS'` (and the check
+        // from its plug-ins folder), `beebotw.exe" "open"` for the menu.
+        for l in read("windows/beebot.nsi").lines() {
+            if !l.contains("Exec") && !l.contains("CreateShortcut") {
+                continue;
+            }
+            if let Some(rest) = l.split("beebot.exe\" ").nth(1) {
+                lines.push(rest.split('\'').next().unwrap().to_string());
+            }
+            if let Some(rest) = l.split("beebotw.exe\" \"").nth(1) {
                 lines.push(rest.split('"').next().unwrap().to_string());
             }
         }
-        assert!(lines.len() >= 3, "{lines:?}");
+        // The MSI: its custom actions' commands, the shortcut's arguments.
+        for l in read("windows/beebot.wxs").lines() {
+            for key in ["ExeCommand=\"", "Arguments=\""] {
+                if let Some(rest) = l.split(key).nth(1) {
+                    let args = rest.split('"').next().unwrap();
+                    lines.push(args.replace("[INVITE]", "beebot2-code"));
+                }
+            }
+        }
+        assert!(lines.len() >= 10, "{lines:?}");
+        for want in ["join --check", "service install", "stop", "leave", "open"] {
+            assert!(lines.iter().any(|l| l == want), "no `{want}` in {lines:?}");
+        }
         for (file, key) in [
             ("client-deb/beebot.desktop", "Exec="),
             ("client-deb/beebot.service", "ExecStart="),

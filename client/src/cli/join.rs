@@ -19,15 +19,36 @@ const INVITE_ENV: &str = "BEEBOT_INVITE";
 
 /// Join with the code given (`-`: stdin), from the environment, or piped in.
 pub fn join(home: &Home, code: Option<&str>, name: Option<String>) -> Result<String> {
+    let code = given_code(code)?;
+    let e = runtime()?.block_on(worker::join(home, &code, name))?;
+    Ok(joined(&e))
+}
+
+/// `beebot join --check`: whether the code (as `join` would take it) is a
+/// whole invite code; offline, nothing written.
+pub fn check(code: Option<&str>) -> Result<String> {
+    Ok(checked(&given_code(code)?)?)
+}
+
+/// The code this process was given ([`invite_code`] of its argument,
+/// environment and stdin).
+fn given_code(arg: Option<&str>) -> Result<String> {
     let stdin = std::io::stdin();
-    let code = invite_code(
-        code,
+    invite_code(
+        arg,
         std::env::var(INVITE_ENV).ok(),
         stdin.is_terminal(),
         stdin.lock(),
-    )?;
-    let e = runtime()?.block_on(worker::join(home, &code, name))?;
-    Ok(joined(&e))
+    )
+}
+
+/// What `--check` says of a code.
+fn checked(code: &str) -> Result<String, beebot_shared::invite::InviteError> {
+    let invite = beebot_shared::invite::Invite::from_code(code.trim())?;
+    Ok(format!(
+        "the invite code is whole: it joins the project at {}\n",
+        invite.addr
+    ))
 }
 
 /// What `beebot join` says once joined.
@@ -75,6 +96,30 @@ fn invite_from(input: impl std::io::Read) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_check_tells_a_whole_code_from_a_damaged_one() {
+        let code = beebot_shared::invite::Invite {
+            addr: "grid.example.org:4433".into(),
+            server_name: "grid.example.org".into(),
+            cert_sha256: [7; 32],
+            project_key: [9; 32],
+            token: vec![1, 2, 3],
+            expires_ms: u64::MAX,
+        }
+        .to_code();
+        assert_eq!(
+            checked(&format!(" {code}\r\n")).unwrap(),
+            "the invite code is whole: it joins the project at grid.example.org:4433\n"
+        );
+        let damaged = format!("{}x{}", &code[..20], &code[21..]);
+        let e = checked(&damaged).unwrap_err().to_string();
+        assert!(e.contains("damaged"), "{e}");
+        assert!(checked("hello")
+            .unwrap_err()
+            .to_string()
+            .contains("not a BeeBot invite"));
+    }
 
     #[test]
     fn the_invite_code_comes_from_the_argument_stdin_or_the_environment() {

@@ -19,6 +19,9 @@ mod open;
 mod run;
 mod service;
 mod status;
+mod stop;
+#[cfg(windows)]
+mod tray;
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -101,7 +104,10 @@ pub fn dispatch(cli: Cli) -> Result<()> {
 /// names).
 fn command(cmd: Cmd, home: &Home, home_flag: Option<&Path>) -> Result<Said> {
     Ok(match cmd {
-        Cmd::Join { code, name } => join::join(home, code.as_deref(), name)?.into(),
+        Cmd::Join {
+            code, check: true, ..
+        } => join::check(code.as_deref())?.into(),
+        Cmd::Join { code, name, .. } => join::join(home, code.as_deref(), name)?.into(),
         Cmd::Run { flags, net } => run::run(home, flags, &net, home_flag)?.into(),
         Cmd::Status { json } => status::status(home, json)?.into(),
         Cmd::Config { cmd } => match cmd {
@@ -110,6 +116,7 @@ fn command(cmd: Cmd, home: &Home, home_flag: Option<&Path>) -> Result<Said> {
         },
         Cmd::Pause { duration } => control::pause(home, duration)?.into(),
         Cmd::Resume => control::resume(home)?.into(),
+        Cmd::Stop => stop::stop(home)?.into(),
         Cmd::Open { print } => open::open(home, home_flag, print)?.into(),
         Cmd::Leave { force: _ } => leave::leave(home, home_flag)?.into(),
         Cmd::Service { cmd } => match cmd {
@@ -117,7 +124,7 @@ fn command(cmd: Cmd, home: &Home, home_flag: Option<&Path>) -> Result<Said> {
                 service::install(home, home_flag, window, no_start)?
             }
             ServiceCmd::Uninstall => service::uninstall()?.into(),
-            ServiceCmd::Status => service::status()?.into(),
+            ServiceCmd::Status => service::status(home)?.into(),
         },
         Cmd::Benchmark { url, net } => benchmark::benchmark(home, url, &net)?,
         Cmd::Crawl { flags, net } => crawl::crawl(flags, &net)?,

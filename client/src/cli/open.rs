@@ -78,53 +78,56 @@ pub fn open(home: &Home, home_flag: Option<&Path>, print: bool) -> Result<String
 /// unit runs the default home), else `beebot run` in the background. Says
 /// which.
 fn start_client(home_flag: Option<&Path>) -> Result<String> {
-    let service_runs_it = home_flag.is_none() || service::installed_for(home_flag).unwrap_or(false);
-    if service_runs_it {
-        let (program, args): (&str, Vec<&str>) = if cfg!(windows) {
-            ("schtasks", vec!["/Run", "/TN", service::WINDOWS_TASK])
-        } else if cfg!(target_os = "macos") {
-            ("launchctl", vec!["start", service::LAUNCHD_LABEL])
-        } else {
-            ("systemctl", vec!["--user", "start", service::SYSTEMD_UNIT])
-        };
-        let ok = Command::new(program)
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Ok(format!("{program} {}", args.join(" ")));
-        }
-    }
-    let exe = std::env::current_exe().context("cannot find this program")?;
-    let mut cmd = Command::new(exe);
-    if let Some(h) = home_flag {
-        cmd.arg("--home").arg(h);
-    }
-    cmd.arg("run")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    #[cfg(unix)]
-    {
-        // Its own process group: closing the terminal does not stop it.
-        use std::os::unix::process::CommandExt;
-        cmd.process_group(0);
-    }
     #[cfg(windows)]
     {
-        // No console window of its own, and none shared with this one.
-        use std::os::windows::process::CommandExt;
-        const DETACHED_PROCESS: u32 = 0x0000_0008;
-        const CREATE_NO_WINDOW: u32 = 0x0800_0000;
-        cmd.creation_flags(DETACHED_PROCESS | CREATE_NO_WINDOW);
+        // The autostart is a registry entry, not a manager to ask: start
+        // what it starts, the windowless launcher, in the background.
+        let exe = std::env::current_exe().context("cannot find this program")?;
+        let launcher = service::windows_launcher(&exe);
+        let pid = service::spawn_windowless(&launcher, home_flag)?;
+        Ok(format!("`beebot run` in the background, pid {pid}"))
     }
-    let child = cmd.spawn().context("cannot start `beebot run`")?;
-    Ok(format!(
-        "`beebot run` in the background, pid {}",
-        child.id()
-    ))
+    #[cfg(not(windows))]
+    {
+        let service_runs_it =
+            home_flag.is_none() || service::installed_for(home_flag).unwrap_or(false);
+        if service_runs_it {
+            let (program, args): (&str, Vec<&str>) = if cfg!(target_os = "macos") {
+                ("launchctl", vec!["start", service::LAUNCHD_LABEL])
+            } else {
+                ("systemctl", vec!["--user", "start", service::SYSTEMD_UNIT])
+            };
+            let ok = Command::new(program)
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return Ok(format!("{program} {}", args.join(" ")));
+            }
+        }
+        let exe = std::env::current_exe().context("cannot find this program")?;
+        let mut cmd = Command::new(exe);
+        if let Some(h) = home_flag {
+            cmd.arg("--home").arg(h);
+        }
+        cmd.arg("run")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // Its own process group: closing the terminal does not stop it.
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::CommandExt;
+            cmd.process_group(0);
+        }
+        let child = cmd.spawn().context("cannot start `beebot run`")?;
+        Ok(format!(
+            "`beebot run` in the background, pid {}",
+            child.id()
+        ))
+    }
 }
 
 /// Open `url` (a link or a file) in the default browser.

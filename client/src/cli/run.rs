@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use beebot_client::control::{self, Gate};
-use beebot_client::home::{deployment_invite, deployment_invite_path, Home};
+use beebot_client::home::{installed_invite, Home};
 use beebot_client::rt::{block_on_then_exit, shutdown_signal};
 use beebot_client::service;
 use beebot_client::settings::{self, Settings};
@@ -69,6 +69,11 @@ pub fn run(
     let page = Ui::new(home.clone(), &bound, gate.clone(), cli)?;
     page.serve(bound)?;
     tracing::info!("status page on {} (`beebot open`)", page.url());
+    // The notification-area icon, for as long as the run lasts.
+    #[cfg(windows)]
+    let _tray = (!flags.no_tray)
+        .then(|| super::tray::show(home, home_flag, gate.clone()))
+        .flatten();
     let mut opts = run_options(&settings, flags.once, flags.throttle_ms, net, gate.clone())?;
     opts.adjust_every = Duration::from_millis(flags.adjust_every_ms);
     let stop_display = Arc::new(AtomicBool::new(false));
@@ -154,12 +159,11 @@ pub fn run(
     }
 }
 
-/// Join with the deployment's invite code (`BEEBOT_INVITE`, else the file
-/// an installer left), if there is one; a failure is logged and shown on
-/// the page, which then asks for a code.
+/// Join with the deployment's invite code (`BEEBOT_INVITE`, else what an
+/// installer left), if there is one; a failure is logged and shown on the
+/// page, which then asks for a code.
 async fn join_by_itself(home: &Home, page: &Ui) {
-    let file = deployment_invite_path();
-    let Some(code) = deployment_invite(std::env::var("BEEBOT_INVITE").ok(), file.as_deref()) else {
+    let Some(code) = installed_invite() else {
         return;
     };
     if home.has_left() {
@@ -266,8 +270,13 @@ fn limit_malloc_arenas() {
     }
 }
 
-/// Run at low CPU priority (nice 10), so the employee's own work comes first.
+/// Run at low CPU priority (nice 10; below normal on Windows), so the
+/// employee's own work comes first.
 fn lower_priority() {
+    #[cfg(windows)]
+    if let Err(e) = beebot_win32::process::lower_priority() {
+        tracing::warn!("cannot lower this process's priority: {e}");
+    }
     #[cfg(unix)]
     {
         let pid = std::process::id().to_string();

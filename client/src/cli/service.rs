@@ -45,9 +45,10 @@ pub fn uninstall() -> Result<String> {
     Ok(lines_of(&service::uninstall()?))
 }
 
-/// Whether the service is installed and running.
-pub fn status() -> Result<String> {
-    Ok(format!("{}\n", service::status()?))
+/// Whether the service is installed and running (on Windows, whether the
+/// autostart is registered and this home's runner runs).
+pub fn status(home: &Home) -> Result<String> {
+    Ok(format!("{}\n", service::status(&home.data)?))
 }
 
 /// Lines, each ended.

@@ -99,18 +99,12 @@ pub fn read(
     let today = today_date();
     let revoked = home.revocation().map(|r| r.message);
     let now_ms = control::unix_ms(SystemTime::now());
-    let (state, state_text) = match (&enrolment, &revoked, &live) {
-        (None, _, _) => (
-            "not-joined",
-            "Not joined yet: paste the invite code from your IT team below.".to_string(),
-        ),
-        (Some(_), Some(m), _) => (
-            "revoked",
-            format!("The project removed this computer ({m}). Ask your IT team for a new invite code, then leave and join again."),
-        ),
-        (Some(_), None, None) => ("starting", "Starting…".to_string()),
-        (Some(_), None, Some(l)) => state_words(l, now_ms),
-    };
+    let (state, state_text) = home_state(
+        enrolment.is_some(),
+        revoked.as_deref(),
+        live.as_ref(),
+        now_ms,
+    );
     let file_values = settings_file_values(home);
     Ok(PageView {
         enrolled: enrolment.is_some(),
@@ -198,6 +192,38 @@ pub fn source_words(key: &str, source: Source) -> String {
             "set by the command that started BeeBot: a change here applies once it is gone".into()
         }
     }
+}
+
+/// The client's state and its words, as the page and the notification-area
+/// icon show them: not joined, revoked, starting (no live status yet), or
+/// the runner's live state ([`state_words`]).
+pub fn home_state(
+    joined: bool,
+    revoked: Option<&str>,
+    live: Option<&LiveStatus>,
+    now_ms: u64,
+) -> (&'static str, String) {
+    match (joined, revoked, live) {
+        (false, _, _) => (
+            "not-joined",
+            "Not joined yet: paste the invite code from your IT team below.".to_string(),
+        ),
+        (true, Some(m), _) => (
+            "revoked",
+            format!("The project removed this computer ({m}). Ask your IT team for a new invite code, then leave and join again."),
+        ),
+        (true, None, None) => ("starting", "Starting…".to_string()),
+        (true, None, Some(l)) => state_words(l, now_ms),
+    }
+}
+
+/// The state of `home` now ([`home_state`] from its files).
+pub fn state_now(home: &Home) -> (&'static str, String) {
+    let joined = home.enrolment().ok().flatten().is_some();
+    let revoked = home.revocation().map(|r| r.message);
+    let live = control::read_live_status(&home.data);
+    let now_ms = control::unix_ms(SystemTime::now());
+    home_state(joined, revoked.as_deref(), live.as_ref(), now_ms)
 }
 
 /// The live state in a person's words.

@@ -99,12 +99,12 @@ fn a_second_runner_on_one_home_is_refused_and_the_first_stays_reachable() {
     a_second_runner_is_refused_naming_the_first(&g, &flags, first_pid);
     the_first_runner_still_answers(&g, first_pid);
 
-    // Killed: its pid stays in the lock file, and the next runner takes over.
+    // Killed: its pid file stays, and the next runner takes over.
     first.kill().expect("kill");
     first.wait().expect("wait");
-    let lock = g.home("a").join("run.lock");
+    let pid_file = g.home("a").join("run.pid");
     assert_eq!(
-        std::fs::read_to_string(&lock).expect("lock file").trim(),
+        std::fs::read_to_string(&pid_file).expect("pid file").trim(),
         first_pid.to_string()
     );
     let mut second = g.spawn_run("a", &[], &log);
@@ -125,7 +125,7 @@ fn a_second_runner_on_one_home_is_refused_and_the_first_stays_reachable() {
         "{text}"
     );
 
-    // Stopped: the lock file is emptied and a new runner starts.
+    // Stopped: the pid file goes and a new runner starts.
     let term = std::process::Command::new("kill")
         .args(["-TERM", &second_pid.to_string()])
         .status()
@@ -133,7 +133,7 @@ fn a_second_runner_on_one_home_is_refused_and_the_first_stays_reachable() {
     assert!(term.success());
     let status = second.wait().expect("wait");
     assert!(status.success(), "{status}");
-    assert_eq!(std::fs::read_to_string(&lock).expect("lock file"), "");
+    assert!(!pid_file.exists(), "{} left behind", pid_file.display());
     let mut once = vec!["run", "--once"];
     once.extend(flags.iter().map(String::as_str));
     let o = g.client("a", &once);
