@@ -65,6 +65,31 @@ pub async fn leave(home: &Home, home_flag: Option<&Path>) -> Result<LeaveReport>
     Ok(report)
 }
 
+/// Whether process `pid` still runs (Linux: `/proc`; Windows: its exit
+/// code; elsewhere it is taken as gone).
+pub fn process_alive(pid: u32) -> bool {
+    #[cfg(windows)]
+    {
+        beebot_win32::process::alive(pid)
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // A zombie has ended: its state is `Z`.
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rfind(')')
+                    .map(|i| s[i + 1..].trim_start().starts_with('Z'))
+            })
+            .is_some_and(|zombie| !zombie)
+    }
+    #[cfg(not(any(windows, target_os = "linux")))]
+    {
+        let _ = pid;
+        false
+    }
+}
+
 /// Longest `leave` tries again to remove the home's files while another
 /// process still holds one open: Windows refuses to remove those, and a
 /// runner that has just let go of the run lock is still exiting (a virus
@@ -184,7 +209,17 @@ pub async fn stop_runner(home: &Home) -> Result<(Option<u32>, RunLock)> {
     loop {
         tokio::time::sleep(RUNNER_POLL).await;
         match home.lock_runner() {
-            Ok(lock) => return Ok((pid, lock)),
+            Ok(lock) => {
+                // The lock goes before the process does: wait for it to
+                // end too (bounded), so its files (its program, on
+                // Windows) are free for an installer.
+                if let Some(pid) = pid {
+                    while process_alive(pid) && start.elapsed() < RUNNER_STOP_TIMEOUT {
+                        tokio::time::sleep(RUNNER_POLL).await;
+                    }
+                }
+                return Ok((pid, lock));
+            }
             Err(RunLockError::Held { .. }) if start.elapsed() < RUNNER_STOP_TIMEOUT => {}
             Err(RunLockError::Held { .. }) => bail!(
                 "{who} did not stop within {}{}; nothing was removed: stop it, then run `beebot leave` again",
@@ -195,6 +230,29 @@ pub async fn stop_runner(home: &Home) -> Result<(Option<u32>, RunLock)> {
                     .unwrap_or_default()
             ),
             Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_is_alive_until_it_ends() {
+        assert!(process_alive(std::process::id()));
+        let mut child = if cfg!(windows) {
+            std::process::Command::new("cmd")
+                .args(["/C", "exit"])
+                .spawn()
+        } else {
+            std::process::Command::new("true").spawn()
+        }
+        .expect("spawn");
+        let pid = child.id();
+        child.wait().expect("wait");
+        if cfg!(any(windows, target_os = "linux")) {
+            assert!(!process_alive(pid), "{pid} taken as alive");
         }
     }
 }

@@ -208,7 +208,8 @@ pub fn windows_runs_home(command: &str, home: Option<&Path>) -> bool {
         Some(h) => {
             n >= 4
                 && args[n - 1] == "run"
-                && args[n - 2] == h.to_string_lossy()
+                // Windows paths are compared as Windows does: any case.
+                && args[n - 2].to_lowercase() == h.to_string_lossy().to_lowercase()
                 && args[n - 3] == "--home"
         }
         None => n >= 2 && args[n - 1] == "run" && !args.iter().any(|a| a == "--home"),
@@ -370,11 +371,19 @@ pub fn spawn_windowless(program: &Path, home: Option<&Path>) -> Result<u32> {
     /// No console window of its own, and none shared with the caller's.
     const DETACHED_PROCESS: u32 = 0x0000_0008;
     const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
+    // Not the caller's output pipe (a script reading `service install`'s
+    // output to its end would wait for the runner), nor its folder (the
+    // install folder would stay in use): the home's data folder.
+    beebot_win32::process::keep_std_handles_from_children();
+    let data = crate::home::Home::resolve(home.map(Path::to_path_buf))?.data;
+    beebot_shared::util::create_private_dir(&data)
+        .with_context(|| format!("cannot create {}", data.display()))?;
     let mut cmd = Command::new(program);
     if let Some(h) = home {
         cmd.arg("--home").arg(h);
     }
     let child = cmd
+        .current_dir(&data)
         .arg("run")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -754,6 +763,7 @@ mod tests {
         );
         assert!(windows_runs_home(&cmd, Some(a)));
         assert!(!windows_runs_home(&cmd, Some(Path::new("D:\\other"))));
+        assert!(windows_runs_home(&cmd, Some(Path::new("d:\\BEE HOME"))));
         assert!(!windows_runs_home(&cmd, None));
         let default = windows_run_command(launcher, None);
         assert!(windows_runs_home(&default, None));

@@ -54,6 +54,23 @@ echo "== wixl (per-machine MSI)"
 secure=$(msiinfo export "$msi" Property | awk -F'\t' '$1 == "SecureCustomProperties" { print $2 }')
 msibuild "$msi" -q "UPDATE Property SET Value = 'INVITE;$secure' WHERE Property = 'SecureCustomProperties'" ||
     win_fail "cannot mark INVITE secure in $msi"
+# Custom-action bits wixl does not write: CheckInvite's command line (it
+# holds the code) is kept out of the log (msidbCustomActionTypeHideTarget,
+# 0x2000); LeaveProject runs as the user on Terminal Server hosts too
+# (msidbCustomActionTypeTSAware, 0x4000).
+ca_type() {
+    msiinfo export "$msi" CustomAction | awk -F'\t' -v a="$1" '$1 == a { print $2 }'
+}
+add_ca_bits() {
+    local action=$1 bits=$2 type
+    type=$(ca_type "$action")
+    [ -n "$type" ] || win_fail "no custom action $action in $msi"
+    msibuild "$msi" -q "UPDATE CustomAction SET Type = $((type | bits)) WHERE Action = '$action'" ||
+        win_fail "cannot set the type of $action in $msi"
+    [ "$(ca_type "$action")" = "$((type | bits))" ] || win_fail "$action's type did not take in $msi"
+}
+add_ca_bits CheckInvite 0x2000
+add_ca_bits LeaveProject 0x4000
 
 if [ ${#sign[@]} -gt 0 ]; then
     "${sign[@]}" "$setup" "$msi"

@@ -30,4 +30,4 @@ BEEBOT_WINE="$WINE" BEEBOT_WINDOWS_DIR="$WIN_OUT" BEEBOT_E2E_SUMMARY="$summary" 
 "$WINESERVER" -k 2>/dev/null || true
 echo "wine-e2e checked:"
 sed 's/^/  - /' "$summary"
-echo "wine-e2e: $(wc -l <"$summary") checks passed: the installed Windows client (per-user setup and per-machine MSI) under Wine, a polite validated round beside a Linux client with the export equal to the truth, pause and resume through its page, reinstall over itself, uninstall while scanning"
+echo "wine-e2e: $(wc -l <"$summary") checks passed: the installed Windows client (per-user setup and per-machine MSI) under Wine, a polite validated round beside a Linux client with the export equal to the truth, pause and resume through its page, reinstall over itself, uninstall while scanning, a close asked by taskkill"

@@ -1,5 +1,5 @@
-# Sourced by the scripts that run the Windows client under Wine
-# (wine-test.sh, wine-e2e.sh, measure.sh): a Wine prefix of the
+# Sourced by what runs the Windows client under Wine (wine-test.sh,
+# wine-e2e.sh, the Windows bench): a Wine prefix of the
 # repository's own, and Wine 8's quirks handled here, in the harness, never
 # in what is shipped.
 #

@@ -22,3 +22,18 @@ pub mod tray;
 
 #[cfg(windows)]
 mod wide;
+
+/// Whether this program runs under Wine (its ntdll has
+/// `wine_get_version`): for the tests, where Wine keeps a count Windows
+/// keeps or has no display.
+#[cfg(windows)]
+pub fn under_wine() -> bool {
+    use windows_sys::Win32::System::LibraryLoader::{GetModuleHandleW, GetProcAddress};
+    let ntdll = wide::wide("ntdll.dll");
+    // SAFETY: a NUL-terminated name owned here; ntdll is in every process,
+    // and a missing export is a null result, checked.
+    unsafe {
+        let module = GetModuleHandleW(ntdll.as_ptr());
+        !module.is_null() && GetProcAddress(module, c"wine_get_version".as_ptr().cast()).is_some()
+    }
+}

@@ -62,7 +62,8 @@ pub fn set_string(root: Root, key: &str, name: &str, value: &str) -> io::Result<
     })
 }
 
-/// A `REG_SZ` value, `None` when the key or the value is missing.
+/// A string value (`REG_SZ`, or `REG_EXPAND_SZ` expanded), `None` when the
+/// key or the value is missing.
 pub fn get_string(root: Root, key: &str, name: &str) -> io::Result<Option<String>> {
     let (k, n) = (wide(key), wide(name));
     let mut buf: Vec<u16> = vec![0; 512];
@@ -75,6 +76,9 @@ pub fn get_string(root: Root, key: &str, name: &str) -> io::Result<Option<String
                 root.hkey(),
                 k.as_ptr(),
                 n.as_ptr(),
+                // Takes a REG_EXPAND_SZ too (Group Policy may write one),
+                // expanded (RRF_RT_REG_EXPAND_SZ without RRF_NOEXPAND
+                // would be refused as invalid).
                 RRF_RT_REG_SZ,
                 std::ptr::null_mut(),
                 buf.as_mut_ptr().cast(),
@@ -126,6 +130,24 @@ pub fn delete_tree(root: Root, key: &str) -> io::Result<()> {
 mod tests {
     use super::*;
 
+    /// A `REG_EXPAND_SZ` value, as Group Policy Preferences may write one.
+    fn set_expandable(key: &str, name: &str, value: &str) {
+        let (k, n, v) = (wide(key), wide(name), wide(value));
+        // SAFETY: NUL-terminated strings owned here; the size is `v`'s,
+        // terminator included.
+        let code = unsafe {
+            RegSetKeyValueW(
+                HKEY_CURRENT_USER,
+                k.as_ptr(),
+                n.as_ptr(),
+                windows_sys::Win32::System::Registry::REG_EXPAND_SZ,
+                v.as_ptr().cast(),
+                (v.len() * 2) as u32,
+            )
+        };
+        assert_eq!(code, ERROR_SUCCESS);
+    }
+
     #[test]
     fn a_value_is_written_read_and_removed() {
         let key = format!("Software\\BeeBot-test-{}", std::process::id());
@@ -142,6 +164,13 @@ mod tests {
         delete_value(Root::CurrentUser, &key, "v").unwrap();
         assert_eq!(get_string(Root::CurrentUser, &key, "v").unwrap(), None);
         delete_value(Root::CurrentUser, &key, "v").unwrap();
+        // An expandable string comes expanded.
+        set_expandable(&key, "x", "%SystemRoot%\\beebot");
+        let got = get_string(Root::CurrentUser, &key, "x").unwrap().unwrap();
+        assert!(
+            !got.contains('%') && got.to_lowercase().ends_with("\\windows\\beebot"),
+            "{got}"
+        );
         delete_tree(Root::CurrentUser, &key).unwrap();
         delete_tree(Root::CurrentUser, &key).unwrap();
     }

@@ -3,17 +3,20 @@
 //!
 //! The caller gives a [`Handler`]: what the icon looks like now ([`Look`]:
 //! a colour, a tooltip, the menu's items), asked when the icon is made and
-//! then every refresh, and what to do when an item is chosen (from the menu
-//! a right or left click opens, or the default item on a double click).
-//! [`Tray`] ends the icon and its thread when dropped.
+//! then every refresh; what to do when an item is chosen (from the menu a
+//! right click opens, or the default item on a double click); and what to
+//! do when the program is asked to end (the session ends, or another
+//! program closes it). [`Tray`] ends the icon and its thread when dropped.
 //!
 //! The icon is drawn here (a disc of the look's colour), so the program
-//! needs no resource file. When Explorer restarts, the icon is added again
-//! (`TaskbarCreated`).
+//! needs no resource file. A notification area that refuses the icon
+//! (Explorer still starting at logon) is asked again at every refresh, and
+//! when Explorer starts again the icon is added again (`TaskbarCreated`).
 
 use std::cell::RefCell;
 use std::io;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -25,13 +28,14 @@ use windows_sys::Win32::UI::Shell::{
     NOTIFYICONDATAW,
 };
 use windows_sys::Win32::UI::WindowsAndMessaging::{
-    AppendMenuW, CreateIconIndirect, CreatePopupMenu, CreateWindowExW, DefWindowProcW, DestroyIcon,
-    DestroyMenu, DestroyWindow, DispatchMessageW, GetCursorPos, GetMessageW, KillTimer,
-    PostMessageW, PostQuitMessage, RegisterClassW, RegisterWindowMessageW, SetForegroundWindow,
-    SetMenuDefaultItem, SetTimer, TrackPopupMenu, TranslateMessage, HICON, ICONINFO, MF_GRAYED,
-    MF_SEPARATOR, MF_STRING, MSG, TPM_BOTTOMALIGN, TPM_NONOTIFY, TPM_RETURNCMD, TPM_RIGHTBUTTON,
-    WM_APP, WM_CLOSE, WM_COMMAND, WM_DESTROY, WM_LBUTTONDBLCLK, WM_LBUTTONUP, WM_NULL,
-    WM_RBUTTONUP, WM_TIMER, WNDCLASSW, WS_OVERLAPPED,
+    AppendMenuW, ChangeWindowMessageFilterEx, CreateIconIndirect, CreatePopupMenu, CreateWindowExW,
+    DefWindowProcW, DestroyIcon, DestroyMenu, DestroyWindow, DispatchMessageW, GetCursorPos,
+    GetMessageW, KillTimer, PostMessageW, PostQuitMessage, RegisterClassW, RegisterWindowMessageW,
+    SetForegroundWindow, SetMenuDefaultItem, SetTimer, TrackPopupMenu, TranslateMessage, HICON,
+    ICONINFO, MF_GRAYED, MF_SEPARATOR, MF_STRING, MSG, MSGFLT_ALLOW, TPM_BOTTOMALIGN, TPM_NONOTIFY,
+    TPM_RETURNCMD, TPM_RIGHTBUTTON, WM_APP, WM_CLOSE, WM_COMMAND, WM_DESTROY, WM_ENDSESSION,
+    WM_LBUTTONDBLCLK, WM_NULL, WM_QUERYENDSESSION, WM_RBUTTONUP, WM_TIMER, WNDCLASSW,
+    WS_OVERLAPPED,
 };
 
 use crate::wide::wide;
@@ -40,6 +44,9 @@ use crate::wide::wide;
 const WM_TRAY: u32 = WM_APP + 1;
 /// The message [`Tray::choose`] posts: an item chosen as the menu would.
 const WM_CHOOSE: u32 = WM_APP + 2;
+/// The message dropping a [`Tray`] posts: the icon goes, the program
+/// stays (unlike `WM_CLOSE`, which another program sends to close it).
+const WM_END_ICON: u32 = WM_APP + 3;
 /// The icon's id within its window.
 const ICON_ID: u32 = 1;
 /// The refresh timer's id.
@@ -74,12 +81,19 @@ pub struct Look {
     pub default: Option<u16>,
 }
 
-/// What the icon asks its owner. Runs on the icon's thread.
+/// What the icon asks its owner. Runs on the icon's thread; a panic in it
+/// is caught (and said on stderr) and the icon goes on.
 pub trait Handler: Send + 'static {
     /// The look now.
     fn look(&mut self) -> Look;
     /// An item was chosen.
     fn chosen(&mut self, id: u16);
+    /// The session ends (log off, shut down, restart: `WM_ENDSESSION`) or
+    /// another program asks this one to close (`WM_CLOSE`, as `taskkill`
+    /// without `/F` and the Restart Manager send): stop, returning once
+    /// stopped or past a bound. A console program that shows windows hears
+    /// of the session's end only here, never through its console handler.
+    fn ending(&mut self);
 }
 
 /// A running icon; dropped, the icon goes and its thread ends.
@@ -87,19 +101,25 @@ pub struct Tray {
     /// The icon's window, as an address (a window handle is not `Send`).
     hwnd: usize,
     thread: Option<JoinHandle<()>>,
+    /// Whether the notification area has the icon now.
+    shown: Arc<AtomicBool>,
 }
 
 impl Tray {
-    /// Make the icon and its thread; refreshed every `refresh`.
+    /// Make the icon's window and thread; the icon is refreshed every
+    /// `refresh` (and added then, when the notification area refused it).
     pub fn start(handler: Box<dyn Handler>, refresh: Duration) -> io::Result<Tray> {
         let (tx, rx) = mpsc::channel();
+        let shown = Arc::new(AtomicBool::new(false));
+        let theirs = shown.clone();
         let thread = std::thread::Builder::new()
             .name("tray".into())
-            .spawn(move || icon_thread(handler, refresh, tx))?;
+            .spawn(move || icon_thread(handler, refresh, theirs, tx))?;
         match rx.recv() {
             Ok(Ok(hwnd)) => Ok(Tray {
                 hwnd,
                 thread: Some(thread),
+                shown,
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -108,7 +128,7 @@ impl Tray {
             Err(_) => {
                 let _ = thread.join();
                 Err(io::Error::other(
-                    "the tray thread ended before its icon was made",
+                    "the tray thread ended before its window was made",
                 ))
             }
         }
@@ -116,32 +136,48 @@ impl Tray {
 
     /// Choose an item as the menu would (a keyboard shortcut, a test).
     pub fn choose(&self, id: u16) -> io::Result<()> {
-        post(self.hwnd, WM_CHOOSE, usize::from(id))
+        self.post(WM_CHOOSE, usize::from(id))
+    }
+
+    /// Ask the icon's window to close as another program would
+    /// (`WM_CLOSE`): the handler's [`Handler::ending`] runs.
+    pub fn close_as_another_program(&self) -> io::Result<()> {
+        self.post(WM_CLOSE, 0)
     }
 
     /// Whether the icon's thread still runs.
     pub fn running(&self) -> bool {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
-}
 
-impl Drop for Tray {
-    fn drop(&mut self) {
-        let _ = post(self.hwnd, WM_CLOSE, 0);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+    /// Whether the notification area shows the icon now.
+    pub fn shown(&self) -> bool {
+        self.running() && self.shown.load(Ordering::Relaxed)
+    }
+
+    /// Post to the icon's window while its thread runs (an ended thread's
+    /// window handle may name another window by now).
+    fn post(&self, msg: u32, wparam: usize) -> io::Result<()> {
+        if !self.running() {
+            return Err(io::Error::other("the icon's thread has ended"));
+        }
+        // SAFETY: posting only queues a message for a window this thread
+        // made; a window gone makes the call fail, which is reported.
+        let ok = unsafe { PostMessageW(self.hwnd as HWND, msg, wparam, 0) };
+        if ok == 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
         }
     }
 }
 
-fn post(hwnd: usize, msg: u32, wparam: usize) -> io::Result<()> {
-    // SAFETY: posting to a window by handle only queues a message; a window
-    // already gone makes the call fail, which is reported.
-    let ok = unsafe { PostMessageW(hwnd as HWND, msg, wparam, 0) };
-    if ok == 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
+impl Drop for Tray {
+    fn drop(&mut self) {
+        let _ = self.post(WM_END_ICON, 0);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -151,15 +187,51 @@ struct State {
     look: Option<Look>,
     icon: HICON,
     taskbar_created: u32,
+    /// Whether the notification area has the icon.
+    shown: Arc<AtomicBool>,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        if !self.icon.is_null() {
+            // SAFETY: an icon made by `make_icon`, owned here and no longer
+            // shown (its window is gone).
+            unsafe { DestroyIcon(self.icon) };
+        }
+    }
 }
 
 thread_local! {
     static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
 }
 
+/// Run a call of the handler's; a panic in it is said, and the icon goes
+/// on (it would otherwise cross the window procedure and abort the program).
+fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => Some(v),
+        Err(_) => {
+            eprintln!("the notification-area icon's handler panicked");
+            None
+        }
+    }
+}
+
+/// Run `f` on the handler, if the state is there and not in use.
+fn with_handler(f: impl FnOnce(&mut dyn Handler)) {
+    STATE.with(|s| {
+        if let Ok(mut guard) = s.try_borrow_mut() {
+            if let Some(state) = guard.as_mut() {
+                guarded(|| f(state.handler.as_mut()));
+            }
+        }
+    });
+}
+
 fn icon_thread(
     handler: Box<dyn Handler>,
     refresh: Duration,
+    shown: Arc<AtomicBool>,
     made: mpsc::Sender<io::Result<usize>>,
 ) {
     let class = wide("BeeBotTrayWindow");
@@ -185,10 +257,12 @@ fn icon_thread(
             look: None,
             icon: std::ptr::null_mut(),
             taskbar_created,
+            shown,
         })
     });
     // SAFETY: the class and title strings live through the call; a hidden
-    // top-level window (not message-only: those miss `TaskbarCreated`).
+    // top-level window (not message-only: those miss `TaskbarCreated` and
+    // the session's end).
     let hwnd = unsafe {
         CreateWindowExW(
             0,
@@ -207,14 +281,16 @@ fn icon_thread(
     };
     if hwnd.is_null() {
         let _ = made.send(Err(io::Error::last_os_error()));
+        STATE.with(|s| drop(s.borrow_mut().take()));
         return;
     }
-    if let Err(e) = refresh_icon(hwnd, true) {
-        // SAFETY: the window made above, on this thread.
-        unsafe { DestroyWindow(hwnd) };
-        let _ = made.send(Err(e));
-        return;
-    }
+    // SAFETY: this thread's own window and a message number, no struct:
+    // an elevated program would not hear Explorer start again otherwise.
+    unsafe {
+        ChangeWindowMessageFilterEx(hwnd, taskbar_created, MSGFLT_ALLOW, std::ptr::null_mut())
+    };
+    // Refused now (Explorer still starting), the timer asks again.
+    let _ = refresh_icon(hwnd, true);
     let ms = u32::try_from(refresh.as_millis())
         .unwrap_or(u32::MAX)
         .max(100);
@@ -231,27 +307,26 @@ fn icon_thread(
             DispatchMessageW(&msg);
         }
     }
-    STATE.with(|s| {
-        if let Some(state) = s.borrow_mut().take() {
-            if !state.icon.is_null() {
-                // SAFETY: an icon made by `make_icon`, no longer shown.
-                unsafe { DestroyIcon(state.icon) };
-            }
-        }
-    });
+    // The icon goes with the state.
+    STATE.with(|s| drop(s.borrow_mut().take()));
 }
 
-/// Ask the handler for the look and show it: `add` the icon, or change it
-/// where it changed.
+/// Ask the handler for the look and show it: add the icon when `add`
+/// (Explorer started again) or when the notification area does not have
+/// it yet, else change it where it changed.
 fn refresh_icon(hwnd: HWND, add: bool) -> io::Result<()> {
-    let shown = STATE.with(|s| -> io::Result<Option<(NOTIFYICONDATAW, HICON)>> {
+    type Shown = Option<(NOTIFYICONDATAW, HICON, bool)>;
+    let shown = STATE.with(|s| -> io::Result<Shown> {
         let Ok(mut guard) = s.try_borrow_mut() else {
             return Ok(None);
         };
         let Some(state) = guard.as_mut() else {
             return Ok(None);
         };
-        let look = state.handler.look();
+        let add = add || !state.shown.load(Ordering::Relaxed);
+        let Some(look) = guarded(|| state.handler.look()) else {
+            return Ok(None);
+        };
         if !add && state.look.as_ref() == Some(&look) {
             return Ok(None);
         }
@@ -270,21 +345,33 @@ fn refresh_icon(hwnd: HWND, add: bool) -> io::Result<()> {
             hIcon: state.icon,
             ..Default::default()
         };
-        let tip: Vec<u16> = look.tip.encode_utf16().take(MAX_TIP_UNITS - 1).collect();
+        let tip = tip_units(&look.tip);
         data.szTip[..tip.len()].copy_from_slice(&tip);
         state.look = Some(look);
-        Ok(Some((data, old)))
+        Ok(Some((data, old, add)))
     })?;
-    let Some((data, old)) = shown else {
+    let Some((data, old, add)) = shown else {
         return Ok(());
     };
     // SAFETY: `data` is a whole NOTIFYICONDATAW owned here, naming this
-    // thread's window and an icon it owns.
-    let ok = unsafe { Shell_NotifyIconW(if add { NIM_ADD } else { NIM_MODIFY }, &data) };
+    // thread's window and an icon its state owns.
+    let mut ok = unsafe { Shell_NotifyIconW(if add { NIM_ADD } else { NIM_MODIFY }, &data) };
+    if ok == 0 && add {
+        // Kept by a shell that said `TaskbarCreated` all the same.
+        // SAFETY: as above.
+        ok = unsafe { Shell_NotifyIconW(NIM_MODIFY, &data) };
+    }
     if !old.is_null() {
         // SAFETY: the icon shown before, replaced by the call above.
         unsafe { DestroyIcon(old) };
     }
+    STATE.with(|s| {
+        if let Ok(g) = s.try_borrow() {
+            if let Some(state) = g.as_ref() {
+                state.shown.store(ok != 0, Ordering::Relaxed);
+            }
+        }
+    });
     if ok == 0 {
         return Err(io::Error::other(
             "the notification area refused the icon (no shell running?)",
@@ -293,8 +380,24 @@ fn refresh_icon(hwnd: HWND, add: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// A tooltip as UTF-16 that fits `szTip` with its terminator, cut at a
+/// character (never inside a surrogate pair).
+pub fn tip_units(tip: &str) -> Vec<u16> {
+    let mut units = Vec::with_capacity(MAX_TIP_UNITS);
+    for c in tip.chars() {
+        let mut buf = [0u16; 2];
+        let enc = c.encode_utf16(&mut buf);
+        if units.len() + enc.len() > MAX_TIP_UNITS - 1 {
+            break;
+        }
+        units.extend_from_slice(enc);
+    }
+    units
+}
+
 /// The icon's pixels: a disc of `colour` with a darker rim on transparent,
-/// as premultiplied BGRA rows, top first.
+/// as BGRA rows, top first, with straight (not premultiplied) alpha, as an
+/// icon's colour bitmap holds them.
 pub fn disc_pixels(colour: [u8; 3]) -> Vec<u8> {
     let mut px = Vec::with_capacity(ICON_PX * ICON_PX * 4);
     let c = (ICON_PX as f32 - 1.0) / 2.0;
@@ -304,7 +407,7 @@ pub fn disc_pixels(colour: [u8; 3]) -> Vec<u8> {
             let d = ((x as f32 - c).powi(2) + (y as f32 - c).powi(2)).sqrt();
             let alpha = (r + 0.5 - d).clamp(0.0, 1.0);
             let rim = if d > r - 2.0 { 0.6 } else { 1.0 };
-            let ch = |v: u8| (f32::from(v) * rim * alpha).round() as u8;
+            let ch = |v: u8| (f32::from(v) * rim).round() as u8;
             px.extend_from_slice(&[
                 ch(colour[2]),
                 ch(colour[1]),
@@ -417,21 +520,18 @@ fn choose(hwnd: HWND, id: u16) {
     if id == 0 {
         return;
     }
-    STATE.with(|s| {
-        if let Ok(mut guard) = s.try_borrow_mut() {
-            if let Some(state) = guard.as_mut() {
-                state.handler.chosen(id);
-            }
-        }
-    });
+    with_handler(|h| h.chosen(id));
     let _ = refresh_icon(hwnd, false);
 }
 
 extern "system" fn window_proc(hwnd: HWND, msg: u32, wparam: WPARAM, lparam: LPARAM) -> LRESULT {
     match msg {
         WM_TRAY => {
+            // A right click opens the menu, a double click chooses the
+            // default item; a single left click does nothing, so a double
+            // click never meets an open menu.
             match (lparam as u32) & 0xFFFF {
-                WM_RBUTTONUP | WM_LBUTTONUP => {
+                WM_RBUTTONUP => {
                     let id = show_menu(hwnd);
                     choose(hwnd, id);
                 }
@@ -455,7 +555,22 @@ extern "system" fn window_proc(hwnd: HWND, msg: u32, wparam: WPARAM, lparam: LPA
             let _ = refresh_icon(hwnd, false);
             0
         }
+        // The session may end.
+        WM_QUERYENDSESSION => 1,
+        WM_ENDSESSION => {
+            // It ends once this returns: stop first.
+            if wparam != 0 {
+                with_handler(|h| h.ending());
+            }
+            0
+        }
         WM_CLOSE => {
+            // Another program asks this one to close: stop it; the icon
+            // goes when the program drops it.
+            with_handler(|h| h.ending());
+            0
+        }
+        WM_END_ICON => {
             // SAFETY: this thread's own window.
             unsafe { DestroyWindow(hwnd) };
             0
@@ -495,7 +610,8 @@ extern "system" fn window_proc(hwnd: HWND, msg: u32, wparam: WPARAM, lparam: LPA
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
+    use std::time::Instant;
 
     #[test]
     fn the_disc_is_opaque_inside_and_clear_at_the_corners() {
@@ -505,16 +621,39 @@ mod tests {
         assert_eq!(at(0, 0)[3], 0, "corner transparent");
         assert_eq!(at(8, 8), &[0, 0, 255, 255], "centre red, opaque (BGRA)");
         assert!(at(8, 0)[3] > 0 && at(8, 0)[2] < 255, "rim darker");
+        // Straight alpha: an edge pixel keeps its colour, its alpha falls.
+        let edge = (0..ICON_PX)
+            .map(|x| at(x, 8))
+            .find(|p| p[3] > 0 && p[3] < 255)
+            .expect("an edge pixel");
+        assert_eq!(edge[2], (255.0f32 * 0.6).round() as u8, "{edge:?}");
     }
 
-    struct Recorder {
-        chosen: Arc<Mutex<Vec<u16>>>,
-        looks: Arc<Mutex<u32>>,
+    #[test]
+    fn a_tip_is_cut_at_a_character_to_fit() {
+        assert_eq!(
+            tip_units("BeeBot"),
+            "BeeBot".encode_utf16().collect::<Vec<_>>()
+        );
+        // 126 units and a character of two: it would not fit whole.
+        let long = format!("{}😀", "a".repeat(MAX_TIP_UNITS - 2));
+        let units = tip_units(&long);
+        assert_eq!(units.len(), MAX_TIP_UNITS - 2);
+        assert!(String::from_utf16(&units).is_ok());
     }
+
+    #[derive(Default)]
+    struct Seen {
+        chosen: Vec<u16>,
+        looks: u32,
+        endings: u32,
+    }
+
+    struct Recorder(Arc<Mutex<Seen>>);
 
     impl Handler for Recorder {
         fn look(&mut self) -> Look {
-            *self.looks.lock().unwrap() += 1;
+            self.0.lock().unwrap().looks += 1;
             Look {
                 colour: [0, 160, 0],
                 tip: "BeeBot: crawling".into(),
@@ -530,42 +669,52 @@ mod tests {
             }
         }
         fn chosen(&mut self, id: u16) {
-            self.chosen.lock().unwrap().push(id);
+            if id == 9 {
+                panic!("a handler's panic stays in the icon");
+            }
+            self.0.lock().unwrap().chosen.push(id);
+        }
+        fn ending(&mut self) {
+            self.0.lock().unwrap().endings += 1;
         }
     }
 
-    /// Where a shell shows icons (Windows; Wine under a display, as the
-    /// harness runs it), the icon is made, refreshed, chosen from and
-    /// removed; with none (Wine without a display) making it fails with an
-    /// error, never a hang or a crash.
+    fn until(what: &str, f: impl Fn() -> bool) {
+        let t = Instant::now();
+        while !f() {
+            assert!(t.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// On Windows, and under Wine with a display (as the harness runs it),
+    /// the icon is shown, refreshed, chosen from (a handler's panic caught),
+    /// told another program closes it, and removed. Wine without a display
+    /// has no window at all: making it fails with an error, never a hang.
     #[test]
-    fn an_icon_is_made_chosen_from_and_ended() {
-        let chosen = Arc::new(Mutex::new(Vec::new()));
-        let looks = Arc::new(Mutex::new(0));
-        let handler = Recorder {
-            chosen: chosen.clone(),
-            looks: looks.clone(),
-        };
-        let tray = match Tray::start(Box::new(handler), Duration::from_millis(100)) {
+    fn an_icon_is_shown_chosen_from_closed_and_ended() {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let tray = match Tray::start(Box::new(Recorder(seen.clone())), Duration::from_millis(100)) {
             Ok(t) => t,
             Err(e) => {
                 assert!(
-                    std::env::var_os("DISPLAY").is_none(),
-                    "no icon with a display: {e}"
+                    crate::under_wine() && std::env::var_os("DISPLAY").is_none(),
+                    "no icon window: {e}"
                 );
                 return;
             }
         };
-        assert!(tray.running());
+        until("the icon shown", || tray.shown());
         tray.choose(1).unwrap();
+        tray.choose(9).unwrap();
         tray.choose(7).unwrap();
-        let t = std::time::Instant::now();
-        while chosen.lock().unwrap().len() < 2 && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert_eq!(*chosen.lock().unwrap(), vec![1, 7]);
-        std::thread::sleep(Duration::from_millis(350));
-        assert!(*looks.lock().unwrap() >= 3, "refreshed by its timer");
+        until("two items taken", || seen.lock().unwrap().chosen.len() >= 2);
+        assert_eq!(seen.lock().unwrap().chosen, vec![1, 7]);
+        assert!(tray.running(), "a handler's panic ended the icon");
+        until("refreshed by its timer", || seen.lock().unwrap().looks >= 3);
+        tray.close_as_another_program().unwrap();
+        until("told to end", || seen.lock().unwrap().endings == 1);
+        assert!(tray.running(), "a close asks the program; the icon stays");
         drop(tray);
     }
 }

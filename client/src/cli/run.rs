@@ -69,10 +69,12 @@ pub fn run(
     let page = Ui::new(home.clone(), &bound, gate.clone(), cli)?;
     page.serve(bound)?;
     tracing::info!("status page on {} (`beebot open`)", page.url());
-    // The notification-area icon, for as long as the run lasts.
+    // The notification-area icon, for as long as the run lasts; its window
+    // also hears the session end (log off, shut down), and stops the run.
+    let run_done = Arc::new(AtomicBool::new(false));
     #[cfg(windows)]
     let _tray = (!flags.no_tray)
-        .then(|| super::tray::show(home, home_flag, gate.clone()))
+        .then(|| super::tray::show(home, home_flag, gate.clone(), run_done.clone()))
         .flatten();
     let mut opts = run_options(&settings, flags.once, flags.throttle_ms, net, gate.clone())?;
     opts.adjust_every = Duration::from_millis(flags.adjust_every_ms);
@@ -136,6 +138,7 @@ pub fn run(
         }
         ran.map(|stats| stats.map_or(Outcome::StoppedBeforeJoining, Outcome::Ran))
     })?;
+    run_done.store(true, Ordering::Relaxed);
     stop_display.store(true, Ordering::Relaxed);
     if let Some(d) = display {
         let _ = d.join();

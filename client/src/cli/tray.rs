@@ -4,8 +4,9 @@
 //! `open` for the page itself.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use beebot_client::control::{apply_command, Gate};
 use beebot_client::home::Home;
@@ -15,11 +16,17 @@ use beebot_win32::tray::{Handler, Item, Look, Tray};
 
 /// How often the icon looks at the client's state.
 pub const TRAY_REFRESH: Duration = Duration::from_secs(2);
+/// Longest the icon's window holds a session's end for the run to stop
+/// (its scans checkpoint in `SHUTDOWN_GRACE`, 3 s, and their writes in
+/// 1.25 s): Windows ends a program that holds it much past 5 s.
+pub const ENDING_WAIT: Duration = Duration::from_millis(4_800);
 
 struct RunnerIcon {
     home: Home,
     home_flag: Option<PathBuf>,
     gate: Arc<Gate>,
+    /// Set once the run has stopped.
+    done: Arc<AtomicBool>,
 }
 
 impl Handler for RunnerIcon {
@@ -59,15 +66,30 @@ impl Handler for RunnerIcon {
             tracing::info!("notification-area icon: {command}: {said}");
         }
     }
+
+    fn ending(&mut self) {
+        tracing::info!("the session ends or the client is asked to close: stopping");
+        let _ = apply_command(&self.gate, "stop", SystemTime::now());
+        let start = Instant::now();
+        while !self.done.load(Ordering::Relaxed) && start.elapsed() < ENDING_WAIT {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 /// Show the icon for this run; `None` (said in the log) where Windows has
 /// no notification area to show it in.
-pub fn show(home: &Home, home_flag: Option<&Path>, gate: Arc<Gate>) -> Option<Tray> {
+pub fn show(
+    home: &Home,
+    home_flag: Option<&Path>,
+    gate: Arc<Gate>,
+    done: Arc<AtomicBool>,
+) -> Option<Tray> {
     let icon = RunnerIcon {
         home: home.clone(),
         home_flag: home_flag.map(Path::to_path_buf),
         gate,
+        done,
     };
     match Tray::start(Box::new(icon), TRAY_REFRESH) {
         Ok(t) => Some(t),
