@@ -34,6 +34,13 @@ for exe in beebot.exe beebotw.exe; do
     cp "$WIN_ROOT/target/win-cargo/$WIN_TARGET/release/$exe" "$stage/$exe"
 done
 cp "$WIN_ROOT/deploy/windows/README.txt" "$stage/README.txt"
+# The command line keeps its console; what Windows starts by itself
+# (beebotw.exe) opens no console window: their PE subsystems say so.
+subsystem() {
+    x86_64-w64-mingw32-objdump -p "$stage/$1" | awk '$1 == "Subsystem" { print $2 }'
+}
+[ "$(subsystem beebot.exe)" = "00000003" ] || win_fail "beebot.exe is not a console program"
+[ "$(subsystem beebotw.exe)" = "00000002" ] || win_fail "beebotw.exe is not a windowless (GUI) program"
 if [ ${#sign[@]} -gt 0 ]; then
     "${sign[@]}" "$stage/beebot.exe" "$stage/beebotw.exe"
 fi
