@@ -1,5 +1,5 @@
 //! The newcomer's first hour, through the real binaries: each step of the
-//! README's "Setting it up for real" that once misled an admin or an
+//! guides (docs/admin.md, docs/employee.md) that once misled an admin or an
 //! employee, as a test that reproduces it.
 //!
 //! - `basics`: work that was lost (attempts past the limit);

@@ -1,6 +1,6 @@
 //! The methods the grid is built on, each claim small and fast, end to end:
 //! the real server and clients against the synthetic web on loopback, with
-//! a politeness delay. The long runs and the README's figures are
+//! a politeness delay. The long runs and the figures in docs/ are
 //! `beebot-methods` (`tools/src/methods.rs`).
 //!
 //! The clients run as installed ones do (`beebot run`, started before the

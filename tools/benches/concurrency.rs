@@ -23,7 +23,7 @@
 //! `beebot run` with the default settings (low priority included), its
 //! status page read every 2 s as an open tab does; the table then adds the
 //! binary's size and the bytes written per hour (`--seconds 3600` for the
-//! README's hour). `BEEBOT_BENCH_CLIENT_BIN=PATH` runs that program
+//! the hour in docs/measurements.md). `BEEBOT_BENCH_CLIENT_BIN=PATH` runs that program
 //! instead of building one (two builds side by side, each in a bench of
 //! its own).
 //! Nothing here asserts a figure: it reports them.
