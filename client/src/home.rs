@@ -141,11 +141,13 @@ fn windows_installed_invite() -> Option<String> {
 pub fn installed_invite() -> Option<String> {
     let env = std::env::var("BEEBOT_INVITE").ok();
     #[cfg(windows)]
-    if let Some(code) = deployment_invite(env.clone(), None).or_else(windows_installed_invite) {
-        return Some(code);
+    {
+        deployment_invite(env, None).or_else(windows_installed_invite)
     }
-    let file = deployment_invite_path();
-    deployment_invite(env, file.as_deref())
+    #[cfg(not(windows))]
+    {
+        deployment_invite(env, deployment_invite_path().as_deref())
+    }
 }
 
 /// Whether this machine has an installer's invite code (the environment's,
