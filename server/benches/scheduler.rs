@@ -35,6 +35,7 @@ fn views(seed: u64) -> (Vec<JobView>, Vec<HostView>, Vec<RunningView>) {
             pages: s.pages.unwrap_or(scheduler::DEFAULT_SITE_PAGES),
             failed_here: rng.unit() < 0.01,
             failed_somewhere: false,
+            failed_by: Vec::new(),
             size_known: s.pages.is_some(),
             assigned: Some(1 + (i % HOSTS) as u64),
             under_check: false,
@@ -77,6 +78,7 @@ fn views(seed: u64) -> (Vec<JobView>, Vec<HostView>, Vec<RunningView>) {
         .map(|i| RunningView {
             job_id: (QUEUED + i) as u64,
             pages: 10.0 + rng.unit() * 1000.0,
+            holder: None,
             copies: 1,
             on_asker: false,
             failed_here: false,

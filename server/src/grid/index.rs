@@ -264,6 +264,17 @@ impl Grid {
                 pages: job.est_pages,
                 failed_here: false,
                 failed_somewhere: job.attempts.iter().any(|a| a.state.ended_without_result()),
+                failed_by: {
+                    let mut by: Vec<u64> = job
+                        .attempts
+                        .iter()
+                        .filter(|a| a.state.ended_without_result())
+                        .map(|a| a.host_id)
+                        .collect();
+                    by.sort_unstable();
+                    by.dedup();
+                    by
+                },
                 size_known: job.size_known,
                 // A batch stays with its host unless that host failed the job.
                 assigned: job.batch_host.filter(|h| !failed_by(job, *h)),

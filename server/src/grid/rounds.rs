@@ -195,6 +195,7 @@ impl Grid {
                 pages: j.est_pages,
                 failed_here: false,
                 failed_somewhere: false,
+                failed_by: Vec::new(),
                 size_known: j.size_known,
                 assigned: None,
                 under_check: false,

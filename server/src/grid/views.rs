@@ -191,7 +191,7 @@ impl Grid {
                             .handable
                             .get(&job.id)
                             .is_some_and(|h| h.unit_id == a.unit_id)
-                            .then_some((job.id, job.est_pages)),
+                            .then_some((job.id, scheduler::left_pages(job.est_pages, a.pages))),
                     });
                 }
             }

@@ -158,11 +158,14 @@ struct RoundRunning<'a> {
 }
 
 impl RoundRunning<'_> {
-    fn view(&self, job_id: u64, h: &Handable, finish_s: f64) -> RunningView {
+    /// The view of a running job whose one copy `h` is expected to end in
+    /// `finish_s` with `pages` left.
+    fn view(&self, job_id: u64, h: &Handable, pages: f64, finish_s: f64) -> RunningView {
         let failed = self.open.failed_by.get(&self.asker.host_id);
         RunningView {
             job_id,
-            pages: h.pages,
+            pages,
+            holder: Some(h.host_id),
             copies: 1,
             on_asker: false,
             failed_here: failed.is_some_and(|f| f.contains(&job_id)),
@@ -186,11 +189,11 @@ impl RoundRunning<'_> {
         &'b self,
         keys: impl DoubleEndedIterator<Item = &'b EndKey> + 'b,
     ) -> Box<dyn Iterator<Item = RunningView> + 'b> {
-        Box::new(keys.rev().filter_map(|&(end, _, job, unit)| {
+        Box::new(keys.rev().filter_map(|&(end, pages, job, unit)| {
             let job_id = !job;
             let h = self.open.handable.get(&job_id)?;
             (h.unit_id == unit && h.host_id != self.asker.host_id)
-                .then(|| self.view(job_id, h, end_of(end)))
+                .then(|| self.view(job_id, h, end_of(pages), end_of(end)))
         }))
     }
 }
@@ -594,10 +597,10 @@ impl Grid {
     fn check_running(&self, running: &RoundRunning<'_>) {
         use scheduler::RunningJobs;
         let asker = running.asker;
-        let ends: std::collections::HashMap<u64, f64> = asker
+        let ends: std::collections::HashMap<u64, (f64, f64)> = asker
             .by_end
             .iter()
-            .map(|&(end, _, _, unit)| (unit, end_of(end)))
+            .map(|&(end, pages, _, unit)| (unit, (end_of(end), end_of(pages))))
             .collect();
         let mut all: Vec<RunningView> = running
             .open
@@ -605,8 +608,11 @@ impl Grid {
             .iter()
             .filter(|(_, h)| h.host_id != asker.host_id)
             .map(|(&job_id, h)| {
-                let end = ends.get(&h.unit_id).copied().unwrap_or(f64::INFINITY);
-                running.view(job_id, h, end)
+                let (end, pages) = ends
+                    .get(&h.unit_id)
+                    .copied()
+                    .unwrap_or((f64::INFINITY, h.pages));
+                running.view(job_id, h, pages, end)
             })
             .collect();
         all.sort_by(RunningView::latest_first);

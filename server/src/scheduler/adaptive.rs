@@ -1,6 +1,6 @@
 //! The default policy (`adaptive`): longest expected job first to the host
-//! that would finish it soonest, hedges on the critical path, then tail
-//! replication.
+//! that would finish it soonest, hand-overs of critical scans from clearly
+//! slower hosts, then of the last scans.
 //!
 //! Invariants: a decision is one pass over the hosts ([`Field`]) and
 //! O(log queue) plus the running
@@ -10,13 +10,13 @@
 //! it soonest. It never reads a clock: `now` comes in the context.
 
 use super::{
-    Ctx, Decision, JobView, Policy, RunningView, WorkAsk, ADAPTIVE_SLACK, ASK_LAG_S, HEDGE_REACH,
-    MAX_COPIES, REPLICA_GAIN,
+    Ctx, Decision, JobView, Policy, RunningView, WorkAsk, ADAPTIVE_SLACK, ASK_LAG_S, HAND_OVER_S,
+    HEDGE_REACH, MAX_COPIES, REPLICA_GAIN,
 };
 
 /// The default: longest expected job first, each to the host that would
 /// finish it soonest given what it already holds, sized by learned speeds;
-/// hedge copies of the jobs on the critical path; then tail replication.
+/// hand-overs of the scans on the critical path; then of the last scans.
 ///
 /// On a request, the asking host takes the largest queued job for which no
 /// other online host would finish clearly sooner (each other host's start is
@@ -28,24 +28,24 @@ use super::{
 /// asker wins, and the queue's size index the largest job in it: a decision
 /// is O(hosts + log queue) per unit.
 ///
-/// Copies (at most [`MAX_COPIES`] running; the first result wins, the other
-/// copy is aborted) go only to the online host that would finish them
-/// soonest, latest expected end first. While jobs are queued, a copy comes
-/// before any queued job, for a running job on the critical path: one that
-/// ends after the queued and held work would drain over the online hosts
-/// even without the asker's slot (so the grid has the slack to spare a
-/// slot), and after any queued job could end on the fastest host (within
-/// [`HEDGE_REACH`], so long queued jobs are placed first). Such a job gets
-/// a hedge when it is expected to end within [`HEDGE_REACH`] of the longest
-/// running job (it may be the one that sets the makespan) and the copy would
-/// end within [`HEDGE_REACH`] of its running copy: size estimates and
-/// benchmarks are too rough to tell which of two near-equal hosts is faster
-/// or which large job is longest, and a host may go offline, so two copies
-/// on two fast hosts end the critical job sooner than one. A job whose every
-/// holder is offline is copied when the copy would outlast the queue. Once
-/// nothing is queued and the asker has an idle slot, it gets a copy of the
-/// running job expected to finish last when its copy would finish well
-/// sooner ([`REPLICA_GAIN`]).
+/// A copy (at most [`MAX_COPIES`] counted) is a hand-over: the grid stops
+/// the running scan at a page boundary and the asker continues it, so it is
+/// wanted only when it ends the job clearly sooner: the asker would scan
+/// what is left at the holder's observed pace times the ratio of their
+/// costs per page (the site's own pace holds on any host), and with
+/// [`HAND_OVER_S`] added must end before [`REPLICA_GAIN`] of the running
+/// scan's expected end. Copies go latest expected end first. While jobs are
+/// queued, a copy comes before any queued job, for a running job on the
+/// critical path: one that ends after the queued and held work would drain
+/// over the online hosts even without the asker's slot (so the grid has
+/// the slack to spare a slot), after any queued job could end on the
+/// fastest host (within [`HEDGE_REACH`], so long queued jobs are placed
+/// first), and within [`HEDGE_REACH`] of the longest running job. A job
+/// whose every holder is offline is copied when the copy would outlast the
+/// queue (it lands when the holder reports again, or once the grid takes
+/// the scan back at its lease). Once nothing is queued and the asker has an
+/// idle slot, it takes over the running job expected to finish last on
+/// the same terms.
 pub struct Adaptive;
 
 /// What a decision needs of the hosts, gathered in one pass over them
@@ -56,6 +56,8 @@ pub struct Adaptive;
 struct Field {
     /// `(start_s, cost)` of every other online host, in host order.
     lines: Vec<(f64, f64)>,
+    /// Their host ids, in the same order.
+    ids: Vec<u64>,
     /// Pages per second over every slot of the online hosts and the asker.
     rate: f64,
     /// The work they hold, in pages at their speeds.
@@ -67,6 +69,7 @@ struct Field {
 impl Field {
     fn of(ctx: &Ctx) -> Field {
         let mut lines = Vec::with_capacity(ctx.hosts.len());
+        let mut ids = Vec::with_capacity(ctx.hosts.len());
         let (mut rate, mut held, mut fastest) = (0.0, 0.0, f64::INFINITY);
         for (i, h) in ctx.hosts.iter().enumerate() {
             let asker = i == ctx.asker;
@@ -82,10 +85,12 @@ impl Field {
                     ADAPTIVE_SLACK * (h.free_at_s + ASK_LAG_S),
                     ADAPTIVE_SLACK * c,
                 ));
+                ids.push(h.host_id);
             }
         }
         Field {
             lines,
+            ids,
             rate,
             held,
             fastest,
@@ -159,8 +164,24 @@ impl Adaptive {
         // One pass over the hosts: the sizes this host would finish soonest.
         let (lo, hi) = Self::winning_sizes(field, start_s, cost);
         let (lo, hi) = (lo * 0.999_999, hi * 1.000_001);
+        // A copy is a hand-over: the asker would scan what is left of
+        // the same site, as fast as the holder scans it times the ratio
+        // of their costs (a site's own pace, its response times, holds
+        // on every host), after the hand-over's cost. A holder never
+        // measured (no benchmark yet, no job done) has no cost to compare:
+        // then the asker's own cost per page is all there is.
+        let holder_cost = |r: &RunningView| {
+            r.holder
+                .and_then(|id| ctx.host(id))
+                .filter(|h| h.pages_per_s.is_some())
+                .map(|h| h.cost(ctx.delay_s))
+        };
         let worth = |r: &RunningView| {
-            let mine = start_s + r.pages * cost;
+            let scan = match holder_cost(r) {
+                Some(c) if r.finish_s.is_finite() && c > 0.0 => r.finish_s * cost / c,
+                _ => r.pages * cost,
+            };
+            let mine = start_s + HAND_OVER_S + scan;
             match queued {
                 None => mine < REPLICA_GAIN * r.finish_s,
                 Some(((level, largest), _)) if r.finish_s.is_infinite() => {
@@ -169,7 +190,7 @@ impl Adaptive {
                 Some(((level, largest), longest_s)) => {
                     r.finish_s >= level.max(largest * HEDGE_REACH)
                         && r.finish_s * HEDGE_REACH >= longest_s
-                        && mine <= HEDGE_REACH * r.finish_s
+                        && mine < REPLICA_GAIN * r.finish_s
                 }
             }
         };
@@ -199,7 +220,7 @@ impl Adaptive {
         // Then by expected end: each test on the end grows with it, so the
         // first job whose end fails one ends the reading.
         let may_be_worth = |finish_s: f64| match queued {
-            None => start_s + lo.max(0.0) * cost < REPLICA_GAIN * finish_s,
+            None => start_s + HAND_OVER_S + lo.max(0.0) * cost < REPLICA_GAIN * finish_s,
             Some(((level, largest), longest_s)) => {
                 finish_s >= level.max(largest * HEDGE_REACH) && finish_s * HEDGE_REACH >= longest_s
             }
@@ -217,12 +238,32 @@ impl Adaptive {
 }
 
 impl Adaptive {
+    /// Whether the asker, starting at `start_s` with `cost` s/page, would
+    /// finish `pages` no later than every other online host that may take
+    /// the job (none of `failed_by`: the grid gives a job to a host that
+    /// failed it only when no other is online). O(hosts).
+    fn wins_among(field: &Field, failed_by: &[u64], pages: f64, start_s: f64, cost: f64) -> bool {
+        let mine = start_s + pages * cost;
+        field.lines.iter().zip(&field.ids).all(|(&(s_g, c_g), id)| {
+            failed_by.contains(id) || mine <= (s_g + pages * c_g) * 1.000_001
+        })
+    }
+
     /// The largest queued job (ties: list order) the asker has not failed
     /// and does not take already, whose size it would finish soonest (in
-    /// `lo..=hi`), or that failed on some host; a site never scanned is
+    /// `lo..=hi`), or that failed on some host and that it would finish
+    /// soonest of the hosts that may take it; a site never scanned is
     /// placed at the `largest` queued size. O(log queue) plus the jobs
-    /// passed over.
-    fn largest_won(ctx: &Ctx, out: &[u64], (lo, hi): (f64, f64), largest: f64) -> Option<JobView> {
+    /// passed over, and O(hosts) for the first job that failed elsewhere.
+    #[allow(clippy::too_many_arguments)]
+    fn largest_won(
+        ctx: &Ctx,
+        field: &Field,
+        out: &[u64],
+        (lo, hi): (f64, f64),
+        largest: f64,
+        (start_s, cost): (f64, f64),
+    ) -> Option<JobView> {
         let (lo, hi) = (lo * 0.999_999, hi * 1.000_001);
         let place = |j: &JobView| {
             if j.size_known {
@@ -238,7 +279,8 @@ impl Adaptive {
         let failed = ctx
             .queue
             .failed_somewhere()
-            .filter(|j| !j.failed_here && !out.contains(&j.job_id));
+            .find(|j| !j.failed_here && !out.contains(&j.job_id))
+            .filter(|j| Self::wins_among(field, &j.failed_by, place(j), start_s, cost));
         known
             .into_iter()
             .chain(unknown)
@@ -266,7 +308,7 @@ impl Policy for Adaptive {
         // The hosts, read once for the whole decision, when it needs them.
         let field = std::cell::OnceCell::new();
         let field = || field.get_or_init(|| Field::of(ctx));
-        // A copy of a job on the critical path (a hedge, or a job stuck on
+        // A copy of a job on the critical path (from a slower host, or a job stuck on
         // offline hosts) comes first, into the next free slot.
         if !ctx.queue.is_empty() && ask.free_slots > 0 {
             let start = if idle > 0 { 0.0 } else { me.free_at_s };
@@ -290,7 +332,7 @@ impl Policy for Adaptive {
             && (out.is_empty() || total < ask.want_seconds as f64)
         {
             let (lo, hi) = Self::winning_sizes(field(), start, cost);
-            let mut pick = Self::largest_won(ctx, &out, (lo, hi), largest);
+            let mut pick = Self::largest_won(ctx, field(), &out, (lo, hi), largest, (start, cost));
             // A job this host failed comes back to it only when nothing else is left.
             if pick.is_none() && idle > 0 {
                 let left = ctx

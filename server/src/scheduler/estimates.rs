@@ -82,6 +82,13 @@ pub fn is_online(last_seen_ms: u64, last_missed_ms: u64, busy: bool, now_ms: u64
 /// Share of a job assumed still to do when its scan has passed its expected pages.
 pub const MIN_LEFT_SHARE: f64 = 0.05;
 
+/// Pages a running job is expected to have left after `done` of its
+/// expected `est_pages` (at least [`MIN_LEFT_SHARE`] of them: a site may be
+/// larger than its last scan).
+pub fn left_pages(est_pages: f64, done: u64) -> f64 {
+    (est_pages - done as f64).max(est_pages * MIN_LEFT_SHARE)
+}
+
 /// Seconds left of a scan, from the pace between its first and latest
 /// progress reports (`(ms, pages)`; `None` without two distinct reports).
 pub fn remaining_s(
@@ -94,7 +101,7 @@ pub fn remaining_s(
         return None;
     }
     let pace = (last.1 - first.1) as f64 / ((last.0 - first.0) as f64 / 1000.0);
-    let left = (est_pages - last.1 as f64).max(est_pages * MIN_LEFT_SHARE);
+    let left = left_pages(est_pages, last.1);
     Some((left / pace - now_ms.saturating_sub(last.0) as f64 / 1000.0).max(0.0))
 }
 

@@ -32,8 +32,8 @@ pub use adaptive::Adaptive;
 pub use batch::{batch_plan, Batch};
 pub use estimates::{
     availability, deadline_ms, expected_seconds, extended_deadline, fits_windows, is_online,
-    learn_speed, remaining_s, seconds_per_page, site_pages, slot_schedule, DeadlineRule, HeldUnit,
-    SlotSchedule, MIN_LEFT_SHARE,
+    learn_speed, left_pages, remaining_s, seconds_per_page, site_pages, slot_schedule,
+    DeadlineRule, HeldUnit, SlotSchedule, MIN_LEFT_SHARE,
 };
 pub use level::{water_level, Level};
 pub use pack::{host_capacity, Pack};
@@ -59,7 +59,7 @@ pub const BUSY_ONLINE_WINDOW_MS: u64 = 40_000;
 /// so one long absence does not make a host look ten times slower.
 pub const MIN_AVAILABILITY: f64 = 0.25;
 /// Most copies of one job a policy may count on (the original and one
-/// replica: a hedge or a tail replica). The grid runs a replica as a
+/// replica: a copy on the critical path or a tail replica). The grid runs a replica as a
 /// hand-over, so one copy scans at a time (see `Grid::request_work`).
 pub const MAX_COPIES: u32 = 2;
 /// How long a host with nothing to do waits before asking again while a round
@@ -77,11 +77,17 @@ pub const ADAPTIVE_SLACK: f64 = 1.0;
 /// A tail replica is made only when it would finish before this share of
 /// the running copy's expected remaining time.
 pub const REPLICA_GAIN: f64 = 0.8;
+/// Seconds a hand-over costs the job it moves: the running scan hears of
+/// it at its next progress report (every 10 s), uploads with its frontier,
+/// the site rests for the round's delay, and the new host asks again
+/// ([`ASK_LAG_S`]) and fetches the frontier and robots.txt. A copy is
+/// wanted only when it ends sooner even after this.
+pub const HAND_OVER_S: f64 = 15.0;
 /// How far apart two expected times may be and still be confused, given the
 /// errors of size estimates and benchmarks: while jobs are queued, a running
 /// job expected to end within this factor of the longest is on the critical
-/// path, and gets a hedge copy that would end within this factor of its own
-/// expected end; a queued job that long is placed before any hedge.
+/// path (a copy of it may be wanted); a queued job that long is placed
+/// before any copy.
 /// (In the simulator, 1.1 to 1.5 give about the same makespans.)
 pub const HEDGE_REACH: f64 = 1.25;
 /// `batch`: a host's batch is released to the others once the host has not
@@ -105,6 +111,9 @@ pub struct JobView {
     /// it, not kept for a faster one (which may be the host that failed
     /// it, and is then not given it while another is online).
     pub failed_somewhere: bool,
+    /// The hosts that failed it (when `failed_somewhere`): the grid gives
+    /// it to none of them while another host is online.
+    pub failed_by: Vec<u64>,
     /// `pages` comes from a last scan (false: a site never scanned, whose
     /// true size may be anything up to the page cap).
     pub size_known: bool,
@@ -115,11 +124,16 @@ pub struct JobView {
     pub under_check: bool,
 }
 
-/// A running job, for replicas (hedges and tail replication).
+/// A running job, for replicas (hand-overs on the critical path and in the tail).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunningView {
     pub job_id: u64,
+    /// Expected pages left (what a host that took it over would scan).
     pub pages: f64,
+    /// The host running it (`None`: not known to the policy), whose cost
+    /// per page its `finish_s` came at: a host that took it over would
+    /// scan the same site at its own cost.
+    pub holder: Option<u64>,
     /// Running copies.
     pub copies: u32,
     /// The asking host holds a copy.

@@ -30,6 +30,7 @@ fn q(ids_pages: &[(u64, f64)]) -> Vec<JobView> {
             pages,
             failed_here: false,
             failed_somewhere: false,
+            failed_by: Vec::new(),
             size_known: true,
             assigned: None,
             under_check: false,
@@ -437,6 +438,7 @@ fn run(job_id: u64, pages: f64, finish_s: f64) -> RunningView {
     RunningView {
         job_id,
         pages,
+        holder: None,
         copies: 1,
         on_asker: false,
         failed_here: false,
@@ -456,7 +458,13 @@ fn adaptive_gives_a_job_that_failed_elsewhere_to_the_next_host_that_asks() {
         Adaptive.choose(&c, &ask(3600, 2)).jobs.is_empty(),
         "the faster host would finish it sooner: the slower one waits"
     );
+    // Failed on a host that is gone: the faster host still gets it.
     queue[0].failed_somewhere = true;
+    queue[0].failed_by = vec![3];
+    let c = ctx(&queue, &hosts, 0);
+    assert!(Adaptive.choose(&c, &ask(3600, 2)).jobs.is_empty());
+    // Failed on the faster host: the slower one takes it.
+    queue[0].failed_by = vec![2];
     let c = ctx(&queue, &hosts, 0);
     assert_eq!(Adaptive.choose(&c, &ask(3600, 2)).jobs, vec![1]);
     // The host that failed it still takes it only when nothing else is left.
@@ -465,6 +473,7 @@ fn adaptive_gives_a_job_that_failed_elsewhere_to_the_next_host_that_asks() {
     let mut both = more.clone();
     both[0].failed_here = true;
     both[0].failed_somewhere = true;
+    both[0].failed_by = vec![2];
     let c = ctx(&both, &hosts, 1);
     assert_eq!(Adaptive.choose(&c, &ask(3600, 1)).jobs, vec![2]);
 }
@@ -517,53 +526,76 @@ fn adaptive_replicates_the_job_expected_to_finish_last() {
     );
 }
 
+/// A copy of a running job is a hand-over (its scan moves; it is not
+/// raced), so while jobs are queued adaptive asks for one only for a job
+/// on the critical path whose holder is clearly slower than the asker.
 #[test]
-fn adaptive_hedges_the_critical_job_while_jobs_are_queued_only_with_slack() {
-    // Hosts 1, 2 and 4 do 10 pages/s, host 3 one. Host 1 runs job 1
-    // (1000 pages, 100 s left); host 2 asks.
-    let mut hosts = [host(1, 10.0), host(2, 10.0), host(3, 1.0), host(4, 10.0)];
+fn adaptive_hands_over_the_critical_job_only_from_a_slower_host() {
+    // Host 1 does one page a second, hosts 2 and 4 ten, host 3 one. Host 1
+    // runs job 1 (100 pages left, 100 s); host 2 asks.
+    let mut hosts = [host(1, 1.0), host(2, 10.0), host(3, 1.0), host(4, 10.0)];
     hosts[0].busy = 1;
     hosts[0].free_at_s = 100.0;
     hosts[0].load_s = 100.0;
-    let list = vec![run(1, 1000.0, 100.0)];
-    let running = RunningList::new(list.clone());
-    let with = |queue: &[JobView], hosts: &[HostView], asker: usize| {
+    let on = |holder: u64| {
+        RunningList::new(vec![RunningView {
+            holder: Some(holder),
+            ..run(1, 100.0, 100.0)
+        }])
+    };
+    let slow = on(1);
+    let with = |queue: &[JobView], hosts: &[HostView], asker: usize, running: &RunningList| {
         let mut c = ctx(queue, hosts, asker);
-        c.running = &running;
+        c.running = running;
         Adaptive.choose(&c, &ask(0, 1))
     };
     // Five small jobs: without host 2's slot the rest drain in
-    // (50 + 1000) / 21 = 50 s, job 1 ends in 100 s: it sets the makespan,
-    // and host 2's copy would end then too. A hedge, before the queue.
+    // (50 + 100) / 12 = 12.5 s, job 1 ends in 100 s: it sets the makespan,
+    // and host 2 would scan what is left in 10 s (15 s for the hand-over):
+    // a hand-over, before the queue.
     let small = q(&[(11, 10.0), (12, 10.0), (13, 10.0), (14, 10.0), (15, 10.0)]);
     assert_eq!(
-        with(&small, &hosts, 1),
+        with(&small, &hosts, 1, &slow),
         Decision {
             jobs: vec![],
             replicas: vec![1]
         }
     );
-    // No slack: 2000 queued pages keep the hosts busy for 143 s.
+    // The same job on a host as fast as the asker: moving it gains
+    // nothing, so it stays (no scan hops from host to host).
+    let mut even = hosts.clone();
+    even[0].pages_per_s = Some(10.0);
+    let d = with(&small, &even, 1, &on(1));
+    assert!(d.replicas.is_empty() && !d.jobs.is_empty(), "{d:?}");
+    // A holder never measured: its scan's pace (100 pages in 100 s) is all
+    // there is, and host 2 would do them in 10 s.
+    let mut unmeasured = even.clone();
+    unmeasured[0].pages_per_s = None;
+    assert_eq!(with(&small, &unmeasured, 1, &on(1)).replicas, vec![1]);
+    // No slack: 2000 queued pages keep the hosts busy for 160 s.
     let busy: Vec<(u64, f64)> = (21..41).map(|id| (id, 100.0)).collect();
     let busy = q(&busy);
-    let d = with(&busy, &hosts, 1);
+    let d = with(&busy, &hosts, 1, &slow);
     assert!(d.replicas.is_empty() && !d.jobs.is_empty(), "{d:?}");
     // A queued job that could last as long (900 pages: 90 s on a fast
     // host, within the reach of 100 s) is placed first.
     let long = q(&[(11, 10.0), (31, 900.0), (12, 10.0)]);
     assert_eq!(
-        with(&long, &hosts, 1),
+        with(&long, &hosts, 1, &slow),
         Decision {
             jobs: vec![31],
             replicas: vec![]
         }
     );
-    // The slow host's copy would take 1000 s: no hedge (and the small
-    // jobs are the fast hosts' too).
-    assert_eq!(with(&small, &hosts, 2), Decision::default());
+    // The other slow host would take as long as the holder: no hand-over
+    // (and the small jobs are the fast hosts' too).
+    assert_eq!(with(&small, &hosts, 2, &slow), Decision::default());
     // A job well short of the longest one does not set the makespan: job 2
     // (300 s left, already two copies) is the critical one, not job 1.
-    let mut running2 = list.clone();
+    let mut running2 = vec![RunningView {
+        holder: Some(1),
+        ..run(1, 100.0, 100.0)
+    }];
     running2.push(RunningView {
         copies: MAX_COPIES,
         ..run(2, 3000.0, 300.0)
@@ -611,6 +643,7 @@ fn the_queue_index_answers_as_a_walk_over_the_queue() {
                 pages: f64::from(*pages),
                 failed_here: *flagged,
                 failed_somewhere: *failed_somewhere,
+                failed_by: if *failed_somewhere { vec![99] } else { Vec::new() },
                 size_known: *known,
                 assigned: None,
                 under_check: *checked,

@@ -450,7 +450,6 @@ fn under_every_policy_one_stream_of_requests_per_host() {
             };
             let round = fx.grid.start_round(p, T0).unwrap();
             let mut held: HashMap<u64, Vec<WorkUnit>> = HashMap::new();
-            let mut hand_overs = 0;
             for step in 0..200u64 {
                 let now = T0 + step * 5_000;
                 let h = hosts[(step % 3) as usize];
@@ -465,16 +464,10 @@ fn under_every_policy_one_stream_of_requests_per_host() {
                 // Each held unit reports progress; every third step the
                 // oldest finishes.
                 let mine = held.remove(&h).unwrap_or_default();
-                let (keep, handed) = report_held_units(&mut fx, h, mine, step, now);
-                hand_overs += handed;
+                let (keep, _) = report_held_units(&mut fx, h, mine, step, now);
                 held.insert(h, keep);
                 fx.grid.tick(now + 3).unwrap();
                 assert_one_stream_per_host(&fx, round, policy);
-            }
-            // The policy that wants copies got them as hand-overs.
-            let replicates = scheduler::policy_by_name(policy).unwrap().replicates();
-            if replicates && validate == ValidateMode::Off {
-                assert!(hand_overs > 0, "{policy}: no hand-over");
             }
         }
     }
