@@ -156,3 +156,15 @@ pub const MAX_UNITS_HELD: usize = 1024;
 /// Most memory a host may offer its scans, MB (1 TiB). A higher claim is
 /// clamped to it.
 pub const MAX_HOST_MEMORY_MB: u32 = 1 << 20;
+
+/// A host crawls a unit's site only while the server answered one of its
+/// scan's progress reports (sent every 10 s) within this many seconds:
+/// a host that cannot report stops at the next page boundary, so the
+/// server may hand the site to another host without two request streams.
+pub const LEASE_S: u64 = 60;
+
+/// The server takes back a scan whose host has not reported for this many
+/// seconds (the lease, plus the longest request a scan may have started
+/// just before it lapsed, plus a margin): its job goes on elsewhere from
+/// its last uploaded part, unless the host reports first.
+pub const LEASE_TAKEOVER_S: u64 = 180;

@@ -46,6 +46,8 @@ pub(super) enum HeldState {
         /// URLs its frontier holds.
         queued: Arc<AtomicU64>,
         last_progress: Instant,
+        /// The scan's lease on its site, renewed by answered reports.
+        lease: Arc<super::lease::Lease>,
         started: Instant,
         /// Its checkpoints, shared with its thread.
         slot: Arc<CheckpointSlot>,

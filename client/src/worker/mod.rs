@@ -26,6 +26,7 @@ mod fetch;
 mod finish;
 mod held;
 mod join;
+mod lease;
 mod link;
 mod progress;
 mod run;

@@ -3,7 +3,9 @@
 //! scan, or hands it over to another host.
 //!
 //! A deadline never stops a scan: an `Extend` only moves it (and spools it
-//! for `beebot status`). Nothing here uploads or asks for work.
+//! for `beebot status`). An answered report renews the scan's lease on its
+//! site ([`super::lease`]); a scan whose lease lapsed reports at once.
+//! Nothing here uploads or asks for work.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -12,11 +14,13 @@ use anyhow::{Context, Result};
 use beebot_shared::proto::{Request, Response, ABORT_HAND_OVER, ABORT_ROUND_CANCELLED};
 
 use super::held::{HeldState, Worker};
+use super::lease::Sent;
 
 impl Worker {
     /// Report progress of running scans; stop the ones the server aborts.
     pub(super) async fn report_progress(&mut self) -> Result<bool> {
         for (unit_id, pages, links) in self.progress_due() {
+            let sent = Sent::now();
             let r = self
                 .request(&Request::Progress {
                     unit_id,
@@ -27,6 +31,12 @@ impl Worker {
             let Some(h) = self.held.get_mut(&unit_id) else {
                 continue;
             };
+            // Any answer but an abort keeps the scan's lease on its site.
+            if let (Ok(a), HeldState::Crawling { lease, .. }) = (&r, &h.state) {
+                if !matches!(a, Response::Abort { .. }) {
+                    lease.renew(sent);
+                }
+            }
             match r {
                 Ok(Response::Abort { reason }) if reason == ABORT_HAND_OVER => {
                     // Another host continues the scan: stop at a page
@@ -85,16 +95,23 @@ impl Worker {
         self.held
             .iter()
             .filter_map(|(id, h)| match &h.state {
+                // Due every interval, and at once for a scan held because
+                // no report was answered within its lease.
                 HeldState::Crawling {
                     pages,
                     links,
                     last_progress,
+                    lease,
                     ..
-                } if last_progress.elapsed() >= self.opts.progress_interval => Some((
-                    *id,
-                    pages.load(Ordering::Relaxed),
-                    links.load(Ordering::Relaxed),
-                )),
+                } if last_progress.elapsed() >= self.opts.progress_interval
+                    || lease.is_lapsed() =>
+                {
+                    Some((
+                        *id,
+                        pages.load(Ordering::Relaxed),
+                        links.load(Ordering::Relaxed),
+                    ))
+                }
                 _ => None,
             })
             .collect()

@@ -28,6 +28,7 @@ use crate::recordlog::{LogMark, RecordsLog};
 
 use super::continuation::{start_from, StartFrom};
 use super::held::{HeldState, Worker};
+use super::lease::Lease;
 use super::now_ms;
 use super::sizing::ScanMeter;
 
@@ -101,6 +102,9 @@ struct ScanHooks {
     queued: Arc<AtomicU64>,
     /// Holds the scan at a page boundary while paused or outside the window.
     gate: Option<Arc<Gate>>,
+    /// Holds the scan at a page boundary while no report was answered
+    /// within the lease.
+    lease: Arc<Lease>,
     /// Extra pause after every page (a deliberately slow host).
     throttle: Duration,
     /// The client's shared bandwidth cap.
@@ -115,6 +119,20 @@ struct ScanHooks {
     home: Home,
 }
 
+/// Hold the scan while its lease lapsed (see [`Lease`]), saying so once.
+fn hold_for_lease(unit_id: u64, lease: &Lease, cancel: &Cancel) {
+    if lease.is_lapsed() && !cancel.is_set() {
+        tracing::info!(
+            unit_id,
+            "no progress report answered lately: the scan waits at a page boundary"
+        );
+        lease.wait_held(cancel);
+        if !cancel.is_set() {
+            tracing::info!(unit_id, "report answered: the scan goes on");
+        }
+    }
+}
+
 /// Run a unit's scan (blocking): checkpoint it as it goes, and end with its
 /// link file (all parts together) or, when cancelled, a final checkpoint.
 fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHooks) -> ScanEnd {
@@ -123,6 +141,9 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
     let write = |h: &CheckpointHead| hooks.home.save_checkpoint_head(unit.unit_id, h);
     let mut paid_bytes = 0u64;
     let mut counted = CrawlProgress::default();
+    // No request before the lease is held (a scan resumed after a restart
+    // waits for its first answered report).
+    hold_for_lease(unit.unit_id, &hooks.lease, cancel);
     let out = crawler::crawl_resumable(spec, cfg, cancel, &mut |p, snapshot| {
         hooks.meter.count(p, &mut counted);
         hooks
@@ -142,7 +163,7 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
         if !hooks.throttle.is_zero() {
             cancel.sleep(hooks.throttle);
         }
-        let held = hooks.gate.as_ref().is_some_and(|g| !g.is_open());
+        let held = hooks.gate.as_ref().is_some_and(|g| !g.is_open()) || hooks.lease.is_lapsed();
         let write_now = held || slot.write_due();
         if write_now || cancel.is_set() || slot.snapshot_due() {
             slot.keep(snapshot());
@@ -155,6 +176,7 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
         if let Some(g) = &hooks.gate {
             g.wait_open(cancel);
         }
+        hold_for_lease(unit.unit_id, &hooks.lease, cancel);
     });
     let stopped_by = out.summary.stopped_by;
     let state = out.state;
@@ -303,6 +325,14 @@ impl Worker {
             .map_or((0, 0), |c| (c.summary.pages, c.records.len() as u64));
         let cancel = Arc::new(Cancel::new());
         let hand_over = Arc::new(AtomicBool::new(false));
+        // A scan resumed from its checkpoint may have reported before (and
+        // been taken back while this host was away): it waits for an
+        // answered report. A new one holds its lease from now.
+        let lease = Arc::new(if checkpoint.is_some() {
+            Lease::lapsed()
+        } else {
+            Lease::fresh()
+        });
         let pages = Arc::new(AtomicU64::new(pages_before));
         let links = Arc::new(AtomicU64::new(links_before));
         let queued = Arc::new(AtomicU64::new(0));
@@ -317,6 +347,7 @@ impl Worker {
             links: links.clone(),
             queued: queued.clone(),
             last_progress: Instant::now(),
+            lease: lease.clone(),
             started: Instant::now(),
             slot: slot.clone(),
         };
@@ -331,6 +362,7 @@ impl Worker {
             links,
             queued,
             gate: self.opts.gate.clone(),
+            lease,
             throttle: self.opts.throttle,
             bandwidth: self.bandwidth.clone(),
             slot,

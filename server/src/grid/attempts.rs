@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use beebot_shared::limits::{MAX_LINK_RECORDS, MAX_TEXT_LEN};
+use beebot_shared::limits::{LEASE_TAKEOVER_S, MAX_LINK_RECORDS, MAX_TEXT_LEN};
 use beebot_shared::proto::{ABORT_HAND_OVER, ABORT_ROUND_CANCELLED};
 
 use super::links::LinkFiles;
@@ -319,7 +319,11 @@ impl Grid {
         self.reindex(job_id);
         let job = self.job_mut(job_id)?;
         let a = &mut job.attempts[i];
-        if handed_over {
+        let part_due = std::env::var("PARTMS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|p| now_ms >= a.first_report_ms + p);
+        if handed_over || part_due {
             // Another host takes the scan over from its frontier: this one
             // stops at a page boundary and uploads what it did.
             return Ok(ProgressOutcome::Abort(ABORT_HAND_OVER.into()));
@@ -408,24 +412,45 @@ impl Grid {
         self.check_round_done(round_id, now_ms)
     }
 
-    /// Expire every unit whose deadline has passed. Returns how many expired.
+    /// Expire every unit whose deadline has passed, and take back every
+    /// scan whose lease lapsed (not heard from for [`LEASE_TAKEOVER_S`]
+    /// since its last progress report, or since the grid's first tick:
+    /// its job goes on elsewhere from its last uploaded part, and a host
+    /// that reports before another took it goes on). Returns how many.
     pub fn tick(&mut self, now_ms: u64) -> Result<usize, GridError> {
-        let mut expired: Vec<(u64, u64)> = Vec::new(); // (job, host)
+        let mut expired: Vec<(u64, u64, &str)> = Vec::new(); // (job, host, why)
+        let leases_from = *self.leases_from_ms.get_or_insert(now_ms);
+        let takeover_ms = LEASE_TAKEOVER_S * 1000;
         for id in self.running_job_ids() {
             let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
             };
             for a in job.attempts.iter_mut() {
-                if a.state == AttemptState::Running && a.deadline_ms <= now_ms {
+                if a.state != AttemptState::Running {
+                    continue;
+                }
+                // A scan that reported once holds its site only while it
+                // goes on reporting (its host stops crawling at LEASE_S).
+                let lapsed = a.first_report_ms != 0
+                    && now_ms
+                        >= a.last_report_ms
+                            .max(leases_from)
+                            .saturating_add(takeover_ms);
+                if a.deadline_ms <= now_ms || lapsed {
                     a.state = AttemptState::Expired;
                     self.counters.units_expired += 1;
-                    expired.push((job.id, a.host_id));
+                    let why = if a.deadline_ms <= now_ms {
+                        "deadline passed"
+                    } else {
+                        "not heard from: its scan was taken back"
+                    };
+                    expired.push((job.id, a.host_id, why));
                 }
             }
         }
-        for &(job_id, host_id) in &expired {
+        for &(job_id, host_id, why) in &expired {
             if let Some(job) = self.jobs.get_mut(&job_id) {
-                push_reason(job, format!("host {host_id}: deadline passed"));
+                push_reason(job, format!("host {host_id}: {why}"));
             }
             self.host_changed(host_id);
             if let Some(h) = self.hosts.get_mut(&host_id) {

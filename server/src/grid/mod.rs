@@ -160,6 +160,13 @@ pub struct Grid {
     /// [`ABORT_HAND_OVER`]. Kept in memory only: after a restart the
     /// scheduler asks again.
     hand_overs: HashMap<u64, u64>,
+    /// When leases began to count (the first tick after opening): a scan
+    /// not heard from since is taken back [`LEASE_TAKEOVER_S`] after this
+    /// at the earliest, so a restart of the server takes no lease away
+    /// (its hosts report again within seconds).
+    ///
+    /// [`LEASE_TAKEOVER_S`]: beebot_shared::limits::LEASE_TAKEOVER_S
+    leases_from_ms: Option<u64>,
     /// Jobs handed over (job id → the host that handed its scan over): the
     /// continuation goes to another host while one is online.
     handed_from: HashMap<u64, u64>,
@@ -221,6 +228,7 @@ impl Grid {
             open: HashMap::new(),
             rounds_changed: 0,
             hand_overs: HashMap::new(),
+            leases_from_ms: None,
             handed_from: HashMap::new(),
             settling: index::Settling::default(),
             resources: HashMap::new(),

@@ -12,7 +12,7 @@ use std::collections::{BinaryHeap, HashMap};
 use ed25519_dalek::VerifyingKey;
 
 use beebot_shared::fetch_rules::work_wanted;
-use beebot_shared::limits::MAX_WINDOW_INTERVALS;
+use beebot_shared::limits::{LEASE_TAKEOVER_S, MAX_WINDOW_INTERVALS};
 use beebot_shared::linkfile::{self, LinkFileHeader, ScanSummary, StopReason};
 use beebot_shared::proto::ABORT_HAND_OVER;
 use beebot_shared::scanstate::ScanState;
@@ -51,6 +51,8 @@ pub(super) struct Sim<'a> {
     pub(super) wasted_s: f64,
     pub(super) continuations: u64,
     pub(super) round_over: bool,
+    /// The latest tick scheduled for leases that may lapse.
+    pub(super) lease_tick_ms: u64,
 }
 
 impl Sim<'_> {
@@ -387,6 +389,15 @@ impl Sim<'_> {
                 self.at(d.saturating_sub(SIM_START_MS) + 1, Ev::Tick);
             }
             ProgressOutcome::Continue => {}
+        }
+        // The server's ticker (every second in `serve`) takes back scans
+        // whose host stopped reporting: one tick every 10 s of virtual
+        // time is enough for a lease of minutes.
+        let lapse = self.now + LEASE_TAKEOVER_S * 1000 + 1;
+        let tick = lapse.div_ceil(PROGRESS_INTERVAL_MS) * PROGRESS_INTERVAL_MS;
+        if tick > self.lease_tick_ms {
+            self.lease_tick_ms = tick;
+            self.at(tick, Ev::Tick);
         }
         self.at(
             self.now + PROGRESS_INTERVAL_MS,

@@ -94,6 +94,7 @@ pub fn run(
         wasted_s: 0.0,
         continuations: 0,
         round_over: false,
+        lease_tick_ms: 0,
     };
     drive(&mut sim, sites.len(), hosts.len())?;
     outcome(&mut sim, seed, world.lower_bound_s)

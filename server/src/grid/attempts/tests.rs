@@ -4,7 +4,7 @@ use super::*;
 use crate::grid::testkit::*;
 use crate::grid::*;
 
-use beebot_shared::limits::{MAX_LINK_RECORDS, MAX_TEXT_LEN};
+use beebot_shared::limits::{LEASE_TAKEOVER_S, MAX_LINK_RECORDS, MAX_TEXT_LEN};
 use beebot_shared::linkfile::{LinkRecord, ScanSummary};
 use beebot_shared::scanstate::state_sha256;
 use beebot_shared::sign::WorkUnit;
@@ -577,4 +577,96 @@ fn a_reason_of_multi_byte_characters_is_kept_whole() {
         assert!(kept.len() <= MAX_TEXT_LEN && kept.starts_with("host "));
         assert_eq!(fx.grid.store.jobs().unwrap()[0].reasons, job.reasons);
     }
+}
+
+/// A round of one site whose deadlines are far past the lease, and a scan
+/// of it on `away` that reported once at the returned time.
+fn reported_once(fx: &mut Fx, away: u64) -> (WorkUnit, u64) {
+    let p = RoundParams {
+        deadline_min_s: 3600,
+        deadline_max_s: 7200,
+        ..params(3)
+    };
+    fx.grid.start_round(p, T0).unwrap();
+    // Leases count from the grid's first tick.
+    assert_eq!(fx.grid.tick(T0).unwrap(), 0);
+    let u = fx.one(away, &[], T0 + 1);
+    assert!(u.deadline_ms > T0 + 3_600_000, "a deadline far off");
+    let t = T0 + 10_000;
+    let out = fx.grid.progress(away, u.unit_id, 5, 5, t).unwrap();
+    assert!(!matches!(out, ProgressOutcome::Abort(_)), "{out:?}");
+    (u, t)
+}
+
+#[test]
+fn a_scan_not_heard_from_is_taken_back_after_its_lease_and_never_runs_twice() {
+    let (mut fx, hosts) = two_hosts(1);
+    let (away, other) = (hosts[0], hosts[1]);
+    let (u, t) = reported_once(&mut fx, away);
+    let lease = LEASE_TAKEOVER_S * 1000;
+    // Within the lease the site stays with its scan, reports or not.
+    assert_eq!(fx.grid.tick(t + lease - 1).unwrap(), 0);
+    assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Running);
+    // Past it, the scan is taken back long before its deadline, and the
+    // job goes on on another host.
+    assert_eq!(fx.grid.tick(t + lease).unwrap(), 1);
+    assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Expired);
+    assert!(fx
+        .job(u.job_id)
+        .reasons
+        .iter()
+        .any(|r| r.contains("not heard from")));
+    let v = fx.one(other, &[], t + lease + 1);
+    assert_eq!(v.job_id, u.job_id);
+    // The host that was away comes back: its scan is no longer the
+    // job's (it stops: one scan of the site at a time).
+    let back = fx.grid.progress(away, u.unit_id, 6, 6, t + lease + 2);
+    assert!(
+        matches!(back.unwrap(), ProgressOutcome::Abort(_)),
+        "the old scan must stop"
+    );
+    assert_eq!(fx.job(u.job_id).running_attempts().count(), 1);
+}
+
+#[test]
+fn a_scan_back_before_another_host_took_its_job_goes_on() {
+    let (mut fx, hosts) = two_hosts(1);
+    let away = hosts[0];
+    let (u, t) = reported_once(&mut fx, away);
+    let lease = LEASE_TAKEOVER_S * 1000;
+    assert_eq!(fx.grid.tick(t + lease).unwrap(), 1);
+    let back = fx
+        .grid
+        .progress(away, u.unit_id, 6, 6, t + lease + 5)
+        .unwrap();
+    assert!(matches!(back, ProgressOutcome::Extend(_)), "{back:?}");
+    assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Running);
+}
+
+#[test]
+fn a_restarted_server_counts_leases_from_its_first_tick() {
+    let (mut fx, hosts) = two_hosts(1);
+    let (u, t) = reported_once(&mut fx, hosts[0]);
+    let lease = LEASE_TAKEOVER_S * 1000;
+    // The server was down far longer than the lease.
+    let (dir, key) = (fx.dir.path().to_path_buf(), fx.key.clone());
+    drop(fx.grid);
+    let mut g = open_grid(&dir, &key);
+    let up = t + 10 * lease;
+    assert_eq!(
+        g.tick(up).unwrap(),
+        0,
+        "no lease lapsed while the server was down"
+    );
+    // A report after the restart holds the lease again; silence after it
+    // lapses it.
+    let out = g.progress(hosts[0], u.unit_id, 7, 7, up + 1000).unwrap();
+    assert!(!matches!(out, ProgressOutcome::Abort(_)), "{out:?}");
+    assert_eq!(g.tick(up + 1000 + lease - 1).unwrap(), 0);
+    assert_eq!(g.tick(up + 1000 + lease).unwrap(), 1);
+    let job = g.jobs[&u.job_id].clone();
+    assert!(job
+        .attempts
+        .iter()
+        .all(|a| a.state != AttemptState::Running));
 }
