@@ -2,7 +2,9 @@
 //! scan the synthetic web, once under `round-robin` and once under `adaptive`
 //! (the default), in one run. Adaptive, knowing the sites' sizes and the
 //! hosts' speeds from the first round, must end its round clearly sooner.
-//! Also: `round start --every` repeats a round, and `simulate` prints its table.
+//! Also: `round start --every` repeats a round, `simulate` prints its table,
+//! and the release build's simulator keeps `adaptive` near the lower bound
+//! on a round of 2,000 sites and 100 desktops.
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -14,6 +16,14 @@ const THROTTLES_MS: [(&str, u64); 3] = [("fast", 5), ("medium", 60), ("slow", 30
 /// Adaptive must end its round in at most this share of round-robin's time
 /// (the measured share is far lower; the margin absorbs a loaded machine).
 const MAX_ADAPTIVE_SHARE: f64 = 0.8;
+/// `adaptive`'s median makespan over [`SCALE_SEEDS`] seeds of 2,000 sites
+/// on 100 desktops (the simulator's defaults) may be at most this many
+/// times the lower bound, and its worst seed [`MAX_SCALE_WORST`].
+const MAX_SCALE_MEDIAN: f64 = 1.10;
+const MAX_SCALE_WORST: f64 = 1.5;
+/// Seeds of the scale run (the simulator's clock is virtual: a seed gives
+/// the same makespan on any machine).
+const SCALE_SEEDS: &str = "5";
 
 fn invite(g: &Grid, uses: u32) -> String {
     let o = g.admin_ok(&["invite", "--uses", &uses.to_string(), "--expires", "1h"]);
@@ -226,4 +236,90 @@ fn simulate_prints_a_table_per_policy_and_json() {
         err.contains("'nope'") && err.contains("round-robin") && err.contains("all"),
         "{err}"
     );
+}
+
+/// The release build of `beebot-server` (the simulator at 2,000 sites is
+/// minutes slower in a test build, whose debug checks walk the grid's
+/// indexes at every request).
+fn release_server() -> std::path::PathBuf {
+    let status = std::process::Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "beebot-server",
+            "--bin",
+            "beebot-server",
+        ])
+        .status()
+        .expect("run cargo build");
+    assert!(
+        status.success(),
+        "cargo build --release of beebot-server failed"
+    );
+    let exe = std::env::current_exe().expect("test exe");
+    // target/debug/deps/scheduling-… → target/release/beebot-server
+    let target = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .and_then(std::path::Path::parent)
+        .expect("target dir");
+    target
+        .join("release")
+        .join(format!("beebot-server{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// Rounds of thousands of sites end near their lower bound: hosts that
+/// vanish, sleep or keep office hours hand nothing over for ever (their
+/// scans are taken back when their lease lapses), and scans are not moved
+/// between hosts no faster than each other. Fails when `adaptive` drifts
+/// past the bounds, or behind another policy.
+#[test]
+fn adaptive_ends_rounds_of_thousands_of_sites_near_their_lower_bound() {
+    let exe = release_server();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(&exe)
+        .args([
+            "simulate",
+            "--synthetic-sites",
+            "2000",
+            "--synthetic-hosts",
+            "100",
+            "--seeds",
+            SCALE_SEEDS,
+            "--json",
+        ])
+        .env("BEEBOT_SERVER_DIR", dir.path())
+        .output()
+        .expect("run simulate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let summary = |policy: &str| {
+        let p = v
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["policy"] == policy))
+            .unwrap_or_else(|| panic!("{policy} missing"));
+        let s = &p["summary"];
+        let f = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("{policy}: no {k}"));
+        (
+            f("ratio_median"),
+            f("ratio_worst"),
+            s["pages_lost_total"].as_u64(),
+        )
+    };
+    let (median, worst, lost) = summary("adaptive");
+    assert_eq!(lost, Some(0), "adaptive lost pages");
+    assert!(
+        median <= MAX_SCALE_MEDIAN && worst <= MAX_SCALE_WORST,
+        "adaptive at 2,000 x 100: median {median:.3}, worst {worst:.3} x the lower bound"
+    );
+    for other in ["round-robin", "batch", "level", "pack"] {
+        let (m, _, _) = summary(other);
+        assert!(median < m, "adaptive ({median:.3}) behind {other} ({m:.3})");
+    }
 }
