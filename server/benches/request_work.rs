@@ -12,7 +12,11 @@
 //! enrolled hosts against a round of 1,000 to 1,000,000 queued sites, per
 //! policy. `adaptive` answers most requests here with none (a slower host
 //! loses every size to a faster one): the `units` column counts the
-//! requests that handed one out. Prints one table; figures are compared
+//! requests that handed one out. Speed work keeps its figures only where
+//! the decisions are the same: `decisions` is a digest of the first
+//! [`DIGEST_REQUESTS`] answers (which host got which job, in order) and
+//! `hand-overs` the scans the policy moved, so two builds compare only
+//! where both columns agree. Prints one table; figures are compared
 //! within one run and nothing here asserts a speed.
 //!
 //! `BEEBOT_BENCH_QUEUES=1000,100000` picks the queue sizes,
@@ -52,6 +56,9 @@ const POLICIES: [&str; 3] = ["adaptive", "level", "round-robin"];
 /// Least time spent measuring each figure, and most requests.
 const MIN_TIME: Duration = Duration::from_secs(2);
 const MAX_REQUESTS: usize = 20_000;
+/// Requests whose answers the `decisions` digest covers (every row makes
+/// at least this many, so the digest does not depend on the machine's speed).
+const DIGEST_REQUESTS: usize = 100;
 /// The target for one whole request.
 const TARGET_US: f64 = 100.0;
 /// Start of the bench's clock (Unix ms); each request moves it on by this.
@@ -101,12 +108,14 @@ fn main() {
     );
     println!("`sign µs`: signing a unit handed out, outside the lock (serve's connection task)");
     println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}",
+        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}",
         "policy",
         "queued",
         "requests",
         "units",
         "running",
+        "hand-overs",
+        "decisions",
         "mean µs",
         "p50 µs",
         "p99 µs",
@@ -118,12 +127,14 @@ fn main() {
         for &queued in &queues {
             let m = measure(policy, queued);
             println!(
-                "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>8} {:>8.1}",
+                "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>8} {:>8.1}",
                 policy,
                 queued,
                 m.requests,
                 m.units,
                 m.running,
+                m.hand_overs,
+                format!("{:08x}", m.decisions as u32),
                 m.mean_us,
                 m.p50_us,
                 m.p99_us,
@@ -141,6 +152,10 @@ struct Measured {
     units: usize,
     /// Units held by the hosts at the end (running jobs).
     running: usize,
+    /// Scans the grid asked to hand over (progress answered with an abort).
+    hand_overs: usize,
+    /// FNV-1a digest of the first [`DIGEST_REQUESTS`] answers.
+    decisions: u64,
     mean_us: f64,
     /// Mean signing time of a unit handed out (outside the lock).
     sign_us: f64,
@@ -240,12 +255,22 @@ fn ask(g: &mut Grid, key: &VerifyingKey, h: u64, held: &[u64], now: u64) -> Opti
 
 /// A progress report of `unit` (one its host is scanning): false when the
 /// host is told to stop it.
-fn progress(g: &mut Grid, h: u64, unit: &WorkUnit, now: u64) -> bool {
+fn progress(g: &mut Grid, h: u64, unit: &WorkUnit, now: u64, aborts: &mut usize) -> bool {
     let pages = now.saturating_sub(unit.issued_ms) / 1000 + 1;
     let outcome = g
         .progress(h, unit.unit_id, pages, pages * 10, now)
         .expect("progress");
-    !matches!(outcome, ProgressOutcome::Abort(_))
+    let abort = matches!(outcome, ProgressOutcome::Abort(_));
+    *aborts += usize::from(abort);
+    !abort
+}
+
+/// Fold `x` into an FNV-1a digest.
+fn fold(digest: &mut u64, x: u64) {
+    for b in x.to_le_bytes() {
+        *digest ^= u64::from(b);
+        *digest = digest.wrapping_mul(0x100_0000_01b3);
+    }
 }
 
 /// Upload a one-page result of `unit` as `serve` does (verify, write, finish).
@@ -265,12 +290,13 @@ fn measure(policy: &str, queued: usize) -> Measured {
     let step = step_ms();
     let mut times = Vec::new();
     let mut units = 0;
+    let (mut hand_overs, mut decisions) = (0, 0xcbf2_9ce4_8422_2325u64);
     let signer = g.signer();
     let mut signing = Duration::ZERO;
     let start = Instant::now();
     let most = MAX_REQUESTS.min(queued / 2);
     let mut i = 0;
-    while times.len() < most && (start.elapsed() < MIN_TIME || times.len() < 100) {
+    while times.len() < most && (start.elapsed() < MIN_TIME || times.len() < DIGEST_REQUESTS) {
         let k = (i * 7919) % HOSTS;
         i += 1;
         let h = hosts[k];
@@ -279,7 +305,7 @@ fn measure(policy: &str, queued: usize) -> Measured {
         let mut i = 0;
         held[k].retain(|u| {
             i += 1;
-            i > SCANNING || progress(&mut g, h, u, now)
+            i > SCANNING || progress(&mut g, h, u, now, &mut hand_overs)
         });
         // Its oldest unit is scanned: uploaded before it asks again.
         if held[k].len() >= HELD {
@@ -296,7 +322,12 @@ fn measure(policy: &str, queued: usize) -> Measured {
         let t = Instant::now();
         let signed = unit.map(|u| signer.sign_unit_bytes(u));
         signing += t.elapsed();
-        held[k].extend(verified(&key, signed));
+        let got = verified(&key, signed);
+        if times.len() <= DIGEST_REQUESTS {
+            fold(&mut decisions, h);
+            fold(&mut decisions, got.as_ref().map_or(0, |u| u.job_id));
+        }
+        held[k].extend(got);
     }
     times.sort();
     let n = times.len().max(1);
@@ -305,6 +336,8 @@ fn measure(policy: &str, queued: usize) -> Measured {
         requests: times.len(),
         units,
         running: held.iter().map(VecDeque::len).sum(),
+        hand_overs,
+        decisions,
         mean_us: times.iter().map(|d| us(*d)).sum::<f64>() / n as f64,
         sign_us: us(signing) / units.max(1) as f64,
         p50_us: us(times[n / 2]),
