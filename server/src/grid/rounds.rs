@@ -304,6 +304,11 @@ impl Grid {
         Ok(())
     }
 
+    /// The state of round `id` (`None`: no such round), without copying it.
+    pub fn round_state(&self, id: u64) -> Option<RoundState> {
+        self.rounds.get(&id).map(|r| r.state)
+    }
+
     pub fn rounds(&self) -> Vec<RoundRecord> {
         self.rounds.values().cloned().collect()
     }

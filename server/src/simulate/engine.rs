@@ -76,7 +76,8 @@ impl Sim<'_> {
     }
 
     pub(super) fn check_round(&mut self) {
-        self.round_over = self.grid.status().rounds_running == 0;
+        self.round_over =
+            self.grid.round_state(self.round_id) != Some(crate::model::RoundState::Running);
     }
 
     /// The open intervals a client sends, seconds from now (as
