@@ -1,7 +1,6 @@
 //! A scan's lease on its site: the host crawls a unit's site only while
 //! the server answered one of the scan's progress reports within
-//! [`LEASE_S`] (a scan that has not reported yet: while a request of its
-//! host was). A host that cannot report (the server is away, the network
+//! [`LEASE_S`]. A host that cannot report (the server is away, the network
 //! is down, the machine slept) holds the scan at its next page boundary
 //! until a report is answered; the server takes a scan back only
 //! [`LEASE_TAKEOVER_S`] after its last report, so the grid never has two
@@ -52,11 +51,10 @@ pub(super) struct Lease {
 }
 
 impl Lease {
-    /// A lease held from `sent`, when the host's latest answered request
-    /// was sent: a unit that never reported is the server's to take back
-    /// once it has not heard from the host at all.
-    pub(super) fn from(sent: Sent) -> Lease {
-        Lease::with_span(Some(sent), Duration::from_secs(LEASE_S))
+    /// A lease held from now: a unit the server never heard a report of
+    /// (it takes such a unit back only at its deadline).
+    pub(super) fn fresh() -> Lease {
+        Lease::with_span(Some(Sent::now()), Duration::from_secs(LEASE_S))
     }
 
     /// A lease not held until a report is answered: a scan resumed from

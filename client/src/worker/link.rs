@@ -63,10 +63,8 @@ impl Worker {
         self.ensure_link().await?;
         let link = self.link.as_ref().ok_or(NetError::Lost("no link".into()))?;
         let sent = Instant::now();
-        let sent_at = super::lease::Sent::now();
         let r = link.request(req).await;
         if r.is_ok() {
-            self.last_answered = Some(sent_at);
             self.failures = 0;
             let rtt = sent.elapsed().as_secs_f64();
             self.round_trip_s += AVERAGE_WEIGHT * (rtt - self.round_trip_s);

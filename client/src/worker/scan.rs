@@ -327,12 +327,11 @@ impl Worker {
         let hand_over = Arc::new(AtomicBool::new(false));
         // A scan resumed from its checkpoint may have reported before (and
         // been taken back while this host was away): it waits for an
-        // answered report. A new one holds its lease from the host's last
-        // answered request (a unit that waited in the buffer while the
-        // host was away may have been taken back too).
-        let lease = Arc::new(match (&checkpoint, self.last_answered) {
-            (None, Some(sent)) => Lease::from(sent),
-            _ => Lease::lapsed(),
+        // answered report. A new one holds its lease from now.
+        let lease = Arc::new(if checkpoint.is_some() {
+            Lease::lapsed()
+        } else {
+            Lease::fresh()
         });
         let pages = Arc::new(AtomicU64::new(pages_before));
         let links = Arc::new(AtomicU64::new(links_before));

@@ -413,16 +413,14 @@ impl Grid {
     }
 
     /// Expire every unit whose deadline has passed, and take back every
-    /// unit whose lease lapsed (not heard from for [`LEASE_TAKEOVER_S`]
-    /// since its scan's last progress report, or for a unit not started,
-    /// since its host's last contact; or since the grid's first tick:
+    /// scan whose lease lapsed (not heard from for [`LEASE_TAKEOVER_S`]
+    /// since its last progress report, or since the grid's first tick:
     /// its job goes on elsewhere from its last uploaded part, and a host
     /// that reports before another took it goes on). Returns how many.
     pub fn tick(&mut self, now_ms: u64) -> Result<usize, GridError> {
         let mut expired: Vec<(u64, u64, &str)> = Vec::new(); // (job, host, why)
         let leases_from = *self.leases_from_ms.get_or_insert(now_ms);
         let takeover_ms = LEASE_TAKEOVER_S * 1000;
-        let hosts = &self.hosts;
         for id in self.running_job_ids() {
             let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
@@ -431,17 +429,13 @@ impl Grid {
                 if a.state != AttemptState::Running {
                     continue;
                 }
-                // A scan that reported holds its site only while it goes
-                // on reporting; a unit not started yet, while its host is
-                // heard from (its client starts none after LEASE_S without
-                // an answer).
-                let heard_ms = if a.first_report_ms != 0 {
-                    a.last_report_ms
-                } else {
-                    let seen = hosts.get(&a.host_id).map_or(0, |h| h.last_seen_ms);
-                    seen.max(a.issued_ms)
-                };
-                let lapsed = now_ms >= heard_ms.max(leases_from).saturating_add(takeover_ms);
+                // A scan that reported once holds its site only while it
+                // goes on reporting (its host stops crawling at LEASE_S).
+                let lapsed = a.first_report_ms != 0
+                    && now_ms
+                        >= a.last_report_ms
+                            .max(leases_from)
+                            .saturating_add(takeover_ms);
                 if a.deadline_ms <= now_ms || lapsed {
                     a.state = AttemptState::Expired;
                     self.counters.units_expired += 1;

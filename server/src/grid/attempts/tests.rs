@@ -579,9 +579,9 @@ fn a_reason_of_multi_byte_characters_is_kept_whole() {
     }
 }
 
-/// A round of one site whose deadlines are far past the lease, and its
-/// unit on `host`, not started.
-fn issued(fx: &mut Fx, host: u64) -> WorkUnit {
+/// A round of one site whose deadlines are far past the lease, and a scan
+/// of it on `away` that reported once at the returned time.
+fn reported_once(fx: &mut Fx, away: u64) -> (WorkUnit, u64) {
     let p = RoundParams {
         deadline_min_s: 3600,
         deadline_max_s: 7200,
@@ -590,15 +590,8 @@ fn issued(fx: &mut Fx, host: u64) -> WorkUnit {
     fx.grid.start_round(p, T0).unwrap();
     // Leases count from the grid's first tick.
     assert_eq!(fx.grid.tick(T0).unwrap(), 0);
-    let u = fx.one(host, &[], T0 + 1);
+    let u = fx.one(away, &[], T0 + 1);
     assert!(u.deadline_ms > T0 + 3_600_000, "a deadline far off");
-    u
-}
-
-/// [`issued`], and a scan of it on `away` that reported once at the
-/// returned time.
-fn reported_once(fx: &mut Fx, away: u64) -> (WorkUnit, u64) {
-    let u = issued(fx, away);
     let t = T0 + 10_000;
     let out = fx.grid.progress(away, u.unit_id, 5, 5, t).unwrap();
     assert!(!matches!(out, ProgressOutcome::Abort(_)), "{out:?}");
@@ -676,24 +669,4 @@ fn a_restarted_server_counts_leases_from_its_first_tick() {
         .attempts
         .iter()
         .all(|a| a.state != AttemptState::Running));
-}
-
-#[test]
-fn a_unit_not_started_is_taken_back_once_its_host_is_not_heard_from() {
-    let (mut fx, hosts) = two_hosts(1);
-    let host = hosts[0];
-    let u = issued(&mut fx, host);
-    let lease = LEASE_TAKEOVER_S * 1000;
-    // It waits in its host's buffer; the host is heard from (it asks).
-    let t = T0 + lease;
-    let (none, _) = fx.ask(host, 1, &[u.unit_id], t);
-    assert!(none.is_empty());
-    assert_eq!(
-        fx.grid.tick(t + lease - 1).unwrap(),
-        0,
-        "its host is heard from"
-    );
-    // Then nothing from the host for the lease: taken back.
-    assert_eq!(fx.grid.tick(t + lease).unwrap(), 1);
-    assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Expired);
 }
