@@ -79,6 +79,9 @@ pub(super) struct Worker {
     pub(super) stats: RunStats,
     pub(super) done_tx: mpsc::Sender<ScanDone>,
     pub(super) last_error: Option<String>,
+    /// When the latest request the server answered was sent: a new scan's
+    /// lease counts from it.
+    pub(super) last_answered: Option<super::lease::Sent>,
     /// The spool's size when last measured, and when (see [`SPOOL_RECHECK`]).
     pub(super) spool_measured: Option<(Instant, u64)>,
     /// The last problems, for the status page.

@@ -51,10 +51,10 @@ pub(super) struct Lease {
 }
 
 impl Lease {
-    /// A lease held from now: a unit the server never heard a report of
-    /// (it takes such a unit back only at its deadline).
-    pub(super) fn fresh() -> Lease {
-        Lease::with_span(Some(Sent::now()), Duration::from_secs(LEASE_S))
+    /// A lease held from `sent`, when the host's latest answered request
+    /// was sent (a new scan: the server gave it lately).
+    pub(super) fn held_from(sent: Sent) -> Lease {
+        Lease::with_span(Some(sent), Duration::from_secs(LEASE_S))
     }
 
     /// A lease not held until a report is answered: a scan resumed from

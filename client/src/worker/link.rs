@@ -14,8 +14,13 @@ use beebot_shared::proto::{ErrorCode, HostResources, Request, Response};
 
 use crate::net::{Link, NetError};
 
-use super::held::Worker;
+use super::held::{HeldState, Worker};
 use super::{now_ms, AVERAGE_WEIGHT};
+
+/// Longest wait before trying the server again while a scan runs: its lease
+/// (`LEASE_S`) is renewed only by an answered report, and the server takes
+/// the scan back `LEASE_TAKEOVER_S` after its last one.
+const LEASE_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Worker {
     /// Connect and say hello when not connected; errors start the backoff.
@@ -48,7 +53,17 @@ impl Worker {
             l.close();
         }
         self.failures = self.failures.saturating_add(1);
-        let wait = self.backoff(self.failures);
+        let mut wait = self.backoff(self.failures);
+        // A running scan keeps its site only while its reports are answered
+        // (the server takes it back LEASE_TAKEOVER_S after the last one):
+        // while one runs, try again well within that.
+        let scanning = self
+            .held
+            .values()
+            .any(|h| matches!(h.state, HeldState::Crawling { .. }));
+        if scanning {
+            wait = wait.min(LEASE_RETRY);
+        }
         tracing::warn!(
             "server unreachable ({e}); retrying in {:.1}s",
             wait.as_secs_f64()
@@ -63,8 +78,10 @@ impl Worker {
         self.ensure_link().await?;
         let link = self.link.as_ref().ok_or(NetError::Lost("no link".into()))?;
         let sent = Instant::now();
+        let sent_at = super::lease::Sent::now();
         let r = link.request(req).await;
         if r.is_ok() {
+            self.last_answered = Some(sent_at);
             self.failures = 0;
             let rtt = sent.elapsed().as_secs_f64();
             self.round_trip_s += AVERAGE_WEIGHT * (rtt - self.round_trip_s);

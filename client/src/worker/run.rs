@@ -106,6 +106,7 @@ impl Worker {
             stats: RunStats::default(),
             done_tx,
             last_error: None,
+            last_answered: None,
             spool_measured: None,
             problems: Vec::new(),
             status_written: Instant::now() - Duration::from_secs(60),

@@ -327,12 +327,16 @@ impl Worker {
         let hand_over = Arc::new(AtomicBool::new(false));
         // A scan resumed from its checkpoint may have reported before (and
         // been taken back while this host was away): it waits for an
-        // answered report. A new one holds its lease from now.
-        let lease = Arc::new(if checkpoint.is_some() {
-            Lease::lapsed()
-        } else {
-            Lease::fresh()
+        // answered report. A new one holds its lease from the host's last
+        // answered request, and reports at once (a unit that waited in the
+        // buffer past its deadline may have gone to another host).
+        let lease = Arc::new(match (&checkpoint, self.last_answered) {
+            (None, Some(sent)) => Lease::held_from(sent),
+            _ => Lease::lapsed(),
         });
+        let first_report_due = Instant::now()
+            .checked_sub(self.opts.progress_interval)
+            .unwrap_or_else(Instant::now);
         let pages = Arc::new(AtomicU64::new(pages_before));
         let links = Arc::new(AtomicU64::new(links_before));
         let queued = Arc::new(AtomicU64::new(0));
@@ -346,7 +350,7 @@ impl Worker {
             pages: pages.clone(),
             links: links.clone(),
             queued: queued.clone(),
-            last_progress: Instant::now(),
+            last_progress: first_report_due,
             lease: lease.clone(),
             started: Instant::now(),
             slot: slot.clone(),

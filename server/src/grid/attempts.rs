@@ -319,11 +319,7 @@ impl Grid {
         self.reindex(job_id);
         let job = self.job_mut(job_id)?;
         let a = &mut job.attempts[i];
-        let part_due = std::env::var("PARTMS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|p| now_ms >= a.first_report_ms + p);
-        if handed_over || part_due {
+        if handed_over {
             // Another host takes the scan over from its frontier: this one
             // stops at a page boundary and uploads what it did.
             return Ok(ProgressOutcome::Abort(ABORT_HAND_OVER.into()));
