@@ -229,6 +229,7 @@ pub enum UnitEvent {
     Replicated,
     Accepted,
     Expired,
+    Recalled,
     Aborted,
 }
 
@@ -238,6 +239,7 @@ impl LabelText for UnitEvent {
         Self::Replicated,
         Self::Accepted,
         Self::Expired,
+        Self::Recalled,
         Self::Aborted,
     ];
     fn text(self) -> &'static str {
@@ -246,6 +248,7 @@ impl LabelText for UnitEvent {
             Self::Replicated => "replicated",
             Self::Accepted => "accepted",
             Self::Expired => "expired",
+            Self::Recalled => "recalled",
             Self::Aborted => "aborted",
         }
     }
@@ -486,6 +489,7 @@ impl Metrics {
             (UnitEvent::Replicated, c.units_replicated),
             (UnitEvent::Accepted, c.units_accepted),
             (UnitEvent::Expired, c.units_expired),
+            (UnitEvent::Recalled, c.units_recalled),
             (UnitEvent::Aborted, c.units_aborted),
         ] {
             units.get_or_create(&EventLabels { event }).inc_by(n);

@@ -125,12 +125,18 @@ pub enum AttemptState {
     /// stop) and returned its records and frontier: the job continues from
     /// there in a continuation unit.
     Partial,
+    /// The unit waited, not started, while its host was not heard from
+    /// for [`LEASE_TAKEOVER_S`](beebot_shared::limits::LEASE_TAKEOVER_S):
+    /// taken back so its job runs elsewhere. Charged to neither the host
+    /// nor the job (a paused or sleeping desktop did no wrong); the host
+    /// keeps it if it is back before another host took the job.
+    Recalled,
 }
 
 impl AttemptState {
     /// The attempt ended without a result: its deadline passed, the host
     /// gave it back (or its result was refused), or the host no longer held
-    /// it. What a job's `max_attempts` counts.
+    /// it. What a job's `max_attempts` counts (a `Recalled` unit is not).
     pub fn ended_without_result(&self) -> bool {
         matches!(
             self,

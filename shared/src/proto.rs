@@ -154,8 +154,9 @@ pub enum Response {
         /// Some round still has unfinished jobs that may come to this host
         /// (e.g. reissued after a deadline). `false` means the grid is idle.
         rounds_open: bool,
-        /// Units the request named as held that belong to a cancelled round:
-        /// the host drops them and never starts them.
+        /// Units the request named as held that the host drops and never
+        /// starts (or stops): of a cancelled round or an excluded site, or
+        /// taken back while the host was away and given to another since.
         cancelled_units: Vec<u64>,
     },
     Continue,

@@ -185,9 +185,10 @@ impl Worker {
             .collect()
     }
 
-    /// The server cancelled the round of these units: a running scan is
-    /// stopped (dropped when it returns), the others are dropped now and
-    /// never started.
+    /// The server no longer wants these units (their round was cancelled,
+    /// their site excluded, or they went to another host while this one
+    /// was away): a running scan is stopped (dropped when it returns), the
+    /// others are dropped now and never started.
     pub(super) fn drop_cancelled(&mut self, unit_ids: &[u64]) {
         for unit_id in unit_ids {
             let Some(h) = self.held.get_mut(unit_id) else {
@@ -201,7 +202,12 @@ impl Worker {
                 HeldState::Aborted => {}
                 HeldState::Waiting | HeldState::Finished => {
                     let round_id = h.unit.unit.round_id;
-                    tracing::info!(unit_id, round_id, "unit dropped: round cancelled");
+                    tracing::info!(
+                        unit_id,
+                        round_id,
+                        "unit dropped: the server no longer wants it (round cancelled, \
+                         site excluded, or given to another host while this one was away)"
+                    );
                     self.held.remove(unit_id);
                     self.home.remove_unit(*unit_id);
                 }

@@ -329,7 +329,8 @@ impl Worker {
         // been taken back while this host was away): it waits for an
         // answered report. A new one holds its lease from the host's last
         // answered request, and reports at once (a unit that waited in the
-        // buffer past its deadline may have gone to another host).
+        // buffer past its deadline, or while its host was away, may have
+        // gone to another host).
         let lease = Arc::new(match (&checkpoint, self.last_answered) {
             (None, Some(sent)) => Lease::held_from(sent),
             _ => Lease::lapsed(),

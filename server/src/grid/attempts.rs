@@ -211,7 +211,10 @@ impl Grid {
     fn away_bars(&self, job: &JobRecord, unit_id: u64, host_id: u64) -> AwayBars {
         let asleep = job.attempts.iter().any(|a| {
             a.unit_id == unit_id
-                && matches!(a.state, AttemptState::Expired | AttemptState::Released)
+                && matches!(
+                    a.state,
+                    AttemptState::Expired | AttemptState::Released | AttemptState::Recalled
+                )
         });
         AwayBars {
             at_cap: asleep
@@ -264,16 +267,22 @@ impl Grid {
             }
             // The job went to another host while this one was away: one
             // scan of a site at a time.
-            AttemptState::Expired | AttemptState::Released if other_copy => {
+            AttemptState::Expired | AttemptState::Released | AttemptState::Recalled
+                if other_copy =>
+            {
                 abort("the scan was given to another host while this one was away")
             }
-            AttemptState::Expired | AttemptState::Released if away.shares_host => {
+            AttemptState::Expired | AttemptState::Released | AttemptState::Recalled
+                if away.shares_host =>
+            {
                 abort("another scan of the site's host started while this one was away")
             }
-            AttemptState::Expired | AttemptState::Released if away.at_cap => {
+            AttemptState::Expired | AttemptState::Released | AttemptState::Recalled
+                if away.at_cap =>
+            {
                 abort("the host holds as many units as its slots allow: this one was given up")
             }
-            AttemptState::Expired | AttemptState::Released => {
+            AttemptState::Expired | AttemptState::Released | AttemptState::Recalled => {
                 // Back from sleep or a lost connection, and nobody took the
                 // job over: the scan goes on, with a fresh deadline.
                 a.state = AttemptState::Running;
@@ -408,15 +417,19 @@ impl Grid {
         self.check_round_done(round_id, now_ms)
     }
 
-    /// Expire every unit whose deadline has passed, and take back every
-    /// scan whose lease lapsed (not heard from for [`LEASE_TAKEOVER_S`]
-    /// since its last progress report, or since the grid's first tick:
-    /// its job goes on elsewhere from its last uploaded part, and a host
-    /// that reports before another took it goes on). Returns how many.
+    /// Expire every unit whose deadline has passed, take back every scan
+    /// whose lease lapsed (not heard from for [`LEASE_TAKEOVER_S`] since
+    /// its last progress report), and recall every unit not started whose
+    /// host was not heard from for as long (both counted from the grid's
+    /// first tick at the earliest, so a restart takes nothing away). Its
+    /// job goes on elsewhere (from its last uploaded part), and a host that
+    /// is back before another took it goes on. Returns how many.
     pub fn tick(&mut self, now_ms: u64) -> Result<usize, GridError> {
         let mut expired: Vec<(u64, u64, &str)> = Vec::new(); // (job, host, why)
+        let mut recalled: Vec<(u64, u64)> = Vec::new(); // (job, host)
         let leases_from = *self.leases_from_ms.get_or_insert(now_ms);
         let takeover_ms = LEASE_TAKEOVER_S * 1000;
+        let hosts = &self.hosts;
         for id in self.running_job_ids() {
             let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
@@ -425,22 +438,34 @@ impl Grid {
                 if a.state != AttemptState::Running {
                     continue;
                 }
-                // A scan that reported once holds its site only while it
-                // goes on reporting (its host stops crawling at LEASE_S).
-                let lapsed = a.first_report_ms != 0
-                    && now_ms
-                        >= a.last_report_ms
-                            .max(leases_from)
-                            .saturating_add(takeover_ms);
-                if a.deadline_ms <= now_ms || lapsed {
+                if a.deadline_ms <= now_ms {
                     a.state = AttemptState::Expired;
                     self.counters.units_expired += 1;
-                    let why = if a.deadline_ms <= now_ms {
-                        "deadline passed"
-                    } else {
-                        "not heard from: its scan was taken back"
-                    };
-                    expired.push((job.id, a.host_id, why));
+                    expired.push((job.id, a.host_id, "deadline passed"));
+                    continue;
+                }
+                // A scan that reported holds its site only while it goes
+                // on reporting (its host stops crawling at LEASE_S); a unit
+                // not started, while its host is heard from (its client
+                // starts none without an answer within LEASE_S).
+                let started = a.first_report_ms != 0;
+                let heard_ms = if started {
+                    a.last_report_ms
+                } else {
+                    let seen = hosts.get(&a.host_id).map_or(0, |h| h.last_seen_ms);
+                    seen.max(a.issued_ms)
+                };
+                if now_ms < heard_ms.max(leases_from).saturating_add(takeover_ms) {
+                    continue;
+                }
+                if started {
+                    a.state = AttemptState::Expired;
+                    self.counters.units_expired += 1;
+                    expired.push((job.id, a.host_id, "not heard from: its scan was taken back"));
+                } else {
+                    a.state = AttemptState::Recalled;
+                    self.counters.units_recalled += 1;
+                    recalled.push((job.id, a.host_id));
                 }
             }
         }
@@ -457,11 +482,58 @@ impl Grid {
             }
             self.after_attempt_ended(job_id, now_ms)?;
         }
-        if !expired.is_empty() {
+        for &(job_id, host_id) in &recalled {
+            if let Some(job) = self.jobs.get_mut(&job_id) {
+                push_reason(
+                    job,
+                    format!("host {host_id}: not heard from: its unit, not started, was recalled"),
+                );
+            }
+            self.host_changed(host_id);
+            self.after_attempt_ended(job_id, now_ms)?;
+        }
+        if !expired.is_empty() || !recalled.is_empty() {
             self.store.flush()?;
         }
         self.check_open();
-        Ok(expired.len())
+        Ok(expired.len() + recalled.len())
+    }
+
+    /// The units of `held` (named in a work request of `host_id`) that were
+    /// recalled while the host was away: each goes on as the host's again
+    /// when nobody took its job meanwhile, else the host drops it
+    /// (returned).
+    pub(super) fn reclaim_recalled(
+        &mut self,
+        host_id: u64,
+        held: &[u64],
+        now_ms: u64,
+    ) -> Result<Vec<u64>, GridError> {
+        let mut dropped = Vec::new();
+        for &unit_id in held {
+            let Some(job) = self.job_of_unit(unit_id) else {
+                continue;
+            };
+            let Some(i) = job.attempts.iter().position(|a| {
+                a.unit_id == unit_id && a.host_id == host_id && a.state == AttemptState::Recalled
+            }) else {
+                continue;
+            };
+            let job_id = job.id;
+            let away = self.away_bars(job, unit_id, host_id);
+            let outcome = match self.progress_unwanted(job) {
+                Some(abort) => abort,
+                None => {
+                    let (pages, links) = (job.attempts[i].pages, job.attempts[i].links);
+                    self.progress_of_stopped(job_id, i, (pages, links), away, now_ms)?
+                        .unwrap_or(ProgressOutcome::Continue)
+                }
+            };
+            if matches!(outcome, ProgressOutcome::Abort(_)) {
+                dropped.push(unit_id);
+            }
+        }
+        Ok(dropped)
     }
 
     /// Where the scan state a continuation unit of `host_id` starts from

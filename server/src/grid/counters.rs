@@ -1,5 +1,5 @@
 //! What the grid counts for the server's metrics: plain totals of units
-//! issued, replicated, accepted, expired and aborted and of the pages and
+//! issued, replicated, accepted, expired, recalled and aborted and of the pages and
 //! links accepted ([`GridCounters`], kept as the grid changes), and a
 //! [`GridSnapshot`] of the gauges (jobs by state, active hosts, a round's
 //! progress) computed on demand.
@@ -28,8 +28,12 @@ pub struct GridCounters {
     pub units_replicated: u64,
     /// Uploads accepted (a segment or a complete result).
     pub units_accepted: u64,
-    /// Units whose deadline passed before their host answered.
+    /// Units whose deadline passed before their host answered, or whose
+    /// scan was taken back when its host stopped reporting.
     pub units_expired: u64,
+    /// Units taken back, not started, while their host was not heard from
+    /// (charged to neither host nor job).
+    pub units_recalled: u64,
     /// Running units stopped by the grid (another copy went further, a
     /// cancelled round, an exclusion, a host found lying).
     pub units_aborted: u64,

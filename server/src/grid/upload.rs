@@ -408,13 +408,13 @@ impl UploadPlan {
 /// (`Done`, `Partial`) or another copy's went on (`Aborted`): `Duplicate`;
 /// the host gave it back, its result was refused, or the host no longer
 /// held it (`Failed`, `Released`): `Rejected`. A `Running` attempt is
-/// wanted, and so is an `Expired` one: a late result for a job still open
+/// wanted, and so is an `Expired` or `Recalled` one: a late result for a job still open
 /// (at the same position, which the caller checks) is accepted, so a host
 /// that slept keeps its work.
 pub(super) fn unwanted_upload(job: &JobRecord, unit_id: u64) -> Option<UploadOutcome> {
     let a = job.attempts.iter().find(|a| a.unit_id == unit_id)?;
     match &a.state {
-        AttemptState::Running | AttemptState::Expired => None,
+        AttemptState::Running | AttemptState::Expired | AttemptState::Recalled => None,
         AttemptState::Done | AttemptState::Partial | AttemptState::Aborted => {
             Some(UploadOutcome::Duplicate)
         }

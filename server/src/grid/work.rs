@@ -58,7 +58,9 @@ pub struct WorkReply<U = SignedUnit> {
     pub units: Vec<U>,
     pub retry_after_s: Option<u64>,
     pub rounds_open: bool,
-    /// Held units (named in the request) of cancelled rounds: the host drops them.
+    /// Held units (named in the request) the host drops: of cancelled
+    /// rounds or excluded sites, or recalled while it was away and taken
+    /// by another host since.
     pub cancelled_units: Vec<u64>,
 }
 
@@ -323,7 +325,13 @@ impl Grid {
         self.store_contact(&host, offline_before)?;
         // Units the host no longer holds go back to the queue at once.
         self.release_host_units(host_id, Some(&req.units_held), now_ms)?;
-        let cancelled_units = self.cancelled_units(&req.units_held);
+        // Units recalled while it was away: its own again, or dropped.
+        let mut cancelled_units = self.cancelled_units(&req.units_held);
+        for unit in self.reclaim_recalled(host_id, &req.units_held, now_ms)? {
+            if !cancelled_units.contains(&unit) {
+                cancelled_units.push(unit);
+            }
+        }
 
         // Rounds in start order; each with its own policy.
         let running: Vec<(u64, RoundParams, u64)> = self

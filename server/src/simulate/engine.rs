@@ -132,6 +132,18 @@ impl Sim<'_> {
         };
         let host_id = c.host_id;
         let reply = self.grid.request_work(host_id, &req, self.grid_now())?;
+        // As the client: units the server no longer wants are dropped (a
+        // scan of one is stopped, its time wasted).
+        for unit_id in &reply.cancelled_units {
+            let held = &mut self.clients[h].held;
+            if let Some(i) = held.iter().position(|u| u.unit.unit_id == *unit_id) {
+                if let HeldState::Scanning(s) = held.remove(i).state {
+                    let done = s.done_at(self.now);
+                    self.busy_s += done;
+                    self.wasted_s += done;
+                }
+            }
+        }
         let mut got = 0;
         for signed in &reply.units {
             // As the client: verified with the project key, and ours.

@@ -579,9 +579,9 @@ fn a_reason_of_multi_byte_characters_is_kept_whole() {
     }
 }
 
-/// A round of one site whose deadlines are far past the lease, and a scan
-/// of it on `away` that reported once at the returned time.
-fn reported_once(fx: &mut Fx, away: u64) -> (WorkUnit, u64) {
+/// A round of one site whose deadlines are far past the lease, and its
+/// unit on `host`, not started.
+fn issued(fx: &mut Fx, host: u64) -> WorkUnit {
     let p = RoundParams {
         deadline_min_s: 3600,
         deadline_max_s: 7200,
@@ -590,8 +590,15 @@ fn reported_once(fx: &mut Fx, away: u64) -> (WorkUnit, u64) {
     fx.grid.start_round(p, T0).unwrap();
     // Leases count from the grid's first tick.
     assert_eq!(fx.grid.tick(T0).unwrap(), 0);
-    let u = fx.one(away, &[], T0 + 1);
+    let u = fx.one(host, &[], T0 + 1);
     assert!(u.deadline_ms > T0 + 3_600_000, "a deadline far off");
+    u
+}
+
+/// [`issued`], and a scan of it on `away` that reported once at the
+/// returned time.
+fn reported_once(fx: &mut Fx, away: u64) -> (WorkUnit, u64) {
+    let u = issued(fx, away);
     let t = T0 + 10_000;
     let out = fx.grid.progress(away, u.unit_id, 5, 5, t).unwrap();
     assert!(!matches!(out, ProgressOutcome::Abort(_)), "{out:?}");
@@ -669,4 +676,73 @@ fn a_restarted_server_counts_leases_from_its_first_tick() {
         .attempts
         .iter()
         .all(|a| a.state != AttemptState::Running));
+}
+
+/// A unit waiting in the buffer of a host not heard from since `t`
+/// (after it asked at `t`), recalled at `t` + the lease.
+fn recalled(fx: &mut Fx, host: u64) -> (WorkUnit, u64) {
+    let u = issued(fx, host);
+    let lease = LEASE_TAKEOVER_S * 1000;
+    // It waits in its host's buffer; the host is heard from (it asks).
+    let t = T0 + lease;
+    let (none, _) = fx.ask(host, 1, &[u.unit_id], t);
+    assert!(none.is_empty());
+    assert_eq!(
+        fx.grid.tick(t + lease - 1).unwrap(),
+        0,
+        "its host is heard from"
+    );
+    // Then nothing from the host for the lease: the unit is recalled.
+    assert_eq!(fx.grid.tick(t + lease).unwrap(), 1);
+    assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Recalled);
+    (u, t + lease)
+}
+
+#[test]
+fn a_unit_not_started_is_recalled_when_its_host_is_silent_and_charges_nobody() {
+    let (mut fx, hosts) = two_hosts(1);
+    let (away, other) = (hosts[0], hosts[1]);
+    let (u, t) = recalled(&mut fx, away);
+    // Neither the host (a paused desktop did no wrong) nor the job is
+    // charged: the job is queued with no failed attempt.
+    assert_eq!(fx.host_rec(away).deadlines_missed, 0);
+    let job = fx.job(u.job_id);
+    assert_eq!(job.state, JobState::Queued);
+    assert_eq!(job.failed_attempts(), 0);
+    assert_eq!(fx.grid.counters().units_recalled, 1);
+    assert_eq!(fx.grid.counters().units_expired, 0);
+    // Another host takes the job; the one that was away, back, is told to
+    // drop its unit and never runs it beside the other.
+    let v = fx.one(other, &[], t + 1);
+    assert_eq!(v.job_id, u.job_id);
+    let (_, reply) = fx.ask(away, 1, &[u.unit_id], t + 2);
+    assert_eq!(reply.cancelled_units, vec![u.unit_id]);
+    let back = fx.grid.progress(away, u.unit_id, 1, 1, t + 3).unwrap();
+    assert!(matches!(back, ProgressOutcome::Abort(_)), "{back:?}");
+    assert_eq!(fx.job(u.job_id).running_attempts().count(), 1);
+    // And the host may still scan the job later (it is not barred).
+    assert!(!super::super::index::failed_by(&fx.job(u.job_id), away));
+}
+
+#[test]
+fn a_recalled_unit_is_its_hosts_again_when_it_is_back_first() {
+    let (mut fx, hosts) = two_hosts(1);
+    let (away, other) = (hosts[0], hosts[1]);
+    let (u, t) = recalled(&mut fx, away);
+    // Back before another host took the job: the unit is its own again.
+    let (none, reply) = fx.ask(away, 1, &[u.unit_id], t + 1);
+    assert!(none.is_empty() && reply.cancelled_units.is_empty());
+    assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Running);
+    assert_eq!(fx.job(u.job_id).state, JobState::Running);
+    // So nobody else gets the site.
+    let (units, _) = fx.ask(other, 1, &[], t + 2);
+    assert!(units.is_empty(), "one scan of a site at a time");
+    // A unit recalled again and started before its host asks goes on
+    // from its first report.
+    assert_eq!(fx.grid.tick(t + 1 + LEASE_TAKEOVER_S * 1000).unwrap(), 1);
+    let out = fx
+        .grid
+        .progress(away, u.unit_id, 1, 1, t + 2 + LEASE_TAKEOVER_S * 1000)
+        .unwrap();
+    assert!(matches!(out, ProgressOutcome::Extend(_)), "{out:?}");
 }
