@@ -8,6 +8,8 @@
 //! with its result and a third agrees with the other. Nothing here reads an
 //! upload's bytes (see [`super::upload`]).
 
+use std::collections::BTreeMap;
+
 use beebot_shared::linkfile::ScanSummary;
 
 use super::{push_reason, Grid, GridError, PLAN_HOSTS_SEEN_WITHIN_MS};
@@ -43,6 +45,40 @@ fn judge_by(candidates: &mut [Candidate], w: usize) -> Vec<u64> {
     liars.sort_unstable();
     liars.dedup();
     liars
+}
+
+/// The host that scans a job under check afresh when no host online is
+/// outside the authors of its results (after hand-overs every host online
+/// wrote part of it, so no check could come): of the authors online with
+/// no result of their own alone yet, the one whose scans make the least of
+/// the job's results (the lowest id on a tie). Its fresh scan, one author
+/// only, is compared with the others as any check is; when they disagree
+/// and nobody else is left, the job fails with its reason. `None` while a
+/// host online is outside the authors (it checks, as usual).
+pub(super) fn fallback_checker(job: &JobRecord, hosts: &[scheduler::HostView]) -> Option<u64> {
+    if job.candidates.is_empty() {
+        return None;
+    }
+    let authors = job.authors();
+    let online = || hosts.iter().filter(|h| h.online).map(|h| h.host_id);
+    if online().any(|h| !authors.contains(&h)) {
+        return None;
+    }
+    let mut pages: BTreeMap<u64, u64> = BTreeMap::new();
+    for c in &job.candidates {
+        let scans = c
+            .segments
+            .iter()
+            .map(|s| (s.host_id, s.summary.pages))
+            .chain([(c.result.host_id, c.result.summary.pages)]);
+        for (host, n) in scans {
+            *pages.entry(host).or_default() += n;
+        }
+    }
+    let alone = |h: u64| job.candidates.iter().any(|c| c.authors() == [h]);
+    online()
+        .filter(|h| authors.contains(h) && !alone(*h))
+        .min_by_key(|h| (pages.get(h).copied().unwrap_or(0), *h))
 }
 
 impl Grid {

@@ -20,6 +20,7 @@ use crate::store::IdKind;
 use crate::validate;
 
 use super::index::*;
+use super::verdict::fallback_checker;
 use super::views::{end_key, end_of, EndKey, HostViews};
 use super::{Grid, GridError, ProjectSigner, RETRY_IDLE_S, RETRY_WHILE_ROUND_OPEN_S};
 
@@ -147,6 +148,18 @@ impl Asker<'_> {
         !authors.contains(&self.host_id)
             && (self.trusted || self.trusted_online.iter().all(|t| authors.contains(t)))
     }
+
+    /// [`Asker::may_check`] for job `job_id` under check, or the asker is
+    /// the one to scan it afresh because no host online is outside its
+    /// authors ([`fallback_checker`]): a round never waits for ever for a
+    /// check nobody may make.
+    fn may_check_job(&self, jobs: &BTreeMap<u64, JobRecord>, job_id: u64, authors: &[u64]) -> bool {
+        self.may_check(authors)
+            || (authors.contains(&self.host_id)
+                && jobs
+                    .get(&job_id)
+                    .is_some_and(|j| fallback_checker(j, self.hosts) == Some(self.host_id)))
+    }
 }
 
 /// A round's running jobs whose scan could be handed over to the asker
@@ -215,6 +228,7 @@ impl scheduler::RunningJobs for RoundRunning<'_> {
 struct Barred<'a> {
     /// The round's results under check, by their authors.
     checks: &'a BTreeMap<u64, Vec<u64>>,
+    jobs: &'a BTreeMap<u64, JobRecord>,
     asker: &'a Asker<'a>,
     /// Jobs it failed or handed over that go to another host.
     also: BTreeSet<u64>,
@@ -226,7 +240,7 @@ impl Barred<'_> {
             || self
                 .checks
                 .get(job_id)
-                .is_some_and(|authors| !self.asker.may_check(authors))
+                .is_some_and(|authors| !self.asker.may_check_job(self.jobs, *job_id, authors))
     }
 }
 
@@ -235,7 +249,11 @@ impl Barred<'_> {
 /// a host not trusted while trusted hosts are online checks only results
 /// that every trusted host online wrote, found among one of those hosts'
 /// results, so a request never walks the round's results under check.
-fn checks_only(open: &OpenJobs, asker: &Asker<'_>) -> Option<JobQueue> {
+fn checks_only(
+    open: &OpenJobs,
+    jobs: &BTreeMap<u64, JobRecord>,
+    asker: &Asker<'_>,
+) -> Option<JobQueue> {
     if asker.trusted || asker.trusted_online.is_empty() {
         return None;
     }
@@ -244,7 +262,7 @@ fn checks_only(open: &OpenJobs, asker: &Asker<'_>) -> Option<JobQueue> {
     let mine = theirs.filter(|id| {
         open.checks
             .get(id)
-            .is_some_and(|authors| asker.may_check(authors))
+            .is_some_and(|authors| asker.may_check_job(jobs, **id, authors))
     });
     Some(open.queue.checks_among(mine.copied()))
 }
@@ -484,7 +502,7 @@ impl Grid {
         };
         let host_id = asker.host_id;
         let barred = self.barred_jobs(open, asker);
-        let only = checks_only(open, asker);
+        let only = checks_only(open, &self.jobs, asker);
         let checks = match &only {
             None => Checks::All,
             Some(q) if q.checks_len() == 0 => Checks::None,
@@ -556,7 +574,7 @@ impl Grid {
     /// index per job looked at: [`Grid::meets_busy`].) The results under
     /// check are asked per job too ([`Barred::contains`]): there may be a
     /// round's worth of them, and a request never walks them.
-    fn barred_jobs<'a>(&self, open: &'a OpenJobs, asker: &'a Asker<'a>) -> Barred<'a> {
+    fn barred_jobs<'a>(&'a self, open: &'a OpenJobs, asker: &'a Asker<'a>) -> Barred<'a> {
         let host_id = asker.host_id;
         let mut also = BTreeSet::new();
         // A job this host let expire or gave back goes to another host
@@ -592,6 +610,7 @@ impl Grid {
         }
         Barred {
             checks: &open.checks,
+            jobs: &self.jobs,
             asker,
             also,
         }

@@ -448,3 +448,72 @@ fn both_hosts_of_a_kept_chain_learn_and_their_figures_are_stored() {
     let after: Vec<_> = h.iter().map(|id| learned(&g.hosts[id])).collect();
     assert_eq!(after, before);
 }
+
+/// A result pieced together by both hosts of a grid of two (a scan handed
+/// over from `h[0]` to `h[1]`): no host outside its authors is left to
+/// check it. Returns the job and its two units.
+fn pieced_by_both(fx: &mut Fx, h: &[u64]) -> (u64, WorkUnit, WorkUnit) {
+    let u = fx.one(h[0], &[], T0);
+    let (sum, file, state) = partial_for(&u, 3, 3);
+    assert_eq!(
+        fx.grid
+            .upload(h[0], u.unit_id, sum, &file, Some(&state), T0 + 1000)
+            .unwrap(),
+        UploadOutcome::Accepted
+    );
+    let v = fx.one(h[1], &[], T0 + 2000);
+    assert_eq!((v.job_id, v.resume.is_some()), (u.job_id, true));
+    assert_eq!(fx.upload(h[1], &v, 6, T0 + 3000), UploadOutcome::Accepted);
+    let job = fx.job(u.job_id);
+    assert_eq!(job.validation, JobValidation::Pending);
+    assert_eq!(job.authors(), h.to_vec());
+    (u.job_id, u, v)
+}
+
+/// Regression: a result pieced together by every host of the grid could
+/// never be checked (its authors may not), and the round hung with idle
+/// hosts. The author whose scans made the least of it scans the site
+/// afresh; its result, agreeing, ends the job.
+#[test]
+fn a_result_every_host_wrote_part_of_is_checked_by_a_fresh_scan_of_one_of_them() {
+    let (mut fx, h) = validating(1, 2, ValidateMode::Adaptive);
+    let (job_id, ..) = pieced_by_both(&mut fx, &h);
+    // h[1] wrote most of it: the fresh scan is h[0]'s.
+    nothing_for(&mut fx, h[1], T0 + 4000);
+    let w = fx.one(h[0], &[], T0 + 5000);
+    assert_eq!(w.job_id, job_id);
+    assert!(
+        w.resume.is_none(),
+        "the fallback check scans the site afresh"
+    );
+    assert_eq!(fx.upload(h[0], &w, 6, T0 + 6000), UploadOutcome::Accepted);
+    let job = fx.job(job_id);
+    assert_eq!(job.state, JobState::Done);
+    assert_eq!(job.validation, JobValidation::Valid);
+    let round = job.round_id;
+    assert_eq!(fx.round_state(round), RoundState::Done);
+}
+
+#[test]
+fn a_fresh_scan_that_disagrees_with_a_result_nobody_else_can_check_fails_the_job() {
+    let (mut fx, h) = validating(1, 2, ValidateMode::Adaptive);
+    let (job_id, ..) = pieced_by_both(&mut fx, &h);
+    let w = fx.one(h[0], &[], T0 + 5000);
+    let lie = fabricated(&w.site, 6);
+    assert_eq!(
+        upload_records(&mut fx, h[0], &w, &lie, T0 + 6000),
+        UploadOutcome::Accepted
+    );
+    // The round ends: the job failed, and says why.
+    let job = fx.job(job_id);
+    assert_eq!(job.state, JobState::Failed);
+    assert!(
+        job.reasons.iter().any(|r| r.contains("disagree")),
+        "{:?}",
+        job.reasons
+    );
+    assert_eq!(fx.round_state(job.round_id), RoundState::Done);
+    // Nobody is asked to scan it again.
+    nothing_for(&mut fx, h[0], T0 + 7000);
+    nothing_for(&mut fx, h[1], T0 + 7000);
+}
