@@ -5,12 +5,15 @@
 //! Every request must name the admin address in its `Host` header (a page
 //! on another site that rebinds its name to 127.0.0.1 is refused), and is
 //! authenticated before its body is read. The CLI sends the token as a
-//! bearer header; a browser logs in once with a form (the token in a POST
-//! body, never in a URL) and gets a session cookie (`HttpOnly`,
-//! `SameSite=Strict`) that expires after [`SESSION_TTL`]. Each session has
-//! its own CSRF token: a state-changing call authenticated by the cookie
-//! must carry it in [`CSRF_HEADER`], or it is refused with 403 and changes
-//! nothing.
+//! bearer header; a browser posts it once from the login page (in a body,
+//! never in a URL) and gets a session token that the page keeps in its
+//! origin's `localStorage` and sends as `Authorization: Session …`. Never
+//! a cookie: browsers send a cookie of 127.0.0.1 to every port of it (any
+//! other program's page on loopback, or behind the admin's `ssh -L`), and
+//! with every cross-site request. A session expires after [`SESSION_TTL`].
+//! A request that changes something in a browser session (logout
+//! included) must carry the dashboard's own `Origin`, or it is refused with
+//! 403 and changes nothing.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -18,11 +21,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use axum::{Form, Json, Router};
+use axum::{Json, Router};
 use serde::Deserialize;
 
 use beebot_shared::limits::MAX_SITES;
@@ -42,15 +45,10 @@ pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 /// Sessions kept at once; the oldest goes first (logins need the token, so
 /// only its holders make sessions, but nothing kept in memory is unbounded).
 const MAX_SESSIONS: usize = 64;
-/// Name of the dashboard's session cookie.
-pub const SESSION_COOKIE: &str = "beebot_session";
-/// Random bytes of a session id.
+/// The `Authorization` scheme of a browser's session token.
+pub const SESSION_SCHEME: &str = "Session ";
+/// Random bytes of a session token.
 const SESSION_ID_BYTES: usize = 32;
-/// Random bytes of a session's CSRF token.
-const CSRF_TOKEN_BYTES: usize = 32;
-/// The header a state-changing call made with the session cookie carries
-/// the session's CSRF token in (the pages have it in a `<meta>`).
-pub const CSRF_HEADER: &str = "x-csrf-token";
 
 type ApiResult<T> = Result<T, (StatusCode, Json<ApiError>)>;
 
@@ -87,63 +85,45 @@ fn same_token(a: &str, b: &str) -> bool {
             == 0
 }
 
-/// One open session: its expiry and its CSRF token.
-struct Session {
-    until: Instant,
-    csrf: String,
-}
-
-/// Dashboard sessions: random ids with their expiry and CSRF token. Time
-/// is an argument.
+/// Dashboard sessions: random tokens with their expiry. Time is an
+/// argument.
 #[derive(Default)]
-pub struct Sessions(Mutex<HashMap<String, Session>>);
+pub struct Sessions(Mutex<HashMap<String, Instant>>);
 
 impl Sessions {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A new session valid until `now + SESSION_TTL`; returns its id.
+    /// A new session valid until `now + SESSION_TTL`; returns its token.
     pub fn open(&self, now: Instant) -> String {
         let id = hex::encode(rand::random::<[u8; SESSION_ID_BYTES]>());
         let mut m = self.map();
-        m.retain(|_, s| s.until > now);
+        m.retain(|_, until| *until > now);
         while m.len() >= MAX_SESSIONS {
             let oldest = m
                 .iter()
-                .min_by_key(|(_, s)| s.until)
+                .min_by_key(|(_, until)| **until)
                 .map(|(k, _)| k.clone());
             match oldest {
                 Some(k) => m.remove(&k),
                 None => break,
             };
         }
-        let csrf = hex::encode(rand::random::<[u8; CSRF_TOKEN_BYTES]>());
-        m.insert(
-            id.clone(),
-            Session {
-                until: now + SESSION_TTL,
-                csrf,
-            },
-        );
+        m.insert(id.clone(), now + SESSION_TTL);
         id
     }
 
     /// `id` names a session still open at `now`.
     pub fn valid(&self, id: &str, now: Instant) -> bool {
-        self.csrf(id, now).is_some()
-    }
-
-    /// The CSRF token of session `id`, if it is still open at `now`.
-    pub fn csrf(&self, id: &str, now: Instant) -> Option<String> {
         let mut m = self.map();
         match m.get(id) {
-            Some(s) if s.until > now => Some(s.csrf.clone()),
+            Some(until) if *until > now => true,
             Some(_) => {
                 m.remove(id);
-                None
+                false
             }
-            None => None,
+            None => false,
         }
     }
 
@@ -174,16 +154,12 @@ pub(crate) fn allowed_hosts(addr: SocketAddr) -> Vec<String> {
     hosts
 }
 
-/// The session cookie's value, if the request carries one.
-fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+/// The session token the request carries (`Authorization: Session …`).
+fn session_token(headers: &HeaderMap) -> Option<&str> {
     headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == SESSION_COOKIE)
-        .map(|(_, v)| v)
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix(SESSION_SCHEME))
 }
 
 /// The bearer token the request carries, if any.
@@ -195,34 +171,40 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// The request carries the admin token as a bearer header, or an open
-/// session's cookie.
+/// session's token. A cookie opens nothing.
 pub(crate) fn authenticated(admin: &Admin, headers: &HeaderMap) -> bool {
     if let Some(given) = bearer(headers) {
         return same_token(given, &admin.shared.admin_token);
     }
-    session_cookie(headers).is_some_and(|id| admin.sessions.valid(id, Instant::now()))
+    session_token(headers).is_some_and(|id| admin.sessions.valid(id, Instant::now()))
 }
 
-/// The CSRF token of the request's session (none with a bearer header).
-pub(crate) fn session_csrf(admin: &Admin, headers: &HeaderMap) -> Option<String> {
-    session_cookie(headers).and_then(|id| admin.sessions.csrf(id, Instant::now()))
+/// The request's `Origin` is the dashboard's own (one of the names of the
+/// admin address, over `http`).
+fn own_origin(admin: &Admin, headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    origin
+        .strip_prefix("http://")
+        .is_some_and(|host| admin.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
 }
 
-/// A call that may change something, authenticated by the session cookie,
-/// carries the session's CSRF token (SameSite=Strict aside, a page
-/// elsewhere cannot read it).
-fn csrf_ok(admin: &Admin, request: &Request) -> bool {
-    if reads_only(request) || bearer(request.headers()).is_some() {
-        return true;
-    }
-    let given = request
-        .headers()
-        .get(CSRF_HEADER)
-        .and_then(|v| v.to_str().ok());
-    match (given, session_csrf(admin, request.headers())) {
-        (Some(given), Some(want)) => same_token(given, &want),
-        _ => false,
-    }
+/// A call that may change something comes from the CLI (bearer token: no
+/// browser sends it) or from the dashboard's own page (its `Origin`).
+fn change_allowed(admin: &Admin, request: &Request) -> bool {
+    reads_only(request)
+        || bearer(request.headers()).is_some()
+        || own_origin(admin, request.headers())
+}
+
+/// The refusal of a change from a browser page that is not the dashboard's.
+fn foreign_origin() -> (StatusCode, Json<ApiError>) {
+    fail(
+        StatusCode::FORBIDDEN,
+        "a browser's login or change must come from the dashboard's own page \
+         (its Origin): refused, nothing was changed",
+    )
 }
 
 /// A request that changes nothing (`GET`, `HEAD`, `OPTIONS`).
@@ -274,12 +256,8 @@ async fn require_auth(State(admin): State<Arc<Admin>>, request: Request, next: N
     if !authenticated(&admin, request.headers()) {
         return fail(StatusCode::UNAUTHORIZED, "missing or wrong admin token").into_response();
     }
-    if !csrf_ok(&admin, &request) {
-        return fail(
-            StatusCode::FORBIDDEN,
-            format!("missing or wrong CSRF token (the `{CSRF_HEADER}` header of the dashboard's session): nothing was changed"),
-        )
-        .into_response();
+    if !change_allowed(&admin, &request) {
+        return foreign_origin().into_response();
     }
     if !reads_only(&request) {
         if let Err(e) = durable(&admin.shared) {
@@ -357,7 +335,7 @@ pub fn router(shared: Arc<Shared>, addr: SocketAddr) -> Router {
         .route_layer(middleware::from_fn_with_state(admin.clone(), require_auth))
         .with_state(shared);
     let pages = Router::new()
-        .route("/login", post(login))
+        .route("/login", get(crate::dashboard::login_page).post(login))
         .route("/logout", post(logout))
         .merge(crate::dashboard::pages())
         .layer(axum::extract::DefaultBodyLimit::max(MAX_LOGIN_BODY_BYTES))
@@ -712,36 +690,39 @@ struct LoginForm {
     token: String,
 }
 
-/// The token, posted once, opens a session held by a cookie.
-async fn login(State(admin): State<Arc<Admin>>, Form(form): Form<LoginForm>) -> Response {
+/// The token, posted once from the dashboard's own login page, opens a
+/// session: its token comes back in the body (never a cookie).
+async fn login(
+    State(admin): State<Arc<Admin>>,
+    headers: HeaderMap,
+    Json(form): Json<LoginForm>,
+) -> ApiResult<Json<LoginOk>> {
+    if !own_origin(&admin, &headers) {
+        return Err(foreign_origin());
+    }
     if !same_token(form.token.trim(), &admin.shared.admin_token) {
-        return crate::dashboard::login_page(
+        return Err(fail(
             StatusCode::UNAUTHORIZED,
             "That is not the admin token.",
-        );
+        ));
     }
-    let id = admin.sessions.open(Instant::now());
-    let cookie = format!(
-        "{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-        SESSION_TTL.as_secs()
-    );
-    let mut r = Redirect::to("/").into_response();
-    if let Ok(v) = HeaderValue::from_str(&cookie) {
-        r.headers_mut().insert(header::SET_COOKIE, v);
-    }
-    r
+    Ok(Json(LoginOk {
+        session: admin.sessions.open(Instant::now()),
+        expires_s: SESSION_TTL.as_secs(),
+    }))
 }
 
-async fn logout(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
-    if let Some(id) = session_cookie(&headers) {
-        admin.sessions.close(id);
+/// The session of the request ends; only from the dashboard's own page.
+async fn logout(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> ApiResult<StatusCode> {
+    let Some(id) = session_token(&headers).filter(|id| admin.sessions.valid(id, Instant::now()))
+    else {
+        return Err(fail(StatusCode::UNAUTHORIZED, "no session to end"));
+    };
+    if !own_origin(&admin, &headers) {
+        return Err(foreign_origin());
     }
-    let mut r = Redirect::to("/").into_response();
-    let expired = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
-    if let Ok(v) = HeaderValue::from_str(&expired) {
-        r.headers_mut().insert(header::SET_COOKIE, v);
-    }
-    r
+    admin.sessions.close(id);
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[cfg(test)]
@@ -772,19 +753,25 @@ mod tests {
     }
 
     #[test]
-    fn the_session_cookie_is_found_among_others() {
+    fn a_session_is_its_authorization_header_never_a_cookie() {
+        use axum::http::HeaderValue;
         let mut h = HeaderMap::new();
-        assert_eq!(session_cookie(&h), None);
+        assert_eq!(session_token(&h), None);
         h.insert(
             header::COOKIE,
-            HeaderValue::from_static("a=1; beebot_session=abc; b=2"),
+            HeaderValue::from_static("beebot_session=abc"),
         );
-        assert_eq!(session_cookie(&h), Some("abc"));
+        assert_eq!(session_token(&h), None, "a cookie opens nothing");
         h.insert(
-            header::COOKIE,
-            HeaderValue::from_static("xbeebot_session=abc"),
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Session abc"),
         );
-        assert_eq!(session_cookie(&h), None);
+        assert_eq!(session_token(&h), Some("abc"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer abc"),
+        );
+        assert_eq!(session_token(&h), None);
     }
 
     #[test]

@@ -519,6 +519,14 @@ pub struct HostLine {
 
 pub type HostsList = Vec<HostLine>;
 
+/// A dashboard login's answer: the session token its page sends as
+/// `Authorization: Session …`, and how long the session lasts.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LoginOk {
+    pub session: String,
+    pub expires_s: u64,
+}
+
 /// Error body of every failed admin call.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ApiError {

@@ -1,5 +1,6 @@
 //! The admin API and dashboard against a browser's and an attacker's
-//! requests: login by form and session cookie (the token never in a URL),
+//! requests: login from its own page to a session token (never a cookie,
+//! the token never in a URL), changes only from its own page's `Origin`,
 //! the `Host` check against DNS rebinding, authentication before a body is
 //! read, and an admin CLI that never sends its token through a proxy.
 
@@ -71,18 +72,6 @@ fn get(addr: SocketAddr, path: &str, extra: &str) -> Answer {
     )
 }
 
-fn post_form(addr: SocketAddr, path: &str, extra: &str, body: &str) -> Answer {
-    http(
-        addr,
-        &format!(
-            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n{extra}\r\n",
-            body.len()
-        ),
-        body.as_bytes(),
-    )
-}
-
 fn admin_addr(g: &Grid) -> SocketAddr {
     beebot_server::config::DataDir(g.data_dir())
         .load_runtime()
@@ -97,84 +86,178 @@ fn admin_token(g: &Grid) -> String {
         .to_string()
 }
 
+fn post_json(addr: SocketAddr, path: &str, extra: &str, body: &str) -> Answer {
+    http(
+        addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n{extra}\r\n",
+            body.len()
+        ),
+        body.as_bytes(),
+    )
+}
+
+/// The `Origin` header line of the dashboard's own page.
+fn own_origin(addr: SocketAddr) -> String {
+    format!("Origin: http://{addr}\r\n")
+}
+
+/// The `Origin` header line of a page elsewhere on loopback.
+const OTHER_PORT_ORIGIN: &str = "Origin: http://127.0.0.1:1\r\n";
+
 #[test]
-fn the_dashboard_logs_in_by_form_and_cookie_and_never_by_url() {
+fn the_dashboard_logs_in_to_a_session_token_never_a_cookie_or_a_url() {
     let g = Grid::start(81, 1);
     let addr = admin_addr(&g);
     let token = admin_token(&g);
-    not_logged_in_only_the_login_form_opens(addr, &token);
-    let with_session = the_right_token_gives_a_session_cookie(addr, &token);
-    the_cookie_and_the_bearer_header_open_the_dashboard(&g, addr, &token, &with_session);
+    not_logged_in_the_pages_hold_no_data(addr, &token);
+    let with_session = the_right_token_from_the_login_page_gives_a_session(addr, &token);
+    the_session_and_the_bearer_header_open_the_api(&g, addr, &token, &with_session);
     hosts_are_shown_by_their_state(&g, addr, &with_session);
 
-    // Logged out: the cookie opens nothing any more.
-    let out = post_form(addr, "/logout", &with_session, "");
-    assert_eq!(out.status, 303);
-    assert!(out
-        .header("set-cookie")
-        .is_some_and(|c| c.contains("Max-Age=0")));
-    assert!(get(addr, "/", &with_session).body.contains("action=/login"));
+    // A page elsewhere cannot log the admin out: it cannot send the
+    // session (no cookie), and with it its Origin is refused.
+    let out = post_json(addr, "/logout", "", "");
+    assert_eq!(out.status, 401, "{}", out.body);
+    let out = post_json(
+        addr,
+        "/logout",
+        &format!("{with_session}{OTHER_PORT_ORIGIN}"),
+        "",
+    );
+    assert_eq!(out.status, 403, "{}", out.body);
+    assert_eq!(get(addr, "/api/status", &with_session).status, 200);
+    // From its own page: the session opens nothing any more.
+    let out = post_json(
+        addr,
+        "/logout",
+        &format!("{with_session}{}", own_origin(addr)),
+        "",
+    );
+    assert_eq!(out.status, 204, "{}", out.body);
     assert_eq!(get(addr, "/api/status", &with_session).status, 401);
 }
 
-/// Not logged in: the login form, which posts the token. The token in a
+/// Not logged in: the pages are frames with no data and the login page
+/// posts the token from its script; the JSON is refused. The token in a
 /// URL opens nothing; a wrong token is refused with no session.
-fn not_logged_in_only_the_login_form_opens(addr: SocketAddr, token: &str) {
-    let page = get(addr, "/", "");
+fn not_logged_in_the_pages_hold_no_data(addr: SocketAddr, token: &str) {
+    let page = get(addr, "/login", "");
     assert_eq!(page.status, 200);
     assert!(
-        page.body.contains("<form method=post action=/login>"),
+        page.body.contains("<form id=login>") && page.body.contains("/assets/login.js"),
         "{}",
         page.body
     );
-    assert!(!page.body.contains("Rounds"));
+    for path in ["/", "/hosts", "/rounds/1"] {
+        let page = get(addr, path, "");
+        assert_eq!(page.status, 200, "{path}");
+        assert!(page.header("set-cookie").is_none());
+        assert!(!page.body.contains(token));
+    }
+    assert_eq!(get(addr, "/api/dashboard/overview", "").status, 401);
     // The token in a URL opens nothing.
-    let page = get(addr, &format!("/?token={token}"), "");
-    assert!(page.body.contains("action=/login") && !page.body.contains("Rounds"));
-    assert!(page.header("set-cookie").is_none());
+    let a = get(addr, &format!("/api/status?token={token}"), "");
+    assert_eq!(a.status, 401);
 
     // A wrong token: refused, no session.
-    let wrong = post_form(addr, "/login", "", "token=not-the-token");
+    let wrong = post_json(
+        addr,
+        "/login",
+        &own_origin(addr),
+        r#"{"token":"not-the-token"}"#,
+    );
     assert_eq!(wrong.status, 401);
+    assert!(
+        wrong.body.contains("That is not the admin token."),
+        "{}",
+        wrong.body
+    );
     assert!(wrong.header("set-cookie").is_none());
 }
 
-/// The right token: a session cookie (not the token), and back to the
-/// dashboard's URL. Returns the `Cookie:` header line of the session.
-fn the_right_token_gives_a_session_cookie(addr: SocketAddr, token: &str) -> String {
-    let ok = post_form(addr, "/login", "", &format!("token={token}"));
-    assert_eq!(ok.status, 303, "{}", ok.body);
-    assert_eq!(ok.header("location"), Some("/"));
-    let cookie = ok.header("set-cookie").expect("session cookie").to_string();
-    for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
-        assert!(cookie.contains(attr), "cookie lacks {attr}: {cookie}");
+/// The right token, posted from the login page (its Origin): a session
+/// token in the body (not the admin token), no cookie; from a page
+/// elsewhere or without an Origin, none. Returns the `Authorization:` line.
+fn the_right_token_from_the_login_page_gives_a_session(addr: SocketAddr, token: &str) -> String {
+    let body = format!(r#"{{"token":"{token}"}}"#);
+    for extra in [
+        "",
+        OTHER_PORT_ORIGIN,
+        "Origin: http://rebind.attacker.test\r\n",
+    ] {
+        let a = post_json(addr, "/login", extra, &body);
+        assert_eq!(a.status, 403, "{extra}: {}", a.body);
+        assert!(!a.body.contains("\"session\""), "{}", a.body);
     }
-    assert!(!cookie.contains(token), "the token is not the session id");
-    let session = cookie.split(';').next().expect("name=value").to_string();
-    format!("Cookie: {session}\r\n")
+    let ok = post_json(addr, "/login", &own_origin(addr), &body);
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    assert!(ok.header("set-cookie").is_none(), "never a cookie");
+    let v: serde_json::Value = serde_json::from_str(&ok.body).expect("json");
+    let session = v["session"].as_str().expect("session").to_string();
+    assert_eq!(session.len(), 64, "{session}");
+    assert_ne!(session, token, "the session is not the token");
+    assert_eq!(v["expires_s"], 8 * 3600);
+    format!("Authorization: Session {session}\r\n")
 }
 
-/// The dashboard and its JSON by the cookie; a forged cookie or none is
-/// refused; the bearer header still works, and so does the CLI.
-fn the_cookie_and_the_bearer_header_open_the_dashboard(
+/// The JSON by the session; a forged session, or the session as a cookie,
+/// is refused; the bearer header still works, and so does the CLI. A
+/// change made with the session needs the dashboard's Origin.
+fn the_session_and_the_bearer_header_open_the_api(
     g: &Grid,
     addr: SocketAddr,
     token: &str,
     with_session: &str,
 ) {
-    let page = get(addr, "/", with_session);
-    assert_eq!(page.status, 200);
-    assert!(page.body.contains("Rounds") && page.body.contains("action=/logout"));
     assert_eq!(get(addr, "/api/status", with_session).status, 200);
+    assert_eq!(
+        get(addr, "/api/dashboard/overview", with_session).status,
+        200
+    );
     assert_eq!(get(addr, "/api/status", "").status, 401);
     assert_eq!(
-        get(addr, "/api/status", "Cookie: beebot_session=forged\r\n").status,
+        get(addr, "/api/status", "Authorization: Session forged\r\n").status,
         401
     );
+    let id = with_session
+        .trim_end()
+        .rsplit(' ')
+        .next()
+        .expect("session id");
+    let as_cookie = format!("Cookie: beebot_session={id}\r\n");
+    assert_eq!(get(addr, "/api/status", &as_cookie).status, 401);
     let bearer = format!("Authorization: Bearer {token}\r\n");
     assert_eq!(get(addr, "/api/status", &bearer).status, 200);
     // The CLI too.
     g.admin_ok(&["status"]);
+    // A change: from another port's page or with no Origin, refused and
+    // nothing made; from the dashboard's own page, made.
+    let invite = r#"{"uses":1,"expires_s":3600}"#;
+    let before = get(addr, "/api/invites", &bearer).body;
+    for extra in ["", OTHER_PORT_ORIGIN] {
+        let a = post_json(
+            addr,
+            "/api/invites",
+            &format!("{with_session}{extra}"),
+            invite,
+        );
+        assert_eq!(a.status, 403, "{extra}: {}", a.body);
+        assert!(a.body.contains("Origin"), "{}", a.body);
+    }
+    assert_eq!(
+        get(addr, "/api/invites", &bearer).body,
+        before,
+        "nothing made"
+    );
+    let a = post_json(
+        addr,
+        "/api/invites",
+        &format!("{with_session}{}", own_origin(addr)),
+        invite,
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
 }
 
 /// Hosts by their state: one left by its owner, one revoked by the admin.
@@ -222,17 +305,19 @@ fn requests_naming_another_host_are_refused_even_with_the_token() {
             b"",
         );
         assert_eq!(a.status, 421, "Host {host}: {}", a.body);
+        let body = format!(r#"{{"token":"{token}"}}"#);
         let login = http(
             addr,
             &format!(
                 "POST /login HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\
-                 Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n",
-                token.len() + 6
+                 Origin: http://{host}\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                body.len()
             ),
-            format!("token={token}").as_bytes(),
+            body.as_bytes(),
         );
         assert_eq!(login.status, 421, "login with Host {host}");
-        assert!(login.header("set-cookie").is_none());
+        assert!(!login.body.contains("\"session\""), "{}", login.body);
     }
     // The admin address and localhost at its port are fine.
     for host in [addr.to_string(), format!("localhost:{}", addr.port())] {
@@ -283,12 +368,8 @@ fn a_request_is_authenticated_before_its_body_is_read() {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
-    s.write_all(
-        head("", "/login", 10_000_000)
-            .replace("application/json", "application/x-www-form-urlencoded")
-            .as_bytes(),
-    )
-    .expect("head");
+    s.write_all(head("", "/login", 10_000_000).as_bytes())
+        .expect("head");
     let a = parse(read_all(&mut s));
     assert_eq!(a.status, 413, "{}", a.body);
 }

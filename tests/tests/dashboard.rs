@@ -94,19 +94,18 @@ impl AdminHttp {
         format!("Bearer {}", self.token)
     }
 
-    /// Log in by the form; the `Cookie` header value of the session.
+    /// Log in as the login page does (its Origin); the `Authorization`
+    /// header value of the session.
     fn login(&self) -> String {
         let a = self.post(
             "/login",
-            &[("Content-Type", "application/x-www-form-urlencoded")],
-            &format!("token={}", self.token),
+            &[("Content-Type", "application/json"), ("Origin", &self.base)],
+            &format!(r#"{{"token":"{}"}}"#, self.token),
         );
-        assert_eq!(a.status, 303, "{}", a.body);
-        a.header("set-cookie")
-            .split(';')
-            .next()
-            .expect("cookie")
-            .to_string()
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(a.header("set-cookie"), "", "never a cookie");
+        let session = a.json()["session"].as_str().expect("session").to_string();
+        format!("Session {session}")
     }
 
     /// `/api/hosts` by the bearer token: host `name`'s record.
@@ -122,14 +121,6 @@ impl AdminHttp {
             .cloned()
             .unwrap_or_else(|| panic!("no host {name}: {hosts}"))
     }
-}
-
-/// The CSRF token a page carries in its `<meta>`.
-fn csrf_of(page: &str) -> String {
-    let (_, rest) = page
-        .split_once("<meta name=\"csrf-token\" content=\"")
-        .expect("csrf meta");
-    rest.split('"').next().expect("csrf").to_string()
 }
 
 /// `field` of each object of the array `list`.
@@ -151,7 +142,7 @@ fn join_named(g: &Grid, home: &str, name: &str, code: &str) {
 }
 
 #[test]
-fn the_dashboard_serves_its_json_and_refuses_a_revoke_without_its_csrf_token() {
+fn the_dashboard_serves_its_json_and_refuses_a_revoke_from_another_page() {
     let g = Grid::start(91, 3);
     g.import_sites();
     let http = AdminHttp::of(&g);
@@ -159,14 +150,12 @@ fn the_dashboard_serves_its_json_and_refuses_a_revoke_without_its_csrf_token() {
     join_named(&g, "a", "alpha", &code);
     join_named(&g, "x", HOSTILE_NAME, &code);
     pages_and_files_have_their_types_and_a_strict_policy(&http);
-    let cookie = http.login();
-    let page = http.get("/hosts", &[("Cookie", &cookie)]);
+    let session = http.login();
+    let page = http.get("/hosts", &[]);
     assert!(
         !page.body.contains(HOSTILE_NAME),
         "host names are data, not HTML"
     );
-    let csrf = csrf_of(&page.body);
-    assert_eq!(csrf.len(), 64, "{csrf}");
 
     // JSON: the session or the token; nothing without.
     for path in ["/api/dashboard/overview", "/api/dashboard/hosts"] {
@@ -177,13 +166,13 @@ fn the_dashboard_serves_its_json_and_refuses_a_revoke_without_its_csrf_token() {
         );
     }
     let hosts = http
-        .get("/api/dashboard/hosts", &[("Cookie", &cookie)])
+        .get("/api/dashboard/hosts", &[("Authorization", &session)])
         .json();
     let names = field_of_each(&hosts["hosts"], "name");
     assert!(names.contains(&HOSTILE_NAME), "{names:?}");
     let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", DELAY_MS]));
     let o = http
-        .get("/api/dashboard/overview", &[("Cookie", &cookie)])
+        .get("/api/dashboard/overview", &[("Authorization", &session)])
         .json();
     let states = field_of_each(&o["components"], "state");
     assert_eq!(o["hosts_enrolled"], 2, "{o:#}");
@@ -195,7 +184,7 @@ fn the_dashboard_serves_its_json_and_refuses_a_revoke_without_its_csrf_token() {
     let r = http
         .get(
             &format!("/api/dashboard/rounds/{round}"),
-            &[("Cookie", &cookie)],
+            &[("Authorization", &session)],
         )
         .json();
     assert_eq!(r["sites"].as_array().map(Vec::len), Some(3), "{r:#}");
@@ -206,10 +195,10 @@ fn the_dashboard_serves_its_json_and_refuses_a_revoke_without_its_csrf_token() {
     );
     assert!(r["eta"]["how"].as_str().unwrap_or("").contains("scheduler"));
     assert_eq!(r["max_points"], 600);
-    let missing = http.get("/api/dashboard/rounds/999", &[("Cookie", &cookie)]);
+    let missing = http.get("/api/dashboard/rounds/999", &[("Authorization", &session)]);
     assert_eq!(missing.status, 404, "{}", missing.body);
 
-    a_revoke_needs_the_sessions_csrf_token(&http, &cookie, &csrf);
+    a_revoke_needs_the_dashboards_own_origin(&http, &session);
 }
 
 /// The pages, their files and the login form: types, CSP, no caching.
@@ -228,35 +217,43 @@ fn pages_and_files_have_their_types_and_a_strict_policy(http: &AdminHttp) {
         assert!(csp.contains("default-src 'self'"), "{path}: {csp}");
         assert_eq!(a.header("x-content-type-options"), "nosniff");
     }
-    // Not logged in, a page is the login form, with no CSRF token.
-    let page = http.get("/hosts", &[]);
-    assert!(page.body.contains("action=/login") && !page.body.contains("csrf-token"));
+    let login = http.get("/login", &[]);
+    assert!(login.body.contains("<form id=login>"), "{}", login.body);
+    let script = http.get("/assets/login.js", &[]);
+    assert!(script.header("content-type").starts_with("text/javascript"));
+    // The pages hold no data and no credential; no cookie is set.
+    for path in ["/", "/hosts", "/login"] {
+        let a = http.get(path, &[]);
+        assert_eq!(a.header("set-cookie"), "", "{path}");
+        assert!(!a.body.contains(&http.token), "{path}");
+    }
 }
 
-/// A revoke by the session cookie without the session's CSRF token, or
-/// with another, is refused with 403 and changes nothing; with it, done.
-fn a_revoke_needs_the_sessions_csrf_token(http: &AdminHttp, cookie: &str, csrf: &str) {
+/// A revoke with the session from another page (another loopback port's
+/// Origin, or none) is refused with 403 and changes nothing; from the
+/// dashboard's own page, done. The CLI's bearer token needs no Origin.
+fn a_revoke_needs_the_dashboards_own_origin(http: &AdminHttp, session: &str) {
     let id = http.host("alpha")["id"].as_u64().expect("id");
     let path = format!("/api/hosts/{id}/revoke");
-    let other = http.login();
-    let other_csrf = csrf_of(&http.get("/", &[("Cookie", &other)]).body);
-    assert_ne!(other_csrf, csrf, "a token per session");
     for headers in [
-        vec![("Cookie", cookie)],
-        vec![("Cookie", cookie), ("X-CSRF-Token", "")],
-        vec![("Cookie", cookie), ("X-CSRF-Token", other_csrf.as_str())],
-        vec![("Cookie", other.as_str()), ("X-CSRF-Token", csrf)],
+        vec![("Authorization", session)],
+        vec![("Authorization", session), ("Origin", "http://127.0.0.1:1")],
+        vec![("Authorization", session), ("Origin", "null")],
     ] {
         let a = http.post(&path, &headers, "");
         assert_eq!(a.status, 403, "{headers:?}: {}", a.body);
-        assert!(a.body.contains("CSRF"), "{}", a.body);
+        assert!(a.body.contains("Origin"), "{}", a.body);
         assert_eq!(http.host("alpha")["revoked"], false, "changed nothing");
     }
-    let a = http.post(&path, &[("Cookie", cookie), ("X-CSRF-Token", csrf)], "");
+    let a = http.post(
+        &path,
+        &[("Authorization", session), ("Origin", &http.base)],
+        "",
+    );
     assert_eq!(a.status, 200, "{}", a.body);
     assert_eq!(a.json()["name"], "alpha");
     assert_eq!(http.host("alpha")["revoked"], true);
-    // The CLI's bearer token needs none (no cookie, no cross-site request).
+    // The CLI's bearer token needs none (no browser sends it).
     let x = http.host(HOSTILE_NAME)["id"].as_u64().expect("id");
     let a = http.post(
         &format!("/api/hosts/{x}/revoke"),
@@ -299,6 +296,7 @@ fn a_browser_logs_in_watches_a_running_round_and_revokes_a_host() {
     shot(&b, &shots, "hosts");
     pages_fit_a_phone(&b, &http, &round);
     shot(&b, &shots, "phone");
+    logs_out(&b, &http);
 
     // The token was never in a URL: not visited, not fetched by a page.
     let fetched = b
@@ -331,14 +329,28 @@ fn shot(b: &Browser, dir: &std::path::Path, name: &str) {
         .expect("screenshot");
 }
 
-/// The login page; a wrong token is refused; the right one opens the overview.
+/// Not logged in, a page sends the browser to the login page; a wrong
+/// token is refused; the right one opens the overview, with the session
+/// in the origin's storage and no cookie.
 fn log_in(b: &Browser, http: &AdminHttp, urls: &mut Vec<String>) {
     b.goto(&format!("{}/", http.base)).expect("open");
-    let field = b.find("input[name=token]").expect("login form");
+    let field = b
+        .wait_find("#login input[name=token]", PAGE_WAIT)
+        .expect("login form");
+    assert_eq!(
+        b.current_url().expect("url"),
+        format!("{}/login", http.base)
+    );
     b.type_into(&field, "not-the-token").expect("type");
     b.click(&b.find("button[type=submit]").expect("button"))
         .expect("submit");
-    let note = b.wait_find(".note", PAGE_WAIT).expect("refusal");
+    b.wait_true(
+        "the refusal",
+        "return !document.getElementById('note').hidden;",
+        PAGE_WAIT,
+    )
+    .expect("refusal");
+    let note = b.find("#note").expect("note");
     assert_eq!(b.text(&note).expect("note"), "That is not the admin token.");
     urls.push(b.current_url().expect("url"));
     let field = b.find("input[name=token]").expect("login form again");
@@ -350,6 +362,50 @@ fn log_in(b: &Browser, http: &AdminHttp, urls: &mut Vec<String>) {
     let url = b.current_url().expect("url");
     assert_eq!(url, format!("{}/", http.base));
     urls.push(url);
+    let kept = b
+        .script(
+            "return [document.cookie, localStorage.getItem('beebot-admin-session') || ''];",
+            json!([]),
+        )
+        .expect("storage");
+    assert_eq!(kept[0], "", "no cookie");
+    assert_eq!(kept[1].as_str().map(str::len), Some(64), "{kept}");
+}
+
+/// "Log out" ends the session on the server and in the browser, which
+/// goes to the login page.
+fn logs_out(b: &Browser, http: &AdminHttp) {
+    b.goto(&format!("{}/", http.base)).expect("open");
+    b.wait_find("#rounds", PAGE_WAIT).expect("overview");
+    let session = b
+        .script(
+            "return localStorage.getItem('beebot-admin-session');",
+            json!([]),
+        )
+        .expect("storage");
+    let session = format!("Session {}", session.as_str().expect("a session"));
+    assert_eq!(
+        http.get("/api/status", &[("Authorization", &session)])
+            .status,
+        200
+    );
+    b.click(&b.find("#logout").expect("log out button"))
+        .expect("log out");
+    b.wait_find("#login input[name=token]", PAGE_WAIT)
+        .expect("the login page");
+    let left = b
+        .script(
+            "return localStorage.getItem('beebot-admin-session');",
+            json!([]),
+        )
+        .expect("storage");
+    assert_eq!(left, Value::Null, "the session is gone here");
+    assert_eq!(
+        http.get("/api/status", &[("Authorization", &session)])
+            .status,
+        401,
+        "and on the server"
+    );
 }
 
 /// A page script's number (text with separators).

@@ -8,14 +8,15 @@
 //! Invariants: every response of the pages carries a Content-Security-Policy
 //! that allows nothing from outside (`default-src 'self'`, no inline script
 //! or style), so a host name like `<img src=x onerror=...>` is text (the
-//! script sets every value with `textContent`). A page is served only to a
-//! logged-in browser (else the login form) and carries the session's CSRF
-//! token, which every state-changing API call made with the session cookie
-//! must send back (checked in `admin.rs`). It never holds the grid lock
+//! script sets every value with `textContent`). The pages hold no data:
+//! their script sends the session token the login page got (kept in the
+//! origin's `localStorage`) with every call, and goes to the login page
+//! when it has none or the server refuses it. It never holds the grid lock
 //! while it probes the reference site or renders.
 //!
-//! `admin.rs` keeps authentication (login, sessions, CSRF) and wires these
-//! routes in; [`live`] holds what the store does not (liveness, series).
+//! `admin.rs` keeps authentication (login, sessions, `Origin` checks) and
+//! wires these routes in; [`live`] holds what the store does not
+//! (liveness, series).
 
 pub mod data;
 pub mod live;
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -54,6 +55,7 @@ const HOSTS: &str = include_str!("assets/hosts.html");
 const LOGIN: &str = include_str!("assets/login.html");
 const CSS: &str = include_str!("assets/dashboard.css");
 const JS: &str = include_str!("assets/dashboard.js");
+const LOGIN_JS: &str = include_str!("assets/login.js");
 
 type JsonResult<T> = Result<Json<T>, (StatusCode, Json<ApiError>)>;
 
@@ -65,6 +67,7 @@ pub(crate) fn pages() -> Router<Arc<Admin>> {
         .route("/hosts", get(hosts_page))
         .route("/assets/dashboard.css", get(css))
         .route("/assets/dashboard.js", get(js))
+        .route("/assets/login.js", get(login_js))
 }
 
 /// The JSON the pages poll, for `admin.rs` to put behind its authentication.
@@ -99,14 +102,9 @@ pub fn esc(s: &str) -> String {
         .replace('\'', "&#39;")
 }
 
-/// The login page; `note` says why it is shown again.
-pub fn login_page(status: StatusCode, note: &str) -> Response {
-    let note = if note.is_empty() {
-        String::new()
-    } else {
-        format!("<p class=note>{}</p>", esc(note))
-    };
-    (status, Html(LOGIN.replace("{{NOTE}}", &note))).into_response()
+/// The login page: its script posts the token and keeps the session.
+pub async fn login_page() -> Response {
+    Html(LOGIN).into_response()
 }
 
 /// Which page, for [`render`].
@@ -117,8 +115,8 @@ enum Page {
     Hosts,
 }
 
-/// A page in its frame, with the session's CSRF token.
-fn render(page: Page, csrf: &str) -> String {
+/// A page in its frame (no data: its script fetches it).
+fn render(page: Page) -> String {
     let (name, title, body, round) = match page {
         Page::Overview => ("overview", "Overview".to_string(), OVERVIEW, String::new()),
         Page::Round(id) => ("round", format!("Round {id}"), ROUND, id.to_string()),
@@ -129,36 +127,30 @@ fn render(page: Page, csrf: &str) -> String {
         .replace("{{PAGE}}", name)
         .replace("{{ROUND}}", &round)
         .replace("{{POLL_MS}}", &POLL_INTERVAL_MS.to_string())
-        .replace("{{CSRF}}", &esc(csrf))
 }
 
-/// A page for a logged-in browser; the login form for anyone else.
-fn page(admin: &Admin, headers: &HeaderMap, page: Page) -> Response {
-    if !crate::admin::authenticated(admin, headers) {
-        return login_page(StatusCode::OK, "");
-    }
-    let csrf = crate::admin::session_csrf(admin, headers).unwrap_or_default();
-    Html(render(page, &csrf)).into_response()
+async fn overview_page() -> Response {
+    Html(render(Page::Overview)).into_response()
 }
 
-async fn overview_page(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
-    page(&admin, &headers, Page::Overview)
+async fn round_page(Path(id): Path<u64>) -> Response {
+    Html(render(Page::Round(id))).into_response()
 }
 
-async fn round_page(
-    State(admin): State<Arc<Admin>>,
-    Path(id): Path<u64>,
-    headers: HeaderMap,
-) -> Response {
-    page(&admin, &headers, Page::Round(id))
-}
-
-async fn hosts_page(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
-    page(&admin, &headers, Page::Hosts)
+async fn hosts_page() -> Response {
+    Html(render(Page::Hosts)).into_response()
 }
 
 async fn css() -> Response {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], CSS).into_response()
+}
+
+async fn login_js() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        LOGIN_JS,
+    )
+        .into_response()
 }
 
 async fn js() -> Response {
@@ -298,9 +290,8 @@ mod tests {
     #[test]
     fn pages_carry_no_inline_code_and_their_placeholders_are_filled() {
         for page in [Page::Overview, Page::Round(7), Page::Hosts] {
-            let html = render(page, "c0ffee");
+            let html = render(page);
             assert!(!html.contains("{{"), "unfilled placeholder");
-            assert!(html.contains("<meta name=\"csrf-token\" content=\"c0ffee\">"));
             assert!(
                 !html.contains("<script>") && !html.contains("style="),
                 "inline"
@@ -308,12 +299,16 @@ mod tests {
             assert!(!html.contains("http-equiv"), "no meta refresh");
             assert!(!html.contains("http://") && !html.contains("https://"));
         }
-        assert!(render(Page::Round(7), "").contains("data-round=\"7\""));
-        for asset in [CSS, JS] {
+        assert!(render(Page::Round(7)).contains("data-round=\"7\""));
+        assert!(!LOGIN.contains("<script>") && !LOGIN.contains("style="));
+        for asset in [CSS, JS, LOGIN_JS] {
             let asset = asset.replace("http://www.w3.org/2000/svg", "");
             assert!(!asset.contains("http://") && !asset.contains("https://"));
         }
-        assert!(JS.contains("textContent") && !JS.contains("innerHTML"));
+        for js in [JS, LOGIN_JS] {
+            assert!(js.contains("textContent") && !js.contains("innerHTML"));
+            assert!(!js.contains("document.cookie"), "no cookie");
+        }
     }
 
     #[test]

@@ -5,7 +5,16 @@
 
 const page = document.body.dataset.page;
 const pollMs = Number(document.body.dataset.pollMs) || 2000;
-const csrf = document.querySelector('meta[name="csrf-token"]').content;
+// The session the login page got (this origin's localStorage: no other
+// port's page reads it); sent with every call, never as a cookie.
+const SESSION_KEY = "beebot-admin-session";
+const session = localStorage.getItem(SESSION_KEY);
+if (!session) window.location.replace("/login");
+const auth = { "Authorization": "Session " + session };
+function loggedOut() {
+  localStorage.removeItem(SESSION_KEY);
+  window.location.replace("/login");
+}
 
 function $(id) { return document.getElementById(id); }
 function setText(id, v) { const e = $(id); if (e) e.textContent = v; }
@@ -37,8 +46,8 @@ function replaceRows(tbody, rows) {
 }
 
 async function getJson(url) {
-  const r = await fetch(url, { credentials: "same-origin", cache: "no-store" });
-  if (r.status === 401) { window.location.assign("/"); throw new Error("logged out"); }
+  const r = await fetch(url, { cache: "no-store", headers: auth });
+  if (r.status === 401) { loggedOut(); throw new Error("logged out"); }
   if (!r.ok) throw new Error(url + ": " + r.status);
   return r.json();
 }
@@ -243,7 +252,7 @@ async function revoke(h, button) {
   const msg = $("message");
   try {
     const r = await fetch("/api/hosts/" + encodeURIComponent(h.id) + "/revoke", {
-      method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": csrf },
+      method: "POST", cache: "no-store", headers: auth,
     });
     const body = await r.json().catch(() => ({}));
     if (!r.ok) throw new Error(body.error || String(r.status));
@@ -300,3 +309,12 @@ function setUp() {
 }
 
 setUp();
+
+// ---- log out: the session ends on the server, then here ----
+$("logout").addEventListener("click", async () => {
+  try {
+    await fetch("/logout", { method: "POST", cache: "no-store", headers: auth });
+  } finally {
+    loggedOut();
+  }
+});
