@@ -327,6 +327,8 @@ pub fn router(shared: Arc<Shared>, addr: SocketAddr) -> Router {
         .route("/api/rounds/{id}", get(round_show))
         .route("/api/rounds/{id}/cancel", post(round_cancel))
         .route("/api/rounds/{id}/export", get(round_export))
+        .route("/api/rounds/{id}/damage", get(round_damage))
+        .route("/api/check", post(check_links))
         .route("/api/hosts", get(hosts_list))
         .route("/api/hosts/{id}/revoke", post(host_revoke))
         .merge(crate::dashboard::api())
@@ -651,8 +653,22 @@ async fn round_export(
         .with_grid(move |g| g.round(id).map(|(r, j)| (r, j, g.link_files_shared())))
         .await
         .map_err(grid_fail)?;
+    // The damaged sites of this export replace those known of the round
+    // before the last byte goes, so the CLI asks for them after it.
+    s.damage.checked(id, &[]);
+    let (damage, metrics) = (s.damage.clone(), s.metrics.clone());
     let body = crate::export::stream::spawn(format!("export of round {id}"), move |out| {
-        crate::export::export_to(files.as_ref(), &jobs, format, out).map(|_| ())
+        crate::export::export_to(files.as_ref(), &jobs, format, out, |site, why| {
+            tracing::warn!(
+                round = id,
+                site,
+                why,
+                "damaged result left out of the export"
+            );
+            damage.found(id, site, why);
+            metrics.set_damaged_sites(damage.count());
+        })
+        .map(|_| ())
     });
     // The round's state beside the rows (a cancelled round's export holds
     // only the sites done before the cancel).
@@ -661,6 +677,32 @@ async fn round_export(
         round.state.as_str(),
     );
     Ok(([(header::CONTENT_TYPE, format.content_type()), state], body).into_response())
+}
+
+/// The damaged sites of round `id` known now (found at start, by a check
+/// or by an export).
+async fn round_damage(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<u64>,
+) -> ApiResult<Json<Vec<DamagedSite>>> {
+    s.with_grid(move |g| g.round_refs(id).map(|_| ()))
+        .await
+        .ok_or_else(|| grid_fail(GridError::UnknownRound(id)))?;
+    Ok(Json(s.damage.of_round(id)))
+}
+
+/// Read every done site's kept files (of one round, or all): the damaged
+/// ones, as `beebot-server check` shows them.
+async fn check_links(
+    State(s): State<Arc<Shared>>,
+    Json(req): Json<CheckRequest>,
+) -> ApiResult<Json<CheckReport>> {
+    if let Some(id) = req.round {
+        s.with_grid(move |g| g.round_refs(id).map(|_| ()))
+            .await
+            .ok_or_else(|| grid_fail(GridError::UnknownRound(id)))?;
+    }
+    Ok(Json(s.check_links(req.round).await))
 }
 
 async fn hosts_list(State(s): State<Arc<Shared>>) -> ApiResult<Json<HostsList>> {

@@ -519,6 +519,30 @@ pub struct HostLine {
 
 pub type HostsList = Vec<HostLine>;
 
+/// A done site whose kept link files cannot be read whole, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DamagedSite {
+    pub round: u64,
+    pub site: String,
+    pub why: String,
+}
+
+/// `POST /api/check`: the round to check (every round when `None`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CheckRequest {
+    #[serde(default)]
+    pub round: Option<u64>,
+}
+
+/// What `POST /api/check` read and found.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CheckReport {
+    pub rounds: u64,
+    /// Done sites whose files were read.
+    pub sites_read: u64,
+    pub damaged: Vec<DamagedSite>,
+}
+
 /// A dashboard login's answer: the session token its page sends as
 /// `Authorization: Session …`, and how long the session lasts.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -17,6 +17,7 @@ pub mod admin;
 pub mod api;
 pub mod cli_util;
 pub mod config;
+pub mod damage;
 pub mod dashboard;
 pub mod durations;
 pub mod export;
@@ -86,6 +87,47 @@ pub struct Shared {
     pub live: Arc<dashboard::live::Live>,
     /// The server's Prometheus metrics (`GET /metrics`).
     pub metrics: Arc<metrics::Metrics>,
+    /// Done sites whose kept link files cannot be read whole.
+    pub damage: Arc<damage::Damage>,
+}
+
+impl Shared {
+    /// Read the kept link files of every done site of round `round` (every
+    /// round when `None`), off the grid's thread and lock, one round at a
+    /// time; the damaged sites found replace those known of each round.
+    pub async fn check_links(self: &Arc<Self>, round: Option<u64>) -> api::CheckReport {
+        let ids: Vec<u64> = match round {
+            Some(id) => vec![id],
+            None => {
+                self.with_grid(|g| g.rounds().iter().map(|r| r.id).collect::<Vec<u64>>())
+                    .await
+            }
+        };
+        let mut report = api::CheckReport::default();
+        for id in ids {
+            let Ok((jobs, files)) = self
+                .with_grid(move |g| g.round(id).map(|(_, j)| (j, g.link_files_shared())))
+                .await
+            else {
+                continue;
+            };
+            let checked =
+                tokio::task::spawn_blocking(move || damage::check_round(files.as_ref(), id, &jobs))
+                    .await;
+            let Ok((read, damaged)) = checked else {
+                continue;
+            };
+            for d in &damaged {
+                tracing::warn!(round = id, site = %d.site, why = %d.why, "damaged result");
+            }
+            self.damage.checked(id, &damaged);
+            report.rounds += 1;
+            report.sites_read += read;
+            report.damaged.extend(damaged);
+        }
+        self.metrics.set_damaged_sites(self.damage.count());
+        report
+    }
 }
 
 /// The units with an upload being verified or written.
@@ -447,6 +489,7 @@ impl Server {
             about_shown: Mutex::new(Some(about)),
             live,
             metrics,
+            damage: Arc::default(),
         });
         Ok(Server {
             shared,
@@ -491,6 +534,23 @@ impl Server {
         );
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let ticker = spawn_ticker(shared.clone(), stop_rx.clone());
+        // Damage is looked for at once, beside the work (reads only).
+        tokio::spawn({
+            let shared = shared.clone();
+            async move {
+                let report = shared.check_links(None).await;
+                let damaged = report.damaged.len();
+                if damaged > 0 {
+                    tracing::warn!(
+                        sites = report.sites_read,
+                        damaged,
+                        "damaged results found: `beebot-server check` names them"
+                    );
+                } else {
+                    tracing::info!(sites = report.sites_read, "every kept result reads whole");
+                }
+            }
+        });
         let reference_task = reference.map(|listener| {
             let mut stop = stop_rx.clone();
             let about = shared.about_page.subscribe();

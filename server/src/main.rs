@@ -62,6 +62,9 @@ enum Cmd {
     },
     /// Export a round's outbound links.
     Export(cli::export::ExportArgs),
+    /// Read every done site's kept link files and name the damaged ones
+    /// (exit code 5 when one is).
+    Check(cli::check::CheckArgs),
     /// Run the real scheduler against simulated hosts on a virtual clock and
     /// print a table per policy (makespan, ratio to the lower bound, ...).
     Simulate(cli::simulate::SimulateArgs),
@@ -116,6 +119,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Hosts { cmd } => cli::hosts::run(&dir, cmd)?,
         Cmd::Status { json } => cli::status::run(&dir, json)?,
         Cmd::Export(a) => cli::export::run(&dir, a)?,
+        Cmd::Check(a) => cli::check::run(&dir, a)?,
         Cmd::Simulate(a) => cli::simulate::run(a)?,
     };
     Ok(report.print())

@@ -354,6 +354,8 @@ pub struct Metrics {
     link_fsync: Histogram,
     link_sync_group: Histogram,
     lock_hold: Histogram,
+    /// Done sites whose kept link files cannot be read whole.
+    damaged_sites: Gauge,
     /// When this server started, Unix seconds.
     started_s: f64,
 }
@@ -371,6 +373,11 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Done sites now known damaged ([`crate::damage`]).
+    pub fn set_damaged_sites(&self, n: u64) {
+        self.damaged_sites.set(gauge_value(n));
+    }
+
     /// Empty metrics of a server started at `started_ms` (Unix ms).
     pub fn new(started_ms: u64) -> Metrics {
         let m = Metrics {
@@ -383,6 +390,7 @@ impl Metrics {
             link_fsync: histogram(FSYNC_BUCKETS),
             link_sync_group: histogram(GROUP_BUCKETS),
             lock_hold: histogram(LOCK_BUCKETS),
+            damaged_sites: Gauge::default(),
             started_s: started_ms as f64 / 1000.0,
         };
         m.register()
@@ -400,6 +408,11 @@ impl Metrics {
             drop(self.request_duration.get_or_create(&KindLabels { kind }));
         }
         let r = &mut self.registry;
+        r.register(
+            "damaged_sites",
+            "Done sites whose kept link files cannot be read whole (found at start, by a check or an export)",
+            self.damaged_sites.clone(),
+        );
         r.register(
             "requests",
             "QUIC requests answered, by kind and outcome",

@@ -349,3 +349,114 @@ fn bad_requests_leave_no_file(g: &Grid, round: &str) {
         assert!(left.is_empty(), "{all:?} left {left:?}");
     }
 }
+
+/// The first put frame of a link file (`.lf`) in round `round`'s packs
+/// under `links`: its pack and the offset and length of its data (the
+/// frame layout of `beebot_server::grid::packs`).
+fn first_link_file_frame(links: &Path, round: &str) -> (std::path::PathBuf, usize, usize) {
+    let dir = links.join(round);
+    let mut packs: Vec<_> = std::fs::read_dir(&dir)
+        .expect("packs")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "lfp"))
+        .collect();
+    packs.sort();
+    for pack in packs {
+        let b = std::fs::read(&pack).expect("pack");
+        let mut at = 0;
+        while at + 19 <= b.len() && &b[at..at + 4] == b"BBLP" {
+            let kind = b[at + 4];
+            let key_len = u16::from_le_bytes([b[at + 5], b[at + 6]]) as usize;
+            let data_len =
+                u32::from_le_bytes([b[at + 7], b[at + 8], b[at + 9], b[at + 10]]) as usize;
+            let key = &b[at + 19..at + 19 + key_len];
+            let data_at = at + 19 + key_len;
+            if kind == 1 && key.ends_with(b".lf") {
+                return (pack, data_at, data_len);
+            }
+            at = data_at + if kind == 1 { data_len } else { 0 };
+        }
+    }
+    panic!("no link file in the packs of round {round}");
+}
+
+/// A site whose kept link file is damaged on disk (a byte flipped under
+/// the server): `check` names it with its cause and exits 5; the export
+/// leaves that site out whole, holds every row of every other site, names
+/// the site and exits 5 (it once failed for the whole round with "Peer
+/// disconnected"); a restarted server finds it at start (the metric).
+#[test]
+fn a_damaged_site_is_found_named_and_left_out_of_the_export_alone() {
+    let mut g = Grid::start(43, 4);
+    let code = g.invite(1);
+    g.join("a", &code);
+    g.import_sites();
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", DELAY_MS]));
+    g.run_once("a", 2, &[]).wait_ok("run --once");
+    g.wait_round(&round, "240s");
+    let before = sorted(g.export_rows(&round));
+    let ok = g.admin(&["check"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert!(stdout(&ok).contains("0 damaged"), "{}", stdout(&ok));
+
+    let (pack, data_at, len) = first_link_file_frame(&g.data_dir().join("links"), &round);
+    assert!(len > 8, "{len}");
+    let mut bytes = std::fs::read(&pack).expect("pack");
+    bytes[data_at + len / 2] ^= 0xff;
+    std::fs::write(&pack, bytes).expect("damage the pack");
+
+    let o = g.admin(&["check", "--json"]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    let damaged = report["damaged"].as_array().expect("damaged").clone();
+    assert_eq!(damaged.len(), 1, "{report:#}");
+    let site = damaged[0]["site"].as_str().expect("site").to_string();
+    let why = damaged[0]["why"].as_str().expect("why");
+    assert!(why.contains("checksum") || why.contains("CRC"), "{why}");
+
+    let path = g.dir.path().join("after.tsv");
+    let o = export_to(&g, &round, &path);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("site {site}:")),
+        "{}",
+        stderr(&o)
+    );
+    let text = std::fs::read_to_string(&path).expect("the export is written");
+    let after: Vec<Vec<String>> = sorted(
+        text.lines()
+            .skip(1)
+            .map(|l| l.split('\t').map(str::to_string).collect())
+            .collect(),
+    );
+    let others: Vec<Vec<String>> = before.iter().filter(|r| r[0] != site).cloned().collect();
+    assert!(others.len() < before.len(), "the damaged site had rows");
+    assert!(!others.is_empty(), "other sites have rows");
+    assert_eq!(after, others, "every other site's rows, none of {site}'s");
+
+    // Found again at start, without a check: the metric says so.
+    g.kill_server();
+    g.start_server();
+    let token = std::fs::read_to_string(g.data_dir().join("admin.token")).expect("token");
+    let addr = beebot_server::config::DataDir(g.data_dir())
+        .load_runtime()
+        .expect("serve.json")
+        .admin_addr;
+    let agent: ureq::Agent = ureq::Agent::config_builder().proxy(None).build().into();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let text = agent
+            .get(format!("http://{addr}/metrics"))
+            .header("Authorization", format!("Bearer {}", token.trim()))
+            .call()
+            .expect("metrics")
+            .body_mut()
+            .read_to_string()
+            .expect("body");
+        if text.lines().any(|l| l == "beebot_damaged_sites 1") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -203,10 +203,23 @@ async fn export_round(grid: &LoopbackGrid, round_id: u64) -> Result<(PathBuf, BT
     let file = std::fs::File::create(&export_path)?;
     let mut w = ExportWriter::new(std::io::BufWriter::new(file), Format::Tsv)?;
     let files = beebot_server::grid::LinkPacks::new(grid.dir.links());
-    beebot_server::export::export_round(&files, &jobs, &mut w, |site, r| {
-        exported.insert((site.to_string(), r.source_url.clone(), r.target_url.clone()));
-    })?;
+    let mut damaged = Vec::new();
+    beebot_server::export::export_round(
+        &files,
+        &jobs,
+        &mut w,
+        |site, r| {
+            exported.insert((site.to_string(), r.source_url.clone(), r.target_url.clone()));
+        },
+        |site, why| damaged.push(format!("{site}: {why}")),
+    )?;
     w.finish()?;
+    if !damaged.is_empty() {
+        anyhow::bail!(
+            "damaged results left out of the export: {}",
+            damaged.join("; ")
+        );
+    }
     Ok((export_path, exported))
 }
 

@@ -1,7 +1,8 @@
 //! `export`: a round's outbound links, streamed from the admin API (TSV,
 //! JSON Lines or Parquet) to stdout or a file, or folded into Common
 //! Crawl's host-graph layout (`--graph host`). The rows stay rows: what the
-//! admin should know (a cancelled round) is said on stderr.
+//! admin should know (a cancelled round, sites left out because their
+//! files are damaged, with exit code 5) is said on stderr.
 //!
 //! Nothing here holds a whole export: the body is copied as it arrives into
 //! stdout or an [`OutFile`] (compressed by its extension, renamed into place
@@ -15,9 +16,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
-use beebot_server::api::ROUND_STATE_HEADER;
+use beebot_server::api::{DamagedSite, ROUND_STATE_HEADER};
 use beebot_server::cli_util::AdminClient;
 use beebot_server::config::DataDir;
+use beebot_server::damage::EXIT_DAMAGED;
 use beebot_server::export::graph::HostGraph;
 use beebot_server::export::output::{choose_format, OutFile};
 use beebot_server::export::Format;
@@ -90,6 +92,15 @@ pub fn run(dir: &DataDir, a: ExportArgs) -> Result<Report> {
             None => copy_to_stdout(body)?,
         }
         r.warn_some(round_state_note(round, state.as_deref()));
+    }
+    // Sites whose files are damaged were left out: named, and the exit
+    // code says so (the export holds every other site).
+    let damaged: Vec<DamagedSite> = c.get(&format!("/api/rounds/{round}/damage"))?;
+    for line in super::check::damaged_lines(&damaged) {
+        r.warn(line);
+    }
+    if !damaged.is_empty() {
+        r.code = EXIT_DAMAGED;
     }
     Ok(r)
 }

@@ -8,6 +8,7 @@
 //! the commands that stream (`serve`'s banner, `round wait`'s progress,
 //! `export`'s rows).
 
+pub mod check;
 pub mod export;
 pub mod hosts;
 pub mod init;

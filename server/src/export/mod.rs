@@ -109,23 +109,26 @@ impl<W: Write> RowSink for ExportWriter<W> {
 }
 
 /// Write the whole export of `jobs` in `format` to `out` and finish it
-/// (TSV's header, Parquet's footer); returns the number of rows.
+/// (TSV's header, Parquet's footer); returns the number of rows. A site
+/// whose files are damaged is left out and told to `on_damaged` (site,
+/// why) before the export is finished.
 pub fn export_to<W: Write + Send>(
     files: &dyn LinkFiles,
     jobs: &[JobRecord],
     format: Format,
     out: W,
+    on_damaged: impl FnMut(&str, &str),
 ) -> Result<u64, ExportError> {
     match format.text() {
         Some(text) => {
             let mut w = ExportWriter::new(out, text)?;
-            let rows = export_round(files, jobs, &mut w, |_, _| {})?;
+            let rows = export_round(files, jobs, &mut w, |_, _| {}, on_damaged)?;
             w.finish()?;
             Ok(rows)
         }
         None => {
             let mut w = parquet::ParquetRows::new(out)?;
-            let rows = export_round(files, jobs, &mut w, |_, _| {})?;
+            let rows = export_round(files, jobs, &mut w, |_, _| {}, on_damaged)?;
             w.finish()?;
             Ok(rows)
         }
@@ -136,11 +139,18 @@ pub fn export_to<W: Write + Send>(
 /// result) to `writer`, sites in name order; `on_row` sees each row written
 /// (its site and record). Returns the number of rows. The writer is not
 /// finished: the caller ends it ([`ExportWriter::finish`]).
+///
+/// Each site's files are read whole before its first row is written
+/// ([`crate::damage::job_damage`]): a site whose files are damaged
+/// (missing, cut short, failing their checksum) is left out whole and
+/// told to `on_damaged` (site, why), and the export goes on with the
+/// others. It costs each file a second read and decode.
 pub fn export_round<S: RowSink>(
     files: &dyn LinkFiles,
     jobs: &[JobRecord],
     writer: &mut S,
     mut on_row: impl FnMut(&str, &LinkRecord),
+    mut on_damaged: impl FnMut(&str, &str),
 ) -> Result<u64, ExportError> {
     let mut done: Vec<&JobRecord> = jobs
         .iter()
@@ -149,6 +159,10 @@ pub fn export_round<S: RowSink>(
     done.sort_by(|a, b| a.site.cmp(&b.site));
     let mut rows = 0u64;
     for job in done {
+        if let Some(why) = crate::damage::job_damage(files, job) {
+            on_damaged(&job.site, &why);
+            continue;
+        }
         let visited = crate::grid::for_each_link(files, job, |r| {
             writer.row(&job.site, r)?;
             rows += 1;
@@ -179,7 +193,7 @@ mod tests {
         let mut w =
             ExportWriter::new(Vec::new(), beebot_shared::export::Format::Tsv).expect("writer");
         let mut seen = 0;
-        let rows = export_round(&dir, &[], &mut w, |_, _| seen += 1).expect("export");
+        let rows = export_round(&dir, &[], &mut w, |_, _| seen += 1, |_, _| {}).expect("export");
         assert_eq!((rows, seen), (0, 0));
         let out = String::from_utf8(w.finish().expect("finish")).expect("utf-8");
         assert_eq!(out.lines().count(), 1, "{out}");
