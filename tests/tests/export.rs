@@ -350,6 +350,24 @@ fn bad_requests_leave_no_file(g: &Grid, round: &str) {
     }
 }
 
+/// `GET path` of the admin API with the bearer token: the body.
+fn admin_get(g: &Grid, path: &str) -> String {
+    let token = std::fs::read_to_string(g.data_dir().join("admin.token")).expect("token");
+    let addr = beebot_server::config::DataDir(g.data_dir())
+        .load_runtime()
+        .expect("serve.json")
+        .admin_addr;
+    let agent: ureq::Agent = ureq::Agent::config_builder().proxy(None).build().into();
+    agent
+        .get(format!("http://{addr}{path}"))
+        .header("Authorization", format!("Bearer {}", token.trim()))
+        .call()
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .body_mut()
+        .read_to_string()
+        .expect("body")
+}
+
 /// The first put frame of a link file (`.lf`) in round `round`'s packs
 /// under `links`: its pack and the offset and length of its data (the
 /// frame layout of `beebot_server::grid::packs`).
@@ -434,25 +452,26 @@ fn a_damaged_site_is_found_named_and_left_out_of_the_export_alone() {
     assert!(!others.is_empty(), "other sites have rows");
     assert_eq!(after, others, "every other site's rows, none of {site}'s");
 
+    // `round show` and the dashboard's round page name it too.
+    let o = g.admin_ok(&["round", "show", &round]);
+    assert!(
+        stderr(&o).contains(&format!("site {site}:")),
+        "{}",
+        stderr(&o)
+    );
+    let page: serde_json::Value =
+        serde_json::from_str(&admin_get(&g, &format!("/api/dashboard/rounds/{round}")))
+            .expect("json");
+    let shown = page["damaged"].as_array().expect("damaged").clone();
+    assert_eq!(shown.len(), 1, "{page:#}");
+    assert_eq!(shown[0]["site"], site.as_str());
+
     // Found again at start, without a check: the metric says so.
     g.kill_server();
     g.start_server();
-    let token = std::fs::read_to_string(g.data_dir().join("admin.token")).expect("token");
-    let addr = beebot_server::config::DataDir(g.data_dir())
-        .load_runtime()
-        .expect("serve.json")
-        .admin_addr;
-    let agent: ureq::Agent = ureq::Agent::config_builder().proxy(None).build().into();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let text = agent
-            .get(format!("http://{addr}/metrics"))
-            .header("Authorization", format!("Bearer {}", token.trim()))
-            .call()
-            .expect("metrics")
-            .body_mut()
-            .read_to_string()
-            .expect("body");
+        let text = admin_get(&g, "/metrics");
         if text.lines().any(|l| l == "beebot_damaged_sites 1") {
             break;
         }

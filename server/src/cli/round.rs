@@ -77,7 +77,13 @@ pub fn run(dir: &DataDir, cmd: RoundCmd) -> Result<Report> {
             if json {
                 return Report::json(&d);
             }
-            Ok(Report::out(show(&d)))
+            let mut r = Report::out(show(&d));
+            let damaged: Vec<beebot_server::api::DamagedSite> =
+                c.get(&format!("/api/rounds/{id}/damage"))?;
+            for line in super::check::damaged_lines(&damaged) {
+                r.warn(line);
+            }
+            Ok(r)
         }
         RoundCmd::Wait {
             id,

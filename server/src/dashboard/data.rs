@@ -291,6 +291,9 @@ pub struct RoundPage {
     /// Pages/s over time: `[ms, pages/s]`, at most [`MAX_SERIES_POINTS`].
     pub chart: Vec<(u64, f64)>,
     pub max_points: usize,
+    /// Done sites whose kept files do not read whole (filled by the
+    /// handler from [`crate::damage::Damage`], not under the grid lock).
+    pub damaged: Vec<crate::api::DamagedSite>,
 }
 
 /// A round's page from its jobs, every host and its series: built under
@@ -322,6 +325,7 @@ pub fn round_page<J: Borrow<JobRecord>, H: Borrow<HostRecord>>(
         failures: failures_by_reason(jobs),
         chart: series.pages_per_s(),
         max_points: MAX_SERIES_POINTS,
+        damaged: Vec::new(),
     }
 }
 

@@ -205,7 +205,11 @@ async fn round_json(
             let hosts: Vec<&HostRecord> = g.host_records().collect();
             Ok(data::round_page((round, &jobs), &hosts, &series, now_ms()))
         })
-        .await;
+        .await
+        .map(|mut page| {
+            page.damaged = s.damage.of_round(id);
+            page
+        });
     page.map(Json).map_err(|e: GridError| {
         (
             StatusCode::NOT_FOUND,

@@ -119,6 +119,15 @@ function renderRound(d) {
   eta.textContent = d.eta.seconds === null ? "ETA – (" + d.eta.note + ")" : "ETA " + duration(d.eta.seconds);
   setText("round-params", "policy " + d.round.policy + " · delay " + fmt(d.delay_ms) + " ms · at most " +
     fmt(d.max_pages) + " pages a site · validation " + d.validate + " · started " + utc(d.round.started_ms) + " UTC");
+  const dmg = $("damaged");
+  dmg.hidden = d.damaged.length === 0;
+  setText("damaged-text", d.damaged.length + " done site(s) damaged: their kept link files do not read whole, " +
+    "so no export holds them; a new round scans them again.");
+  $("damaged-sites").replaceChildren(...d.damaged.map((x) => {
+    const li = document.createElement("li");
+    li.textContent = x.site + ": " + x.why;
+    return li;
+  }));
   const c = d.counts;
   setText("c-queued", fmt(c.queued));
   setText("c-running", fmt(c.running));
