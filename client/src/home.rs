@@ -964,6 +964,12 @@ impl Home {
             source,
         };
         beebot_shared::util::create_private_dir(&self.data).map_err(io)?;
+        // A home an older version made readable by others is made private.
+        for dir in [&self.data, &self.config] {
+            if dir.is_dir() {
+                beebot_shared::util::make_dir_private(dir).map_err(io)?;
+            }
+        }
         let mut opts = fs::OpenOptions::new();
         opts.read(true).write(true).create(true).truncate(false);
         #[cfg(unix)]

@@ -25,7 +25,7 @@ pub struct RotatingFile {
 impl RotatingFile {
     pub fn open(path: &Path, max_bytes: u64, keep: usize) -> io::Result<RotatingFile> {
         if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir)?;
+            beebot_shared::util::create_private_dir(dir)?;
         }
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         let written = file.metadata()?.len();

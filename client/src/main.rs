@@ -10,6 +10,10 @@ mod cli;
 use clap::Parser;
 
 fn main() {
+    // Everything the client writes (keys, spool, status, logs, its data
+    // dir) is its user's alone, whatever the umask it was started with.
+    #[cfg(unix)]
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let args = cli::Cli::parse();
     cli::init_logging(&args);
     if let Err(e) = cli::dispatch(args) {

@@ -439,7 +439,9 @@ impl DataDir {
     /// Write the config back (durably).
     pub fn save_config(&self, cfg: &ServerConfig) -> Result<()> {
         let text = toml::to_string_pretty(cfg).context("cannot encode config")?;
-        crate::grid::write_durable(&self.config(), text.as_bytes())
+        // The admin's settings are the server user's alone, whatever the
+        // umask of the process that saves them.
+        beebot_shared::durable::write_private(&self.config(), text.as_bytes())
             .with_context(|| format!("cannot write {}", self.config().display()))
     }
 

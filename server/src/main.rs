@@ -86,6 +86,11 @@ fn main() {
         }
         default_hook(info)
     }));
+    // Everything the server writes (store, packs, token, keys) is its
+    // user's alone, whatever the umask it was started with (the packaged
+    // unit sets UMask=0077 too).
+    #[cfg(target_os = "linux")]
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let cli = Cli::parse();
     let default_level = match cli.cmd {
         Cmd::Serve => "info",

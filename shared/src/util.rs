@@ -132,6 +132,23 @@ pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     b.create(dir)
 }
 
+/// Make an existing directory its owner's alone (`0700` on Unix) when
+/// others may enter or read it (a data dir an older version made with the
+/// umask's `0755`); nothing elsewhere.
+pub fn make_dir_private(dir: &std::path::Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir)?.permissions().mode();
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o700 | 0o700))?;
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
 /// SHA-256 of `data`.
 pub fn sha256(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
@@ -232,6 +249,18 @@ mod tests {
     }
 
     #[cfg(unix)]
+    #[test]
+    fn an_open_dir_is_made_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("beebot-open-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        make_dir_private(&dir).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
     #[test]
     fn private_dirs_are_the_owners_whatever_the_umask() {
         use std::os::unix::fs::PermissionsExt;

@@ -324,3 +324,49 @@ fn a_full_spool_takes_no_new_work() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Every file and directory under `root` is its owner's alone; returns
+/// how many were looked at.
+#[cfg(unix)]
+fn owner_only(root: &std::path::Path) -> usize {
+    use std::os::unix::fs::PermissionsExt;
+    let mut seen = 0;
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        let meta = std::fs::symlink_metadata(&p).expect("stat");
+        let mode = meta.permissions().mode() & 0o777;
+        assert_eq!(mode & 0o077, 0, "{} is {mode:o}", p.display());
+        seen += 1;
+        if meta.is_dir() {
+            todo.extend(
+                std::fs::read_dir(&p)
+                    .expect("dir")
+                    .map(|e| e.expect("entry").path()),
+            );
+        }
+    }
+    seen
+}
+
+/// The client's home (keys, spool, log, status, benchmark) and the
+/// server's data dir (store, packs, token) are their user's alone, though
+/// both were started with the usual umask (022), which once left the
+/// client's data dir 0755 and its log, `status.json` and `benchmark.json`
+/// 0644 for every local user to read. A home an older version left open
+/// is closed when the client runs.
+#[cfg(unix)]
+#[test]
+fn what_the_client_and_server_write_is_their_users_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let g = Grid::start(45, 2);
+    join(&g, "a");
+    let home = g.home("a");
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    g.import_sites();
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", "5"]));
+    g.run_once("a", 2, &[]).wait_ok("run --once");
+    g.wait_round(&round, "120s");
+    let client = owner_only(&home);
+    let server = owner_only(&g.data_dir());
+    assert!(client > 5 && server > 5, "{client} / {server} files");
+}
