@@ -36,6 +36,18 @@ use crate::grid::GridError;
 use crate::validate::ValidateMode;
 use crate::{now_ms, Shared};
 
+/// What the admin API and the dashboard let their clients hold: the CLI
+/// and a browser's tabs use a few connections; an export streams (bytes
+/// move, so it is never idle). Half-sent headers are closed after 10 s.
+/// Loopback only, so every client is one address: beyond the cap a new
+/// connection waits in the backlog for a slot rather than being closed.
+pub const LIMITS: beebot_shared::httpcap::Limits = beebot_shared::httpcap::Limits {
+    connections: 64,
+    per_address: 64,
+    header: Duration::from_secs(10),
+    idle: Duration::from_secs(60),
+};
+
 /// Largest admin request body (a big `sites import`).
 const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// Largest login form (a token of a few dozen characters, with room).

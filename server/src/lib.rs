@@ -563,9 +563,10 @@ impl Server {
             ))
         });
         let admin_task = spawn_admin(admin, shared.clone(), runtime.admin_addr, stop_rx.clone());
-        let metrics_task = metrics
-            .zip(runtime.metrics_addr)
-            .map(|(l, addr)| spawn_http(l, metrics::router(shared.clone(), addr), stop_rx.clone()));
+        let metrics_task = metrics.zip(runtime.metrics_addr).map(|(l, addr)| {
+            let app = metrics::router(shared.clone(), addr);
+            spawn_http(l, metrics::LIMITS, app, stop_rx.clone())
+        });
         let quic = {
             let shared = shared.clone();
             let mut stop = stop_rx.clone();
@@ -690,22 +691,29 @@ fn spawn_admin(
     admin_addr: SocketAddr,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
-    spawn_http(admin, admin::router(shared, admin_addr), stop)
+    spawn_http(
+        admin,
+        admin::LIMITS,
+        admin::router(shared, admin_addr),
+        stop,
+    )
 }
 
-/// Serve `app` on `listener` until `stop`.
+/// Serve `app` on `listener` within `limits` until `stop`.
 fn spawn_http(
     listener: tokio::net::TcpListener,
+    limits: beebot_shared::httpcap::Limits,
     app: axum::Router,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.changed().await;
-            })
-            .await;
-    })
+    tokio::spawn(beebot_shared::httpcap::serve(
+        listener,
+        limits,
+        app,
+        async move {
+            let _ = stop.changed().await;
+        },
+    ))
 }
 
 #[cfg(test)]

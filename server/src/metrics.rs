@@ -662,6 +662,14 @@ pub async fn get_metrics(State(shared): State<Arc<Shared>>) -> Response {
     scrape(shared).await
 }
 
+/// What the metrics address lets its clients hold: a scraper or two.
+pub const LIMITS: beebot_shared::httpcap::Limits = beebot_shared::httpcap::Limits {
+    connections: 32,
+    per_address: 8,
+    header: std::time::Duration::from_secs(10),
+    idle: std::time::Duration::from_secs(60),
+};
+
 /// The `metrics_listen` address's router: `GET /metrics`, no token. On a
 /// loopback address only the address's own names are answered (a web page
 /// whose name was rebound to 127.0.0.1 reads nothing); an address an admin

@@ -11,22 +11,15 @@
 //! connections in all and per address, the time to send a request's header,
 //! and the time a connection may sit idle.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::net::IpAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{header, Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Semaphore;
+use axum::http::{header, Method, Response, StatusCode};
+use beebot_shared::httpcap::{self, Limits};
 
 use crate::about::AboutPage;
 
@@ -264,9 +257,16 @@ fn push_paragraph(out: &mut String, index: usize, rng: &mut u64) {
     out.push_str("</p>\n");
 }
 
+/// What the reference site lets a client hold.
+pub const LIMITS: Limits = Limits {
+    connections: MAX_CONNECTIONS,
+    per_address: MAX_CONNECTIONS_PER_ADDRESS,
+    header: HEADER_READ_TIMEOUT,
+    idle: IDLE_TIMEOUT,
+};
+
 /// Serve the reference site on `listener` (any `Host`) until `shutdown`,
-/// within [`MAX_CONNECTIONS`], [`MAX_CONNECTIONS_PER_ADDRESS`],
-/// [`HEADER_READ_TIMEOUT`] and [`IDLE_TIMEOUT`].
+/// within [`LIMITS`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -281,164 +281,13 @@ pub async fn serve_with_about(
     about: Option<AboutPage>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let per_address: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
-    let mut conns = tokio::task::JoinSet::new();
-    tokio::pin!(shutdown);
-    loop {
-        while conns.try_join_next().is_some() {}
-        // A slot before accepting: beyond the cap, connections wait in the
-        // backlog instead of taking a file descriptor each.
-        let slot = tokio::select! {
-            _ = &mut shutdown => break,
-            s = slots.clone().acquire_owned() => match s {
-                Ok(s) => s,
-                Err(_) => break,
-            },
-        };
-        let (stream, peer) = tokio::select! {
-            _ = &mut shutdown => break,
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                // Out of descriptors or a connection reset before accept:
-                // wait a moment rather than spin.
-                Err(e) => {
-                    tracing::debug!("reference site: accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let Some(address_slot) = AddressSlot::take(&per_address, peer.ip()) else {
-            tracing::debug!(%peer, "reference site: too many connections from this address");
-            continue;
-        };
-        let about = about.clone();
-        conns.spawn(async move {
-            serve_connection(stream, about).await;
-            drop(address_slot);
-            drop(slot);
-        });
-    }
-    conns.shutdown().await;
-    Ok(())
-}
-
-/// One connection counted against its address; released on drop.
-struct AddressSlot {
-    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
-    ip: IpAddr,
-}
-
-impl AddressSlot {
-    fn take(counts: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<AddressSlot> {
-        let mut m = counts.lock().unwrap_or_else(|p| p.into_inner());
-        let n = m.entry(ip).or_insert(0);
-        if *n >= MAX_CONNECTIONS_PER_ADDRESS {
-            return None;
-        }
-        *n += 1;
-        Some(AddressSlot {
-            counts: counts.clone(),
-            ip,
-        })
-    }
-}
-
-impl Drop for AddressSlot {
-    fn drop(&mut self) {
-        let mut m = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = m.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.ip);
-            }
-        }
-    }
-}
-
-/// Serve one connection (HTTP/1.1, kept alive) until it ends, its header
-/// is late, or it idles for [`IDLE_TIMEOUT`]; dropping it closes the socket.
-async fn serve_connection(stream: tokio::net::TcpStream, about: Option<AboutPage>) {
-    let started = tokio::time::Instant::now();
-    let last = Arc::new(AtomicU64::new(0));
-    let io = Watched {
-        inner: stream,
-        started,
-        last: last.clone(),
-    };
-    let service = hyper::service::service_fn(|request: Request<hyper::body::Incoming>| {
+    httpcap::serve_with(listener, LIMITS, shutdown, move |request| {
         // The page as rendered now: an `Arc` cloned under the channel's read lock.
         let page = about.as_ref().map(|a| a.borrow().clone());
         async move { Ok::<_, Infallible>(handle(request.method(), request.uri(), page)) }
-    });
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(TokioIo::new(io), service);
-    tokio::pin!(conn);
-    loop {
-        let idle_since = started + Duration::from_millis(last.load(Ordering::Relaxed));
-        let idle_until = idle_since + IDLE_TIMEOUT;
-        if tokio::time::Instant::now() >= idle_until {
-            return;
-        }
-        tokio::select! {
-            _ = conn.as_mut() => return,
-            _ = tokio::time::sleep_until(idle_until) => {}
-        }
-    }
-}
-
-/// A stream that notes when a byte last moved (ms since `started`).
-struct Watched {
-    inner: tokio::net::TcpStream,
-    started: tokio::time::Instant,
-    last: Arc<AtomicU64>,
-}
-
-impl Watched {
-    fn moved(&self) {
-        let ms = self.started.elapsed().as_millis() as u64;
-        self.last.store(ms, Ordering::Relaxed);
-    }
-}
-
-impl AsyncRead for Watched {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.moved();
-        }
-        r
-    }
-}
-
-impl AsyncWrite for Watched {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, data);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.moved();
-        }
-        r
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
+    })
+    .await;
+    Ok(())
 }
 
 fn handle(method: &Method, uri: &axum::http::Uri, about: Option<Arc<String>>) -> Response<Body> {

@@ -2,8 +2,9 @@
 //! URL scope rules, link extraction, the synthetic web, and what client and
 //! server both play: the work-fetch rules and the crawl time windows. Pure
 //! code: no tokio, quinn or sled here, except the process plumbing of `rt`
-//! (the `rt` feature) and the log set-up of `logfmt` (the `logs` feature)
-//! that the command lines share.
+//! (the `rt` feature), the log set-up of `logfmt` (the `logs` feature)
+//! that the command lines share, and the bounded HTTP listener of
+//! `httpcap` (the `http` feature) that the server and the client serve on.
 
 pub mod clock;
 pub mod codec;
@@ -11,6 +12,8 @@ pub mod durable;
 pub mod export;
 pub mod extract;
 pub mod fetch_rules;
+#[cfg(feature = "http")]
+pub mod httpcap;
 pub mod invite;
 pub mod limits;
 pub mod linkfile;

@@ -423,3 +423,72 @@ fn the_admin_cli_ignores_proxy_settings_and_keeps_its_token_local() {
         "the proxy heard from the CLI"
     );
 }
+
+/// File descriptors the process `pid` holds now.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Token-free connections that send half a header and nothing more: the
+/// admin API holds at most its cap of them (the rest wait in the backlog,
+/// holding no descriptor of the server), closes each after its header
+/// timeout, and answers the CLI once the ones ahead of it are closed; the
+/// rest of the server stays up. Once 300 such connections took
+/// a server at `ulimit -n 256` down, and 200 half-sent headers stayed open
+/// past 45 s.
+#[test]
+fn half_sent_headers_are_capped_and_closed_and_the_cli_is_answered() {
+    let g = Grid::start(84, 1);
+    let addr = admin_addr(&g);
+    let pid = g.server.as_ref().expect("server").id();
+    let before = open_fds(pid);
+    let opened = Instant::now();
+    let flood = 160;
+    let mut held: Vec<TcpStream> = (0..flood)
+        .filter_map(|_| {
+            let mut s = TcpStream::connect(addr).ok()?;
+            s.write_all(b"GET /api/status HTTP/1.1\r\nHost: ").ok()?;
+            Some(s)
+        })
+        .collect();
+    assert_eq!(held.len(), flood, "the backlog takes them all");
+    std::thread::sleep(Duration::from_millis(500));
+    let during = open_fds(pid);
+    let cap = beebot_server::admin::LIMITS.connections;
+    assert!(
+        during <= before + cap + 8,
+        "{during} descriptors with {} half-sent headers (before {before}, cap {cap})",
+        held.len()
+    );
+    // The rest of the server is up meanwhile: a client still joins over
+    // QUIC (it fetches the project's reference site and about page too).
+    g.join("during", &g.invite(1));
+    // The CLI is answered once the slots ahead of it free up: each batch
+    // of the cap closes at the header timeout.
+    let header = beebot_server::admin::LIMITS.header;
+    let batches = flood.div_ceil(cap) as u32;
+    let o = g.admin(&["status"]);
+    assert!(o.status.success(), "status: {}", stderr(&o));
+    assert!(
+        opened.elapsed() < batches * header + Duration::from_secs(15),
+        "answered after {:?}",
+        opened.elapsed()
+    );
+    // Every half-sent header is closed by the server, none held forever.
+    let deadline = opened + batches * header + Duration::from_secs(20);
+    for s in held.iter_mut() {
+        s.set_read_timeout(Some(Duration::from_secs(1)))
+            .expect("timeout");
+        let mut buf = [0u8; 512];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(_) => assert!(Instant::now() < deadline, "a half-sent header held open"),
+            }
+        }
+    }
+}

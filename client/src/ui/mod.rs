@@ -51,6 +51,19 @@ pub const ADDR_FILE: &str = "ui.json";
 pub const OPEN_FILE: &str = "open.html";
 /// Largest request body: a setting, an invite code, a command.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
+/// What the page lets its clients hold (loopback only: one address, so
+/// beyond the cap a connection waits in the backlog, never closed): a
+/// browser's tabs and the command line use a few connections. A header
+/// comes whole within 5 s (the command line waits [`client::CALL_TIMEOUT`]
+/// for its answer, behind at most one batch of the cap). A request may
+/// wait quietly for its answer up to [`LEAVE_WAIT`], so a connection is
+/// idle only past it.
+pub const LIMITS: beebot_shared::httpcap::Limits = beebot_shared::httpcap::Limits {
+    connections: 128,
+    per_address: 128,
+    header: Duration::from_secs(5),
+    idle: Duration::from_secs(90),
+};
 /// Longest a page's "leave" waits for the client to have left.
 pub const LEAVE_WAIT: Duration = Duration::from_secs(60);
 /// The page's content security policy: its own files only.
@@ -178,9 +191,14 @@ impl Ui {
                         Ok(l) => l,
                         Err(e) => return tracing::warn!("status page unavailable: {e}"),
                     };
-                    if let Err(e) = axum::serve(listener, router(ui)).await {
-                        tracing::warn!("status page stopped: {e}");
-                    }
+                    beebot_shared::httpcap::serve(
+                        listener,
+                        LIMITS,
+                        router(ui),
+                        std::future::pending(),
+                    )
+                    .await;
+                    tracing::warn!("status page stopped");
                 })
             })
             .context("cannot start the status page's thread")?;
