@@ -415,12 +415,8 @@ impl Server {
         let token = dir.load_admin_token()?;
         let (certs, cert_key) = net::load_cert(&dir.cert(), &dir.cert_key())?;
         let fingerprint = net::cert_fingerprint(&certs);
-        let store = store::open(&dir.store()).with_context(|| {
-            format!(
-                "cannot open the store in {} (is another server running on this data dir?)",
-                dir.store().display()
-            )
-        })?;
+        let store = store::open(&dir.store())
+            .map_err(|e| anyhow::anyhow!(store::open_failure(&dir.store(), &e)))?;
         let reference = bind_reference(&config.reference_listen).await?;
         let reference_addr = reference.as_ref().map(|l| l.local_addr()).transpose()?;
         // The User-Agent links to the about page served beside the reference site.

@@ -492,3 +492,26 @@ fn half_sent_headers_are_capped_and_closed_and_the_cli_is_answered() {
         }
     }
 }
+
+/// A store that does not open says why, once: a second server on the
+/// data dir names the lock, a damaged store says it is damaged and what
+/// to do (both once got the hint "is another server running on this data
+/// dir?" and the cause twice).
+#[test]
+fn a_store_that_does_not_open_says_why_once() {
+    let mut g = Grid::start(85, 1);
+    let second = g.admin(&["serve"]);
+    assert!(!second.status.success());
+    let e = stderr(&second);
+    assert!(e.contains("another beebot-server holds the store"), "{e}");
+    assert_eq!(e.matches("lock").count(), 1, "{e}");
+    g.kill_server();
+    // sled's config file, overwritten with bytes it cannot read.
+    let conf = g.data_dir().join("store").join("conf");
+    std::fs::write(&conf, [0xffu8; 64]).expect("damage the store");
+    let o = g.admin(&["serve"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("is damaged") && e.contains("backup"), "{e}");
+    assert!(!e.contains("another"), "{e}");
+}

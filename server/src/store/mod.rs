@@ -160,6 +160,57 @@ pub fn open(dir: &Path) -> Result<SharedStore, StoreError> {
     Ok(Arc::new(SledStore::open(dir)?))
 }
 
+/// Why the store in `store` did not open, in one message that tells the
+/// cause apart and what to do: another server holds it, no permission, a
+/// read-only file system, a full disk, a damaged store, a newer format.
+pub fn open_failure(store: &Path, e: &StoreError) -> String {
+    let at = store.display();
+    let damaged = |why: &str| {
+        format!(
+            "the store in {at} is damaged ({why}): restore the data dir from its backup \
+             (see the admin guide), or move it away and `init` a new one"
+        )
+    };
+    match e {
+        StoreError::Sled(sled_err @ ::sled::Error::Io(io)) => {
+            let text = io.to_string();
+            if text.contains("could not acquire lock")
+                || io.kind() == std::io::ErrorKind::WouldBlock
+            {
+                format!(
+                    "another beebot-server holds the store in {at} (its lock is taken): \
+                     stop that server first, or give this one another --data-dir"
+                )
+            } else if io.kind() == std::io::ErrorKind::PermissionDenied {
+                format!(
+                    "no permission to open the store in {at} ({text}): run the server as \
+                     the user that owns the data dir"
+                )
+            } else if io.kind() == std::io::ErrorKind::ReadOnlyFilesystem
+                || io.raw_os_error() == Some(30)
+            {
+                format!(
+                    "the store in {at} is on a read-only file system: the server writes \
+                     its records there, so mount it writable"
+                )
+            } else if io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error() == Some(28)
+            {
+                format!("no space left on the disk of {at}: free some and start again")
+            } else {
+                format!("cannot open the store in {at}: {}", sled_message(sled_err))
+            }
+        }
+        StoreError::Sled(
+            bad @ (::sled::Error::Corruption { .. }
+            | ::sled::Error::Unsupported(_)
+            | ::sled::Error::ReportableBug(_)),
+        ) => damaged(&bad.to_string()),
+        StoreError::Corrupt { .. } => damaged(&e.to_string()),
+        StoreError::Format { .. } => e.to_string(),
+        other => format!("cannot open the store in {at}: {other}"),
+    }
+}
+
 /// A new, empty store in memory (see [`MemoryStore`]).
 pub fn memory() -> SharedStore {
     Arc::new(MemoryStore::new())
@@ -556,5 +607,66 @@ mod group_tests {
             vec![2],
             "the first fsync served two calls"
         );
+    }
+}
+
+#[cfg(test)]
+mod open_failure_tests {
+    use super::*;
+
+    fn io(e: std::io::Error) -> StoreError {
+        StoreError::Sled(::sled::Error::Io(e))
+    }
+
+    #[test]
+    fn each_cause_of_a_store_that_does_not_open_is_told_apart_once() {
+        let at = Path::new("/srv/beebot/store");
+        let lock = std::io::Error::other(
+            "could not acquire lock on \"/srv/beebot/store/db\": Os { code: 11 }",
+        );
+        for (e, says) in [
+            (io(lock), "another beebot-server holds the store"),
+            (io(std::io::Error::from_raw_os_error(13)), "no permission"),
+            (
+                io(std::io::Error::from_raw_os_error(30)),
+                "read-only file system",
+            ),
+            (io(std::io::Error::from_raw_os_error(28)), "no space left"),
+            (
+                StoreError::Sled(::sled::Error::Unsupported("an older sled".into())),
+                "is damaged",
+            ),
+            (
+                StoreError::Corrupt {
+                    tree: "jobs",
+                    key: "7".into(),
+                    msg: "bad varint".into(),
+                },
+                "is damaged",
+            ),
+            (
+                StoreError::Format {
+                    found: 9,
+                    supported: 2,
+                },
+                "newer than this server reads",
+            ),
+        ] {
+            let m = open_failure(at, &e);
+            assert!(m.contains(says), "{m}");
+            let hints = [
+                "another beebot-server",
+                "permission",
+                "read-only",
+                "space",
+                "damaged",
+            ];
+            let told = hints.iter().filter(|h| m.contains(**h)).count();
+            assert!(told <= 1, "one cause only: {m}");
+            assert!(!m.contains("another server running"), "{m}");
+            // The cause's text appears once.
+            let first = m.find("could not acquire").map(|i| &m[i..]);
+            assert!(first.is_none_or(|rest| rest.matches("could not acquire").count() == 1));
+        }
     }
 }
