@@ -29,8 +29,9 @@ use crate::durations::{seconds, secs};
 use crate::params::{round_defaults, RoundParams};
 use crate::validate::{DEFAULT_SPOT_CHECK_PERCENT, DEFAULT_TRUST_AFTER};
 
-/// `config.toml`.
+/// `config.toml`. An unknown key is refused, naming the nearest known one.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// UDP address the QUIC endpoint binds.
     pub listen: String,
@@ -90,7 +91,7 @@ pub struct ServerConfig {
 /// `[validation]`: when a host is trusted, and how often a trusted host's
 /// results are still checked.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ValidationConfig {
     /// Consecutive valid results after which a host is trusted.
     pub trust_after: u32,
@@ -410,30 +411,7 @@ impl DataDir {
                 self.config().display()
             )
         })?;
-        let cfg: ServerConfig = toml::from_str(&text)
-            .with_context(|| format!("{} is not valid", self.config().display()))?;
-        check_config_durations(&cfg)
-            .with_context(|| format!("{} is not valid", self.config().display()))?;
-        let about = cfg.about_url.trim();
-        // A URL (an e-mail address is no page to link to).
-        if !about.is_empty() && (!about.contains("://") || check_contact(about).is_err()) {
-            anyhow::bail!(
-                "{}: about_url `{about}` is not an http:// or https:// URL (leave it empty for the \
-                 about page this server serves)",
-                self.config().display()
-            );
-        }
-        check_operator(&cfg.operator)
-            .with_context(|| format!("{}: operator", self.config().display()))?;
-        if cfg.validation.spot_check_percent > crate::validate::MAX_SPOT_CHECK_PERCENT {
-            anyhow::bail!(
-                "{}: validation.spot_check_percent is {}, at most {}",
-                self.config().display(),
-                cfg.validation.spot_check_percent,
-                crate::validate::MAX_SPOT_CHECK_PERCENT
-            );
-        }
-        Ok(cfg)
+        parse_config(&text).map_err(|e| anyhow::anyhow!("{}: {e}", self.config().display()))
     }
 
     /// Write the config back (durably).
@@ -559,6 +537,165 @@ pub fn init(dir: &DataDir, opts: &InitOptions) -> Result<ServerConfig> {
 
 /// The config file's durations: within their bounds (its short ends
 /// allowed, as with `--force`: the file is deliberate).
+/// A config file's text, parsed and every key checked: the reason names
+/// the key (an unknown one with the nearest known key).
+pub fn parse_config(text: &str) -> Result<ServerConfig, String> {
+    // `[round]`'s keys are checked here: its type is also the admin API's
+    // body, flattened beside other fields, so it cannot refuse keys itself.
+    if let Ok(doc) = toml::from_str::<toml::Table>(text) {
+        if let Some(round) = doc.get("round").and_then(toml::Value::as_table) {
+            if let Some(k) = round.keys().find(|k| !ROUND_KEYS.contains(&k.as_str())) {
+                let known: Vec<String> = ROUND_KEYS.iter().map(|k| format!("`{k}`")).collect();
+                return Err(format!(
+                    "not valid: {}",
+                    with_nearest_key(&format!(
+                        "unknown field `{k}` in [round], expected one of {}",
+                        known.join(", ")
+                    ))
+                ));
+            }
+        }
+    }
+    let cfg: ServerConfig = toml::from_str(text)
+        .map_err(|e| format!("not valid: {}", with_nearest_key(&e.to_string())))?;
+    check_config_durations(&cfg).map_err(|e| format!("not valid: {e}"))?;
+    check_config_values(&cfg)?;
+    let about = cfg.about_url.trim();
+    // A URL (an e-mail address is no page to link to).
+    if !about.is_empty() && (!about.contains("://") || check_contact(about).is_err()) {
+        return Err(format!(
+            "about_url `{about}` is not an http:// or https:// URL (leave it empty for the \
+             about page this server serves)"
+        ));
+    }
+    check_operator(&cfg.operator).map_err(|e| format!("operator: {e:#}"))?;
+    if cfg.validation.spot_check_percent > crate::validate::MAX_SPOT_CHECK_PERCENT {
+        return Err(format!(
+            "validation.spot_check_percent is {}, at most {}",
+            cfg.validation.spot_check_percent,
+            crate::validate::MAX_SPOT_CHECK_PERCENT
+        ));
+    }
+    Ok(cfg)
+}
+
+/// The keys of `[round]` ([`crate::params::RoundOverrides`]' fields).
+pub const ROUND_KEYS: [&str; 12] = [
+    "policy",
+    "max_pages",
+    "max_depth",
+    "delay_ms",
+    "scope",
+    "max_page_bytes",
+    "deadline_max_s",
+    "deadline_min_s",
+    "max_seconds",
+    "max_attempts",
+    "max_crawl_delay_ms",
+    "validate",
+];
+
+/// Smallest and largest `deadline_slack`: a deadline is at least the
+/// expected scan time, and at most a hundred times it.
+pub const DEADLINE_SLACK: (f64, f64) = (1.0, 100.0);
+/// Largest `validation.trust_after` (0 would trust every host at once:
+/// validation silently off).
+pub const MAX_TRUST_AFTER: u32 = 10_000;
+
+/// Every value of `cfg` within its named bounds (the durations are
+/// [`check_config_durations`]'s): the reason names the key.
+pub fn check_config_values(cfg: &ServerConfig) -> Result<(), String> {
+    let (lo, hi) = DEADLINE_SLACK;
+    if !cfg.deadline_slack.is_finite() || !(lo..=hi).contains(&cfg.deadline_slack) {
+        return Err(format!(
+            "deadline_slack is {}, must be a number from {lo} to {hi}",
+            cfg.deadline_slack
+        ));
+    }
+    for (key, value) in [
+        ("listen", &cfg.listen),
+        ("public_addr", &cfg.public_addr),
+        ("admin_listen", &cfg.admin_listen),
+    ] {
+        let ok = value
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !ok {
+            return Err(format!("{key} is `{value}`, must be HOST:PORT"));
+        }
+    }
+    if cfg.server_name.trim().is_empty() {
+        return Err("server_name is empty: it must be the certificate's name".into());
+    }
+    let reference = cfg.reference_site.trim();
+    if !reference.is_empty()
+        && !reference.starts_with("http://")
+        && !reference.starts_with("https://")
+    {
+        return Err(format!(
+            "reference_site is `{reference}`, must be an http:// or https:// URL (or empty: this server's own)"
+        ));
+    }
+    let trust = cfg.validation.trust_after;
+    if !(1..=MAX_TRUST_AFTER).contains(&trust) {
+        return Err(format!(
+            "validation.trust_after is {trust}, must be from 1 to {MAX_TRUST_AFTER} \
+             (to take results unchecked, set `[round] validate = \"off\"`)"
+        ));
+    }
+    cfg.round
+        .check_values(None)
+        .map_err(|e| format!("[round]: {e}"))
+}
+
+/// A parse error of the config with the known key nearest an unknown one
+/// named (`unknown field `deadline_slak`, expected one of …`).
+fn with_nearest_key(message: &str) -> String {
+    let Some(rest) = message.split("unknown field `").nth(1) else {
+        return message.to_string();
+    };
+    let Some((unknown, known)) = rest.split_once('`') else {
+        return message.to_string();
+    };
+    // `round start`'s flag names, written as keys.
+    const FLAGS: [(&str, &str); 4] = [
+        ("max_deadline", "deadline_max_s"),
+        ("min_deadline", "deadline_min_s"),
+        ("max_scan_time", "max_seconds"),
+        ("max_crawl_delay", "max_crawl_delay_ms"),
+    ];
+    if let Some((_, key)) = FLAGS.iter().find(|(flag, _)| *flag == unknown) {
+        return format!("unknown key `{unknown}` (did you mean `{key}`?): {message}");
+    }
+    let nearest = known
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .min_by_key(|k| edit_distance(unknown, k));
+    match nearest {
+        Some(k) if edit_distance(unknown, k) <= unknown.len().max(3) / 2 => {
+            format!("unknown key `{unknown}` (did you mean `{k}`?): {message}")
+        }
+        _ => format!("unknown key `{unknown}`: {message}"),
+    }
+}
+
+/// Levenshtein distance of two keys (short ASCII names).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let up = row[j + 1];
+            row[j + 1] = (diag + usize::from(ca != *cb)).min(row[j] + 1).min(up + 1);
+            diag = up;
+        }
+    }
+    row[b.len()]
+}
+
 fn check_config_durations(cfg: &ServerConfig) -> Result<(), DurationError> {
     cfg.round.check_durations(None, true)?;
     DEADLINE_GRACE.check_value("deadline_grace_s", secs(cfg.deadline_grace_s), true)?;
@@ -568,6 +705,169 @@ fn check_config_durations(cfg: &ServerConfig) -> Result<(), DurationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A valid config's text, as `init` writes it.
+    fn valid_text() -> String {
+        let mut cfg = ServerConfig::new("127.0.0.1:4433", "127.0.0.1:4433", "127.0.0.1:4480");
+        cfg.contact = "mailto:crawl@example.org".into();
+        toml::to_string_pretty(&cfg).expect("toml")
+    }
+
+    /// `valid_text()` with `key = value` set (in `[table]` when given).
+    fn with(table: Option<&str>, key: &str, value: &str) -> String {
+        let mut doc: toml::Table = toml::from_str(&valid_text()).expect("toml");
+        let v: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
+            .expect("value")
+            .remove("v")
+            .expect("v");
+        let t = match table {
+            Some(name) => doc
+                .entry(name)
+                .or_insert(toml::Value::Table(toml::Table::new()))
+                .as_table_mut()
+                .expect("a table"),
+            None => &mut doc,
+        };
+        t.insert(key.into(), v);
+        toml::to_string(&doc).expect("toml")
+    }
+
+    #[test]
+    fn every_key_is_checked_and_an_unknown_one_names_the_nearest() {
+        assert!(
+            parse_config(&valid_text()).is_ok(),
+            "{:?}",
+            parse_config(&valid_text())
+        );
+        for (table, key, value, says) in [
+            (None, "deadline_slack", "-1.0", "deadline_slack"),
+            (None, "deadline_slack", "nan", "deadline_slack"),
+            (None, "deadline_slack", "inf", "deadline_slack"),
+            (None, "deadline_slack", "0.5", "deadline_slack"),
+            (None, "deadline_grace_s", "\"400d\"", "deadline_grace_s"),
+            (None, "public_addr", "\"\"", "public_addr"),
+            (None, "public_addr", "\"example.org\"", "public_addr"),
+            (None, "listen", "\"nowhere\"", "listen"),
+            (None, "admin_listen", "\":99999\"", "admin_listen"),
+            (None, "server_name", "\" \"", "server_name"),
+            (None, "reference_site", "\"ftp://x\"", "reference_site"),
+            (None, "about_url", "\"someone@example.org\"", "about_url"),
+            (
+                None,
+                "operator",
+                &format!("\"{}\"", "x".repeat(500)),
+                "operator",
+            ),
+            (
+                None,
+                "deadline_slak",
+                "3.0",
+                "did you mean `deadline_slack`?",
+            ),
+            (None, "quic_retry", "\"yes\"", "quic_retry"),
+            (Some("validation"), "trust_after", "0", "trust_after"),
+            (Some("validation"), "trust_after", "1000000", "trust_after"),
+            (
+                Some("validation"),
+                "spot_check_percent",
+                "101",
+                "spot_check_percent",
+            ),
+            (
+                Some("validation"),
+                "trust_afterr",
+                "3",
+                "did you mean `trust_after`?",
+            ),
+            (Some("round"), "max_page_bytes", "0", "max_page_bytes"),
+            (
+                Some("round"),
+                "max_page_bytes",
+                "1000000000",
+                "max_page_bytes",
+            ),
+            (Some("round"), "max_pages", "0", "max pages"),
+            (Some("round"), "delay_ms", "100000000", "delay"),
+            (Some("round"), "max_attempts", "0", "max attempts"),
+            (
+                Some("round"),
+                "policy",
+                "\"fastest\"",
+                "unknown variant `fastest`",
+            ),
+            (Some("round"), "max_deadline", "\"2d\"", "did you mean"),
+            (Some("round"), "max_scan_time", "\"0s\"", "did you mean"),
+            (Some("round"), "deadline_max_s", "\"90d\"", "deadline"),
+            (Some("round"), "max_seconds", "\"30d\"", "max-scan-time"),
+            (
+                Some("round"),
+                "validate",
+                "\"sometimes\"",
+                "unknown variant `sometimes`",
+            ),
+        ] {
+            let text = with(table, key, value);
+            let e = parse_config(&text).expect_err(&format!("{key} = {value} accepted"));
+            assert!(
+                e.to_lowercase().contains(&says.to_lowercase()),
+                "{key} = {value}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_example_config_is_valid() {
+        let example = include_str!("../../deploy/server.example.toml");
+        let cfg = parse_config(example).expect("deploy/server.example.toml");
+        assert_eq!(cfg.deadline_slack, 3.0);
+    }
+
+    #[test]
+    fn round_keys_are_the_overrides_fields() {
+        let o = crate::params::RoundOverrides {
+            policy: Some(crate::scheduler::PolicyName::Adaptive),
+            max_pages: Some(1),
+            max_depth: Some(1),
+            delay_ms: Some(1),
+            scope: Some(beebot_shared::scope::Scope::Host),
+            max_page_bytes: Some(1),
+            deadline_max_s: Some(crate::durations::TypedDuration::of(
+                std::time::Duration::from_secs(3600),
+            )),
+            deadline_min_s: Some(crate::durations::TypedDuration::of(
+                std::time::Duration::from_secs(3600),
+            )),
+            max_seconds: Some(crate::durations::TypedDuration::of(
+                std::time::Duration::from_secs(3600),
+            )),
+            max_attempts: Some(1),
+            max_crawl_delay_ms: Some(crate::durations::TypedDuration::of(
+                std::time::Duration::from_secs(1),
+            )),
+            validate: Some(crate::validate::ValidateMode::Off),
+        };
+        let v = serde_json::to_value(&o).expect("json");
+        let mut keys: Vec<&str> = v
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut want = ROUND_KEYS.to_vec();
+        keys.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(keys, want);
+    }
+
+    #[test]
+    fn the_nearest_key_is_named_only_when_near() {
+        let m = "unknown field `delay_mss`, expected one of `delay_ms`, `scope`";
+        assert!(with_nearest_key(m).contains("did you mean `delay_ms`?"));
+        let far = "unknown field `zzzzzzzz`, expected one of `delay_ms`, `scope`";
+        assert!(!with_nearest_key(far).contains("did you mean"));
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(with_nearest_key("other error"), "other error");
+    }
 
     #[test]
     fn a_taken_reference_port_gives_way_to_a_free_one() {

@@ -85,7 +85,16 @@ pub enum RoundParamsError {
     AttemptsOrDeadline,
     #[error("a repeat period must be positive")]
     RepeatPeriod,
+    #[error("the largest page read (max_page_bytes) must be between {MIN_PAGE_BYTES} and {MAX_PAGE_BYTES} bytes")]
+    PageBytes,
 }
+
+/// Smallest `max_page_bytes` a round may set: below it no page's links
+/// are read (0 once gave a "complete" round with no link).
+pub const MIN_PAGE_BYTES: u64 = 4 * 1024;
+/// Largest `max_page_bytes` a round may set (a page read whole into the
+/// client's memory, once per slot).
+pub const MAX_PAGE_BYTES: u64 = 64 * 1024 * 1024;
 
 impl RoundParams {
     /// The limits a unit of a round with these parameters carries.
@@ -188,6 +197,9 @@ impl RoundParams {
         }
         if every_ms == Some(0) {
             return Err(RoundParamsError::RepeatPeriod);
+        }
+        if !(MIN_PAGE_BYTES..=MAX_PAGE_BYTES).contains(&self.max_page_bytes) {
+            return Err(RoundParamsError::PageBytes);
         }
         Ok(())
     }
