@@ -141,6 +141,24 @@ pub fn parse_site(input: &str) -> Result<String, ScopeError> {
         return Err(ScopeError::Whitespace(shorten(site)));
     }
 
+    // `javascript:…`, `data:…`, `mailto:…`: a scheme, not `host:port`.
+    if !site.contains("://") {
+        if let Some((scheme, rest)) = site.split_once(':') {
+            let scheme_like = scheme
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+            if scheme_like && !rest.starts_with(|c: char| c.is_ascii_digit()) {
+                return Err(ScopeError::UnsupportedScheme {
+                    site: shorten(site),
+                    scheme: shorten(scheme),
+                });
+            }
+        }
+    }
     let with_scheme;
     let url_text = match site.find("://") {
         Some(pos) => {
@@ -194,6 +212,77 @@ pub fn parse_site(input: &str) -> Result<String, ScopeError> {
         Some(port) => format!("{host}:{port}"),
         None => host.to_string(),
     })
+}
+
+/// Whether `site` (as [`parse_site`] gives it) can be a public web site by
+/// its form: no wildcard, every label of letters, digits and inner hyphens
+/// (1 to 63 of them), at least two labels, not `localhost`, and no IP
+/// literal in a loopback, private, link-local or unspecified range. A name
+/// is judged by its form here, and by its address at crawl time.
+pub fn public_form(site: &str) -> Result<(), String> {
+    let host = match site.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) && !h.ends_with(':') => h,
+        _ => site,
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        let local = match ip {
+            std::net::IpAddr::V4(v4) => {
+                v4.is_loopback()
+                    || v4.is_private()
+                    || v4.is_link_local()
+                    || v4.is_unspecified()
+                    || v4.is_broadcast()
+                    || (v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64)
+            }
+            std::net::IpAddr::V6(v6) => {
+                v6.is_loopback()
+                    || v6.is_unspecified()
+                    || (v6.segments()[0] & 0xfe00) == 0xfc00
+                    || (v6.segments()[0] & 0xffc0) == 0xfe80
+                    || v6.to_ipv4_mapped().is_some()
+            }
+        };
+        return if local {
+            Err(format!(
+                "{ip} is a loopback, private or link-local address, no public site"
+            ))
+        } else {
+            Ok(())
+        };
+    }
+    if host.contains('*') {
+        return Err("a wildcard names no one site".into());
+    }
+    if host == "localhost" || host.ends_with(".localhost") {
+        return Err("localhost is this machine, no public site".into());
+    }
+    let labels: Vec<&str> = host.split('.').collect();
+    if labels.len() < 2 {
+        return Err(format!("`{host}` is a single label, no public name"));
+    }
+    for label in labels {
+        if label.is_empty() || label.len() > 63 {
+            return Err(format!(
+                "label `{}` is {} characters (1 to 63)",
+                shorten(label),
+                label.len()
+            ));
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(format!("label `{label}` starts or ends with a hyphen"));
+        }
+        if !label
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(format!(
+                "label `{}` holds a character no host name has",
+                shorten(label)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The URL a crawl of `site` (as given by [`parse_site`]) starts from:
@@ -515,6 +604,43 @@ fn normalize_site_host(site_host: &str) -> (String, bool, Option<u16>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn public_names_and_addresses_pass_and_others_say_why() {
+        for ok in [
+            "example.org",
+            "www.example.org:8080",
+            "xn--caf-dma.example",
+            "8.8.8.8",
+            "[2001:4860::8888]",
+        ] {
+            assert_eq!(public_form(ok), Ok(()), "{ok}");
+        }
+        for (bad, says) in [
+            ("*.example.org", "wildcard"),
+            ("localhost", "localhost"),
+            ("a.localhost", "localhost"),
+            ("intranet", "single label"),
+            ("-x.example", "hyphen"),
+            ("192.168.1.1", "private"),
+            ("169.254.0.1", "link-local"),
+            ("100.64.0.1", "private"),
+            ("[fe80::1]", "link-local"),
+            ("[fd00::1]:80", "private"),
+            ("0.0.0.0", "loopback"),
+        ] {
+            let e = public_form(bad).expect_err(bad);
+            assert!(e.contains(says) || e.contains("address"), "{bad}: {e}");
+        }
+        assert!(matches!(
+            parse_site("javascript:alert(1)"),
+            Err(ScopeError::UnsupportedScheme { .. })
+        ));
+        assert_eq!(
+            parse_site("example.org:8080").as_deref(),
+            Ok("example.org:8080")
+        );
+    }
 
     fn u(s: &str) -> Url {
         Url::parse(s).expect("test URL parses")

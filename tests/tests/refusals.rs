@@ -271,13 +271,37 @@ fn usage_errors_exit_2_and_bad_site_files_import_nothing() {
     assert_eq!(o.status.code(), Some(2));
 
     let path = g.dir.path().join("bad-sites.txt");
-    std::fs::write(&path, "# ok\nwww.a.edu\n\nthis is not a host\nb.edu\n").expect("write");
-    let o = g.admin(&["sites", "import", path.to_str().expect("path")]);
+    std::fs::write(
+        &path,
+        "# ok\nwww.a.edu\n\nthis is not a host\nb.edu\njavascript:alert(1)\nlocalhost\n",
+    )
+    .expect("write");
+    // Strict: a bad line imports nothing, and every bad line is named.
+    let file = path.to_str().expect("path");
+    let o = g.admin(&["sites", "import", "--strict", file]);
     assert_fails_with(&o, "line 4");
+    for said in ["line 6", "scheme", "line 7", "localhost"] {
+        assert!(stderr(&o).contains(said), "{said}: {}", stderr(&o));
+    }
     assert_eq!(stdout(&g.admin_ok(&["sites", "list"])).lines().count(), 0);
 
     let o = g.admin(&["round", "start"]);
     assert_fails_with(&o, "target set is empty");
+
+    // By default the good lines go in, the bad ones are named (exit 1).
+    let o = g.admin(&["sites", "import", file]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("line 4") && stderr(&o).contains("line 7"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stdout(&o).contains("imported 2 new site(s)"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(stdout(&g.admin_ok(&["sites", "list"])).lines().count(), 2);
     let o = g.admin(&["round", "wait", "12345", "--timeout", "1s"]);
     assert_fails_with(&o, "unknown round 12345");
 

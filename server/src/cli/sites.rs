@@ -23,9 +23,23 @@ pub enum SitesCmd {
     Add {
         #[arg(required = true)]
         sites: Vec<String>,
+        /// Allow names and addresses no public site has (localhost, a
+        /// single label, a private or loopback IP): an intranet's sites.
+        #[arg(long)]
+        allow_private: bool,
     },
-    /// Import a file: one host or URL a line, `#` comments, blank lines ignored.
-    Import { file: PathBuf },
+    /// Import a file: one host or URL a line, `#` comments, blank lines
+    /// ignored. Each bad line is reported (its number, its text cut, why)
+    /// and the others are imported; --strict imports nothing then.
+    Import {
+        file: PathBuf,
+        /// A bad line imports nothing.
+        #[arg(long)]
+        strict: bool,
+        /// Allow names and addresses no public site has (see `sites add`).
+        #[arg(long)]
+        allow_private: bool,
+    },
     /// Every site of the target set, with its last scan's pages and links.
     List {
         /// Print the sites as JSON (fields: site, added_ms, last_round, pages, links).
@@ -75,8 +89,15 @@ pub enum ExclusionsFormat {
 pub fn run(dir: &DataDir, cmd: SitesCmd) -> Result<Report> {
     let c = AdminClient::new(dir)?;
     match cmd {
-        SitesCmd::Add { sites } => add(&c, sites),
-        SitesCmd::Import { file } => import(&c, &file),
+        SitesCmd::Add {
+            sites,
+            allow_private,
+        } => add(&c, sites, allow_private),
+        SitesCmd::Import {
+            file,
+            strict,
+            allow_private,
+        } => import(&c, &file, strict, allow_private),
         SitesCmd::Exclude {
             host,
             reason,
@@ -129,9 +150,9 @@ pub fn run(dir: &DataDir, cmd: SitesCmd) -> Result<Report> {
 
 /// `sites add`: every entry checked first; exit 1 when an exclusion
 /// refused one (the others are added).
-fn add(c: &AdminClient, sites: Vec<String>) -> Result<Report> {
+fn add(c: &AdminClient, sites: Vec<String>, allow_private: bool) -> Result<Report> {
     for s in &sites {
-        parse_site(s).with_context(|| format!("`{s}`"))?;
+        check_line(s, allow_private).map_err(|why| anyhow::anyhow!("`{}`: {why}", cut(s)))?;
     }
     let r: SitesAdded = c.post("/api/sites", &SitesAdd { sites })?;
     let mut report = Report::default();
@@ -148,16 +169,43 @@ fn add(c: &AdminClient, sites: Vec<String>) -> Result<Report> {
     Ok(report)
 }
 
-/// `sites import FILE`: the first bad line fails the whole file; lines an
-/// exclusion covers are skipped and said.
-fn import(c: &AdminClient, file: &std::path::Path) -> Result<Report> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let lines =
-        parse_site_file(&text).with_context(|| format!("{}: nothing imported", file.display()))?;
+/// `sites import FILE`: every bad line is reported and the others are
+/// imported (`strict`: a bad line imports nothing); lines an exclusion
+/// covers are skipped and said.
+fn import(
+    c: &AdminClient,
+    file: &std::path::Path,
+    strict: bool,
+    allow_private: bool,
+) -> Result<Report> {
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let (lines, bad) = parse_site_file(&bytes, allow_private);
+    let said: Vec<String> = bad
+        .iter()
+        .map(|(n, why)| format!("line {n}: {why}"))
+        .collect();
+    if strict && !bad.is_empty() {
+        bail!(
+            "{}: {} bad line(s), nothing imported (--strict):\n{}",
+            file.display(),
+            bad.len(),
+            said.join("\n")
+        );
+    }
+    if lines.is_empty() {
+        let mut why = format!("{}: no sites in the file: nothing imported", file.display());
+        for line in &said {
+            why.push('\n');
+            why.push_str(line);
+        }
+        bail!(why);
+    }
+    let mut report = Report::default();
+    for line in &said {
+        report.warn(line);
+    }
     let sites = lines.iter().map(|(_, s)| s.clone()).collect();
     let r: SitesAdded = c.post("/api/sites", &SitesAdd { sites })?;
-    let mut report = Report::default();
     for x in &r.excluded {
         let line = lines.get(x.entry.wrapping_sub(1)).map_or(0, |l| l.0);
         report.warn(format!("line {line}: skipped {}", refused_line(x)));
@@ -167,10 +215,18 @@ fn import(c: &AdminClient, file: &std::path::Path) -> Result<Report> {
     } else {
         format!("; {} line(s) skipped as excluded", r.excluded.len())
     };
+    let bad_lines = if bad.is_empty() {
+        String::new()
+    } else {
+        format!("; {} bad line(s) skipped (above)", bad.len())
+    };
     report.say(format!(
-        "imported {} new site(s); {} in the target set{skipped}",
+        "imported {} new site(s); {} in the target set{skipped}{bad_lines}",
         r.added, r.total
     ));
+    if !bad.is_empty() {
+        report.code = 1;
+    }
     Ok(report)
 }
 
@@ -293,22 +349,66 @@ fn exclusions_tsv(list: &[ExclusionListed]) -> String {
 
 /// Parse a `sites import` file into (line number, entry); the first bad
 /// line fails the whole file.
-fn parse_site_file(text: &str) -> Result<Vec<(usize, String)>> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
+/// Longest piece of a bad line a report repeats.
+const SHOWN_CHARS: usize = 80;
+
+/// `text` cut to [`SHOWN_CHARS`] characters (a 100,000-byte line is not
+/// echoed whole).
+fn cut(text: &str) -> String {
+    if text.chars().count() <= SHOWN_CHARS {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(SHOWN_CHARS).collect();
+    out.push_str(&format!("… ({} bytes)", text.len()));
+    out
+}
+
+/// One site as an admin typed it: its name, or why it cannot be one (its
+/// form; names no public site has unless `allow_private`).
+fn check_line(line: &str, allow_private: bool) -> std::result::Result<String, String> {
+    let site = parse_site(line).map_err(|e| e.to_string())?;
+    if !allow_private {
+        beebot_shared::scope::public_form(&site)
+            .map_err(|why| format!("{why} (--allow-private takes it)"))?;
+    }
+    Ok(site)
+}
+
+/// A line of a site file: its number and its text (a site), or what is
+/// said of it (a bad line).
+type NumberedLine = (usize, String);
+
+/// The sites of a site file and its bad lines (the text cut and why):
+/// each line on its own, UTF-8 or not.
+fn parse_site_file(bytes: &[u8], allow_private: bool) -> (Vec<NumberedLine>, Vec<NumberedLine>) {
+    let mut sites = Vec::new();
+    let mut bad = Vec::new();
+    for (i, raw) in bytes.split(|b| *b == b'\n').enumerate() {
+        let n = i + 1;
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let text = match std::str::from_utf8(raw) {
+            Ok(t) => t,
+            Err(e) => {
+                bad.push((
+                    n,
+                    format!(
+                        "not UTF-8 text (a bad byte at column {})",
+                        e.valid_up_to() + 1
+                    ),
+                ));
+                continue;
+            }
+        };
+        let line = text.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
         }
-        match parse_site(line) {
-            Ok(_) => out.push((i + 1, line.to_string())),
-            Err(e) => bail!("line {}: `{line}`: {e}", i + 1),
+        match check_line(line, allow_private) {
+            Ok(_) => sites.push((n, line.to_string())),
+            Err(why) => bad.push((n, format!("`{}`: {why}", cut(line)))),
         }
     }
-    if out.is_empty() {
-        bail!("no sites in the file");
-    }
-    Ok(out)
+    (sites, bad)
 }
 
 #[cfg(test)]
@@ -316,15 +416,64 @@ mod tests {
     use super::*;
 
     #[test]
-    fn site_file_reports_the_bad_line() {
-        let ok = parse_site_file("# list\n\nwww.a.edu\nhttps://b.org/x  # trailing\n").unwrap();
+    fn site_file_reports_every_bad_line_and_keeps_the_good_ones() {
+        let (ok, bad) = parse_site_file(
+            b"# list\n\nwww.a.edu\nhttps://b.org/x  # trailing\r\n",
+            false,
+        );
         assert_eq!(
             ok,
             vec![(3, "www.a.edu".to_string()), (4, "https://b.org/x".into())]
         );
-        let err = parse_site_file("a.edu\nnot a host\nb.edu\n").unwrap_err();
-        assert!(format!("{err:#}").contains("line 2"), "{err:#}");
-        assert!(parse_site_file("# only comments\n").is_err());
+        assert!(bad.is_empty());
+        let long = format!("{}.edu", "a".repeat(100_000));
+        let mut file = String::from("a.edu\nnot a host\nb.edu\n");
+        for junk in [
+            "javascript:alert(1)",
+            "data:text/html,x",
+            "*.example.com",
+            "-leadinghyphen.example",
+            &format!("{}.example", "x".repeat(70)),
+            "localhost",
+            "127.0.0.1",
+            "10.0.0.1",
+            "http://[::1]/",
+            "intranet",
+            &long,
+        ] {
+            file.push_str(junk);
+            file.push('\n');
+        }
+        let mut bytes = file.into_bytes();
+        bytes.extend_from_slice(b"caf\xe9.example\n");
+        let (ok, bad) = parse_site_file(&bytes, false);
+        assert_eq!(ok.iter().map(|l| l.0).collect::<Vec<_>>(), vec![1, 3]);
+        let numbers: Vec<usize> = bad.iter().map(|b| b.0).collect();
+        assert_eq!(
+            numbers,
+            (2..=2).chain(4..=15).collect::<Vec<_>>(),
+            "{bad:#?}"
+        );
+        let said = |n: usize| &bad.iter().find(|b| b.0 == n).expect("reported").1;
+        assert!(said(4).contains("scheme"), "{}", said(4));
+        assert!(said(5).contains("scheme"), "{}", said(5));
+        assert!(said(6).contains("wildcard"), "{}", said(6));
+        assert!(said(7).contains("hyphen"), "{}", said(7));
+        assert!(said(8).contains("63"), "{}", said(8));
+        assert!(said(9).contains("localhost"), "{}", said(9));
+        assert!(said(10).contains("loopback"), "{}", said(10));
+        assert!(said(11).contains("private"), "{}", said(11));
+        assert!(said(12).contains("loopback"), "{}", said(12));
+        assert!(said(13).contains("single label"), "{}", said(13));
+        assert!(
+            said(14).len() < 300,
+            "a long line is cut: {}",
+            said(14).len()
+        );
+        assert!(said(15).contains("UTF-8"), "{}", said(15));
+        // The admin may allow an intranet's names and addresses.
+        let (ok, _) = parse_site_file(b"localhost:8080\n10.0.0.1\nintranet\n", true);
+        assert_eq!(ok.len(), 3);
     }
 
     fn listed() -> ExclusionListed {
