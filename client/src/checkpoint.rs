@@ -35,8 +35,13 @@ use crate::crawler::Snapshot;
 use crate::recordlog::{LogFull, LogMark, RecordsLog};
 
 /// Longest a running scan goes without a checkpoint in the spool: what a
-/// kill or a power cut may cost (the issue asks for at least every 30 s).
+/// kill or a power cut may cost in time.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Most pages a running scan goes without a checkpoint in the spool: at a
+/// short delay 30 s are hundreds of pages, which a kill would have the
+/// scan request again (whichever of the two comes first writes one).
+pub const CHECKPOINT_EVERY_PAGES: u64 = 50;
 
 /// Longest a scan's in-memory snapshot lags its page boundaries: taking one
 /// copies the queue and seen set, so not after every page. What it costs is
@@ -219,6 +224,8 @@ struct SlotInner {
     /// Whether `latest` is in the spool.
     written: bool,
     written_at: Instant,
+    /// This part's pages when the last checkpoint was written.
+    written_pages: u64,
 }
 
 impl SlotInner {
@@ -276,6 +283,7 @@ impl CheckpointSlot {
                 taken_at: None,
                 written: true,
                 written_at: Instant::now(),
+                written_pages: 0,
             }),
             closed: AtomicBool::new(false),
         }
@@ -297,10 +305,15 @@ impl CheckpointSlot {
             .is_none_or(|t| t.elapsed() >= SNAPSHOT_EVERY)
     }
 
-    /// Whether the spool's checkpoint is older than [`CHECKPOINT_INTERVAL`].
-    pub fn write_due(&self) -> bool {
+    /// Whether a checkpoint is due with this part at `pages`: the spool's
+    /// is older than [`CHECKPOINT_INTERVAL`] (and a newer snapshot waits),
+    /// or [`CHECKPOINT_EVERY_PAGES`] pages behind (the caller takes a
+    /// snapshot for it).
+    pub fn write_due(&self, pages: u64) -> bool {
         let s = self.lock();
-        !s.written && s.written_at.elapsed() >= CHECKPOINT_INTERVAL
+        let by_time = !s.written && s.written_at.elapsed() >= CHECKPOINT_INTERVAL;
+        let by_pages = pages.saturating_sub(s.written_pages) >= CHECKPOINT_EVERY_PAGES;
+        by_time || by_pages
     }
 
     /// Keep `snap` as the newest. Its records are those found since the
@@ -327,9 +340,10 @@ impl CheckpointSlot {
         let Some((state, later)) = s.latest.clone() else {
             return Ok(false);
         };
-        // A failed write is tried again a CHECKPOINT_INTERVAL later, not
-        // at every page boundary.
+        // A failed write is tried again a CHECKPOINT_INTERVAL (or
+        // CHECKPOINT_EVERY_PAGES) later, not at every page boundary.
         s.written_at = Instant::now();
+        s.written_pages = later.pages;
         s.flush()?;
         let head = CheckpointHead {
             summary: s.summary(&later),
@@ -607,6 +621,26 @@ mod tests {
         assert_eq!(end.summary.pages, 6);
         slot.keep(snapshot(&earlier.state, Vec::new(), 0));
         assert!(!slot.write_latest(&write).expect("closed"));
+    }
+
+    #[test]
+    fn a_checkpoint_is_due_every_so_many_pages_as_well_as_every_interval() {
+        let dir = tempfile::tempdir().expect("dir");
+        let home = crate::home::Home::resolve(Some(dir.path().to_path_buf())).expect("home");
+        let log = home
+            .records_log(9, "a.test", LogMark::default())
+            .expect("log");
+        let slot = CheckpointSlot::new(log, None);
+        let state = checkpoint().state;
+        // A fresh slot: nothing due before the pages or the interval.
+        assert!(!slot.write_due(CHECKPOINT_EVERY_PAGES - 1));
+        assert!(slot.write_due(CHECKPOINT_EVERY_PAGES));
+        let write = |h: &CheckpointHead| home.save_checkpoint_head(9, h);
+        slot.keep(snapshot(&state, Vec::new(), CHECKPOINT_EVERY_PAGES));
+        assert!(slot.write_latest(&write).expect("write"));
+        // Counted from the pages of the last checkpoint written.
+        assert!(!slot.write_due(2 * CHECKPOINT_EVERY_PAGES - 1));
+        assert!(slot.write_due(2 * CHECKPOINT_EVERY_PAGES));
     }
 
     #[test]

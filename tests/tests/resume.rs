@@ -450,3 +450,54 @@ fn a_continuation_unit_whose_state_is_refused_does_not_hold_run_once() {
     g.wait_round(&round, "10s");
     assert_same_rows(&g.export_rows(&round), &g.truth_rows());
 }
+
+/// A client SIGKILLed every few seconds mid-scan (the fault campaign's
+/// schedule, at a 100 ms delay) repeats at most about
+/// `CHECKPOINT_EVERY_PAGES` pages a kill: checkpoints come every so many
+/// pages as well as every 30 s. With the 30 s interval alone no
+/// checkpoint was ever written between such kills, and each life scanned
+/// the site again from its first page.
+#[test]
+fn a_client_killed_again_and_again_repeats_at_most_a_checkpoints_pages_a_kill() {
+    const KILLS: usize = 3;
+    const LIFE: Duration = Duration::from_secs(8);
+    let mut g = Grid::start_with(web_of(33, 1, 300));
+    join(&g, "a");
+    let round = start_round(&g, 100);
+    let log = g.dir.path().join("client-a.log");
+    for _ in 0..KILLS {
+        let mut c = spawn_client(&g, "a", &log, false);
+        std::thread::sleep(LIFE);
+        stop_with(&mut c, "-KILL", &log);
+    }
+    let mut c = spawn_client(&g, "a", &log, true);
+    g.wait_round(&round, "240s");
+    wait_exit(&mut c, WAIT, "last life", &log);
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+    let requests = g.web_server.request_log();
+    let mut seen = HashSet::new();
+    let pages: Vec<String> = requests
+        .iter()
+        .filter(|r| r.path != "/robots.txt")
+        .map(request_url)
+        .collect();
+    let repeated = pages.iter().filter(|u| !seen.insert(u.as_str())).count();
+    // Pages a kill may cost: a checkpoint's worth and the few in flight
+    // (fixed here, so a longer checkpoint spacing fails the test).
+    const MAX_REPEATED_PER_KILL: usize = 60;
+    let every = beebot_client::checkpoint::CHECKPOINT_EVERY_PAGES as usize;
+    assert!(
+        every + 10 <= MAX_REPEATED_PER_KILL,
+        "checkpoint every {every} pages"
+    );
+    eprintln!(
+        "{KILLS} kills {LIFE:?} apart at 100 ms: {} page requests for {} pages, {repeated} repeated",
+        pages.len(),
+        seen.len()
+    );
+    assert!(
+        repeated <= KILLS * MAX_REPEATED_PER_KILL,
+        "{repeated} pages requested again over {KILLS} kills (checkpoint every {every} pages)"
+    );
+    g.kill_server();
+}

@@ -164,7 +164,7 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
             cancel.sleep(hooks.throttle);
         }
         let held = hooks.gate.as_ref().is_some_and(|g| !g.is_open()) || hooks.lease.is_lapsed();
-        let write_now = held || slot.write_due();
+        let write_now = held || slot.write_due(p.pages);
         if write_now || cancel.is_set() || slot.snapshot_due() {
             slot.keep(snapshot());
         }
