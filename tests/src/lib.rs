@@ -529,3 +529,46 @@ impl Drop for ClientProc {
         }
     }
 }
+
+/// `n` connections to `addr` that each send half a request header and
+/// nothing more (a slowloris), all taken by the listen backlog.
+pub fn half_sent_headers(addr: std::net::SocketAddr, n: usize) -> Vec<std::net::TcpStream> {
+    use std::io::Write;
+    let held: Vec<std::net::TcpStream> = (0..n)
+        .filter_map(|_| {
+            let mut s = std::net::TcpStream::connect(addr).ok()?;
+            s.write_all(b"GET /api/status HTTP/1.1\r\nHost: ").ok()?;
+            Some(s)
+        })
+        .collect();
+    assert_eq!(held.len(), n, "the backlog takes them all");
+    held
+}
+
+/// Every one of `held` is closed by the server before `deadline`.
+pub fn assert_all_closed_by(held: &mut [std::net::TcpStream], deadline: std::time::Instant) {
+    use std::io::Read;
+    for s in held.iter_mut() {
+        s.set_read_timeout(Some(Duration::from_secs(1)))
+            .expect("timeout");
+        let mut buf = [0u8; 512];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(_) => assert!(
+                    std::time::Instant::now() < deadline,
+                    "a half-sent header held open"
+                ),
+            }
+        }
+    }
+}
+
+/// File descriptors process `pid` holds now (Linux).
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}

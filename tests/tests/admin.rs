@@ -424,13 +424,6 @@ fn the_admin_cli_ignores_proxy_settings_and_keeps_its_token_local() {
     );
 }
 
-/// File descriptors the process `pid` holds now.
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 /// Token-free connections that send half a header and nothing more: the
 /// admin API holds at most its cap of them (the rest wait in the backlog,
 /// holding no descriptor of the server), closes each after its header
@@ -446,14 +439,7 @@ fn half_sent_headers_are_capped_and_closed_and_the_cli_is_answered() {
     let before = open_fds(pid);
     let opened = Instant::now();
     let flood = 160;
-    let mut held: Vec<TcpStream> = (0..flood)
-        .filter_map(|_| {
-            let mut s = TcpStream::connect(addr).ok()?;
-            s.write_all(b"GET /api/status HTTP/1.1\r\nHost: ").ok()?;
-            Some(s)
-        })
-        .collect();
-    assert_eq!(held.len(), flood, "the backlog takes them all");
+    let mut held = half_sent_headers(addr, flood);
     std::thread::sleep(Duration::from_millis(500));
     let during = open_fds(pid);
     let cap = beebot_server::admin::LIMITS.connections;
@@ -478,19 +464,7 @@ fn half_sent_headers_are_capped_and_closed_and_the_cli_is_answered() {
     );
     // Every half-sent header is closed by the server, none held forever.
     let deadline = opened + batches * header + Duration::from_secs(20);
-    for s in held.iter_mut() {
-        s.set_read_timeout(Some(Duration::from_secs(1)))
-            .expect("timeout");
-        let mut buf = [0u8; 512];
-        loop {
-            match s.read(&mut buf) {
-                Ok(0) => break,
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
-                Err(_) => assert!(Instant::now() < deadline, "a half-sent header held open"),
-            }
-        }
-    }
+    assert_all_closed_by(&mut held, deadline);
 }
 
 /// A store that does not open says why, once: a second server on the

@@ -569,26 +569,15 @@ fn shot(b: &Browser, dir: &Path, name: &str) {
 /// it fail).
 #[test]
 fn half_sent_headers_are_capped_and_closed_and_pause_still_works() {
-    use std::io::{Read, Write};
     let g = Grid::start(62, 1);
     let mut child = spawn_runner(&g, "h");
     let port = page_port(&g, "h");
-    let fds = || {
-        std::fs::read_dir(format!("/proc/{}/fd", child.id()))
-            .map(|d| d.count())
-            .unwrap_or(0)
-    };
+    let pid = child.id();
+    let fds = || open_fds(pid);
     let before = fds();
     let opened = Instant::now();
     let flood = 150;
-    let mut held: Vec<std::net::TcpStream> = (0..flood)
-        .filter_map(|_| {
-            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-            s.write_all(b"GET /api/status HTTP/1.1\r\nHost: ").ok()?;
-            Some(s)
-        })
-        .collect();
-    assert_eq!(held.len(), flood);
+    let mut held = half_sent_headers(std::net::SocketAddr::from(([127, 0, 0, 1], port)), flood);
     std::thread::sleep(Duration::from_millis(500));
     let cap = beebot_client::ui::LIMITS.connections;
     assert!(
@@ -600,19 +589,7 @@ fn half_sent_headers_are_capped_and_closed_and_pause_still_works() {
     assert!(o.status.success(), "pause during the flood: {}", stderr(&o));
     let header = beebot_client::ui::LIMITS.header;
     let deadline = opened + flood.div_ceil(cap) as u32 * header + Duration::from_secs(15);
-    for s in held.iter_mut() {
-        s.set_read_timeout(Some(Duration::from_secs(1)))
-            .expect("timeout");
-        let mut buf = [0u8; 512];
-        loop {
-            match s.read(&mut buf) {
-                Ok(0) => break,
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
-                Err(_) => assert!(Instant::now() < deadline, "a half-sent header held open"),
-            }
-        }
-    }
+    assert_all_closed_by(&mut held, deadline);
     let _ = child.kill();
     let _ = child.wait();
 }
