@@ -261,6 +261,7 @@ mod tests {
         std::fs::remove_dir(&dir).unwrap();
     }
 
+    #[cfg(unix)]
     #[test]
     fn private_dirs_are_the_owners_whatever_the_umask() {
         use std::os::unix::fs::PermissionsExt;
