@@ -9,8 +9,9 @@
 //! Invariants: a site is listed only after a read of its files failed, and
 //! leaves the list once a later check read them whole; reading is never
 //! done under the grid lock (the callers hand over a copy of the jobs and
-//! the storage). Limits: at most [`MAX_DAMAGED_LISTED`] sites are kept (the
-//! count goes on past it).
+//! the storage). Limits: at most [`MAX_DAMAGED_LISTED`] sites are kept:
+//! past it the list, `round show` and the metric stop growing (a check's
+//! own report still names every damaged site of the rounds it read).
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
@@ -19,7 +20,7 @@ use crate::api::DamagedSite;
 use crate::grid::{for_each_link, LinkFiles};
 use crate::model::{JobRecord, JobState};
 
-/// Damaged sites kept with their causes; more are counted, not listed.
+/// Damaged sites kept with their causes; more are not kept.
 pub const MAX_DAMAGED_LISTED: usize = 10_000;
 
 /// The exit code of `export` and `check` when a site is damaged (the

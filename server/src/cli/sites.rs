@@ -178,12 +178,9 @@ fn import(
     strict: bool,
     allow_private: bool,
 ) -> Result<Report> {
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let bytes = read_site_file(file)?;
     let (lines, bad) = parse_site_file(&bytes, allow_private);
-    let said: Vec<String> = bad
-        .iter()
-        .map(|(n, why)| format!("line {n}: {why}"))
-        .collect();
+    let said = bad_lines_said(&bad);
     if strict && !bad.is_empty() {
         bail!(
             "{}: {} bad line(s), nothing imported (--strict):\n{}",
@@ -349,6 +346,44 @@ fn exclusions_tsv(list: &[ExclusionListed]) -> String {
 
 /// Parse a `sites import` file into (line number, entry); the first bad
 /// line fails the whole file.
+/// Largest site file `sites import` reads: the admin API's largest body
+/// (64 MiB), which a file of `limits::MAX_SITES` URLs stays well inside.
+const MAX_SITE_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// A site file's bytes, refused unread past [`MAX_SITE_FILE_BYTES`].
+fn read_site_file(file: &std::path::Path) -> Result<Vec<u8>> {
+    let len = std::fs::metadata(file)
+        .with_context(|| format!("cannot read {}", file.display()))?
+        .len();
+    if len > MAX_SITE_FILE_BYTES {
+        bail!(
+            "{} is {len} bytes, more than a site file may be ({MAX_SITE_FILE_BYTES}): split it",
+            file.display()
+        );
+    }
+    std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))
+}
+
+/// What is said of the bad lines: the first [`MAX_BAD_LINES_SHOWN`] one
+/// by one, then how many more.
+fn bad_lines_said(bad: &[NumberedLine]) -> Vec<String> {
+    let mut said: Vec<String> = bad
+        .iter()
+        .take(MAX_BAD_LINES_SHOWN)
+        .map(|(n, why)| format!("line {n}: {why}"))
+        .collect();
+    if bad.len() > MAX_BAD_LINES_SHOWN {
+        said.push(format!(
+            "… and {} more bad lines (the first {MAX_BAD_LINES_SHOWN} are shown)",
+            bad.len() - MAX_BAD_LINES_SHOWN
+        ));
+    }
+    said
+}
+
+/// Bad lines a report names one by one; the rest are counted.
+const MAX_BAD_LINES_SHOWN: usize = 1000;
+
 /// Longest piece of a bad line a report repeats.
 const SHOWN_CHARS: usize = 80;
 
@@ -414,6 +449,22 @@ fn parse_site_file(bytes: &[u8], allow_private: bool) -> (Vec<NumberedLine>, Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_site_file_past_its_bound_is_refused_unread_and_bad_lines_are_bounded() {
+        let dir = tempfile::tempdir().expect("dir");
+        let big = dir.path().join("big.txt");
+        let f = std::fs::File::create(&big).expect("create");
+        f.set_len(MAX_SITE_FILE_BYTES + 1).expect("sparse");
+        let e = read_site_file(&big).unwrap_err().to_string();
+        assert!(e.contains("split it"), "{e}");
+        let bad: Vec<NumberedLine> = (1..=MAX_BAD_LINES_SHOWN + 5)
+            .map(|n| (n, "`x`: no".to_string()))
+            .collect();
+        let said = bad_lines_said(&bad);
+        assert_eq!(said.len(), MAX_BAD_LINES_SHOWN + 1);
+        assert!(said.last().expect("a line").contains("5 more"), "{said:?}");
+    }
 
     #[test]
     fn site_file_reports_every_bad_line_and_keeps_the_good_ones() {
