@@ -114,12 +114,9 @@ pub(super) fn hand_over_from(job: &JobRecord, asker: u64) -> Option<&Attempt> {
     let (Some(a), None) = (running.next(), running.next()) else {
         return None;
     };
-    // Pages of the scans it continues from (progress counts the unit's).
-    let pages_before = (a.resume_seq as usize)
-        .checked_sub(1)
-        .and_then(|k| job.segments.get(k))
-        .map_or(0, |s| s.pages_done);
-    let scanning = a.first_report_ms != 0 && a.pages > pages_before;
+    // Progress counts the unit's own pages, not those of the scans it
+    // continues from.
+    let scanning = a.first_report_ms != 0 && a.pages > 0;
     (a.host_id != asker && scanning && !job.is_behind(a)).then_some(a)
 }
 

@@ -377,7 +377,8 @@ impl Sim<'_> {
         let Some((i, scan)) = self.scan_of(h, unit_id) else {
             return Ok(());
         };
-        let pages = scan.start_page + scan.pages_at(self.now);
+        // The unit's own pages, as the client counts them (not the job's).
+        let pages = scan.pages_at(self.now);
         let host_id = c.host_id;
         match self
             .grid

@@ -407,6 +407,15 @@ fn adaptive_hands_the_stragglers_scan_over_to_a_faster_host_never_beside_it() {
     assert_eq!(v.job_id, u.job_id);
     assert_eq!(v.resume.as_ref().map(|r| r.pages_done), Some(3));
     assert!(fx.attempt(v.unit_id).replica, "counted as the copy wanted");
+    // Its progress counts its own pages (not the 3 before it): with one
+    // taken, it is a scan that could be handed over in turn.
+    assert_eq!(
+        fx.grid.progress(fast, v.unit_id, 1, 1, t + 2500).unwrap(),
+        ProgressOutcome::Continue
+    );
+    let job = fx.job(u.job_id);
+    let handable = super::hand_over_from(&job, slow).map(|a| a.unit_id);
+    assert_eq!(handable, Some(v.unit_id));
     assert_eq!(fx.upload(fast, &v, 2, t + 3000), UploadOutcome::Accepted);
     let job = fx.job(u.job_id);
     assert_eq!(job.state, JobState::Done);
