@@ -192,6 +192,50 @@ pub fn add_summaries(
     }
 }
 
+/// The summary of a scan's part from `earlier` (its summary when its
+/// previous part was taken) to `total` (its summary now): counters
+/// subtracted, no stop (the scan goes on unless `total` says it stopped),
+/// `links` records to `hosts` distinct target hosts (those of the part's
+/// records).
+pub fn sub_summaries(
+    total: &ScanSummary,
+    earlier: &ScanSummary,
+    links: u64,
+    hosts: u64,
+) -> ScanSummary {
+    let mut status: BTreeMap<u16, u64> = total.status_counts.iter().copied().collect();
+    for (code, n) in &earlier.status_counts {
+        if let Some(v) = status.get_mut(code) {
+            *v = v.saturating_sub(*n);
+        }
+    }
+    status.retain(|_, n| *n > 0);
+    let sub = |a: u64, b: u64| a.saturating_sub(b);
+    ScanSummary {
+        pages: sub(total.pages, earlier.pages),
+        bytes: sub(total.bytes, earlier.bytes),
+        links,
+        distinct_target_hosts: hosts,
+        errors: sub(total.errors, earlier.errors),
+        elapsed_ms: sub(total.elapsed_ms, earlier.elapsed_ms),
+        stopped_by: total.stopped_by,
+        status_counts: status.into_iter().collect(),
+        robots_disallowed: sub(total.robots_disallowed, earlier.robots_disallowed),
+        timeouts: sub(total.timeouts, earlier.timeouts),
+        refused_addresses: sub(total.refused_addresses, earlier.refused_addresses),
+        truncated_pages: sub(total.truncated_pages, earlier.truncated_pages),
+        non_html: sub(total.non_html, earlier.non_html),
+        redirect_errors: sub(total.redirect_errors, earlier.redirect_errors),
+        trap_urls: sub(total.trap_urls, earlier.trap_urls),
+        long_urls: sub(total.long_urls, earlier.long_urls),
+        beyond_depth: sub(total.beyond_depth, earlier.beyond_depth),
+        link_capped_pages: sub(total.link_capped_pages, earlier.link_capped_pages),
+        frontier_dropped: sub(total.frontier_dropped, earlier.frontier_dropped),
+        records_dropped: sub(total.records_dropped, earlier.records_dropped),
+        robots_truncated: sub(total.robots_truncated, earlier.robots_truncated),
+    }
+}
+
 /// Distinct target hosts of `records`.
 pub fn distinct_hosts(records: &[LinkRecord]) -> u64 {
     let hosts: HashSet<String> = records.iter().map(|r| target_host(&r.target_url)).collect();

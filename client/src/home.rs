@@ -217,6 +217,39 @@ pub struct SpooledResult {
     pub state: Option<Vec<u8>>,
 }
 
+/// What the server holds of a running scan: its parts accepted so far
+/// (`Request::UploadPart`), up to which checkpoint (its records log's mark
+/// and its summary then). The scan's next part, and its final upload,
+/// start there.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PartsSent {
+    pub count: u32,
+    pub mark: LogMark,
+    pub summary: ScanSummary,
+}
+
+/// A part of a running scan, spooled before it is sent: sent again
+/// unchanged until the server answers it, so a part whose answer was lost
+/// is never mistaken for a later one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpooledPart {
+    pub unit_id: u64,
+    /// Its index among the unit's parts (`PartsSent::count` when taken).
+    pub index: u32,
+    /// The checkpoint it ends at: its log mark and the scan's summary then.
+    pub mark: LogMark,
+    pub total: ScanSummary,
+    /// What is sent: the part's own summary, link file and frontier.
+    pub summary: ScanSummary,
+    #[serde(with = "beebot_shared::codec::bytes")]
+    pub link_file: Vec<u8>,
+    #[serde(with = "beebot_shared::codec::bytes")]
+    pub state: Vec<u8>,
+}
+
+/// Largest spooled part: a link file and a state at their limits.
+const MAX_PART_FILE_BYTES: usize = MAX_LINK_FILE_BYTES + MAX_SCAN_STATE_BYTES + 64 * 1024;
+
 /// A unit read back from the spool, verified.
 #[derive(Clone, Debug)]
 pub struct SpooledUnit {
@@ -415,7 +448,86 @@ impl Home {
         let _ = fs::remove_file(self.results_dir().join(format!("{unit_id}.lf")));
         let _ = fs::remove_file(self.results_dir().join(format!("{unit_id}.summary")));
         let _ = fs::remove_file(self.results_dir().join(format!("{unit_id}.state")));
+        let _ = fs::remove_file(self.part_path(unit_id));
+        let _ = fs::remove_file(self.parts_sent_path(unit_id));
         self.remove_checkpoint(unit_id);
+    }
+
+    fn part_path(&self, unit_id: u64) -> PathBuf {
+        self.results_dir().join(format!("{unit_id}.part"))
+    }
+    fn parts_sent_path(&self, unit_id: u64) -> PathBuf {
+        self.units_dir().join(format!("{unit_id}.parts"))
+    }
+
+    /// What the server holds of a unit's scan (none of it when nothing
+    /// was recorded). A damaged record is an error naming the file: the
+    /// scan cannot know where its next upload starts.
+    pub fn parts_sent(&self, unit_id: u64) -> Result<PartsSent> {
+        let path = self.parts_sent_path(unit_id);
+        match fs::read_to_string(&path) {
+            Ok(t) => {
+                serde_json::from_str(&t).with_context(|| format!("{} is damaged", path.display()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PartsSent::default()),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        }
+    }
+
+    /// Record a part the server accepted (or already held), and drop it
+    /// from the spool: the record first, so a kill between the two sends
+    /// the part again (a duplicate), never skips it.
+    pub fn part_accepted(&self, part: &SpooledPart) -> Result<PartsSent> {
+        let sent = PartsSent {
+            count: part.index + 1,
+            mark: part.mark,
+            summary: part.total.clone(),
+        };
+        write_atomic(
+            &self.parts_sent_path(part.unit_id),
+            serde_json::to_string(&sent)?.as_bytes(),
+            false,
+        )?;
+        let _ = fs::remove_file(self.part_path(part.unit_id));
+        Ok(sent)
+    }
+
+    /// Spool a part before it is sent.
+    pub fn save_part(&self, part: &SpooledPart) -> Result<()> {
+        let bytes = codec::encode(part, MAX_PART_FILE_BYTES).with_context(|| {
+            format!("cannot encode part {} of unit {}", part.index, part.unit_id)
+        })?;
+        write_atomic(&self.part_path(part.unit_id), &bytes, false)
+    }
+
+    /// A unit's part spooled and not answered yet. A damaged one is
+    /// dropped (it is taken again from the checkpoint).
+    pub fn part(&self, unit_id: u64) -> Option<SpooledPart> {
+        let path = self.part_path(unit_id);
+        let bytes = match fs::metadata(&path) {
+            Ok(m) if m.len() <= MAX_PART_FILE_BYTES as u64 => fs::read(&path).ok()?,
+            Ok(_) => Vec::new(),
+            Err(_) => return None,
+        };
+        match codec::decode::<SpooledPart>(&bytes, MAX_PART_FILE_BYTES) {
+            Ok(p) if p.unit_id == unit_id => Some(p),
+            _ => {
+                tracing::warn!(file = %path.display(), "a spooled part is damaged: dropped");
+                let _ = fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    /// A part of the unit is spooled, not answered yet.
+    pub fn has_part(&self, unit_id: u64) -> bool {
+        self.part_path(unit_id).is_file()
+    }
+
+    /// Drop a unit's spooled part (the server answered it, or the scan
+    /// is not wanted).
+    pub fn remove_part(&self, unit_id: u64) {
+        let _ = fs::remove_file(self.part_path(unit_id));
     }
 
     /// Remember a unit's deadline as the server extended it (Unix ms).
@@ -464,6 +576,17 @@ impl Home {
     /// checkpoint's; the default for a fresh scan, which empties it).
     pub fn records_log(&self, unit_id: u64, site: &str, mark: LogMark) -> Result<RecordsLog> {
         RecordsLog::open(&self.records_log_path(unit_id), unit_id, site, mark)
+    }
+
+    /// The records of a unit's records log between two of its
+    /// checkpoints' marks (a part of its scan).
+    pub fn records_between(
+        &self,
+        unit_id: u64,
+        from: LogMark,
+        to: LogMark,
+    ) -> Result<Vec<beebot_shared::linkfile::LinkRecord>> {
+        recordlog::read_between(&self.records_log_path(unit_id), unit_id, from, to)
     }
 
     /// A unit's checkpoint head, if one is spooled. A damaged one is an
@@ -603,9 +726,10 @@ impl Home {
                 }
                 let orphan = match ext_of(&path).as_deref() {
                     Some("tmp") => true,
-                    Some("ckpt" | "records" | "lf" | "summary" | "state" | "deadline") => {
-                        id_of(&path).is_some_and(|id| !units.contains(&id))
-                    }
+                    Some(
+                        "ckpt" | "records" | "lf" | "summary" | "state" | "deadline" | "part"
+                        | "parts",
+                    ) => id_of(&path).is_some_and(|id| !units.contains(&id)),
                     _ => false,
                 };
                 if orphan && fs::remove_file(&path).is_ok() {
@@ -1048,6 +1172,54 @@ mod tests {
             data: dir.path().to_path_buf(),
         };
         (dir, h)
+    }
+
+    #[test]
+    fn a_part_is_spooled_until_answered_and_what_the_server_holds_is_kept() {
+        let (_d, h) = home();
+        fs::create_dir_all(h.units_dir()).unwrap();
+        fs::create_dir_all(h.results_dir()).unwrap();
+        assert_eq!(h.parts_sent(7).unwrap(), PartsSent::default());
+        assert!(h.part(7).is_none() && !h.has_part(7));
+        let part = SpooledPart {
+            unit_id: 7,
+            index: 0,
+            mark: LogMark {
+                records: 4,
+                bytes: 100,
+            },
+            total: ScanSummary {
+                pages: 9,
+                ..ScanSummary::default()
+            },
+            summary: ScanSummary {
+                pages: 9,
+                links: 4,
+                ..ScanSummary::default()
+            },
+            link_file: vec![1, 2, 3],
+            state: vec![4, 5],
+        };
+        h.save_part(&part).unwrap();
+        assert!(h.has_part(7));
+        assert_eq!(h.part(7).as_ref(), Some(&part));
+        let sent = h.part_accepted(&part).unwrap();
+        assert_eq!(
+            (sent.count, sent.mark.records, sent.summary.pages),
+            (1, 4, 9)
+        );
+        assert!(h.part(7).is_none(), "an answered part leaves the spool");
+        assert_eq!(h.parts_sent(7).unwrap(), sent);
+        // A damaged spooled part is dropped (taken again from the
+        // checkpoint); a damaged record of what the server holds is an error.
+        fs::write(h.part_path(7), b"junk").unwrap();
+        assert!(h.part(7).is_none() && !h.has_part(7));
+        fs::write(h.parts_sent_path(7), b"{").unwrap();
+        assert!(format!("{:#}", h.parts_sent(7).unwrap_err()).contains("damaged"));
+        // Both are the unit's: they go with it.
+        h.save_part(&part).unwrap();
+        h.remove_unit(7);
+        assert!(!h.has_part(7) && !h.parts_sent_path(7).exists());
     }
 
     #[test]

@@ -192,22 +192,43 @@ impl RecordsLog {
 /// whole, of the unit, and as many records as the mark says, or an error
 /// naming the file.
 pub fn read(path: &Path, unit_id: u64, mark: LogMark) -> Result<Vec<LinkRecord>> {
+    read_between(path, unit_id, LogMark::default(), mark)
+}
+
+/// The records of the log at `path` of `unit_id` from mark `from` (a
+/// frame's start: an earlier checkpoint's mark) up to `mark`, as [`read`]
+/// checks them.
+pub fn read_between(
+    path: &Path,
+    unit_id: u64,
+    from: LogMark,
+    mark: LogMark,
+) -> Result<Vec<LinkRecord>> {
     let damaged = |why: String| anyhow::anyhow!("{} is damaged: {why}", path.display());
+    if from.bytes > mark.bytes || from.records > mark.records {
+        return Err(damaged(format!("{from:?} is past {mark:?}")));
+    }
     if mark.bytes > MAX_RECORDS_LOG_BYTES || mark.records > MAX_LINK_RECORDS as u64 {
         return Err(damaged(format!(
             "its checkpoint names {mark:?}, past the limits"
         )));
     }
-    if mark.bytes == 0 {
-        return if mark.records == 0 {
+    if mark.bytes == from.bytes {
+        return if mark.records == from.records {
             Ok(Vec::new())
         } else {
-            Err(damaged(format!("{} records in no bytes", mark.records)))
+            Err(damaged(format!(
+                "{} records in no bytes",
+                mark.records - from.records
+            )))
         };
     }
     let mut file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    file.seek(SeekFrom::Start(from.bytes))
+        .with_context(|| format!("cannot read {}", path.display()))?;
     let mut records = Vec::new();
-    let mut at = 0u64;
+    let mut at = from.bytes;
+    let want = mark.records - from.records;
     while at < mark.bytes {
         if mark.bytes - at < FRAME_PREFIX {
             return Err(damaged(format!("a frame prefix cut at byte {at}")));
@@ -227,20 +248,16 @@ pub fn read(path: &Path, unit_id: u64, mark: LogMark) -> Result<Vec<LinkRecord>>
         if header.unit_id != unit_id {
             return Err(damaged(format!("a frame of unit {}", header.unit_id)));
         }
-        if records.len() as u64 + more.len() as u64 > mark.records {
-            return Err(damaged(format!(
-                "more records than the {} named",
-                mark.records
-            )));
+        if records.len() as u64 + more.len() as u64 > want {
+            return Err(damaged(format!("more records than the {want} named")));
         }
         records.extend(more);
         at += FRAME_PREFIX + len;
     }
-    if records.len() as u64 != mark.records {
+    if records.len() as u64 != want {
         return Err(damaged(format!(
-            "{} records, its checkpoint names {}",
-            records.len(),
-            mark.records
+            "{} records, its checkpoint names {want}",
+            records.len()
         )));
     }
     Ok(records)
@@ -299,6 +316,17 @@ mod tests {
             bytes: first.bytes + 2,
         };
         assert!(read(&path, 5, inside).is_err());
+        // From one checkpoint's mark to a later one's: a part's records.
+        assert_eq!(
+            read_between(&path, 5, first, second).expect("part"),
+            recs(3..10)
+        );
+        assert!(read_between(&path, 5, second, second)
+            .expect("none")
+            .is_empty());
+        assert!(read_between(&path, 5, second, first).is_err());
+        // A start inside a frame is refused, not read as garbage.
+        assert!(read_between(&path, 5, inside, second).is_err());
     }
 
     #[test]

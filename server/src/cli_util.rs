@@ -38,7 +38,11 @@ impl Progress {
             .iter()
             .filter(|j| !j.state.is_final())
             .map(|j| {
-                let running = j.running_attempts().map(|a| a.pages).max().unwrap_or(0);
+                let running = j
+                    .running_attempts()
+                    .map(|a| a.pages.saturating_sub(j.parts_of(a).0))
+                    .max()
+                    .unwrap_or(0);
                 (j.est_pages - running as f64).max(0.0)
             })
             .sum();

@@ -89,6 +89,7 @@ pub enum RequestKind {
     RequestWork,
     Progress,
     Upload,
+    UploadPart,
     FetchState,
     Fail,
     Leave,
@@ -107,6 +108,7 @@ impl LabelText for RequestKind {
         Self::RequestWork,
         Self::Progress,
         Self::Upload,
+        Self::UploadPart,
         Self::FetchState,
         Self::Fail,
         Self::Leave,
@@ -124,6 +126,7 @@ impl LabelText for RequestKind {
             Self::RequestWork => "request_work",
             Self::Progress => "progress",
             Self::Upload => "upload",
+            Self::UploadPart => "upload_part",
             Self::FetchState => "fetch_state",
             Self::Fail => "fail",
             Self::Leave => "leave",
@@ -146,6 +149,7 @@ impl RequestKind {
             Request::RequestWork { .. } => Self::RequestWork,
             Request::Progress { .. } => Self::Progress,
             Request::Upload { .. } => Self::Upload,
+            Request::UploadPart { .. } => Self::UploadPart,
             Request::FetchState { .. } => Self::FetchState,
             Request::Fail { .. } => Self::Fail,
             Request::Leave => Self::Leave,
@@ -508,6 +512,11 @@ impl Metrics {
             units.get_or_create(&EventLabels { event }).inc_by(n);
         }
         r.register("units", "Units by what happened to them", units);
+        r.register(
+            "parts_accepted",
+            "Parts of running scans accepted (each kept for a takeover to start from)",
+            counter(c.parts_accepted),
+        );
         r.register(
             "pages_accepted",
             "Pages of accepted uploads",

@@ -382,6 +382,25 @@ impl JobRecord {
         v
     }
 
+    /// Pages and links of the parts of running attempt `a` the job keeps
+    /// (segments it uploaded while its scan goes on): its progress reports
+    /// count them, as they count every page since the unit started.
+    pub fn parts_of(&self, a: &Attempt) -> (u64, u64) {
+        self.segments
+            .iter()
+            .filter(|s| s.unit_id == a.unit_id)
+            .fold((0, 0), |(p, l), s| {
+                (p + s.summary.pages, l + s.summary.links)
+            })
+    }
+
+    /// Pages expected of running attempt `a` from its unit's start: what is
+    /// left of the job (`est_pages`) and what its parts took. What its
+    /// progress reports are measured against.
+    pub fn expected_of(&self, a: &Attempt) -> f64 {
+        self.est_pages + self.parts_of(a).0 as f64
+    }
+
     /// Pages the job's accepted scans took so far (what the page cap counts).
     pub fn pages_done(&self) -> u64 {
         self.segments.last().map_or(0, |s| s.pages_done)
@@ -408,7 +427,7 @@ impl JobRecord {
                     + self
                         .running_attempts()
                         .filter(|a| self.is_current(a))
-                        .map(|a| a.pages)
+                        .map(|a| a.pages.saturating_sub(self.parts_of(a).0))
                         .max()
                         .unwrap_or(0)
             }

@@ -168,3 +168,10 @@ pub const LEASE_S: u64 = 60;
 /// just before it lapsed, plus a margin): its job goes on elsewhere from
 /// its last uploaded part, unless the host reports first.
 pub const LEASE_TAKEOVER_S: u64 = 180;
+
+/// A running scan uploads what it did since its previous part (its
+/// records and frontier, at a checkpoint) once this many seconds have
+/// passed since that part (or its start), and goes on: a host that
+/// takes its site over after the lease starts there, not from the seed.
+/// A scan shorter than this uploads no part.
+pub const PART_INTERVAL_S: u64 = 120;

@@ -90,6 +90,25 @@ pub enum Request {
     /// request keeps its encoding; a server that does not know it answers
     /// `BadRequest`, and the client stops telling it.)
     Concurrency { slots: u32 },
+    /// A part of a running scan: its records and frontier from its
+    /// previous part (or its start) up to a checkpoint, sent every
+    /// [`PART_INTERVAL_S`](crate::limits::PART_INTERVAL_S) while it runs,
+    /// so that a host taking the site over starts there. `index` counts
+    /// the unit's parts from 0: a part sent again (its answer lost) is a
+    /// `Duplicate`. Answered `Accepted` or `Duplicate` (the scan goes on
+    /// and its next upload starts after this part), or `Rejected` (the
+    /// scan is not wanted: the host stops it and drops the unit).
+    /// (Appended after `Concurrency`; a server that does not know it
+    /// answers `BadRequest`, and the client sends no more parts to it.)
+    UploadPart {
+        unit_id: u64,
+        index: u32,
+        summary: ScanSummary,
+        #[serde(with = "crate::codec::bytes")]
+        link_file: Vec<u8>,
+        #[serde(with = "crate::codec::bytes")]
+        state: Vec<u8>,
+    },
 }
 
 /// What a host offers its scans beyond slots: the `pack` policy fits the

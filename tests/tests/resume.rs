@@ -501,3 +501,107 @@ fn a_client_killed_again_and_again_repeats_at_most_a_checkpoints_pages_a_kill() 
     );
     g.kill_server();
 }
+
+/// Parts of the only job's running scan the server holds now.
+fn parts_held(g: &Grid, round: &str) -> usize {
+    g.round_json(round)["jobs"][0]["segments"]
+        .as_array()
+        .map_or(0, Vec::len)
+}
+
+/// `beebot run` for `name` on one slot, a part every second.
+fn spawn_with_parts(g: &Grid, name: &str, log: &Path, extra: &[&str]) -> Child {
+    let mut args = vec!["--slots", "1", "--part-every-s", "1"];
+    args.extend(extra);
+    g.spawn_run(name, &args, log)
+}
+
+/// One site of about 200 pages at `delay_ms` (`throttle` ms more a page):
+/// a checkpoint, so a part, every 50 pages while it runs; the client is
+/// killed once the server holds one, and restarted.
+fn parts_survive_a_kill(delay_ms: u64, throttle: &str) {
+    let g = Grid::start_with(web_of(41, 1, 200));
+    join(&g, "a");
+    let round = start_round(&g, delay_ms);
+    let log = g.dir.path().join("client-a.log");
+    let mut c = spawn_with_parts(&g, "a", &log, &["--throttle-ms", throttle]);
+    poll("a part held by the server", || parts_held(&g, &round) >= 1);
+    stop_with(&mut c, "-KILL", &log);
+    let held = parts_held(&g, &round);
+    // Second life: the scan resumes from its checkpoint, sends its next
+    // parts after those the server holds, and its result after them.
+    let mut c = spawn_with_parts(&g, "a", &log, &["--once", "--throttle-ms", throttle]);
+    g.wait_round(&round, "240s");
+    wait_exit(&mut c, WAIT, "second life", &log);
+    let text = read(&log);
+    assert!(text.contains("part accepted"), "{text}");
+    assert!(!text.contains("part refused"), "{text}");
+    let d = g.round_json(&round);
+    let job = &d["jobs"][0];
+    assert_eq!(job["state"], "Done", "{job:#}");
+    let scans = job["candidates"][0]["segments"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert!(
+        scans >= held.max(2),
+        "its parts are the result's segments ({held} held at the kill): {job:#}"
+    );
+    // Every page's links once: no part held twice, none lost.
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+}
+
+#[test]
+fn a_scan_uploads_parts_as_it_goes_and_a_kill_between_them_loses_nothing() {
+    parts_survive_a_kill(100, "0");
+}
+
+#[test]
+fn without_a_delay_parts_survive_a_kill_as_well() {
+    parts_survive_a_kill(0, "100");
+}
+
+#[test]
+fn a_host_that_leaves_mid_scan_hands_its_site_on_from_its_last_part() {
+    let g = Grid::start_with(web_of(43, 1, 200));
+    join(&g, "a");
+    let round = start_round(&g, 100);
+    let log_a = g.dir.path().join("client-a.log");
+    let mut a = spawn_with_parts(&g, "a", &log_a, &[]);
+    poll("a part held by the server", || parts_held(&g, &round) >= 1);
+    stop_with(&mut a, "-KILL", &log_a);
+    let o = g.client("a", &["leave"]);
+    assert!(o.status.success(), "leave: {}", stderr(&o));
+    let left_at = g.web_server.request_log().len();
+    let d = g.round_json(&round);
+    let part_pages: u64 = d["jobs"][0]["segments"]
+        .as_array()
+        .expect("segments")
+        .iter()
+        .map(|s| s["summary"]["pages"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(part_pages > 0, "{d:#}");
+    // Another desktop takes the site over from the part, not the seed.
+    join(&g, "b");
+    let log_b = g.dir.path().join("client-b.log");
+    let mut b = spawn_with_parts(&g, "b", &log_b, &["--once"]);
+    g.wait_round(&round, "240s");
+    wait_exit(&mut b, WAIT, "the second desktop", &log_b);
+    let after = &g.web_server.request_log()[left_at..];
+    let pages_after = after.iter().filter(|r| r.path != "/robots.txt").count();
+    assert!(
+        after.iter().all(|r| r.path != "/"),
+        "the seed page was fetched again after the hand-on"
+    );
+    let total = g
+        .web
+        .truth()
+        .iter()
+        .map(|(_, r)| r.source_url.clone())
+        .collect::<HashSet<_>>()
+        .len();
+    assert!(
+        (pages_after as u64) + part_pages <= total as u64 + 60,
+        "{pages_after} pages after the leave, {part_pages} in the parts, {total} sources in all"
+    );
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+}

@@ -91,7 +91,7 @@ pub enum Cmd {
     /// removed all the same and the server is not told.
     Leave {
         /// Kept for old scripts: leaving always cleans up, reachable or not.
-        #[arg(long, hide = true)]
+        #[arg(long)]
         force: bool,
     },
     /// Run the client as a background service that starts at login.
@@ -165,6 +165,10 @@ pub struct RunFlags {
     /// (tests and demos of scheduling; 0 in real use).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub throttle_ms: u64,
+    /// How often a running scan uploads its part, seconds (tests and
+    /// demos; the default is the protocol's 120 s).
+    #[arg(long, default_value_t = beebot_shared::limits::PART_INTERVAL_S, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub part_every_s: u64,
     /// How often the client sizes its concurrency again, ms (tests and
     /// demos; the default is 10 s).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]

@@ -78,6 +78,7 @@ pub fn run(
         .flatten();
     let mut opts = run_options(&settings, flags.once, flags.throttle_ms, net, gate.clone())?;
     opts.adjust_every = Duration::from_millis(flags.adjust_every_ms);
+    opts.part_every = Duration::from_secs(flags.part_every_s);
     let stop_display = Arc::new(AtomicBool::new(false));
     let display = std::io::stderr().is_terminal().then(|| {
         let (dir, stop) = (home.data.clone(), stop_display.clone());

@@ -178,6 +178,8 @@ impl Worker {
                             needs_state: s.unit.resume.is_some(),
                             unit: s,
                             state: HeldState::Waiting,
+                            parts: Default::default(),
+                            part_due: None,
                         },
                     );
                 }

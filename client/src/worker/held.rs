@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use crate::bandwidth::Bandwidth;
 use crate::cancel::Cancel;
 use crate::checkpoint::CheckpointSlot;
-use crate::home::{Enrolment, Home, SpooledUnit};
+use crate::home::{Enrolment, Home, PartsSent, SpooledUnit};
 use crate::net::{Link, ServerId};
 
 use super::scan::ScanDone;
@@ -32,6 +32,10 @@ pub(super) struct Held {
     pub(super) deadline_ms: u64,
     /// A continuation unit whose state is not fetched yet (`FetchState`).
     pub(super) needs_state: bool,
+    /// What the server holds of its scan: the parts it accepted.
+    pub(super) parts: PartsSent,
+    /// When its next part is due (set when its scan starts).
+    pub(super) part_due: Option<Instant>,
 }
 
 pub(super) enum HeldState {
@@ -109,6 +113,9 @@ pub(super) struct Worker {
     /// The server answered `Concurrency` with something else than `Ack` on
     /// this link (an older server): not told again until the next link.
     pub(super) concurrency_refused: bool,
+    /// The server does not take parts of running scans (an older one):
+    /// none is sent again until the next link.
+    pub(super) parts_refused: bool,
     /// The concurrency controller and what it measures.
     pub(super) sizing: super::sizing::Sizing,
     /// What every scan counts (pages, bytes, response times).

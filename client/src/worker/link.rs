@@ -43,6 +43,7 @@ impl Worker {
         self.resources_told = false;
         self.concurrency_told = None;
         self.concurrency_refused = false;
+        self.parts_refused = false;
         Ok(())
     }
 
@@ -122,6 +123,9 @@ impl Worker {
             return Ok(());
         }
         if !self.report_progress().await? {
+            return Ok(());
+        }
+        if !self.send_parts().await? {
             return Ok(());
         }
         if !self.fetch_states().await? {

@@ -18,7 +18,7 @@
 //! Its rooms: `run` (the loop), `held` (the units held), `fetch`
 //! (asking for work), `continuation` (fetched states), `scan` (scans in
 //! flight), `finish` (a scan's end and stopping), `progress` (reports),
-//! `upload` (results), `link` (the server link), `status` (the live status),
+//! `parts` (parts of running scans), `upload` (results), `link` (the server link), `status` (the live status),
 //! `sizing` (the concurrency: measured, stepped, applied) and `join`. This module keeps the buffer and backoff arithmetic.
 
 mod continuation;
@@ -28,6 +28,7 @@ mod held;
 mod join;
 mod lease;
 mod link;
+mod parts;
 mod progress;
 mod run;
 mod scan;
@@ -75,6 +76,10 @@ pub struct RunOptions {
     pub backoff_cap: Duration,
     /// How often a running unit reports progress.
     pub progress_interval: Duration,
+    /// How often a running scan uploads a part ([`PART_INTERVAL_S`]).
+    ///
+    /// [`PART_INTERVAL_S`]: beebot_shared::limits::PART_INTERVAL_S
+    pub part_every: Duration,
     pub crawler: CrawlerConfig,
     /// Holds scans while paused or outside the time window (`None`: always run).
     pub gate: Option<Arc<Gate>>,
@@ -102,6 +107,7 @@ impl Default for RunOptions {
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(300),
             progress_interval: Duration::from_secs(10),
+            part_every: Duration::from_secs(beebot_shared::limits::PART_INTERVAL_S),
             crawler: CrawlerConfig::default(),
             gate: None,
             bandwidth_kbps: 0,

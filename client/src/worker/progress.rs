@@ -97,6 +97,7 @@ impl Worker {
             .filter_map(|(id, h)| match &h.state {
                 // Due every interval, and at once for a scan held because
                 // no report was answered within its lease.
+                // Counted from the unit's start, its parts included.
                 HeldState::Crawling {
                     pages,
                     links,

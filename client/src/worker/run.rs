@@ -121,6 +121,7 @@ impl Worker {
             resources_told: false,
             concurrency_told: None,
             concurrency_refused: false,
+            parts_refused: false,
             sizing,
             meter: Default::default(),
         })
@@ -141,6 +142,17 @@ impl Worker {
                 continue;
             }
             let id = u.unit.unit_id;
+            // Where its next upload starts: without it, the scan cannot
+            // say what the server holds; the unit is dropped (the server
+            // takes it back when this host no longer names it).
+            let parts = match self.home.parts_sent(id) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(unit_id = id, "unit dropped: {e:#}");
+                    self.home.remove_unit(id);
+                    continue;
+                }
+            };
             let state = if self.home.result(id)?.is_some() {
                 HeldState::Finished
             } else {
@@ -156,6 +168,8 @@ impl Worker {
                 needs_state: u.unit.resume.is_some() && !self.home.has_checkpoint(id),
                 unit: u,
                 state,
+                parts,
+                part_due: None,
             };
             self.held.insert(id, held);
         }

@@ -358,6 +358,13 @@ impl Worker {
         };
         if let Some(h) = self.held.get_mut(&unit_id) {
             h.state = crawling;
+            // A part spooled and not answered (the client stopped) goes first.
+            let wait = if self.home.has_part(unit_id) {
+                Duration::ZERO
+            } else {
+                self.opts.part_every
+            };
+            h.part_due = Some(Instant::now() + wait);
         }
         let cfg = self.opts.crawler.clone();
         let hooks = ScanHooks {

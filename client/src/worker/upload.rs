@@ -12,23 +12,29 @@ use beebot_shared::proto::{Request, Response, ABORT_ROUND_CANCELLED};
 use crate::home::{today_date, SpooledResult};
 
 use super::held::{HeldState, Worker};
+use super::parts::PartSent;
 
 impl Worker {
     /// Upload every finished result. Returns false when the network failed.
     pub(super) async fn upload_finished(&mut self) -> Result<bool> {
         let ids = self.units_where(|s| matches!(s, HeldState::Finished));
         for unit_id in ids {
-            let Some(SpooledResult {
-                link_file,
-                summary,
-                state,
-            }) = self.home.result(unit_id)?
-            else {
+            let Some(whole) = self.home.result(unit_id)? else {
                 // Lost its result file: scan again.
                 if let Some(h) = self.held.get_mut(&unit_id) {
                     h.state = HeldState::Waiting;
                 }
                 continue;
+            };
+            // What its parts hold is the server's already.
+            let SpooledResult {
+                link_file,
+                summary,
+                state,
+            } = match self.after_parts(unit_id, whole).await? {
+                Ok(r) => r,
+                Err(PartSent::NetFailed) => return Ok(false),
+                Err(_) => continue,
             };
             let pages = summary.pages;
             let links = summary.links;

@@ -428,10 +428,11 @@ pub fn eta<J: Borrow<JobRecord>, H: Borrow<HostRecord>>(
 /// Seconds left of a running job: its scan's pace if it reported twice,
 /// else its expected pages not yet reported at `per_page`.
 fn running_left(j: &JobRecord, per_page: f64, now: u64) -> f64 {
-    let est = j.est_pages.max(1.0);
     j.running_attempts()
         .filter(|a| j.is_current(a))
         .filter_map(|a| {
+            // Measured from the unit's start, as its reports count.
+            let est = j.expected_of(a).max(1.0);
             remaining_s(
                 est,
                 (a.first_report_ms, a.first_report_pages),
@@ -443,7 +444,7 @@ fn running_left(j: &JobRecord, per_page: f64, now: u64) -> f64 {
             ))
         })
         .fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.min(s))))
-        .unwrap_or(est * per_page)
+        .unwrap_or(j.est_pages.max(1.0) * per_page)
 }
 
 /// A host's slots as the scheduler counts them: its benchmark's, else the default.

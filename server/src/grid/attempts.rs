@@ -87,7 +87,14 @@ fn bounded_report(
     max_pages: u64,
 ) -> (u64, u64) {
     let a = &job.attempts[i];
+    // Pages before the unit started (its parts are its own pages).
+    let own_parts = job
+        .segments
+        .iter()
+        .filter(|s| s.unit_id == a.unit_id)
+        .count();
     let pages_before = (a.resume_seq as usize)
+        .saturating_sub(own_parts)
         .checked_sub(1)
         .and_then(|k| job.segments.get(k))
         .map_or(0, |s| s.pages_done);

@@ -28,6 +28,9 @@ pub struct GridCounters {
     pub units_replicated: u64,
     /// Uploads accepted (a segment or a complete result).
     pub units_accepted: u64,
+    /// Parts of running scans accepted (each a segment its job goes on
+    /// from, the unit still running).
+    pub parts_accepted: u64,
     /// Units whose deadline passed before their host answered, or whose
     /// scan was taken back when its host stopped reporting.
     pub units_expired: u64,

@@ -62,6 +62,11 @@ pub struct UploadPlan {
     resume_seq: u32,
     /// The job's chain of scans the unit belongs to (its attempt's `chain`).
     chain: u32,
+    /// A part of a scan that goes on ([`Grid::upload_part_begin`]): the
+    /// records and frontier up to a checkpoint, uploaded while the scan
+    /// runs, so that a host taking the job over starts there (its index
+    /// among the unit's parts).
+    part: Option<u32>,
     /// Pages the job's earlier scans took.
     pages_before: u64,
     /// The round's depth limit: a state's queue may not go deeper.
@@ -167,6 +172,10 @@ pub enum UploadRefusal {
         depth: u32,
         site: String,
     },
+    #[error("a part of a scan that goes on names no stop, but this one says {stopped_by}")]
+    PartStopped { stopped_by: &'static str },
+    #[error("a part of a scan holds at least one page")]
+    PartWithoutPages,
 }
 
 impl UploadPlan {
@@ -187,9 +196,19 @@ impl UploadPlan {
         state: Option<&[u8]>,
     ) -> Result<Verified, UploadRefusal> {
         self.check_summary(summary)?;
+        if self.part.is_some() {
+            if let Some(stop) = summary.stopped_by {
+                return Err(UploadRefusal::PartStopped {
+                    stopped_by: stop.as_str(),
+                });
+            }
+            if summary.pages == 0 {
+                return Err(UploadRefusal::PartWithoutPages);
+            }
+        }
         let (sketch, origins) = self.check_records(summary, link_file)?;
         self.check_pace(summary, origins)?;
-        if !stopped_early(summary) {
+        if self.part.is_none() && !stopped_early(summary) {
             return Ok(Verified {
                 state: None,
                 sketch,
@@ -427,6 +446,85 @@ pub(super) fn unwanted_upload(job: &JobRecord, unit_id: u64) -> Option<UploadOut
     }
 }
 
+/// The name of an upload's file (`ext`: `lf` or `state`) under the links
+/// dir: one per unit, and one per part of a unit, so no two uploads ever
+/// write the same file.
+fn file_name(job: &JobRecord, unit_id: u64, part: Option<u32>, ext: &str) -> String {
+    match part {
+        None => format!("{}/{}-{unit_id}.{ext}", job.round_id, job.id),
+        Some(index) => format!("{}/{}-{unit_id}-p{index}.{ext}", job.round_id, job.id),
+    }
+}
+
+/// The unit's segment from `from_seq` on is kept already: its last upload
+/// was accepted before (its answer lost).
+fn kept_already(job: &JobRecord, unit_id: u64, from_seq: u32) -> bool {
+    job.segments
+        .get(from_seq as usize)
+        .is_some_and(|s| s.unit_id == unit_id)
+}
+
+/// The answer to part `index` of a unit, of `pages` pages (see
+/// [`Grid::upload_part_begin`]) when it is not wanted: kept already
+/// (`Duplicate`), or its scan is not the job's running one, or the host's
+/// parts are not those kept (`Rejected`).
+fn part_unwanted(job: &JobRecord, a: &Attempt, index: u32, pages: u64) -> Option<UploadOutcome> {
+    let mut mine = job.segments.iter().filter(|s| s.unit_id == a.unit_id);
+    let kept = mine.clone().count();
+    let same = mine.nth(index as usize).map(|s| s.summary.pages == pages);
+    let why = if same == Some(true) {
+        return Some(UploadOutcome::Duplicate);
+    } else if same == Some(false) {
+        "the server kept a part of that index with other pages"
+    } else if a.state != AttemptState::Running {
+        "its scan was taken back"
+    } else if job.is_behind(a) {
+        "another copy's scan went on further"
+    } else if index as usize != kept {
+        // The host counts parts the server does not hold.
+        "the server holds fewer of its parts"
+    } else {
+        return None;
+    };
+    Some(UploadOutcome::Rejected(format!(
+        "part {index} of unit {} is not wanted: {why}",
+        a.unit_id
+    )))
+}
+
+/// Keep `summary` with its frontier `info` as `job`'s next segment, its
+/// expected pages lowered by what it took. Past [`MAX_SCANS_PER_JOB`]
+/// scans the job fails (true).
+fn push_segment(
+    job: &mut JobRecord,
+    plan: &UploadPlan,
+    summary: ScanSummary,
+    info: &StateInfo,
+    now_ms: u64,
+) -> bool {
+    job.est_pages = (job.est_pages - summary.pages as f64).max(1.0);
+    job.segments.push(Segment {
+        unit_id: plan.unit_id,
+        host_id: plan.host_id,
+        summary,
+        file: plan.rel.clone(),
+        state_file: plan.state_rel.clone(),
+        state_sha256: info.sha256,
+        state_bytes: info.bytes,
+        pages_done: info.pages_done,
+        accepted_ms: now_ms,
+    });
+    if job.segments.len() < MAX_SCANS_PER_JOB {
+        return false;
+    }
+    job.state = JobState::Failed;
+    push_reason(
+        job,
+        format!("the site needed more than {MAX_SCANS_PER_JOB} scans"),
+    );
+    true
+}
+
 /// Whether a scan stopped before its natural end (so its job goes on).
 pub fn stopped_early(summary: &ScanSummary) -> bool {
     summary.stopped_by.is_some_and(|s| !s.is_natural_end())
@@ -460,12 +558,67 @@ impl Grid {
         self.upload_finish(&plan, summary, verified, now_ms)
     }
 
+    /// A host delivers part `index` of a running scan of `unit_id` (see
+    /// [`Grid::upload_part_begin`]), in the three steps of [`Grid::upload`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn upload_part(
+        &mut self,
+        host_id: u64,
+        unit_id: u64,
+        index: u32,
+        summary: ScanSummary,
+        link_file: &[u8],
+        state: &[u8],
+        now_ms: u64,
+    ) -> Result<UploadOutcome, GridError> {
+        let step = self.upload_part_begin(host_id, unit_id, (index, summary.pages), now_ms)?;
+        let plan = match step {
+            UploadStep::Answer(o) => return Ok(o),
+            UploadStep::Plan(p) => p,
+        };
+        let verified = match plan.verify(&summary, link_file, Some(state)) {
+            Ok(v) => v,
+            Err(reason) => return self.upload_refused(&plan, reason, now_ms),
+        };
+        plan.write(link_file, verified.state.as_ref())?;
+        self.upload_finish(&plan, summary, verified, now_ms)
+    }
+
     /// First step of an upload: is this unit the host's, and is its job
     /// still open? Writes nothing.
     pub fn upload_begin(
         &mut self,
         host_id: u64,
         unit_id: u64,
+        now_ms: u64,
+    ) -> Result<UploadStep, GridError> {
+        self.begin(host_id, unit_id, None, now_ms)
+    }
+
+    /// First step of the upload of a part of a scan that goes on: the
+    /// unit's part `index` (0 for its first), its records and frontier
+    /// from its previous part (or its start) up to a checkpoint, of
+    /// `pages` pages. Accepted, the part becomes a segment of the job and
+    /// the unit goes on from it; sent again (its answer lost, the same
+    /// pages), it is a `Duplicate`. `Rejected` when the unit does not run
+    /// on this host now, another copy went further, or the host's parts
+    /// do not match those kept: the host stops the scan and drops the
+    /// unit.
+    pub fn upload_part_begin(
+        &mut self,
+        host_id: u64,
+        unit_id: u64,
+        (index, pages): (u32, u64),
+        now_ms: u64,
+    ) -> Result<UploadStep, GridError> {
+        self.begin(host_id, unit_id, Some((index, pages)), now_ms)
+    }
+
+    fn begin(
+        &mut self,
+        host_id: u64,
+        unit_id: u64,
+        part: Option<(u32, u64)>,
         now_ms: u64,
     ) -> Result<UploadStep, GridError> {
         self.active_host(host_id, now_ms)?;
@@ -478,17 +631,20 @@ impl Grid {
             .get(&job.round_id)
             .map(|r| r.params.scope)
             .unwrap_or_default();
-        if let Some(o) = unwanted_upload(job, unit_id) {
-            // Refused before anything of it is decoded.
-            return Ok(UploadStep::Answer(o));
-        }
         let Some(attempt) = job.attempts.iter().find(|a| a.unit_id == unit_id) else {
             return Ok(UploadStep::Answer(UploadOutcome::Rejected(format!(
                 "unknown unit {unit_id}"
             ))));
         };
+        if let Some(o) = part.map_or_else(
+            || unwanted_upload(job, unit_id),
+            |(index, pages)| part_unwanted(job, attempt, index, pages),
+        ) {
+            // Refused before anything of it is decoded.
+            return Ok(UploadStep::Answer(o));
+        }
         let resume_seq = attempt.resume_seq;
-        if job.segments.iter().any(|s| s.unit_id == unit_id) || job.is_behind(attempt) {
+        if part.is_none() && (kept_already(job, unit_id, resume_seq) || job.is_behind(attempt)) {
             // Its segment is kept already, or another copy went further from
             // where it started: nothing of it is written again.
             return Ok(UploadStep::Answer(UploadOutcome::Duplicate));
@@ -512,10 +668,11 @@ impl Grid {
             excluded,
             scope,
             files: self.links.clone(),
-            rel: format!("{}/{}-{unit_id}.lf", job.round_id, job.id),
-            state_rel: format!("{}/{}-{unit_id}.state", job.round_id, job.id),
+            rel: file_name(job, unit_id, part.map(|p| p.0), "lf"),
+            state_rel: file_name(job, unit_id, part.map(|p| p.0), "state"),
             resume_seq,
             chain: attempt.chain,
+            part: part.map(|p| p.0),
             pages_before,
             max_depth,
             max_pages,
@@ -583,11 +740,24 @@ impl Grid {
         now_ms: u64,
     ) -> Result<UploadOutcome, GridError> {
         self.active_host(plan.host_id, now_ms)?;
-        if let Some(o) = self.finish_unwanted(plan, now_ms)? {
+        if let Some(o) = self.finish_unwanted(plan, summary.pages, now_ms)? {
             return Ok(o);
         }
         let Verified { state, sketch } = verified;
+        if plan.part.is_some() {
+            let Some(info) = state else {
+                return Ok(UploadOutcome::Rejected(
+                    "a part without its frontier".into(),
+                ));
+            };
+            return self.finish_part(plan, summary, &info, sketch, now_ms);
+        }
         let early = state.filter(|_| stopped_early(&summary));
+        if early.is_some() && summary.pages == 0 {
+            if let Some(o) = self.stopped_at_last_part(plan, now_ms)? {
+                return Ok(o);
+            }
+        }
         if let Some(o) = self.finish_without_pages(plan, &summary, early.is_some(), now_ms)? {
             return Ok(o);
         }
@@ -655,6 +825,7 @@ impl Grid {
     fn finish_unwanted(
         &mut self,
         plan: &UploadPlan,
+        pages: u64,
         now_ms: u64,
     ) -> Result<Option<UploadOutcome>, GridError> {
         let (host_id, unit_id, job_id) = (plan.host_id, plan.unit_id, plan.job_id);
@@ -679,9 +850,17 @@ impl Grid {
             plan.remove_files();
             return Ok(Some(o));
         }
-        if job.segments.iter().any(|s| s.unit_id == unit_id) {
+        if kept_already(job, unit_id, plan.resume_seq) {
             // This unit's segment, uploaded again.
             return Ok(Some(UploadOutcome::Duplicate));
+        }
+        if let Some(index) = plan.part {
+            let a = job.attempts.iter().find(|a| a.unit_id == unit_id);
+            if let Some(o) = a.and_then(|a| part_unwanted(job, a, index, pages)) {
+                // Taken back, or overtaken, while its files were checked.
+                plan.remove_files();
+                return Ok(Some(o));
+            }
         }
         if (plan.resume_seq as usize) < job.segments.len() || plan.chain != job.chain {
             // Another copy's scan went on from the same place first (or the
@@ -701,6 +880,40 @@ impl Grid {
             return Ok(Some(UploadOutcome::Duplicate));
         }
         Ok(None)
+    }
+
+    /// A scan that stopped early (handed over, its time budget, a stop)
+    /// with no page since its last part: it ends there, its job goes on
+    /// from that part (no new segment; a scan without a part that took no
+    /// page is a failed attempt instead: `None`).
+    fn stopped_at_last_part(
+        &mut self,
+        plan: &UploadPlan,
+        now_ms: u64,
+    ) -> Result<Option<UploadOutcome>, GridError> {
+        let Some(job) = self.jobs.get_mut(&plan.job_id) else {
+            return Ok(None);
+        };
+        if !job.segments.iter().any(|s| s.unit_id == plan.unit_id) {
+            return Ok(None);
+        }
+        plan.remove_files();
+        for a in job.attempts.iter_mut() {
+            if a.unit_id == plan.unit_id {
+                a.state = AttemptState::Partial;
+            }
+        }
+        if job.running_attempts().next().is_none() {
+            job.state = JobState::Queued;
+        }
+        let job = job.clone();
+        self.store.put_job(&job)?;
+        self.settle(plan.job_id, plan.round_id, now_ms);
+        self.reindex(plan.job_id);
+        self.store.flush()?;
+        self.check_open();
+        self.counters.units_accepted += 1;
+        Ok(Some(UploadOutcome::Accepted))
     }
 
     /// An upload that gained nothing is a failed attempt, not a result: a
@@ -730,6 +943,52 @@ impl Grid {
         Ok(Some(UploadOutcome::Rejected(reason)))
     }
 
+    /// Keep a part of a scan that goes on (its frontier `info`) as the job's
+    /// next segment: the unit goes on from there (its `resume_seq` one
+    /// further; its reports still count from its start), and a
+    /// host that takes the job over starts there. Another copy from the
+    /// same start is aborted (it would redo what this one did).
+    fn finish_part(
+        &mut self,
+        plan: &UploadPlan,
+        summary: ScanSummary,
+        info: &StateInfo,
+        sketch: Vec<u64>,
+        now_ms: u64,
+    ) -> Result<UploadOutcome, GridError> {
+        let (pages, links) = (summary.pages, summary.links);
+        let Some(job) = self.jobs.get_mut(&plan.job_id) else {
+            return Ok(UploadOutcome::Rejected(format!(
+                "unknown unit {}",
+                plan.unit_id
+            )));
+        };
+        for a in job.attempts.iter_mut() {
+            if a.unit_id == plan.unit_id {
+                // Its reports go on counting every page since its start.
+                a.resume_seq += 1;
+            } else if a.state == AttemptState::Running {
+                a.state = AttemptState::Aborted;
+                self.counters.units_aborted += 1;
+            }
+        }
+        job.chain_sketch = validate::merge(&job.chain_sketch, &sketch);
+        push_segment(job, plan, summary, info, now_ms);
+        let job = job.clone();
+        self.store.put_job(&job)?;
+        if job.state.is_final() {
+            self.drop_states(&job);
+        }
+        self.reindex(plan.job_id);
+        self.check_round_done(plan.round_id, now_ms)?;
+        self.store.flush()?;
+        self.check_open();
+        self.counters.parts_accepted += 1;
+        self.counters.pages_accepted += pages;
+        self.counters.links_accepted += links;
+        Ok(UploadOutcome::Accepted)
+    }
+
     /// Keep a scan that stopped early as the job's next segment (its frontier
     /// `info`), and queue the job for its continuation, or fail it past
     /// [`MAX_SCANS_PER_JOB`] scans.
@@ -742,27 +1001,8 @@ impl Grid {
         now_ms: u64,
     ) -> Result<(), GridError> {
         let job = self.job_mut(plan.job_id)?;
-        let pages = summary.pages;
-        job.segments.push(Segment {
-            unit_id: plan.unit_id,
-            host_id: plan.host_id,
-            summary,
-            file: plan.rel.clone(),
-            state_file: plan.state_rel.clone(),
-            state_sha256: info.sha256,
-            state_bytes: info.bytes,
-            pages_done: info.pages_done,
-            accepted_ms: now_ms,
-        });
         job.chain_sketch = chain_sketch;
-        job.est_pages = (job.est_pages - pages as f64).max(1.0);
-        if job.segments.len() >= MAX_SCANS_PER_JOB {
-            job.state = JobState::Failed;
-            push_reason(
-                job,
-                format!("the site needed more than {MAX_SCANS_PER_JOB} scans"),
-            );
-        } else {
+        if !push_segment(job, plan, summary, info, now_ms) {
             job.state = JobState::Queued;
         }
         let job = job.clone();

@@ -168,7 +168,7 @@ impl Grid {
                 for a in job.running_attempts().filter(|a| a.host_id == h.id) {
                     // A scan that reports progress is timed by its own pace.
                     let unit = match scheduler::remaining_s(
-                        job.est_pages,
+                        job.expected_of(a),
                         (a.first_report_ms, a.first_report_pages),
                         (a.last_report_ms, a.pages),
                         now_ms,
@@ -191,7 +191,10 @@ impl Grid {
                             .handable
                             .get(&job.id)
                             .is_some_and(|h| h.unit_id == a.unit_id)
-                            .then_some((job.id, scheduler::left_pages(job.est_pages, a.pages))),
+                            .then_some((
+                                job.id,
+                                scheduler::left_pages(job.expected_of(a), a.pages),
+                            )),
                     });
                 }
             }

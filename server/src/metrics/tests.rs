@@ -14,6 +14,7 @@ fn snapshot() -> GridSnapshot {
             units_accepted: 5,
             units_expired: 2,
             units_recalled: 3,
+            parts_accepted: 4,
             units_aborted: 1,
             pages_accepted: 120,
             links_accepted: 900,
@@ -202,6 +203,7 @@ fn a_render_carries_the_grid_and_the_server_numbers() {
     assert_eq!(value("beebot_units_total", &[("event", "issued")]), 7.0);
     assert_eq!(value("beebot_units_total", &[("event", "expired")]), 2.0);
     assert_eq!(value("beebot_units_total", &[("event", "recalled")]), 3.0);
+    assert_eq!(value("beebot_parts_accepted_total", &[]), 4.0);
     assert_eq!(value("beebot_pages_accepted_total", &[]), 120.0);
     assert_eq!(value("beebot_jobs", &[("state", "done")]), 5.0);
     assert_eq!(value("beebot_hosts_active", &[("within", "1d")]), 3.0);

@@ -216,9 +216,32 @@ pub(super) async fn authed(
             link_file,
             state,
         } => {
-            let r = upload(shared, host_id, unit_id, summary, link_file, state).await;
+            let r = upload(shared, host_id, unit_id, None, summary, link_file, state).await;
             if let Ok(Response::Rejected { reason }) = &r {
                 tracing::warn!(host_id, host = ?name, unit = unit_id, "upload refused: {reason:?}");
+            }
+            r
+        }
+        Request::UploadPart {
+            unit_id,
+            index,
+            summary,
+            link_file,
+            state,
+        } => {
+            let part = Some(index);
+            let r = upload(
+                shared,
+                host_id,
+                unit_id,
+                part,
+                summary,
+                link_file,
+                Some(state),
+            )
+            .await;
+            if let Ok(Response::Rejected { reason }) = &r {
+                tracing::info!(host_id, host = ?name, unit = unit_id, "part refused: {reason:?}");
             }
             r
         }

@@ -19,19 +19,24 @@ use super::{BODY_GRACE, MIN_BODY_BYTES_PER_S};
 use crate::grid::{GridError, StateFile, UploadOutcome, UploadStep};
 use crate::{now_ms, Shared};
 
-/// An upload in three steps, so that decoding the link file and making it
+/// An upload (a result, or part `part` of a running scan) in three steps, so that decoding the link file and making it
 /// durable (two fsyncs) run outside the grid lock and concurrent uploads
 /// share the disk instead of queueing behind one another.
 pub(super) async fn upload(
     shared: &Arc<Shared>,
     host_id: u64,
     unit_id: u64,
+    part: Option<u32>,
     summary: ScanSummary,
     link_file: Vec<u8>,
     state: Option<Vec<u8>>,
 ) -> Result<Response, GridError> {
+    let pages = summary.pages;
     let plan = match shared
-        .with_grid(move |g| g.upload_begin(host_id, unit_id, now_ms()))
+        .with_grid(move |g| match part {
+            None => g.upload_begin(host_id, unit_id, now_ms()),
+            Some(index) => g.upload_part_begin(host_id, unit_id, (index, pages), now_ms()),
+        })
         .await?
     {
         UploadStep::Answer(o) => return Ok(upload_response(o)),

@@ -12,7 +12,7 @@ use std::collections::{BinaryHeap, HashMap};
 use ed25519_dalek::VerifyingKey;
 
 use beebot_shared::fetch_rules::work_wanted;
-use beebot_shared::limits::{LEASE_TAKEOVER_S, MAX_WINDOW_INTERVALS};
+use beebot_shared::limits::{LEASE_TAKEOVER_S, MAX_WINDOW_INTERVALS, PART_INTERVAL_S};
 use beebot_shared::linkfile::{self, LinkFileHeader, ScanSummary, StopReason};
 use beebot_shared::proto::ABORT_HAND_OVER;
 use beebot_shared::scanstate::ScanState;
@@ -138,9 +138,8 @@ impl Sim<'_> {
             let held = &mut self.clients[h].held;
             if let Some(i) = held.iter().position(|u| u.unit.unit_id == *unit_id) {
                 if let HeldState::Scanning(s) = held.remove(i).state {
-                    let done = s.done_at(self.now);
-                    self.busy_s += done;
-                    self.wasted_s += done;
+                    self.busy_s += s.done_at(self.now);
+                    self.wasted_s += s.unkept_at(self.now);
                 }
             }
         }
@@ -227,6 +226,10 @@ impl Sim<'_> {
                 since_ms: Some(self.now),
                 started_ms: self.now,
                 checkpoint_s: 0.0,
+                part_pages: 0,
+                parts: 0,
+                part_ms: self.now,
+                part_s: 0.0,
             });
             self.schedule_scan(h, unit_id);
         }
@@ -301,6 +304,7 @@ impl Sim<'_> {
         let natural = pages as usize >= scan.page_ends.len();
         let (start_page, started_ms, done_s) =
             (scan.start_page, scan.started_ms, scan.done_at(self.now));
+        let (part_pages, part_ms, part_s) = (scan.part_pages, scan.part_ms, scan.part_s);
         let held = self.clients[h].held.remove(i);
         let site = held.site;
         let stopped_by = if !natural && hand_over {
@@ -320,10 +324,11 @@ impl Sim<'_> {
             Some(a) => a + 0.3 * (took - a),
         });
         self.busy_s += done_s;
+        // What its parts hold is uploaded already.
         let summary = ScanSummary {
-            pages,
-            bytes: pages * PAGE_BYTES,
-            elapsed_ms,
+            pages: pages - part_pages,
+            bytes: (pages - part_pages) * PAGE_BYTES,
+            elapsed_ms: self.now - part_ms,
             stopped_by,
             ..Default::default()
         };
@@ -332,12 +337,12 @@ impl Sim<'_> {
             pages_done: start_page + pages,
             ..Default::default()
         });
-        let outcome = self.upload(h, &held.unit, summary, state)?;
+        let outcome = self.upload(h, &held.unit, summary, state, None)?;
         if outcome == UploadOutcome::Accepted {
-            self.covered[site].push((start_page, start_page + pages));
+            self.covered[site].push((start_page + part_pages, start_page + pages));
             self.check_round();
         } else {
-            self.wasted_s += done_s;
+            self.wasted_s += (done_s - part_s).max(0.0);
         }
         self.start_scans(h)?;
         self.ask_soon(h, self.now);
@@ -351,7 +356,9 @@ impl Sim<'_> {
         unit: &WorkUnit,
         summary: ScanSummary,
         state: Option<ScanState>,
+        part: Option<u32>,
     ) -> Result<UploadOutcome, SimError> {
+        let pages = summary.pages;
         let header = LinkFileHeader::of_unit(unit, summary.pages, 0);
         let link_file =
             linkfile::encode(&header, &[]).map_err(|e| SimError::Invalid(e.to_string()))?;
@@ -361,7 +368,14 @@ impl Sim<'_> {
             .map_err(|e| SimError::Invalid(e.to_string()))?;
         let host_id = self.clients[h].host_id;
         let now = self.grid_now();
-        let plan = match self.grid.upload_begin(host_id, unit.unit_id, now)? {
+        let begun = match part {
+            None => self.grid.upload_begin(host_id, unit.unit_id, now)?,
+            Some(index) => {
+                self.grid
+                    .upload_part_begin(host_id, unit.unit_id, (index, pages), now)?
+            }
+        };
+        let plan = match begun {
             UploadStep::Answer(o) => return Ok(o),
             UploadStep::Plan(p) => p,
         };
@@ -374,10 +388,20 @@ impl Sim<'_> {
         if c.epoch != epoch || !matches!(c.avail, Avail::On | Avail::Gated) {
             return Ok(());
         }
+        let Some((_, scan)) = self.scan_of(h, unit_id) else {
+            return Ok(());
+        };
+        let due = self.now >= scan.part_ms + PART_INTERVAL_S * 1000
+            && scan.pages_at(self.now) > scan.part_pages;
+        if due && !self.upload_part(h, unit_id)? {
+            return Ok(());
+        }
         let Some((i, scan)) = self.scan_of(h, unit_id) else {
             return Ok(());
         };
-        // The unit's own pages, as the client counts them (not the job's).
+        let c = &self.clients[h];
+        // The unit's own pages since it started, as the client counts
+        // them (not the job's; its parts included).
         let pages = scan.pages_at(self.now);
         let host_id = c.host_id;
         match self
@@ -387,17 +411,7 @@ impl Sim<'_> {
             ProgressOutcome::Abort(r) if r == ABORT_HAND_OVER => {
                 return self.end_scan(h, unit_id, true);
             }
-            ProgressOutcome::Abort(_) => {
-                let held = self.clients[h].held.remove(i);
-                if let HeldState::Scanning(s) = held.state {
-                    let done = s.done_at(self.now);
-                    self.busy_s += done;
-                    self.wasted_s += done;
-                }
-                self.start_scans(h)?;
-                self.ask_soon(h, self.now);
-                return Ok(());
-            }
+            ProgressOutcome::Abort(_) => return self.drop_scan(h, i),
             ProgressOutcome::Extend(d) => {
                 self.clients[h].held[i].unit.deadline_ms = d;
                 self.at(d.saturating_sub(SIM_START_MS) + 1, Ev::Tick);
@@ -418,6 +432,63 @@ impl Sim<'_> {
             Ev::Report(h, unit_id, epoch),
         );
         Ok(())
+    }
+
+    /// The server does not want held unit `i` of host `h` any more: its
+    /// scan stops (what no part holds is wasted), and the slot goes to the
+    /// next unit.
+    fn drop_scan(&mut self, h: usize, i: usize) -> Result<(), SimError> {
+        let held = self.clients[h].held.remove(i);
+        if let HeldState::Scanning(s) = held.state {
+            self.busy_s += s.done_at(self.now);
+            self.wasted_s += s.unkept_at(self.now);
+        }
+        self.start_scans(h)?;
+        self.ask_soon(h, self.now);
+        Ok(())
+    }
+
+    /// A running scan uploads its part (at a checkpoint) and goes on; a
+    /// part refused stops it (the server took it back or another copy
+    /// went further). False when the scan stopped.
+    fn upload_part(&mut self, h: usize, unit_id: u64) -> Result<bool, SimError> {
+        let Some((i, scan)) = self.scan_of(h, unit_id) else {
+            return Ok(false);
+        };
+        let pages = scan.pages_at(self.now);
+        let (start_page, part_pages, parts) = (scan.start_page, scan.part_pages, scan.parts);
+        let summary = ScanSummary {
+            pages: pages - part_pages,
+            bytes: (pages - part_pages) * PAGE_BYTES,
+            elapsed_ms: self.now - scan.part_ms,
+            ..Default::default()
+        };
+        let held = &self.clients[h].held[i];
+        let (unit, site) = (held.unit.clone(), held.site);
+        let state = ScanState {
+            site: unit.site.clone(),
+            pages_done: start_page + pages,
+            ..Default::default()
+        };
+        match self.upload(h, &unit, summary, Some(state), Some(parts))? {
+            UploadOutcome::Accepted | UploadOutcome::Duplicate => {
+                self.covered[site].push((start_page + part_pages, start_page + pages));
+                let now = self.now;
+                if let HeldState::Scanning(s) = &mut self.clients[h].held[i].state {
+                    s.part_pages = pages;
+                    s.parts += 1;
+                    s.part_ms = now;
+                    // A part is taken at a checkpoint.
+                    s.checkpoint_s = s.done_at(now);
+                    s.part_s = s.checkpoint_s;
+                }
+                Ok(true)
+            }
+            UploadOutcome::Rejected(_) => {
+                self.drop_scan(h, i)?;
+                Ok(false)
+            }
+        }
     }
 
     /// A host's availability changes: scans pause (checkpointed), stop (lost

@@ -66,6 +66,13 @@ pub(super) struct Scan {
     pub(super) started_ms: u64,
     /// Seconds of scanning at its last checkpoint.
     pub(super) checkpoint_s: f64,
+    /// Pages of this scan its accepted parts hold, how many parts, and
+    /// when the last was taken (its start before the first).
+    pub(super) part_pages: u64,
+    pub(super) parts: u32,
+    pub(super) part_ms: u64,
+    /// Seconds of scanning its accepted parts hold.
+    pub(super) part_s: f64,
 }
 
 impl Scan {
@@ -75,6 +82,11 @@ impl Scan {
             .map_or(0.0, |s| now.saturating_sub(s) as f64 / 1000.0);
         let total = self.page_ends.last().copied().unwrap_or(0.0);
         (self.done_s + run).min(total)
+    }
+    /// Seconds of scanning up to `now` that no accepted part holds (what
+    /// is wasted if the scan stops without a result).
+    pub(super) fn unkept_at(&self, now: u64) -> f64 {
+        (self.done_at(now) - self.part_s).max(0.0)
     }
     pub(super) fn pages_at(&self, now: u64) -> u64 {
         let done = self.done_at(now) + 1e-9;

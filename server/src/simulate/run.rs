@@ -338,9 +338,8 @@ fn outcome(sim: &mut Sim<'_>, seed: u64, lower: f64) -> Result<RunResult, SimErr
     for c in &sim.clients {
         for u in &c.held {
             if let HeldState::Scanning(s) = &u.state {
-                let done = s.done_at(now);
-                sim.busy_s += done;
-                sim.wasted_s += done;
+                sim.busy_s += s.done_at(now);
+                sim.wasted_s += s.unkept_at(now);
             }
         }
     }

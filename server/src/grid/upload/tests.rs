@@ -715,3 +715,239 @@ fn verify_names_why_it_refuses_by_variant() {
     // The one that fits is taken.
     assert!(plan.verify(&sum, &file, None).is_ok());
 }
+
+/// Part `index` of `unit`'s running scan: `n` records from page `from`
+/// on, 3 pages, its frontier at `pages_done`.
+fn part_for(unit: &WorkUnit, n: usize, pages_done: u64) -> (ScanSummary, Vec<u8>, Vec<u8>) {
+    let (_, file, state) = partial_for(unit, n, pages_done);
+    (summary(n), file, state)
+}
+
+#[test]
+fn a_part_is_kept_as_a_segment_and_the_scan_goes_on_from_it() {
+    let (mut fx, hosts) = two_hosts(1);
+    let (a, b) = (hosts[0], hosts[1]);
+    start(&mut fx, "round-robin", T0);
+    let u = fx.one(a, &[], T0);
+    assert!(matches!(
+        fx.grid.progress(a, u.unit_id, 5, 5, T0 + 1).unwrap(),
+        crate::grid::ProgressOutcome::Continue | crate::grid::ProgressOutcome::Extend(_)
+    ));
+    let (sum, file, state) = part_for(&u, 4, 3);
+    let up = |fx: &mut Fx, index, sum: ScanSummary, t| {
+        fx.grid
+            .upload_part(a, u.unit_id, index, sum, &file, &state, t)
+            .unwrap()
+    };
+    assert_eq!(up(&mut fx, 0, sum.clone(), T0 + 2), UploadOutcome::Accepted);
+    let job = fx.job(u.job_id);
+    assert_eq!(job.segments.len(), 1);
+    assert_eq!(job.segments[0].pages_done, 3);
+    assert_eq!(
+        job.segments[0].file,
+        format!("{}/{}-{}-p0.lf", u.round_id, u.job_id, u.unit_id)
+    );
+    assert_eq!(job.state, JobState::Running);
+    let att = fx.attempt(u.unit_id);
+    assert_eq!(att.state, AttemptState::Running);
+    assert_eq!(att.resume_seq, 1, "the unit goes on from its part");
+    assert_eq!(att.pages, 5, "its reports count from its start");
+    assert_eq!(fx.job(u.job_id).pages_so_far(), 5, "the part counted once");
+    assert_eq!(fx.grid.counters().parts_accepted, 1);
+    // Sent again (its answer lost): a duplicate, nothing kept twice; with
+    // other pages under that index, refused; one ahead, refused.
+    assert_eq!(
+        up(&mut fx, 0, sum.clone(), T0 + 3),
+        UploadOutcome::Duplicate
+    );
+    let mut other = sum.clone();
+    other.pages = 2;
+    assert!(
+        matches!(up(&mut fx, 0, other, T0 + 3), UploadOutcome::Rejected(w) if w.contains("other pages"))
+    );
+    assert!(
+        matches!(up(&mut fx, 2, sum.clone(), T0 + 3), UploadOutcome::Rejected(w) if w.contains("fewer of its parts"))
+    );
+    assert_eq!(fx.job(u.job_id).segments.len(), 1);
+    assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Running);
+    // The final upload holds what came after the part: the result is the
+    // chain of both, and the other host never got the job.
+    nothing_for(&mut fx, b, T0 + 4);
+    assert_eq!(fx.upload(a, &u, 2, T0 + 5), UploadOutcome::Accepted);
+    let job = fx.job(u.job_id);
+    assert_eq!(job.state, JobState::Done);
+    let files: Vec<&str> = job.link_files().collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert_eq!(job.completeness().pages, 6);
+}
+
+#[test]
+fn a_scan_taken_back_after_its_lease_goes_on_from_its_last_part() {
+    use beebot_shared::limits::LEASE_TAKEOVER_S;
+    let (mut fx, hosts) = two_hosts(1);
+    let (away, other) = (hosts[0], hosts[1]);
+    let p = RoundParams {
+        deadline_min_s: 3600,
+        deadline_max_s: 7200,
+        ..params(3)
+    };
+    fx.grid.start_round(p, T0).unwrap();
+    // Leases count from the grid's first tick.
+    assert_eq!(fx.grid.tick(T0).unwrap(), 0);
+    let u = fx.one(away, &[], T0);
+    fx.grid.progress(away, u.unit_id, 3, 3, T0 + 1).unwrap();
+    let (sum, file, state) = part_for(&u, 4, 3);
+    let t = T0 + 2;
+    assert_eq!(
+        fx.grid
+            .upload_part(away, u.unit_id, 0, sum.clone(), &file, &state, t)
+            .unwrap(),
+        UploadOutcome::Accepted
+    );
+    let (sum1, file1, state1) = part_for(&u, 4, 6);
+    assert_eq!(
+        fx.grid
+            .upload_part(away, u.unit_id, 1, sum1, &file1, &state1, t + 1)
+            .unwrap(),
+        UploadOutcome::Accepted
+    );
+    // The host goes silent: past the lease the job goes to another host,
+    // from the last part's frontier (not from the seed).
+    assert_eq!(fx.grid.tick(t + 1 + LEASE_TAKEOVER_S * 1000).unwrap(), 1);
+    let v = fx.one(other, &[], t + 2 + LEASE_TAKEOVER_S * 1000);
+    assert_eq!(v.job_id, u.job_id);
+    let resume = v.resume.expect("a continuation");
+    assert_eq!(resume.pages_done, 6);
+    // The silent host's parts are refused from now on: its scan stops.
+    let late = fx
+        .grid
+        .upload_part(
+            away,
+            u.unit_id,
+            2,
+            sum,
+            &file,
+            &state,
+            t + 3 + LEASE_TAKEOVER_S * 1000,
+        )
+        .unwrap();
+    assert!(matches!(late, UploadOutcome::Rejected(_)), "{late:?}");
+    assert_eq!(fx.job(u.job_id).segments.len(), 2);
+}
+
+#[test]
+fn a_part_without_its_frontier_or_naming_a_stop_is_refused() {
+    let (mut fx, _) = Fx::with_round(2, 5);
+    let a = fx.host();
+    let (units, _) = fx.ask(a, 2, &[], T0);
+    let (sum, file, _) = part_for(&units[0], 3, 3);
+    let refused = fx
+        .grid
+        .upload_part(a, units[0].unit_id, 0, sum, &file, b"junk", T0 + 1)
+        .unwrap();
+    assert!(matches!(refused, UploadOutcome::Rejected(w) if w.contains("scan state")));
+    let (mut sum, file, state) = part_for(&units[1], 3, 3);
+    sum.stopped_by = Some(linkfile::StopReason::MaxTime);
+    let refused = fx
+        .grid
+        .upload_part(a, units[1].unit_id, 0, sum, &file, &state, T0 + 1)
+        .unwrap();
+    assert!(matches!(refused, UploadOutcome::Rejected(w) if w.contains("names no stop")));
+    assert!(fx.job(units[1].job_id).segments.is_empty());
+}
+
+#[test]
+fn a_part_leaves_the_scans_pace_as_it_was_so_no_hand_over_is_wanted() {
+    use crate::grid::ProgressOutcome;
+    let (mut fx, hosts) = two_hosts(1);
+    let (a, b) = (hosts[0], hosts[1]);
+    fx.grid.benchmark(a, 10.0, 100.0, 1, T0).unwrap();
+    fx.grid.benchmark(b, 10.0, 100.0, 1, T0).unwrap();
+    let mut p = params(3);
+    p.policy = "adaptive".into();
+    p.max_pages = 1000;
+    fx.grid.start_round(p, T0).unwrap();
+    let u = fx.one(a, &[], T0);
+    let (_, file, state) = partial_for(&u, 4, 100);
+    let mut sum = summary(4);
+    sum.pages = 100;
+    sum.elapsed_ms = 200_000;
+    // Two pages a second, steady: a copy on a host as fast never ends sooner.
+    let report = |fx: &mut Fx, pages, t| fx.grid.progress(a, u.unit_id, pages, pages, t).unwrap();
+    assert!(!matches!(
+        report(&mut fx, 10, T0 + 5_000),
+        ProgressOutcome::Abort(_)
+    ));
+    assert!(!matches!(
+        report(&mut fx, 210, T0 + 105_000),
+        ProgressOutcome::Abort(_)
+    ));
+    let before = fx.attempt(u.unit_id);
+    assert_eq!(
+        fx.grid
+            .upload_part(a, u.unit_id, 0, sum, &file, &state, T0 + 106_000)
+            .unwrap(),
+        UploadOutcome::Accepted
+    );
+    // Its pace (first and latest reports) is what it was.
+    let after = fx.attempt(u.unit_id);
+    assert_eq!(
+        (
+            after.first_report_ms,
+            after.first_report_pages,
+            after.last_report_ms,
+            after.pages
+        ),
+        (
+            before.first_report_ms,
+            before.first_report_pages,
+            before.last_report_ms,
+            before.pages
+        )
+    );
+    let t = T0 + 115_000;
+    assert!(!matches!(
+        report(&mut fx, 230, t),
+        ProgressOutcome::Abort(_)
+    ));
+    let (none, _) = fx.ask(b, 1, &[], t + 1);
+    assert!(none.is_empty(), "{none:?}");
+    assert_eq!(
+        report(&mut fx, 250, t + 10_000),
+        ProgressOutcome::Continue,
+        "no hand-over asked of a steady scan after its part"
+    );
+}
+
+#[test]
+fn a_scan_that_stops_right_after_its_part_ends_there_and_is_not_failed() {
+    let (mut fx, hosts) = two_hosts(1);
+    let (a, b) = (hosts[0], hosts[1]);
+    start(&mut fx, "round-robin", T0);
+    let u = fx.one(a, &[], T0);
+    fx.grid.progress(a, u.unit_id, 3, 3, T0 + 1).unwrap();
+    let (sum, file, state) = part_for(&u, 4, 3);
+    assert_eq!(
+        fx.grid
+            .upload_part(a, u.unit_id, 0, sum, &file, &state, T0 + 2)
+            .unwrap(),
+        UploadOutcome::Accepted
+    );
+    // Stopped (its time budget, a hand-over) before another page: nothing
+    // new, and the job goes on from the part.
+    let (mut sum, _, state) = partial_for(&u, 0, 3);
+    sum.pages = 0;
+    let empty = linkfile::encode(&header_for(&u, 0), &[]).unwrap();
+    assert_eq!(
+        fx.grid
+            .upload(a, u.unit_id, sum, &empty, Some(&state), T0 + 3)
+            .unwrap(),
+        UploadOutcome::Accepted
+    );
+    assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Partial);
+    let job = fx.job(u.job_id);
+    assert_eq!((job.state, job.segments.len()), (JobState::Queued, 1));
+    assert_eq!(job.failed_attempts(), 0);
+    let v = fx.one(b, &[], T0 + 4);
+    assert_eq!(v.resume.map(|r| r.pages_done), Some(3));
+}
