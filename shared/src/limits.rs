@@ -175,3 +175,10 @@ pub const LEASE_TAKEOVER_S: u64 = 180;
 /// takes its site over after the lease starts there, not from the seed.
 /// A scan shorter than this uploads no part.
 pub const PART_INTERVAL_S: u64 = 120;
+
+/// Parts a job keeps at most (half its [`MAX_SCANS_PER_JOB`] segments):
+/// a part of a job that holds as many segments is not kept (answered
+/// `Ack`), and its scan goes on uploading at its end only, so a very long
+/// site (a page cap of hundreds of thousands) is never failed for the
+/// parts it sent.
+pub const MAX_PARTS_PER_JOB: usize = MAX_SCANS_PER_JOB / 2;

@@ -96,8 +96,10 @@ pub enum Request {
     /// so that a host taking the site over starts there. `index` counts
     /// the unit's parts from 0: a part sent again (its answer lost) is a
     /// `Duplicate`. Answered `Accepted` or `Duplicate` (the scan goes on
-    /// and its next upload starts after this part), or `Rejected` (the
-    /// scan is not wanted: the host stops it and drops the unit).
+    /// and its next upload starts after this part), `Ack` (not kept: the
+    /// job holds its most parts; the scan goes on, sends no more parts and
+    /// uploads the rest at its end), or `Rejected` (the scan is not
+    /// wanted: the host stops it and drops the unit).
     /// (Appended after `Concurrency`; a server that does not know it
     /// answers `BadRequest`, and the client sends no more parts to it.)
     UploadPart {

@@ -37,6 +37,9 @@ pub(super) enum PartSent {
     Dropped,
     /// The network failed (the backoff is set): it stays spooled.
     NetFailed,
+    /// Not kept (the job holds its most parts): the scan sends no more
+    /// parts and uploads the rest at its end.
+    NotKept,
     /// An answer that is none of those: it stays spooled, sent again later.
     Later,
 }
@@ -79,6 +82,11 @@ impl Worker {
                     }
                 }
                 PartSent::Dropped => {}
+                PartSent::NotKept => {
+                    if let Some(h) = self.held.get_mut(&unit_id) {
+                        h.part_due = None;
+                    }
+                }
                 PartSent::Later => {
                     if let Some(h) = self.held.get_mut(&unit_id) {
                         h.part_due = Some(Instant::now() + PART_RECHECK);
@@ -157,6 +165,14 @@ impl Worker {
                 tracing::info!(unit_id, index = part.index, pages, links, "part accepted");
                 Ok(PartSent::Held)
             }
+            Ok(Response::Ack) => {
+                tracing::info!(
+                    unit_id,
+                    "part not kept (its job holds its most parts): the scan goes on"
+                );
+                self.home.remove_part(unit_id);
+                Ok(PartSent::NotKept)
+            }
             Ok(Response::Rejected { reason }) => {
                 tracing::info!(unit_id, "part refused, the scan stops: {reason}");
                 self.home.remove_part(unit_id);
@@ -216,7 +232,7 @@ impl Worker {
     ) -> Result<std::result::Result<SpooledResult, PartSent>> {
         if let Some(part) = self.home.part(unit_id) {
             match self.send_part(part).await? {
-                PartSent::Held => {}
+                PartSent::Held | PartSent::NotKept => {}
                 other => return Ok(Err(other)),
             }
         }

@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use beebot_shared::limits::MAX_SCANS_PER_JOB;
 use beebot_shared::limits::{MAX_LINK_RECORDS, PACE_FREE_PAGES, PACE_TOLERANCE};
+use beebot_shared::limits::{MAX_PARTS_PER_JOB, MAX_SCANS_PER_JOB};
 use beebot_shared::linkfile::{self, ScanSummary};
 use beebot_shared::proto::ABORT_ROUND_CANCELLED;
 use beebot_shared::scanstate::{state_sha256, ScanState};
@@ -30,6 +30,9 @@ pub enum UploadOutcome {
     Accepted,
     Duplicate,
     Rejected(String),
+    /// A part not kept: its job holds [`MAX_PARTS_PER_JOB`] segments; the
+    /// scan goes on and uploads the rest at its end.
+    NotKept,
 }
 
 /// What [`Grid::upload_begin`] decided.
@@ -644,6 +647,9 @@ impl Grid {
             return Ok(UploadStep::Answer(o));
         }
         let resume_seq = attempt.resume_seq;
+        if part.is_some() && job.segments.len() >= MAX_PARTS_PER_JOB {
+            return Ok(UploadStep::Answer(UploadOutcome::NotKept));
+        }
         if part.is_none() && (kept_already(job, unit_id, resume_seq) || job.is_behind(attempt)) {
             // Its segment is kept already, or another copy went further from
             // where it started: nothing of it is written again.

@@ -90,6 +90,7 @@ pub(super) fn upload_response(o: UploadOutcome) -> Response {
     match o {
         UploadOutcome::Accepted => Response::Accepted,
         UploadOutcome::Duplicate => Response::Duplicate,
+        UploadOutcome::NotKept => Response::Ack,
         UploadOutcome::Rejected(reason) => Response::Rejected { reason },
     }
 }

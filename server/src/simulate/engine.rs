@@ -484,6 +484,13 @@ impl Sim<'_> {
                 }
                 Ok(true)
             }
+            UploadOutcome::NotKept => {
+                // No more parts of this scan: the rest goes at its end.
+                if let HeldState::Scanning(s) = &mut self.clients[h].held[i].state {
+                    s.part_ms = u64::MAX / 2;
+                }
+                Ok(true)
+            }
             UploadOutcome::Rejected(_) => {
                 self.drop_scan(h, i)?;
                 Ok(false)

@@ -951,3 +951,39 @@ fn a_scan_that_stops_right_after_its_part_ends_there_and_is_not_failed() {
     let v = fx.one(b, &[], T0 + 4);
     assert_eq!(v.resume.map(|r| r.pages_done), Some(3));
 }
+
+#[test]
+fn a_job_keeps_at_most_its_parts_limit_and_its_scan_goes_on() {
+    use beebot_shared::limits::MAX_PARTS_PER_JOB;
+    let (mut fx, hosts) = two_hosts(1);
+    let a = hosts[0];
+    start(&mut fx, "round-robin", T0);
+    let u = fx.one(a, &[], T0);
+    let (sum, file, state) = part_for(&u, 4, 3);
+    assert_eq!(
+        fx.grid
+            .upload_part(a, u.unit_id, 0, sum.clone(), &file, &state, T0 + 1)
+            .unwrap(),
+        UploadOutcome::Accepted
+    );
+    // A very long site: its job holds as many segments as parts may take.
+    let job = fx.grid.jobs.get_mut(&u.job_id).unwrap();
+    let mut other = job.segments[0].clone();
+    other.unit_id = 0;
+    job.segments.resize(MAX_PARTS_PER_JOB, other);
+    job.attempts[0].resume_seq = MAX_PARTS_PER_JOB as u32;
+    let (sum1, file1, state1) = part_for(&u, 4, 6);
+    assert_eq!(
+        fx.grid
+            .upload_part(a, u.unit_id, 1, sum1, &file1, &state1, T0 + 2)
+            .unwrap(),
+        UploadOutcome::NotKept
+    );
+    // Not kept, not failed: the scan goes on and its end is its result.
+    let job = fx.job(u.job_id);
+    assert_eq!(job.segments.len(), MAX_PARTS_PER_JOB);
+    assert_eq!(fx.attempt(u.unit_id).state, AttemptState::Running);
+    assert_ne!(job.state, JobState::Failed);
+    assert_eq!(fx.upload(a, &u, 2, T0 + 3), UploadOutcome::Accepted);
+    assert_eq!(fx.job(u.job_id).state, JobState::Done);
+}
