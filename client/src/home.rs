@@ -247,6 +247,10 @@ pub struct SpooledPart {
     pub state: Vec<u8>,
 }
 
+/// Largest record of what the server holds of a scan (a few numbers and
+/// a summary: a few hundred bytes).
+const MAX_PARTS_SENT_BYTES: u64 = 64 * 1024;
+
 /// Largest spooled part: a link file and a state at their limits.
 const MAX_PART_FILE_BYTES: usize = MAX_LINK_FILE_BYTES + MAX_SCAN_STATE_BYTES + 64 * 1024;
 
@@ -465,6 +469,12 @@ impl Home {
     /// scan cannot know where its next upload starts.
     pub fn parts_sent(&self, unit_id: u64) -> Result<PartsSent> {
         let path = self.parts_sent_path(unit_id);
+        if fs::metadata(&path).is_ok_and(|m| m.len() > MAX_PARTS_SENT_BYTES) {
+            bail!(
+                "{} is damaged: larger than the record may be",
+                path.display()
+            );
+        }
         match fs::read_to_string(&path) {
             Ok(t) => {
                 serde_json::from_str(&t).with_context(|| format!("{} is damaged", path.display()))
@@ -1216,6 +1226,9 @@ mod tests {
         assert!(h.part(7).is_none() && !h.has_part(7));
         fs::write(h.parts_sent_path(7), b"{").unwrap();
         assert!(format!("{:#}", h.parts_sent(7).unwrap_err()).contains("damaged"));
+        // One past its bound is not read whole.
+        fs::write(h.parts_sent_path(7), vec![b' '; 64 * 1024 + 1]).unwrap();
+        assert!(format!("{:#}", h.parts_sent(7).unwrap_err()).contains("larger"));
         // Both are the unit's: they go with it.
         h.save_part(&part).unwrap();
         h.remove_unit(7);

@@ -332,6 +332,22 @@ pub(crate) fn partial_for(
     (sum, file, state)
 }
 
+/// A round of one site whose deadlines are far past the lease, and its
+/// unit on `host`, not started.
+pub(crate) fn issued(fx: &mut Fx, host: u64) -> WorkUnit {
+    let p = RoundParams {
+        deadline_min_s: 3600,
+        deadline_max_s: 7200,
+        ..params(3)
+    };
+    fx.grid.start_round(p, T0).unwrap();
+    // Leases count from the grid's first tick.
+    assert_eq!(fx.grid.tick(T0).unwrap(), 0);
+    let u = fx.one(host, &[], T0 + 1);
+    assert!(u.deadline_ms > T0 + 3_600_000, "a deadline far off");
+    u
+}
+
 /// No unit for `host` now.
 pub(crate) fn nothing_for(fx: &mut Fx, host: u64, now: u64) {
     let (units, _) = fx.ask(host, 4, &[], now);

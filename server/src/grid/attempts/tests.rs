@@ -579,22 +579,6 @@ fn a_reason_of_multi_byte_characters_is_kept_whole() {
     }
 }
 
-/// A round of one site whose deadlines are far past the lease, and its
-/// unit on `host`, not started.
-fn issued(fx: &mut Fx, host: u64) -> WorkUnit {
-    let p = RoundParams {
-        deadline_min_s: 3600,
-        deadline_max_s: 7200,
-        ..params(3)
-    };
-    fx.grid.start_round(p, T0).unwrap();
-    // Leases count from the grid's first tick.
-    assert_eq!(fx.grid.tick(T0).unwrap(), 0);
-    let u = fx.one(host, &[], T0 + 1);
-    assert!(u.deadline_ms > T0 + 3_600_000, "a deadline far off");
-    u
-}
-
 /// [`issued`], and a scan of it on `away` that reported once at the
 /// returned time.
 fn reported_once(fx: &mut Fx, away: u64) -> (WorkUnit, u64) {

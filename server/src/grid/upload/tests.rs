@@ -786,15 +786,7 @@ fn a_scan_taken_back_after_its_lease_goes_on_from_its_last_part() {
     use beebot_shared::limits::LEASE_TAKEOVER_S;
     let (mut fx, hosts) = two_hosts(1);
     let (away, other) = (hosts[0], hosts[1]);
-    let p = RoundParams {
-        deadline_min_s: 3600,
-        deadline_max_s: 7200,
-        ..params(3)
-    };
-    fx.grid.start_round(p, T0).unwrap();
-    // Leases count from the grid's first tick.
-    assert_eq!(fx.grid.tick(T0).unwrap(), 0);
-    let u = fx.one(away, &[], T0);
+    let u = issued(&mut fx, away);
     fx.grid.progress(away, u.unit_id, 3, 3, T0 + 1).unwrap();
     let (sum, file, state) = part_for(&u, 4, 3);
     let t = T0 + 2;
