@@ -263,11 +263,8 @@ impl Grid {
         // Speeds are learned from results found valid or taken from trusted
         // hosts only, never from a result that waits for its check. Each
         // host changed is written once, after all of it.
-        let last = pieces.len() - 1;
         let mut changed = Vec::new();
-        for (i, (host, summary)) in pieces.iter().enumerate() {
-            self.learn_from(*host, summary, delay_s, i == last, &mut changed);
-        }
+        self.learn_from_pieces(&pieces, delay_s, true, &mut changed);
         self.credit_valid(&valid, &kept, delay_s, &mut changed);
         changed.sort_unstable();
         changed.dedup();
@@ -298,10 +295,13 @@ impl Grid {
             .iter()
             .filter(|c| c.result.unit_id != kept.result.unit_id)
         {
-            for seg in &c.segments {
-                self.learn_from(seg.host_id, &seg.summary, delay_s, false, changed);
-            }
-            self.learn_from(c.result.host_id, &c.result.summary, delay_s, false, changed);
+            let pieces: Vec<(u64, &ScanSummary)> = c
+                .segments
+                .iter()
+                .map(|s| (s.host_id, &s.summary))
+                .chain([(c.result.host_id, &c.result.summary)])
+                .collect();
+            self.learn_from_pieces(&pieces, delay_s, false, changed);
         }
         for c in valid {
             for host in c.authors() {
@@ -402,8 +402,41 @@ impl Grid {
         Ok(())
     }
 
-    /// A host's figures from one of its scans, in a result taken; the host
-    /// is added to `changed`, for the caller to write.
+    /// The hosts' figures from the scans of a result taken (`pieces`, in
+    /// order: the last one's host finished the job when `job_done`). Each
+    /// host learns once, from all of its pieces together: a piece ends at
+    /// a part or a hand-over, whose page in flight belongs to the next, so
+    /// one piece may be a page in a tenth of a second, a pace no host has.
+    fn learn_from_pieces(
+        &mut self,
+        pieces: &[(u64, &ScanSummary)],
+        delay_s: f64,
+        job_done: bool,
+        changed: &mut Vec<u64>,
+    ) {
+        let mut by_host: Vec<(u64, ScanSummary)> = Vec::new();
+        for (host, s) in pieces {
+            let i = match by_host.iter().position(|(h, _)| h == host) {
+                Some(i) => i,
+                None => {
+                    by_host.push((*host, ScanSummary::default()));
+                    by_host.len() - 1
+                }
+            };
+            let sum = &mut by_host[i].1;
+            sum.pages = sum.pages.saturating_add(s.pages);
+            sum.bytes = sum.bytes.saturating_add(s.bytes);
+            sum.elapsed_ms = sum.elapsed_ms.saturating_add(s.elapsed_ms);
+        }
+        let last = pieces.last().map(|(h, _)| *h);
+        for (host, sum) in &by_host {
+            let done = job_done && Some(*host) == last;
+            self.learn_from(*host, sum, delay_s, done, changed);
+        }
+    }
+
+    /// A host's figures from its scans of one result; the host is added to
+    /// `changed`, for the caller to write.
     fn learn_from(
         &mut self,
         host_id: u64,

@@ -781,6 +781,39 @@ fn a_part_is_kept_as_a_segment_and_the_scan_goes_on_from_it() {
     assert_eq!(job.completeness().pages, 6);
 }
 
+/// A scan uploaded in pieces (a part, then the rest) teaches its host's
+/// speed once, from all of them: the piece after a part may be one page
+/// in a tenth of a second (the page in flight at the part), a pace no
+/// host has, and alone it would make a slow host look ten times faster.
+#[test]
+fn a_hosts_pieces_of_one_scan_teach_its_speed_together() {
+    let (mut fx, hosts) = two_hosts(1);
+    let a = hosts[0];
+    start(&mut fx, "round-robin", T0);
+    let u = fx.one(a, &[], T0);
+    fx.grid.progress(a, u.unit_id, 3, 3, T0 + 1).unwrap();
+    let (mut sum, file, state) = part_for(&u, 4, 3);
+    sum.elapsed_ms = 6_000;
+    let part = fx
+        .grid
+        .upload_part(a, u.unit_id, 0, sum, &file, &state, T0 + 6_000)
+        .unwrap();
+    assert_eq!(part, UploadOutcome::Accepted);
+    let (mut last, file) = result_for(&u, 1);
+    last.pages = 1;
+    last.elapsed_ms = 100;
+    let done = fx
+        .grid
+        .upload(a, u.unit_id, last, &file, None, T0 + 6_100)
+        .unwrap();
+    assert_eq!(done, UploadOutcome::Accepted);
+    assert_eq!(fx.job(u.job_id).state, JobState::Done);
+    let r = fx.host_rec(a);
+    assert_eq!((r.pages_done, r.jobs_done), (4, 1));
+    let speed = r.avg_pages_per_s.expect("learned");
+    assert!((speed - 4.0 / 6.1).abs() < 1e-9, "{speed}");
+}
+
 #[test]
 fn a_scan_taken_back_after_its_lease_goes_on_from_its_last_part() {
     use beebot_shared::limits::LEASE_TAKEOVER_S;
