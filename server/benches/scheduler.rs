@@ -39,6 +39,12 @@ fn views(seed: u64) -> (Vec<JobView>, Vec<HostView>, Vec<RunningView>) {
             size_known: s.pages.is_some(),
             assigned: Some(1 + (i % HOSTS) as u64),
             under_check: false,
+            // Most sites answer within the delay; one in four is slower.
+            pace_s: if rng.unit() < 0.25 {
+                scheduler::class_pace(1 + (rng.unit() * 4.0) as u8)
+            } else {
+                0.0
+            },
         })
         .collect();
     let hosts: Vec<HostView> = synthetic_hosts(HOSTS, seed)
@@ -83,6 +89,7 @@ fn views(seed: u64) -> (Vec<JobView>, Vec<HostView>, Vec<RunningView>) {
             on_asker: false,
             failed_here: false,
             finish_s: rng.unit() * 3000.0,
+            pace_s: 0.0,
         })
         .collect();
     (queue, hosts, running)

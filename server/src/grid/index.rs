@@ -14,7 +14,7 @@ use beebot_shared::scope::{Scope, SiteScope};
 
 use super::Grid;
 use crate::model::*;
-use crate::scheduler::{JobQueue, JobView};
+use crate::scheduler::{self, JobQueue, JobView};
 
 /// A running round's queued and running jobs, so that a work request, an
 /// upload and a tick cost what is open now, not a walk over every job of
@@ -216,6 +216,41 @@ pub(super) fn failed_by(job: &JobRecord, host_id: u64) -> bool {
 }
 
 impl Grid {
+    /// What `job`'s site adds to each page beyond the delay (`delay_ms`,
+    /// this round's), at its pace class's value
+    /// ([`crate::scheduler::class_pace`]): from the job's last scan in
+    /// this round when it has one, else from the site's last scan
+    /// finished in an earlier round (under that round's delay); 0 when
+    /// neither is known. The hosts' own times are taken as within the
+    /// delay: the figure is the job's and its site's alone, so the index
+    /// holds it without following the hosts' speeds.
+    pub(super) fn site_pace(&self, job: &JobRecord, delay_ms: u64) -> f64 {
+        let delay_s = delay_ms as f64 / 1000.0;
+        let pace = if let Some(seg) = job
+            .segments
+            .iter()
+            .rev()
+            .find(|s| s.summary.pages > 0 && s.summary.elapsed_ms > 0)
+        {
+            let page_s = seg.summary.elapsed_ms as f64 / 1000.0 / seg.summary.pages as f64;
+            scheduler::site_pace_s(page_s, delay_s, 0.0)
+        } else if let Some(last) = self
+            .sites
+            .get(&job.site)
+            .and_then(|s| s.last_scan.as_ref())
+            .filter(|l| l.round_id < job.round_id && l.pages > 0 && l.seconds > 0.0)
+        {
+            let then_s = self
+                .rounds
+                .get(&last.round_id)
+                .map_or(delay_s, |r| r.params.delay_ms as f64 / 1000.0);
+            scheduler::site_pace_s(last.seconds / last.pages as f64, then_s, 0.0)
+        } else {
+            0.0
+        };
+        scheduler::class_pace(scheduler::pace_class(pace))
+    }
+
     /// Bring the index of open jobs in step with job `job_id` after a change.
     pub(super) fn reindex(&mut self, job_id: u64) {
         let Some(job) = self.jobs.get(&job_id) else {
@@ -233,6 +268,11 @@ impl Grid {
             return;
         };
         let settles = self.settling.holds(job_id);
+        let pace_s = if job.state == JobState::Queued {
+            self.site_pace(job, round.params.delay_ms)
+        } else {
+            0.0
+        };
         let open = self.open.entry(job.round_id).or_default();
         open.queue.remove(job_id);
         open.settling.remove(&job_id);
@@ -279,6 +319,7 @@ impl Grid {
                 // A batch stays with its host unless that host failed the job.
                 assigned: job.batch_host.filter(|h| !failed_by(job, *h)),
                 under_check: !job.candidates.is_empty(),
+                pace_s,
             });
         }
         if job.state == JobState::Running {
@@ -405,6 +446,7 @@ impl Grid {
         let mut g = Grid::empty(io, self.settings.clone());
         g.rounds = self.rounds.clone();
         g.jobs = self.jobs.clone();
+        g.sites = self.sites.clone();
         g.settling = self.settling.clone();
         let ids: Vec<u64> = g.jobs.keys().copied().collect();
         for id in ids {

@@ -199,6 +199,7 @@ impl Grid {
                 size_known: j.size_known,
                 assigned: None,
                 under_check: false,
+                pace_s: self.site_pace(j, params.delay_ms),
             })
             .collect();
         let hosts = self.host_views_now(now_ms).views;

@@ -37,10 +37,11 @@ struct OneHost {
 }
 
 /// A running unit in the order running jobs are read in, latest end first
-/// when read backwards: `(end_key(end), end_key(pages), !job id, unit id)`
-/// (ties: the larger job, then the lower id; see
-/// [`crate::scheduler::RunningView::latest_first`]).
-pub(super) type EndKey = (u64, u64, u64, u64);
+/// when read backwards: `(end_key(end), end_key(pages), !job id, unit id,
+/// end_key(pace))` (ties: the larger job, then the lower id; see
+/// [`crate::scheduler::RunningView::latest_first`]; the unit id is unique,
+/// so the site's pace never orders).
+pub(super) type EndKey = (u64, u64, u64, u64, u64);
 
 /// A running unit of a host as its view is built.
 struct RunningUnit {
@@ -49,14 +50,15 @@ struct RunningUnit {
     key: (bool, u64, u64),
     held: HeldUnit,
     demand: Demand,
-    /// Its job and pages when a copy of it could be made (its scan could
-    /// be handed over), for the index by end.
-    handable: Option<(u64, f64)>,
+    /// Its job, pages and the site's pace when a copy of it could be made
+    /// (its scan could be handed over), for the index by end.
+    handable: Option<(u64, f64, f64)>,
 }
 
-/// The key of `unit` of job `job_id` (`pages` expected) ending at `end`.
-fn end_of_unit(unit: u64, job_id: u64, pages: f64, end: f64) -> EndKey {
-    (end_key(end), end_key(pages), !job_id, unit)
+/// The key of `unit` of job `job_id` (`pages` expected, on a site of
+/// `pace` seconds a page of its own) ending at `end`.
+fn end_of_unit(unit: u64, job_id: u64, pages: f64, end: f64, pace: f64) -> EndKey {
+    (end_key(end), end_key(pages), !job_id, unit, end_key(pace))
 }
 
 /// The hosts' views kept between requests (see the module's doc).
@@ -138,6 +140,23 @@ impl HostViews {
     }
 }
 
+/// What the site of a running scan adds to each page beyond the delay and
+/// its host's own time (`own_s` a page), as the pace between the scan's
+/// first and latest progress reports shows (0: no pace yet).
+fn scan_pace_s(a: &Attempt, delay_s: f64, own_s: f64) -> f64 {
+    let (t0, p0, t1, p1) = (
+        a.first_report_ms,
+        a.first_report_pages,
+        a.last_report_ms,
+        a.pages,
+    );
+    if t0 == 0 || t1 <= t0 || p1 <= p0 {
+        return 0.0;
+    }
+    let page_s = (t1 - t0) as f64 / 1000.0 / (p1 - p0) as f64;
+    scheduler::site_pace_s(page_s, delay_s, own_s)
+}
+
 impl Grid {
     /// Note that a host's units or record changed: its view is built again
     /// before it is read.
@@ -163,12 +182,27 @@ impl Grid {
                 continue;
             };
             let delay_s = r.params.delay_ms as f64 / 1000.0;
-            let cost = scheduler::seconds_per_page(self.host_speed(h.id), delay_s);
+            let speed = self.host_speed(h.id);
+            let cost = scheduler::seconds_per_page(speed, delay_s);
+            let own_s = scheduler::seconds_per_page(speed, 0.0);
             for job in open.jobs_on(h.id).filter_map(|id| self.jobs.get(&id)) {
+                let site_cost = scheduler::seconds_per_page_at(
+                    speed,
+                    delay_s,
+                    self.site_pace(job, r.params.delay_ms),
+                );
                 for a in job.running_attempts().filter(|a| a.host_id == h.id) {
+                    // Pages expected of the unit: of a site never scanned,
+                    // what the page cap leaves (its end is not planned on).
+                    let unit_pages = if job.size_known {
+                        job.expected_of(a)
+                    } else {
+                        let before = job.pages_done().saturating_sub(job.parts_of(a).0);
+                        (f64::from(r.params.max_pages) - before as f64).max(1.0)
+                    };
                     // A scan that reports progress is timed by its own pace.
                     let unit = match scheduler::remaining_s(
-                        job.expected_of(a),
+                        unit_pages,
                         (a.first_report_ms, a.first_report_pages),
                         (a.last_report_ms, a.pages),
                         now_ms,
@@ -179,7 +213,8 @@ impl Grid {
                         },
                         None => HeldUnit {
                             issued_ms: a.issued_ms,
-                            expected_s: job.est_pages * cost,
+                            expected_s: (unit_pages - job.parts_of(a).0 as f64).max(1.0)
+                                * site_cost,
                         },
                     };
                     let key = (a.first_report_ms == 0, a.issued_ms, a.unit_id);
@@ -191,10 +226,13 @@ impl Grid {
                             .handable
                             .get(&job.id)
                             .is_some_and(|h| h.unit_id == a.unit_id)
-                            .then_some((
-                                job.id,
-                                scheduler::left_pages(job.expected_of(a), a.pages),
-                            )),
+                            .then(|| {
+                                (
+                                    job.id,
+                                    scheduler::left_pages(job.expected_of(a), a.pages),
+                                    scan_pace_s(a, delay_s, own_s),
+                                )
+                            }),
                     });
                 }
             }
@@ -214,9 +252,9 @@ impl Grid {
             .iter()
             .zip(&sched.ends_s)
             .filter_map(|(u, end)| {
-                let (job_id, pages) = u.handable?;
+                let (job_id, pages, pace) = u.handable?;
                 let end = if online { *end } else { f64::INFINITY };
-                Some(end_of_unit(u.key.2, job_id, pages, end))
+                Some(end_of_unit(u.key.2, job_id, pages, end, pace))
             })
             .collect();
         let view = HostView {

@@ -172,7 +172,14 @@ struct RoundRunning<'a> {
 impl RoundRunning<'_> {
     /// The view of a running job whose one copy `h` is expected to end in
     /// `finish_s` with `pages` left.
-    fn view(&self, job_id: u64, h: &Handable, pages: f64, finish_s: f64) -> RunningView {
+    fn view(
+        &self,
+        job_id: u64,
+        h: &Handable,
+        pages: f64,
+        finish_s: f64,
+        pace_s: f64,
+    ) -> RunningView {
         let failed = self.open.failed_by.get(&self.asker.host_id);
         RunningView {
             job_id,
@@ -182,6 +189,7 @@ impl RoundRunning<'_> {
             on_asker: false,
             failed_here: failed.is_some_and(|f| f.contains(&job_id)),
             finish_s,
+            pace_s,
         }
     }
 }
@@ -201,11 +209,11 @@ impl RoundRunning<'_> {
         &'b self,
         keys: impl DoubleEndedIterator<Item = &'b EndKey> + 'b,
     ) -> Box<dyn Iterator<Item = RunningView> + 'b> {
-        Box::new(keys.rev().filter_map(|&(end, pages, job, unit)| {
+        Box::new(keys.rev().filter_map(|&(end, pages, job, unit, pace)| {
             let job_id = !job;
             let h = self.open.handable.get(&job_id)?;
             (h.unit_id == unit && h.host_id != self.asker.host_id)
-                .then(|| self.view(job_id, h, end_of(pages), end_of(end)))
+                .then(|| self.view(job_id, h, end_of(pages), end_of(end), end_of(pace)))
         }))
     }
 }
@@ -215,7 +223,7 @@ impl scheduler::RunningJobs for RoundRunning<'_> {
         self.read(self.asker.by_end.iter())
     }
     fn latest_first_finite(&self) -> Box<dyn Iterator<Item = RunningView> + '_> {
-        let infinite = (end_key(f64::INFINITY), 0, 0, 0);
+        let infinite = (end_key(f64::INFINITY), 0, 0, 0, 0);
         self.read(self.asker.by_end.range(..infinite))
     }
 }
@@ -621,10 +629,10 @@ impl Grid {
     fn check_running(&self, running: &RoundRunning<'_>) {
         use scheduler::RunningJobs;
         let asker = running.asker;
-        let ends: std::collections::HashMap<u64, (f64, f64)> = asker
+        let ends: std::collections::HashMap<u64, (f64, f64, f64)> = asker
             .by_end
             .iter()
-            .map(|&(end, pages, _, unit)| (unit, (end_of(end), end_of(pages))))
+            .map(|&(end, pages, _, unit, pace)| (unit, (end_of(end), end_of(pages), end_of(pace))))
             .collect();
         let mut all: Vec<RunningView> = running
             .open
@@ -632,11 +640,11 @@ impl Grid {
             .iter()
             .filter(|(_, h)| h.host_id != asker.host_id)
             .map(|(&job_id, h)| {
-                let (end, pages) = ends
-                    .get(&h.unit_id)
-                    .copied()
-                    .unwrap_or((f64::INFINITY, h.pages));
-                running.view(job_id, h, pages, end)
+                let (end, pages, pace) =
+                    ends.get(&h.unit_id)
+                        .copied()
+                        .unwrap_or((f64::INFINITY, h.pages, 0.0));
+                running.view(job_id, h, pages, end, pace)
             })
             .collect();
         all.sort_by(RunningView::latest_first);

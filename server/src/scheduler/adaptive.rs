@@ -10,8 +10,8 @@
 //! it soonest. It never reads a clock: `now` comes in the context.
 
 use super::{
-    Ctx, Decision, JobView, Policy, RunningView, WorkAsk, ADAPTIVE_SLACK, ASK_LAG_S, HAND_OVER_S,
-    HEDGE_REACH, MAX_COPIES, REPLICA_GAIN,
+    class_pace, pace_class, Ctx, Decision, JobView, Policy, RunningView, WorkAsk, ADAPTIVE_SLACK,
+    ASK_LAG_S, HAND_OVER_S, HEDGE_REACH, MAX_COPIES, REPLICA_GAIN,
 };
 
 /// The default: longest expected job first, each to the host that would
@@ -49,13 +49,18 @@ use super::{
 pub struct Adaptive;
 
 /// What a decision needs of the hosts, gathered in one pass over them
-/// (O(hosts), a cost per page worked out once per host): each other
-/// online host as a line (its start and its seconds per page, slack
-/// applied), and the queue's drain over the online hosts (the asker
-/// included). A decision then reads these instead of the hosts' views.
-struct Field {
-    /// `(start_s, cost)` of every other online host, in host order.
-    lines: Vec<(f64, f64)>,
+/// (O(hosts), a cost per page worked out once per host and pace class):
+/// each other online host as a line (its start and its seconds per page
+/// on sites of a pace class, slack applied), and the queue's drain over
+/// the online hosts (the asker included). A decision then reads these
+/// instead of the hosts' views.
+struct Field<'a> {
+    ctx: &'a Ctx<'a>,
+    /// Every other online host's index in `ctx.hosts`, in host order.
+    others: Vec<usize>,
+    /// `(start_s, cost)` of each of `others` on sites of each pace class
+    /// ([`super::PACE_CLASSES`]), worked out when first asked for.
+    lines: Vec<std::cell::OnceCell<Vec<(f64, f64)>>>,
     /// Their host ids, in the same order.
     ids: Vec<u64>,
     /// Pages per second over every slot of the online hosts and the asker.
@@ -66,9 +71,9 @@ struct Field {
     fastest: f64,
 }
 
-impl Field {
-    fn of(ctx: &Ctx) -> Field {
-        let mut lines = Vec::with_capacity(ctx.hosts.len());
+impl<'a> Field<'a> {
+    fn of(ctx: &'a Ctx<'a>) -> Field<'a> {
+        let mut others = Vec::with_capacity(ctx.hosts.len());
         let mut ids = Vec::with_capacity(ctx.hosts.len());
         let (mut rate, mut held, mut fastest) = (0.0, 0.0, f64::INFINITY);
         for (i, h) in ctx.hosts.iter().enumerate() {
@@ -81,29 +86,50 @@ impl Field {
             held += h.load_s / c;
             fastest = fastest.min(c);
             if !asker {
-                lines.push((
-                    ADAPTIVE_SLACK * (h.free_at_s + ASK_LAG_S),
-                    ADAPTIVE_SLACK * c,
-                ));
+                others.push(i);
                 ids.push(h.host_id);
             }
         }
         Field {
-            lines,
+            ctx,
+            others,
+            lines: (0..super::PACE_CLASSES)
+                .map(|_| std::cell::OnceCell::new())
+                .collect(),
             ids,
             rate,
             held,
             fastest,
         }
     }
+
+    /// `(start_s, cost)` of every other online host on sites of pace
+    /// class `class`, in host order.
+    fn lines(&self, class: u8) -> &[(f64, f64)] {
+        let class = usize::from(class.min(super::PACE_CLASSES - 1));
+        self.lines[class].get_or_init(|| {
+            let pace = class_pace(class as u8);
+            self.others
+                .iter()
+                .map(|&i| {
+                    let h = &self.ctx.hosts[i];
+                    (
+                        ADAPTIVE_SLACK * (h.free_at_s + ASK_LAG_S),
+                        ADAPTIVE_SLACK * h.cost_at(self.ctx.delay_s, pace),
+                    )
+                })
+                .collect()
+        })
+    }
 }
 
 impl Adaptive {
-    /// The interval of job sizes (pages) the asker finishes no later than
-    /// every other online host, starting at `start_s` with `cost` s/page.
-    fn winning_sizes(field: &Field, start_s: f64, cost: f64) -> (f64, f64) {
+    /// The interval of job sizes (pages) of pace class `class` the asker
+    /// finishes no later than every other online host, starting at
+    /// `start_s` with `cost` s/page on them.
+    fn winning_sizes(field: &Field, class: u8, start_s: f64, cost: f64) -> (f64, f64) {
         let (mut lo, mut hi) = (0.0f64, f64::INFINITY);
-        for &(s_g, c_g) in &field.lines {
+        for &(s_g, c_g) in field.lines(class) {
             // start + x·cost ≤ s_g + x·c_g
             let dc = cost - c_g;
             let ds = s_g - start_s;
@@ -139,7 +165,7 @@ impl Adaptive {
     /// `field` is read only when some job runs.
     fn replicas<'f>(
         ctx: &Ctx,
-        field: impl Fn() -> &'f Field,
+        field: impl Fn() -> &'f Field<'f>,
         n: usize,
         start_s: f64,
         cost: f64,
@@ -161,25 +187,44 @@ impl Adaptive {
                 .map_or(0.0, |r| r.finish_s.max(0.0));
             (Self::queue_drain_s(ctx, field, cost), longest_s)
         });
-        // One pass over the hosts: the sizes this host would finish soonest.
-        let (lo, hi) = Self::winning_sizes(field, start_s, cost);
-        let (lo, hi) = (lo * 0.999_999, hi * 1.000_001);
+        // The sizes this host would finish soonest, for each pace class
+        // (one pass over the hosts each, when first asked for).
+        let me = ctx.asker();
+        let wins: Vec<std::cell::OnceCell<(f64, f64)>> = (0..super::PACE_CLASSES)
+            .map(|_| std::cell::OnceCell::new())
+            .collect();
+        let win = |pace_s: f64| {
+            let class = pace_class(pace_s);
+            *wins[usize::from(class)].get_or_init(|| {
+                let c = me.cost_at(ctx.delay_s, class_pace(class));
+                let (lo, hi) = Self::winning_sizes(field, class, start_s, c);
+                (lo * 0.999_999, hi * 1.000_001)
+            })
+        };
+        let (lo, _) = win(0.0);
         // A copy is a hand-over: the asker would scan what is left of
         // the same site, as fast as the holder scans it times the ratio
-        // of their costs (a site's own pace, its response times, holds
-        // on every host), after the hand-over's cost. A holder never
-        // measured (no benchmark yet, no job done) has no cost to compare:
-        // then the asker's own cost per page is all there is.
+        // of their costs on that site (what the site adds to each page,
+        // its response times, the scan's pace shows: a slow site costs a
+        // slow host more than a fast one), after the hand-over's cost. A
+        // holder never measured (no benchmark yet, no job done) has no
+        // cost to compare: then the asker's own cost per page is all
+        // there is.
         let holder_cost = |r: &RunningView| {
             r.holder
                 .and_then(|id| ctx.host(id))
                 .filter(|h| h.pages_per_s.is_some())
-                .map(|h| h.cost(ctx.delay_s))
+                .map(|h| h.cost_at(ctx.delay_s, r.pace_s))
         };
         let worth = |r: &RunningView| {
+            let mine_per_page = if r.pace_s > 0.0 {
+                me.cost_at(ctx.delay_s, r.pace_s)
+            } else {
+                cost
+            };
             let scan = match holder_cost(r) {
-                Some(c) if r.finish_s.is_finite() && c > 0.0 => r.finish_s * cost / c,
-                _ => r.pages * cost,
+                Some(c) if r.finish_s.is_finite() && c > 0.0 => r.finish_s * mine_per_page / c,
+                _ => r.pages * mine_per_page,
             };
             let mine = start_s + HAND_OVER_S + scan;
             match queued {
@@ -195,6 +240,7 @@ impl Adaptive {
             }
         };
         let take = |r: &RunningView| {
+            let (lo, hi) = win(r.pace_s);
             r.copies < MAX_COPIES
                 && !r.on_asker
                 && !r.failed_here
@@ -210,7 +256,7 @@ impl Adaptive {
             if out.len() >= n || r.finish_s.is_finite() || r.pages < lo {
                 break;
             }
-            if queued.is_some() && !worth(&r) && r.pages <= hi {
+            if queued.is_some() && !worth(&r) && r.pages <= win(r.pace_s).1 {
                 break;
             }
             if take(&r) {
@@ -242,29 +288,38 @@ impl Adaptive {
     /// finish `pages` no later than every other online host that may take
     /// the job (none of `failed_by`: the grid gives a job to a host that
     /// failed it only when no other is online). O(hosts).
-    fn wins_among(field: &Field, failed_by: &[u64], pages: f64, start_s: f64, cost: f64) -> bool {
+    fn wins_among(field: &Field, j: &JobView, pages: f64, start_s: f64) -> bool {
+        let class = pace_class(j.pace_s);
+        let cost = field
+            .ctx
+            .asker()
+            .cost_at(field.ctx.delay_s, class_pace(class));
         let mine = start_s + pages * cost;
-        field.lines.iter().zip(&field.ids).all(|(&(s_g, c_g), id)| {
-            failed_by.contains(id) || mine <= (s_g + pages * c_g) * 1.000_001
-        })
+        let failed_by = &j.failed_by;
+        field
+            .lines(class)
+            .iter()
+            .zip(&field.ids)
+            .all(|(&(s_g, c_g), id)| {
+                failed_by.contains(id) || mine <= (s_g + pages * c_g) * 1.000_001
+            })
     }
 
-    /// The largest queued job (ties: list order) the asker has not failed
-    /// and does not take already, whose size it would finish soonest (in
-    /// `lo..=hi`), or that failed on some host and that it would finish
-    /// soonest of the hosts that may take it; a site never scanned is
-    /// placed at the `largest` queued size. O(log queue) plus the jobs
-    /// passed over, and O(hosts) for the first job that failed elsewhere.
-    #[allow(clippy::too_many_arguments)]
+    /// The longest queued job on the asker (ties: list order) it has not
+    /// failed and does not take already, whose size it would finish
+    /// soonest among the jobs of its site's pace class, or that failed on
+    /// some host and that it would finish soonest of the hosts that may
+    /// take it; a site never scanned is placed at the `largest` queued
+    /// size. O(classes × (hosts + log queue)) plus the jobs passed over,
+    /// and O(hosts) for the first job that failed elsewhere.
     fn largest_won(
         ctx: &Ctx,
         field: &Field,
         out: &[u64],
-        (lo, hi): (f64, f64),
         largest: f64,
-        (start_s, cost): (f64, f64),
+        start_s: f64,
     ) -> Option<JobView> {
-        let (lo, hi) = (lo * 0.999_999, hi * 1.000_001);
+        let me = ctx.asker();
         let place = |j: &JobView| {
             if j.size_known {
                 j.pages
@@ -272,24 +327,33 @@ impl Adaptive {
                 j.pages.max(largest)
             }
         };
-        let known = ctx.queue.largest_known_between(lo, hi, out);
-        let unknown = (largest >= lo && largest <= hi)
-            .then(|| ctx.queue.first_unknown(out))
-            .flatten();
-        let failed = ctx
-            .queue
-            .failed_somewhere()
-            .find(|j| !j.failed_here && !out.contains(&j.job_id))
-            .filter(|j| Self::wins_among(field, &j.failed_by, place(j), start_s, cost));
-        known
-            .into_iter()
-            .chain(unknown)
-            .chain(failed)
-            .min_by(|a, b| {
-                place(b)
-                    .total_cmp(&place(a))
-                    .then((a.order, a.job_id).cmp(&(b.order, b.job_id)))
-            })
+        let seconds = |j: &JobView| place(j) * me.cost_at(ctx.delay_s, j.pace_s);
+        let won = |class: u8| {
+            let cost = me.cost_at(ctx.delay_s, class_pace(class));
+            let (lo, hi) = Self::winning_sizes(field, class, start_s, cost);
+            (lo * 0.999_999, hi * 1.000_001)
+        };
+        let mut picks: Vec<JobView> = Vec::new();
+        for class in ctx.queue.known_classes() {
+            picks.extend(ctx.queue.largest_known_between(class, won(class), out));
+        }
+        let (lo, hi) = won(0);
+        picks.extend(
+            (largest >= lo && largest <= hi)
+                .then(|| ctx.queue.first_unknown(out))
+                .flatten(),
+        );
+        picks.extend(
+            ctx.queue
+                .failed_somewhere()
+                .find(|j| !j.failed_here && !out.contains(&j.job_id))
+                .filter(|j| Self::wins_among(field, j, place(j), start_s)),
+        );
+        picks.into_iter().min_by(|a, b| {
+            seconds(b)
+                .total_cmp(&seconds(a))
+                .then((a.order, a.job_id).cmp(&(b.order, b.job_id)))
+        })
     }
 }
 
@@ -331,8 +395,7 @@ impl Policy for Adaptive {
         while out.len() < ask.free_slots as usize
             && (out.is_empty() || total < ask.want_seconds as f64)
         {
-            let (lo, hi) = Self::winning_sizes(field(), start, cost);
-            let mut pick = Self::largest_won(ctx, field(), &out, (lo, hi), largest, (start, cost));
+            let mut pick = Self::largest_won(ctx, field(), &out, largest, start);
             // A job this host failed comes back to it only when nothing else is left.
             if pick.is_none() && idle > 0 {
                 let left = ctx
@@ -344,7 +407,7 @@ impl Policy for Adaptive {
                 }
             }
             let Some(j) = pick else { break };
-            let e = j.pages * cost;
+            let e = j.pages * me.cost_at(ctx.delay_s, j.pace_s);
             total += e;
             load += e;
             out.push(j.job_id);

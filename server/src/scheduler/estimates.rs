@@ -24,6 +24,32 @@ pub fn seconds_per_page(pages_per_s: Option<f64>, delay_s: f64) -> f64 {
     (1.0 / speed).max(delay_s.max(0.0))
 }
 
+/// Seconds one slot of a host needs per page of a site that adds `pace_s`
+/// of its own to each page (its response times, [`site_pace_s`]): the
+/// host's own time and the site's, never faster than the delay allows. A
+/// slow site costs a slow host more than a fast one.
+pub fn seconds_per_page_at(pages_per_s: Option<f64>, delay_s: f64, pace_s: f64) -> f64 {
+    let own = seconds_per_page(pages_per_s, 0.0);
+    (own + pace_s.clamp(0.0, MAX_SITE_PACE_S)).max(delay_s.max(0.0))
+}
+
+/// Longest a site is taken to add to each page ([`site_pace_s`]): past
+/// it, a site is as slow as the crawler's timeouts let it be.
+pub const MAX_SITE_PACE_S: f64 = 30.0;
+
+/// What a site adds of its own to each page (its response times), from a
+/// scan that took `page_s` a page on a host of `own_s` seconds a page
+/// (`0` when unknown) under a delay of `delay_s`: what the pace shows
+/// beyond the larger of the two, at most [`MAX_SITE_PACE_S`]. A scan held
+/// at the delay says only that the site adds less than the delay leaves,
+/// which is taken as nothing.
+pub fn site_pace_s(page_s: f64, delay_s: f64, own_s: f64) -> f64 {
+    if !page_s.is_finite() {
+        return 0.0;
+    }
+    (page_s - delay_s.max(own_s).max(0.0)).clamp(0.0, MAX_SITE_PACE_S)
+}
+
 /// Expected pages of a site: its last scan, bounded by the round's page cap.
 pub fn site_pages(last: Option<&SiteStats>, max_pages: u32) -> f64 {
     last.map(|s| s.pages as f64)

@@ -32,8 +32,9 @@ pub use adaptive::Adaptive;
 pub use batch::{batch_plan, Batch};
 pub use estimates::{
     availability, deadline_ms, expected_seconds, extended_deadline, fits_windows, is_online,
-    learn_speed, left_pages, remaining_s, seconds_per_page, site_pages, slot_schedule,
-    DeadlineRule, HeldUnit, SlotSchedule, MIN_LEFT_SHARE,
+    learn_speed, left_pages, remaining_s, seconds_per_page, seconds_per_page_at, site_pace_s,
+    site_pages, slot_schedule, DeadlineRule, HeldUnit, SlotSchedule, MAX_SITE_PACE_S,
+    MIN_LEFT_SHARE,
 };
 pub use level::{water_level, Level};
 pub use pack::{host_capacity, Pack};
@@ -122,6 +123,35 @@ pub struct JobView {
     /// A result of it waits for a check: only a host that may check it
     /// sees it (the queue keeps such jobs apart: [`Checks`]).
     pub under_check: bool,
+    /// What its site adds to each page beyond the delay, as its last scan
+    /// showed ([`site_pace_s`]), at its class's value ([`class_pace`]; 0:
+    /// nothing known): a slow site costs a slow host more than a fast one.
+    pub pace_s: f64,
+}
+
+/// Sites' paces below this are taken as nothing (class 0).
+pub const PACE_STEP_S: f64 = 0.1;
+/// Pace classes: 0 (below [`PACE_STEP_S`]), then one per doubling from
+/// it, the last holding every slower site. A policy that weighs a site's
+/// pace works out its hosts' costs once per class, not per job.
+pub const PACE_CLASSES: u8 = 8;
+
+/// The class of a site's pace (see [`PACE_CLASSES`]).
+pub fn pace_class(pace_s: f64) -> u8 {
+    if pace_s.is_nan() || pace_s < PACE_STEP_S {
+        return 0;
+    }
+    let k = 1.0 + (pace_s / PACE_STEP_S).log2().floor();
+    (k.min(f64::from(PACE_CLASSES - 1))) as u8
+}
+
+/// The pace a class stands for: 0 for class 0, else the geometric middle
+/// of its doubling.
+pub fn class_pace(class: u8) -> f64 {
+    if class == 0 {
+        return 0.0;
+    }
+    PACE_STEP_S * 2f64.powi(i32::from(class) - 1) * std::f64::consts::SQRT_2
 }
 
 /// A running job, for replicas (hand-overs on the critical path and in the tail).
@@ -143,6 +173,10 @@ pub struct RunningView {
     /// Seconds from now until the first copy is expected to end
     /// (`f64::INFINITY` when every holder is offline).
     pub finish_s: f64,
+    /// What the site adds to each page beyond its holder's own time and
+    /// the delay, as its scan's pace shows ([`site_pace_s`]; 0: nothing
+    /// seen): a host that took it over would pay it too.
+    pub pace_s: f64,
 }
 
 impl RunningView {
@@ -231,7 +265,13 @@ pub struct HostView {
 impl HostView {
     /// Seconds per page on one slot, for a round with this politeness delay.
     pub fn cost(&self, delay_s: f64) -> f64 {
-        seconds_per_page(self.pages_per_s, delay_s) / self.availability.clamp(MIN_AVAILABILITY, 1.0)
+        self.cost_at(delay_s, 0.0)
+    }
+    /// Seconds per page on one slot of a site that adds `pace_s` to each
+    /// page ([`seconds_per_page_at`]).
+    pub fn cost_at(&self, delay_s: f64, pace_s: f64) -> f64 {
+        seconds_per_page_at(self.pages_per_s, delay_s, pace_s)
+            / self.availability.clamp(MIN_AVAILABILITY, 1.0)
     }
     /// Pages per second over all slots.
     pub fn rate(&self, delay_s: f64) -> f64 {

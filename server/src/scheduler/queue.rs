@@ -86,8 +86,9 @@ struct Part {
     list: BTreeSet<ListKey>,
     /// Every job by size.
     by_size: BTreeSet<SizeKey>,
-    /// Jobs whose size comes from a last scan, by size.
-    known: BTreeSet<SizeKey>,
+    /// Jobs whose size comes from a last scan, by their site's pace class
+    /// ([`super::pace_class`]), then by size (no empty class kept).
+    known: BTreeMap<u8, BTreeSet<SizeKey>>,
     /// Jobs of sites never scanned, in list order.
     unknown: BTreeSet<ListKey>,
     /// Jobs some host failed, in list order.
@@ -110,7 +111,10 @@ impl Part {
         self.list.insert(at);
         self.by_size.insert(key);
         if v.size_known {
-            self.known.insert(key);
+            self.known
+                .entry(super::pace_class(v.pace_s))
+                .or_default()
+                .insert(key);
         } else {
             self.unknown.insert(at);
         }
@@ -138,7 +142,13 @@ impl Part {
         let at = key.at;
         self.list.remove(&at);
         self.by_size.remove(&key);
-        self.known.remove(&key);
+        let class = super::pace_class(v.pace_s);
+        if let Some(set) = self.known.get_mut(&class) {
+            set.remove(&key);
+            if set.is_empty() {
+                self.known.remove(&class);
+            }
+        }
         self.unknown.remove(&at);
         self.failed_somewhere.remove(&at);
         self.flagged_failed.remove(&at);
@@ -533,13 +543,29 @@ impl<'a> Queue<'a> {
             .min_by_key(SizeKey::of)
     }
 
-    /// The largest visible job whose site has been scanned, of `lo` to
-    /// `hi` pages, not failed by the asker and not in `taken` (ties: list
-    /// order).
-    pub fn largest_known_between(&self, lo: f64, hi: f64, taken: &[u64]) -> Option<JobView> {
+    /// The pace classes ([`super::pace_class`]) of the jobs whose site
+    /// has been scanned in the parts the asker looks at (hidden jobs
+    /// included), each once, in order.
+    pub fn known_classes(&self) -> Vec<u8> {
+        let mut out: Vec<u8> = self.parts().flat_map(|p| p.known.keys().copied()).collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The largest visible job of pace class `class` whose site has been
+    /// scanned, of `lo` to `hi` pages, not failed by the asker and not in
+    /// `taken` (ties: list order).
+    pub fn largest_known_between(
+        &self,
+        class: u8,
+        (lo, hi): (f64, f64),
+        taken: &[u64],
+    ) -> Option<JobView> {
         self.parts()
             .filter_map(|p| {
                 p.known
+                    .get(&class)?
                     .range(SizeKey::at_most(hi)..)
                     .take_while(|k| k.pages >= lo)
                     .filter_map(|k| self.by_key(p, k))

@@ -34,6 +34,7 @@ fn q(ids_pages: &[(u64, f64)]) -> Vec<JobView> {
             size_known: true,
             assigned: None,
             under_check: false,
+            pace_s: 0.0,
         })
         .collect()
 }
@@ -443,6 +444,7 @@ fn run(job_id: u64, pages: f64, finish_s: f64) -> RunningView {
         on_asker: false,
         failed_here: false,
         finish_s,
+        pace_s: 0.0,
     }
 }
 
@@ -647,6 +649,8 @@ fn the_queue_index_answers_as_a_walk_over_the_queue() {
                 size_known: *known,
                 assigned: None,
                 under_check: *checked,
+                // Three pace classes, by id.
+                pace_s: class_pace((*id % 3) as u8),
             };
             truth.insert(*id, v.clone());
             q.insert(v);
@@ -690,15 +694,78 @@ fn the_queue_index_answers_as_a_walk_over_the_queue() {
         prop_assert_eq!(view.smallest(&taken).map(|v| v.job_id), smallest);
         let mine: Vec<&&JobView> = seen.iter().filter(|v| !v.failed_here).collect();
         let lo = f64::from(lo);
-        let known = mine
-            .iter()
-            .filter(|v| v.size_known && v.pages >= lo && v.pages <= most)
-            .min_by_key(|v| key(v))
-            .map(|v| v.job_id);
-        prop_assert_eq!(view.largest_known_between(lo, most, &taken).map(|v| v.job_id), known);
+        // The classes of the parts it looks at (hidden jobs included).
+        let mut classes: Vec<u8> = truth
+            .values()
+            .filter(|v| v.size_known && may_see(v))
+            .map(|v| pace_class(v.pace_s))
+            .collect();
+        classes.sort_unstable();
+        classes.dedup();
+        prop_assert_eq!(view.known_classes(), classes);
+        for class in 0..3 {
+            let known = mine
+                .iter()
+                .filter(|v| v.size_known && pace_class(v.pace_s) == class)
+                .filter(|v| v.pages >= lo && v.pages <= most)
+                .min_by_key(|v| key(v))
+                .map(|v| v.job_id);
+            let got = view.largest_known_between(class, (lo, most), &taken);
+            prop_assert_eq!(got.map(|v| v.job_id), known);
+        }
         let unknown = mine.iter().find(|v| !v.size_known).map(|v| v.job_id);
         prop_assert_eq!(view.first_unknown(&taken).map(|v| v.job_id), unknown);
         prop_assert_eq!(ids(q.iter().cloned().collect()), truth.keys().copied().collect::<Vec<_>>());
         prop_assert_eq!(q.len(), truth.len());
     });
+}
+
+/// A site that adds to each page (its response times) costs a slow host
+/// more than a fast one, even where the delay hides their difference:
+/// asked first by a slow host, `adaptive` keeps the slow site for the
+/// fast host and gives the slow host the site that costs both the same.
+#[test]
+fn adaptive_keeps_a_slow_site_for_a_fast_host() {
+    let slow_site = class_pace(pace_class(0.6));
+    assert!(slow_site > 0.4 && slow_site < 0.8, "{slow_site}");
+    let mut queue = q(&[(1, 1000.0), (2, 1000.0)]);
+    queue[0].pace_s = slow_site;
+    // 1 page/s and 5 pages/s: both at the delay on a site that adds nothing.
+    let hosts = [host(1, 1.0), host(2, 5.0)];
+    let mut c = ctx(&queue, &hosts, 0);
+    c.delay_s = 1.0;
+    assert_eq!(hosts[0].cost(1.0), hosts[1].cost(1.0));
+    assert!(hosts[0].cost_at(1.0, slow_site) > 1.4 * hosts[1].cost_at(1.0, slow_site));
+    assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![2]);
+    // The fast host wins both (each costs it 1,000 s): list order.
+    let mut c = ctx(&queue, &hosts, 1);
+    c.delay_s = 1.0;
+    assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![1]);
+}
+
+/// What a site adds to each page is what its pace shows beyond the larger
+/// of the delay and the host's own time, and its class stands for it
+/// within a factor of √2.
+#[test]
+fn a_sites_pace_is_what_it_adds_beyond_the_delay_and_the_host() {
+    assert_eq!(site_pace_s(1.0, 1.0, 0.2), 0.0);
+    assert!((site_pace_s(1.6, 1.0, 0.2) - 0.6).abs() < 1e-12);
+    assert!((site_pace_s(1.6, 0.0, 1.2) - 0.4).abs() < 1e-12);
+    assert_eq!(site_pace_s(f64::NAN, 1.0, 0.0), 0.0);
+    assert_eq!(site_pace_s(1e9, 0.0, 0.0), MAX_SITE_PACE_S);
+    assert_eq!(pace_class(0.0), 0);
+    assert_eq!(pace_class(PACE_STEP_S * 0.99), 0);
+    assert_eq!(pace_class(f64::NAN), 0);
+    assert_eq!(pace_class(1e9), PACE_CLASSES - 1);
+    for pace in [0.1, 0.15, 0.3, 0.6, 1.0, 2.5, 5.0] {
+        let v = class_pace(pace_class(pace));
+        assert!(
+            v / pace <= std::f64::consts::SQRT_2 + 1e-9
+                && pace / v <= std::f64::consts::SQRT_2 + 1e-9,
+            "{pace} -> {v}"
+        );
+    }
+    // The cost on a host: its own time plus the site's, or the delay.
+    assert_eq!(seconds_per_page_at(Some(5.0), 1.0, 0.6), 1.0);
+    assert!((seconds_per_page_at(Some(1.0), 1.0, 0.6) - 1.6).abs() < 1e-12);
 }

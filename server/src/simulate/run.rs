@@ -52,7 +52,7 @@ pub fn run(
     let mut rng = Rng::new(seed);
     let truths = site_truths(sites, opts, &mut rng);
     let world = availability(hosts, &truths, opts, &mut rng)?;
-    let store = site_store(sites)?;
+    let store = site_store(sites, &truths, hosts, opts, seed)?;
     let key = SigningKey::from_bytes(&key_bytes(&mut rng));
     let settings = GridSettings {
         user_agent: "BeeBot/simulated (+https://example.invalid/beebot)".into(),
@@ -99,6 +99,9 @@ pub fn run(
     drive(&mut sim, sites.len(), hosts.len())?;
     outcome(&mut sim, seed, world.lower_bound_s)
 }
+
+/// Mixed into the seed for the draws of the sites' last scans.
+const LAST_SCAN_STREAM: u64 = 0x6c61_7374_7363_616e;
 
 /// The truth of each site from the seed: its size (off its last scan by up
 /// to ± `noise`, or drawn when never scanned) and each page's response time.
@@ -187,16 +190,34 @@ fn availability(
     })
 }
 
-/// A store in memory with the sites and their last scans.
-fn site_store(sites: &[SimSite]) -> Result<crate::store::SharedStore, SimError> {
+/// A store in memory with the sites and their last scans: each scanned
+/// site's pages as given, in the time its true pages take on a host drawn
+/// at random (the one that scanned it last, at this round's delay). The
+/// draws come from a stream of their own, so the seed's other draws stay
+/// as they were.
+fn site_store(
+    sites: &[SimSite],
+    truths: &[SiteTruth],
+    hosts: &[SimHost],
+    opts: &SimOptions,
+    seed: u64,
+) -> Result<crate::store::SharedStore, SimError> {
     let store = crate::store::memory();
-    for s in sites {
+    let mut rng = Rng::new(seed ^ LAST_SCAN_STREAM);
+    let delay_s = opts.delay_ms as f64 / 1000.0;
+    for (s, t) in sites.iter().zip(truths) {
+        let host = &hosts[((rng.unit() * hosts.len() as f64) as usize).min(hosts.len() - 1)];
+        let page_s = t
+            .page_ends(0, host.pages_per_s, delay_s)
+            .last()
+            .map_or(0.0, |end| end / t.natural.max(1) as f64);
         store
             .put_site(&SiteRecord {
                 host: s.name.clone(),
                 added_ms: SIM_START_MS,
                 last_scan: s.pages.map(|p| SiteStats {
                     pages: p.round() as u64,
+                    seconds: p.round() * page_s,
                     ..Default::default()
                 }),
             })
