@@ -246,6 +246,15 @@ pub struct Candidate {
 }
 
 impl Candidate {
+    /// Each of its scans in order (segments, then the last) with its host.
+    pub fn pieces(&self) -> Vec<(u64, &ScanSummary)> {
+        self.segments
+            .iter()
+            .map(|s| (s.host_id, &s.summary))
+            .chain([(self.result.host_id, &self.result.summary)])
+            .collect()
+    }
+
     /// The hosts whose scans make this result.
     pub fn authors(&self) -> Vec<u64> {
         let mut v: Vec<u64> = self

@@ -240,12 +240,7 @@ impl Grid {
             .map(|r| r.params.delay_ms as f64 / 1000.0)
             .unwrap_or(0.0);
         // The site's figures for the next round: all of the kept result's scans.
-        let pieces: Vec<(u64, &ScanSummary)> = kept
-            .segments
-            .iter()
-            .map(|s| (s.host_id, &s.summary))
-            .chain([(kept.result.host_id, &kept.result.summary)])
-            .collect();
+        let pieces = kept.pieces();
         if let Some(s) = self.sites.get_mut(&job.site) {
             s.last_scan = Some(SiteStats {
                 round_id,
@@ -295,13 +290,7 @@ impl Grid {
             .iter()
             .filter(|c| c.result.unit_id != kept.result.unit_id)
         {
-            let pieces: Vec<(u64, &ScanSummary)> = c
-                .segments
-                .iter()
-                .map(|s| (s.host_id, &s.summary))
-                .chain([(c.result.host_id, &c.result.summary)])
-                .collect();
-            self.learn_from_pieces(&pieces, delay_s, false, changed);
+            self.learn_from_pieces(&c.pieces(), delay_s, false, changed);
         }
         for c in valid {
             for host in c.authors() {
