@@ -254,6 +254,7 @@ impl Grid {
             });
             let s = s.clone();
             self.store.put_site(&s)?;
+            self.reindex_site_elsewhere(&job.site, round_id);
         }
         // Speeds are learned from results found valid or taken from trusted
         // hosts only, never from a result that waits for its check. Each
@@ -389,6 +390,25 @@ impl Grid {
             self.reindex(job_id);
         }
         Ok(())
+    }
+
+    /// The site's last scan changed: its queued jobs in the other running
+    /// rounds are indexed again (their pace comes from it). Only when more
+    /// than one round runs: O(the other rounds' open jobs).
+    fn reindex_site_elsewhere(&mut self, site: &str, round_id: u64) {
+        if self.open.len() < 2 {
+            return;
+        }
+        let same: Vec<u64> = self
+            .open
+            .iter()
+            .filter(|(r, _)| **r != round_id)
+            .flat_map(|(_, o)| o.reach_of.keys().copied())
+            .filter(|id| self.jobs.get(id).is_some_and(|j| j.site == site))
+            .collect();
+        for id in same {
+            self.reindex(id);
+        }
     }
 
     /// The hosts' figures from the scans of a result taken (`pieces`, in

@@ -517,3 +517,26 @@ fn a_fresh_scan_that_disagrees_with_a_result_nobody_else_can_check_fails_the_job
     nothing_for(&mut fx, h[0], T0 + 7000);
     nothing_for(&mut fx, h[1], T0 + 7000);
 }
+
+/// A site in two running rounds: when its scan in the one is kept, the
+/// site's pace that scan showed reaches its job queued in the other (the
+/// index of open jobs stays equal to one built afresh).
+#[test]
+fn a_sites_new_pace_reaches_its_job_in_another_running_round() {
+    let (mut fx, h) = validating(1, 1, ValidateMode::Off);
+    let u = fx.one(h[0], &[], T0);
+    let second = fx.grid.start_round(params(3), T0 + 10).unwrap();
+    assert_ne!(u.round_id, second);
+    let queued = |fx: &Fx| {
+        let v: Vec<_> = fx.grid.open[&second].queue.iter().cloned().collect();
+        assert_eq!(v.len(), 1);
+        v[0].pace_s
+    };
+    assert_eq!(queued(&fx), 0.0, "the site was never scanned");
+    // 3 pages in 1.5 s at delay 0: the site adds 0.5 s a page.
+    assert_eq!(fx.upload(h[0], &u, 6, T0 + 1000), UploadOutcome::Accepted);
+    let want = crate::scheduler::class_pace(crate::scheduler::pace_class(0.5));
+    assert!(want > 0.0);
+    assert_eq!(queued(&fx), want);
+    fx.grid.check_open();
+}
