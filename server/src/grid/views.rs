@@ -194,10 +194,12 @@ impl Grid {
                 for a in job.running_attempts().filter(|a| a.host_id == h.id) {
                     // Pages expected of the unit: of a site never scanned,
                     // what the page cap leaves (its end is not planned on).
+                    let parts = job.parts_of(a).0;
+                    let expected = job.est_pages + parts as f64;
                     let unit_pages = if job.size_known {
-                        job.expected_of(a)
+                        expected
                     } else {
-                        let before = job.pages_done().saturating_sub(job.parts_of(a).0);
+                        let before = job.pages_done().saturating_sub(parts);
                         (f64::from(r.params.max_pages) - before as f64).max(1.0)
                     };
                     // A scan that reports progress is timed by its own pace.
@@ -213,8 +215,7 @@ impl Grid {
                         },
                         None => HeldUnit {
                             issued_ms: a.issued_ms,
-                            expected_s: (unit_pages - job.parts_of(a).0 as f64).max(1.0)
-                                * site_cost,
+                            expected_s: (unit_pages - parts as f64).max(1.0) * site_cost,
                         },
                     };
                     let key = (a.first_report_ms == 0, a.issued_ms, a.unit_id);
@@ -229,7 +230,7 @@ impl Grid {
                             .then(|| {
                                 (
                                     job.id,
-                                    scheduler::left_pages(job.expected_of(a), a.pages),
+                                    scheduler::left_pages(expected, a.pages),
                                     scan_pace_s(a, delay_s, own_s),
                                 )
                             }),

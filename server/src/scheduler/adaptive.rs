@@ -103,6 +103,13 @@ impl<'a> Field<'a> {
         }
     }
 
+    /// The asker's seconds per page on sites of pace class `class`.
+    fn asker_cost(&self, class: u8) -> f64 {
+        self.ctx
+            .asker()
+            .cost_at(self.ctx.delay_s, class_pace(class))
+    }
+
     /// `(start_s, cost)` of every other online host on sites of pace
     /// class `class`, in host order.
     fn lines(&self, class: u8) -> &[(f64, f64)] {
@@ -126,8 +133,10 @@ impl<'a> Field<'a> {
 impl Adaptive {
     /// The interval of job sizes (pages) of pace class `class` the asker
     /// finishes no later than every other online host, starting at
-    /// `start_s` with `cost` s/page on them.
-    fn winning_sizes(field: &Field, class: u8, start_s: f64, cost: f64) -> (f64, f64) {
+    /// `start_s` at its cost on that class, widened by a millionth each
+    /// way (so a size at an end is in it). O(hosts).
+    fn winning_sizes(field: &Field, class: u8, start_s: f64) -> (f64, f64) {
+        let cost = field.asker_cost(class);
         let (mut lo, mut hi) = (0.0f64, f64::INFINITY);
         for &(s_g, c_g) in field.lines(class) {
             // start + x·cost ≤ s_g + x·c_g
@@ -141,7 +150,7 @@ impl Adaptive {
                 return (1.0, 0.0);
             }
         }
-        (lo, hi)
+        (lo * 0.999_999, hi * 1.000_001)
     }
 
     /// While jobs are queued: the seconds the queued and held work needs over
@@ -195,11 +204,7 @@ impl Adaptive {
             .collect();
         let win = |pace_s: f64| {
             let class = pace_class(pace_s);
-            *wins[usize::from(class)].get_or_init(|| {
-                let c = me.cost_at(ctx.delay_s, class_pace(class));
-                let (lo, hi) = Self::winning_sizes(field, class, start_s, c);
-                (lo * 0.999_999, hi * 1.000_001)
-            })
+            *wins[usize::from(class)].get_or_init(|| Self::winning_sizes(field, class, start_s))
         };
         let (lo, _) = win(0.0);
         // A copy is a hand-over: the asker would scan what is left of
@@ -217,11 +222,7 @@ impl Adaptive {
                 .map(|h| h.cost_at(ctx.delay_s, r.pace_s))
         };
         let worth = |r: &RunningView| {
-            let mine_per_page = if r.pace_s > 0.0 {
-                me.cost_at(ctx.delay_s, r.pace_s)
-            } else {
-                cost
-            };
+            let mine_per_page = me.cost_at(ctx.delay_s, r.pace_s);
             let scan = match holder_cost(r) {
                 Some(c) if r.finish_s.is_finite() && c > 0.0 => r.finish_s * mine_per_page / c,
                 _ => r.pages * mine_per_page,
@@ -290,10 +291,7 @@ impl Adaptive {
     /// failed it only when no other is online). O(hosts).
     fn wins_among(field: &Field, j: &JobView, pages: f64, start_s: f64) -> bool {
         let class = pace_class(j.pace_s);
-        let cost = field
-            .ctx
-            .asker()
-            .cost_at(field.ctx.delay_s, class_pace(class));
+        let cost = field.asker_cost(class);
         let mine = start_s + pages * cost;
         let failed_by = &j.failed_by;
         field
@@ -328,11 +326,7 @@ impl Adaptive {
             }
         };
         let seconds = |j: &JobView| place(j) * me.cost_at(ctx.delay_s, j.pace_s);
-        let won = |class: u8| {
-            let cost = me.cost_at(ctx.delay_s, class_pace(class));
-            let (lo, hi) = Self::winning_sizes(field, class, start_s, cost);
-            (lo * 0.999_999, hi * 1.000_001)
-        };
+        let won = |class: u8| Self::winning_sizes(field, class, start_s);
         let mut picks: Vec<JobView> = Vec::new();
         for class in ctx.queue.known_classes() {
             picks.extend(ctx.queue.largest_known_between(class, won(class), out));
