@@ -206,10 +206,10 @@ fn site_store(
     let mut rng = Rng::new(seed ^ LAST_SCAN_STREAM);
     let delay_s = opts.delay_ms as f64 / 1000.0;
     for (s, t) in sites.iter().zip(truths) {
-        let host = &hosts[((rng.unit() * hosts.len() as f64) as usize).min(hosts.len() - 1)];
-        let page_s = t
-            .page_ends(0, host.pages_per_s, delay_s)
-            .last()
+        let drawn = (rng.unit() * hosts.len() as f64) as usize;
+        let page_s = hosts
+            .get(drawn.min(hosts.len().saturating_sub(1)))
+            .and_then(|h| t.page_ends(0, h.pages_per_s, delay_s).last().copied())
             .map_or(0.0, |end| end / t.natural.max(1) as f64);
         store
             .put_site(&SiteRecord {
