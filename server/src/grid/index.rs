@@ -219,21 +219,22 @@ impl Grid {
     /// What `job`'s site adds to each page beyond the delay (`delay_ms`,
     /// this round's), at its pace class's value
     /// ([`crate::scheduler::class_pace`]): from the job's last scan in
-    /// this round when it has one, else from the site's last scan
-    /// finished in an earlier round (under that round's delay); 0 when
-    /// neither is known. The hosts' own times are taken as within the
-    /// delay: the figure is the job's and its site's alone, so the index
-    /// holds it without following the hosts' speeds.
+    /// this round when it has one (beyond its host's own time too: the
+    /// pace kept in `scan_paces` when the job was first indexed with that
+    /// scan, so that the index holds a figure no later change of a host's
+    /// speed moves), else from the site's last scan finished in an earlier
+    /// round (under that round's delay; its host's own time taken as
+    /// within the delay); 0 when neither is known.
     pub(super) fn site_pace(&self, job: &JobRecord, delay_ms: u64) -> f64 {
         let delay_s = delay_ms as f64 / 1000.0;
-        let pace = if let Some(seg) = job
-            .segments
-            .iter()
-            .rev()
-            .find(|s| s.summary.pages > 0 && s.summary.elapsed_ms > 0)
+        let pace = if let Some(&(_, p)) = self
+            .scan_paces
+            .get(&job.id)
+            .filter(|(n, _)| *n == job.segments.len())
         {
-            let page_s = seg.summary.elapsed_ms as f64 / 1000.0 / seg.summary.pages as f64;
-            scheduler::site_pace_s(page_s, delay_s, 0.0)
+            p
+        } else if let Some(p) = self.last_scan_pace(job, delay_s) {
+            p
         } else if let Some(last) = self
             .sites
             .get(&job.site)
@@ -249,6 +250,19 @@ impl Grid {
             0.0
         };
         scheduler::class_pace(scheduler::pace_class(pace))
+    }
+
+    /// The pace `job`'s last scan in its round showed beyond the delay and
+    /// its host's own time now (`None`: no scan of its own yet).
+    fn last_scan_pace(&self, job: &JobRecord, delay_s: f64) -> Option<f64> {
+        let seg = job
+            .segments
+            .iter()
+            .rev()
+            .find(|s| s.summary.pages > 0 && s.summary.elapsed_ms > 0)?;
+        let page_s = seg.summary.elapsed_ms as f64 / 1000.0 / seg.summary.pages as f64;
+        let own_s = scheduler::seconds_per_page(self.host_speed(seg.host_id), 0.0);
+        Some(scheduler::site_pace_s(page_s, delay_s, own_s))
     }
 
     /// Bring the index of open jobs in step with job `job_id` after a change.
@@ -268,6 +282,25 @@ impl Grid {
             return;
         };
         let settles = self.settling.holds(job_id);
+        // The pace of its last scan is kept as first seen (see `site_pace`).
+        let segments = job.segments.len();
+        let is_open = matches!(job.state, JobState::Queued | JobState::Running);
+        if !is_open {
+            self.scan_paces.remove(&job_id);
+        } else if self
+            .scan_paces
+            .get(&job_id)
+            .is_none_or(|(n, _)| *n != segments)
+        {
+            match self.last_scan_pace(job, round.params.delay_ms as f64 / 1000.0) {
+                Some(p) => {
+                    self.scan_paces.insert(job_id, (segments, p));
+                }
+                None => {
+                    self.scan_paces.remove(&job_id);
+                }
+            }
+        }
         let pace_s = if job.state == JobState::Queued {
             self.site_pace(job, round.params.delay_ms)
         } else {
@@ -276,7 +309,6 @@ impl Grid {
         let open = self.open.entry(job.round_id).or_default();
         open.queue.remove(job_id);
         open.settling.remove(&job_id);
-        let is_open = matches!(job.state, JobState::Queued | JobState::Running);
         // The site's reach, worked out once while the job is open.
         let reach = match open.reach_of.get(&job_id) {
             Some(r) => r.clone(),
@@ -447,6 +479,8 @@ impl Grid {
         g.rounds = self.rounds.clone();
         g.jobs = self.jobs.clone();
         g.sites = self.sites.clone();
+        g.hosts = self.hosts.clone();
+        g.scan_paces = self.scan_paces.clone();
         g.settling = self.settling.clone();
         let ids: Vec<u64> = g.jobs.keys().copied().collect();
         for id in ids {

@@ -174,6 +174,12 @@ pub struct Grid {
     /// the round's delay has passed since: no job of a site that shares
     /// a host starts before (a continuation, or the next job of the host).
     settling: index::Settling,
+    /// The pace each open job's last scan in its round showed, as first
+    /// indexed (job id → (its segments then, the pace)): the host's own
+    /// time in it is the host's speed at that moment, so later changes of
+    /// that speed never leave the index behind. Memory only; an entry
+    /// goes when its job closes.
+    scan_paces: HashMap<u64, (usize, f64)>,
     /// What each host offers its scans beyond slots (`Request::Resources`),
     /// bounded. Kept in memory only: a host says it again after every
     /// `Hello`, so after a restart as soon as it reconnects.
@@ -231,6 +237,7 @@ impl Grid {
             leases_from_ms: None,
             handed_from: HashMap::new(),
             settling: index::Settling::default(),
+            scan_paces: HashMap::new(),
             resources: HashMap::new(),
             counters: GridCounters::default(),
             link_changes: None,

@@ -540,3 +540,37 @@ fn a_sites_new_pace_reaches_its_job_in_another_running_round() {
     assert_eq!(queued(&fx), want);
     fx.grid.check_open();
 }
+
+/// A job's pace from its last scan in the round is kept as first indexed:
+/// its host's speed changing later moves neither the job's place in the
+/// queue nor the index away from one built afresh.
+#[test]
+fn a_scans_pace_is_kept_when_its_hosts_speed_changes() {
+    let (mut fx, h) = validating(1, 1, ValidateMode::Off);
+    let u = fx.one(h[0], &[], T0);
+    // 3 pages in 1.5 s at delay 0, by a host of 5 pages/s (0.2 s its own).
+    fx.grid.benchmark(h[0], 5.0, 500.0, 2, T0).unwrap();
+    let (sum, file, state) = partial_for(&u, 3, 3);
+    let outcome = fx
+        .grid
+        .upload(h[0], u.unit_id, sum, &file, Some(&state), T0 + 1000)
+        .unwrap();
+    assert_eq!(outcome, UploadOutcome::Accepted);
+    let pace = |fx: &Fx| {
+        let open = &fx.grid.open[&u.round_id];
+        open.queue.get(u.job_id).expect("queued again").pace_s
+    };
+    let first = pace(&fx);
+    let want = crate::scheduler::class_pace(crate::scheduler::pace_class(0.3));
+    assert_eq!(first, want);
+    // At 100 pages/s the same scan would show 0.49 s: another class.
+    fx.grid.benchmark(h[0], 100.0, 500.0, 2, T0 + 2000).unwrap();
+    assert_ne!(
+        crate::scheduler::pace_class(0.49),
+        crate::scheduler::pace_class(0.3)
+    );
+    // Indexed again (as any change to the job does), the job keeps it.
+    fx.grid.reindex(u.job_id);
+    assert_eq!(pace(&fx), first);
+    fx.grid.check_open();
+}
