@@ -147,6 +147,7 @@ fn bench_policies(queue: &JobQueue, hosts: &[HostView], running: &RunningList) {
                     now_ms: 1_000_000,
                     round_started_ms: 0,
                     delay_s: 0.0,
+                    max_pages: 1000.0,
                     queue: Queue::all(queue),
                     running: if policy.replicates() {
                         running
@@ -178,6 +179,7 @@ fn bench_tail(hosts: &[HostView], running: &RunningList) {
             now_ms: 1_000_000,
             round_started_ms: 0,
             delay_s: 0.0,
+            max_pages: 1000.0,
             queue: Queue::all(&empty),
             running,
             hosts,

@@ -216,15 +216,15 @@ pub(super) fn failed_by(job: &JobRecord, host_id: u64) -> bool {
 }
 
 impl Grid {
-    /// What `job`'s site adds to each page beyond the delay (`delay_ms`,
+    /// `job`'s site's mean response time under the delay (`delay_ms`,
     /// this round's), at its pace class's value
     /// ([`crate::scheduler::class_pace`]): from the job's last scan in
     /// this round when it has one (beyond its host's own time too: the
     /// pace kept in `scan_paces` when the job was first indexed with that
     /// scan, so that the index holds a figure no later change of a host's
     /// speed moves), else from the site's last scan finished in an earlier
-    /// round (under that round's delay; its host's own time taken as
-    /// within the delay); 0 when neither is known.
+    /// round (under that round's delay; its host's own time, not kept,
+    /// taken as nothing); 0 when neither is known.
     pub(super) fn site_pace(&self, job: &JobRecord, delay_ms: u64) -> f64 {
         let delay_s = delay_ms as f64 / 1000.0;
         let pace = if let Some(&(_, p)) = self
@@ -252,8 +252,9 @@ impl Grid {
         scheduler::class_pace(scheduler::pace_class(pace))
     }
 
-    /// The pace `job`'s last scan in its round showed beyond the delay and
-    /// its host's own time now (`None`: no scan of its own yet).
+    /// The site's pace as `job`'s last scan in its round showed it, under
+    /// the delay and its host's own time now (`None`: no scan of its own
+    /// yet).
     fn last_scan_pace(&self, job: &JobRecord, delay_s: f64) -> Option<f64> {
         let seg = job
             .segments

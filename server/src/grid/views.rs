@@ -140,9 +140,9 @@ impl HostViews {
     }
 }
 
-/// What the site of a running scan adds to each page beyond the delay and
-/// its host's own time (`own_s` a page), as the pace between the scan's
-/// first and latest progress reports shows (0: no pace yet).
+/// The mean response time of the site of a running scan, as the pace
+/// between its first and latest progress reports shows under the delay
+/// and its host's own time (`own_s` a page) (0: no pace yet).
 fn scan_pace_s(a: &Attempt, delay_s: f64, own_s: f64) -> f64 {
     let (t0, p0, t1, p1) = (
         a.first_report_ms,

@@ -547,6 +547,7 @@ impl Grid {
                 now_ms,
                 round_started_ms: *started_ms,
                 delay_s,
+                max_pages: f64::from(params.max_pages.max(1)),
                 queue: Queue::for_asker(&open.queue, open.failed_by.get(&host_id), &hidden, checks),
                 running,
                 hosts: asker.hosts,

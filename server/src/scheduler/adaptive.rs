@@ -383,9 +383,10 @@ impl Policy for Adaptive {
         let mut out = Vec::new();
         let mut total = 0.0;
         // A site never scanned may be as large as the page cap allows: it is
-        // placed like the largest queued job (early, on a host that would
-        // finish that soonest), and counted at its expected size.
-        let largest = ctx.queue.largest_pages();
+        // placed at the cap (or the largest queued job, when larger): early,
+        // on a host that would finish that soonest, and counted at its
+        // expected size.
+        let largest = ctx.queue.largest_pages().max(ctx.max_pages);
         while out.len() < ask.free_slots as usize
             && (out.is_empty() || total < ask.want_seconds as f64)
         {

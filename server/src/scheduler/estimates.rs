@@ -1,4 +1,4 @@
-//! The scheduler's shared rules: the linear cost model (seconds per page,
+//! The scheduler's shared rules: the cost model (seconds per page,
 //! expected sizes and times, learned speeds, availability and being online),
 //! what a host's held units leave free (its slot schedule), and deadlines
 //! (issued, extended, and whether a job fits a host's open windows).
@@ -24,30 +24,62 @@ pub fn seconds_per_page(pages_per_s: Option<f64>, delay_s: f64) -> f64 {
     (1.0 / speed).max(delay_s.max(0.0))
 }
 
-/// Seconds one slot of a host needs per page of a site that adds `pace_s`
-/// of its own to each page (its response times, [`site_pace_s`]): the
-/// host's own time and the site's, never faster than the delay allows. A
-/// slow site costs a slow host more than a fast one.
+/// Seconds one slot of a host needs per page of a site whose responses
+/// take `pace_s` on average ([`site_pace_s`]), spread as an exponential
+/// does: each page the host's own time plus the response, or the delay
+/// when that is longer, on average. A slow site costs a slow host more
+/// than a fast one, and a fast host under the delay a little more than
+/// the delay (the responses that outlast it).
 pub fn seconds_per_page_at(pages_per_s: Option<f64>, delay_s: f64, pace_s: f64) -> f64 {
     let own = seconds_per_page(pages_per_s, 0.0);
-    (own + pace_s.clamp(0.0, MAX_SITE_PACE_S)).max(delay_s.max(0.0))
+    polite_page_s(own, delay_s.max(0.0), pace_s.clamp(0.0, MAX_SITE_PACE_S))
 }
 
-/// Longest a site is taken to add to each page ([`site_pace_s`]): past
-/// it, a site is as slow as the crawler's timeouts let it be.
+/// E[max(delay, own + R)] for R exponential of mean `pace`.
+fn polite_page_s(own: f64, delay: f64, pace: f64) -> f64 {
+    if pace <= 0.0 {
+        own.max(delay)
+    } else if own >= delay {
+        own + pace
+    } else {
+        delay + pace * (-(delay - own) / pace).exp()
+    }
+}
+
+/// Longest a site's responses are taken to last on average
+/// ([`site_pace_s`]): past it, a site is as slow as the crawler's timeouts
+/// let it be.
 pub const MAX_SITE_PACE_S: f64 = 30.0;
 
-/// What a site adds of its own to each page (its response times), from a
-/// scan that took `page_s` a page on a host of `own_s` seconds a page
-/// (`0` when unknown) under a delay of `delay_s`: what the pace shows
-/// beyond the larger of the two, at most [`MAX_SITE_PACE_S`]. A scan held
-/// at the delay says only that the site adds less than the delay leaves,
-/// which is taken as nothing.
+/// A site's mean response time, from a scan that took `page_s` a page on
+/// a host of `own_s` seconds a page (`0` when unknown) under a delay of
+/// `delay_s`: the pace that [`seconds_per_page_at`] turns back into
+/// `page_s` on that host, at most [`MAX_SITE_PACE_S`]. A scan no slower
+/// than the delay or the host says nothing of the site, which is taken as
+/// adding nothing.
 pub fn site_pace_s(page_s: f64, delay_s: f64, own_s: f64) -> f64 {
-    if !page_s.is_finite() {
+    let (delay, own) = (delay_s.max(0.0), own_s.max(0.0));
+    if !page_s.is_finite() || page_s <= delay.max(own) {
         return 0.0;
     }
-    (page_s - delay_s.max(own_s).max(0.0)).clamp(0.0, MAX_SITE_PACE_S)
+    if own >= delay {
+        return (page_s - own).min(MAX_SITE_PACE_S);
+    }
+    // Increasing in the pace, from the delay at 0 to page_s at most at
+    // page_s - own (the expectation is at least own + pace).
+    let (mut lo, mut hi) = (0.0f64, (page_s - own).min(MAX_SITE_PACE_S));
+    if polite_page_s(own, delay, hi) <= page_s {
+        return hi;
+    }
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if polite_page_s(own, delay, mid) < page_s {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
 }
 
 /// Expected pages of a site: its last scan, bounded by the round's page cap.

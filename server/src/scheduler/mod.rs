@@ -71,10 +71,14 @@ pub const RETRY_WHILE_ROUND_OPEN_S: u64 = 2;
 /// while a round is open): another host's start is at least this far off.
 pub const ASK_LAG_S: f64 = RETRY_WHILE_ROUND_OPEN_S as f64;
 /// `adaptive` gives a job to the asking host when it would finish it within
-/// this factor of the best other host (ties go to the host that asked). Any
-/// slack above 1 lets a slightly slower host take the critical job: in the
-/// simulator 1.05 cost 3–5% of makespan against 1.0.
-pub const ADAPTIVE_SLACK: f64 = 1.0;
+/// this factor of the best other host (ties go to the host that asked). A
+/// host a hair faster has only so many slots: without slack, every host a
+/// few seconds slower on a large slow site leaves it to that one, and once
+/// its slots are full the site goes to a host far slower. A larger slack
+/// lets a slower host take the critical job: in the simulator 1.05 cost
+/// 3–5% of makespan against 1.0, and 1.005 gained 8% at 2,000 × 100
+/// (docs/measurements.md).
+pub const ADAPTIVE_SLACK: f64 = 1.005;
 /// A tail replica is made only when it would finish before this share of
 /// the running copy's expected remaining time.
 pub const REPLICA_GAIN: f64 = 0.8;
@@ -123,9 +127,9 @@ pub struct JobView {
     /// A result of it waits for a check: only a host that may check it
     /// sees it (the queue keeps such jobs apart: [`Checks`]).
     pub under_check: bool,
-    /// What its site adds to each page beyond the delay, as its last scan
-    /// showed ([`site_pace_s`]), at its class's value ([`class_pace`]; 0:
-    /// nothing known): a slow site costs a slow host more than a fast one.
+    /// Its site's mean response time (its pace), as its last scan showed
+    /// ([`site_pace_s`]), at its class's value ([`class_pace`]; 0: nothing
+    /// known): a slow site costs a slow host more than a fast one.
     pub pace_s: f64,
 }
 
@@ -173,9 +177,9 @@ pub struct RunningView {
     /// Seconds from now until the first copy is expected to end
     /// (`f64::INFINITY` when every holder is offline).
     pub finish_s: f64,
-    /// What the site adds to each page beyond its holder's own time and
-    /// the delay, as its scan's pace shows ([`site_pace_s`]; 0: nothing
-    /// seen): a host that took it over would pay it too.
+    /// The site's mean response time, as its scan's pace on its holder
+    /// shows ([`site_pace_s`]; 0: nothing seen): a host that took it over
+    /// would pay it too.
     pub pace_s: f64,
 }
 
@@ -297,6 +301,8 @@ pub struct Ctx<'a> {
     pub round_started_ms: u64,
     /// The round's politeness delay, seconds.
     pub delay_s: f64,
+    /// The round's page cap: as large as a site never scanned may be.
+    pub max_pages: f64,
     /// Queued jobs as the asker sees them (indexed: see [`Queue`]).
     pub queue: Queue<'a>,
     /// Running jobs (only given to policies that replicate).

@@ -62,6 +62,7 @@ fn ctx<'a>(queue: &[JobView], hosts: &'a [HostView], asker: usize) -> Ctx<'a> {
         now_ms: 1000,
         round_started_ms: 0,
         delay_s: 0.0,
+        max_pages: 1000.0,
         queue: Queue::all(jobs),
         running: &NoRunning,
         hosts,
@@ -404,15 +405,16 @@ fn adaptive_gives_big_jobs_to_fast_hosts_and_small_ones_to_slow_hosts() {
 }
 
 #[test]
-fn adaptive_places_a_site_never_scanned_like_the_largest_job() {
-    // Job 3 was never scanned: 50 pages expected, but it may be huge.
+fn adaptive_places_a_site_never_scanned_at_the_page_cap() {
+    // Job 3 was never scanned: 50 pages expected, but it may be as large
+    // as the page cap (1,000 here), twice the largest known job.
     let mut queue = q(&[(1, 500.0), (2, 100.0), (3, 50.0)]);
     queue[2].size_known = false;
     let mut hosts = [host(1, 10.0), host(2, 1.0)];
     hosts[0].slots = 2;
-    // The fast host takes the largest job and the unknown one, not job 2.
+    // The fast host takes the unknown one first, then the largest, not job 2.
     let c = ctx(&queue, &hosts, 0);
-    assert_eq!(Adaptive.choose(&c, &ask(10_000, 2)).jobs, vec![1, 3]);
+    assert_eq!(Adaptive.choose(&c, &ask(10_000, 2)).jobs, vec![3, 1]);
     // The slow host, which wins only small jobs, does not get it.
     let c = ctx(&queue, &hosts, 1);
     assert!(!Adaptive.choose(&c, &ask(10_000, 1)).jobs.contains(&3));
@@ -735,22 +737,37 @@ fn adaptive_keeps_a_slow_site_for_a_fast_host() {
     let mut c = ctx(&queue, &hosts, 0);
     c.delay_s = 1.0;
     assert_eq!(hosts[0].cost(1.0), hosts[1].cost(1.0));
-    assert!(hosts[0].cost_at(1.0, slow_site) > 1.4 * hosts[1].cost_at(1.0, slow_site));
+    assert!(hosts[0].cost_at(1.0, slow_site) > 1.3 * hosts[1].cost_at(1.0, slow_site));
     assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![2]);
-    // The fast host wins both (each costs it 1,000 s): list order.
+    // The fast host wins both and takes the one longer on it first.
     let mut c = ctx(&queue, &hosts, 1);
     c.delay_s = 1.0;
     assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![1]);
 }
 
-/// What a site adds to each page is what its pace shows beyond the larger
-/// of the delay and the host's own time, and its class stands for it
-/// within a factor of √2.
+/// A site's pace is the mean response time that turns the host's own
+/// time and the delay back into the pace its scan showed, and its class
+/// stands for it within a factor of √2.
 #[test]
 fn a_sites_pace_is_what_it_adds_beyond_the_delay_and_the_host() {
+    // No slower than the delay or the host: nothing of the site's shows.
     assert_eq!(site_pace_s(1.0, 1.0, 0.2), 0.0);
-    assert!((site_pace_s(1.6, 1.0, 0.2) - 0.6).abs() < 1e-12);
+    assert_eq!(site_pace_s(0.9, 0.0, 1.2), 0.0);
+    // Without a delay, or a host slower than it, the rest is the site's.
     assert!((site_pace_s(1.6, 0.0, 1.2) - 0.4).abs() < 1e-12);
+    assert!((site_pace_s(1.6, 0.5, 1.2) - 0.4).abs() < 1e-12);
+    // Under the delay only the responses that outlast it show, so the
+    // mean behind them is more than what the pace shows beyond the delay.
+    let pace = site_pace_s(1.6, 1.0, 0.2);
+    assert!(pace > 0.6 && pace < 1.4, "{pace}");
+    for (page_s, delay_s, own_s) in [(1.6, 1.0, 0.2), (1.05, 1.0, 0.0), (3.0, 2.0, 1.0)] {
+        let pace = site_pace_s(page_s, delay_s, own_s);
+        let back = seconds_per_page_at(Some(1.0 / own_s.max(1e-6)), delay_s, pace);
+        assert!(
+            (back - page_s).abs() < 1e-6,
+            "{page_s} {delay_s} {own_s}: {back}"
+        );
+    }
     assert_eq!(site_pace_s(f64::NAN, 1.0, 0.0), 0.0);
     assert_eq!(site_pace_s(1e9, 0.0, 0.0), MAX_SITE_PACE_S);
     assert_eq!(pace_class(0.0), 0);
@@ -765,7 +782,14 @@ fn a_sites_pace_is_what_it_adds_beyond_the_delay_and_the_host() {
             "{pace} -> {v}"
         );
     }
-    // The cost on a host: its own time plus the site's, or the delay.
-    assert_eq!(seconds_per_page_at(Some(5.0), 1.0, 0.6), 1.0);
+    // The cost on a host: its own time plus the site's, or the delay,
+    // whichever is longer, page by page: a host under the delay pays the
+    // responses that outlast what the delay leaves (0.6·e^(-0.8/0.6)).
+    assert_eq!(seconds_per_page_at(Some(5.0), 1.0, 0.0), 1.0);
+    let fast = seconds_per_page_at(Some(5.0), 1.0, 0.6);
+    assert!(
+        (fast - (1.0 + 0.6 * (-0.8f64 / 0.6).exp())).abs() < 1e-12,
+        "{fast}"
+    );
     assert!((seconds_per_page_at(Some(1.0), 1.0, 0.6) - 1.6).abs() < 1e-12);
 }
