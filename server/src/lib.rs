@@ -46,6 +46,42 @@ use crate::grid::{Grid, GridIo, GridSettings, ProjectSigner};
 /// How often deadlines are checked.
 const TICK_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How often a server whose store failed tries whether its disk takes
+/// writes again ([`store_writable_again`]).
+pub const STORE_PROBE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Bytes the probe writes and syncs beside the store: room for the
+/// store's next log segments and a few results, not just one block.
+pub const STORE_PROBE_BYTES: usize = 4 << 20;
+
+/// How [`Server::run`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Its `shutdown` future resolved.
+    Stopped,
+    /// The store had failed (fail-stop) and its disk takes writes again:
+    /// the caller starts the server afresh, from what the store holds
+    /// durably. The process is not trusted to go on in place: after a
+    /// failed write or fsync what its memory holds may be ahead of the
+    /// disk, and what the kernel kept of the failed writes is unknown.
+    StoreWritable,
+}
+
+/// Whether the disk of the store in `store_dir` takes writes again: a
+/// probe file of [`STORE_PROBE_BYTES`] is written, synced and removed.
+pub fn store_writable_again(store_dir: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let probe = store_dir.join(".space-probe");
+    let written = (|| {
+        let mut f = std::fs::File::create(&probe)?;
+        f.write_all(&vec![0u8; STORE_PROBE_BYTES])?;
+        f.sync_all()
+    })();
+    let removed = std::fs::remove_file(&probe);
+    written?;
+    removed
+}
+
 pub use beebot_shared::clock::now_ms;
 
 /// What the QUIC and admin layers share: the grid behind one lock, and the
@@ -363,7 +399,7 @@ impl Shared {
 
 impl Shared {
     /// The storage error that stopped the store, if any: then nothing may be
-    /// acknowledged until the server restarts.
+    /// acknowledged until the server starts afresh ([`RunEnd::StoreWritable`]).
     pub fn store_failure(&self) -> Option<String> {
         self.store.failure()
     }
@@ -505,11 +541,12 @@ impl Server {
         self.shared.clone()
     }
 
-    /// Serve until `shutdown` resolves; writes `serve.json` while running.
+    /// Serve until `shutdown` resolves, or until the store, failed, can
+    /// be written again ([`RunEnd`]); writes `serve.json` while running.
     pub async fn run(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> Result<()> {
+    ) -> Result<RunEnd> {
         let Server {
             shared,
             endpoint,
@@ -570,8 +607,17 @@ impl Server {
                 let _ = stop.changed().await;
             }))
         };
-        shutdown.await;
-        tracing::info!("shutting down");
+        let writable = store_watch(shared.clone(), stop_rx.clone());
+        let end = tokio::select! {
+            _ = shutdown => RunEnd::Stopped,
+            _ = writable => RunEnd::StoreWritable,
+        };
+        match end {
+            RunEnd::Stopped => tracing::info!("shutting down"),
+            RunEnd::StoreWritable => tracing::warn!(
+                "space is back on the store's disk: the server starts again from its store"
+            ),
+        }
         let _ = stop_tx.send(true);
         let _ = ticker.await;
         let _ = admin_task.await;
@@ -583,7 +629,31 @@ impl Server {
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), quic).await;
         let _ = std::fs::remove_file(&rt_path);
-        Ok(())
+        Ok(end)
+    }
+}
+
+/// Resolves once the store has failed and its disk takes writes again
+/// (tried every [`STORE_PROBE_INTERVAL`]); never while it is well, or
+/// once `stop` changes.
+async fn store_watch(shared: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(STORE_PROBE_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stop.changed() => std::future::pending::<()>().await,
+        }
+        if shared.store_failure().is_none() {
+            continue;
+        }
+        let dir = shared.data.store();
+        let probe = tokio::task::spawn_blocking(move || store_writable_again(&dir)).await;
+        match probe {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => tracing::debug!("the store's disk takes no writes yet: {e}"),
+            Err(e) => tracing::error!("the store probe stopped: {e}"),
+        }
     }
 }
 

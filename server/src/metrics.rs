@@ -360,6 +360,8 @@ pub struct Metrics {
     lock_hold: Histogram,
     /// Done sites whose kept link files cannot be read whole.
     damaged_sites: Gauge,
+    /// 1 while the store has failed (fail-stop), else 0.
+    store_failed: Gauge,
     /// When this server started, Unix seconds.
     started_s: f64,
 }
@@ -382,6 +384,11 @@ impl Metrics {
         self.damaged_sites.set(gauge_value(n));
     }
 
+    /// Whether the store has failed (see [`crate::Shared::store_failure`]).
+    pub fn set_store_failed(&self, failed: bool) {
+        self.store_failed.set(i64::from(failed));
+    }
+
     /// Empty metrics of a server started at `started_ms` (Unix ms).
     pub fn new(started_ms: u64) -> Metrics {
         let m = Metrics {
@@ -395,6 +402,7 @@ impl Metrics {
             link_sync_group: histogram(GROUP_BUCKETS),
             lock_hold: histogram(LOCK_BUCKETS),
             damaged_sites: Gauge::default(),
+            store_failed: Gauge::default(),
             started_s: started_ms as f64 / 1000.0,
         };
         m.register()
@@ -412,6 +420,11 @@ impl Metrics {
             drop(self.request_duration.get_or_create(&KindLabels { kind }));
         }
         let r = &mut self.registry;
+        r.register(
+            "store_failed",
+            "1 while the store has failed: nothing is acknowledged until its disk takes writes again and the server starts afresh",
+            self.store_failed.clone(),
+        );
         r.register(
             "damaged_sites",
             "Done sites whose kept link files cannot be read whole (found at start, by a check or an export)",
@@ -652,6 +665,9 @@ fn vm_rss_bytes(status: &str) -> Option<u64> {
 
 /// The scrape: a grid snapshot under the lock, rendered outside it.
 async fn scrape(shared: Arc<Shared>) -> Response {
+    shared
+        .metrics
+        .set_store_failed(shared.store_failure().is_some());
     let snapshot = shared.with_grid(|g| g.metrics_snapshot(now_ms())).await;
     match shared.metrics.render(&snapshot) {
         Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),

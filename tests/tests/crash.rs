@@ -620,13 +620,15 @@ fn plain_log(path: &Path) -> String {
 }
 
 /// Where the store-disk test keeps its files: the store copied out before
-/// and after the full disk, and the files that trigger and report the fill.
+/// the full disk, and the files that trigger and report the fill and the
+/// space freed again.
 struct StoreDisk {
     store: PathBuf,
     keep: PathBuf,
-    after: PathBuf,
     trigger: PathBuf,
     filled: PathBuf,
+    free: PathBuf,
+    freed: PathBuf,
 }
 
 impl StoreDisk {
@@ -636,17 +638,18 @@ impl StoreDisk {
         let disk = StoreDisk {
             store: g.data_dir().join("store"),
             keep: work.join("keep"),
-            after: work.join("after"),
             trigger: work.join("fill-now"),
             filled: work.join("filled"),
+            free: work.join("free-now"),
+            freed: work.join("freed"),
         };
         std::fs::create_dir_all(&disk.keep).expect("work dir");
         disk
     }
 
     /// In its own mount namespace: the store moves onto a 128 MiB tmpfs, the
-    /// server starts, and on the trigger the tmpfs is filled to the last byte.
-    /// When the server has gone, what the store holds is copied out.
+    /// server starts, on the first trigger the tmpfs is filled to the last
+    /// byte, and on the second the filler goes again.
     fn script(&self, data: &Path) -> String {
         format!(
             "cp -a '{s}/.' '{keep}/' && mount -t tmpfs -o size=128m tmpfs '{s}' && \
@@ -654,14 +657,16 @@ impl StoreDisk {
              '{server}' serve --data-dir '{data}' & pid=$!; \
              while [ ! -e '{trigger}' ]; do sleep 0.05; done; \
              dd if=/dev/zero of='{s}/filler' bs=65536 2>/dev/null; touch '{filled}'; \
-             wait $pid; mkdir -p '{after}' && cp -a '{s}/.' '{after}/' && rm -f '{after}/filler'",
+             while [ ! -e '{free}' ]; do sleep 0.05; done; \
+             rm -f '{s}/filler'; touch '{freed}'; wait $pid",
             s = self.store.display(),
             keep = self.keep.display(),
             server = bin("beebot-server").display(),
             data = data.display(),
             trigger = self.trigger.display(),
             filled = self.filled.display(),
-            after = self.after.display(),
+            free = self.free.display(),
+            freed = self.freed.display(),
         )
     }
 
@@ -684,31 +689,25 @@ impl StoreDisk {
         }
     }
 
-    /// The server is killed on the full disk; what its store holds is moved back.
-    fn kill_and_move_the_store_back(&self, data: &Path, shell: &mut Child, server_log: &Path) {
-        let pid = beebot_server::config::DataDir(data.to_path_buf())
-            .load_runtime()
-            .expect("serve.json")
-            .pid;
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-        let status = shell.wait().expect("shell");
-        assert!(
-            status.success(),
-            "copying the store out: {status}\n{}",
-            plain_log(server_log)
-        );
-        std::fs::remove_dir_all(&self.store).expect("old store");
-        std::fs::rename(&self.after, &self.store).expect("store back");
+    /// The filler goes: the disk takes writes again.
+    fn free_the_space(&self) {
+        std::fs::write(&self.free, b"").expect("trigger");
+        let start = Instant::now();
+        while !self.freed.exists() {
+            assert!(start.elapsed() < WAIT, "the disk was not freed");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
 /// The disk under the sled store itself fills up mid-round: the server stops
-/// acknowledging (fail-stop, one clear error), clients keep their results,
-/// and after a restart with space every result answered `Accepted` before is
-/// there and the round completes with the exact truth.
+/// acknowledging (fail-stop, one clear error, its metric at 1), clients
+/// keep their results, and once space is back the server starts afresh by
+/// itself (the same process: nobody restarts it), every result answered
+/// `Accepted` before is there and the round completes with the exact truth.
 #[test]
-fn a_full_disk_under_the_store_stops_acknowledging_and_loses_nothing() {
-    let Some((mut g, round)) = grid_for_disk_tests(53, 60, "50") else {
+fn a_full_disk_under_the_store_stops_acknowledging_and_recovers_with_space() {
+    let Some((g, round)) = grid_for_disk_tests(53, 60, "50") else {
         return;
     };
     let data = g.data_dir();
@@ -723,10 +722,36 @@ fn a_full_disk_under_the_store_stops_acknowledging_and_loses_nothing() {
     let accepted =
         the_store_fails_once_and_the_client_keeps_going(&server_log, &client_log, &mut client);
     reads_go_on_and_show_the_failure(&g);
-    disk.kill_and_move_the_store_back(&data, &mut shell, &server_log);
+    let dir = beebot_server::config::DataDir(data.clone());
+    let pid = dir.load_runtime().expect("serve.json").pid;
+    disk.free_the_space();
 
-    // Space again: everything acknowledged is there, the round completes exact.
-    g.start_server();
+    // Space again: the same process serves afresh from its store; everything
+    // acknowledged is there, and the round completes exact.
+    wait_for_log(
+        &server_log,
+        "space is back",
+        "the server never saw the space come back",
+    );
+    let start = Instant::now();
+    let serving = |text: &str| {
+        text.lines()
+            .filter(|l| l.contains("serving") && l.contains("quic="))
+            .count()
+    };
+    while serving(&plain_log(&server_log)) < 2 {
+        assert!(
+            start.elapsed() < WAIT && shell.try_wait().expect("shell").is_none(),
+            "the server did not serve again:\n{}",
+            plain_log(&server_log)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        dir.load_runtime().expect("serve.json again").pid,
+        pid,
+        "the same process serves again"
+    );
     assert_accepted_present(&g, &round, &accepted, "after the full disk");
     g.wait_round(&round, "240s");
     let status = client.wait().expect("client");
@@ -736,15 +761,15 @@ fn a_full_disk_under_the_store_stops_acknowledging_and_loses_nothing() {
     let accepted = accepted_units(&client_log);
     assert_accepted_present(&g, &round, &accepted, "at the end");
     assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+    let store_failed = scrape_line(&g, "beebot_store_failed ");
+    assert_eq!(store_failed, "beebot_store_failed 0", "after the recovery");
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    let status = shell.wait().expect("shell");
+    assert!(status.success(), "{status}\n{}", plain_log(&server_log));
 }
 
-/// After the failure nothing is acknowledged, but what only reads goes on:
-/// `status` says the failure, and the dashboard's overview shows the store
-/// down (it would show nothing if reads were refused too).
-fn reads_go_on_and_show_the_failure(g: &Grid) {
-    let o = g.admin(&["status"]);
-    assert!(!o.status.success(), "status after the failure succeeded");
-    assert!(stderr(&o).contains("storage failed"), "{}", stderr(&o));
+/// The body of `GET path` on the admin API, with its token (200 asserted).
+fn admin_get(g: &Grid, path: &str) -> String {
     let dir = beebot_server::config::DataDir(g.data_dir());
     let admin = dir.load_runtime().expect("serve.json").admin_addr;
     let token = std::fs::read_to_string(g.data_dir().join("admin.token")).expect("token");
@@ -755,12 +780,32 @@ fn reads_go_on_and_show_the_failure(g: &Grid) {
         .build()
         .into();
     let mut answer = agent
-        .get(format!("http://{admin}/api/dashboard/overview"))
+        .get(format!("http://{admin}{path}"))
         .header("Authorization", format!("Bearer {}", token.trim()))
         .call()
-        .expect("overview");
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
     let body = answer.body_mut().read_to_string().expect("body");
-    assert_eq!(answer.status().as_u16(), 200, "{body}");
+    assert_eq!(answer.status().as_u16(), 200, "{path}: {body}");
+    body
+}
+
+/// The line of the admin API's metrics that starts with `prefix`.
+fn scrape_line(g: &Grid, prefix: &str) -> String {
+    let body = admin_get(g, "/metrics");
+    body.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in:\n{body}"))
+        .to_string()
+}
+
+/// After the failure nothing is acknowledged, but what only reads goes on:
+/// `status` says the failure, and the dashboard's overview shows the store
+/// down (it would show nothing if reads were refused too).
+fn reads_go_on_and_show_the_failure(g: &Grid) {
+    let o = g.admin(&["status"]);
+    assert!(!o.status.success(), "status after the failure succeeded");
+    assert!(stderr(&o).contains("storage failed"), "{}", stderr(&o));
+    let body = admin_get(g, "/api/dashboard/overview");
     let overview: serde_json::Value = serde_json::from_str(&body).expect("json");
     let store = overview["components"]
         .as_array()
@@ -769,6 +814,8 @@ fn reads_go_on_and_show_the_failure(g: &Grid) {
         .find(|c| c["name"] == "store")
         .unwrap_or_else(|| panic!("no store component: {overview:#}"));
     assert_eq!(store["state"], "down", "{store:#}");
+    let store_failed = scrape_line(g, "beebot_store_failed ");
+    assert_eq!(store_failed, "beebot_store_failed 1", "on the full disk");
 }
 
 /// sled writes inside the log segment it already holds until it needs a

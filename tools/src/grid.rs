@@ -73,7 +73,7 @@ pub struct LoopbackGrid {
     stop_tx: watch::Sender<bool>,
     clients_stop: watch::Sender<bool>,
     clients: Vec<ClientTask>,
-    server_task: JoinHandle<Result<()>>,
+    server_task: JoinHandle<Result<beebot_server::RunEnd>>,
     web_task: JoinHandle<std::io::Result<()>>,
 }
 

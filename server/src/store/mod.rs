@@ -18,7 +18,8 @@
 //!   sequence shared by every record kind; 0 is never handed out ("none");
 //! - fail-stop: after the first failed write or sync every later write and
 //!   sync fails, naming that first error, until the server restarts and
-//!   reloads what is on disk. Reads still answer.
+//!   reloads what is on disk (`serve` does so itself once the disk takes
+//!   writes again: [`crate::RunEnd`]). Reads still answer.
 //!
 //! A store never decides anything about the grid: it keeps the records it is
 //! given, and checks only that they encode within [`MAX_RECORD_BYTES`].
@@ -361,7 +362,9 @@ impl Ledger {
     fn failed<T>(&self, e: StoreError) -> Result<T, StoreError> {
         let mut f = lock(&self.failure);
         if f.is_none() {
-            tracing::error!("storage failed: {e}; answering errors until restarted");
+            tracing::error!(
+                "storage failed: {e}; answering errors until its disk takes writes again"
+            );
             *f = Some(e.to_string());
         }
         Err(e)
