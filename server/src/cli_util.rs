@@ -21,6 +21,8 @@ pub struct Progress {
     pub done: usize,
     pub failed: usize,
     pub running: usize,
+    /// Open jobs whose result waits for another host's scan to check it.
+    pub checking: usize,
     /// Pages of every accepted scan and of the running scans' last reports.
     pub pages: u64,
     /// Pages the open jobs are still expected to take: the scheduler's
@@ -52,16 +54,29 @@ impl Progress {
             done: d.counts.done,
             failed: d.counts.failed,
             running: d.counts.running,
+            checking: d
+                .jobs
+                .iter()
+                .filter(|j| {
+                    !j.state.is_final() && j.validation == crate::model::JobValidation::Pending
+                })
+                .count(),
             pages: d.counts.pages,
             pages_left,
             elapsed: Duration::from_millis(now_ms.saturating_sub(d.round.created_ms)),
         }
     }
 
-    /// Time left at the rate of pages so far, once there is a rate.
+    /// Time left at the rate of pages so far, once there is a rate and
+    /// while a scan runs: with none running, the rate so far promises
+    /// nothing (the round waits for hosts, or for a check).
     pub fn eta(&self) -> Option<Duration> {
         let secs = self.elapsed.as_secs_f64();
-        if self.pages == 0 || secs < 1.0 || self.done + self.failed >= self.total {
+        if self.pages == 0
+            || secs < 1.0
+            || self.running == 0
+            || self.done + self.failed >= self.total
+        {
             return None;
         }
         let rate = self.pages as f64 / secs;
@@ -69,8 +84,19 @@ impl Progress {
     }
 
     pub fn line(&self) -> String {
+        let open = self.done + self.failed < self.total;
         let eta = match self.eta() {
             Some(left) => format!(", about {} left", human_duration(left)),
+            None if open && self.running == 0 && self.checking > 0 => format!(
+                ", waiting: {} {} a check by another host",
+                self.checking,
+                if self.checking == 1 {
+                    "result waits for"
+                } else {
+                    "results wait for"
+                }
+            ),
+            None if open && self.running == 0 => ", waiting for a host to ask".to_string(),
             None => String::new(),
         };
         format!(
@@ -278,6 +304,7 @@ mod tests {
             done: 12,
             failed: 1,
             running: 4,
+            checking: 0,
             pages: 600,
             pages_left: 1200.0,
             elapsed: Duration::from_secs(300),
@@ -292,6 +319,22 @@ mod tests {
         p.pages = 0;
         assert_eq!(p.eta(), None);
         assert!(!p.line().contains("left"), "{}", p.line());
+        // Nothing running: no time is promised, the line says what it waits for.
+        p.pages = 600;
+        p.running = 0;
+        assert_eq!(p.eta(), None);
+        assert!(
+            p.line().ends_with("5m elapsed, waiting for a host to ask"),
+            "{}",
+            p.line()
+        );
+        p.checking = 2;
+        assert!(
+            p.line()
+                .ends_with("5m elapsed, waiting: 2 results wait for a check by another host"),
+            "{}",
+            p.line()
+        );
     }
 
     #[test]
