@@ -142,6 +142,22 @@ impl Fx {
             .unwrap()
     }
 
+    /// Upload a scan of `unit` that stopped early ([`partial_for`]): `n`
+    /// records, `pages_done` pages of the job behind its frontier.
+    pub(crate) fn upload_partial(
+        &mut self,
+        host: u64,
+        unit: &WorkUnit,
+        n: usize,
+        pages_done: u64,
+        now: u64,
+    ) -> UploadOutcome {
+        let (summary, file, state) = partial_for(unit, n, pages_done);
+        self.grid
+            .upload(host, unit.unit_id, summary, &file, Some(&state), now)
+            .unwrap()
+    }
+
     pub(crate) fn job(&self, job_id: u64) -> JobRecord {
         self.grid.jobs[&job_id].clone()
     }

@@ -277,11 +277,8 @@ fn a_liars_scans_that_others_continue_are_dropped_and_the_site_starts_over() {
     let u2 = fx.one(liar, &[u.unit_id], T0);
     // The liar's scan of the second site stops early: a segment the job
     // continues from.
-    let (sum, file, state) = partial_for(&u2, 6, 3);
     assert_eq!(
-        fx.grid
-            .upload(liar, u2.unit_id, sum, &file, Some(&state), T0 + 500)
-            .unwrap(),
+        fx.upload_partial(liar, &u2, 6, 3, T0 + 500),
         UploadOutcome::Accepted
     );
     assert_eq!(fx.job(u2.job_id).segments.len(), 1);
@@ -422,12 +419,10 @@ fn deferred_the_checks_file_goes_after_the_sync_and_its_round_closes_after_it() 
 fn both_hosts_of_a_kept_chain_learn_and_their_figures_are_stored() {
     let (mut fx, h) = validating(1, 2, ValidateMode::Off);
     let u = fx.one(h[0], &[], T0);
-    let (sum, file, state) = partial_for(&u, 3, 3);
-    let outcome = fx
-        .grid
-        .upload(h[0], u.unit_id, sum, &file, Some(&state), T0 + 1000)
-        .unwrap();
-    assert_eq!(outcome, UploadOutcome::Accepted);
+    assert_eq!(
+        fx.upload_partial(h[0], &u, 3, 3, T0 + 1000),
+        UploadOutcome::Accepted
+    );
     let v = fx.one(h[1], &[], T0 + 3000);
     assert_eq!(v.job_id, u.job_id, "the continuation");
     assert_eq!(fx.upload(h[1], &v, 6, T0 + 4000), UploadOutcome::Accepted);
@@ -454,11 +449,8 @@ fn both_hosts_of_a_kept_chain_learn_and_their_figures_are_stored() {
 /// check it. Returns the job and its two units.
 fn pieced_by_both(fx: &mut Fx, h: &[u64]) -> (u64, WorkUnit, WorkUnit) {
     let u = fx.one(h[0], &[], T0);
-    let (sum, file, state) = partial_for(&u, 3, 3);
     assert_eq!(
-        fx.grid
-            .upload(h[0], u.unit_id, sum, &file, Some(&state), T0 + 1000)
-            .unwrap(),
+        fx.upload_partial(h[0], &u, 3, 3, T0 + 1000),
         UploadOutcome::Accepted
     );
     let v = fx.one(h[1], &[], T0 + 2000);
@@ -550,12 +542,10 @@ fn a_scans_pace_is_kept_when_its_hosts_speed_changes() {
     let u = fx.one(h[0], &[], T0);
     // 3 pages in 1.5 s at delay 0, by a host of 5 pages/s (0.2 s its own).
     fx.grid.benchmark(h[0], 5.0, 500.0, 2, T0).unwrap();
-    let (sum, file, state) = partial_for(&u, 3, 3);
-    let outcome = fx
-        .grid
-        .upload(h[0], u.unit_id, sum, &file, Some(&state), T0 + 1000)
-        .unwrap();
-    assert_eq!(outcome, UploadOutcome::Accepted);
+    assert_eq!(
+        fx.upload_partial(h[0], &u, 3, 3, T0 + 1000),
+        UploadOutcome::Accepted
+    );
     let pace = |fx: &Fx| {
         let open = &fx.grid.open[&u.round_id];
         open.queue.get(u.job_id).expect("queued again").pace_s
