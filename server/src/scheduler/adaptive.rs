@@ -1,6 +1,7 @@
 //! The default policy (`adaptive`): longest expected job first to the host
-//! that would finish it soonest, hand-overs of critical scans from clearly
-//! slower hosts, then of the last scans.
+//! that would finish it soonest (or to an idle slot that ends it before the
+//! queue could drain), hand-overs of critical scans from clearly slower
+//! hosts, then of the last scans.
 //!
 //! Invariants: a decision is one pass over the hosts ([`Field`]) and
 //! O(log queue) plus the running
@@ -26,7 +27,11 @@ use super::{
 /// online). Finishing times are linear in the
 /// job's pages, so one pass over the hosts gives the interval of sizes the
 /// asker wins, and the queue's size index the largest job in it: a decision
-/// is O(hosts + log queue) per unit.
+/// is O(hosts + log queue) per unit. An asker with an idle slot that wins
+/// no job takes the largest of a site scanned before that it ends before
+/// the queued and held work could drain over every slot ([`Field`]'s
+/// level): with thousands of jobs queued the faster hosts cannot take
+/// them all at once, and an idle slot is lost to the round.
 ///
 /// A copy (at most [`MAX_COPIES`] counted) is a hand-over: the grid stops
 /// the running scan at a page boundary and the asker continues it, so it is
@@ -101,6 +106,12 @@ impl<'a> Field<'a> {
             held,
             fastest,
         }
+    }
+
+    /// The seconds the queued and held work needs over every slot of the
+    /// online hosts and the asker: no schedule ends it sooner.
+    fn level_s(&self) -> f64 {
+        (self.ctx.queue.total_pages() + self.held) / self.rate.max(f64::MIN_POSITIVE)
     }
 
     /// The asker's seconds per page on sites of pace class `class`.
@@ -308,14 +319,17 @@ impl Adaptive {
     /// soonest among the jobs of its site's pace class, or that failed on
     /// some host and that it would finish soonest of the hosts that may
     /// take it; a site never scanned is placed at the `largest` queued
-    /// size. O(classes × (hosts + log queue)) plus the jobs passed over,
-    /// and O(hosts) for the first job that failed elsewhere.
+    /// size. With none, for an `idle` slot: the longest job of a site
+    /// scanned before that the asker ends before the queue's level
+    /// ([`Field::level_s`]). O(classes × (hosts + log queue)) plus the
+    /// jobs passed over, and O(hosts) for the first job that failed
+    /// elsewhere.
     fn largest_won(
         ctx: &Ctx,
         field: &Field,
         out: &[u64],
         largest: f64,
-        start_s: f64,
+        (start_s, idle): (f64, bool),
     ) -> Option<JobView> {
         let me = ctx.asker();
         let place = |j: &JobView| {
@@ -328,7 +342,8 @@ impl Adaptive {
         let seconds = |j: &JobView| place(j) * me.cost_at(ctx.delay_s, j.pace_s);
         let won = |class: u8| Self::winning_sizes(field, class, start_s);
         let mut picks: Vec<JobView> = Vec::new();
-        for class in ctx.queue.known_classes() {
+        let classes = ctx.queue.known_classes();
+        for &class in &classes {
             picks.extend(ctx.queue.largest_known_between(class, won(class), out));
         }
         let (lo, hi) = won(0);
@@ -343,11 +358,36 @@ impl Adaptive {
                 .find(|j| !j.failed_here && !out.contains(&j.job_id))
                 .filter(|j| Self::wins_among(field, j, place(j), start_s)),
         );
-        picks.into_iter().min_by(|a, b| {
-            seconds(b)
-                .total_cmp(&seconds(a))
-                .then((a.order, a.job_id).cmp(&(b.order, b.job_id)))
-        })
+        let longest = |picks: Vec<JobView>| {
+            picks.into_iter().min_by(|a, b| {
+                seconds(b)
+                    .total_cmp(&seconds(a))
+                    .then((a.order, a.job_id).cmp(&(b.order, b.job_id)))
+            })
+        };
+        let best = longest(picks);
+        if best.is_some() || !idle {
+            return best;
+        }
+        // Each queued job alone ends sooner on a faster host, but the
+        // faster hosts cannot take them all at once: a slot left idle is
+        // lost to the round, and a job that ends before the queue could
+        // drain over every slot costs it nothing. Sites never scanned are
+        // left to the hosts that win them (they may be as large as the
+        // cap), and the asker's buffer to its wins (a host that buffered
+        // such jobs would look busy and win no site never scanned).
+        let level_s = field.level_s();
+        longest(
+            classes
+                .iter()
+                .filter_map(|&class| {
+                    let most = (level_s - start_s) / field.asker_cost(class);
+                    (most > 0.0)
+                        .then(|| ctx.queue.largest_known_between(class, (0.0, most), out))
+                        .flatten()
+                })
+                .collect(),
+        )
     }
 }
 
@@ -390,7 +430,7 @@ impl Policy for Adaptive {
         while out.len() < ask.free_slots as usize
             && (out.is_empty() || total < ask.want_seconds as f64)
         {
-            let mut pick = Self::largest_won(ctx, field(), &out, largest, start);
+            let mut pick = Self::largest_won(ctx, field(), &out, largest, (start, idle > 0));
             // A job this host failed comes back to it only when nothing else is left.
             if pick.is_none() && idle > 0 {
                 let left = ctx

@@ -405,6 +405,38 @@ fn adaptive_gives_big_jobs_to_fast_hosts_and_small_ones_to_slow_hosts() {
 }
 
 #[test]
+fn adaptive_gives_an_idle_slow_host_a_job_that_ends_before_the_queue_drains() {
+    // 40 jobs of 20 pages; host 1 does 10 pages/s, host 2 one page/s.
+    let jobs: Vec<(u64, f64)> = (1..=40).map(|id| (id, 20.0)).collect();
+    let queue = q(&jobs);
+    let hosts = [host(1, 10.0), host(2, 1.0)];
+    // Alone, each job ends sooner on the fast host (2 s after its next
+    // ask, against 20 s); but the queue needs 800 / 11 = 73 s over both
+    // hosts, so the slow host's 20 s cost the round nothing.
+    let c = ctx(&queue, &hosts, 1);
+    assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![1]);
+    // Its buffer goes only to jobs it wins: with its slot busy, nothing.
+    let mut busy = hosts.clone();
+    busy[1].busy = 1;
+    busy[1].free_at_s = 5.0;
+    busy[1].load_s = 5.0;
+    let c = ctx(&queue, &busy, 1);
+    assert!(Adaptive.choose(&c, &ask(60, 1)).jobs.is_empty());
+    // Two jobs left drain in 40 / 11 = 3.6 s: the slow host's 20 s would
+    // end the round later, so they wait for the fast host.
+    let queue = q(&jobs[..2]);
+    let c = ctx(&queue, &hosts, 1);
+    assert!(Adaptive.choose(&c, &ask(0, 1)).jobs.is_empty());
+    // A job of a site never scanned may be as large as the cap: not one.
+    let mut unknown = q(&jobs);
+    for j in &mut unknown {
+        j.size_known = false;
+    }
+    let c = ctx(&unknown, &hosts, 1);
+    assert!(Adaptive.choose(&c, &ask(0, 1)).jobs.is_empty());
+}
+
+#[test]
 fn adaptive_places_a_site_never_scanned_at_the_page_cap() {
     // Job 3 was never scanned: 50 pages expected, but it may be as large
     // as the page cap (1,000 here), twice the largest known job.
