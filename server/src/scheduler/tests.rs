@@ -406,34 +406,42 @@ fn adaptive_gives_big_jobs_to_fast_hosts_and_small_ones_to_slow_hosts() {
 
 #[test]
 fn adaptive_gives_an_idle_slow_host_a_job_that_ends_before_the_queue_drains() {
-    // 40 jobs of 20 pages; host 1 does 10 pages/s, host 2 one page/s.
+    // 40 jobs of 20 pages; host 1 does 10 pages/s. Host 2 does one page/s
+    // with no delay, or a page in 4 s under a 1 s delay (host 1 then pays
+    // the delay: 1 s a page).
     let jobs: Vec<(u64, f64)> = (1..=40).map(|id| (id, 20.0)).collect();
-    let queue = q(&jobs);
-    let hosts = [host(1, 10.0), host(2, 1.0)];
-    // Alone, each job ends sooner on the fast host (2 s after its next
-    // ask, against 20 s); but the queue needs 800 / 11 = 73 s over both
-    // hosts, so the slow host's 20 s cost the round nothing.
-    let c = ctx(&queue, &hosts, 1);
-    assert_eq!(Adaptive.choose(&c, &ask(0, 1)).jobs, vec![1]);
-    // Its buffer goes only to jobs it wins: with its slot busy, nothing.
-    let mut busy = hosts.clone();
-    busy[1].busy = 1;
-    busy[1].free_at_s = 5.0;
-    busy[1].load_s = 5.0;
-    let c = ctx(&queue, &busy, 1);
-    assert!(Adaptive.choose(&c, &ask(60, 1)).jobs.is_empty());
-    // Two jobs left drain in 40 / 11 = 3.6 s: the slow host's 20 s would
-    // end the round later, so they wait for the fast host.
-    let queue = q(&jobs[..2]);
-    let c = ctx(&queue, &hosts, 1);
-    assert!(Adaptive.choose(&c, &ask(0, 1)).jobs.is_empty());
-    // A job of a site never scanned may be as large as the cap: not one.
-    let mut unknown = q(&jobs);
-    for j in &mut unknown {
-        j.size_known = false;
+    for (delay_s, slow_pps) in [(0.0, 1.0), (1.0, 0.25)] {
+        let hosts = [host(1, 10.0), host(2, slow_pps)];
+        let choose = |queue: &[JobView], hosts: &[HostView], want: u64| {
+            let mut c = ctx(queue, hosts, 1);
+            c.delay_s = delay_s;
+            Adaptive.choose(&c, &ask(want, 1)).jobs
+        };
+        // Alone, each job ends sooner on the fast host (2 s after its next
+        // ask, against 20 s or 80 s); but the queue needs 800 / 11 = 73 s
+        // (800 / 1.25 = 640 s) over both hosts, so the slow host's job
+        // costs the round nothing.
+        let queue = q(&jobs);
+        assert_eq!(choose(&queue, &hosts, 0), vec![1], "delay {delay_s}");
+        // Its buffer goes only to jobs it wins: with its slot busy, nothing.
+        let mut busy = hosts.clone();
+        busy[1].busy = 1;
+        busy[1].free_at_s = 5.0;
+        busy[1].load_s = 5.0;
+        assert!(choose(&queue, &busy, 60).is_empty(), "delay {delay_s}");
+        // Two jobs left drain sooner than the slow host ends one: they
+        // wait for the fast host.
+        assert!(
+            choose(&q(&jobs[..2]), &hosts, 0).is_empty(),
+            "delay {delay_s}"
+        );
+        // A job of a site never scanned may be as large as the cap: not one.
+        let mut unknown = q(&jobs);
+        for j in &mut unknown {
+            j.size_known = false;
+        }
+        assert!(choose(&unknown, &hosts, 0).is_empty(), "delay {delay_s}");
     }
-    let c = ctx(&unknown, &hosts, 1);
-    assert!(Adaptive.choose(&c, &ask(0, 1)).jobs.is_empty());
 }
 
 #[test]
