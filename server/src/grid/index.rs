@@ -215,6 +215,18 @@ pub(super) fn failed_by(job: &JobRecord, host_id: u64) -> bool {
         .any(|a| a.host_id == host_id && a.state.ended_without_result())
 }
 
+/// An open job's pace as the index holds it (`Grid::scan_paces`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct ScanPace {
+    /// The job's segments when it was worked out.
+    pub(super) segments: usize,
+    /// Seconds a page adds under the delay (`scheduler::site_pace_s`).
+    pub(super) pace: f64,
+    /// From the job's own scan in its round (kept as first seen), rather
+    /// than from its site's scan in an earlier round.
+    pub(super) own: bool,
+}
+
 impl Grid {
     /// `job`'s site's mean response time under the delay (`delay_ms`,
     /// this round's), at its pace class's value
@@ -227,29 +239,37 @@ impl Grid {
     /// taken as nothing); 0 when neither is known.
     pub(super) fn site_pace(&self, job: &JobRecord, delay_ms: u64) -> f64 {
         let delay_s = delay_ms as f64 / 1000.0;
-        let pace = if let Some(&(_, p)) = self
+        let pace = if let Some(p) = self
             .scan_paces
             .get(&job.id)
-            .filter(|(n, _)| *n == job.segments.len())
+            .filter(|p| p.segments == job.segments.len())
         {
-            p
+            p.pace
         } else if let Some(p) = self.last_scan_pace(job, delay_s) {
             p
-        } else if let Some(last) = self
+        } else {
+            self.earlier_pace(job, delay_s)
+        };
+        scheduler::class_pace(scheduler::pace_class(pace))
+    }
+
+    /// The site's pace as its last scan finished in an earlier round
+    /// showed it, under that round's delay (`delay_s`, this round's, when
+    /// that round is gone); 0 when there is none. Looks the site up by name.
+    fn earlier_pace(&self, job: &JobRecord, delay_s: f64) -> f64 {
+        let Some(last) = self
             .sites
             .get(&job.site)
             .and_then(|s| s.last_scan.as_ref())
             .filter(|l| l.round_id < job.round_id && l.pages > 0 && l.seconds > 0.0)
-        {
-            let then_s = self
-                .rounds
-                .get(&last.round_id)
-                .map_or(delay_s, |r| r.params.delay_ms as f64 / 1000.0);
-            scheduler::site_pace_s(last.seconds / last.pages as f64, then_s, 0.0)
-        } else {
-            0.0
+        else {
+            return 0.0;
         };
-        scheduler::class_pace(scheduler::pace_class(pace))
+        let then_s = self
+            .rounds
+            .get(&last.round_id)
+            .map_or(delay_s, |r| r.params.delay_ms as f64 / 1000.0);
+        scheduler::site_pace_s(last.seconds / last.pages as f64, then_s, 0.0)
     }
 
     /// The site's pace as `job`'s last scan in its round showed it, under
@@ -283,7 +303,9 @@ impl Grid {
             return;
         };
         let settles = self.settling.holds(job_id);
-        // The pace of its last scan is kept as first seen (see `site_pace`).
+        // The pace of its last scan is kept as first seen; one from an
+        // earlier round is worked out again at every change (a site's last
+        // scan indexes its open jobs again). See `site_pace`.
         let segments = job.segments.len();
         let is_open = matches!(job.state, JobState::Queued | JobState::Running);
         if !is_open {
@@ -291,16 +313,22 @@ impl Grid {
         } else if self
             .scan_paces
             .get(&job_id)
-            .is_none_or(|(n, _)| *n != segments)
+            .is_none_or(|p| !p.own || p.segments != segments)
         {
-            match self.last_scan_pace(job, round.params.delay_ms as f64 / 1000.0) {
-                Some(p) => {
-                    self.scan_paces.insert(job_id, (segments, p));
-                }
-                None => {
-                    self.scan_paces.remove(&job_id);
-                }
-            }
+            let delay_s = round.params.delay_ms as f64 / 1000.0;
+            let kept = match self.last_scan_pace(job, delay_s) {
+                Some(pace) => ScanPace {
+                    segments,
+                    pace,
+                    own: true,
+                },
+                None => ScanPace {
+                    segments,
+                    pace: self.earlier_pace(job, delay_s),
+                    own: false,
+                },
+            };
+            self.scan_paces.insert(job_id, kept);
         }
         let pace_s = if job.state == JobState::Queued {
             self.site_pace(job, round.params.delay_ms)

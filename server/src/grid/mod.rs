@@ -174,12 +174,13 @@ pub struct Grid {
     /// the round's delay has passed since: no job of a site that shares
     /// a host starts before (a continuation, or the next job of the host).
     settling: index::Settling,
-    /// The pace each open job's last scan in its round showed, as first
-    /// indexed (job id → (its segments then, the pace)): the host's own
-    /// time in it is the host's speed at that moment, so later changes of
-    /// that speed never leave the index behind. Memory only; an entry
-    /// goes when its job closes.
-    scan_paces: HashMap<u64, (usize, f64)>,
+    /// Each open job's pace (job id → its segments then, the pace): its
+    /// last scan in its round's as first indexed (the host's own time in
+    /// it is the host's speed at that moment, so later changes of that
+    /// speed never leave the index behind), else its site's from an
+    /// earlier round, worked out at each indexing (so a view need not look
+    /// the site up by name). Memory only; an entry goes when its job closes.
+    scan_paces: HashMap<u64, index::ScanPace>,
     /// What each host offers its scans beyond slots (`Request::Resources`),
     /// bounded. Kept in memory only: a host says it again after every
     /// `Hello`, so after a restart as soon as it reconnects.
