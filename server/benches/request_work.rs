@@ -16,8 +16,13 @@
 //! the decisions are the same: `decisions` is a digest of the first
 //! [`DIGEST_REQUESTS`] answers (which host got which job, in order) and
 //! `hand-overs` the scans the policy moved, so two builds compare only
-//! where both columns agree. Prints one table; figures are compared
-//! within one run and nothing here asserts a speed.
+//! where both columns agree; and beside them `× LB` is the quality of the
+//! policy's decisions on a whole round: the median over [`QUALITY_SEEDS`]
+//! seeds of the simulator's round length over its lower bound at
+//! [`QUALITY_SITES`] sites and [`QUALITY_HOSTS`] hosts at its defaults (the
+//! same build's grid and policy; lower is better), so a faster request
+//! that made rounds longer shows in the same row. Prints one table;
+//! figures are compared within one run and nothing here asserts a speed.
 //!
 //! `BEEBOT_BENCH_QUEUES=1000,100000` picks the queue sizes,
 //! `BEEBOT_BENCH_POLICIES=adaptive,level` the policies,
@@ -57,8 +62,14 @@ const POLICIES: [&str; 3] = ["adaptive", "level", "round-robin"];
 const MIN_TIME: Duration = Duration::from_secs(2);
 const MAX_REQUESTS: usize = 20_000;
 /// Requests whose answers the `decisions` digest covers (every row makes
-/// at least this many, so the digest does not depend on the machine's speed).
-const DIGEST_REQUESTS: usize = 100;
+/// at least this many, so the digest does not depend on the machine's speed;
+/// the smallest queue, 1,000, makes 500).
+const DIGEST_REQUESTS: usize = 500;
+/// The simulated rounds behind the `× LB` column: sites, hosts and seeds
+/// (`simulate --synthetic-sites 2000 --synthetic-hosts 100 --seeds 3`).
+const QUALITY_SITES: usize = 2_000;
+const QUALITY_HOSTS: usize = 100;
+const QUALITY_SEEDS: u32 = 3;
 /// The target for one whole request.
 const TARGET_US: f64 = 100.0;
 /// Start of the bench's clock (Unix ms); each request moves it on by this.
@@ -108,7 +119,10 @@ fn main() {
     );
     println!("`sign µs`: signing a unit handed out, outside the lock (serve's connection task)");
     println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}",
+        "`× LB`: median round over its lower bound, simulated at {QUALITY_SITES} sites x {QUALITY_HOSTS} hosts, {QUALITY_SEEDS} seeds (lower is better)"
+    );
+    println!(
+        "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}",
         "policy",
         "queued",
         "requests",
@@ -116,6 +130,7 @@ fn main() {
         "running",
         "hand-overs",
         "decisions",
+        "× LB",
         "mean µs",
         "p50 µs",
         "p99 µs",
@@ -124,10 +139,11 @@ fn main() {
         "sign µs"
     );
     for policy in &policies {
+        let quality = quality(policy);
         for &queued in &queues {
             let m = measure(policy, queued);
             println!(
-                "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>8} {:>8.1}",
+                "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.3} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>8} {:>8.1}",
                 policy,
                 queued,
                 m.requests,
@@ -135,6 +151,7 @@ fn main() {
                 m.running,
                 m.hand_overs,
                 format!("{:08x}", m.decisions as u32),
+                quality,
                 m.mean_us,
                 m.p50_us,
                 m.p99_us,
@@ -144,6 +161,21 @@ fn main() {
             );
         }
     }
+}
+
+/// The quality of `policy`'s decisions on whole rounds: the simulator's
+/// median round over its lower bound (see the `× LB` column).
+fn quality(policy: &str) -> f64 {
+    let runs = simulate::run_all(
+        &simulate::Input::Synthetic(QUALITY_SITES),
+        &simulate::Input::Synthetic(QUALITY_HOSTS),
+        &[policy],
+        QUALITY_SEEDS,
+        &simulate::SimOptions::default(),
+    )
+    .expect("simulate");
+    let (name, runs) = &runs[0];
+    simulate::summarise(name, runs).ratio_median
 }
 
 struct Measured {
