@@ -10,7 +10,8 @@
 //! and uploads untimed; its host verifies each unit outside the timing), so
 //! thousands of jobs run while the queue drains. 2,000
 //! enrolled hosts against a round of 1,000 to 1,000,000 queued sites, per
-//! policy. `adaptive` answers most requests here with none (a slower host
+//! policy, as a round after the first finds them: [`UNKNOWN`] of them never
+//! scanned, the others of known, power-law sizes (the simulator's sites). `adaptive` answers most requests here with none (a slower host
 //! loses every size to a faster one): the `units` column counts the
 //! requests that handed one out. Speed work keeps its figures only where
 //! the decisions are the same: `decisions` is a digest of the first
@@ -40,6 +41,7 @@ use beebot_server::grid::{
     Grid, GridIo, GridSettings, MemoryLinks, ProgressOutcome, UploadOutcome, UploadStep,
     WorkRequest,
 };
+use beebot_server::model::{SiteRecord, SiteStats};
 use beebot_server::params::RoundParams;
 use beebot_server::simulate;
 use beebot_server::validate::ValidateMode;
@@ -72,6 +74,11 @@ const QUALITY_HOSTS: usize = 100;
 const QUALITY_SEEDS: u32 = 3;
 /// The target for one whole request.
 const TARGET_US: f64 = 100.0;
+/// Share of the sites never scanned before (the simulator's default).
+const UNKNOWN: f64 = 0.1;
+/// Seconds a page took in the sites' last scans (the 1 s delay and a
+/// response).
+const LAST_PAGE_S: f64 = 1.2;
 /// Start of the bench's clock (Unix ms); each request moves it on by this.
 const T0: u64 = 1_750_000_000_000;
 const STEP_MS: u64 = 5;
@@ -204,12 +211,24 @@ type Bench = (Grid, VerifyingKey, Vec<u64>, Vec<VecDeque<WorkUnit>>, u64);
 
 fn grid(policy: &str, queued: usize) -> Bench {
     let key = sign::generate_key();
-    let io = GridIo::in_memory(
-        beebot_server::store::memory(),
-        Arc::new(MemoryLinks::default()),
-        key.clone(),
-        7,
-    );
+    // The target set as a second round finds it: most sites scanned
+    // before (power-law sizes), a share never scanned.
+    let store = beebot_server::store::memory();
+    for site in simulate::synthetic_sites(queued, UNKNOWN, 7) {
+        let last_scan = site.pages.map(|p| SiteStats {
+            pages: p.round() as u64,
+            seconds: p.round() * LAST_PAGE_S,
+            ..SiteStats::default()
+        });
+        store
+            .put_site(&SiteRecord {
+                host: site.name,
+                added_ms: T0,
+                last_scan,
+            })
+            .expect("site");
+    }
+    let io = GridIo::in_memory(store, Arc::new(MemoryLinks::default()), key.clone(), 7);
     let settings = GridSettings {
         user_agent: "BeeBot/bench (+http://example.test/bot)".into(),
         deadline_slack: 3.0,
@@ -218,8 +237,6 @@ fn grid(policy: &str, queued: usize) -> Bench {
         spot_check_percent: 5,
     };
     let mut g = Grid::open(io, settings).expect("grid");
-    let sites: Vec<String> = (0..queued).map(|i| format!("s{i}.bench.test")).collect();
-    g.add_sites(&sites, T0).expect("sites");
     let params = RoundParams {
         policy: policy.to_string(),
         validate: ValidateMode::Adaptive,
