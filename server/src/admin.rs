@@ -338,6 +338,7 @@ pub fn router(shared: Arc<Shared>, addr: SocketAddr) -> Router {
         .route("/api/rounds", get(rounds_list).post(round_start))
         .route("/api/rounds/{id}", get(round_show))
         .route("/api/rounds/{id}/cancel", post(round_cancel))
+        .route("/api/rounds/{id}/rescan", post(round_rescan))
         .route("/api/rounds/{id}/export", get(round_export))
         .route("/api/rounds/{id}/damage", get(round_damage))
         .route("/api/check", post(check_links))
@@ -643,6 +644,49 @@ async fn round_cancel(State(s): State<Arc<Shared>>, Path(id): Path<u64>) -> ApiR
     durable(&s)?;
     tracing::info!(round = id, "round cancelled");
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `round rescan`: the sites named, and with `damaged` every damaged site
+/// known of the round, go back to its queue ([`Grid::rescan_sites`]); they
+/// are no longer listed as damaged.
+async fn round_rescan(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<u64>,
+    Json(req): Json<crate::api::RoundRescan>,
+) -> ApiResult<Json<crate::api::RoundRescanned>> {
+    let mut sites = req.sites;
+    if req.damaged {
+        let known = s.damage.of_round(id);
+        if known.is_empty() && sites.is_empty() {
+            return Err(fail(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "no damaged site of round {id} is known: `beebot-server check --round {id}` \
+                     reads its results"
+                ),
+            ));
+        }
+        sites.extend(known.into_iter().map(|d| d.site));
+    }
+    let why = if req.damaged {
+        "its kept result could not be read whole"
+    } else {
+        "named by the admin"
+    };
+    let again = s
+        .with_grid(move |g| g.rescan_sites(id, &sites, why, now_ms()))
+        .await
+        .map_err(grid_fail)?;
+    durable(&s)?;
+    s.damage.cleared(id, &again);
+    s.metrics.set_damaged_sites(s.damage.count());
+    tracing::info!(
+        round = id,
+        sites = again.len(),
+        "sites queued to be scanned again"
+    );
+    s.refresh_about().await;
+    Ok(Json(crate::api::RoundRescanned { sites: again }))
 }
 
 #[derive(Deserialize)]

@@ -185,6 +185,24 @@ impl RoundStart {
     }
 }
 
+/// `round rescan`: the sites of a round to scan again (its body).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct RoundRescan {
+    /// Sites named.
+    #[serde(default)]
+    pub sites: Vec<String>,
+    /// And every damaged site of the round the server knows of (found at
+    /// start, by `check` or by an export).
+    #[serde(default)]
+    pub damaged: bool,
+}
+
+/// The sites `round rescan` queued again, each once.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RoundRescanned {
+    pub sites: Vec<String>,
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub struct RoundStarted {
     pub id: u64,

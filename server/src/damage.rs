@@ -58,6 +58,19 @@ impl Damage {
         }
     }
 
+    /// `sites` of `round` are scanned again: no longer listed.
+    pub fn cleared(&self, round: u64, sites: &[String]) {
+        let mut m = self.map();
+        if let Some(r) = m.get_mut(&round) {
+            for s in sites {
+                r.remove(s);
+            }
+            if r.is_empty() {
+                m.remove(&round);
+            }
+        }
+    }
+
     /// The damaged sites of `round`, by name.
     pub fn of_round(&self, round: u64) -> Vec<DamagedSite> {
         self.map()

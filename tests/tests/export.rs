@@ -402,7 +402,8 @@ fn first_link_file_frame(links: &Path, round: &str) -> (std::path::PathBuf, usiz
 /// the server): `check` names it with its cause and exits 5; the export
 /// leaves that site out whole, holds every row of every other site, names
 /// the site and exits 5 (it once failed for the whole round with "Peer
-/// disconnected"); a restarted server finds it at start (the metric).
+/// disconnected"); a restarted server finds it at start (the metric);
+/// `round rescan --damaged` scans it again and the export is whole.
 #[test]
 fn a_damaged_site_is_found_named_and_left_out_of_the_export_alone() {
     let mut g = Grid::start(43, 4);
@@ -478,4 +479,27 @@ fn a_damaged_site_is_found_named_and_left_out_of_the_export_alone() {
         assert!(std::time::Instant::now() < deadline, "{text}");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+    // `round rescan --damaged` queues it again; scanned again, the round's
+    // export holds every site whole and nothing is damaged.
+    let o = g.admin(&["round", "rescan", &round]);
+    assert!(!o.status.success(), "nothing named is refused");
+    assert!(stderr(&o).contains("--damaged"), "{}", stderr(&o));
+    let o = g.admin_ok(&["round", "rescan", &round, "--damaged"]);
+    assert_eq!(stdout(&o).trim(), site, "{}", stderr(&o));
+    let o = g.admin(&["round", "rescan", &round, "--damaged"]);
+    assert!(!o.status.success(), "no damage is known any more");
+    assert!(stderr(&o).contains("check --round"), "{}", stderr(&o));
+    g.run_once("a", 2, &[]).wait_ok("run --once");
+    g.wait_round(&round, "240s");
+    assert_eq!(
+        sorted(g.export_rows(&round)),
+        before,
+        "every site whole again"
+    );
+    let o = g.admin(&["check"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("0 damaged"), "{}", stdout(&o));
+    assert!(admin_get(&g, "/metrics")
+        .lines()
+        .any(|l| l == "beebot_damaged_sites 0"));
 }

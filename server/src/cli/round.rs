@@ -1,5 +1,6 @@
 //! `round`: start a round over the target set (its id alone on the last
-//! line), list and show rounds, wait for one, cancel one. `round start`'s
+//! line), list and show rounds, wait for one, cancel one, scan sites of
+//! one again. `round start`'s
 //! flags are the admin API's body ([`RoundStart`]), checked here first so a
 //! refusal quotes the words typed.
 
@@ -9,7 +10,8 @@ use anyhow::Result;
 use clap::Subcommand;
 
 use beebot_server::api::{
-    RoundDetail, RoundListed, RoundStart, RoundStarted, RoundSummary, SiteLine,
+    RoundDetail, RoundListed, RoundRescan, RoundRescanned, RoundStart, RoundStarted, RoundSummary,
+    SiteLine,
 };
 use beebot_server::cli_util::{typed_duration, AdminClient, TypedDuration};
 use beebot_server::config::DataDir;
@@ -56,6 +58,19 @@ pub enum RoundCmd {
     Cancel {
         id: u64,
     },
+    /// Scan sites of a round again (a damaged result, a site that failed):
+    /// each goes back to the round's queue and is scanned from its start;
+    /// a round that was over runs again until they are done, and its
+    /// export then holds them. Prints each site queued again.
+    Rescan {
+        id: u64,
+        /// Sites to scan again (names as in `round show`).
+        sites: Vec<String>,
+        /// Every damaged site the server knows of in the round (found at
+        /// start, by `check` or by an export).
+        #[arg(long)]
+        damaged: bool,
+    },
 }
 
 /// `beebot-server round ...`.
@@ -93,6 +108,22 @@ pub fn run(dir: &DataDir, cmd: RoundCmd) -> Result<Report> {
         RoundCmd::Cancel { id } => {
             c.post_empty(&format!("/api/rounds/{id}/cancel"))?;
             Ok(Report::out(format!("round {id} cancelled\n")))
+        }
+        RoundCmd::Rescan { id, sites, damaged } => {
+            if sites.is_empty() && !damaged {
+                anyhow::bail!("name the sites to scan again, or give --damaged");
+            }
+            let body = RoundRescan { sites, damaged };
+            let r: RoundRescanned = c.post(&format!("/api/rounds/{id}/rescan"), &body)?;
+            let mut report = Report::default();
+            report.warn(format!(
+                "round {id}: {} site(s) queued to be scanned again",
+                r.sites.len()
+            ));
+            for s in r.sites {
+                report.say(s);
+            }
+            Ok(report)
         }
     }
 }

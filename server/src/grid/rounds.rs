@@ -14,6 +14,10 @@ use crate::model::*;
 use crate::scheduler::{self, HostView, JobView};
 use crate::store::IdKind;
 
+/// Most sites one `round rescan` names (a round of a whole target set
+/// re-scans its damaged sites in a few calls).
+pub const MAX_RESCAN_SITES: usize = 10_000;
+
 /// The sites of `targets` that a wider site's scope covers
 /// ([`SiteScope::covers_site`]), each with the widest site covering it (of
 /// sites with the same reach, the first in the target set's order keeps its
@@ -303,6 +307,117 @@ impl Grid {
         self.rounds_changed += 1;
         self.store.flush()?;
         Ok(())
+    }
+
+    /// Scan `sites` of round `round_id` again (`round rescan`: a damaged
+    /// result, a site that failed): each one's job goes back to the
+    /// round's queue as a new chain from its seed, the files it kept are
+    /// released, and a round that was over runs again until they are done
+    /// (its export then holds them whole). Returns the sites queued again,
+    /// in the order given, each once. A cancelled round, a site with no job
+    /// of its own in the round, or a job not over yet (queued or running)
+    /// is refused with nothing changed; at most [`MAX_RESCAN_SITES`] sites.
+    pub fn rescan_sites(
+        &mut self,
+        round_id: u64,
+        sites: &[String],
+        why: &str,
+        now_ms: u64,
+    ) -> Result<Vec<String>, GridError> {
+        let round = self
+            .rounds
+            .get(&round_id)
+            .ok_or(GridError::UnknownRound(round_id))?;
+        if round.state == RoundState::Cancelled {
+            return Err(GridError::Invalid(format!(
+                "round {round_id} was cancelled: start a new round instead"
+            )));
+        }
+        if sites.is_empty() {
+            return Err(GridError::Invalid("no site named to scan again".into()));
+        }
+        if sites.len() > MAX_RESCAN_SITES {
+            return Err(GridError::Invalid(format!(
+                "{} sites named; at most {MAX_RESCAN_SITES} are scanned again at once",
+                sites.len()
+            )));
+        }
+        let by_site: HashMap<&str, u64> = round
+            .job_ids
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
+            .map(|j| (j.site.as_str(), j.id))
+            .collect();
+        let mut picked: Vec<(String, u64)> = Vec::with_capacity(sites.len());
+        for site in sites {
+            let name = site.trim().to_ascii_lowercase();
+            if picked.iter().any(|(s, _)| *s == name) {
+                continue;
+            }
+            let Some(&id) = by_site.get(name.as_str()) else {
+                let folded = round.folded.iter().find(|f| f.site == name);
+                return Err(GridError::Invalid(match folded {
+                    Some(f) => format!(
+                        "site {name} has no job of its own in round {round_id}: {} crawls it",
+                        f.into
+                    ),
+                    None => format!("site {name} is not in round {round_id}"),
+                }));
+            };
+            let state = self.jobs[&id].state;
+            if !state.is_final() {
+                return Err(GridError::Invalid(format!(
+                    "site {name} of round {round_id} is {} already",
+                    state.as_str()
+                )));
+            }
+            picked.push((name, id));
+        }
+        if round.state == RoundState::Done {
+            let mut r = round.clone();
+            r.state = RoundState::Running;
+            r.finished_ms = None;
+            self.store.put_round(&r)?;
+            self.rounds.insert(round_id, r);
+        }
+        // Hosts are told work is waiting (`Shared::work_hint`).
+        self.rounds_changed += 1;
+        for (_, id) in &picked {
+            let Some(job) = self.jobs.get_mut(id) else {
+                continue;
+            };
+            let old = job.clone();
+            let pages: u64 = old.segments.iter().map(|s| s.summary.pages).sum::<u64>()
+                + old.result.as_ref().map_or(0, |r| r.summary.pages);
+            if old.result.is_some() {
+                job.est_pages = pages.max(1) as f64;
+                job.size_known = true;
+            }
+            job.state = JobState::Queued;
+            job.result = None;
+            job.segments.clear();
+            job.chain_sketch.clear();
+            job.candidates.clear();
+            job.chain += 1;
+            job.validation = JobValidation::None;
+            job.batch_host = None;
+            super::push_reason(job, format!("scanned again at the admin's request: {why}"));
+            let job = job.clone();
+            self.store.put_job(&job)?;
+            // The kept result's files (other candidates' went when it was
+            // kept, or when the job failed).
+            self.remove_chain_files(&old.segments, old.result.as_ref());
+            self.reindex(*id);
+        }
+        self.check_open();
+        self.store.flush()?;
+        tracing::info!(
+            round = round_id,
+            now_ms,
+            "{} sites queued to be scanned again: {why}",
+            picked.len()
+        );
+        Ok(picked.into_iter().map(|(s, _)| s).collect())
     }
 
     /// The state of round `id` (`None`: no such round), without copying it.

@@ -305,3 +305,69 @@ fn a_round_too_large_for_its_record_is_refused_before_any_job_is_written() {
     // In host scope nothing is folded: the same target set starts.
     g.start_round(params(3), T0).unwrap();
 }
+
+/// `round rescan`: a site of a round that is over goes back to the
+/// round's queue as a new chain, the file it kept is released, and the
+/// round runs again until the site is done again, the other site's result
+/// untouched. A site not over, a site not in the round and a cancelled
+/// round are refused with nothing changed.
+#[test]
+fn a_rescanned_site_runs_its_round_again_and_releases_its_file() {
+    let (mut fx, round) = Fx::with_round(2, 3);
+    let (a, b) = (fx.host(), fx.host());
+    let ua = fx.one(a, &[], T0);
+    let ub = fx.one(b, &[], T0);
+    assert_eq!(fx.upload(a, &ua, 3, T0 + 100), UploadOutcome::Accepted);
+    assert_eq!(fx.upload(b, &ub, 4, T0 + 100), UploadOutcome::Accepted);
+    assert_eq!(fx.round_state(round), RoundState::Done);
+    let old = fx.job(ua.job_id).result.expect("kept").file;
+    let other = fx.job(ub.job_id).result.expect("kept").file;
+    assert!(fx.has_link(&old) && fx.has_link(&other));
+
+    let refused = |fx: &mut Fx, round: u64, sites: &[&str]| {
+        let sites: Vec<String> = sites.iter().map(|s| s.to_string()).collect();
+        match fx.grid.rescan_sites(round, &sites, "test", T0 + 200) {
+            Err(GridError::Invalid(why)) => why,
+            other => panic!("{other:?}"),
+        }
+    };
+    let why = refused(&mut fx, round, &["nowhere.example"]);
+    assert!(why.contains("not in round"), "{why}");
+    assert!(refused(&mut fx, round, &[]).contains("no site"));
+    assert_eq!(fx.round_state(round), RoundState::Done, "nothing changed");
+
+    // Named twice, in another case: scanned again once.
+    let named = [ua.site.to_uppercase(), ua.site.clone()];
+    let again = fx
+        .grid
+        .rescan_sites(round, &named, "damaged", T0 + 200)
+        .unwrap();
+    assert_eq!(again, vec![ua.site.clone()]);
+    let r = &fx.grid.rounds[&round];
+    assert_eq!((r.state, r.finished_ms), (RoundState::Running, None));
+    let job = fx.job(ua.job_id);
+    assert_eq!(job.state, JobState::Queued);
+    assert!(job.result.is_none() && job.segments.is_empty() && job.candidates.is_empty());
+    assert_eq!(job.chain, 1);
+    assert!(job.size_known && job.est_pages >= 1.0);
+    assert!(job.reasons.last().is_some_and(|r| r.contains("damaged")));
+    assert!(!fx.has_link(&old), "the kept file is released");
+    assert!(fx.has_link(&other), "the other site's result stays");
+    let why = refused(&mut fx, round, &[ua.site.as_str()]);
+    assert!(why.contains("queued already"), "{why}");
+
+    // Scanned again by another host, the round is over again.
+    let u = fx.one(b, &[], T0 + 300);
+    assert_eq!(u.job_id, ua.job_id);
+    assert_eq!(fx.upload(b, &u, 5, T0 + 400), UploadOutcome::Accepted);
+    assert_eq!(fx.round_state(round), RoundState::Done);
+    let job = fx.job(ua.job_id);
+    assert_eq!(job.state, JobState::Done);
+    assert!(fx.has_link(&job.result.expect("kept").file));
+
+    // A cancelled round is not run again.
+    let second = fx.grid.start_round(params(3), T0 + 500).unwrap();
+    fx.grid.cancel_round(second, T0 + 600).unwrap();
+    let why = refused(&mut fx, second, &[ua.site.as_str()]);
+    assert!(why.contains("cancelled"), "{why}");
+}
