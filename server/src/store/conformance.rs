@@ -359,11 +359,15 @@ fn meta_format(dir: &Path) -> Option<Vec<u8>> {
     v.map(|v| v.to_vec())
 }
 
+/// (The store as it was is copied beside it first, and a second copy
+/// would go beside that one.)
 #[test]
 fn a_format_1_store_is_migrated_at_opening_and_keeps_its_rounds() {
-    let dir = tempfile::tempdir().unwrap();
+    let top = tempfile::tempdir().unwrap();
+    let dir = top.path().join("store");
+    let dir = dir.as_path();
     let (a, b) = (round(1, vec![5, 6, 7, 10]), round(2, vec![]));
-    raw_sled(dir.path(), |db| {
+    raw_sled(dir, |db| {
         let t = db.open_tree("rounds").unwrap();
         t.insert(id_key(1), v1_bytes(&a)).unwrap();
         t.insert(id_key(2), v1_bytes(&b)).unwrap();
@@ -373,27 +377,45 @@ fn a_format_1_store_is_migrated_at_opening_and_keeps_its_rounds() {
             .unwrap();
     });
     {
-        let s = SledStore::open(dir.path()).unwrap();
+        let s = SledStore::open(dir).unwrap();
         assert_eq!(s.rounds().unwrap(), [a.clone(), b.clone()]);
         assert_eq!(s.jobs().unwrap().len(), 1);
     }
-    assert_eq!(meta_format(dir.path()), Some(2u32.to_le_bytes().to_vec()));
+    assert_eq!(meta_format(dir), Some(2u32.to_le_bytes().to_vec()));
     {
-        let db = ::sled::open(dir.path()).unwrap();
+        let db = ::sled::open(dir).unwrap();
         assert_only_the_fence(&db);
     }
-    // Opened again: format 2 as it is, rounds the same.
-    let s = SledStore::open(dir.path()).unwrap();
+    // The store as it was, kept aside: format 1, its rounds in the old tree.
+    let backup = top.path().join("store.before-format-2");
+    assert_eq!(meta_format(&backup), None);
+    {
+        let db = ::sled::open(&backup).unwrap();
+        assert_eq!(db.open_tree("rounds").unwrap().len(), 2);
+    }
+    // Opened again: format 2 as it is (no copy made), rounds the same.
+    let s = SledStore::open(dir).unwrap();
     assert_eq!(s.rounds().unwrap(), [a, b]);
+    drop(s);
+    let beside: Vec<_> = std::fs::read_dir(top.path()).unwrap().collect();
+    assert_eq!(beside.len(), 2, "the store and one copy");
+    // The copy opened as a store is migrated too, its own copy beside it.
+    drop(SledStore::open(&backup).unwrap());
+    assert!(top
+        .path()
+        .join("store.before-format-2.before-format-2")
+        .exists());
 }
 
 #[test]
 fn a_migration_cut_short_is_done_again_or_finished_at_the_next_opening() {
     // Cut before its format was written: rounds.v2 holds some rounds, the
     // old tree all of them. The migration runs again.
-    let dir = tempfile::tempdir().unwrap();
+    let top = tempfile::tempdir().unwrap();
+    let dir = top.path().join("store");
+    let dir = dir.as_path();
     let (a, b) = (round(1, vec![1, 2]), round(2, vec![3]));
-    raw_sled(dir.path(), |db| {
+    raw_sled(dir, |db| {
         let old = db.open_tree("rounds").unwrap();
         old.insert(id_key(1), v1_bytes(&a)).unwrap();
         old.insert(id_key(2), v1_bytes(&b)).unwrap();
@@ -401,7 +423,7 @@ fn a_migration_cut_short_is_done_again_or_finished_at_the_next_opening() {
         let half = codec::encode(&format::StoredRound::from(&a), MAX_RECORD_BYTES).unwrap();
         new.insert(id_key(1), half).unwrap();
     });
-    let s = SledStore::open(dir.path()).unwrap();
+    let s = SledStore::open(dir).unwrap();
     assert_eq!(s.rounds().unwrap(), [a.clone(), b.clone()]);
     drop(s);
     // Cut after its format was synced, before the old tree was cleared:
@@ -409,15 +431,15 @@ fn a_migration_cut_short_is_done_again_or_finished_at_the_next_opening() {
     // copy is older); a round only in the old tree (an older server wrote
     // it after opening the store anyway) is migrated, never dropped.
     let c = round(9, vec![4]);
-    raw_sled(dir.path(), |db| {
+    raw_sled(dir, |db| {
         let old = db.open_tree("rounds").unwrap();
         old.insert(id_key(1), v1_bytes(&round(1, vec![1]))).unwrap();
         old.insert(id_key(9), v1_bytes(&c)).unwrap();
     });
-    let s = SledStore::open(dir.path()).unwrap();
+    let s = SledStore::open(dir).unwrap();
     assert_eq!(s.rounds().unwrap(), [a, b, c]);
     drop(s);
-    let db = ::sled::open(dir.path()).unwrap();
+    let db = ::sled::open(dir).unwrap();
     assert_only_the_fence(&db);
 }
 

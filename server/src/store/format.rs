@@ -163,6 +163,17 @@ fn found_format(b: &impl Backend) -> Result<Option<u32>, StoreError> {
 pub(super) const V1_FENCE_KEY: [u8; 8] = [0; 8];
 const V1_FENCE: &[u8] = b"\xffbeebot store format 2: this server is older than its data";
 
+/// Whether opening `b` rewrites records ([`prepare`] migrates format 1's
+/// rounds): then the store as it was is copied aside first.
+pub(super) fn migrates(b: &impl Backend) -> Result<bool, StoreError> {
+    if found_format(b)?.is_some_and(|f| f > STORE_FORMAT) {
+        return Ok(false);
+    }
+    Ok(b.entries(Tree::RoundsV1)?
+        .iter()
+        .any(|(k, _)| k.as_slice() != V1_FENCE_KEY))
+}
+
 /// Bring `b` to [`STORE_FORMAT`] at opening, or refuse a newer format.
 /// Writes straight to the backend (before any caller can write) and syncs
 /// before it returns whenever it wrote.
