@@ -11,6 +11,7 @@ pub mod browser;
 pub mod duckdb;
 pub mod hostile;
 pub mod liar;
+pub mod old_release;
 
 use beebot_server::web::SynthWebServer;
 use beebot_shared::synth::SynthWeb;
@@ -23,12 +24,15 @@ use beebot_shared::synth::SynthWeb;
 pub fn bin(name: &str) -> PathBuf {
     static BUILD: std::sync::Once = std::sync::Once::new();
     let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/test-xxxx → target/<profile>
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .to_path_buf();
+    // target/<profile>/deps/test-xxxx (or target/<profile>/a-bin of this
+    // crate) → target/<profile>
+    let parent = exe.parent().expect("target dir");
+    let dir = if parent.file_name().is_some_and(|n| n == "deps") {
+        parent.parent().expect("target dir")
+    } else {
+        parent
+    }
+    .to_path_buf();
     BUILD.call_once(|| {
         let mut cmd = Command::new(env!("CARGO"));
         cmd.args([
@@ -191,6 +195,27 @@ impl Grid {
         cfg.listen = rt.quic_addr.to_string();
         cfg.public_addr = rt.public_addr.clone();
         dir.save_config(&cfg).expect("save config");
+        g
+    }
+
+    /// Start a server on a copy of the data dir `from` (one a release
+    /// left: `tests/fixtures/`), serving `web`; nothing in it is changed
+    /// before the server opens it.
+    pub fn adopt(from: &Path, web: SynthWeb) -> Grid {
+        let dir = tempfile::tempdir().expect("tempdir");
+        copy_dir(from, &dir.path().join("server"));
+        // Each file readable by its owner only, as the release left it (a
+        // checkout keeps no modes; the server refuses a secret others read).
+        owner_only(&dir.path().join("server"));
+        let web = Arc::new(web);
+        let web_server = SynthWebServer::start(web.clone()).expect("synthetic web");
+        let mut g = Grid {
+            dir,
+            server: None,
+            web,
+            web_server,
+        };
+        g.start_server();
         g
     }
 
@@ -424,6 +449,27 @@ impl Grid {
     }
 
     /// Kill the server process now (SIGKILL).
+    /// Stop the server as a service manager does (SIGTERM) and wait for it
+    /// to exit: it ends its work and syncs its store.
+    pub fn stop_server(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            let o = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status()
+                .expect("kill -TERM");
+            assert!(o.success(), "kill -TERM failed");
+            let start = Instant::now();
+            while c.try_wait().expect("wait").is_none() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "server did not stop on SIGTERM: {}",
+                    self.server_log()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
     pub fn kill_server(&mut self) {
         if let Some(mut c) = self.server.take() {
             let _ = c.kill();
@@ -571,4 +617,32 @@ pub fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
         .unwrap_or(0)
+}
+
+/// Copy the directory `from` to `to` (created), files and directories only.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("entry");
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).expect("copy");
+        }
+    }
+}
+
+/// Make every file under `dir` readable and writable by its owner only.
+pub fn owner_only(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in std::fs::read_dir(dir).expect("read dir") {
+        let entry = entry.expect("entry");
+        if entry.file_type().expect("file type").is_dir() {
+            owner_only(&entry.path());
+        } else {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))
+                .expect("chmod");
+        }
+    }
 }

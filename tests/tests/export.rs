@@ -503,3 +503,41 @@ fn a_damaged_site_is_found_named_and_left_out_of_the_export_alone() {
         .lines()
         .any(|l| l == "beebot_damaged_sites 0"));
 }
+
+/// A data dir the previous release left (`tests/fixtures/`, see
+/// `beebot_tests::old_release`) opens with this build as it is: its round
+/// shows done and exports the same rows that release exported, `check`
+/// reads every result whole, and a new round on it runs to its end with a
+/// client that joins now.
+#[test]
+fn a_data_dir_of_the_previous_release_opens_and_exports_the_same() {
+    use beebot_tests::old_release;
+    let fixture = old_release::fixture();
+    let web = beebot_shared::synth::SynthWeb::generate(old_release::SEED, old_release::SITES);
+    let g = Grid::adopt(&fixture.join("server"), web);
+    let rounds: serde_json::Value =
+        serde_json::from_str(&stdout(&g.admin_ok(&["round", "list", "--json"]))).expect("json");
+    let rounds = rounds.as_array().expect("rounds").clone();
+    assert_eq!(rounds.len(), 1, "{rounds:?}");
+    assert_eq!(rounds[0]["state"], "done", "{rounds:?}");
+    assert_eq!(rounds[0]["done"], old_release::SITES as u64, "{rounds:?}");
+
+    let then = std::fs::read_to_string(fixture.join("round-1.tsv")).expect("fixture export");
+    let path = g.dir.path().join("now.tsv");
+    let o = export_to(&g, "1", &path);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let now = std::fs::read_to_string(&path).expect("export");
+    assert!(then.lines().count() > 1, "the fixture has rows");
+    assert_eq!(now, then, "the same rows, in the same order");
+    let o = g.admin(&["check"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("0 damaged"), "{}", stdout(&o));
+
+    let code = g.invite(1);
+    g.join("b", &code);
+    let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", DELAY_MS]));
+    assert_eq!(round, "2");
+    g.run_once("b", 2, &[]).wait_ok("run --once");
+    g.wait_round(&round, "240s");
+    assert!(!g.export_rows(&round).is_empty());
+}
