@@ -655,6 +655,9 @@ async fn round_rescan(
     Json(req): Json<crate::api::RoundRescan>,
 ) -> ApiResult<Json<crate::api::RoundRescanned>> {
     let mut sites = req.sites;
+    if s.with_grid(move |g| g.round_state(id)).await.is_none() {
+        return Err(grid_fail(GridError::UnknownRound(id)));
+    }
     if req.damaged {
         let known = s.damage.of_round(id);
         if known.is_empty() && sites.is_empty() {

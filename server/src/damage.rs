@@ -4,7 +4,8 @@
 //! the server runs in the background at start, by `beebot-server check`,
 //! and by an export, which leaves such a site out, names it, and goes on
 //! with every other site. Kept in memory only (found again at each start);
-//! the admin scans the damaged sites again in a new round.
+//! the admin scans the damaged sites again (`round rescan --damaged`),
+//! which takes them off the list.
 //!
 //! Invariants: a site is listed only after a read of its files failed, and
 //! leaves the list once a later check read them whole; reading is never

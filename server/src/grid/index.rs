@@ -253,15 +253,16 @@ impl Grid {
         scheduler::class_pace(scheduler::pace_class(pace))
     }
 
-    /// The site's pace as its last scan finished in an earlier round
-    /// showed it, under that round's delay (`delay_s`, this round's, when
+    /// The site's pace as its last scan finished in an earlier round (or
+    /// in this one, before `round rescan`) showed it, under that round's delay (`delay_s`, this round's, when
     /// that round is gone); 0 when there is none. Looks the site up by name.
     fn earlier_pace(&self, job: &JobRecord, delay_s: f64) -> f64 {
         let Some(last) = self
             .sites
             .get(&job.site)
             .and_then(|s| s.last_scan.as_ref())
-            .filter(|l| l.round_id < job.round_id && l.pages > 0 && l.seconds > 0.0)
+            // (Its own round's: a site scanned again, `round rescan`.)
+            .filter(|l| l.round_id <= job.round_id && l.pages > 0 && l.seconds > 0.0)
         else {
             return 0.0;
         };

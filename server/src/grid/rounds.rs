@@ -300,6 +300,7 @@ impl Grid {
                 job.state = JobState::Cancelled;
                 self.store.put_job(job)?;
             }
+            self.scan_paces.remove(id);
             let job = job.clone();
             self.drop_states(&job);
         }
@@ -364,6 +365,9 @@ impl Grid {
                     None => format!("site {name} is not in round {round_id}"),
                 }));
             };
+            if let Some(e) = self.excluded_by(&name) {
+                return Err(GridError::Invalid(super::sites::excluded_message(&name, e)));
+            }
             let state = self.jobs[&id].state;
             if !state.is_final() {
                 return Err(GridError::Invalid(format!(
@@ -387,12 +391,16 @@ impl Grid {
                 continue;
             };
             let old = job.clone();
-            let pages: u64 = old.segments.iter().map(|s| s.summary.pages).sum::<u64>()
-                + old.result.as_ref().map_or(0, |r| r.summary.pages);
-            if old.result.is_some() {
-                job.est_pages = pages.max(1) as f64;
-                job.size_known = true;
-            }
+            // Sized afresh from its seed: what the kept result scanned, or
+            // (a job that failed) what was left plus its parts.
+            let parts: u64 = old.segments.iter().map(|s| s.summary.pages).sum();
+            job.est_pages = match &old.result {
+                Some(r) => {
+                    job.size_known = true;
+                    (parts + r.summary.pages).max(1) as f64
+                }
+                None => (old.est_pages + parts as f64).max(1.0),
+            };
             job.state = JobState::Queued;
             job.result = None;
             job.segments.clear();
@@ -404,6 +412,7 @@ impl Grid {
             super::push_reason(job, format!("scanned again at the admin's request: {why}"));
             let job = job.clone();
             self.store.put_job(&job)?;
+            self.handed_from.remove(id);
             // The kept result's files (other candidates' went when it was
             // kept, or when the job failed).
             self.remove_chain_files(&old.segments, old.result.as_ref());

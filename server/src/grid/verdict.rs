@@ -241,7 +241,10 @@ impl Grid {
             .unwrap_or(0.0);
         // The site's figures for the next round: all of the kept result's scans.
         let pieces = kept.pieces();
-        if let Some(s) = self.sites.get_mut(&job.site) {
+        // (Never over a later round's: a site scanned again in an older
+        // round, `round rescan`, leaves the newer figures.)
+        let newer = |s: &SiteRecord| s.last_scan.as_ref().is_some_and(|l| l.round_id > round_id);
+        if let Some(s) = self.sites.get_mut(&job.site).filter(|s| !newer(s)) {
             s.last_scan = Some(SiteStats {
                 round_id,
                 pages: pieces.iter().map(|(_, p)| p.pages).sum(),

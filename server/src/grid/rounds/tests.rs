@@ -365,9 +365,51 @@ fn a_rescanned_site_runs_its_round_again_and_releases_its_file() {
     assert_eq!(job.state, JobState::Done);
     assert!(fx.has_link(&job.result.expect("kept").file));
 
-    // A cancelled round is not run again.
+    // A cancelled round is not run again, and its jobs leave no pace kept.
     let second = fx.grid.start_round(params(3), T0 + 500).unwrap();
+    let jobs = fx.grid.rounds[&second].job_ids.clone();
+    assert!(jobs.iter().all(|j| fx.grid.scan_paces.contains_key(j)));
     fx.grid.cancel_round(second, T0 + 600).unwrap();
+    assert!(jobs.iter().all(|j| !fx.grid.scan_paces.contains_key(j)));
     let why = refused(&mut fx, second, &[ua.site.as_str()]);
     assert!(why.contains("cancelled"), "{why}");
+
+    // An excluded site is not scanned again.
+    fx.grid
+        .exclude(excl(&ub.site), "owner asked", T0 + 700)
+        .unwrap();
+    let why = refused(&mut fx, round, &[ub.site.as_str()]);
+    assert!(why.contains("excluded"), "{why}");
+}
+
+/// A site that failed after parts of it were uploaded is scanned again
+/// from its seed, sized for the whole site again (what was left and the
+/// parts), not for what was left.
+#[test]
+fn a_failed_site_rescanned_is_sized_for_the_whole_site() {
+    let (mut fx, round) = Fx::with_round(1, 1);
+    let a = fx.host();
+    let u = fx.one(a, &[], T0);
+    let before = fx.job(u.job_id).est_pages;
+    assert_eq!(
+        fx.upload_partial(a, &u, 2, 3, T0 + 100),
+        UploadOutcome::Accepted
+    );
+    let job = fx.job(u.job_id);
+    assert_eq!(job.segments.len(), 1);
+    let left = job.est_pages;
+    // Its continuation fails for good (one attempt allowed).
+    let c = fx.one(a, &[], T0 + 200);
+    fx.grid.fail(a, c.unit_id, "gave up", T0 + 300).unwrap();
+    let job = fx.job(u.job_id);
+    assert_eq!(job.state, JobState::Failed, "{:?}", job.reasons);
+    assert_eq!(fx.round_state(round), RoundState::Done);
+    fx.grid
+        .rescan_sites(round, std::slice::from_ref(&u.site), "test", T0 + 400)
+        .unwrap();
+    let job = fx.job(u.job_id);
+    assert_eq!(job.est_pages, left + 3.0);
+    assert_eq!(job.est_pages, before.max(left + 3.0));
+    assert!(job.segments.is_empty());
+    assert_eq!(fx.round_state(round), RoundState::Running);
 }
