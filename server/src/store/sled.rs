@@ -38,10 +38,25 @@ impl SledStore {
             super::format::prepare(&store)?;
             return Ok(store);
         }
-        // The store as it was is kept aside before a record is rewritten.
+        // The store as it was is kept aside before a record is rewritten:
+        // closed (what opening wrote flushed first), copied under a name of
+        // its own, then renamed (a copy cut short never takes the name).
+        store.db.flush()?;
         drop(store);
         let backup = backup_dir(dir)?;
-        copy_dir(dir, &backup).map_err(|e| {
+        let mut partial = backup.clone().into_os_string();
+        partial.push(".partial");
+        let partial = std::path::PathBuf::from(partial);
+        let copied = (|| {
+            if partial.exists() {
+                std::fs::remove_dir_all(&partial)?;
+            }
+            copy_dir(dir, &partial)?;
+            std::fs::rename(&partial, &backup)?;
+            let parent = backup.parent().unwrap_or(Path::new("."));
+            std::fs::File::open(parent)?.sync_all()
+        })();
+        copied.map_err(|e| {
             StoreError::Sled(sled::Error::Io(std::io::Error::new(
                 e.kind(),
                 format!(
