@@ -28,7 +28,8 @@
 //! pack's end whose data fails its checksum (appends never synced), and
 //! never bytes past the last whole frame (a damaged head may hide synced
 //! frames). Readers ([`LinkPacks::new`]: an export beside the server, a
-//! check) never change a pack. A removal appends its frame without waiting
+//! check) never change a pack; one that finds a pack gone (compacted)
+//! reads the group's packs again. A removal appends its frame without waiting
 //! for a sync (a removal a crash loses leaves bytes no result names) and,
 //! on Linux, frees the whole blocks of the removed data (a hole punched in
 //! the pack; the blocks at its edges, shared with the frames beside it,
@@ -40,9 +41,13 @@
 //! new one; a key is at most [`MAX_KEY_BYTES`]; at most
 //! [`MAX_CACHED_GROUPS`] groups stay open beyond those being written to (a
 //! round's group is closed when the round ends). A group's index holds one
-//! entry per live name (about 80 bytes with its key). Packs are never
-//! compacted: a removed frame keeps its head (19 bytes and its key) in the
-//! pack, and a name written again keeps its older frame's bytes.
+//! entry per live name (about 80 bytes with its key). A removed frame
+//! keeps its head (19 bytes and its key) in the pack until the group is
+//! compacted, and a name written again its older frame's bytes: when a
+//! round ends, its packs are rewritten into one new pack of its live
+//! frames if at least [`COMPACT_DEAD_SHARE`] of their bytes is dead
+//! ([`LinkPacks::compact`], in the background), the older packs removed
+//! oldest first.
 //!
 //! Link files written before packs (plain files `GROUP/KEY` beside the
 //! packs) are still read, listed and removed; a write of such a name goes
@@ -74,7 +79,7 @@ const MAGIC: &[u8; 4] = b"BBLP";
 const KIND_PUT: u8 = 1;
 const KIND_REMOVE: u8 = 2;
 /// Bytes of a frame's head before its key.
-const HEAD_BYTES: usize = 19;
+pub(crate) const HEAD_BYTES: usize = 19;
 const PACK_PREFIX: &str = "pack-";
 const PACK_SUFFIX: &str = ".lfp";
 
@@ -96,7 +101,9 @@ struct Loc {
 pub struct LinkPacks {
     dir: PathBuf,
     plain: LinkDir,
-    groups: Mutex<HashMap<String, Arc<Group>>>,
+    groups: Arc<Mutex<HashMap<String, Arc<Group>>>>,
+    /// Compactions running in the background (see [`LinkPacks::compact`]).
+    compacting: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Largest pack before the next is opened ([`MAX_PACK_BYTES`]).
     max_pack_bytes: u64,
     /// Whether this is the storage's writer, which cuts unsynced frames
@@ -206,6 +213,13 @@ fn invalid(message: String) -> io::Error {
 
 /// One frame, head, key and data.
 fn frame(kind: u8, key: &str, data: &[u8]) -> io::Result<Vec<u8>> {
+    frame_with_crc(kind, key, data, crc32fast::hash(data))
+}
+
+/// One frame whose data checksum is `data_crc` (a frame copied keeps the
+/// checksum it was written with, so bytes damaged since still read as
+/// damaged).
+fn frame_with_crc(kind: u8, key: &str, data: &[u8], data_crc: u32) -> io::Result<Vec<u8>> {
     if key.len() > MAX_KEY_BYTES {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -223,7 +237,7 @@ fn frame(kind: u8, key: &str, data: &[u8]) -> io::Result<Vec<u8>> {
     out.push(kind);
     out.extend_from_slice(&(key.len() as u16).to_le_bytes());
     out.extend_from_slice(&data_len.to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(data).to_le_bytes());
+    out.extend_from_slice(&data_crc.to_le_bytes());
     out.extend_from_slice(&head_crc(&out[..15], key.as_bytes()).to_le_bytes());
     out.extend_from_slice(key.as_bytes());
     out.extend_from_slice(data);
@@ -417,13 +431,34 @@ impl Group {
         if !st.loaded {
             let cut = self.cut_on_load;
             let mut index = HashMap::new();
-            let packs = packs_in(&self.dir)?;
+            let mut packs = packs_in(&self.dir)?;
             let mut frames_cut = false;
-            for (&n, path) in &packs {
-                let mut frames = Vec::new();
-                let whole = replay(path, n, &mut index, cut.then_some(&mut frames))?;
-                if cut && cut_unsynced_frames(path, whole, &frames)? < whole {
-                    frames_cut = true;
+            // A reader beside the writer may list a pack a compaction then
+            // removes: it lists them again (the new pack is whole by then).
+            for tries in 1.. {
+                index.clear();
+                let mut replayed = Ok(());
+                for (&n, path) in &packs {
+                    let mut frames = Vec::new();
+                    let whole = match replay(path, n, &mut index, cut.then_some(&mut frames)) {
+                        Ok(whole) => whole,
+                        Err(e) => {
+                            replayed = Err(e);
+                            break;
+                        }
+                    };
+                    if cut && cut_unsynced_frames(path, whole, &frames)? < whole {
+                        frames_cut = true;
+                    }
+                }
+                match replayed {
+                    Err(e) if !cut && e.kind() == io::ErrorKind::NotFound && tries < 3 => {
+                        packs = packs_in(&self.dir)?;
+                    }
+                    other => {
+                        other?;
+                        break;
+                    }
                 }
             }
             if frames_cut {
@@ -438,6 +473,97 @@ impl Group {
             st.loaded = true;
         }
         Ok(st)
+    }
+
+    /// The group's state, its packs replayed again (a reader's, after the
+    /// writer compacted them: the new pack is whole before an old one goes).
+    fn reloaded(&self) -> io::Result<MutexGuard<'_, GroupState>> {
+        {
+            let mut st = lock(&self.state);
+            st.loaded = false;
+            st.index.clear();
+        }
+        self.loaded()
+    }
+
+    /// Rewrite the group's live frames into one new pack, then remove its
+    /// older packs, when at least `min_dead_share` of their bytes is dead;
+    /// `None` when nothing was done. See [`LinkPacks::compact`].
+    fn compact(&self, min_dead_share: f64) -> io::Result<Option<Compacted>> {
+        let mut st = self.loaded()?;
+        // What was appended is made durable and its pack closed: the next
+        // write opens a pack after the compacted one.
+        if let Some(w) = st.writer.take() {
+            self.wait_durable((w.pack, w.len))?;
+        }
+        if !lock(&self.sync).failed.is_empty() {
+            // A pack whose sync failed holds frames never acknowledged.
+            return Ok(None);
+        }
+        let packs = packs_in(&self.dir)?;
+        let mut before = 0u64;
+        for (&n, path) in &packs {
+            let len = fs::metadata(path)?.len();
+            if replay(path, n, &mut HashMap::new(), None)? != len {
+                // Bytes no head reads (a torn tail, or a damaged head that
+                // may hide synced frames) are never thrown away.
+                return Ok(None);
+            }
+            before += len;
+        }
+        let frame_len = |key: &str, loc: &Loc| (HEAD_BYTES + key.len()) as u64 + u64::from(loc.len);
+        let live: u64 = st.index.iter().map(|(k, l)| frame_len(k, l)).sum();
+        let dead = before.saturating_sub(live);
+        if packs.is_empty() || (dead as f64) < min_dead_share * before as f64 {
+            return Ok(None);
+        }
+        let n = st.next_pack;
+        st.next_pack += 1;
+        let path = self.dir.join(pack_name(n));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        // In the order they lie in the packs (reads go forward).
+        let mut keys: Vec<(String, Loc)> = st.index.iter().map(|(k, l)| (k.clone(), *l)).collect();
+        keys.sort_by_key(|(_, l)| (l.pack, l.offset));
+        let mut moved = HashMap::with_capacity(keys.len());
+        let mut at = 0u64;
+        let mut open: Option<(u32, File)> = None;
+        for (key, loc) in &keys {
+            if open.as_ref().is_none_or(|(p, _)| *p != loc.pack) {
+                open = Some((loc.pack, File::open(self.dir.join(pack_name(loc.pack)))?));
+            }
+            let (_, src) = open.as_ref().expect("a pack to read");
+            let mut data = vec![0u8; loc.len as usize];
+            src.read_exact_at(&mut data, loc.offset)?;
+            let f = frame_with_crc(KIND_PUT, key, &data, loc.crc)?;
+            file.write_all_at(&f, at)?;
+            moved.insert(
+                key.clone(),
+                Loc {
+                    pack: n,
+                    offset: at + (HEAD_BYTES + key.len()) as u64,
+                    ..*loc
+                },
+            );
+            at += f.len() as u64;
+        }
+        file.sync_all()?;
+        File::open(&self.dir)?.sync_all()?;
+        st.index = moved;
+        // Oldest first: a removal's frame outlives the put it removes, so
+        // a crash part way never brings a removed name back.
+        for old in packs.values() {
+            fs::remove_file(old)?;
+        }
+        File::open(&self.dir)?.sync_all()?;
+        Ok(Some(Compacted {
+            before,
+            after: at,
+            names: keys.len(),
+        }))
     }
 
     /// Append `frame` to the open pack (opening one first); the end of the
@@ -573,7 +699,8 @@ impl LinkPacks {
         LinkPacks {
             plain: LinkDir::new(dir.clone()),
             dir,
-            groups: Mutex::new(HashMap::new()),
+            groups: Arc::default(),
+            compacting: Mutex::default(),
             max_pack_bytes,
             cut_on_load: false,
             counts: Arc::default(),
@@ -593,6 +720,31 @@ impl LinkPacks {
     /// Writes and syncs so far (see [`SyncCounts`]).
     pub fn counts(&self) -> &SyncCounts {
         &self.counts
+    }
+
+    /// Rewrite `group`'s live link files into one new pack and remove its
+    /// older packs, when at least `min_dead_share` of their bytes is no
+    /// longer named (removed, written again, a frame never synced); `None`
+    /// when nothing was done. Reads and writes of the group wait meanwhile.
+    /// A crash part way leaves the old packs beside the new one (the same
+    /// names, read from the newer pack) or some of them (oldest removed
+    /// first). Nothing is done while a pack of the group holds bytes no
+    /// head reads or a sync of it failed. The storage's writer only.
+    pub fn compact(&self, group: &str, min_dead_share: f64) -> io::Result<Option<Compacted>> {
+        if !self.cut_on_load {
+            return Err(io::Error::other(
+                "only the storage's writer compacts its packs",
+            ));
+        }
+        self.group(group).compact(min_dead_share)
+    }
+
+    /// Wait for the compactions started in the background to end.
+    pub fn wait_compactions(&self) {
+        let running = std::mem::take(&mut *lock(&self.compacting));
+        for h in running {
+            let _ = h.join();
+        }
     }
 
     /// The directory itself.
@@ -663,6 +815,20 @@ impl LinkPacks {
     }
 }
 
+/// A round's packs are compacted when it ends if at least this share of
+/// their bytes is no longer named (results replaced or dropped by
+/// validation, frames written again, removals' own frames).
+pub const COMPACT_DEAD_SHARE: f64 = 0.25;
+
+/// What a compaction did: the group's pack bytes before and after, and
+/// the live names copied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compacted {
+    pub before: u64,
+    pub after: u64,
+    pub names: usize,
+}
+
 /// Most groups (rounds) a [`LinkPacks`] keeps open: past it, the groups
 /// not written to since they were opened are closed (and read again when
 /// asked for). A group's memory is its index, about 80 bytes a name.
@@ -726,8 +892,26 @@ impl LinkFiles for LinkPacks {
         // the read frees or replaces the bytes: look again before calling
         // them damaged.
         for _ in 0..2 {
-            if let Some(data) = Self::read_at(&g, loc)? {
-                return Ok(data);
+            match Self::read_at(&g, loc) {
+                Ok(Some(data)) => return Ok(data),
+                Ok(None) => {}
+                // Its pack compacted away since: look it up again (a
+                // reader beside the writer reads the packs again first).
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    let now = if self.cut_on_load {
+                        g.loaded()?.index.get(key).copied()
+                    } else {
+                        g.reloaded()?.index.get(key).copied()
+                    };
+                    match now {
+                        Some(now) if (now.pack, now.offset) != (loc.pack, loc.offset) => {
+                            loc = now;
+                            continue;
+                        }
+                        _ => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
             }
             match g.loaded()?.index.get(key).copied() {
                 None => {
@@ -783,7 +967,43 @@ impl LinkFiles for LinkPacks {
     }
 
     fn forget_round(&self, round_id: u64) {
-        lock(&self.groups).remove(&round_id.to_string());
+        let name = round_id.to_string();
+        let group = lock(&self.groups).get(&name).cloned();
+        let Some(g) = group.filter(|_| self.cut_on_load) else {
+            lock(&self.groups).remove(&name);
+            return;
+        };
+        // Compacted in the background, then closed (a write meanwhile
+        // waits for it, on the same group).
+        let groups = self.groups.clone();
+        let compaction = std::thread::Builder::new()
+            .name(format!("compact-{name}"))
+            .spawn(move || {
+                match g.compact(COMPACT_DEAD_SHARE) {
+                    Ok(Some(c)) => tracing::info!(
+                        round = %name,
+                        before = c.before,
+                        after = c.after,
+                        names = c.names,
+                        "link packs compacted"
+                    ),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(round = %name, "compacting the link packs: {e}"),
+                }
+                let mut groups = lock(&groups);
+                let idle = groups
+                    .get(&name)
+                    .is_some_and(|now| Arc::ptr_eq(now, &g) && lock(&g.state).writer.is_none());
+                if idle {
+                    groups.remove(&name);
+                }
+            });
+        let mut running = lock(&self.compacting);
+        running.retain(|h| !h.is_finished());
+        match compaction {
+            Ok(h) => running.push(h),
+            Err(e) => tracing::warn!(round = round_id, "cannot start a compaction: {e}"),
+        }
     }
 
     fn location(&self, name: &str) -> String {

@@ -1,5 +1,5 @@
 //! Link packs: reopening, torn tails, group commit, removal, plain files
-//! from before packs, limits.
+//! from before packs, limits, compaction.
 
 use super::*;
 use std::io::Write;
@@ -289,6 +289,7 @@ fn a_forgotten_round_and_groups_past_the_cache_are_read_again() {
         links.write(&format!("{round}/1-1.lf"), b"x").unwrap();
         links.forget_round(round as u64);
     }
+    links.wait_compactions();
     assert!(lock(&links.groups).len() <= 1);
     for round in 0..(MAX_CACHED_GROUPS + 4) {
         assert_eq!(links.read(&format!("{round}/1-1.lf")).unwrap(), b"x");
@@ -412,4 +413,185 @@ fn a_damaged_frame_before_a_sound_one_is_kept_for_a_look() {
     assert_eq!(fs::metadata(&path).unwrap().len(), len, "nothing cut");
     assert!(writer.read("7/1-1.lf").is_err());
     assert_eq!(writer.read("7/2-2.lf").unwrap(), b"sound");
+}
+
+/// A round of `n` link files of 1,000 bytes in group 7 of a writer, each
+/// written twice, then those with an odd number removed: most of its
+/// bytes dead. The names kept, with their bytes.
+fn round_with_dead_bytes(links: &LinkPacks, n: usize) -> Vec<(String, Vec<u8>)> {
+    let mut kept = Vec::new();
+    for i in 0..n {
+        let name = format!("7/{i}-{i}.lf");
+        links.write(&name, &[b'a'; 1000]).unwrap();
+        let bytes = vec![b'0' + (i % 10) as u8; 1000];
+        links.write(&name, &bytes).unwrap();
+        if i % 2 == 1 {
+            links.remove(&name);
+        } else {
+            kept.push((name, bytes));
+        }
+    }
+    kept
+}
+
+fn pack_bytes(dir: &Path) -> u64 {
+    packs_of(dir).iter().map(|(_, len, _)| len).sum()
+}
+
+#[test]
+fn a_round_mostly_dead_is_compacted_into_one_pack_that_reads_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let round = dir.path().join("7");
+    let links = LinkPacks::writer(dir.path());
+    let kept = round_with_dead_bytes(&links, 20);
+    links.write("8/1-1.lf", b"another round").unwrap();
+    drop(links);
+    // A second opening: two packs.
+    let links = LinkPacks::writer(dir.path());
+    links.write("7/99-99.lf", b"late").unwrap();
+    links.remove("7/99-99.lf");
+    let names = links.names().unwrap();
+    let before = pack_bytes(&round);
+    assert_eq!(packs_of(&round).len(), 2);
+
+    // A reader beside the writer, its index read before the compaction.
+    let reader = LinkPacks::new(dir.path());
+    assert_eq!(reader.read(&kept[0].0).unwrap(), kept[0].1);
+    let c = links
+        .compact("7", COMPACT_DEAD_SHARE)
+        .unwrap()
+        .expect("compacted");
+    for (name, bytes) in &kept {
+        assert_eq!(
+            &reader.read(name).unwrap(),
+            bytes,
+            "read again by the reader"
+        );
+    }
+    assert_eq!(c.before, before);
+    assert_eq!(c.names, kept.len());
+    let frame = (HEAD_BYTES + "0-0.lf".len() + 1000) as u64;
+    assert!(c.after <= kept.len() as u64 * (frame + 2), "{c:?}");
+    let packs = packs_of(&round);
+    assert_eq!(packs.len(), 1, "{packs:?}");
+    assert_eq!(pack_bytes(&round), c.after);
+    assert!(packs.iter().all(|(_, len, whole)| len == whole));
+    for (name, bytes) in &kept {
+        assert_eq!(&links.read(name).unwrap(), bytes);
+    }
+    assert_eq!(links.names().unwrap(), names);
+    assert_eq!(links.read("8/1-1.lf").unwrap(), b"another round");
+    // Written to after: a pack after the compacted one; read again whole.
+    links.write("7/100-100.lf", b"after").unwrap();
+    drop(links);
+    let again = LinkPacks::writer(dir.path());
+    for (name, bytes) in &kept {
+        assert_eq!(&again.read(name).unwrap(), bytes);
+    }
+    assert_eq!(again.read("7/100-100.lf").unwrap(), b"after");
+    assert_eq!(
+        again.read("7/1-1.lf").unwrap_err().kind(),
+        io::ErrorKind::NotFound
+    );
+    // Not dead enough (one removal in 11 names): nothing done.
+    again.remove("7/100-100.lf");
+    let packs = packs_of(&round);
+    assert_eq!(again.compact("7", COMPACT_DEAD_SHARE).unwrap(), None);
+    assert_eq!(packs_of(&round).len(), packs.len());
+    // Readers never compact.
+    assert!(LinkPacks::new(dir.path()).compact("7", 0.0).is_err());
+}
+
+/// A crash part way through a compaction leaves the new pack beside all
+/// the old ones, or beside the newer old ones (the oldest are removed
+/// first): either reads the same, and no removed name comes back.
+#[test]
+fn a_compaction_cut_short_by_a_crash_reads_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let round = dir.path().join("7");
+    let links = LinkPacks::writer(dir.path());
+    let kept = round_with_dead_bytes(&links, 6);
+    drop(links);
+    // The removals of the next opening land in a second pack.
+    let links = LinkPacks::writer(dir.path());
+    links.write("7/50-50.lf", b"x").unwrap();
+    links.remove("7/0-0.lf");
+    let kept: Vec<_> = kept.into_iter().filter(|(n, _)| n != "7/0-0.lf").collect();
+    let old: Vec<(PathBuf, Vec<u8>)> = packs_of(&round)
+        .into_iter()
+        .map(|(p, _, _)| {
+            let b = fs::read(&p).unwrap();
+            (p, b)
+        })
+        .collect();
+    assert_eq!(old.len(), 2);
+    links.compact("7", 0.0).unwrap().expect("compacted");
+    drop(links);
+    for restore in [&old[..], &old[1..]] {
+        for (p, b) in restore {
+            fs::write(p, b).unwrap();
+        }
+        let again = LinkPacks::writer(dir.path());
+        for (name, bytes) in &kept {
+            assert_eq!(&again.read(name).unwrap(), bytes, "{name}");
+        }
+        assert_eq!(again.read("7/50-50.lf").unwrap(), b"x");
+        let names = again.names().unwrap();
+        assert!(!names.contains(&"7/0-0.lf".to_string()), "{names:?}");
+        assert!(!names.contains(&"7/1-1.lf".to_string()), "{names:?}");
+        // Compacted again, it keeps the same names.
+        again.compact("7", 0.0).unwrap().expect("compacted");
+        assert_eq!(again.names().unwrap(), names);
+        assert_eq!(packs_of(&round).len(), 1);
+    }
+}
+
+/// A frame damaged on disk is copied with the checksum it was written
+/// with: it still reads as damaged. A pack with bytes no head reads is not
+/// compacted (they may hide frames that were synced).
+#[test]
+fn a_compaction_keeps_damage_visible_and_leaves_unread_bytes_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let round = dir.path().join("7");
+    let links = LinkPacks::writer(dir.path());
+    let kept = round_with_dead_bytes(&links, 4);
+    let (path, _, _) = packs_of(&round).remove(0);
+    let loc = lock(&links.group("7").state).index["0-0.lf"];
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    f.write_all_at(b"#", loc.offset + 10).unwrap();
+    links.compact("7", 0.0).unwrap().expect("compacted");
+    let e = links.read(&kept[0].0).unwrap_err();
+    assert!(e.to_string().contains("checksum"), "{e}");
+    assert_eq!(links.read(&kept[1].0).unwrap(), kept[1].1);
+    drop(links);
+    // Garbage past the last whole frame: left as it is.
+    let (path, len, _) = packs_of(&round).remove(0);
+    let f = OpenOptions::new().append(true).open(&path).unwrap();
+    (&f).write_all(&[0xee; 64]).unwrap();
+    let links = LinkPacks::writer(dir.path());
+    links.remove(&kept[1].0);
+    assert_eq!(links.compact("7", 0.0).unwrap(), None);
+    assert_eq!(fs::metadata(&path).unwrap().len(), len + 64);
+}
+
+/// A round that ends is compacted in the background when it is dead
+/// enough, and closed after.
+#[test]
+fn a_round_that_ends_is_compacted_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let round = dir.path().join("7");
+    let links = LinkPacks::writer(dir.path());
+    let kept = round_with_dead_bytes(&links, 10);
+    let before = pack_bytes(&round);
+    links.forget_round(7);
+    links.wait_compactions();
+    assert!(pack_bytes(&round) < before / 2, "{before}");
+    assert!(!lock(&links.groups).contains_key("7"), "closed after");
+    for (name, bytes) in &kept {
+        assert_eq!(&links.read(name).unwrap(), bytes);
+    }
 }

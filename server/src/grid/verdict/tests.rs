@@ -564,3 +564,71 @@ fn a_scans_pace_is_kept_when_its_hosts_speed_changes() {
     assert_eq!(pace(&fx), first);
     fx.grid.check_open();
 }
+
+/// Over 20 rounds in which every result is checked by a second host's
+/// scan (the check's file removed once the two agree), the link packs hold
+/// only what the kept results need: each round's packs are compacted when
+/// it ends (the check files and the removals' own frames go), byte for
+/// byte the kept files' frames.
+#[test]
+fn twenty_checked_rounds_grow_the_packs_only_by_the_kept_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = beebot_shared::sign::generate_key();
+    let packs = std::sync::Arc::new(LinkPacks::writer(dir.path().join("links")));
+    let io = GridIo {
+        store: crate::store::open(&dir.path().join("db")).unwrap(),
+        links: packs.clone(),
+        signer: std::sync::Arc::new(key.clone()),
+        rng: Box::new(rand::rngs::OsRng),
+    };
+    let grid = Grid::open(io, settings()).unwrap();
+    let mut fx = Fx { dir, key, grid };
+    fx.grid.add_sites(&site_names(3), T0).unwrap();
+    let h = [fx.host(), fx.host()];
+    let mut now = T0;
+    for _ in 0..20 {
+        let p = RoundParams {
+            validate: ValidateMode::All,
+            ..params(3)
+        };
+        let round = fx.grid.start_round(p, now).unwrap();
+        for step in 0.. {
+            assert!(step < 40, "the round does not end");
+            if fx.round_state(round) == RoundState::Done {
+                break;
+            }
+            now += 1000;
+            let host = h[step % 2];
+            let (units, _) = fx.ask(host, 1, &[], now);
+            for u in units {
+                assert_eq!(fx.upload(host, &u, 6, now + 500), UploadOutcome::Accepted);
+            }
+        }
+        let jobs = fx.grid.rounds[&round].job_ids.clone();
+        assert!(jobs.iter().all(|j| fx.job(*j).state == JobState::Done));
+        assert!(jobs.iter().all(|j| fx.job(*j).candidates.len() == 2));
+    }
+    packs.wait_compactions();
+    let mut live = 0u64;
+    for name in packs.names().unwrap() {
+        let key = name.rsplit_once('/').map_or(name.as_str(), |(_, k)| k);
+        live += (super::super::packs::HEAD_BYTES + key.len()) as u64
+            + packs.read(&name).unwrap().len() as u64;
+    }
+    let mut held = 0u64;
+    for round in std::fs::read_dir(packs.dir()).unwrap() {
+        for (_, len, whole) in super::super::packs::pack_files(&round.unwrap().path()).unwrap() {
+            assert_eq!(len, whole);
+            held += len;
+        }
+    }
+    assert_eq!(
+        held, live,
+        "the packs hold the kept results' frames, no more"
+    );
+    // Every kept result reads whole.
+    for j in fx.grid.jobs.values() {
+        let r = j.result.as_ref().expect("kept");
+        assert!(!packs.read(&r.file).unwrap().is_empty());
+    }
+}
