@@ -11,8 +11,9 @@
 //! thousands of jobs run while the queue drains. 2,000
 //! enrolled hosts against a round of 1,000 to 1,000,000 queued sites, per
 //! policy, as a round after the first finds them: [`UNKNOWN`] of them never
-//! scanned, the others of known, power-law sizes (the simulator's sites). `adaptive` answers most requests here with none (a slower host
-//! loses every size to a faster one): the `units` column counts the
+//! scanned, the others of known, power-law sizes (the simulator's sites).
+//! A policy may answer a request with none (`adaptive`: a slower host may
+//! lose every size to a faster one): the `units` column counts the
 //! requests that handed one out. Speed work keeps its figures only where
 //! the decisions are the same: `decisions` is a digest of the first
 //! [`DIGEST_REQUESTS`] answers (which host got which job, in order) and

@@ -448,7 +448,6 @@ impl Grid {
         serde_json::from_str(&stdout(&o)).expect("round json")
     }
 
-    /// Kill the server process now (SIGKILL).
     /// Stop the server as a service manager does (SIGTERM) and wait for it
     /// to exit: it ends its work and syncs its store.
     pub fn stop_server(&mut self) {
@@ -470,6 +469,7 @@ impl Grid {
         }
     }
 
+    /// Kill the server process now (SIGKILL).
     pub fn kill_server(&mut self) {
         if let Some(mut c) = self.server.take() {
             let _ = c.kill();
