@@ -141,15 +141,30 @@ impl Shared {
         };
         let mut report = api::CheckReport::default();
         for id in ids {
-            let Ok((jobs, files)) = self
-                .with_grid(move |g| g.round(id).map(|(_, j)| (j, g.link_files_shared())))
+            let Ok((over, jobs, files)) = self
+                .with_grid(move |g| {
+                    g.round(id).map(|(r, j)| {
+                        (
+                            r.state != model::RoundState::Running,
+                            j,
+                            g.link_files_shared(),
+                        )
+                    })
+                })
                 .await
             else {
                 continue;
             };
-            let checked =
-                tokio::task::spawn_blocking(move || damage::check_round(files.as_ref(), id, &jobs))
-                    .await;
+            // A round over is compacted after its check, if it was not
+            // when it ended (the server stopped first).
+            let checked = tokio::task::spawn_blocking(move || {
+                let checked = damage::check_round(files.as_ref(), id, &jobs);
+                if over {
+                    files.compact_ended(id);
+                }
+                checked
+            })
+            .await;
             let Ok((read, damaged)) = checked else {
                 continue;
             };

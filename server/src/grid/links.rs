@@ -42,6 +42,9 @@ pub trait LinkFiles: Send + Sync + fmt::Debug {
     /// Round `round_id` is over: what is kept open for its writes may be
     /// closed (its files stay readable).
     fn forget_round(&self, _round_id: u64) {}
+    /// Round `round_id` ended before (a check at start or on demand): its
+    /// storage may be compacted now, in the caller's thread.
+    fn compact_ended(&self, _round_id: u64) {}
     /// Where `name` is, for messages (a path for a directory).
     fn location(&self, name: &str) -> String;
     /// Every name held, in order (for checks and tests: it reads the whole

@@ -966,6 +966,31 @@ impl LinkFiles for LinkPacks {
         }
     }
 
+    fn compact_ended(&self, round_id: u64) {
+        if !self.cut_on_load {
+            return;
+        }
+        let name = round_id.to_string();
+        match self.compact(&name, COMPACT_DEAD_SHARE) {
+            Ok(Some(c)) => tracing::info!(
+                round = %name,
+                before = c.before,
+                after = c.after,
+                names = c.names,
+                "link packs compacted"
+            ),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(round = %name, "compacting the link packs: {e}"),
+        }
+        let mut groups = lock(&self.groups);
+        if groups
+            .get(&name)
+            .is_some_and(|g| Arc::strong_count(g) == 1 && lock(&g.state).writer.is_none())
+        {
+            groups.remove(&name);
+        }
+    }
+
     fn forget_round(&self, round_id: u64) {
         let name = round_id.to_string();
         let group = lock(&self.groups).get(&name).cloned();

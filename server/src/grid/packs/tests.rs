@@ -595,3 +595,25 @@ fn a_round_that_ends_is_compacted_in_the_background() {
         assert_eq!(&links.read(name).unwrap(), bytes);
     }
 }
+
+/// A round that ended before the server stopped, and was not compacted
+/// then, is compacted by the check at the next start (`compact_ended`);
+/// a reader's call does nothing.
+#[test]
+fn a_round_that_ended_before_a_restart_is_compacted_when_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let round = dir.path().join("7");
+    let links = LinkPacks::writer(dir.path());
+    let kept = round_with_dead_bytes(&links, 10);
+    drop(links);
+    let before = pack_bytes(&round);
+    LinkPacks::new(dir.path()).compact_ended(7);
+    assert_eq!(pack_bytes(&round), before);
+    let links = LinkPacks::writer(dir.path());
+    links.compact_ended(7);
+    assert!(pack_bytes(&round) < before / 2, "{before}");
+    assert_eq!(packs_of(&round).len(), 1);
+    for (name, bytes) in &kept {
+        assert_eq!(&links.read(name).unwrap(), bytes);
+    }
+}
