@@ -233,6 +233,34 @@ fn simulate_prints_a_table_per_policy_and_json() {
     ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("line 1"), "{}", stderr(&o));
+    // The fault schedule: a run with server restarts and lost answers
+    // ends with nothing accepted lost; a rate past its limit is refused.
+    let o = g.admin_ok(&[
+        "simulate",
+        "--synthetic-sites",
+        "12",
+        "--synthetic-hosts",
+        "3",
+        "--seeds",
+        "3",
+        "--policy",
+        "adaptive",
+        "--validate",
+        "adaptive",
+        "--restarts-per-hour",
+        "6",
+        "--upload-loss",
+        "0.3",
+        "--json",
+    ]);
+    let runs: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    let text = runs.to_string();
+    assert!(text.contains("\"restarts\""), "{text}");
+    assert!(text.contains("\"acknowledged_lost_total\":0"), "{text}");
+    assert!(!text.contains("\"acknowledged_lost\":1"), "{text}");
+    let o = g.admin(&["simulate", "--restarts-per-hour", "61", "--seeds", "1"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--restarts-per-hour"), "{}", stderr(&o));
     // An unknown policy is a usage error naming the known ones.
     let o = g.admin(&["simulate", "--policy", "nope", "--seeds", "1"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

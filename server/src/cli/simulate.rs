@@ -90,10 +90,21 @@ pub struct SimulateArgs {
     /// Hosts start trusted (validation at steady state) instead of new.
     #[arg(long)]
     trusted: bool,
+    /// Fault schedule: server restarts an hour on average (the grid opened
+    /// again from its store; 0 to MAX_RESTARTS_PER_HOUR).
+    #[arg(long, default_value_t = 0.0)]
+    restarts_per_hour: f64,
+    /// Fault schedule: share of accepted uploads whose answer is lost (the
+    /// client sends it again), 0..1.
+    #[arg(long, default_value_t = 0.0)]
+    upload_loss: f64,
     /// Print every run as JSON instead of the table.
     #[arg(long)]
     json: bool,
 }
+
+/// Most server restarts an hour the fault schedule takes (one a minute).
+const MAX_RESTARTS_PER_HOUR: f64 = 60.0;
 
 /// Parser of `--policy`: a policy name or `all`.
 fn policy_or_all() -> PossibleValuesParser {
@@ -118,8 +129,17 @@ impl SimulateArgs {
             first_seed: self.first_seed,
             validate: self.validate,
             trusted: self.trusted,
+            restarts_per_hour: self.restarts_per_hour,
+            upload_loss: self.upload_loss,
             ..Default::default()
         };
+        if !(0.0..=MAX_RESTARTS_PER_HOUR).contains(&opts.restarts_per_hour)
+            || !(0.0..=1.0).contains(&opts.upload_loss)
+        {
+            bail!(
+                "--restarts-per-hour must be within 0..{MAX_RESTARTS_PER_HOUR}, --upload-loss within 0..1"
+            );
+        }
         if !(0.0..=0.95).contains(&opts.noise)
             || !(0.0..=0.95).contains(&opts.benchmark_noise)
             || !(0.0..=0.9).contains(&opts.dropout)
@@ -212,13 +232,16 @@ fn settings(seeds: u32, opts: &SimOptions) -> String {
     };
     format!(
         "{seeds} seeds{from}, noise {}, benchmark noise {:.2}, dropout {}, vanish {}, unknown {}, \
-         scan failures {}, {} hosts, delay {} ms, max pages {}, max scan time {} s (",
+         scan failures {}, restarts/h {}, upload loss {}, {} hosts, delay {} ms, max pages {}, \
+         max scan time {} s (",
         opts.noise,
         opts.benchmark_noise,
         opts.dropout,
         opts.vanish,
         opts.unknown,
         opts.scan_failures,
+        opts.restarts_per_hour,
+        opts.upload_loss,
         opts.availability.as_str(),
         opts.delay_ms,
         opts.max_pages,

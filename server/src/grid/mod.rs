@@ -30,6 +30,8 @@ mod sites;
 mod status;
 mod upload;
 mod verdict;
+#[cfg(test)]
+pub(crate) use verdict::NO_FALLBACK_CHECKER;
 mod views;
 mod work;
 

@@ -53,6 +53,23 @@ pub(super) struct Sim<'a> {
     pub(super) round_over: bool,
     /// The latest tick scheduled for leases that may lapse.
     pub(super) lease_tick_ms: u64,
+    /// What the grid is opened again from at a restart.
+    pub(super) reopen: Reopen,
+    /// The fault schedule's draws (a stream of their own).
+    pub(super) fault_rng: Rng,
+    pub(super) restarts: u64,
+    pub(super) uploads_repeated: u64,
+    /// Every upload the grid accepted: (job, unit).
+    pub(super) acknowledged: Vec<(u64, u64)>,
+}
+
+/// What a restarted server opens: its store and link files as they are.
+pub(super) struct Reopen {
+    pub(super) store: crate::store::SharedStore,
+    pub(super) links: std::sync::Arc<crate::grid::MemoryLinks>,
+    pub(super) key: ed25519_dalek::SigningKey,
+    pub(super) settings: crate::grid::GridSettings,
+    pub(super) seed: u64,
 }
 
 impl Sim<'_> {
@@ -379,7 +396,87 @@ impl Sim<'_> {
             UploadStep::Answer(o) => return Ok(o),
             UploadStep::Plan(p) => p,
         };
-        finish_upload(&mut self.grid, &plan, summary, &link_file, state, now)
+        let outcome = finish_upload(&mut self.grid, &plan, summary, &link_file, state, now)?;
+        if outcome == UploadOutcome::Accepted {
+            self.acknowledged.push((unit.job_id, unit.unit_id));
+            // Its answer lost: the client sends it again, and the grid
+            // must answer from what it took, never take it twice.
+            if self.opts.upload_loss > 0.0 && self.fault_rng.unit() < self.opts.upload_loss {
+                self.uploads_repeated += 1;
+                let again = match part {
+                    None => self.grid.upload_begin(host_id, unit.unit_id, now)?,
+                    Some(index) => {
+                        self.grid
+                            .upload_part_begin(host_id, unit.unit_id, (index, pages), now)?
+                    }
+                };
+                if matches!(again, UploadStep::Plan(_)) {
+                    return Err(SimError::Invalid(format!(
+                        "unit {}'s upload, sent again, would be taken twice",
+                        unit.unit_id
+                    )));
+                }
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// The server restarts: the grid is opened again from its store and
+    /// link files; each client that is on reconnects and says its
+    /// resources again (what the grid keeps in memory only).
+    pub(super) fn on_restart(&mut self) -> Result<(), SimError> {
+        self.restarts += 1;
+        let r = &self.reopen;
+        let io = crate::grid::GridIo::in_memory(
+            r.store.clone(),
+            r.links.clone(),
+            r.key.clone(),
+            r.seed ^ self.restarts,
+        );
+        self.grid = Grid::open(io, r.settings.clone())?;
+        let now = self.grid_now();
+        for (h, c) in self.clients.iter().enumerate() {
+            if c.avail == Avail::On {
+                if let Some(res) = self.hosts[h].resources {
+                    self.grid.set_resources(c.host_id, res, now)?;
+                }
+            }
+        }
+        self.check_round();
+        self.next_restart();
+        Ok(())
+    }
+
+    /// Schedule the next restart of the fault schedule (none at rate 0).
+    pub(super) fn next_restart(&mut self) {
+        let rate = self.opts.restarts_per_hour;
+        if rate > 0.0 && rate.is_finite() {
+            let u = self.fault_rng.unit().max(1e-12);
+            let after_ms = (-u.ln() * 3_600_000.0 / rate) as u64;
+            self.at(self.now + after_ms.max(1), Ev::Restart);
+        }
+    }
+
+    /// Accepted uploads whose piece the job's record no longer holds (its
+    /// result, a segment, or a result under comparison).
+    pub(super) fn acknowledged_lost(&self) -> Result<u64, SimError> {
+        let (_, jobs) = self.grid.round(self.round_id)?;
+        let jobs: HashMap<u64, crate::model::JobRecord> =
+            jobs.into_iter().map(|j| (j.id, j)).collect();
+        let mut lost = 0;
+        for &(job_id, unit_id) in &self.acknowledged {
+            let Some(job) = jobs.get(&job_id) else {
+                lost += 1;
+                continue;
+            };
+            let held = job.result.as_ref().is_some_and(|r| r.unit_id == unit_id)
+                || job.segments.iter().any(|s| s.unit_id == unit_id)
+                || job.candidates.iter().any(|c| {
+                    c.result.unit_id == unit_id || c.segments.iter().any(|s| s.unit_id == unit_id)
+                });
+            lost += u64::from(!held);
+        }
+        Ok(lost)
     }
 
     /// A scan's progress report: `Extend` is followed, `Abort` stops it.

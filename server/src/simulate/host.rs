@@ -49,6 +49,8 @@ pub(super) enum Ev {
     Tick,
     /// A host's availability changes (host, index into its timeline).
     Avail(usize, usize),
+    /// The server restarts (the fault schedule).
+    Restart,
 }
 
 /// A scan in a client.
@@ -136,7 +138,7 @@ impl Ev {
     pub(super) fn host(&self) -> Option<usize> {
         match *self {
             Ev::Ask(h) | Ev::ScanEnd(h, _, _) | Ev::Report(h, _, _) | Ev::Avail(h, _) => Some(h),
-            Ev::Tick => None,
+            Ev::Tick | Ev::Restart => None,
         }
     }
 }

@@ -186,6 +186,15 @@ pub struct SimOptions {
     /// Hosts start trusted (validation at steady state: spot checks only),
     /// rather than new (every result checked until trusted).
     pub trusted: bool,
+    /// The fault schedule (all 0: none), drawn from a stream of its own so
+    /// a seed's other draws stay as they are. Server restarts an hour on
+    /// average: the grid is opened again from its store (what it keeps in
+    /// memory only is lost; the clients reconnect and say their resources
+    /// again).
+    pub restarts_per_hour: f64,
+    /// Share of accepted uploads whose answer is lost: the client sends the
+    /// same upload again, which must not be taken twice.
+    pub upload_loss: f64,
 }
 
 impl Default for SimOptions {
@@ -215,6 +224,8 @@ impl Default for SimOptions {
             first_seed: 0,
             validate: ValidateMode::Off,
             trusted: false,
+            restarts_per_hour: 0.0,
+            upload_loss: 0.0,
         }
     }
 }

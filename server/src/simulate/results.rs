@@ -46,6 +46,13 @@ pub struct RunResult {
     /// Hours the hosts held units, summed over the hosts: how long machines
     /// were disturbed.
     pub host_hours: f64,
+    /// Server restarts and uploads sent again after a lost answer (the
+    /// fault schedule).
+    pub restarts: u64,
+    pub uploads_repeated: u64,
+    /// Uploads the grid accepted that its records no longer hold at the
+    /// end (each a fault: an acknowledged result lost).
+    pub acknowledged_lost: u64,
 }
 
 /// A policy's runs over the seeds, summarised.
@@ -68,6 +75,8 @@ pub struct PolicySummary {
     pub check_overhead: f64,
     pub hosts_used_median: f64,
     pub host_hours_median: f64,
+    /// Accepted uploads lost over every run (a fault; see [`RunResult`]).
+    pub acknowledged_lost_total: u64,
 }
 /// Where the sites and hosts of a simulation come from.
 #[derive(Clone, Debug)]
@@ -243,6 +252,7 @@ pub fn summarise(policy: &str, runs: &[RunResult]) -> PolicySummary {
             / runs.iter().map(|r| r.result_pages).sum::<u64>().max(1) as f64,
         hosts_used_median: median(runs.iter().map(|r| r.hosts_used as f64).collect()),
         host_hours_median: median(runs.iter().map(|r| r.host_hours).collect()),
+        acknowledged_lost_total: runs.iter().map(|r| r.acknowledged_lost).sum(),
     }
 }
 
@@ -268,10 +278,10 @@ pub fn table(rows: &[PolicySummary]) -> String {
             r.check_overhead * 100.0,
             r.hosts_used_median,
             r.host_hours_median,
-            if r.unfinished > 0 {
-                format!("  ({} runs unfinished)", r.unfinished)
-            } else {
-                String::new()
+            match (r.unfinished, r.acknowledged_lost_total) {
+                (0, 0) => String::new(),
+                (u, 0) => format!("  ({u} runs unfinished)"),
+                (u, a) => format!("  ({u} runs unfinished, {a} accepted uploads LOST)"),
             }
         ));
     }

@@ -15,7 +15,7 @@ use ed25519_dalek::SigningKey;
 use beebot_shared::proto::HostInfo;
 use beebot_shared::window::Windows;
 
-use super::engine::Sim;
+use super::engine::{Reopen, Sim};
 use super::host::{Client, Ev, HeldState, SiteTruth};
 use super::inputs::{SimHost, SimSite};
 use super::results::RunResult;
@@ -64,7 +64,15 @@ pub fn run(
     // In memory: a simulated link file holds a header and no records (about
     // 50 bytes a site once the round is done), and the files and states no
     // result keeps are removed as on disk.
-    let io = GridIo::in_memory(store, Arc::new(MemoryLinks::new()), key.clone(), seed);
+    let links = Arc::new(MemoryLinks::new());
+    let reopen = Reopen {
+        store: store.clone(),
+        links: links.clone(),
+        key: key.clone(),
+        settings: settings.clone(),
+        seed,
+    };
+    let io = GridIo::in_memory(store, links, key.clone(), seed);
     let mut grid = Grid::open(io, settings)?;
     let clients = enrol_hosts(
         &mut grid,
@@ -95,10 +103,18 @@ pub fn run(
         continuations: 0,
         round_over: false,
         lease_tick_ms: 0,
+        reopen,
+        fault_rng: Rng::new(seed ^ FAULT_STREAM),
+        restarts: 0,
+        uploads_repeated: 0,
+        acknowledged: Vec::new(),
     };
     drive(&mut sim, sites.len(), hosts.len())?;
     outcome(&mut sim, seed, world.lower_bound_s)
 }
+
+/// Mixed into the seed for the fault schedule's draws.
+const FAULT_STREAM: u64 = 0x6661_756c_7473_0001;
 
 /// Mixed into the seed for the draws of the sites' last scans.
 const LAST_SCAN_STREAM: u64 = 0x6c61_7374_7363_616e;
@@ -326,6 +342,7 @@ fn drive(sim: &mut Sim<'_>, sites: usize, hosts: usize) -> Result<(), SimError> 
         let t = (sim.rng.unit() * 1000.0) as u64;
         sim.at(t, Ev::Avail(h, 0));
     }
+    sim.next_restart();
     let bound = EVENTS_PER_JOB * sites as u64 + EVENTS_PER_HOST * hosts as u64;
     let mut processed = 0u64;
     while !sim.round_over && processed < bound {
@@ -344,6 +361,7 @@ fn drive(sim: &mut Sim<'_>, sites: usize, hosts: usize) -> Result<(), SimError> 
             Ev::Report(h, u, e) => sim.on_report(h, u, e)?,
             Ev::Tick => sim.on_tick()?,
             Ev::Avail(h, i) => sim.on_avail(h, i)?,
+            Ev::Restart => sim.on_restart()?,
         }
         if let Some(h) = host {
             sim.note_held(h);
@@ -401,6 +419,9 @@ fn outcome(sim: &mut Sim<'_>, seed: u64, lower: f64) -> Result<RunResult, SimErr
         check_pages: counts.check_pages,
         hosts_used: sim.clients.iter().filter(|c| c.used).count() as u64,
         host_hours: held_ms as f64 / MS_PER_HOUR,
+        restarts: sim.restarts,
+        uploads_repeated: sim.uploads_repeated,
+        acknowledged_lost: sim.acknowledged_lost()?,
     })
 }
 
@@ -502,5 +523,74 @@ mod tests {
             assert!(r.continuations > 0, "{name}: {r:?}");
             assert_eq!(r.pages_lost, 0, "{name}: {r:?}");
         }
+    }
+
+    /// The fault schedule (as TigerBeetle's VOPR runs one): server
+    /// restarts, answers to accepted uploads lost, hosts in and out of
+    /// offline spells mid-scan, scans cut by a 30 s budget and handed
+    /// over, every new host's result checked by another host, at the 1 s
+    /// delay.
+    fn faulty() -> SimOptions {
+        SimOptions {
+            restarts_per_hour: 4.0,
+            upload_loss: 0.2,
+            dropout: 0.3,
+            vanish: 0.0,
+            scan_failures: 0.0,
+            max_seconds: 30,
+            validate: crate::validate::ValidateMode::Adaptive,
+            ..small()
+        }
+    }
+
+    /// Seeds of the fault schedule a test runs.
+    const FAULT_SEEDS: u64 = 200;
+
+    fn faulty_run(seed: u64, o: &SimOptions) -> RunResult {
+        let s = synthetic_sites(8, o.unknown, seed);
+        let h = synthetic_hosts(3, seed);
+        run(&s, &h, "adaptive", seed, o).unwrap()
+    }
+
+    #[test]
+    fn under_the_fault_schedule_every_round_ends_and_no_acknowledged_upload_is_lost() {
+        let o = faulty();
+        let (mut restarts, mut repeated) = (0, 0);
+        for seed in 0..FAULT_SEEDS {
+            let r = faulty_run(seed, &o);
+            assert!(r.finished, "seed {seed}: {r:?}");
+            assert_eq!(r.acknowledged_lost, 0, "seed {seed}: {r:?}");
+            assert_eq!((r.pages_lost, r.failed), (0, 0), "seed {seed}: {r:?}");
+            restarts += r.restarts;
+            repeated += r.uploads_repeated;
+        }
+        assert!(restarts >= FAULT_SEEDS, "{restarts} restarts");
+        assert!(repeated >= FAULT_SEEDS, "{repeated} uploads sent again");
+        // Without a delay too.
+        let o = SimOptions {
+            delay_ms: 0,
+            ..faulty()
+        };
+        for seed in 0..FAULT_SEEDS / 4 {
+            let r = faulty_run(seed, &o);
+            assert!(r.finished && r.acknowledged_lost == 0, "seed {seed}: {r:?}");
+        }
+    }
+
+    /// Taken out, the fallback checker's absence is found: some seed's
+    /// round never ends (a result every host wrote a part of, with no host
+    /// left to check it), and that seed replays exactly.
+    #[test]
+    fn the_fault_schedule_finds_the_round_that_never_ended_without_the_fallback_checker() {
+        use crate::grid::NO_FALLBACK_CHECKER;
+        NO_FALLBACK_CHECKER.with(|c| c.set(true));
+        let o = faulty();
+        let hung = (0..FAULT_SEEDS).find(|&seed| !faulty_run(seed, &o).finished);
+        let replayed = hung.map(|seed| (faulty_run(seed, &o), faulty_run(seed, &o)));
+        NO_FALLBACK_CHECKER.with(|c| c.set(false));
+        let seed = hung.expect("a seed whose round never ends without the fallback checker");
+        let (a, b) = replayed.expect("replayed");
+        assert_eq!(a, b, "seed {seed} replays exactly");
+        assert!(faulty_run(seed, &o).finished, "with it, seed {seed} ends");
     }
 }
