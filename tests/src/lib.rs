@@ -166,15 +166,7 @@ impl Grid {
 
     /// Init and start a server, and serve `web` (e.g. sites of chosen sizes).
     pub fn start_with(web: SynthWeb) -> Grid {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let web = Arc::new(web);
-        let web_server = SynthWebServer::start(web.clone()).expect("synthetic web");
-        let mut g = Grid {
-            dir,
-            server: None,
-            web,
-            web_server,
-        };
+        let mut g = Grid::unstarted(tempfile::tempdir().expect("tempdir"), web);
         let o = g.admin(&LOOPBACK_INIT);
         assert!(o.status.success(), "init failed: {}", stderr(&o));
         // Most tests run one client, and a result is validated by another
@@ -207,16 +199,21 @@ impl Grid {
         // Each file readable by its owner only, as the release left it (a
         // checkout keeps no modes; the server refuses a secret others read).
         owner_only(&dir.path().join("server"));
+        let mut g = Grid::unstarted(dir, web);
+        g.start_server();
+        g
+    }
+
+    /// `web` served, no server started yet, in `dir`.
+    fn unstarted(dir: tempfile::TempDir, web: SynthWeb) -> Grid {
         let web = Arc::new(web);
         let web_server = SynthWebServer::start(web.clone()).expect("synthetic web");
-        let mut g = Grid {
+        Grid {
             dir,
             server: None,
             web,
             web_server,
-        };
-        g.start_server();
-        g
+        }
     }
 
     pub fn data_dir(&self) -> PathBuf {

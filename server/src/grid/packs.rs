@@ -517,14 +517,7 @@ impl Group {
         if packs.is_empty() || (dead as f64) < min_dead_share * before as f64 {
             return Ok(None);
         }
-        let n = st.next_pack;
-        st.next_pack += 1;
-        let path = self.dir.join(pack_name(n));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
+        let (n, file) = self.new_pack(&mut st)?;
         // In the order they lie in the packs (reads go forward).
         let mut keys: Vec<(String, Loc)> = st.index.iter().map(|(k, l)| (k.clone(), *l)).collect();
         keys.sort_by_key(|(_, l)| (l.pack, l.offset));
@@ -566,6 +559,18 @@ impl Group {
         }))
     }
 
+    /// Create the group's next pack (its number taken).
+    fn new_pack(&self, st: &mut GroupState) -> io::Result<(u32, File)> {
+        let n = st.next_pack;
+        st.next_pack += 1;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(self.dir.join(pack_name(n)))?;
+        Ok((n, file))
+    }
+
     /// Append `frame` to the open pack (opening one first); the end of the
     /// frame and where it starts. A full pack is made durable whole before
     /// the next is opened (so a later sync never has to reach back into
@@ -584,14 +589,7 @@ impl Group {
         }
         if st.writer.is_none() {
             beebot_shared::util::create_private_dir(&self.dir)?;
-            let n = st.next_pack;
-            st.next_pack += 1;
-            let path = self.dir.join(pack_name(n));
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&path)?;
+            let (n, file) = self.new_pack(st)?;
             File::open(&self.dir)?.sync_all()?;
             st.writer = Some(Writer {
                 pack: n,
@@ -815,6 +813,29 @@ impl LinkPacks {
     }
 }
 
+/// Compact round `name`'s group `g` (when dead enough; what happened is
+/// logged), then close it unless it is written to again meanwhile.
+fn compact_and_close(groups: &Mutex<HashMap<String, Arc<Group>>>, name: &str, g: &Arc<Group>) {
+    match g.compact(COMPACT_DEAD_SHARE) {
+        Ok(Some(c)) => tracing::info!(
+            round = %name,
+            before = c.before,
+            after = c.after,
+            names = c.names,
+            "link packs compacted"
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(round = %name, "compacting the link packs: {e}"),
+    }
+    let mut groups = lock(groups);
+    let idle = groups
+        .get(name)
+        .is_some_and(|now| Arc::ptr_eq(now, g) && lock(&g.state).writer.is_none());
+    if idle {
+        groups.remove(name);
+    }
+}
+
 /// A round's packs are compacted when it ends if at least this share of
 /// their bytes is no longer named (results replaced or dropped by
 /// validation, frames written again, removals' own frames).
@@ -967,27 +988,10 @@ impl LinkFiles for LinkPacks {
     }
 
     fn compact_ended(&self, round_id: u64) {
-        if !self.cut_on_load {
-            return;
-        }
-        let name = round_id.to_string();
-        match self.compact(&name, COMPACT_DEAD_SHARE) {
-            Ok(Some(c)) => tracing::info!(
-                round = %name,
-                before = c.before,
-                after = c.after,
-                names = c.names,
-                "link packs compacted"
-            ),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(round = %name, "compacting the link packs: {e}"),
-        }
-        let mut groups = lock(&self.groups);
-        if groups
-            .get(&name)
-            .is_some_and(|g| Arc::strong_count(g) == 1 && lock(&g.state).writer.is_none())
-        {
-            groups.remove(&name);
+        if self.cut_on_load {
+            let name = round_id.to_string();
+            let g = self.group(&name);
+            compact_and_close(&self.groups, &name, &g);
         }
     }
 
@@ -1003,26 +1007,7 @@ impl LinkFiles for LinkPacks {
         let groups = self.groups.clone();
         let compaction = std::thread::Builder::new()
             .name(format!("compact-{name}"))
-            .spawn(move || {
-                match g.compact(COMPACT_DEAD_SHARE) {
-                    Ok(Some(c)) => tracing::info!(
-                        round = %name,
-                        before = c.before,
-                        after = c.after,
-                        names = c.names,
-                        "link packs compacted"
-                    ),
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(round = %name, "compacting the link packs: {e}"),
-                }
-                let mut groups = lock(&groups);
-                let idle = groups
-                    .get(&name)
-                    .is_some_and(|now| Arc::ptr_eq(now, &g) && lock(&g.state).writer.is_none());
-                if idle {
-                    groups.remove(&name);
-                }
-            });
+            .spawn(move || compact_and_close(&groups, &name, &g));
         let mut running = lock(&self.compacting);
         running.retain(|h| !h.is_finished());
         match compaction {
