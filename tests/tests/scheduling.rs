@@ -233,8 +233,9 @@ fn simulate_prints_a_table_per_policy_and_json() {
     ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("line 1"), "{}", stderr(&o));
-    // The fault schedule: a run with server restarts and lost answers
-    // ends with nothing accepted lost; a rate past its limit is refused.
+    // The fault schedule: a run with server restarts, lost answers and
+    // clock jumps ends with nothing accepted lost; a rate past its limit
+    // is refused.
     let o = g.admin_ok(&[
         "simulate",
         "--synthetic-sites",
@@ -251,6 +252,8 @@ fn simulate_prints_a_table_per_policy_and_json() {
         "6",
         "--upload-loss",
         "0.3",
+        "--clock-jumps-per-hour",
+        "2",
         "--json",
     ]);
     let runs: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");

@@ -98,12 +98,17 @@ pub struct SimulateArgs {
     /// client sends it again), 0..1.
     #[arg(long, default_value_t = 0.0)]
     upload_loss: f64,
+    /// Fault schedule: jumps of the server's clock an hour on average (back
+    /// up to 5 minutes or on up to 15; 0 to MAX_RESTARTS_PER_HOUR).
+    #[arg(long, default_value_t = 0.0)]
+    clock_jumps_per_hour: f64,
     /// Print every run as JSON instead of the table.
     #[arg(long)]
     json: bool,
 }
 
-/// Most server restarts an hour the fault schedule takes (one a minute).
+/// Most server restarts (and clock jumps) an hour the fault schedule takes
+/// (one a minute).
 const MAX_RESTARTS_PER_HOUR: f64 = 60.0;
 
 /// Parser of `--policy`: a policy name or `all`.
@@ -131,13 +136,16 @@ impl SimulateArgs {
             trusted: self.trusted,
             restarts_per_hour: self.restarts_per_hour,
             upload_loss: self.upload_loss,
+            clock_jumps_per_hour: self.clock_jumps_per_hour,
             ..Default::default()
         };
         if !(0.0..=MAX_RESTARTS_PER_HOUR).contains(&opts.restarts_per_hour)
+            || !(0.0..=MAX_RESTARTS_PER_HOUR).contains(&opts.clock_jumps_per_hour)
             || !(0.0..=1.0).contains(&opts.upload_loss)
         {
             bail!(
-                "--restarts-per-hour must be within 0..{MAX_RESTARTS_PER_HOUR}, --upload-loss within 0..1"
+                "--restarts-per-hour and --clock-jumps-per-hour must be within \
+                 0..{MAX_RESTARTS_PER_HOUR}, --upload-loss within 0..1"
             );
         }
         if !(0.0..=0.95).contains(&opts.noise)
@@ -232,7 +240,7 @@ fn settings(seeds: u32, opts: &SimOptions) -> String {
     };
     format!(
         "{seeds} seeds{from}, noise {}, benchmark noise {:.2}, dropout {}, vanish {}, unknown {}, \
-         scan failures {}, restarts/h {}, upload loss {}, {} hosts, delay {} ms, max pages {}, \
+         scan failures {}, restarts/h {}, upload loss {}, clock jumps/h {}, {} hosts, delay {} ms, max pages {}, \
          max scan time {} s (",
         opts.noise,
         opts.benchmark_noise,
@@ -242,6 +250,7 @@ fn settings(seeds: u32, opts: &SimOptions) -> String {
         opts.scan_failures,
         opts.restarts_per_hour,
         opts.upload_loss,
+        opts.clock_jumps_per_hour,
         opts.availability.as_str(),
         opts.delay_ms,
         opts.max_pages,

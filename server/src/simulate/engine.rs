@@ -61,7 +61,18 @@ pub(super) struct Sim<'a> {
     pub(super) uploads_repeated: u64,
     /// Every upload the grid accepted: (job, unit).
     pub(super) acknowledged: Vec<(u64, u64)>,
+    /// How far the server's clock is off the simulation's (clock jumps).
+    pub(super) clock_skew_ms: i64,
+    pub(super) clock_jumps: u64,
 }
+
+/// A clock jump goes back at most this far (an NTP step, a wrong clock set
+/// right)...
+const CLOCK_JUMP_BACK_MS: u64 = 5 * 60_000;
+/// ...or on at most this far (a sleep the clock did not see, a step on).
+const CLOCK_JUMP_ON_MS: u64 = 15 * 60_000;
+/// The server's clock is never further off the simulation's than this.
+const MAX_CLOCK_SKEW_MS: u64 = 60 * 60_000;
 
 /// What a restarted server opens: its store and link files as they are.
 pub(super) struct Reopen {
@@ -79,8 +90,16 @@ impl Sim<'_> {
         self.events.push(Reverse((t.max(self.now), self.seq, ev)));
     }
 
+    /// The server's clock: the simulation's, off by the clock jumps.
     pub(super) fn grid_now(&self) -> u64 {
-        SIM_START_MS + self.now
+        (SIM_START_MS + self.now).saturating_add_signed(self.clock_skew_ms)
+    }
+
+    /// The simulation's time at which the server's clock reads `grid_ms`.
+    pub(super) fn sim_ms_of(&self, grid_ms: u64) -> u64 {
+        grid_ms
+            .saturating_add_signed(-self.clock_skew_ms)
+            .saturating_sub(SIM_START_MS)
     }
 
     pub(super) fn ask_soon(&mut self, h: usize, t: u64) {
@@ -175,7 +194,7 @@ impl Sim<'_> {
             if unit.resume.is_some() {
                 self.continuations += 1;
             }
-            self.at(unit.deadline_ms.saturating_sub(SIM_START_MS) + 1, Ev::Tick);
+            self.at(self.sim_ms_of(unit.deadline_ms) + 1, Ev::Tick);
             self.clients[h].held.push(Held {
                 unit,
                 site,
@@ -449,12 +468,39 @@ impl Sim<'_> {
 
     /// Schedule the next restart of the fault schedule (none at rate 0).
     pub(super) fn next_restart(&mut self) {
-        let rate = self.opts.restarts_per_hour;
-        if rate > 0.0 && rate.is_finite() {
-            let u = self.fault_rng.unit().max(1e-12);
-            let after_ms = (-u.ln() * 3_600_000.0 / rate) as u64;
-            self.at(self.now + after_ms.max(1), Ev::Restart);
+        if let Some(after_ms) = self.fault_after(self.opts.restarts_per_hour) {
+            self.at(self.now + after_ms, Ev::Restart);
         }
+    }
+
+    /// Schedule the next clock jump of the fault schedule (none at rate 0).
+    pub(super) fn next_clock_jump(&mut self) {
+        if let Some(after_ms) = self.fault_after(self.opts.clock_jumps_per_hour) {
+            self.at(self.now + after_ms, Ev::ClockJump);
+        }
+    }
+
+    /// Milliseconds to the next fault of a schedule of `per_hour` on
+    /// average (exponential gaps); `None` at 0.
+    fn fault_after(&mut self, per_hour: f64) -> Option<u64> {
+        (per_hour > 0.0 && per_hour.is_finite()).then(|| {
+            let u = self.fault_rng.unit().max(1e-12);
+            ((-u.ln() * 3_600_000.0 / per_hour) as u64).max(1)
+        })
+    }
+
+    /// The server's clock jumps: back up to [`CLOCK_JUMP_BACK_MS`] or on up
+    /// to [`CLOCK_JUMP_ON_MS`], never further off than
+    /// [`MAX_CLOCK_SKEW_MS`] either way; its ticker runs at once.
+    pub(super) fn on_clock_jump(&mut self) -> Result<(), SimError> {
+        self.clock_jumps += 1;
+        let span = (CLOCK_JUMP_BACK_MS + CLOCK_JUMP_ON_MS) as f64;
+        let jump = (self.fault_rng.unit() * span) as i64 - CLOCK_JUMP_BACK_MS as i64;
+        self.clock_skew_ms = (self.clock_skew_ms + jump)
+            .clamp(-(MAX_CLOCK_SKEW_MS as i64), MAX_CLOCK_SKEW_MS as i64);
+        self.at(self.now, Ev::Tick);
+        self.next_clock_jump();
+        Ok(())
     }
 
     /// Accepted uploads whose piece the job's record no longer holds (its
@@ -511,7 +557,7 @@ impl Sim<'_> {
             ProgressOutcome::Abort(_) => return self.drop_scan(h, i),
             ProgressOutcome::Extend(d) => {
                 self.clients[h].held[i].unit.deadline_ms = d;
-                self.at(d.saturating_sub(SIM_START_MS) + 1, Ev::Tick);
+                self.at(self.sim_ms_of(d) + 1, Ev::Tick);
             }
             ProgressOutcome::Continue => {}
         }

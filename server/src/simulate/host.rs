@@ -51,6 +51,8 @@ pub(super) enum Ev {
     Avail(usize, usize),
     /// The server restarts (the fault schedule).
     Restart,
+    /// The server's clock jumps (the fault schedule).
+    ClockJump,
 }
 
 /// A scan in a client.
@@ -138,7 +140,7 @@ impl Ev {
     pub(super) fn host(&self) -> Option<usize> {
         match *self {
             Ev::Ask(h) | Ev::ScanEnd(h, _, _) | Ev::Report(h, _, _) | Ev::Avail(h, _) => Some(h),
-            Ev::Tick | Ev::Restart => None,
+            Ev::Tick | Ev::Restart | Ev::ClockJump => None,
         }
     }
 }

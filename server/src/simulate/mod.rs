@@ -195,6 +195,9 @@ pub struct SimOptions {
     /// Share of accepted uploads whose answer is lost: the client sends the
     /// same upload again, which must not be taken twice.
     pub upload_loss: f64,
+    /// Jumps of the server's clock an hour on average (back up to 5
+    /// minutes or on up to 15, never more than an hour off).
+    pub clock_jumps_per_hour: f64,
 }
 
 impl Default for SimOptions {
@@ -226,6 +229,7 @@ impl Default for SimOptions {
             trusted: false,
             restarts_per_hour: 0.0,
             upload_loss: 0.0,
+            clock_jumps_per_hour: 0.0,
         }
     }
 }

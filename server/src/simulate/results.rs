@@ -50,6 +50,7 @@ pub struct RunResult {
     /// fault schedule).
     pub restarts: u64,
     pub uploads_repeated: u64,
+    pub clock_jumps: u64,
     /// Uploads the grid accepted that its records no longer hold at the
     /// end (each a fault: an acknowledged result lost).
     pub acknowledged_lost: u64,

@@ -108,6 +108,8 @@ pub fn run(
         restarts: 0,
         uploads_repeated: 0,
         acknowledged: Vec::new(),
+        clock_skew_ms: 0,
+        clock_jumps: 0,
     };
     drive(&mut sim, sites.len(), hosts.len())?;
     outcome(&mut sim, seed, world.lower_bound_s)
@@ -343,6 +345,7 @@ fn drive(sim: &mut Sim<'_>, sites: usize, hosts: usize) -> Result<(), SimError> 
         sim.at(t, Ev::Avail(h, 0));
     }
     sim.next_restart();
+    sim.next_clock_jump();
     let bound = EVENTS_PER_JOB * sites as u64 + EVENTS_PER_HOST * hosts as u64;
     let mut processed = 0u64;
     while !sim.round_over && processed < bound {
@@ -362,6 +365,7 @@ fn drive(sim: &mut Sim<'_>, sites: usize, hosts: usize) -> Result<(), SimError> 
             Ev::Tick => sim.on_tick()?,
             Ev::Avail(h, i) => sim.on_avail(h, i)?,
             Ev::Restart => sim.on_restart()?,
+            Ev::ClockJump => sim.on_clock_jump()?,
         }
         if let Some(h) = host {
             sim.note_held(h);
@@ -421,6 +425,7 @@ fn outcome(sim: &mut Sim<'_>, seed: u64, lower: f64) -> Result<RunResult, SimErr
         host_hours: held_ms as f64 / MS_PER_HOUR,
         restarts: sim.restarts,
         uploads_repeated: sim.uploads_repeated,
+        clock_jumps: sim.clock_jumps,
         acknowledged_lost: sim.acknowledged_lost()?,
     })
 }
@@ -534,6 +539,7 @@ mod tests {
         SimOptions {
             restarts_per_hour: 4.0,
             upload_loss: 0.2,
+            clock_jumps_per_hour: 2.0,
             dropout: 0.3,
             vanish: 0.0,
             scan_failures: 0.0,
@@ -555,7 +561,7 @@ mod tests {
     #[test]
     fn under_the_fault_schedule_every_round_ends_and_no_acknowledged_upload_is_lost() {
         let o = faulty();
-        let (mut restarts, mut repeated) = (0, 0);
+        let (mut restarts, mut repeated, mut jumps) = (0, 0, 0);
         for seed in 0..FAULT_SEEDS {
             let r = faulty_run(seed, &o);
             assert!(r.finished, "seed {seed}: {r:?}");
@@ -563,7 +569,9 @@ mod tests {
             assert_eq!((r.pages_lost, r.failed), (0, 0), "seed {seed}: {r:?}");
             restarts += r.restarts;
             repeated += r.uploads_repeated;
+            jumps += r.clock_jumps;
         }
+        assert!(jumps >= FAULT_SEEDS, "{jumps} clock jumps");
         assert!(restarts >= FAULT_SEEDS, "{restarts} restarts");
         assert!(repeated >= FAULT_SEEDS, "{repeated} uploads sent again");
         // Without a delay too.
