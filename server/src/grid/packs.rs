@@ -1045,7 +1045,20 @@ impl LinkFiles for LinkPacks {
 
 /// What a directory's packs hold, for checks from outside the server (a
 /// crash test): per pack, its length and the bytes of it that are whole.
+/// A pack a compaction removes while it is read makes it list them again
+/// (a few times at most).
 pub fn pack_files(dir: &Path) -> io::Result<Vec<(PathBuf, u64, u64)>> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match packs_now(dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 5 => continue,
+            other => return other,
+        }
+    }
+}
+
+fn packs_now(dir: &Path) -> io::Result<Vec<(PathBuf, u64, u64)>> {
     let mut out = Vec::new();
     for (n, path) in packs_in(dir)? {
         let len = fs::metadata(&path)?.len();
