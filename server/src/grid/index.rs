@@ -317,19 +317,25 @@ impl Grid {
             .is_none_or(|p| !p.own || p.segments != segments)
         {
             let delay_s = round.params.delay_ms as f64 / 1000.0;
+            // One from an earlier round is kept for running jobs only (the
+            // views read it; a queued job's is in the queue's index), so
+            // a round of a million queued sites keeps none.
             let kept = match self.last_scan_pace(job, delay_s) {
-                Some(pace) => ScanPace {
+                Some(pace) => Some(ScanPace {
                     segments,
                     pace,
                     own: true,
-                },
-                None => ScanPace {
+                }),
+                None => (job.state == JobState::Running).then(|| ScanPace {
                     segments,
                     pace: self.earlier_pace(job, delay_s),
                     own: false,
-                },
+                }),
             };
-            self.scan_paces.insert(job_id, kept);
+            match kept {
+                Some(kept) => self.scan_paces.insert(job_id, kept),
+                None => self.scan_paces.remove(&job_id),
+            };
         }
         let pace_s = if job.state == JobState::Queued {
             self.site_pace(job, round.params.delay_ms)

@@ -179,9 +179,10 @@ pub struct Grid {
     /// Each open job's pace (job id → its segments then, the pace): its
     /// last scan in its round's as first indexed (the host's own time in
     /// it is the host's speed at that moment, so later changes of that
-    /// speed never leave the index behind), else its site's from an
-    /// earlier round, worked out at each indexing (so a view need not look
-    /// the site up by name). Memory only; an entry goes when its job closes.
+    /// speed never leave the index behind), else, for a running job, its
+    /// site's from an earlier round, worked out at each indexing (so a view
+    /// need not look the site up by name). Memory only; an entry goes when
+    /// its job closes.
     scan_paces: HashMap<u64, index::ScanPace>,
     /// What each host offers its scans beyond slots (`Request::Resources`),
     /// bounded. Kept in memory only: a host says it again after every

@@ -365,10 +365,13 @@ fn a_rescanned_site_runs_its_round_again_and_releases_its_file() {
     assert_eq!(job.state, JobState::Done);
     assert!(fx.has_link(&job.result.expect("kept").file));
 
-    // A cancelled round is not run again, and its jobs leave no pace kept.
+    // A cancelled round is not run again, and its jobs leave no pace kept
+    // (a queued job keeps none, a running one does).
     let second = fx.grid.start_round(params(3), T0 + 500).unwrap();
     let jobs = fx.grid.rounds[&second].job_ids.clone();
-    assert!(jobs.iter().all(|j| fx.grid.scan_paces.contains_key(j)));
+    assert!(jobs.iter().all(|j| !fx.grid.scan_paces.contains_key(j)));
+    let running = fx.one(a, &[], T0 + 550);
+    assert!(fx.grid.scan_paces.contains_key(&running.job_id));
     fx.grid.cancel_round(second, T0 + 600).unwrap();
     assert!(jobs.iter().all(|j| !fx.grid.scan_paces.contains_key(j)));
     let why = refused(&mut fx, second, &[ua.site.as_str()]);
