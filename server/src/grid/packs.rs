@@ -836,6 +836,10 @@ fn compact_and_close(groups: &Mutex<HashMap<String, Arc<Group>>>, name: &str, g:
     }
 }
 
+/// Most compactions running at once in the background (each a thread
+/// copying one round's live files).
+pub const MAX_COMPACTIONS: usize = 2;
+
 /// A round's packs are compacted when it ends if at least this share of
 /// their bytes is no longer named (results replaced or dropped by
 /// validation, frames written again, removals' own frames).
@@ -1003,13 +1007,20 @@ impl LinkFiles for LinkPacks {
             return;
         };
         // Compacted in the background, then closed (a write meanwhile
-        // waits for it, on the same group).
+        // waits for it, on the same group); past MAX_COMPACTIONS running,
+        // closed now and left to the check at the next start.
+        let mut running = lock(&self.compacting);
+        running.retain(|h| !h.is_finished());
+        if running.len() >= MAX_COMPACTIONS {
+            drop(running);
+            lock(&self.groups).remove(&name);
+            tracing::info!(round = %name, "compactions busy: this round's waits for the next start");
+            return;
+        }
         let groups = self.groups.clone();
         let compaction = std::thread::Builder::new()
             .name(format!("compact-{name}"))
             .spawn(move || compact_and_close(&groups, &name, &g));
-        let mut running = lock(&self.compacting);
-        running.retain(|h| !h.is_finished());
         match compaction {
             Ok(h) => running.push(h),
             Err(e) => tracing::warn!(round = round_id, "cannot start a compaction: {e}"),

@@ -578,6 +578,37 @@ fn a_compaction_keeps_damage_visible_and_leaves_unread_bytes_alone() {
     assert_eq!(fs::metadata(&path).unwrap().len(), len + 64);
 }
 
+/// Past MAX_COMPACTIONS running, a round that ends is closed without
+/// one (the next start's check compacts it).
+#[test]
+fn rounds_ending_past_the_compactions_running_wait_for_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let links = LinkPacks::writer(dir.path());
+    // Compactions that hold their group's lock until let go.
+    let held: Vec<_> = (0..MAX_COMPACTIONS)
+        .map(|i| {
+            let g = links.group(&format!("{}", 100 + i));
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let h = std::thread::spawn(move || {
+                let _st = lock(&g.state);
+                let _ = rx.recv();
+            });
+            lock(&links.compacting).push(h);
+            tx
+        })
+        .collect();
+    let kept = round_with_dead_bytes(&links, 10);
+    let before = pack_bytes(&dir.path().join("7"));
+    links.forget_round(7);
+    assert!(!lock(&links.groups).contains_key("7"), "closed at once");
+    assert_eq!(pack_bytes(&dir.path().join("7")), before, "not compacted");
+    drop(held);
+    links.wait_compactions();
+    links.compact_ended(7);
+    assert!(pack_bytes(&dir.path().join("7")) < before / 2);
+    assert_eq!(links.read(&kept[0].0).unwrap(), kept[0].1);
+}
+
 /// A round that ends is compacted in the background when it is dead
 /// enough, and closed after.
 #[test]
