@@ -260,7 +260,13 @@ fn simulate_prints_a_table_per_policy_and_json() {
     let text = runs.to_string();
     assert!(text.contains("\"restarts\""), "{text}");
     assert!(text.contains("\"acknowledged_lost_total\":0"), "{text}");
-    assert!(!text.contains("\"acknowledged_lost\":1"), "{text}");
+    let restarts: u64 = runs[0]["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| r["restarts"].as_u64().expect("restarts"))
+        .sum();
+    assert!(restarts > 0, "the schedule restarted the server: {text}");
     let o = g.admin(&["simulate", "--restarts-per-hour", "61", "--seeds", "1"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--restarts-per-hour"), "{}", stderr(&o));
