@@ -17,12 +17,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use beebot_shared::linkfile;
 
 use super::Grid;
 use crate::model::*;
+use crate::store::MemoryDisk;
 
 /// Where the grid keeps link files and scan states. See the module docs for
 /// the contract every implementation keeps.
@@ -153,15 +154,24 @@ impl LinkFiles for LinkDir {
 /// Link files in memory, for the simulator and unit tests: a write is in
 /// place whole under a lock (so there is never a temporary to sweep), and
 /// "durable" for as long as the value lives. Holds every byte written and
-/// not removed.
+/// not removed. On a full [`MemoryDisk`] a write fails as on disk.
 #[derive(Debug, Default)]
 pub struct MemoryLinks {
     files: Mutex<BTreeMap<String, Vec<u8>>>,
+    disk: Arc<MemoryDisk>,
 }
 
 impl MemoryLinks {
     pub fn new() -> MemoryLinks {
         MemoryLinks::default()
+    }
+
+    /// Link files on `disk` (the store's, for a full disk of both).
+    pub fn on_disk(disk: Arc<MemoryDisk>) -> MemoryLinks {
+        MemoryLinks {
+            disk,
+            ..MemoryLinks::default()
+        }
     }
 
     /// Bytes held, all files together.
@@ -178,6 +188,7 @@ impl MemoryLinks {
 impl LinkFiles for MemoryLinks {
     fn write(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
         check_name(name)?;
+        self.disk.take()?;
         self.lock().insert(name.to_string(), bytes.to_vec());
         Ok(())
     }

@@ -42,7 +42,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use crate::model::{ExclusionRecord, HostRecord, InviteRecord, JobRecord, RoundRecord, SiteRecord};
 
 pub use self::format::{check_round, STORE_FORMAT};
-pub use self::memory::MemoryStore;
+pub use self::memory::{MemoryDisk, MemoryStore};
 pub use self::sled::SledStore;
 
 /// Largest stored record (a job with its attempts and reasons).
