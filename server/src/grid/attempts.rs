@@ -502,8 +502,32 @@ impl Grid {
         if !expired.is_empty() || !recalled.is_empty() {
             self.store.flush()?;
         }
+        self.end_finished_rounds(now_ms)?;
         self.check_open();
         Ok(expired.len() + recalled.len())
+    }
+
+    /// End every running round whose jobs are all final: one whose last
+    /// job's record was written while the write of the round's end failed
+    /// (a full disk, a kill between the two) is still running on disk and
+    /// would otherwise wait for ever, nothing left to hand out or take.
+    fn end_finished_rounds(&mut self, now_ms: u64) -> Result<(), GridError> {
+        let over: Vec<u64> = self
+            .rounds
+            .values()
+            .filter(|r| r.state == RoundState::Running)
+            .filter(|r| {
+                self.open.get(&r.id).is_none_or(|o| {
+                    o.queue.is_empty() && o.settling.is_empty() && o.running.is_empty()
+                })
+            })
+            .map(|r| r.id)
+            .collect();
+        for round_id in over {
+            self.check_round_done(round_id, now_ms)?;
+            self.store.flush()?;
+        }
+        Ok(())
     }
 
     /// The units of `held` (named in a work request of `host_id`) that were

@@ -7,7 +7,7 @@ use crate::grid::*;
 use beebot_shared::limits::{LEASE_TAKEOVER_S, MAX_LINK_RECORDS, MAX_TEXT_LEN};
 use beebot_shared::linkfile::{LinkRecord, ScanSummary};
 use beebot_shared::scanstate::state_sha256;
-use beebot_shared::sign::WorkUnit;
+use beebot_shared::sign::{self, WorkUnit};
 
 #[test]
 fn progress_counts_are_bounded_by_the_unit_and_never_go_back() {
@@ -729,4 +729,56 @@ fn a_recalled_unit_is_its_hosts_again_when_it_is_back_first() {
         .progress(away, u.unit_id, 1, 1, t + 2 + LEASE_TAKEOVER_S * 1000)
         .unwrap();
     assert!(matches!(out, ProgressOutcome::Extend(_)), "{out:?}");
+}
+
+/// A round whose last result was written while the write of the round's
+/// end failed (a full disk, a kill between the two) is still running on
+/// disk with nothing left to hand out: it ends at the first tick after
+/// the restart, whichever write the disk stopped at.
+#[test]
+fn a_round_whose_end_was_not_written_ends_at_the_first_tick() {
+    use crate::store::MemoryStore;
+    let key = sign::generate_key();
+    let pk = key.verifying_key();
+    let mut ended_on_disk_only_by_the_tick = 0;
+    for writes in 0..30 {
+        let store = Arc::new(MemoryStore::new());
+        let links = Arc::new(MemoryLinks::on_disk(store.disk().clone()));
+        let open = |s: Arc<MemoryStore>| {
+            let io = GridIo::in_memory(s, links.clone(), key.clone(), 1);
+            Grid::open(io, settings()).unwrap()
+        };
+        let mut g = open(store.clone());
+        g.add_sites(&site_names(1), T0).unwrap();
+        let round = g.start_round(params(3), T0).unwrap();
+        let host = enrol_host(&mut g, T0);
+        let req = WorkRequest {
+            want_seconds: 3600,
+            free_slots: 1,
+            units_held: vec![],
+            open_windows: None,
+        };
+        let reply = g.request_work(host, &req, T0).unwrap();
+        let unit = sign::verify_unit(&pk, &reply.units[0]).unwrap();
+        let (summary, file) = result_for(&unit, 2);
+        store.disk().fill_after(writes);
+        let uploaded = g.upload(host, unit.unit_id, summary, &file, None, T0 + 100);
+        store.disk().free();
+        // A new process on what the disk holds.
+        let mut g = open(Arc::new(store.reopen()));
+        let job_final = g.jobs[&unit.job_id].state.is_final();
+        let running = g.round_state(round) == Some(RoundState::Running);
+        g.tick(T0 + 200).unwrap();
+        let after = g.round_state(round);
+        if uploaded.is_ok() || job_final {
+            assert_eq!(after, Some(RoundState::Done), "{writes} writes");
+            ended_on_disk_only_by_the_tick += usize::from(running);
+        } else {
+            assert_eq!(after, Some(RoundState::Running), "{writes} writes");
+        }
+    }
+    assert!(
+        ended_on_disk_only_by_the_tick > 0,
+        "some write stopped between the job's end and the round's"
+    );
 }
