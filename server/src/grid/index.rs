@@ -371,13 +371,17 @@ impl Grid {
                 order,
                 pages: job.est_pages,
                 failed_here: false,
-                failed_somewhere: job.attempts.iter().any(|a| a.state.ended_without_result()),
-                failed_by: {
+                barred_somewhere: !job.candidates.is_empty()
+                    || job.attempts.iter().any(|a| a.state.ended_without_result()),
+                // Those that failed it, and the authors of its results
+                // under check (they may not check them).
+                barred: {
                     let mut by: Vec<u64> = job
                         .attempts
                         .iter()
                         .filter(|a| a.state.ended_without_result())
                         .map(|a| a.host_id)
+                        .chain(job.authors())
                         .collect();
                     by.sort_unstable();
                     by.dedup();

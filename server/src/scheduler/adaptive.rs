@@ -21,10 +21,10 @@ use super::{
 ///
 /// On a request, the asking host takes the largest queued job for which no
 /// other online host would finish clearly sooner (each other host's start is
-/// its next free slot plus [`ASK_LAG_S`]), or that failed on some host (it
-/// goes to the next host that may take it: the faster host may be the one
-/// that failed it, which the grid does not give it again while another is
-/// online). Finishing times are linear in the
+/// its next free slot plus [`ASK_LAG_S`]), or that some host may not take
+/// (it failed it, or wrote its result under check) and that no other host
+/// that may take it would finish sooner: the faster host may be one that
+/// may not. Finishing times are linear in the
 /// job's pages, so one pass over the hosts gives the interval of sizes the
 /// asker wins, and the queue's size index the largest job in it: a decision
 /// is O(hosts + log queue) per unit. An asker with an idle slot that wins
@@ -298,32 +298,30 @@ impl Adaptive {
 impl Adaptive {
     /// Whether the asker, starting at `start_s` with `cost` s/page, would
     /// finish `pages` no later than every other online host that may take
-    /// the job (none of `failed_by`: the grid gives a job to a host that
-    /// failed it only when no other is online). O(hosts).
+    /// the job (none of `barred`: a host that failed it, or an author of
+    /// its result under check). O(hosts).
     fn wins_among(field: &Field, j: &JobView, pages: f64, start_s: f64) -> bool {
         let class = pace_class(j.pace_s);
         let cost = field.asker_cost(class);
         let mine = start_s + pages * cost;
-        let failed_by = &j.failed_by;
+        let barred = &j.barred;
         field
             .lines(class)
             .iter()
             .zip(&field.ids)
-            .all(|(&(s_g, c_g), id)| {
-                failed_by.contains(id) || mine <= (s_g + pages * c_g) * 1.000_001
-            })
+            .all(|(&(s_g, c_g), id)| barred.contains(id) || mine <= (s_g + pages * c_g) * 1.000_001)
     }
 
     /// The longest queued job on the asker (ties: list order) it has not
     /// failed and does not take already, whose size it would finish
-    /// soonest among the jobs of its site's pace class, or that failed on
-    /// some host and that it would finish soonest of the hosts that may
-    /// take it; a site never scanned is placed at the `largest` queued
-    /// size. With none, for an `idle` slot: the longest job of a site
-    /// scanned before that the asker ends before the queue's level
-    /// ([`Field::level_s`]). O(classes × (hosts + log queue)) plus the
-    /// jobs passed over, and O(hosts) for the first job that failed
-    /// elsewhere.
+    /// soonest among the jobs of its site's pace class, or that some host
+    /// may not take (it failed it, or wrote its result under check) and
+    /// that it would finish soonest of the hosts that may take it; a site
+    /// never scanned is placed at the `largest` queued size. With none,
+    /// for an `idle` slot: the longest job of a site scanned before that
+    /// the asker ends before the queue's level ([`Field::level_s`]).
+    /// O(classes × (hosts + log queue)) plus the jobs passed over, and
+    /// O(hosts) for the first job some host may not take.
     fn largest_won(
         ctx: &Ctx,
         field: &Field,
@@ -354,7 +352,7 @@ impl Adaptive {
         );
         picks.extend(
             ctx.queue
-                .failed_somewhere()
+                .barred_somewhere()
                 .find(|j| !j.failed_here && !out.contains(&j.job_id))
                 .filter(|j| Self::wins_among(field, j, place(j), start_s)),
         );

@@ -112,13 +112,15 @@ pub struct JobView {
     pub pages: f64,
     /// The asking host already failed this job (expired or gave it back).
     pub failed_here: bool,
-    /// Some host failed this job: it goes to the next host that may take
-    /// it, not kept for a faster one (which may be the host that failed
-    /// it, and is then not given it while another is online).
-    pub failed_somewhere: bool,
-    /// The hosts that failed it (when `failed_somewhere`): the grid gives
-    /// it to none of them while another host is online.
-    pub failed_by: Vec<u64>,
+    /// Some host may not take this job while another may: it failed it,
+    /// or wrote a result of it under check (it may not check its own). It
+    /// goes to a host that would finish it soonest of those that may take
+    /// it, never kept for a faster host that may not.
+    pub barred_somewhere: bool,
+    /// Those hosts (when `barred_somewhere`): the grid gives it to none of
+    /// them while another host is online, and to an author of its result
+    /// under check only as the fallback checker.
+    pub barred: Vec<u64>,
     /// `pages` comes from a last scan (false: a site never scanned, whose
     /// true size may be anything up to the page cap).
     pub size_known: bool,

@@ -91,8 +91,8 @@ struct Part {
     known: BTreeMap<u8, BTreeSet<SizeKey>>,
     /// Jobs of sites never scanned, in list order.
     unknown: BTreeSet<ListKey>,
-    /// Jobs some host failed, in list order.
-    failed_somewhere: BTreeSet<ListKey>,
+    /// Jobs some host may not take (`barred_somewhere`), in list order.
+    barred_somewhere: BTreeSet<ListKey>,
     /// Jobs whose view says the asker failed them (views built by hand;
     /// the grid marks failures per asker instead), in list order.
     flagged_failed: BTreeSet<ListKey>,
@@ -118,8 +118,8 @@ impl Part {
         } else {
             self.unknown.insert(at);
         }
-        if v.failed_somewhere {
-            self.failed_somewhere.insert(at);
+        if v.barred_somewhere {
+            self.barred_somewhere.insert(at);
         }
         if v.failed_here {
             self.flagged_failed.insert(at);
@@ -150,7 +150,7 @@ impl Part {
             }
         }
         self.unknown.remove(&at);
-        self.failed_somewhere.remove(&at);
+        self.barred_somewhere.remove(&at);
         self.flagged_failed.remove(&at);
         match v.assigned {
             Some(h) => {
@@ -188,7 +188,7 @@ impl Part {
         assert_eq!(self.known, fresh.known, "{name}: known sizes");
         assert_eq!(self.unknown, fresh.unknown, "{name}: never scanned");
         assert_eq!(
-            self.failed_somewhere, fresh.failed_somewhere,
+            self.barred_somewhere, fresh.barred_somewhere,
             "{name}: failed somewhere"
         );
         assert_eq!(self.flagged_failed, fresh.flagged_failed, "{name}: flagged");
@@ -588,11 +588,12 @@ impl<'a> Queue<'a> {
             .min_by_key(list_key)
     }
 
-    /// The visible jobs some host failed, in list order.
-    pub fn failed_somewhere<'s>(&'s self) -> impl Iterator<Item = JobView> + 's {
+    /// The visible jobs some host may not take (`barred_somewhere`), in
+    /// list order.
+    pub fn barred_somewhere<'s>(&'s self) -> impl Iterator<Item = JobView> + 's {
         let fresh: &'s Part = &self.jobs.fresh;
         let checks: Option<&'s Part> = self.checks;
-        let of = |p: &'s Part| p.failed_somewhere.iter().filter_map(move |at| p.at(at));
+        let of = |p: &'s Part| p.barred_somewhere.iter().filter_map(move |at| p.at(at));
         let rest = checks.into_iter().flat_map(of);
         Merge::new(of(fresh), rest, |v: &&JobView| list_key(v)).filter_map(|v| self.seen(v))
     }

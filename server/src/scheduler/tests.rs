@@ -29,8 +29,8 @@ fn q(ids_pages: &[(u64, f64)]) -> Vec<JobView> {
             order: i as u32,
             pages,
             failed_here: false,
-            failed_somewhere: false,
-            failed_by: Vec::new(),
+            barred_somewhere: false,
+            barred: Vec::new(),
             size_known: true,
             assigned: None,
             under_check: false,
@@ -503,12 +503,12 @@ fn adaptive_gives_a_job_that_failed_elsewhere_to_the_next_host_that_asks() {
         "the faster host would finish it sooner: the slower one waits"
     );
     // Failed on a host that is gone: the faster host still gets it.
-    queue[0].failed_somewhere = true;
-    queue[0].failed_by = vec![3];
+    queue[0].barred_somewhere = true;
+    queue[0].barred = vec![3];
     let c = ctx(&queue, &hosts, 0);
     assert!(Adaptive.choose(&c, &ask(3600, 2)).jobs.is_empty());
     // Failed on the faster host: the slower one takes it.
-    queue[0].failed_by = vec![2];
+    queue[0].barred = vec![2];
     let c = ctx(&queue, &hosts, 0);
     assert_eq!(Adaptive.choose(&c, &ask(3600, 2)).jobs, vec![1]);
     // The host that failed it still takes it only when nothing else is left.
@@ -516,8 +516,8 @@ fn adaptive_gives_a_job_that_failed_elsewhere_to_the_next_host_that_asks() {
     let more = q(&[(1, 10.0), (2, 5.0)]);
     let mut both = more.clone();
     both[0].failed_here = true;
-    both[0].failed_somewhere = true;
-    both[0].failed_by = vec![2];
+    both[0].barred_somewhere = true;
+    both[0].barred = vec![2];
     let c = ctx(&both, &hosts, 1);
     assert_eq!(Adaptive.choose(&c, &ask(3600, 1)).jobs, vec![2]);
 }
@@ -680,14 +680,14 @@ fn the_queue_index_answers_as_a_walk_over_the_queue() {
         let mut q = JobQueue::default();
         // What the queue holds, by id (list order: `order` is the id).
         let mut truth = std::collections::BTreeMap::new();
-        for (id, pages, known, flagged, checked, failed_somewhere) in &jobs {
+        for (id, pages, known, flagged, checked, barred_somewhere) in &jobs {
             let v = JobView {
                 job_id: *id,
                 order: *id as u32,
                 pages: f64::from(*pages),
                 failed_here: *flagged,
-                failed_somewhere: *failed_somewhere,
-                failed_by: if *failed_somewhere { vec![99] } else { Vec::new() },
+                barred_somewhere: *barred_somewhere,
+                barred: if *barred_somewhere { vec![99] } else { Vec::new() },
                 size_known: *known,
                 assigned: None,
                 under_check: *checked,
@@ -722,8 +722,8 @@ fn the_queue_index_answers_as_a_walk_over_the_queue() {
             .collect();
         let ids = |vs: Vec<JobView>| vs.into_iter().map(|v| v.job_id).collect::<Vec<_>>();
         prop_assert_eq!(ids(view.iter().collect()), ids(all.clone()));
-        let somewhere: Vec<JobView> = all.iter().filter(|v| v.failed_somewhere).cloned().collect();
-        prop_assert_eq!(ids(view.failed_somewhere().collect()), ids(somewhere));
+        let somewhere: Vec<JobView> = all.iter().filter(|v| v.barred_somewhere).cloned().collect();
+        prop_assert_eq!(ids(view.barred_somewhere().collect()), ids(somewhere));
         let largest_pages = all.iter().map(|v| v.pages).fold(0.0, f64::max);
         prop_assert_eq!(view.largest_pages(), largest_pages);
         let seen: Vec<&JobView> = all.iter().filter(|v| !taken.contains(&v.job_id)).collect();

@@ -632,3 +632,28 @@ fn twenty_checked_rounds_grow_the_packs_only_by_the_kept_results() {
         assert!(!packs.read(&r.file).unwrap().is_empty());
     }
 }
+
+/// A result under check goes to a host that may check it even when its
+/// author is far faster and online: the adaptive policy defers to a
+/// faster host only among those that may take the job, so the round
+/// never waits for a host that may not.
+#[test]
+fn a_check_is_not_kept_for_its_faster_author() {
+    let mut fx = Fx::new();
+    fx.grid.add_sites(&site_names(1), T0).unwrap();
+    let (fast, slow) = (fx.host(), fx.host());
+    fx.grid.benchmark(fast, 50.0, 5000.0, 2, T0).unwrap();
+    fx.grid.benchmark(slow, 1.0, 100.0, 2, T0).unwrap();
+    let p = RoundParams {
+        validate: ValidateMode::All,
+        policy: "adaptive".into(),
+        ..params(3)
+    };
+    fx.grid.start_round(p, T0).unwrap();
+    let u = fx.one(fast, &[], T0);
+    assert_eq!(fx.upload(fast, &u, 6, T0 + 1000), UploadOutcome::Accepted);
+    // The author, online, may not check its own result.
+    nothing_for(&mut fx, fast, T0 + 1500);
+    let v = fx.one(slow, &[], T0 + 2000);
+    assert_eq!(v.job_id, u.job_id);
+}
