@@ -102,6 +102,11 @@ pub struct SimulateArgs {
     /// up to 5 minutes or on up to 15; 0 to MAX_RESTARTS_PER_HOUR).
     #[arg(long, default_value_t = 0.0)]
     clock_jumps_per_hour: f64,
+    /// Fault schedule: times the server's disk fills up an hour on average
+    /// (for 2 minutes on average; the server starts afresh once space is
+    /// back; 0 to MAX_RESTARTS_PER_HOUR).
+    #[arg(long, default_value_t = 0.0)]
+    disk_fulls_per_hour: f64,
     /// Print every run as JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -137,15 +142,17 @@ impl SimulateArgs {
             restarts_per_hour: self.restarts_per_hour,
             upload_loss: self.upload_loss,
             clock_jumps_per_hour: self.clock_jumps_per_hour,
+            disk_fulls_per_hour: self.disk_fulls_per_hour,
             ..Default::default()
         };
         if !(0.0..=MAX_RESTARTS_PER_HOUR).contains(&opts.restarts_per_hour)
             || !(0.0..=MAX_RESTARTS_PER_HOUR).contains(&opts.clock_jumps_per_hour)
+            || !(0.0..=MAX_RESTARTS_PER_HOUR).contains(&opts.disk_fulls_per_hour)
             || !(0.0..=1.0).contains(&opts.upload_loss)
         {
             bail!(
-                "--restarts-per-hour and --clock-jumps-per-hour must be within \
-                 0..{MAX_RESTARTS_PER_HOUR}, --upload-loss within 0..1"
+                "--restarts-per-hour, --clock-jumps-per-hour and --disk-fulls-per-hour must be \
+                 within 0..{MAX_RESTARTS_PER_HOUR}, --upload-loss within 0..1"
             );
         }
         if !(0.0..=0.95).contains(&opts.noise)
@@ -240,7 +247,7 @@ fn settings(seeds: u32, opts: &SimOptions) -> String {
     };
     format!(
         "{seeds} seeds{from}, noise {}, benchmark noise {:.2}, dropout {}, vanish {}, unknown {}, \
-         scan failures {}, restarts/h {}, upload loss {}, clock jumps/h {}, {} hosts, delay {} ms, max pages {}, \
+         scan failures {}, restarts/h {}, upload loss {}, clock jumps/h {}, disk fulls/h {}, {} hosts, delay {} ms, max pages {}, \
          max scan time {} s (",
         opts.noise,
         opts.benchmark_noise,
@@ -251,6 +258,7 @@ fn settings(seeds: u32, opts: &SimOptions) -> String {
         opts.restarts_per_hour,
         opts.upload_loss,
         opts.clock_jumps_per_hour,
+        opts.disk_fulls_per_hour,
         opts.availability.as_str(),
         opts.delay_ms,
         opts.max_pages,

@@ -4,21 +4,25 @@
 //!
 //! Invariants: events are handled in (time, sequence) order and are never
 //! scheduled in the past; events of a host's earlier availability epoch are
-//! stale and ignored. It never writes link files or states.
+//! stale and ignored. It never writes link files or states. A grid error
+//! is the simulation's failure unless the server's disk is full (or its
+//! store failed on a full disk): then the client meets it as any server
+//! error ([`Sim::call`]).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
 
 use ed25519_dalek::VerifyingKey;
 
-use beebot_shared::fetch_rules::work_wanted;
+use beebot_shared::fetch_rules::{backoff_delay, work_wanted};
 use beebot_shared::limits::{LEASE_TAKEOVER_S, MAX_WINDOW_INTERVALS, PART_INTERVAL_S};
 use beebot_shared::linkfile::{self, LinkFileHeader, ScanSummary, StopReason};
 use beebot_shared::proto::ABORT_HAND_OVER;
 use beebot_shared::scanstate::ScanState;
 use beebot_shared::sign::{self, WorkUnit};
 
-use super::host::{Client, Ev, Held, HeldState, Scan, SiteTruth};
+use super::host::{Client, Ev, Held, HeldState, Scan, SiteTruth, Spooled};
 use super::inputs::SimHost;
 use super::timeline::{Avail, Timeline};
 use super::{
@@ -28,6 +32,7 @@ use super::{
 use crate::grid::{
     Grid, GridError, ProgressOutcome, UploadOutcome, UploadPlan, UploadStep, WorkRequest,
 };
+use crate::store::{MemoryStore, Store};
 
 pub(super) struct Sim<'a> {
     pub(super) opts: &'a SimOptions,
@@ -64,6 +69,13 @@ pub(super) struct Sim<'a> {
     /// How far the server's clock is off the simulation's (clock jumps).
     pub(super) clock_skew_ms: i64,
     pub(super) clock_jumps: u64,
+    /// Times the server's disk filled up, and times its store had failed
+    /// on it and the server started afresh once space was back.
+    pub(super) disk_fulls: u64,
+    pub(super) recoveries: u64,
+    /// The server could not start (its disk full): every request is
+    /// answered with an error until its probe finds space.
+    pub(super) down: bool,
 }
 
 /// A clock jump goes back at most this far (an NTP step, a wrong clock set
@@ -73,10 +85,24 @@ const CLOCK_JUMP_BACK_MS: u64 = 5 * 60_000;
 const CLOCK_JUMP_ON_MS: u64 = 15 * 60_000;
 /// The server's clock is never further off the simulation's than this.
 const MAX_CLOCK_SKEW_MS: u64 = 60 * 60_000;
+/// A full disk stays full this long on average (exponential)...
+const DISK_FULL_MEAN_MS: u64 = 2 * 60_000;
+/// ...and never longer than this.
+const DISK_FULL_MAX_MS: u64 = 30 * 60_000;
+/// A disk that fills up takes up to this many more writes first, so that
+/// it fills in the middle of an operation as often as between two.
+const DISK_FULL_WRITES_MAX: u64 = 6;
+/// A client's back-off after a server error, as its defaults
+/// (`backoff_base`, `backoff_cap`), and no longer than its `LEASE_RETRY`
+/// while it scans (a scan keeps its site while its reports are answered).
+const BACKOFF_BASE: std::time::Duration = std::time::Duration::from_secs(1);
+const BACKOFF_CAP: std::time::Duration = std::time::Duration::from_secs(300);
+const LEASE_RETRY_MS: u64 = 30_000;
 
 /// What a restarted server opens: its store and link files as they are.
 pub(super) struct Reopen {
-    pub(super) store: crate::store::SharedStore,
+    /// The store's handle the grid runs on (a restart opens it anew).
+    pub(super) store: Arc<MemoryStore>,
     pub(super) links: std::sync::Arc<crate::grid::MemoryLinks>,
     pub(super) key: ed25519_dalek::SigningKey,
     pub(super) settings: crate::grid::GridSettings,
@@ -112,8 +138,64 @@ impl Sim<'_> {
     }
 
     pub(super) fn check_round(&mut self) {
+        if self.down {
+            return;
+        }
         self.round_over =
             self.grid.round_state(self.round_id) != Some(crate::model::RoundState::Running);
+    }
+
+    /// Call the grid as a request reaching `serve` does. `None`: the
+    /// server answered with an error because its disk is full, its store
+    /// failed on a full disk, or it could not start on one; the client
+    /// meets it as any server error (it keeps what it has and tries again
+    /// after its back-off). Any other error is the simulation's.
+    pub(super) fn call<T>(
+        &mut self,
+        f: impl FnOnce(&mut Grid) -> Result<T, GridError>,
+    ) -> Result<Option<T>, SimError> {
+        if self.down {
+            return Ok(None);
+        }
+        let answer = f(&mut self.grid);
+        // As `serve` after each call: a change a failed write stopped
+        // half-way is not left in the indexes.
+        self.grid.repair_after_store_failure();
+        match answer {
+            Ok(t) => Ok(Some(t)),
+            Err(e) if self.storage_refused(&e) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A storage error while the disk is full or the store has failed.
+    fn storage_refused(&self, e: &GridError) -> bool {
+        let storage = match e {
+            GridError::Store(_) => true,
+            GridError::Io(io) => io.kind() == std::io::ErrorKind::StorageFull,
+            _ => false,
+        };
+        let store = &self.reopen.store;
+        storage && (store.disk().is_full() || store.failure().is_some())
+    }
+
+    /// The server answered host `h` with an error: its client contacts
+    /// the server again after its back-off, the time returned.
+    fn server_error(&mut self, h: usize) -> u64 {
+        let c = &mut self.clients[h];
+        c.failures = c.failures.saturating_add(1);
+        let scanning = c
+            .held
+            .iter()
+            .any(|u| matches!(u.state, HeldState::Scanning(_)));
+        let mut wait = backoff_delay(c.failures, BACKOFF_BASE, BACKOFF_CAP, self.rng.unit())
+            .as_millis() as u64;
+        if scanning {
+            wait = wait.min(LEASE_RETRY_MS);
+        }
+        let t = self.now + wait.max(1);
+        self.clients[h].next_request_ms = t;
+        t
     }
 
     /// The open intervals a client sends, seconds from now (as
@@ -148,7 +230,11 @@ impl Sim<'_> {
             self.ask_soon(h, t);
             return Ok(());
         }
-        let unfinished = c.held.len();
+        let unfinished = c
+            .held
+            .iter()
+            .filter(|u| !matches!(u.state, HeldState::Spooled(_)))
+            .count();
         let Some((want, free)) = work_wanted(
             self.hosts[h].slots,
             unfinished,
@@ -167,7 +253,13 @@ impl Sim<'_> {
             open_windows,
         };
         let host_id = c.host_id;
-        let reply = self.grid.request_work(host_id, &req, self.grid_now())?;
+        let now = self.grid_now();
+        let Some(reply) = self.call(|g| g.request_work(host_id, &req, now))? else {
+            let t = self.server_error(h);
+            self.ask_soon(h, t);
+            return Ok(());
+        };
+        self.clients[h].failures = 0;
         // As the client: units the server no longer wants are dropped (a
         // scan of one is stopped, its time wasted).
         for unit_id in &reply.cancelled_units {
@@ -244,8 +336,8 @@ impl Sim<'_> {
                 let unit_id = c.held[i].unit.unit_id;
                 let host_id = c.host_id;
                 self.clients[h].held.remove(i);
-                self.grid
-                    .fail(host_id, unit_id, "simulated scan failure", self.grid_now())?;
+                let now = self.grid_now();
+                self.call(|g| g.fail(host_id, unit_id, "simulated scan failure", now))?;
                 self.check_round();
                 continue;
             }
@@ -373,19 +465,95 @@ impl Sim<'_> {
             pages_done: start_page + pages,
             ..Default::default()
         });
-        let outcome = self.upload(h, &held.unit, summary, state, None)?;
-        if outcome == UploadOutcome::Accepted {
-            self.covered[site].push((start_page + part_pages, start_page + pages));
-            self.check_round();
-        } else {
-            self.wasted_s += (done_s - part_s).max(0.0);
+        let covers = (start_page + part_pages, start_page + pages);
+        let unkept_s = (done_s - part_s).max(0.0);
+        match self.upload(h, &held.unit, summary.clone(), state.clone(), None)? {
+            Some(outcome) => self.delivered(site, outcome, covers, unkept_s),
+            None => {
+                // Kept in the spool, sent again after the back-off.
+                self.clients[h].held.push(Held {
+                    state: HeldState::Spooled(Box::new(Spooled {
+                        summary,
+                        state,
+                        covers,
+                        unkept_s,
+                    })),
+                    ..held
+                });
+                let t = self.server_error(h);
+                self.at(t, Ev::Retry(h));
+            }
         }
         self.start_scans(h)?;
         self.ask_soon(h, self.now);
         Ok(())
     }
 
-    /// The server's three upload steps, the link file verified and never written.
+    /// A result's upload was answered: accepted, it covers its pages;
+    /// otherwise its scanning not kept elsewhere is wasted.
+    fn delivered(
+        &mut self,
+        site: usize,
+        outcome: UploadOutcome,
+        covers: (u64, u64),
+        unkept_s: f64,
+    ) {
+        if outcome == UploadOutcome::Accepted {
+            self.covered[site].push(covers);
+            self.check_round();
+        } else {
+            self.wasted_s += unkept_s;
+        }
+    }
+
+    /// The client sends its spooled results again, one after another until
+    /// the server answers one with an error (then again after its back-off).
+    pub(super) fn on_retry(&mut self, h: usize) -> Result<(), SimError> {
+        let c = &self.clients[h];
+        if !matches!(c.avail, Avail::On | Avail::Gated) {
+            return Ok(()); // again when it is back
+        }
+        if self.now < c.next_request_ms {
+            let t = c.next_request_ms;
+            self.at(t, Ev::Retry(h));
+            return Ok(());
+        }
+        let spooled = |c: &Client| {
+            c.held
+                .iter()
+                .position(|u| matches!(u.state, HeldState::Spooled(_)))
+        };
+        let Some(mut i) = spooled(&self.clients[h]) else {
+            return Ok(());
+        };
+        loop {
+            let held = &self.clients[h].held[i];
+            let HeldState::Spooled(sp) = &held.state else {
+                unreachable!("found as spooled");
+            };
+            let (unit, site) = (held.unit.clone(), held.site);
+            let (summary, state, covers, unkept_s) =
+                (sp.summary.clone(), sp.state.clone(), sp.covers, sp.unkept_s);
+            let Some(outcome) = self.upload(h, &unit, summary, state, None)? else {
+                let t = self.server_error(h);
+                self.at(t, Ev::Retry(h));
+                return Ok(());
+            };
+            self.clients[h].failures = 0;
+            self.clients[h].held.remove(i);
+            self.delivered(site, outcome, covers, unkept_s);
+            match spooled(&self.clients[h]) {
+                Some(next) => i = next,
+                None => break,
+            }
+        }
+        self.start_scans(h)?;
+        self.ask_soon(h, self.now);
+        Ok(())
+    }
+
+    /// The server's three upload steps, the link file verified and written
+    /// (to memory). `None`: answered with an error (see [`Sim::call`]).
     pub(super) fn upload(
         &mut self,
         h: usize,
@@ -393,7 +561,7 @@ impl Sim<'_> {
         summary: ScanSummary,
         state: Option<ScanState>,
         part: Option<u32>,
-    ) -> Result<UploadOutcome, SimError> {
+    ) -> Result<Option<UploadOutcome>, SimError> {
         let pages = summary.pages;
         let header = LinkFileHeader::of_unit(unit, summary.pages, 0);
         let link_file =
@@ -404,32 +572,28 @@ impl Sim<'_> {
             .map_err(|e| SimError::Invalid(e.to_string()))?;
         let host_id = self.clients[h].host_id;
         let now = self.grid_now();
-        let begun = match part {
-            None => self.grid.upload_begin(host_id, unit.unit_id, now)?,
-            Some(index) => {
-                self.grid
-                    .upload_part_begin(host_id, unit.unit_id, (index, pages), now)?
-            }
+        let begin = |g: &mut Grid| match part {
+            None => g.upload_begin(host_id, unit.unit_id, now),
+            Some(index) => g.upload_part_begin(host_id, unit.unit_id, (index, pages), now),
         };
-        let plan = match begun {
-            UploadStep::Answer(o) => return Ok(o),
-            UploadStep::Plan(p) => p,
+        let plan = match self.call(begin)? {
+            None => return Ok(None),
+            Some(UploadStep::Answer(o)) => return Ok(Some(o)),
+            Some(UploadStep::Plan(p)) => p,
         };
-        let outcome = finish_upload(&mut self.grid, &plan, summary, &link_file, state, now)?;
+        let Some(outcome) =
+            self.call(|g| finish_upload(g, &plan, summary, &link_file, state, now))?
+        else {
+            return Ok(None);
+        };
         if outcome == UploadOutcome::Accepted {
             self.acknowledged.push((unit.job_id, unit.unit_id));
             // Its answer lost: the client sends it again, and the grid
             // must answer from what it took, never take it twice.
             if self.opts.upload_loss > 0.0 && self.fault_rng.unit() < self.opts.upload_loss {
                 self.uploads_repeated += 1;
-                let again = match part {
-                    None => self.grid.upload_begin(host_id, unit.unit_id, now)?,
-                    Some(index) => {
-                        self.grid
-                            .upload_part_begin(host_id, unit.unit_id, (index, pages), now)?
-                    }
-                };
-                if matches!(again, UploadStep::Plan(_)) {
+                // (Answered with an error, it is sent again later still.)
+                if let Some(UploadStep::Plan(_)) = self.call(begin)? {
                     return Err(SimError::Invalid(format!(
                         "unit {}'s upload, sent again, would be taken twice",
                         unit.unit_id
@@ -437,7 +601,7 @@ impl Sim<'_> {
                 }
             }
         }
-        Ok(outcome)
+        Ok(Some(outcome))
     }
 
     /// The server restarts: the grid is opened again from its store and
@@ -445,25 +609,90 @@ impl Sim<'_> {
     /// resources again (what the grid keeps in memory only).
     pub(super) fn on_restart(&mut self) -> Result<(), SimError> {
         self.restarts += 1;
+        self.start_afresh()?;
+        self.next_restart();
+        Ok(())
+    }
+
+    /// The server starts from what its disk holds, as a new process: the
+    /// store opened anew (a failure of the old handle forgotten), the grid
+    /// opened from it and the link files. A disk still full may keep it
+    /// from starting ([`Sim::down`] until the probe finds space).
+    pub(super) fn start_afresh(&mut self) -> Result<(), SimError> {
+        let store = Arc::new(self.reopen.store.reopen());
+        self.reopen.store = store.clone();
         let r = &self.reopen;
         let io = crate::grid::GridIo::in_memory(
-            r.store.clone(),
+            store,
             r.links.clone(),
             r.key.clone(),
-            r.seed ^ self.restarts,
+            r.seed ^ self.restarts ^ (self.recoveries << 32),
         );
-        self.grid = Grid::open(io, r.settings.clone())?;
+        match Grid::open(io, r.settings.clone()) {
+            Ok(grid) => {
+                self.grid = grid;
+                self.down = false;
+                // `serve`'s ticker runs within a second of the start.
+                self.at(self.now + 1000, Ev::Tick);
+            }
+            Err(e) if self.storage_refused(&e) => {
+                self.down = true;
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
         let now = self.grid_now();
-        for (h, c) in self.clients.iter().enumerate() {
+        for h in 0..self.clients.len() {
+            let c = &self.clients[h];
             if c.avail == Avail::On {
                 if let Some(res) = self.hosts[h].resources {
-                    self.grid.set_resources(c.host_id, res, now)?;
+                    let id = c.host_id;
+                    self.call(|g| g.set_resources(id, res, now))?;
                 }
             }
         }
         self.check_round();
-        self.next_restart();
         Ok(())
+    }
+
+    /// Schedule the next full disk of the fault schedule (none at rate 0).
+    pub(super) fn next_disk_full(&mut self) {
+        if let Some(after_ms) = self.fault_after(self.opts.disk_fulls_per_hour) {
+            self.at(self.now + after_ms, Ev::DiskFull);
+        }
+    }
+
+    /// The server's disk fills up: it takes a few more writes, then none
+    /// (store and link files alike) until it is freed.
+    pub(super) fn on_disk_full(&mut self) {
+        self.disk_fulls += 1;
+        let writes = (self.fault_rng.unit() * (DISK_FULL_WRITES_MAX + 1) as f64) as u64;
+        self.reopen.store.disk().fill_after(writes);
+        let u = self.fault_rng.unit().max(1e-12);
+        let lasts = ((-u.ln() * DISK_FULL_MEAN_MS as f64) as u64).clamp(1, DISK_FULL_MAX_MS);
+        self.at(self.now + lasts, Ev::DiskFreed);
+    }
+
+    /// Space is back: `serve`'s probe (every [`crate::STORE_PROBE_INTERVAL`])
+    /// finds it at its next turn.
+    pub(super) fn on_disk_freed(&mut self) {
+        self.reopen.store.disk().free();
+        let every = crate::STORE_PROBE_INTERVAL.as_millis() as f64;
+        let probe = (self.fault_rng.unit() * every) as u64;
+        self.at(self.now + probe.max(1), Ev::StoreProbe);
+        self.next_disk_full();
+    }
+
+    /// `serve`'s probe: a failed store (or a server that could not start)
+    /// whose disk takes writes again starts afresh.
+    pub(super) fn on_store_probe(&mut self) -> Result<(), SimError> {
+        let store = &self.reopen.store;
+        let failed = self.down || store.failure().is_some();
+        if !failed || store.disk().is_full() {
+            return Ok(());
+        }
+        self.recoveries += 1;
+        self.start_afresh()
     }
 
     /// Schedule the next restart of the fault schedule (none at rate 0).
@@ -547,19 +776,18 @@ impl Sim<'_> {
         // them (not the job's; its parts included).
         let pages = scan.pages_at(self.now);
         let host_id = c.host_id;
-        match self
-            .grid
-            .progress(host_id, unit_id, pages, 0, self.grid_now())?
-        {
-            ProgressOutcome::Abort(r) if r == ABORT_HAND_OVER => {
+        let now = self.grid_now();
+        // Answered with an error, the scan goes on.
+        match self.call(|g| g.progress(host_id, unit_id, pages, 0, now))? {
+            Some(ProgressOutcome::Abort(r)) if r == ABORT_HAND_OVER => {
                 return self.end_scan(h, unit_id, true);
             }
-            ProgressOutcome::Abort(_) => return self.drop_scan(h, i),
-            ProgressOutcome::Extend(d) => {
+            Some(ProgressOutcome::Abort(_)) => return self.drop_scan(h, i),
+            Some(ProgressOutcome::Extend(d)) => {
                 self.clients[h].held[i].unit.deadline_ms = d;
                 self.at(self.sim_ms_of(d) + 1, Ev::Tick);
             }
-            ProgressOutcome::Continue => {}
+            Some(ProgressOutcome::Continue) | None => {}
         }
         // The server's ticker (every second in `serve`) takes back scans
         // whose host stopped reporting: one tick every 10 s of virtual
@@ -613,7 +841,15 @@ impl Sim<'_> {
             pages_done: start_page + pages,
             ..Default::default()
         };
-        match self.upload(h, &unit, summary, Some(state), Some(parts))? {
+        let Some(outcome) = self.upload(h, &unit, summary, Some(state), Some(parts))? else {
+            // Not taken: the scan goes on, and tries a part again later
+            // (its end holds what no part does).
+            if let HeldState::Scanning(s) = &mut self.clients[h].held[i].state {
+                s.part_ms = self.now;
+            }
+            return Ok(true);
+        };
+        match outcome {
             UploadOutcome::Accepted | UploadOutcome::Duplicate => {
                 self.covered[site].push((start_page + part_pages, start_page + pages));
                 let now = self.now;
@@ -699,6 +935,13 @@ impl Sim<'_> {
             self.start_scans(h)?;
             self.ask_soon(h, now);
         }
+        let spooled = self.clients[h]
+            .held
+            .iter()
+            .any(|u| matches!(u.state, HeldState::Spooled(_)));
+        if spooled {
+            self.at(now, Ev::Retry(h));
+        }
         Ok(())
     }
 
@@ -720,9 +963,10 @@ impl Sim<'_> {
     }
 
     pub(super) fn on_tick(&mut self) -> Result<(), SimError> {
-        if self.grid.tick(self.grid_now())? > 0 {
-            self.check_round();
-        }
+        let now = self.grid_now();
+        // A tick may end a round too (one whose end a failed write missed).
+        self.call(|g| g.tick(now))?;
+        self.check_round();
         Ok(())
     }
 
@@ -757,14 +1001,13 @@ pub fn finish_upload(
     link_file: &[u8],
     state: Option<Vec<u8>>,
     now: u64,
-) -> Result<UploadOutcome, SimError> {
+) -> Result<UploadOutcome, GridError> {
     match plan.verify(&summary, link_file, state.as_deref()) {
         Ok(info) => {
-            plan.write(link_file, info.state.as_ref())
-                .map_err(GridError::from)?;
-            Ok(grid.upload_finish(plan, summary, info, now)?)
+            plan.write(link_file, info.state.as_ref())?;
+            grid.upload_finish(plan, summary, info, now)
         }
-        Err(reason) => Ok(grid.upload_refused(plan, reason, now)?),
+        Err(reason) => grid.upload_refused(plan, reason, now),
     }
 }
 

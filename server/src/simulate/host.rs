@@ -5,6 +5,8 @@
 //! Invariants: a scan's `page_ends` are cumulative and ascending; a scan
 //! never does more than its pages. It never calls the grid: the engine does.
 
+use beebot_shared::linkfile::ScanSummary;
+use beebot_shared::scanstate::ScanState;
 use beebot_shared::sign::WorkUnit;
 
 use super::timeline::Avail;
@@ -53,6 +55,14 @@ pub(super) enum Ev {
     Restart,
     /// The server's clock jumps (the fault schedule).
     ClockJump,
+    /// The client sends its spooled results again (host).
+    Retry(usize),
+    /// The server's disk fills up (the fault schedule)...
+    DiskFull,
+    /// ...and has space again.
+    DiskFreed,
+    /// `serve`'s probe of a failed store's disk.
+    StoreProbe,
 }
 
 /// A scan in a client.
@@ -105,6 +115,20 @@ impl Scan {
 pub(super) enum HeldState {
     Waiting,
     Scanning(Scan),
+    /// Scanned: its result waits in the client's spool, the server having
+    /// answered its upload with an error (a full disk); sent again later.
+    Spooled(Box<Spooled>),
+}
+
+/// A result in a client's spool.
+pub(super) struct Spooled {
+    pub(super) summary: ScanSummary,
+    pub(super) state: Option<ScanState>,
+    /// The site's pages it covers (from, to).
+    pub(super) covers: (u64, u64),
+    /// Seconds of scanning it holds that no accepted part does (wasted
+    /// if it is not accepted).
+    pub(super) unkept_s: f64,
 }
 
 /// A unit the client holds.
@@ -133,14 +157,25 @@ pub(super) struct Client {
     pub(super) held_since_ms: Option<u64>,
     /// Milliseconds it held units before `held_since_ms`.
     pub(super) held_ms: u64,
+    /// Server errors in a row (its back-off grows with them).
+    pub(super) failures: u32,
 }
 
 impl Ev {
     /// The host the event is about (`None`: the server's ticker).
     pub(super) fn host(&self) -> Option<usize> {
         match *self {
-            Ev::Ask(h) | Ev::ScanEnd(h, _, _) | Ev::Report(h, _, _) | Ev::Avail(h, _) => Some(h),
-            Ev::Tick | Ev::Restart | Ev::ClockJump => None,
+            Ev::Ask(h)
+            | Ev::ScanEnd(h, _, _)
+            | Ev::Report(h, _, _)
+            | Ev::Avail(h, _)
+            | Ev::Retry(h) => Some(h),
+            Ev::Tick
+            | Ev::Restart
+            | Ev::ClockJump
+            | Ev::DiskFull
+            | Ev::DiskFreed
+            | Ev::StoreProbe => None,
         }
     }
 }

@@ -198,6 +198,10 @@ pub struct SimOptions {
     /// Jumps of the server's clock an hour on average (back up to 5
     /// minutes or on up to 15, never more than an hour off).
     pub clock_jumps_per_hour: f64,
+    /// Times an hour on average the server's disk fills up (for 2 minutes
+    /// on average): writes of the store and link files fail, the store
+    /// stops, and the server starts afresh once its probe finds space.
+    pub disk_fulls_per_hour: f64,
 }
 
 impl Default for SimOptions {
@@ -230,6 +234,7 @@ impl Default for SimOptions {
             restarts_per_hour: 0.0,
             upload_loss: 0.0,
             clock_jumps_per_hour: 0.0,
+            disk_fulls_per_hour: 0.0,
         }
     }
 }

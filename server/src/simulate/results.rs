@@ -51,6 +51,10 @@ pub struct RunResult {
     pub restarts: u64,
     pub uploads_repeated: u64,
     pub clock_jumps: u64,
+    /// Times the server's disk filled up, and times its store had failed
+    /// on it and the server started afresh once space was back.
+    pub disk_fulls: u64,
+    pub store_recoveries: u64,
     /// Uploads the grid accepted that its records no longer hold at the
     /// end (each a fault: an acknowledged result lost).
     pub acknowledged_lost: u64,

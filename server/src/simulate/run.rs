@@ -28,6 +28,7 @@ use crate::grid::{Grid, GridError, GridIo, GridSettings, MemoryLinks};
 use crate::model::{RoundState, SiteRecord, SiteStats};
 use crate::params::RoundParams;
 use crate::scheduler;
+use crate::store::{MemoryStore, Store};
 
 /// Derive 32 key bytes from a seed.
 fn key_bytes(rng: &mut Rng) -> [u8; 32] {
@@ -64,7 +65,7 @@ pub fn run(
     // In memory: a simulated link file holds a header and no records (about
     // 50 bytes a site once the round is done), and the files and states no
     // result keeps are removed as on disk.
-    let links = Arc::new(MemoryLinks::new());
+    let links = Arc::new(MemoryLinks::on_disk(store.disk().clone()));
     let reopen = Reopen {
         store: store.clone(),
         links: links.clone(),
@@ -110,6 +111,9 @@ pub fn run(
         acknowledged: Vec::new(),
         clock_skew_ms: 0,
         clock_jumps: 0,
+        disk_fulls: 0,
+        recoveries: 0,
+        down: false,
     };
     drive(&mut sim, sites.len(), hosts.len())?;
     outcome(&mut sim, seed, world.lower_bound_s)
@@ -208,7 +212,8 @@ fn availability(
     })
 }
 
-/// A store in memory with the sites and their last scans: each scanned
+/// A store in memory (on a disk of its own, which the fault schedule may
+/// fill) with the sites and their last scans: each scanned
 /// site's pages as given, in the time its true pages take on a host drawn
 /// at random (the one that scanned it last, at this round's delay). The
 /// draws come from a stream of their own, so the seed's other draws stay
@@ -219,8 +224,8 @@ fn site_store(
     hosts: &[SimHost],
     opts: &SimOptions,
     seed: u64,
-) -> Result<crate::store::SharedStore, SimError> {
-    let store = crate::store::memory();
+) -> Result<Arc<MemoryStore>, SimError> {
+    let store = Arc::new(MemoryStore::new());
     let mut rng = Rng::new(seed ^ LAST_SCAN_STREAM);
     let delay_s = opts.delay_ms as f64 / 1000.0;
     for (s, t) in sites.iter().zip(truths) {
@@ -293,6 +298,7 @@ fn enrol_hosts(
             used: false,
             held_since_ms: None,
             held_ms: 0,
+            failures: 0,
         });
     }
     Ok(clients)
@@ -346,6 +352,7 @@ fn drive(sim: &mut Sim<'_>, sites: usize, hosts: usize) -> Result<(), SimError> 
     }
     sim.next_restart();
     sim.next_clock_jump();
+    sim.next_disk_full();
     let bound = EVENTS_PER_JOB * sites as u64 + EVENTS_PER_HOST * hosts as u64;
     let mut processed = 0u64;
     while !sim.round_over && processed < bound {
@@ -366,6 +373,10 @@ fn drive(sim: &mut Sim<'_>, sites: usize, hosts: usize) -> Result<(), SimError> 
             Ev::Avail(h, i) => sim.on_avail(h, i)?,
             Ev::Restart => sim.on_restart()?,
             Ev::ClockJump => sim.on_clock_jump()?,
+            Ev::Retry(h) => sim.on_retry(h)?,
+            Ev::DiskFull => sim.on_disk_full(),
+            Ev::DiskFreed => sim.on_disk_freed(),
+            Ev::StoreProbe => sim.on_store_probe()?,
         }
         if let Some(h) = host {
             sim.note_held(h);
@@ -376,7 +387,11 @@ fn drive(sim: &mut Sim<'_>, sites: usize, hosts: usize) -> Result<(), SimError> 
 
 /// What the run came to: the round's makespan and the grid's counts, with
 /// scans still running at the end counted as busy (their copies now useless).
+/// Read from what the store holds, as a server started afresh reads it
+/// (space freed first): an acknowledged result only memory held is lost.
 fn outcome(sim: &mut Sim<'_>, seed: u64, lower: f64) -> Result<RunResult, SimError> {
+    sim.reopen.store.disk().free();
+    sim.start_afresh()?;
     let now = sim.now;
     for c in &sim.clients {
         for u in &c.held {
@@ -426,6 +441,8 @@ fn outcome(sim: &mut Sim<'_>, seed: u64, lower: f64) -> Result<RunResult, SimErr
         restarts: sim.restarts,
         uploads_repeated: sim.uploads_repeated,
         clock_jumps: sim.clock_jumps,
+        disk_fulls: sim.disk_fulls,
+        store_recoveries: sim.recoveries,
         acknowledged_lost: sim.acknowledged_lost()?,
     })
 }
@@ -531,7 +548,8 @@ mod tests {
     }
 
     /// The fault schedule (as TigerBeetle's VOPR runs one): server
-    /// restarts, answers to accepted uploads lost, hosts in and out of
+    /// restarts, answers to accepted uploads lost, clock jumps, a disk
+    /// that fills up (mid-operation too), hosts in and out of
     /// offline spells mid-scan, scans cut by a 30 s budget and handed
     /// over, every new host's result checked by another host, at the 1 s
     /// delay.
@@ -540,6 +558,7 @@ mod tests {
             restarts_per_hour: 4.0,
             upload_loss: 0.2,
             clock_jumps_per_hour: 2.0,
+            disk_fulls_per_hour: 4.0,
             dropout: 0.3,
             vanish: 0.0,
             scan_failures: 0.0,
@@ -562,6 +581,7 @@ mod tests {
     fn under_the_fault_schedule_every_round_ends_and_no_acknowledged_upload_is_lost() {
         let o = faulty();
         let (mut restarts, mut repeated, mut jumps) = (0, 0, 0);
+        let (mut fulls, mut recoveries) = (0, 0);
         for seed in 0..FAULT_SEEDS {
             let r = faulty_run(seed, &o);
             assert!(r.finished, "seed {seed}: {r:?}");
@@ -570,8 +590,12 @@ mod tests {
             restarts += r.restarts;
             repeated += r.uploads_repeated;
             jumps += r.clock_jumps;
+            fulls += r.disk_fulls;
+            recoveries += r.store_recoveries;
         }
         assert!(jumps >= FAULT_SEEDS, "{jumps} clock jumps");
+        assert!(fulls >= FAULT_SEEDS, "{fulls} full disks");
+        assert!(recoveries >= FAULT_SEEDS / 2, "{recoveries} recoveries");
         assert!(restarts >= FAULT_SEEDS, "{restarts} restarts");
         assert!(repeated >= FAULT_SEEDS, "{repeated} uploads sent again");
         // Without a delay too.
