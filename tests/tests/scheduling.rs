@@ -233,9 +233,9 @@ fn simulate_prints_a_table_per_policy_and_json() {
     ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("line 1"), "{}", stderr(&o));
-    // The fault schedule: a run with server restarts, lost answers and
-    // clock jumps ends with nothing accepted lost; a rate past its limit
-    // is refused.
+    // The fault schedule: a run with server restarts, lost answers, clock
+    // jumps and full disks ends with nothing accepted lost; a rate past
+    // its limit is refused.
     let o = g.admin_ok(&[
         "simulate",
         "--synthetic-sites",
@@ -254,22 +254,35 @@ fn simulate_prints_a_table_per_policy_and_json() {
         "0.3",
         "--clock-jumps-per-hour",
         "2",
+        "--disk-fulls-per-hour",
+        "6",
         "--json",
     ]);
     let runs: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
     let text = runs.to_string();
     assert!(text.contains("\"restarts\""), "{text}");
     assert!(text.contains("\"acknowledged_lost_total\":0"), "{text}");
-    let restarts: u64 = runs[0]["runs"]
-        .as_array()
-        .expect("runs")
-        .iter()
-        .map(|r| r["restarts"].as_u64().expect("restarts"))
-        .sum();
-    assert!(restarts > 0, "the schedule restarted the server: {text}");
-    let o = g.admin(&["simulate", "--restarts-per-hour", "61", "--seeds", "1"]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("--restarts-per-hour"), "{}", stderr(&o));
+    let total = |field: &str| -> u64 {
+        runs[0]["runs"]
+            .as_array()
+            .expect("runs")
+            .iter()
+            .map(|r| r[field].as_u64().expect(field))
+            .sum()
+    };
+    assert!(
+        total("restarts") > 0,
+        "the schedule restarted the server: {text}"
+    );
+    assert!(
+        total("disk_fulls") > 0,
+        "the schedule filled the disk: {text}"
+    );
+    for flag in ["--restarts-per-hour", "--disk-fulls-per-hour"] {
+        let o = g.admin(&["simulate", flag, "61", "--seeds", "1"]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains(flag), "{}", stderr(&o));
+    }
     // An unknown policy is a usage error naming the known ones.
     let o = g.admin(&["simulate", "--policy", "nope", "--seeds", "1"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
