@@ -97,6 +97,9 @@ pub fn bind(data_dir: &Path, port: u16) -> Result<Bound> {
     })?;
     listener.set_nonblocking(true)?;
     let port = listener.local_addr()?.port();
+    // The secret exists before the address says the page is up: whoever
+    // finds the address (`beebot open`) finds the secret too.
+    auth::Secret::load_or_create(data_dir)?;
     let addr = PageAddr {
         port,
         pid: std::process::id(),
@@ -676,5 +679,15 @@ mod tests {
         }
         // The login code never goes to a server in a URL: the fragment holds it.
         assert!(login_url(4711, "c0de").ends_with("/login#code=c0de"));
+    }
+
+    /// `beebot open` reads the address, then the secret: once the address
+    /// is there, so is the secret.
+    #[test]
+    fn the_secret_is_there_before_the_address() {
+        let d = tempfile::tempdir().unwrap();
+        let bound = bind(d.path(), 0).unwrap();
+        assert_eq!(read_addr(d.path()).map(|a| a.port), Some(bound.port));
+        assert!(auth::Secret::read(d.path()).is_ok());
     }
 }
