@@ -1,4 +1,5 @@
-//! Prometheus metrics: `GET /metrics` in the OpenMetrics text format, on the
+//! Prometheus metrics: `GET /metrics` in the OpenMetrics text format (or,
+//! for a scraper that does not prefer it, Prometheus's text format), on the
 //! admin address (behind the admin token, like the API) and on the
 //! `metrics_listen` address (no token; loopback unless the admin chose
 //! otherwise).
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -46,8 +47,11 @@ use crate::{now_ms, Shared};
 
 /// Prefix of every metric family.
 pub const PREFIX: &str = "beebot";
-/// The scrape's content type (OpenMetrics text 1.0.0).
+/// The scrape's content type when the scraper asks for OpenMetrics
+/// (Prometheus does, first)...
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// ...and otherwise: Prometheus's text format ([`text_format`]).
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Request latency buckets: 0.5 ms doubling to 16 s (an upload's decoding
 /// and two fsyncs stay well inside).
 const REQUEST_BUCKETS: (f64, f64, u16) = (0.0005, 2.0, 16);
@@ -663,14 +667,77 @@ fn vm_rss_bytes(status: &str) -> Option<u64> {
     }
 }
 
-/// The scrape: a grid snapshot under the lock, rendered outside it.
-async fn scrape(shared: Arc<Shared>) -> Response {
+/// Whether an `Accept` header prefers OpenMetrics to Prometheus's text
+/// format (by their q-values; `*/*` and `text/*` count for text, which a
+/// client that names neither gets).
+pub fn wants_openmetrics(accept: &str) -> bool {
+    let (mut open, mut text) = (0.0f32, 0.0f32);
+    for range in accept.split(',') {
+        let mut parts = range.split(';');
+        let kind = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let q = parts
+            .filter_map(|p| p.trim().strip_prefix("q="))
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        match kind.as_str() {
+            "application/openmetrics-text" => open = open.max(q),
+            "text/plain" | "text/*" | "*/*" => text = text.max(q),
+            _ => {}
+        }
+    }
+    open > 0.0 && open >= text
+}
+
+/// Prometheus's text format (0.0.4) of an OpenMetrics render: a counter's
+/// `# HELP` and `# TYPE` name its `_total` samples (as `promtool check
+/// metrics` wants), and what the text format has no place for (`# UNIT`,
+/// `_created` samples, `# EOF`) is left out.
+pub fn text_format(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        if let Some((prefix, rest)) = meta {
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            if counters.contains(name) {
+                out.push_str(&format!("{prefix}{name}_total {tail}\n"));
+                continue;
+            }
+        } else if !line.starts_with('#') {
+            let name = line.split(['{', ' ']).next().unwrap_or("");
+            if name.ends_with("_created") {
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The scrape: a grid snapshot under the lock, rendered outside it, in
+/// OpenMetrics or Prometheus's text format as the scraper asks.
+async fn scrape(shared: Arc<Shared>, openmetrics: bool) -> Response {
     shared
         .metrics
         .set_store_failed(shared.store_failure().is_some());
     let snapshot = shared.with_grid(|g| g.metrics_snapshot(now_ms())).await;
     match shared.metrics.render(&snapshot) {
-        Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        Ok(text) if openmetrics => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        Ok(text) => (
+            [(header::CONTENT_TYPE, TEXT_CONTENT_TYPE)],
+            text_format(&text),
+        )
+            .into_response(),
         Err(e) => {
             tracing::error!("cannot encode the metrics: {e}");
             (
@@ -683,8 +750,12 @@ async fn scrape(shared: Arc<Shared>) -> Response {
 }
 
 /// `GET /metrics` (on the admin API, behind its authentication).
-pub async fn get_metrics(State(shared): State<Arc<Shared>>) -> Response {
-    scrape(shared).await
+pub async fn get_metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    scrape(shared, wants_openmetrics(accept)).await
 }
 
 /// What the metrics address lets its clients hold: a scraper or two.

@@ -131,16 +131,27 @@ fn parse_sample(line: &str) -> Sample {
     }
 }
 
-/// `GET /metrics` on `addr`, with `token` as a bearer header when given:
-/// the status, the content type and the body.
+/// What Prometheus sends: OpenMetrics first, its text format after.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,\
+    application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// `GET /metrics` on `addr` as Prometheus asks, with `token` as a bearer
+/// header when given: the status, the content type and the body.
 fn scrape(addr: SocketAddr, token: Option<&str>) -> (u16, String, String) {
+    scrape_as(addr, token, PROMETHEUS_ACCEPT)
+}
+
+/// [`scrape`] with an `Accept` header of `accept`.
+fn scrape_as(addr: SocketAddr, token: Option<&str>, accept: &str) -> (u16, String, String) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .proxy(None)
         .http_status_as_error(false)
         .timeout_global(Some(SCRAPE_TIMEOUT))
         .build()
         .into();
-    let mut req = agent.get(format!("http://{addr}/metrics"));
+    let mut req = agent
+        .get(format!("http://{addr}/metrics"))
+        .header("Accept", accept);
     if let Some(t) = token {
         req = req.header("Authorization", format!("Bearer {t}"));
     }
@@ -221,6 +232,7 @@ fn a_round_and_a_hostile_host_are_counted_and_both_addresses_serve_the_metrics()
     the_hostile_upload_is_not_ok(&m);
     the_server_internals_are_measured(&m);
     the_dashboard_and_the_example_name_only_real_metrics(&m);
+    a_scraper_of_the_text_format_gets_what_promtool_takes(open, &m);
 
     let token = std::fs::read_to_string(g.data_dir().join("admin.token")).expect("token");
     let (status, _, body) = scrape(runtime.admin_addr, None);
@@ -233,6 +245,57 @@ fn a_round_and_a_hostile_host_are_counted_and_both_addresses_serve_the_metrics()
     assert_eq!(
         admin.types, m.types,
         "both addresses serve the same families"
+    );
+}
+
+/// A scraper that does not ask for OpenMetrics (curl, an older agent)
+/// gets Prometheus's text format, with the same samples, which
+/// `promtool check metrics` takes without a word.
+fn a_scraper_of_the_text_format_gets_what_promtool_takes(addr: SocketAddr, m: &Scrape) {
+    for accept in ["text/plain;version=0.0.4", "*/*"] {
+        let (status, kind, text) = scrape_as(addr, None, accept);
+        assert_eq!(status, 200, "{text}");
+        assert!(
+            kind.starts_with("text/plain; version=0.0.4"),
+            "{accept}: {kind}"
+        );
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+        let samples: BTreeSet<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .collect();
+        assert_eq!(samples, m.samples.iter().map(|s| s.name.as_str()).collect());
+    }
+    let (_, _, text) = scrape_as(addr, None, "text/plain");
+    let promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let Ok(mut child) = promtool else {
+        return tool_missing("promtool", "check the scrape (Debian's `prometheus`)");
+    };
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("to promtool");
+    let out = child.wait_with_output().expect("promtool");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool: {said}\n{text}"
     );
 }
 

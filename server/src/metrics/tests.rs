@@ -285,3 +285,38 @@ fn one_fsync_serves_the_group_of_syncs_that_asked_for_it() {
     store.sync().expect("sync");
     assert_eq!(*seen.0.lock().expect("lock"), vec![1]);
 }
+
+/// Prometheus's text format, for a scraper that does not ask for
+/// OpenMetrics: what `promtool check metrics` takes without a word.
+#[test]
+fn the_text_format_names_counters_by_their_samples_and_promtool_takes_it() {
+    let open = busy_metrics().render(&snapshot()).expect("render");
+    let text = text_format(&open);
+    assert!(text.contains("# HELP beebot_units_total Units by what happened to them.\n"));
+    assert!(text.contains("# TYPE beebot_units_total counter\n"));
+    assert!(
+        text.contains("# TYPE beebot_jobs gauge\n"),
+        "gauges keep their name"
+    );
+    assert!(!text.contains("# UNIT") && !text.contains("# EOF") && !text.contains("_created"));
+    // Every sample is kept.
+    let samples = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(samples(&text), samples(&open));
+}
+
+#[test]
+fn a_scraper_gets_openmetrics_only_when_it_prefers_it() {
+    let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                      version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    assert!(wants_openmetrics(prometheus));
+    assert!(wants_openmetrics("application/openmetrics-text"));
+    for other in [
+        "",
+        "*/*",
+        "text/plain;version=0.0.4",
+        "text/plain, application/openmetrics-text;q=0.5",
+        "application/openmetrics-text;q=0",
+    ] {
+        assert!(!wants_openmetrics(other), "{other}");
+    }
+}
