@@ -77,6 +77,7 @@ fn views(seed: u64) -> (Vec<JobView>, Vec<HostView>, Vec<RunningView>) {
                     memory_mb: busy as f64 * scheduler::resources::scan_memory_mb(100.0),
                     kbps: busy as f64 * scheduler::resources::PAGE_KB,
                 },
+                trusted: i % 3 == 0,
             }
         })
         .collect();

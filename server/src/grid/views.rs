@@ -270,10 +270,11 @@ impl Grid {
             last_seen_ms: h.last_seen_ms,
             capacity: Capacity::of(self.resources.get(&h.id)),
             demand,
+            trusted: self.is_trusted(h.id),
         };
         Some(OneHost {
+            trusted: view.trusted,
             view,
-            trusted: self.is_trusted(h.id),
             ends,
             held,
         })

@@ -584,10 +584,12 @@ impl Grid {
         let host_id = asker.host_id;
         let mut also = BTreeSet::new();
         // A job this host let expire or gave back goes to another host
-        // while one that has not failed it is online (as BOINC sends a
-        // host no second result of a job): a host that hoards cannot
-        // keep the last sites of a round to itself.
+        // while one that has not failed it (nor wrote the result it
+        // checks) is online (as BOINC sends a host no second result of a
+        // job): a host that hoards cannot keep the last sites of a round
+        // to itself.
         for id in open.failed_by.get(&host_id).into_iter().flatten() {
+            let authors = open.checks.get(id);
             // Failed where the job stands now (not before a segment).
             let here = self.jobs.get(id).is_some_and(|j| {
                 j.attempts.iter().any(|a| {
@@ -598,6 +600,7 @@ impl Grid {
                 && asker.hosts.iter().any(|h| {
                     h.online
                         && h.host_id != host_id
+                        && !authors.is_some_and(|a| a.contains(&h.host_id))
                         && !open
                             .failed_by
                             .get(&h.host_id)

@@ -68,6 +68,9 @@ struct Field<'a> {
     lines: Vec<std::cell::OnceCell<Vec<(f64, f64)>>>,
     /// Their host ids, in the same order.
     ids: Vec<u64>,
+    /// Whether each may check a result the asker may check: a trusted
+    /// asker bars every host not trusted from its checks.
+    may_check: Vec<bool>,
     /// Pages per second over every slot of the online hosts and the asker.
     rate: f64,
     /// The work they hold, in pages at their speeds.
@@ -80,6 +83,8 @@ impl<'a> Field<'a> {
     fn of(ctx: &'a Ctx<'a>) -> Field<'a> {
         let mut others = Vec::with_capacity(ctx.hosts.len());
         let mut ids = Vec::with_capacity(ctx.hosts.len());
+        let mut may_check = Vec::with_capacity(ctx.hosts.len());
+        let trusted_asker = ctx.asker().trusted;
         let (mut rate, mut held, mut fastest) = (0.0, 0.0, f64::INFINITY);
         for (i, h) in ctx.hosts.iter().enumerate() {
             let asker = i == ctx.asker;
@@ -93,6 +98,7 @@ impl<'a> Field<'a> {
             if !asker {
                 others.push(i);
                 ids.push(h.host_id);
+                may_check.push(h.trusted || !trusted_asker);
             }
         }
         Field {
@@ -102,6 +108,7 @@ impl<'a> Field<'a> {
                 .map(|_| std::cell::OnceCell::new())
                 .collect(),
             ids,
+            may_check,
             rate,
             held,
             fastest,
@@ -299,7 +306,8 @@ impl Adaptive {
     /// Whether the asker, starting at `start_s` with `cost` s/page, would
     /// finish `pages` no later than every other online host that may take
     /// the job (none of `barred`: a host that failed it, or an author of
-    /// its result under check). O(hosts).
+    /// its result under check; for a check, none the asker's trust bars).
+    /// O(hosts).
     fn wins_among(field: &Field, j: &JobView, pages: f64, start_s: f64) -> bool {
         let class = pace_class(j.pace_s);
         let cost = field.asker_cost(class);
@@ -309,7 +317,12 @@ impl Adaptive {
             .lines(class)
             .iter()
             .zip(&field.ids)
-            .all(|(&(s_g, c_g), id)| barred.contains(id) || mine <= (s_g + pages * c_g) * 1.000_001)
+            .zip(&field.may_check)
+            .all(|((&(s_g, c_g), id), &may_check)| {
+                barred.contains(id)
+                    || (j.under_check && !may_check)
+                    || mine <= (s_g + pages * c_g) * 1.000_001
+            })
     }
 
     /// The longest queued job on the asker (ties: list order) it has not

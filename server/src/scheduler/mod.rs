@@ -266,6 +266,9 @@ pub struct HostView {
     pub capacity: Capacity,
     /// What the units it holds need of that at once.
     pub demand: Demand,
+    /// Trusted: while it is online, hosts not trusted check no result it
+    /// could check.
+    pub trusted: bool,
 }
 
 impl HostView {

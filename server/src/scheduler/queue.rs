@@ -1,6 +1,6 @@
 //! A round's queued jobs, indexed by what the policies order on
 //! ([`JobQueue`]): list order, expected size (largest first, ties in list
-//! order), sites never scanned, jobs some host failed, and each host's
+//! order), sites never scanned, jobs some host may not take, and each host's
 //! `batch` share, in two parts indexed alike: jobs waiting for a scan and
 //! results under check (waiting for a host that may check them). [`Queue`]
 //! is one asking host's look at it: the jobs it failed marked, the jobs it
@@ -189,7 +189,7 @@ impl Part {
         assert_eq!(self.unknown, fresh.unknown, "{name}: never scanned");
         assert_eq!(
             self.barred_somewhere, fresh.barred_somewhere,
-            "{name}: failed somewhere"
+            "{name}: barred somewhere"
         );
         assert_eq!(self.flagged_failed, fresh.flagged_failed, "{name}: flagged");
         assert_eq!(self.assigned, fresh.assigned, "{name}: shares");

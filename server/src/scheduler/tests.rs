@@ -52,6 +52,7 @@ fn host(id: u64, pps: f64) -> HostView {
         last_seen_ms: 0,
         capacity: Capacity::UNBOUNDED,
         demand: Demand::default(),
+        trusted: false,
     }
 }
 

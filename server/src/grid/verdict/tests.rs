@@ -657,3 +657,47 @@ fn a_check_is_not_kept_for_its_faster_author() {
     let v = fx.one(slow, &[], T0 + 2000);
     assert_eq!(v.job_id, u.job_id);
 }
+
+/// A trusted host checks a result even when a faster host that is not
+/// trusted is online: that host may not check it while the trusted one
+/// is, so the check is not kept for it.
+#[test]
+fn a_check_is_not_kept_for_a_faster_host_not_trusted() {
+    let mut fx = Fx::new();
+    fx.grid.add_sites(&site_names(1), T0).unwrap();
+    let (author, fast, trusted) = (fx.host(), fx.host(), fx.host());
+    fx.grid.benchmark(author, 100.0, 9000.0, 2, T0).unwrap();
+    fx.grid.benchmark(fast, 50.0, 5000.0, 2, T0).unwrap();
+    fx.grid.benchmark(trusted, 1.0, 100.0, 2, T0).unwrap();
+    fx.grid.hosts.get_mut(&trusted).unwrap().consecutive_valid = 2;
+    let p = RoundParams {
+        validate: ValidateMode::All,
+        policy: "adaptive".into(),
+        ..params(3)
+    };
+    fx.grid.start_round(p, T0).unwrap();
+    let u = fx.one(author, &[], T0);
+    assert_eq!(fx.upload(author, &u, 6, T0 + 1000), UploadOutcome::Accepted);
+    // The fast host, not trusted, is online and may not check it.
+    nothing_for(&mut fx, fast, T0 + 1500);
+    let v = fx.one(trusted, &[], T0 + 2000);
+    assert_eq!(v.job_id, u.job_id);
+}
+
+/// A host that gave a check back gets it again while the only other host
+/// online is the result's author (who may not check it).
+#[test]
+fn a_check_given_back_comes_back_when_only_its_author_is_online() {
+    let (mut fx, h) = validating(1, 2, ValidateMode::All);
+    let (author, checker) = (h[0], h[1]);
+    let u = fx.one(author, &[], T0);
+    assert_eq!(fx.upload(author, &u, 6, T0 + 1000), UploadOutcome::Accepted);
+    let v = fx.one(checker, &[], T0 + 2000);
+    assert_eq!(v.job_id, u.job_id);
+    fx.grid
+        .fail(checker, v.unit_id, "robots.txt unavailable", T0 + 3000)
+        .unwrap();
+    nothing_for(&mut fx, author, T0 + 3500);
+    let again = fx.one(checker, &[], T0 + 4000);
+    assert_eq!(again.job_id, u.job_id);
+}
