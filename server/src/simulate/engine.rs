@@ -159,8 +159,13 @@ impl Sim<'_> {
         }
         let answer = f(&mut self.grid);
         // As `serve` after each call: a change a failed write stopped
-        // half-way is not left in the indexes.
+        // half-way is not left in the indexes, and once the store has
+        // failed every answer is an error (none may rest on memory the
+        // disk does not hold).
         self.grid.repair_after_store_failure();
+        if self.reopen.store.failure().is_some() {
+            return Ok(None);
+        }
         match answer {
             Ok(t) => Ok(Some(t)),
             Err(e) if self.storage_refused(&e) => Ok(None),
@@ -188,13 +193,14 @@ impl Sim<'_> {
             .held
             .iter()
             .any(|u| matches!(u.state, HeldState::Scanning(_)));
-        let mut wait = backoff_delay(c.failures, BACKOFF_BASE, BACKOFF_CAP, self.rng.unit())
-            .as_millis() as u64;
+        let jitter = self.fault_rng.unit();
+        let mut wait =
+            backoff_delay(c.failures, BACKOFF_BASE, BACKOFF_CAP, jitter).as_millis() as u64;
         if scanning {
             wait = wait.min(LEASE_RETRY_MS);
         }
         let t = self.now + wait.max(1);
-        self.clients[h].next_request_ms = t;
+        self.clients[h].next_contact_ms = t;
         t
     }
 
@@ -225,9 +231,9 @@ impl Sim<'_> {
         if c.avail != Avail::On {
             return Ok(());
         }
-        if self.now < c.next_request_ms {
-            let t = c.next_request_ms;
-            self.ask_soon(h, t);
+        let next = c.next_request_ms.max(c.next_contact_ms);
+        if self.now < next {
+            self.ask_soon(h, next);
             return Ok(());
         }
         let unfinished = c
@@ -265,9 +271,13 @@ impl Sim<'_> {
         for unit_id in &reply.cancelled_units {
             let held = &mut self.clients[h].held;
             if let Some(i) = held.iter().position(|u| u.unit.unit_id == *unit_id) {
-                if let HeldState::Scanning(s) = held.remove(i).state {
-                    self.busy_s += s.done_at(self.now);
-                    self.wasted_s += s.unkept_at(self.now);
+                match held.remove(i).state {
+                    HeldState::Scanning(s) => {
+                        self.busy_s += s.done_at(self.now);
+                        self.wasted_s += s.unkept_at(self.now);
+                    }
+                    HeldState::Spooled(sp) => self.wasted_s += sp.unkept_s,
+                    HeldState::Waiting => {}
                 }
             }
         }
@@ -358,6 +368,7 @@ impl Sim<'_> {
                 parts: 0,
                 part_ms: self.now,
                 part_s: 0.0,
+                parts_off: false,
             });
             self.schedule_scan(h, unit_id);
         }
@@ -513,8 +524,8 @@ impl Sim<'_> {
         if !matches!(c.avail, Avail::On | Avail::Gated) {
             return Ok(()); // again when it is back
         }
-        if self.now < c.next_request_ms {
-            let t = c.next_request_ms;
+        if self.now < c.next_contact_ms {
+            let t = c.next_contact_ms;
             self.at(t, Ev::Retry(h));
             return Ok(());
         }
@@ -541,6 +552,14 @@ impl Sim<'_> {
             };
             self.clients[h].failures = 0;
             self.clients[h].held.remove(i);
+            // Taken before, its answer lost to the full disk (the write
+            // went through, its sync did not): the grid holds it.
+            let outcome = match outcome {
+                UploadOutcome::Duplicate if self.grid_holds(unit.job_id, unit.unit_id)? => {
+                    UploadOutcome::Accepted
+                }
+                other => other,
+            };
             self.delivered(site, outcome, covers, unkept_s);
             match spooled(&self.clients[h]) {
                 Some(next) => i = next,
@@ -744,14 +763,19 @@ impl Sim<'_> {
                 lost += 1;
                 continue;
             };
-            let held = job.result.as_ref().is_some_and(|r| r.unit_id == unit_id)
-                || job.segments.iter().any(|s| s.unit_id == unit_id)
-                || job.candidates.iter().any(|c| {
-                    c.result.unit_id == unit_id || c.segments.iter().any(|s| s.unit_id == unit_id)
-                });
-            lost += u64::from(!held);
+            lost += u64::from(!holds(job, unit_id));
         }
         Ok(lost)
+    }
+
+    /// Whether the grid's record of job `job_id` holds unit `unit_id`'s
+    /// upload (its result, a segment, or a result under comparison).
+    fn grid_holds(&self, job_id: u64, unit_id: u64) -> Result<bool, SimError> {
+        let (_, jobs) = self.grid.round(self.round_id)?;
+        Ok(jobs
+            .iter()
+            .find(|j| j.id == job_id)
+            .is_some_and(|j| holds(j, unit_id)))
     }
 
     /// A scan's progress report: `Extend` is followed, `Abort` stops it.
@@ -763,7 +787,8 @@ impl Sim<'_> {
         let Some((_, scan)) = self.scan_of(h, unit_id) else {
             return Ok(());
         };
-        let due = self.now >= scan.part_ms + PART_INTERVAL_S * 1000
+        let due = !scan.parts_off
+            && self.now >= scan.part_ms + PART_INTERVAL_S * 1000
             && scan.pages_at(self.now) > scan.part_pages;
         if due && !self.upload_part(h, unit_id)? {
             return Ok(());
@@ -842,11 +867,9 @@ impl Sim<'_> {
             ..Default::default()
         };
         let Some(outcome) = self.upload(h, &unit, summary, Some(state), Some(parts))? else {
-            // Not taken: the scan goes on, and tries a part again later
-            // (its end holds what no part does).
-            if let HeldState::Scanning(s) = &mut self.clients[h].held[i].state {
-                s.part_ms = self.now;
-            }
+            // Not taken: the scan goes on and tries again at its next
+            // report (its pages since the last part taken, in the time
+            // since it).
             return Ok(true);
         };
         match outcome {
@@ -866,7 +889,7 @@ impl Sim<'_> {
             UploadOutcome::NotKept => {
                 // No more parts of this scan: the rest goes at its end.
                 if let HeldState::Scanning(s) = &mut self.clients[h].held[i].state {
-                    s.part_ms = u64::MAX / 2;
+                    s.parts_off = true;
                 }
                 Ok(true)
             }
@@ -990,6 +1013,17 @@ impl Sim<'_> {
             })
             .sum()
     }
+}
+
+/// Whether `job`'s record holds unit `unit_id`'s upload: its result, a
+/// segment, or a result under comparison.
+fn holds(job: &crate::model::JobRecord, unit_id: u64) -> bool {
+    job.result.as_ref().is_some_and(|r| r.unit_id == unit_id)
+        || job.segments.iter().any(|s| s.unit_id == unit_id)
+        || job
+            .candidates
+            .iter()
+            .any(|c| c.result.unit_id == unit_id || c.segments.iter().any(|s| s.unit_id == unit_id))
 }
 
 /// The last upload steps as `serve` runs them: verify, write (to memory),

@@ -87,6 +87,8 @@ pub(super) struct Scan {
     pub(super) part_ms: u64,
     /// Seconds of scanning its accepted parts hold.
     pub(super) part_s: f64,
+    /// The server wants no more parts of it: the rest goes at its end.
+    pub(super) parts_off: bool,
 }
 
 impl Scan {
@@ -148,6 +150,9 @@ pub(super) struct Client {
     pub(super) held: Vec<Held>,
     pub(super) job_s: Option<f64>,
     pub(super) next_request_ms: u64,
+    /// No contact with the server before this (its back-off after a
+    /// server error): work requests and spooled uploads alike.
+    pub(super) next_contact_ms: u64,
     pub(super) ask_at: Option<u64>,
     /// Bumped at every change of availability: events of earlier epochs are stale.
     pub(super) epoch: u64,

@@ -293,6 +293,7 @@ fn enrol_hosts(
             held: Vec::new(),
             job_s: None,
             next_request_ms: 0,
+            next_contact_ms: 0,
             ask_at: None,
             epoch: 0,
             used: false,
@@ -395,9 +396,14 @@ fn outcome(sim: &mut Sim<'_>, seed: u64, lower: f64) -> Result<RunResult, SimErr
     let now = sim.now;
     for c in &sim.clients {
         for u in &c.held {
-            if let HeldState::Scanning(s) = &u.state {
-                sim.busy_s += s.done_at(now);
-                sim.wasted_s += s.unkept_at(now);
+            match &u.state {
+                HeldState::Scanning(s) => {
+                    sim.busy_s += s.done_at(now);
+                    sim.wasted_s += s.unkept_at(now);
+                }
+                // Scanned, never delivered.
+                HeldState::Spooled(sp) => sim.wasted_s += sp.unkept_s,
+                HeldState::Waiting => {}
             }
         }
     }
