@@ -676,9 +676,9 @@ pub fn wants_openmetrics(accept: &str) -> bool {
         let mut parts = range.split(';');
         let kind = parts.next().unwrap_or("").trim().to_ascii_lowercase();
         let q = parts
-            .filter_map(|p| p.trim().strip_prefix("q="))
-            .find_map(|q| q.trim().parse::<f32>().ok())
-            .unwrap_or(1.0);
+            .filter_map(|p| p.split_once('='))
+            .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+            .map_or(1.0, |(_, q)| q.trim().parse::<f32>().unwrap_or(0.0));
         match kind.as_str() {
             "application/openmetrics-text" => open = open.max(q),
             "text/plain" | "text/*" | "*/*" => text = text.max(q),
@@ -732,9 +732,20 @@ async fn scrape(shared: Arc<Shared>, openmetrics: bool) -> Response {
         .set_store_failed(shared.store_failure().is_some());
     let snapshot = shared.with_grid(|g| g.metrics_snapshot(now_ms())).await;
     match shared.metrics.render(&snapshot) {
-        Ok(text) if openmetrics => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        // Caches keep the two formats apart.
+        Ok(text) if openmetrics => (
+            [
+                (header::CONTENT_TYPE, CONTENT_TYPE),
+                (header::VARY, "Accept"),
+            ],
+            text,
+        )
+            .into_response(),
         Ok(text) => (
-            [(header::CONTENT_TYPE, TEXT_CONTENT_TYPE)],
+            [
+                (header::CONTENT_TYPE, TEXT_CONTENT_TYPE),
+                (header::VARY, "Accept"),
+            ],
             text_format(&text),
         )
             .into_response(),

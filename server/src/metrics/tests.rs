@@ -310,12 +310,17 @@ fn a_scraper_gets_openmetrics_only_when_it_prefers_it() {
                       version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
     assert!(wants_openmetrics(prometheus));
     assert!(wants_openmetrics("application/openmetrics-text"));
+    assert!(wants_openmetrics(
+        "text/plain; q=0.5, application/openmetrics-text; Q = 0.9"
+    ));
     for other in [
         "",
         "*/*",
         "text/plain;version=0.0.4",
         "text/plain, application/openmetrics-text;q=0.5",
         "application/openmetrics-text;q=0",
+        "application/openmetrics-text; Q = 0",
+        "application/openmetrics-text;q=nonsense",
     ] {
         assert!(!wants_openmetrics(other), "{other}");
     }
