@@ -302,6 +302,28 @@ fn usage_errors_exit_2_and_bad_site_files_import_nothing() {
         stdout(&o)
     );
     assert_eq!(stdout(&g.admin_ok(&["sites", "list"])).lines().count(), 2);
+    // `-` reads standard input.
+    let mut import = std::process::Command::new(bin("beebot-server"))
+        .args(["sites", "import", "-", "--data-dir"])
+        .arg(g.data_dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    {
+        use std::io::Write;
+        let mut input = import.stdin.take().expect("stdin");
+        input.write_all(b"c.edu\nhttps://d.edu/\n").expect("write");
+    }
+    let o = import.wait_with_output().expect("import");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("imported 2 new site(s)"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(stdout(&g.admin_ok(&["sites", "list"])).lines().count(), 4);
     let o = g.admin(&["round", "wait", "12345", "--timeout", "1s"]);
     assert_fails_with(&o, "unknown round 12345");
 

@@ -21,6 +21,7 @@ use super::Report;
 pub enum SitesCmd {
     /// Add sites by host or URL.
     Add {
+        /// Hosts or URLs (`x.edu`, `https://x.edu/`).
         #[arg(required = true)]
         sites: Vec<String>,
         /// Allow names and addresses no public site has (localhost, a
@@ -32,6 +33,8 @@ pub enum SitesCmd {
     /// ignored. Each bad line is reported (its number, its text cut, why)
     /// and the others are imported; --strict imports nothing then.
     Import {
+        /// A file of one host or URL a line (`#` starts a comment); `-`
+        /// reads standard input.
         file: PathBuf,
         /// A bad line imports nothing.
         #[arg(long)]
@@ -47,7 +50,10 @@ pub enum SitesCmd {
         json: bool,
     },
     /// Remove a site, by host or URL (`x.edu` removes `www.x.edu`: one site).
-    Remove { site: String },
+    Remove {
+        /// The site's host or URL.
+        site: String,
+    },
     /// Exclude a host from crawling for good (a site owner asked): it leaves
     /// the target set, its jobs stop, no round or scope requests it again,
     /// and adding or importing it is refused. `x.edu` covers `www.x.edu`;
@@ -63,7 +69,10 @@ pub enum SitesCmd {
         subdomains: bool,
     },
     /// Lift an exclusion (the site is not added back: `sites add` it).
-    Include { host: String },
+    Include {
+        /// The host as excluded (`.x.edu` with its subdomains).
+        host: String,
+    },
     /// Excluded hosts: host, reason, date (UTC).
     Exclusions {
         /// Print them as JSON (fields: host, subdomains, reason, excluded_at, excluded_ms).
@@ -352,6 +361,9 @@ const MAX_SITE_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// A site file's bytes, refused unread past [`MAX_SITE_FILE_BYTES`].
 fn read_site_file(file: &std::path::Path) -> Result<Vec<u8>> {
+    if file == std::path::Path::new("-") {
+        return read_bounded(std::io::stdin().lock(), "standard input");
+    }
     let len = std::fs::metadata(file)
         .with_context(|| format!("cannot read {}", file.display()))?
         .len();
@@ -362,6 +374,20 @@ fn read_site_file(file: &std::path::Path) -> Result<Vec<u8>> {
         );
     }
     std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))
+}
+
+/// All of `input`, refused past [`MAX_SITE_FILE_BYTES`].
+fn read_bounded(input: impl std::io::Read, what: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    input
+        .take(MAX_SITE_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {what}"))?;
+    if bytes.len() as u64 > MAX_SITE_FILE_BYTES {
+        bail!("{what} holds more than a site file may ({MAX_SITE_FILE_BYTES} bytes): split it");
+    }
+    Ok(bytes)
 }
 
 /// What is said of the bad lines: the first [`MAX_BAD_LINES_SHOWN`] one
