@@ -57,6 +57,7 @@ enum Cmd {
     /// The grid at a glance: sites, hosts, the jobs of the running rounds
     /// (or of the last one), and where the dashboard is.
     Status {
+        /// Print it as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -128,4 +129,16 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Simulate(a) => cli::simulate::run(a)?,
     };
     Ok(report.print())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_command_and_argument_says_what_it_is_for() {
+        let missing = beebot_shared::clihelp::without_help(&Cli::command());
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
 }

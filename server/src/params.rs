@@ -215,13 +215,17 @@ pub struct RoundOverrides {
     /// Scheduling policy: adaptive (default), round-robin, batch, level, pack, size-aware.
     #[arg(long)]
     pub policy: Option<scheduler::PolicyName>,
+    /// Most pages fetched per site.
     #[arg(long)]
     pub max_pages: Option<u32>,
+    /// Most links followed from a site's front page to reach a page.
     #[arg(long)]
     pub max_depth: Option<u32>,
     /// Politeness delay between requests to one host.
     #[arg(long)]
     pub delay_ms: Option<u64>,
+    /// What a scan follows: links on the site's host, or also on its
+    /// subdomains or its registrable domain.
     #[arg(long)]
     pub scope: Option<Scope>,
     /// Largest page read, bytes (the config file only).

@@ -6,6 +6,8 @@
 //! that the command lines share, and the bounded HTTP listener of
 //! `httpcap` (the `http` feature) that the server and the client serve on.
 
+#[cfg(feature = "clap")]
+pub mod clihelp;
 pub mod clock;
 pub mod codec;
 pub mod durable;

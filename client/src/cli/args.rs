@@ -58,6 +58,7 @@ pub enum Cmd {
     },
     /// What the client is doing: state, scans, totals, pending uploads.
     Status {
+        /// Print it as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -121,13 +122,16 @@ pub enum Cmd {
 pub enum ConfigCmd {
     /// Every setting, its value, and where the value came from.
     Show {
+        /// Print them as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Validate and write one setting; a running client applies it at once.
     /// The rest of the line is the value: `config set window mon-fri 19:00-07:00`.
     Set {
+        /// The setting's name (`config show` lists them).
         key: String,
+        /// Its value: the rest of the line.
         #[arg(required = true, num_args = 1..)]
         value: Vec<String>,
     },
@@ -144,7 +148,10 @@ pub enum ServiceCmd {
         #[arg(long)]
         no_start: bool,
     },
+    /// Stop and remove the per-user service (the home is kept: `leave`
+    /// leaves the project).
     Uninstall,
+    /// Whether the per-user service is installed and running.
     Status,
 }
 
@@ -181,11 +188,16 @@ pub struct RunFlags {
 /// The flags of `beebot crawl` other than the network ones.
 #[derive(clap::Args)]
 pub struct CrawlFlags {
+    /// The site's URL (a bare host is taken as `http://HOST/`).
     pub url: String,
+    /// Most pages fetched.
     #[arg(long, default_value_t = 100)]
     pub max_pages: u32,
+    /// Most links followed from the first page to reach a page.
     #[arg(long, default_value_t = 20)]
     pub max_depth: u32,
+    /// Politeness delay between two requests to the site, ms (robots.txt's
+    /// Crawl-delay when longer).
     #[arg(long, default_value_t = 1000)]
     pub delay_ms: u64,
     /// Requests the site may have unanswered at once, 1 to 4: more than
@@ -193,8 +205,11 @@ pub struct CrawlFlags {
     /// `--delay-ms 0` (no robots.txt Crawl-delay either).
     #[arg(long, default_value_t = 1)]
     pub connections: u8,
+    /// What the scan follows: the site's host, its subdomains too, or its
+    /// whole registrable domain.
     #[arg(long, default_value = "host", value_parser = ["host", "subdomains", "domain"])]
     pub scope: String,
+    /// Row format: tsv (with a header row) or jsonl.
     #[arg(long, default_value = "tsv", value_parser = ["tsv", "jsonl"])]
     pub format: String,
     /// Write here instead of stdout.
@@ -261,6 +276,13 @@ impl NetArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_command_and_argument_says_what_it_is_for() {
+        use clap::CommandFactory;
+        let missing = beebot_shared::clihelp::without_help(&Cli::command());
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
 
     #[test]
     fn config_set_takes_the_rest_of_the_line_as_the_value() {

@@ -18,6 +18,7 @@ pub struct CheckArgs {
     /// Check this round only (default: every round).
     #[arg(long)]
     round: Option<u64>,
+    /// Print the report as JSON.
     #[arg(long)]
     json: bool,
 }

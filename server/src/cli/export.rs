@@ -32,6 +32,7 @@ pub const GRAPH_FILES: [&str; 2] = ["vertices.txt.gz", "edges.txt.gz"];
 
 #[derive(Args)]
 pub struct ExportArgs {
+    /// The round to export (an id from `round list`).
     #[arg(long)]
     round: u64,
     /// Row format; without it, the one `--out` names (`links.parquet`,

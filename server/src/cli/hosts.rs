@@ -21,6 +21,7 @@ pub enum HostsCmd {
     /// Revoke a host by its id or its name (an active host's, if only one
     /// has it): it can no longer connect, and its units go back to the queue.
     Revoke {
+        /// The host's id or name (from `hosts list`).
         #[arg(value_name = "ID|NAME")]
         host: String,
     },

@@ -35,7 +35,10 @@ enum InviteCmd {
     List,
     /// Revoke an invite by its id from `invite list` (or a prefix naming one):
     /// nobody joins with it any more.
-    Revoke { id: String },
+    Revoke {
+        /// The invite's id (or a prefix naming one).
+        id: String,
+    },
 }
 
 /// `beebot-server invite [list | revoke ID]`.

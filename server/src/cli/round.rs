@@ -40,7 +40,9 @@ pub enum RoundCmd {
     /// One round: its counts, and each site's state, scans, pages, links,
     /// hosts (running copies with their pages so far) and completeness.
     Show {
+        /// The round's id (from `round list`).
         id: u64,
+        /// Print it as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -48,14 +50,19 @@ pub enum RoundCmd {
     /// progress (a line updated in place on a terminal, else a line every
     /// --report-every). Exit 0 when over, 3 on timeout, 4 if cancelled.
     Wait {
+        /// The round's id (from `round list`).
         id: u64,
+        /// Give up after this long (`90s`, `2h`); exit 3.
         #[arg(long, default_value = "24h", value_parser = typed_duration)]
         timeout: TypedDuration,
         /// How often to print a progress line when stdout is not a terminal.
         #[arg(long, default_value = WAIT_REPORT_EVERY, value_parser = typed_duration)]
         report_every: TypedDuration,
     },
+    /// Cancel a running round: its queued and running jobs stop, and
+    /// clients drop its units.
     Cancel {
+        /// The round's id (from `round list`).
         id: u64,
     },
     /// Scan sites of a round again (a damaged result, a site that failed):
@@ -63,6 +70,7 @@ pub enum RoundCmd {
     /// a round that was over runs again until they are done, and its
     /// export then holds them. Prints each site queued again.
     Rescan {
+        /// The round's id (from `round list`).
         id: u64,
         /// Sites to scan again (names as in `round show`).
         sites: Vec<String>,
