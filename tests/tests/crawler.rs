@@ -543,21 +543,36 @@ fn beebot_crawl_piped_prints_records_and_one_summary_line() {
     let web = Arc::new(SynthWeb::generate(7, 2));
     let server = start(&web);
     let home = tempfile::tempdir().expect("tempdir");
-    let o = beebot_tests::run(
-        std::process::Command::new(beebot_tests::bin("beebot"))
-            .args([
-                "crawl",
-                "http://site0.synth.test/",
-                "--delay-ms",
-                "0",
-                "--allow-private",
-                "--resolve",
-                &format!("*.synth.test={}", server.addr()),
-                "--home",
-            ])
-            .arg(home.path()),
-        Duration::from_secs(120),
+    let beebot = |args: &[&str]| {
+        beebot_tests::run(
+            std::process::Command::new(beebot_tests::bin("beebot"))
+                .args(args)
+                .arg("--home")
+                .arg(home.path()),
+            Duration::from_secs(120),
+        )
+    };
+    let resolve = format!("*.synth.test={}", server.addr());
+    let crawl = [
+        "crawl",
+        "http://site0.synth.test/",
+        "--delay-ms",
+        "0",
+        "--resolve",
+        &resolve,
+    ];
+    // The site is on loopback: refused unless allowed...
+    let o = beebot(&crawl);
+    assert!(!o.status.success(), "{}", beebot_tests::stderr(&o));
+    assert!(
+        beebot_tests::stderr(&o).contains("--allow-private"),
+        "{}",
+        beebot_tests::stderr(&o)
     );
+    // ...as the config file allows it, without the flag.
+    let o = beebot(&["config", "set", "allow_private", "true"]);
+    assert!(o.status.success(), "{}", beebot_tests::stderr(&o));
+    let o = beebot(&crawl);
     assert!(o.status.success(), "{}", beebot_tests::stderr(&o));
     let truth = web.site_truth("site0.synth.test").expect("site");
     // A header row, then one row per record.

@@ -3,7 +3,9 @@
 //! stderr.
 //!
 //! A scan that fetched nothing is an error that names why, after the
-//! summary. Nothing here talks to a server or touches the home.
+//! summary. The crawler's settings (`allow_private`, `proxy`) come from
+//! the config file, the environment and the flags, as for `run`. Nothing
+//! here talks to a server or writes the home.
 
 use beebot_client::cancel::Cancel;
 use std::time::Duration;
@@ -15,6 +17,9 @@ use beebot_client::crawler::{self, progress, CrawlSpec};
 use beebot_shared::export::{ExportWriter, Format};
 use beebot_shared::scope::Scope;
 
+use beebot_client::home::Home;
+use beebot_client::settings;
+
 use super::args::{CrawlFlags, NetArgs};
 use super::Said;
 
@@ -24,11 +29,14 @@ const MAX_PAGE_BYTES: u64 = 2 * 1024 * 1024;
 const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 
 /// Crawl the site and write its links.
-pub fn crawl(flags: CrawlFlags, net: &NetArgs) -> Result<Said> {
+pub fn crawl(home: &Home, flags: CrawlFlags, net: &NetArgs) -> Result<Said> {
     let spec = crawl_spec(&flags)?;
     let site = spec.site.clone();
     let format: Format = flags.format.parse()?;
-    let cfg = net.crawler_config()?;
+    let (settings, _) = settings::load(home, &|k| std::env::var(k).ok(), &net.overrides())?;
+    let mut cfg = net.crawler_config()?;
+    cfg.allow_private = settings.allow_private;
+    cfg.proxy = settings.proxy;
     let cancel = Cancel::new();
     // A live line on stderr when it is a terminal; nothing when piped.
     let mut line = progress::ProgressLine::stderr();

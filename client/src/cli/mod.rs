@@ -127,6 +127,6 @@ fn command(cmd: Cmd, home: &Home, home_flag: Option<&Path>) -> Result<Said> {
             ServiceCmd::Status => service::status(home)?.into(),
         },
         Cmd::Benchmark { url, net } => benchmark::benchmark(home, url, &net)?,
-        Cmd::Crawl { flags, net } => crawl::crawl(flags, &net)?,
+        Cmd::Crawl { flags, net } => crawl::crawl(home, flags, &net)?,
     })
 }

@@ -149,7 +149,7 @@ pub fn nothing_fetched(site: &str, s: &ScanSummary) -> Option<String> {
     let why = match s.stopped_by {
         Some(S::PrivateAddress) => format!(
             "{site} is on a loopback, private or link-local address, which is refused \
-             unless you pass --allow-private"
+             unless you pass --allow-private (or set allow_private)"
         ),
         Some(S::DnsFailed) => format!("the name {site} does not resolve (dns-failed)"),
         Some(S::ConnectionRefused) => {
