@@ -306,9 +306,9 @@ impl Adaptive {
     /// Whether the asker, starting at `start_s` with `cost` s/page, would
     /// finish `pages` no later than every other online host that may take
     /// the job (none of `barred`: a host that failed it, or an author of
-    /// its result under check; for a check, none the asker's trust bars).
-    /// O(hosts).
-    fn wins_among(field: &Field, j: &JobView, pages: f64, start_s: f64) -> bool {
+    /// its result under check; with `trust_bars`, for a check, none the
+    /// asker's trust bars). O(hosts).
+    fn wins_among(field: &Field, j: &JobView, pages: f64, start_s: f64, trust_bars: bool) -> bool {
         let class = pace_class(j.pace_s);
         let cost = field.asker_cost(class);
         let mine = start_s + pages * cost;
@@ -320,7 +320,7 @@ impl Adaptive {
             .zip(&field.may_check)
             .all(|((&(s_g, c_g), id), &may_check)| {
                 barred.contains(id)
-                    || (j.under_check && !may_check)
+                    || (trust_bars && j.under_check && !may_check)
                     || mine <= (s_g + pages * c_g) * 1.000_001
             })
     }
@@ -367,7 +367,7 @@ impl Adaptive {
             ctx.queue
                 .barred_somewhere()
                 .find(|j| !j.failed_here && !out.contains(&j.job_id))
-                .filter(|j| Self::wins_among(field, j, place(j), start_s)),
+                .filter(|j| Self::wins_among(field, j, place(j), start_s, false)),
         );
         let longest = |picks: Vec<JobView>| {
             picks.into_iter().min_by(|a, b| {
@@ -388,7 +388,7 @@ impl Adaptive {
         // cap), and the asker's buffer to its wins (a host that buffered
         // such jobs would look busy and win no site never scanned).
         let level_s = field.level_s();
-        longest(
+        let before_level = longest(
             classes
                 .iter()
                 .filter_map(|&class| {
@@ -398,7 +398,19 @@ impl Adaptive {
                         .flatten()
                 })
                 .collect(),
-        )
+        );
+        if before_level.is_some() {
+            return before_level;
+        }
+        // A check a faster host would end sooner, but that host's trust
+        // does not let it check while the asker is online: rather than
+        // wait for it to be trusted (as a check of a busy round best
+        // does), an idle trusted asker takes it when no host that may
+        // check it would end it sooner, so a check never waits for ever.
+        ctx.queue
+            .barred_somewhere()
+            .find(|j| j.under_check && !j.failed_here && !out.contains(&j.job_id))
+            .filter(|j| Self::wins_among(field, j, place(j), start_s, true))
     }
 }
 
