@@ -136,8 +136,47 @@ fn initialised(dir: &DataDir, cfg: &ServerConfig) -> String {
             (url, _) => format!("  reference    {url}\n"),
         },
     );
+    out.push_str(&ports_to_open(cfg));
+    if let Some(note) = port_mismatch_note(cfg) {
+        out.push_str(&note);
+    }
     out.push_str("next: `beebot-server serve`, then `beebot-server invite`\n");
     out
+}
+
+/// The port of an `ADDR:PORT` (a name or an IP, `[v6]:port` too).
+fn port_of(addr: &str) -> Option<u16> {
+    addr.rsplit_once(':')?.1.parse().ok()
+}
+
+/// What a firewall must let in: the hosts' QUIC port, and the port of
+/// the page every request's User-Agent links to (the reference site's
+/// about page), which site owners open.
+fn ports_to_open(cfg: &ServerConfig) -> String {
+    let quic = port_of(&cfg.public_addr).map_or(cfg.public_addr.clone(), |p| p.to_string());
+    let mut line = format!("  firewall     UDP {quic} from the desktops (QUIC)");
+    if let Some(p) = port_of(&cfg.reference_listen).filter(|_| cfg.reference_site.is_empty()) {
+        line.push_str(&format!(
+            "; TCP {p} from anywhere (the about page the User-Agent links to)"
+        ));
+    }
+    line.push('\n');
+    line
+}
+
+/// A word when clients are told one port and the server listens on
+/// another: right behind a forwarding NAT or load balancer, a mistake
+/// otherwise.
+fn port_mismatch_note(cfg: &ServerConfig) -> Option<String> {
+    let public = port_of(&cfg.public_addr)?;
+    let listen = port_of(&cfg.listen)?;
+    (public != listen && listen != 0).then(|| {
+        format!(
+            "note: clients are told port {public} (--public-addr) and the server listens on \
+             {listen} (--listen): forward UDP {public} to {listen} (a NAT, a load balancer), \
+             or give both the same port\n"
+        )
+    })
 }
 
 /// The operator contact for `init`: `--contact` checked, else asked for on
@@ -178,7 +217,32 @@ mod tests {
         let text = initialised(&dir, &cfg);
         assert!(text.contains("  operator     Link Lab\n"), "{text}");
         assert!(text.contains("  reference    served on http://0.0.0.0:4481/\n"));
+        assert!(
+            text.contains(
+                "  firewall     UDP 4433 from the desktops (QUIC); TCP 4481 from anywhere"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("note:"), "{text}");
         assert!(text.ends_with("next: `beebot-server serve`, then `beebot-server invite`\n"));
+    }
+
+    #[test]
+    fn a_public_port_other_than_the_listen_port_is_said() {
+        let cfg = ServerConfig::new("grid.example.edu:443", "0.0.0.0:4433", "127.0.0.1:4480");
+        let text = initialised(&DataDir(PathBuf::from("/srv/beebot")), &cfg);
+        assert!(
+            text.contains(
+                "note: clients are told port 443 (--public-addr) and the server listens on 4433"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  firewall     UDP 443 from the desktops"),
+            "{text}"
+        );
+        let same = ServerConfig::new("[2001:db8::1]:4433", "[::]:4433", "127.0.0.1:4480");
+        assert_eq!(port_mismatch_note(&same), None);
     }
 
     #[test]
