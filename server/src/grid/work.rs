@@ -596,11 +596,19 @@ impl Grid {
                     a.host_id == host_id && j.is_current(a) && a.state.ended_without_result()
                 })
             });
+            // Of a check, only a host that may make it: no author, and
+            // trusted unless every trusted host online is an author.
+            let may_check = |h: &scheduler::HostView| {
+                authors.is_none_or(|a| {
+                    !a.contains(&h.host_id)
+                        && (h.trusted || asker.trusted_online.iter().all(|t| a.contains(t)))
+                })
+            };
             let someone_else = here
                 && asker.hosts.iter().any(|h| {
                     h.online
                         && h.host_id != host_id
-                        && !authors.is_some_and(|a| a.contains(&h.host_id))
+                        && may_check(h)
                         && !open
                             .failed_by
                             .get(&h.host_id)

@@ -24,7 +24,9 @@ use super::{
 /// its next free slot plus [`ASK_LAG_S`]), or that some host may not take
 /// (it failed it, or wrote its result under check) and that no other host
 /// that may take it would finish sooner: the faster host may be one that
-/// may not. Finishing times are linear in the
+/// may not. A check a faster host not trusted would win is left for it
+/// (it may check once trusted) unless the asker is idle with nothing
+/// else to take. Finishing times are linear in the
 /// job's pages, so one pass over the hosts gives the interval of sizes the
 /// asker wins, and the queue's size index the largest job in it: a decision
 /// is O(hosts + log queue) per unit. An asker with an idle slot that wins
@@ -332,9 +334,10 @@ impl Adaptive {
     /// that it would finish soonest of the hosts that may take it; a site
     /// never scanned is placed at the `largest` queued size. With none,
     /// for an `idle` slot: the longest job of a site scanned before that
-    /// the asker ends before the queue's level ([`Field::level_s`]).
-    /// O(classes × (hosts + log queue)) plus the jobs passed over, and
-    /// O(hosts) for the first job some host may not take.
+    /// the asker ends before the queue's level ([`Field::level_s`]), else
+    /// the first check it would end soonest of the hosts its trust lets
+    /// check it. O(classes × (hosts + log queue)) plus the jobs passed
+    /// over, and O(hosts) for the first job some host may not take.
     fn largest_won(
         ctx: &Ctx,
         field: &Field,
@@ -405,8 +408,8 @@ impl Adaptive {
         // A check a faster host would end sooner, but that host's trust
         // does not let it check while the asker is online: rather than
         // wait for it to be trusted (as a check of a busy round best
-        // does), an idle trusted asker takes it when no host that may
-        // check it would end it sooner, so a check never waits for ever.
+        // does), an idle asker takes it when no host that may check it
+        // would end it sooner, so a check never waits for ever.
         ctx.queue
             .barred_somewhere()
             .find(|j| j.under_check && !j.failed_here && !out.contains(&j.job_id))

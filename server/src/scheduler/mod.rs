@@ -115,7 +115,7 @@ pub struct JobView {
     /// Some host may not take this job while another may: it failed it,
     /// or wrote a result of it under check (it may not check its own). It
     /// goes to a host that would finish it soonest of those that may take
-    /// it, never kept for a faster host that may not.
+    /// it, never kept for a faster host in `barred`.
     pub barred_somewhere: bool,
     /// Those hosts (when `barred_somewhere`): the grid gives it to none of
     /// them while another host is online, and to an author of its result

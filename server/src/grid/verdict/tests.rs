@@ -609,6 +609,11 @@ fn twenty_checked_rounds_grow_the_packs_only_by_the_kept_results() {
         assert!(jobs.iter().all(|j| fx.job(*j).candidates.len() == 2));
     }
     packs.wait_compactions();
+    // Rounds that ended while MAX_COMPACTIONS were running are compacted
+    // by the check at the next start, as here.
+    for round in fx.grid.rounds.keys() {
+        packs.compact_ended(*round);
+    }
     let mut live = 0u64;
     for name in packs.names().unwrap() {
         let key = name.rsplit_once('/').map_or(name.as_str(), |(_, k)| k);
@@ -699,5 +704,27 @@ fn a_check_given_back_comes_back_when_only_its_author_is_online() {
         .unwrap();
     nothing_for(&mut fx, author, T0 + 3500);
     let again = fx.one(checker, &[], T0 + 4000);
+    assert_eq!(again.job_id, u.job_id);
+}
+
+/// A trusted host that gave a check back gets it again while the only
+/// other host online that is not its author is not trusted (and so may
+/// not check it while a trusted host is online).
+#[test]
+fn a_check_given_back_comes_back_when_only_untrusted_hosts_are_left() {
+    let (mut fx, h) = validating(1, 3, ValidateMode::All);
+    let (author, trusted, untrusted) = (h[0], h[1], h[2]);
+    fx.grid.hosts.get_mut(&trusted).unwrap().consecutive_valid = 2;
+    let u = fx.one(author, &[], T0);
+    assert_eq!(fx.upload(author, &u, 6, T0 + 1000), UploadOutcome::Accepted);
+    nothing_for(&mut fx, untrusted, T0 + 1500);
+    let v = fx.one(trusted, &[], T0 + 2000);
+    assert_eq!(v.job_id, u.job_id);
+    fx.grid
+        .fail(trusted, v.unit_id, "robots.txt unavailable", T0 + 3000)
+        .unwrap();
+    nothing_for(&mut fx, author, T0 + 3500);
+    nothing_for(&mut fx, untrusted, T0 + 3600);
+    let again = fx.one(trusted, &[], T0 + 4000);
     assert_eq!(again.job_id, u.job_id);
 }
