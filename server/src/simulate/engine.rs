@@ -163,10 +163,9 @@ impl Sim<'_> {
         // failed every answer is an error (none may rest on memory the
         // disk does not hold).
         self.grid.repair_after_store_failure();
-        if self.reopen.store.failure().is_some() {
-            return Ok(None);
-        }
+        let failed = self.reopen.store.failure().is_some();
         match answer {
+            Ok(_) if failed => Ok(None),
             Ok(t) => Ok(Some(t)),
             Err(e) if self.storage_refused(&e) => Ok(None),
             Err(e) => Err(e.into()),
@@ -182,6 +181,12 @@ impl Sim<'_> {
         };
         let store = &self.reopen.store;
         storage && (store.disk().is_full() || store.failure().is_some())
+    }
+
+    /// Whether host `h`'s client may contact the server now (not backing
+    /// off after a server error).
+    fn may_contact(&self, h: usize) -> bool {
+        self.now >= self.clients[h].next_contact_ms
     }
 
     /// The server answered host `h` with an error: its client contacts
@@ -478,7 +483,13 @@ impl Sim<'_> {
         });
         let covers = (start_page + part_pages, start_page + pages);
         let unkept_s = (done_s - part_s).max(0.0);
-        match self.upload(h, &held.unit, summary.clone(), state.clone(), None)? {
+        let contact = self.may_contact(h);
+        let answered = if contact {
+            self.upload(h, &held.unit, summary.clone(), state.clone(), None)?
+        } else {
+            None
+        };
+        match answered {
             Some(outcome) => self.delivered(site, outcome, covers, unkept_s),
             None => {
                 // Kept in the spool, sent again after the back-off.
@@ -491,7 +502,11 @@ impl Sim<'_> {
                     })),
                     ..held
                 });
-                let t = self.server_error(h);
+                let t = if contact {
+                    self.server_error(h)
+                } else {
+                    self.clients[h].next_contact_ms
+                };
                 self.at(t, Ev::Retry(h));
             }
         }
@@ -787,6 +802,14 @@ impl Sim<'_> {
         let Some((_, scan)) = self.scan_of(h, unit_id) else {
             return Ok(());
         };
+        if !self.may_contact(h) {
+            // Backing off: no report and no part until it ends.
+            self.at(
+                self.now + PROGRESS_INTERVAL_MS,
+                Ev::Report(h, unit_id, epoch),
+            );
+            return Ok(());
+        }
         let due = !scan.parts_off
             && self.now >= scan.part_ms + PART_INTERVAL_S * 1000
             && scan.pages_at(self.now) > scan.part_pages;
@@ -812,7 +835,10 @@ impl Sim<'_> {
                 self.clients[h].held[i].unit.deadline_ms = d;
                 self.at(self.sim_ms_of(d) + 1, Ev::Tick);
             }
-            Some(ProgressOutcome::Continue) | None => {}
+            Some(ProgressOutcome::Continue) => {}
+            None => {
+                self.server_error(h);
+            }
         }
         // The server's ticker (every second in `serve`) takes back scans
         // whose host stopped reporting: one tick every 10 s of virtual
@@ -867,9 +893,10 @@ impl Sim<'_> {
             ..Default::default()
         };
         let Some(outcome) = self.upload(h, &unit, summary, Some(state), Some(parts))? else {
-            // Not taken: the scan goes on and tries again at its next
-            // report (its pages since the last part taken, in the time
-            // since it).
+            // Not taken: the client backs off; the scan goes on and tries
+            // again after it (its pages since the last part taken, in the
+            // time since it).
+            self.server_error(h);
             return Ok(true);
         };
         match outcome {
