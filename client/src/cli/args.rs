@@ -148,8 +148,8 @@ pub enum ServiceCmd {
         #[arg(long)]
         no_start: bool,
     },
-    /// Stop and remove the per-user service (the home is kept: `leave`
-    /// leaves the project).
+    /// Remove the per-user service (systemd, launchd: stopped too; Windows:
+    /// its autostart entry). The home is kept: `leave` leaves the project.
     Uninstall,
     /// Whether the per-user service is installed and running.
     Status,
@@ -196,7 +196,7 @@ pub struct CrawlFlags {
     /// Most links followed from the first page to reach a page.
     #[arg(long, default_value_t = 20)]
     pub max_depth: u32,
-    /// Politeness delay between two requests to the site, ms (robots.txt's
+    /// Politeness delay between two requests to one host, ms (robots.txt's
     /// Crawl-delay when longer).
     #[arg(long, default_value_t = 1000)]
     pub delay_ms: u64,

@@ -149,19 +149,25 @@ fn port_of(addr: &str) -> Option<u16> {
     addr.rsplit_once(':')?.1.parse().ok()
 }
 
-/// What a firewall must let in: the hosts' QUIC port, and the port of
-/// the page every request's User-Agent links to (the reference site's
-/// about page), which site owners open.
+/// What this machine's firewall must let in: the QUIC port it listens
+/// on, and the port of the page every request's User-Agent links to (the
+/// reference site's about page, served whenever `reference_listen` is
+/// set), which site owners open. A port 0 (a free one, picked at `serve`)
+/// is not named.
 fn ports_to_open(cfg: &ServerConfig) -> String {
-    let quic = port_of(&cfg.public_addr).map_or(cfg.public_addr.clone(), |p| p.to_string());
-    let mut line = format!("  firewall     UDP {quic} from the desktops (QUIC)");
-    if let Some(p) = port_of(&cfg.reference_listen).filter(|_| cfg.reference_site.is_empty()) {
-        line.push_str(&format!(
-            "; TCP {p} from anywhere (the about page the User-Agent links to)"
-        ));
+    let quic = port_of(&cfg.listen).filter(|&p| p != 0);
+    let about = port_of(&cfg.reference_listen).filter(|&p| p != 0);
+    let mut open = Vec::new();
+    if let Some(p) = quic {
+        open.push(format!("UDP {p} from the desktops (QUIC)"));
     }
-    line.push('\n');
-    line
+    if let Some(p) = about {
+        open.push(format!("TCP {p} (the about page the User-Agent links to)"));
+    }
+    if open.is_empty() {
+        return String::new();
+    }
+    format!("  firewall     {}\n", open.join("; "))
 }
 
 /// A word when clients are told one port and the server listens on
@@ -219,7 +225,7 @@ mod tests {
         assert!(text.contains("  reference    served on http://0.0.0.0:4481/\n"));
         assert!(
             text.contains(
-                "  firewall     UDP 4433 from the desktops (QUIC); TCP 4481 from anywhere"
+                "  firewall     UDP 4433 from the desktops (QUIC); TCP 4481 (the about page"
             ),
             "{text}"
         );
@@ -237,12 +243,21 @@ mod tests {
             ),
             "{text}"
         );
+        // This machine lets in the port it listens on.
         assert!(
-            text.contains("  firewall     UDP 443 from the desktops"),
+            text.contains("  firewall     UDP 4433 from the desktops"),
             "{text}"
         );
         let same = ServerConfig::new("[2001:db8::1]:4433", "[::]:4433", "127.0.0.1:4480");
         assert_eq!(port_mismatch_note(&same), None);
+        // A free port picked at `serve` is not named; an about page
+        // served beside a reference site elsewhere still is.
+        let mut free = ServerConfig::new("h.example:4433", "127.0.0.1:0", "127.0.0.1:0");
+        free.reference_listen = "127.0.0.1:0".into();
+        assert_eq!(ports_to_open(&free), "");
+        free.reference_listen = "0.0.0.0:4481".into();
+        free.reference_site = "https://r.example/".into();
+        assert!(ports_to_open(&free).contains("TCP 4481"));
     }
 
     #[test]

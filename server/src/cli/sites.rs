@@ -190,16 +190,20 @@ fn import(
     let bytes = read_site_file(file)?;
     let (lines, bad) = parse_site_file(&bytes, allow_private);
     let said = bad_lines_said(&bad);
+    let named = if file == std::path::Path::new("-") {
+        "standard input".to_string()
+    } else {
+        file.display().to_string()
+    };
     if strict && !bad.is_empty() {
         bail!(
-            "{}: {} bad line(s), nothing imported (--strict):\n{}",
-            file.display(),
+            "{named}: {} bad line(s), nothing imported (--strict):\n{}",
             bad.len(),
             said.join("\n")
         );
     }
     if lines.is_empty() {
-        let mut why = format!("{}: no sites in the file: nothing imported", file.display());
+        let mut why = format!("{named}: no sites in it: nothing imported");
         for line in &said {
             why.push('\n');
             why.push_str(line);
