@@ -731,9 +731,29 @@ fn public_addr(configured: &str, quic_port: u16) -> String {
     }
 }
 
-/// The ticker: every [`TICK_INTERVAL`] until `stop`, expire units past
-/// their deadline, start repeating rounds whose time has come, and refresh
-/// the about page.
+/// The grid's turn of the ticker: expire units past their deadline, end
+/// rounds whose end a failed write missed, start repeating rounds whose
+/// time has come.
+async fn tick_grid(shared: &Arc<Shared>) {
+    match shared.with_grid(|g| g.tick(now_ms())).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(expired = n, "units expired and requeued"),
+        Err(e) => tracing::error!("deadline check failed: {e}"),
+    }
+    // Repeating rounds (`round start --every`) whose time has come.
+    match shared.with_grid(|g| g.repeat_due_rounds(now_ms())).await {
+        Ok(started) => {
+            for id in started {
+                tracing::info!(round = id, "repeating round started");
+            }
+        }
+        Err(e) => tracing::error!("cannot start a repeating round: {e}"),
+    }
+}
+
+/// The ticker: every [`TICK_INTERVAL`] until `stop`, the grid's turn
+/// ([`tick_grid`]) while the store is well, then the about page and the
+/// dashboard's sample.
 fn spawn_ticker(
     shared: Arc<Shared>,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -745,19 +765,12 @@ fn spawn_ticker(
                 _ = every.tick() => {}
                 _ = stop.changed() => break,
             }
-            match shared.with_grid(|g| g.tick(now_ms())).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(expired = n, "units expired and requeued"),
-                Err(e) => tracing::error!("deadline check failed: {e}"),
-            }
-            // Repeating rounds (`round start --every`) whose time has come.
-            match shared.with_grid(|g| g.repeat_due_rounds(now_ms())).await {
-                Ok(started) => {
-                    for id in started {
-                        tracing::info!(round = id, "repeating round started");
-                    }
-                }
-                Err(e) => tracing::error!("cannot start a repeating round: {e}"),
+            // Once the store has failed nothing can be written (its
+            // failure is logged once, and `store_watch` starts the server
+            // afresh when the disk takes writes): deadlines and repeating
+            // rounds wait for that, rather than failing every second.
+            if shared.store_failure().is_none() {
+                tick_grid(&shared).await;
             }
             shared.refresh_about().await;
             dashboard::sample(&shared).await;
