@@ -638,55 +638,64 @@ fn twenty_checked_rounds_grow_the_packs_only_by_the_kept_results() {
     }
 }
 
-/// A result under check goes to a host that may check it even when its
-/// author is far faster and online: the adaptive policy defers to a
-/// faster host only among those that may take the job, so the round
-/// never waits for a host that may not.
-#[test]
-fn a_check_is_not_kept_for_its_faster_author() {
+/// One site, hosts of `speeds` pages/s (in order), and an `adaptive`
+/// round checking every result at politeness delay `delay_ms`.
+fn checked_round(speeds: &[f64], delay_ms: u64) -> (Fx, Vec<u64>) {
     let mut fx = Fx::new();
     fx.grid.add_sites(&site_names(1), T0).unwrap();
-    let (fast, slow) = (fx.host(), fx.host());
-    fx.grid.benchmark(fast, 50.0, 5000.0, 2, T0).unwrap();
-    fx.grid.benchmark(slow, 1.0, 100.0, 2, T0).unwrap();
+    let h: Vec<u64> = speeds.iter().map(|_| fx.host()).collect();
+    for (&id, &pps) in h.iter().zip(speeds) {
+        fx.grid.benchmark(id, pps, pps * 100.0, 2, T0).unwrap();
+    }
     let p = RoundParams {
         validate: ValidateMode::All,
         policy: "adaptive".into(),
+        delay_ms,
         ..params(3)
     };
     fx.grid.start_round(p, T0).unwrap();
-    let u = fx.one(fast, &[], T0);
-    assert_eq!(fx.upload(fast, &u, 6, T0 + 1000), UploadOutcome::Accepted);
-    // The author, online, may not check its own result.
-    nothing_for(&mut fx, fast, T0 + 1500);
-    let v = fx.one(slow, &[], T0 + 2000);
-    assert_eq!(v.job_id, u.job_id);
+    (fx, h)
+}
+
+/// A result under check goes to a host that may check it even when its
+/// author is far faster and online: the adaptive policy defers to a
+/// faster host only among those that may take the job, so the round
+/// never waits for a host that may not. With a politeness delay and
+/// without.
+#[test]
+fn a_check_is_not_kept_for_its_faster_author() {
+    for delay_ms in [0, 1000] {
+        let (mut fx, h) = checked_round(&[50.0, 1.0], delay_ms);
+        let (fast, slow) = (h[0], h[1]);
+        let u = fx.one(fast, &[], T0);
+        assert_eq!(fx.upload(fast, &u, 6, T0 + 10_000), UploadOutcome::Accepted);
+        // The author, online, may not check its own result.
+        nothing_for(&mut fx, fast, T0 + 15_000);
+        let v = fx.one(slow, &[], T0 + 20_000);
+        assert_eq!(v.job_id, u.job_id, "delay {delay_ms} ms");
+    }
 }
 
 /// A trusted host checks a result even when a faster host that is not
 /// trusted is online: that host may not check it while the trusted one
-/// is, so the check is not kept for it.
+/// is, so the check is not kept for it (the trusted host is idle with
+/// nothing else to take). With a politeness delay and without.
 #[test]
 fn a_check_is_not_kept_for_a_faster_host_not_trusted() {
-    let mut fx = Fx::new();
-    fx.grid.add_sites(&site_names(1), T0).unwrap();
-    let (author, fast, trusted) = (fx.host(), fx.host(), fx.host());
-    fx.grid.benchmark(author, 100.0, 9000.0, 2, T0).unwrap();
-    fx.grid.benchmark(fast, 50.0, 5000.0, 2, T0).unwrap();
-    fx.grid.benchmark(trusted, 1.0, 100.0, 2, T0).unwrap();
-    fx.grid.hosts.get_mut(&trusted).unwrap().consecutive_valid = 2;
-    let p = RoundParams {
-        validate: ValidateMode::All,
-        policy: "adaptive".into(),
-        ..params(3)
-    };
-    fx.grid.start_round(p, T0).unwrap();
-    let u = fx.one(author, &[], T0);
-    assert_eq!(fx.upload(author, &u, 6, T0 + 1000), UploadOutcome::Accepted);
-    // The fast host, not trusted, is online and may not check it.
-    nothing_for(&mut fx, fast, T0 + 1500);
-    let v = fx.one(trusted, &[], T0 + 2000);
-    assert_eq!(v.job_id, u.job_id);
+    for delay_ms in [0, 1000] {
+        let (mut fx, h) = checked_round(&[100.0, 50.0, 1.0], delay_ms);
+        let (author, fast, trusted) = (h[0], h[1], h[2]);
+        fx.grid.hosts.get_mut(&trusted).unwrap().consecutive_valid = 2;
+        let u = fx.one(author, &[], T0);
+        assert_eq!(
+            fx.upload(author, &u, 6, T0 + 10_000),
+            UploadOutcome::Accepted
+        );
+        // The fast host, not trusted, is online and may not check it.
+        nothing_for(&mut fx, fast, T0 + 15_000);
+        let v = fx.one(trusted, &[], T0 + 20_000);
+        assert_eq!(v.job_id, u.job_id, "delay {delay_ms} ms");
+    }
 }
 
 /// A host that gave a check back gets it again while the only other host
