@@ -238,10 +238,26 @@ pub fn systemd_unit_path() -> Result<PathBuf> {
 }
 
 fn run_quiet(cmd: &mut Command) -> Option<String> {
-    let out = cmd.output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    run_checked(cmd).ok()
+}
+
+/// Run a command; its standard output when it succeeds, else what it
+/// said on standard error (or why it could not run).
+fn run_checked(cmd: &mut Command) -> std::result::Result<String, String> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run `{program}`: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        Err(if said.is_empty() {
+            format!("`{program}` failed ({})", out.status)
+        } else {
+            said
+        })
+    }
 }
 
 /// Install the service for this platform; `start` asks the service manager to
@@ -279,25 +295,41 @@ fn install_systemd(exe: &Path, home: Option<&Path>, start: bool) -> Result<Vec<S
     if !start {
         return Ok(notes);
     }
-    let ok = run_quiet(Command::new("systemctl").args(["--user", "daemon-reload"])).is_some()
-        && run_quiet(Command::new("systemctl").args(["--user", "enable", "--now", SYSTEMD_UNIT]))
-            .is_some();
-    if ok {
-        notes.push(format!("started: systemctl --user status {SYSTEMD_UNIT}"));
-    } else {
-        notes.push(format!(
-            "could not start it through `systemctl --user` (no user session?); start it with `systemctl --user enable --now {SYSTEMD_UNIT}`"
-        ));
+    let started = run_checked(Command::new("systemctl").args(["--user", "daemon-reload"]))
+        .and_then(|_| {
+            run_checked(Command::new("systemctl").args(["--user", "enable", "--now", SYSTEMD_UNIT]))
+        });
+    if let Err(why) = started {
+        bail!(
+            "wrote {}, but `systemctl --user` could not start it: {why}\n\
+             (no user session? log in graphically or over ssh, then run \
+             `systemctl --user enable --now {SYSTEMD_UNIT}`)",
+            path.display()
+        );
     }
-    let user = std::env::var("USER").unwrap_or_default();
+    notes.push(format!("started: systemctl --user status {SYSTEMD_UNIT}"));
+    // loginctl names a user by uid too; $USER may be unset under sudo or cron.
+    let uid = current_uid();
     let linger =
-        run_quiet(Command::new("loginctl").args(["show-user", &user, "-p", "Linger", "--value"]));
+        run_quiet(Command::new("loginctl").args(["show-user", &uid, "-p", "Linger", "--value"]));
     if linger.as_deref() != Some("yes") {
-        notes.push(format!(
-            "to run while you are logged out, enable lingering once: `loginctl enable-linger {user}`"
-        ));
+        notes.push(
+            "to run while you are logged out, enable lingering once: `loginctl enable-linger`"
+                .to_string(),
+        );
     }
     Ok(notes)
+}
+
+/// This user's numeric id, as loginctl takes it.
+#[cfg(unix)]
+fn current_uid() -> String {
+    rustix::process::getuid().as_raw().to_string()
+}
+
+#[cfg(not(unix))]
+fn current_uid() -> String {
+    String::new()
 }
 
 /// The launchd agent of this user.
@@ -313,11 +345,15 @@ fn install_launchd(
         .join("Library/LaunchAgents")
         .join(format!("{LAUNCHD_LABEL}.plist"));
     let mut notes = write_service_file(&path, &launchd_plist(exe, home, log_dir))?;
-    if start && run_quiet(Command::new("launchctl").arg("load").arg("-w").arg(&path)).is_none() {
-        notes.push(format!(
-            "could not load it; run `launchctl load -w {}`",
-            path.display()
-        ));
+    if start {
+        if let Err(why) = run_checked(Command::new("launchctl").arg("load").arg("-w").arg(&path)) {
+            bail!(
+                "wrote {p}, but `launchctl` could not load it: {why}\n\
+                 (run `launchctl load -w {p}` in your login session)",
+                p = path.display()
+            );
+        }
+        notes.push(format!("started: launchctl list {LAUNCHD_LABEL}"));
     }
     Ok(notes)
 }

@@ -241,6 +241,97 @@ fn service_install_writes_a_unit_that_runs_this_client() {
     assert!(!xdg.join("systemd/user/beebot.service").exists());
 }
 
+/// A directory holding fake `systemctl` and `loginctl` scripts: each
+/// logs its arguments to `calls`; systemctl fails saying `systemctl_says`
+/// when given, loginctl answers `Linger` with `linger`.
+#[cfg(target_os = "linux")]
+fn fake_service_manager(dir: &std::path::Path, systemctl_says: Option<&str>, linger: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).expect("dir");
+    let calls = dir.join("calls");
+    let systemctl = match systemctl_says {
+        Some(msg) => format!("echo \"{msg}\" >&2\nexit 1\n"),
+        None => "exit 0\n".to_string(),
+    };
+    for (name, body) in [
+        ("systemctl", systemctl),
+        ("loginctl", format!("echo {linger}\n")),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\necho \"{name} $*\" >> '{}'\n{body}",
+                calls.display()
+            ),
+        )
+        .expect("script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+}
+
+/// `service install` whose start fails exits non-zero, says why and what
+/// to run, and keeps the unit it wrote; one that starts names lingering
+/// by the calling user (no name needed), asked for by uid.
+#[cfg(target_os = "linux")]
+#[test]
+fn service_install_says_when_the_service_did_not_start() {
+    let g = Grid::start(54, 1);
+    let xdg = g.dir.path().join("xdg");
+    let fake = g.dir.path().join("fake-bin");
+    let path = format!(
+        "{}:{}",
+        fake.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    fake_service_manager(
+        &fake,
+        Some("Failed to connect to bus: No medium found"),
+        "no",
+    );
+    let o = run(
+        g.client_cmd("svc", &["service", "install"])
+            .env("XDG_CONFIG_HOME", &xdg)
+            .env("PATH", &path),
+        Duration::from_secs(30),
+    );
+    let err = stderr(&o);
+    assert!(!o.status.success(), "a failed start must fail: {err}");
+    assert!(err.contains("No medium found"), "{err}");
+    assert!(
+        err.contains("systemctl --user enable --now beebot.service"),
+        "{err}"
+    );
+    assert!(xdg.join("systemd/user/beebot.service").exists());
+
+    std::fs::remove_dir_all(&fake).expect("rm");
+    fake_service_manager(&fake, None, "no");
+    let o = run(
+        g.client_cmd("svc", &["service", "install"])
+            .env("XDG_CONFIG_HOME", &xdg)
+            .env_remove("USER")
+            .env("PATH", &path),
+        Duration::from_secs(30),
+    );
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.contains("`loginctl enable-linger`"), "{out}");
+    let calls = std::fs::read_to_string(fake.join("calls")).expect("calls");
+    let uid = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .expect("id");
+    let uid = String::from_utf8_lossy(&uid.stdout).trim().to_string();
+    assert!(
+        calls.contains(&format!("loginctl show-user {uid} -p Linger --value")),
+        "{calls}"
+    );
+    assert!(
+        calls.contains("systemctl --user enable --now beebot.service"),
+        "{calls}"
+    );
+}
+
 #[test]
 fn the_bandwidth_cap_holds_on_loopback() {
     const CAP_KBPS: u64 = 150;
