@@ -123,6 +123,22 @@ pub fn stderr(o: &Output) -> String {
 }
 
 /// The last non-empty line of a command's stdout.
+/// The same-origin files a page links (`href="/…"`, `src="/…"`), so a
+/// test can check that each is there: a browser asks for all of them.
+pub fn linked_paths(html: &str) -> Vec<String> {
+    let mut paths = vec![];
+    for attr in ["href=\"/", "src=\"/"] {
+        let mut rest = html;
+        while let Some(at) = rest.find(attr) {
+            let tail = &rest[at + attr.len() - 1..];
+            let end = tail.find('"').unwrap_or(tail.len());
+            paths.push(tail[..end].to_string());
+            rest = &tail[end..];
+        }
+    }
+    paths
+}
+
 pub fn last_line(o: &Output) -> String {
     stdout(o)
         .lines()

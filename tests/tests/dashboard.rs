@@ -219,6 +219,21 @@ fn pages_and_files_have_their_types_and_a_strict_policy(http: &AdminHttp) {
     }
     let login = http.get("/login", &[]);
     assert!(login.body.contains("<form id=login>"), "{}", login.body);
+    // Every file a page links is there, its icon included.
+    for page in ["/", "/hosts", "/rounds/1", "/login"] {
+        let linked = linked_paths(&http.get(page, &[]).body);
+        assert!(
+            linked.iter().any(|p| p == "/favicon.svg"),
+            "{page}: {linked:?}"
+        );
+        for path in linked {
+            assert_eq!(http.get(&path, &[]).status, 200, "{page} links {path}");
+        }
+    }
+    assert!(http
+        .get("/favicon.svg", &[])
+        .header("content-type")
+        .starts_with("image/svg+xml"));
     let script = http.get("/assets/login.js", &[]);
     assert!(script.header("content-type").starts_with("text/javascript"));
     // The pages hold no data and no credential; no cookie is set.

@@ -156,6 +156,15 @@ fn the_page_refuses_other_pages_and_shows_a_rounds_totals() {
         "{page}"
     );
     assert_eq!(get(port, "/api/status", &me, "").0, 401);
+    // Every file the page and its login page link is there before any login.
+    for html in [page.clone(), get(port, "/login", &me, "").1] {
+        let linked = linked_paths(&html);
+        assert!(linked.iter().any(|p| p == "/favicon.svg"), "{linked:?}");
+        for path in linked {
+            let (status, answer) = get(port, &path, &me, "");
+            assert_eq!(status, 200, "{path}: {answer}");
+        }
+    }
     // DNS rebinding: another name for 127.0.0.1 is refused, even with the secret.
     let bearer = format!("Authorization: Bearer {}\r\n", secret(&g, "h"));
     assert_eq!(

@@ -276,6 +276,10 @@ fn router(ui: Arc<Ui>) -> Router {
         )
         .route("/app.js", file("text/javascript; charset=utf-8", APP_JS))
         .route("/app.css", file("text/css; charset=utf-8", APP_CSS))
+        .route(
+            "/favicon.svg",
+            file("image/svg+xml", beebot_shared::FAVICON_SVG),
+        )
         .route("/api/session", post(open_session))
         .route("/api/status", get(status))
         .route("/api/pause", post(pause))
@@ -315,7 +319,7 @@ fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
 fn public(path: &str) -> bool {
     matches!(
         path,
-        "/" | "/login" | "/login.js" | "/app.js" | "/app.css" | "/api/session"
+        "/" | "/login" | "/login.js" | "/app.js" | "/app.css" | "/favicon.svg" | "/api/session"
     )
 }
 

@@ -68,6 +68,7 @@ pub(crate) fn pages() -> Router<Arc<Admin>> {
         .route("/assets/dashboard.css", get(css))
         .route("/assets/dashboard.js", get(js))
         .route("/assets/login.js", get(login_js))
+        .route("/favicon.svg", get(favicon))
 }
 
 /// The JSON the pages poll, for `admin.rs` to put behind its authentication.
@@ -143,6 +144,14 @@ async fn hosts_page() -> Response {
 
 async fn css() -> Response {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], CSS).into_response()
+}
+
+async fn favicon() -> Response {
+    (
+        [(header::CONTENT_TYPE, "image/svg+xml")],
+        beebot_shared::FAVICON_SVG,
+    )
+        .into_response()
 }
 
 async fn login_js() -> Response {
