@@ -478,6 +478,17 @@ fn an_employee_joins_watches_pauses_steers_and_leaves_in_chromium() {
     let away = format!("{:02}:00-{:02}:00", (hour + 6) % 24, (hour + 7) % 24);
     b.click(&b.find("#window-days").expect("as set up"))
         .expect("as set up");
+    // At a laptop's 1366 px every day's name is whole, none cut or spilling.
+    b.resize(1366, 768).expect("as set up");
+    let cut = b
+        .script(
+            "return [...document.querySelectorAll('#window-editor .days label')]
+               .filter(l => l.scrollWidth > l.clientWidth || l.clientWidth === 0)
+               .map(l => l.textContent);",
+            json!([]),
+        )
+        .expect("as set up");
+    assert_eq!(cut, json!([]), "day names cut at 1366 px");
     for d in ["mon", "tue", "wed", "thu", "fri", "sat", "sun"] {
         b.type_into(&b.find(&format!("#win-{d}")).expect("as set up"), &away)
             .expect("as set up");
