@@ -405,13 +405,30 @@ impl DataDir {
     }
 
     pub fn load_config(&self) -> Result<ServerConfig> {
-        let text = fs::read_to_string(self.config()).with_context(|| {
-            format!(
-                "cannot read {} (run `beebot-server init` first)",
-                self.config().display()
-            )
-        })?;
+        let text = fs::read_to_string(self.config()).map_err(|e| self.unreadable(e))?;
         parse_config(&text).map_err(|e| anyhow::anyhow!("{}: {e}", self.config().display()))
+    }
+
+    /// Why the config cannot be read, and what to do: never only "run
+    /// init", which beside an existing server would make a second one.
+    fn unreadable(&self, e: std::io::Error) -> anyhow::Error {
+        let path = self.config();
+        match e.kind() {
+            std::io::ErrorKind::NotFound => anyhow::anyhow!(
+                "no server in {dir} ({path} is missing). If this machine runs a server, \
+                 name its data dir with --data-dir DIR or BEEBOT_SERVER_DIR; to make a \
+                 new one here, run `beebot-server init --data-dir {dir} --public-addr HOST:PORT`",
+                dir = self.0.display(),
+                path = path.display()
+            ),
+            std::io::ErrorKind::PermissionDenied => anyhow::anyhow!(
+                "cannot read {}: permission denied. The data dir belongs to the user the \
+                 server runs as; run the command as that user (packaged: \
+                 `sudo -u beebot-server beebot-server ...`)",
+                path.display()
+            ),
+            _ => anyhow::Error::new(e).context(format!("cannot read {}", path.display())),
+        }
     }
 
     /// Write the config back (durably).

@@ -74,6 +74,33 @@ fn init(data: &std::path::Path, args: &[&str]) -> std::process::Output {
     )
 }
 
+/// A command on a dir that holds no server says where it looked and how to
+/// name the server's dir, never only "run init" (a second server); its
+/// `init` hint names the same dir.
+#[test]
+fn a_command_without_a_server_names_the_dir_it_looked_in() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("nothing-here");
+    let o = run(
+        Command::new(bin("beebot-server"))
+            .args(["status", "--data-dir"])
+            .arg(&data),
+        Duration::from_secs(60),
+    );
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("no server in {}", data.display())),
+        "{err}"
+    );
+    assert!(err.contains("BEEBOT_SERVER_DIR"), "{err}");
+    assert!(
+        err.contains(&format!("init --data-dir {}", data.display())),
+        "{err}"
+    );
+    assert!(!data.exists(), "nothing was made");
+}
+
 #[test]
 fn init_refuses_no_contact_off_a_terminal_and_a_bad_one_and_writes_nothing() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -93,10 +93,24 @@ impl fmt::Display for Report {
     }
 }
 
-/// The data dir: `--data-dir`, else the platform's.
+/// The data dir the Debian package makes (its `postinst`) and its unit
+/// serves from: every command finds it when no other is named.
+pub const PACKAGED_DATA_DIR: &str = "/var/lib/beebot-server";
+
+/// The data dir: `--data-dir` (or `BEEBOT_SERVER_DIR`), else the
+/// packaged install's when this machine has one, else the platform's
+/// per-user dir (`~/.local/share/beebot-server` on Linux).
 pub fn data_dir(explicit: Option<PathBuf>) -> Result<DataDir> {
+    let packaged = cfg!(unix).then(|| std::path::Path::new(PACKAGED_DATA_DIR));
+    data_dir_from(explicit, packaged)
+}
+
+fn data_dir_from(explicit: Option<PathBuf>, packaged: Option<&std::path::Path>) -> Result<DataDir> {
     if let Some(d) = explicit {
         return Ok(DataDir(d));
+    }
+    if let Some(p) = packaged.filter(|p| p.is_dir()) {
+        return Ok(DataDir(p.to_path_buf()));
     }
     let dirs = directories::ProjectDirs::from("org", "BeeBot", "beebot-server")
         .context("cannot find a data dir; pass --data-dir DIR")?;
@@ -111,6 +125,30 @@ pub fn write_out(path: &std::path::Path, text: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_packaged_data_dir_is_found_unless_another_is_named() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let packaged = tmp.path().join("var-lib-beebot-server");
+        let named = tmp.path().join("named");
+        // Not installed: the per-user dir.
+        let d = data_dir_from(None, Some(&packaged)).expect("dir");
+        assert!(d.0.ends_with("beebot-server"), "{}", d.0.display());
+        assert_ne!(d.0, packaged);
+        // Installed: every command finds the package's dir.
+        std::fs::create_dir(&packaged).expect("mkdir");
+        assert_eq!(
+            data_dir_from(None, Some(&packaged)).expect("dir").0,
+            packaged
+        );
+        // A named dir wins.
+        assert_eq!(
+            data_dir_from(Some(named.clone()), Some(&packaged))
+                .expect("dir")
+                .0,
+            named
+        );
+    }
 
     #[test]
     fn a_report_keeps_output_notes_and_code_apart() {
