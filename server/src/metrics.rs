@@ -176,6 +176,7 @@ pub enum Outcome {
     BadInvite,
     BadRequest,
     Internal,
+    NameTaken,
 }
 
 impl LabelText for Outcome {
@@ -191,6 +192,7 @@ impl LabelText for Outcome {
         Self::BadInvite,
         Self::BadRequest,
         Self::Internal,
+        Self::NameTaken,
     ];
     fn text(self) -> &'static str {
         match self {
@@ -205,6 +207,7 @@ impl LabelText for Outcome {
             Self::BadInvite => "bad_invite",
             Self::BadRequest => "bad_request",
             Self::Internal => "internal",
+            Self::NameTaken => "name_taken",
         }
     }
 }
@@ -224,6 +227,7 @@ impl Outcome {
                 ErrorCode::BadInvite => Self::BadInvite,
                 ErrorCode::BadRequest => Self::BadRequest,
                 ErrorCode::Internal => Self::Internal,
+                ErrorCode::NameTaken => Self::NameTaken,
             },
             _ => Self::Ok,
         }

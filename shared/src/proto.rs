@@ -150,6 +150,9 @@ pub enum ErrorCode {
     /// The server cannot answer now (its storage failed, or an upload of
     /// the same unit is in progress): try again later.
     Internal,
+    /// Another active host has the name asked for at `Enrol`: nothing was
+    /// spent; ask again with another name.
+    NameTaken,
 }
 
 /// Server → client.

@@ -111,3 +111,35 @@ fn join_takes_the_code_from_stdin_or_the_environment() {
     }
     assert!(!hosts.contains("\tnone\t"));
 }
+
+/// A second desktop (or user) with the same machine name joins under a
+/// suffixed name instead of failing: a silent install is never a dead
+/// end. A taken name spends no use of the invite.
+#[test]
+fn a_name_already_taken_gets_a_suffix_and_spends_nothing() {
+    let g = Grid::start(2, 1);
+    let code = g.invite(3);
+    let mut said = vec![];
+    for (home, name_flag) in [("a", None), ("b", None), ("c", Some("DESK"))] {
+        let mut args = vec!["join", code.as_str()];
+        if let Some(n) = name_flag {
+            args.extend(["--name", n]);
+        }
+        let o = run_cmd(g.client_cmd(home, &args).env("HOSTNAME", "desk"));
+        assert!(o.status.success(), "join {home}: {}", stderr(&o));
+        said.push(stdout(&o));
+    }
+    assert!(said[0].contains("(desk)\n"), "{said:?}");
+    assert!(said[1].contains("(desk-2)\n"), "{said:?}");
+    assert!(said[2].contains("(DESK-3)\n"), "{said:?}");
+    let hosts = stdout(&g.admin_ok(&["hosts", "list"]));
+    for name in ["\tdesk\t", "\tdesk-2\t", "\tDESK-3\t"] {
+        assert!(hosts.contains(name), "{name} in {hosts}");
+    }
+    // Three joins took three uses, not five.
+    let (text, rows) = invite_rows(&g);
+    assert!(
+        rows.is_empty() || rows.iter().all(|r| r[1] == "0"),
+        "{text}"
+    );
+}

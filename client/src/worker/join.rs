@@ -7,7 +7,8 @@ use anyhow::{bail, Context, Result};
 use beebot_shared::sign;
 
 use crate::home::{Enrolment, Home};
-use crate::net::{Link, ServerId};
+use crate::net::{Link, NetError, ServerId};
+use beebot_shared::proto::ErrorCode;
 
 use super::now_ms;
 
@@ -36,9 +37,9 @@ pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrol
         server_name: invite.server_name.clone(),
         cert_sha256: invite.cert_sha256,
     };
-    let name = name.unwrap_or_else(default_host_name);
+    let asked = name.unwrap_or_else(default_host_name);
     let info = beebot_shared::proto::HostInfo {
-        name: name.clone(),
+        name: asked,
         os: std::env::consts::OS.to_string(),
         client_version: env!("CARGO_PKG_VERSION").to_string(),
         cores: std::thread::available_parallelism()
@@ -59,10 +60,7 @@ pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrol
             invite.addr
         );
     }
-    let host_id = link
-        .enrol(invite.token.clone(), &key, info)
-        .await
-        .context("enrolment refused")?;
+    let (host_id, name) = enrol_under_a_free_name(&link, &invite.token, &key, info).await?;
     link.close();
     let e = Enrolment {
         server_addr: invite.addr,
@@ -79,6 +77,47 @@ pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrol
     Ok(e)
 }
 
+/// Names tried at most when the one asked for is taken: `NAME`, then
+/// `NAME-2` up to `NAME-{MAX_NAME_TRIES}`.
+pub const MAX_NAME_TRIES: u32 = 20;
+
+/// The name asked for, or the one after it while the server says the
+/// last was taken by another host (a second desktop or user with the
+/// same machine name): never a dead end at a silent install.
+fn name_try(asked: &str, n: u32) -> String {
+    if n <= 1 {
+        asked.to_string()
+    } else {
+        format!("{asked}-{n}")
+    }
+}
+
+/// Enrol as `info.name`, or as the first of its suffixed names that is
+/// free; the host id and the name it got. A taken name spends nothing.
+async fn enrol_under_a_free_name(
+    link: &Link,
+    token: &[u8],
+    key: &ed25519_dalek::SigningKey,
+    mut info: beebot_shared::proto::HostInfo,
+) -> Result<(u64, String)> {
+    let asked = info.name.clone();
+    for n in 1..=MAX_NAME_TRIES {
+        info.name = name_try(&asked, n);
+        match link.enrol(token.to_vec(), key, info.clone()).await {
+            Ok(id) => return Ok((id, info.name)),
+            Err(NetError::Refused {
+                code: ErrorCode::NameTaken,
+                ..
+            }) => continue,
+            Err(e) => return Err(anyhow::Error::new(e).context("enrolment refused")),
+        }
+    }
+    bail!(
+        "the names {asked} to {} are all taken by other hosts: join with another name (`beebot join --name NAME`)",
+        name_try(&asked, MAX_NAME_TRIES)
+    )
+}
+
 /// This machine's host name (`HOSTNAME`, else `/etc/hostname`), else a
 /// stand-in: the name shown to the admin unless `--name` says otherwise.
 fn default_host_name() -> String {
@@ -88,4 +127,16 @@ fn default_host_name() -> String {
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "beebot-host".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_name_is_tried_again_with_a_suffix() {
+        assert_eq!(name_try("desk", 1), "desk");
+        assert_eq!(name_try("desk", 2), "desk-2");
+        assert_eq!(name_try("desk", MAX_NAME_TRIES), "desk-20");
+    }
 }

@@ -71,6 +71,7 @@ fn answer_for(outcome: Outcome) -> Answer {
         Outcome::BadInvite => error(ErrorCode::BadInvite),
         Outcome::BadRequest => error(ErrorCode::BadRequest),
         Outcome::Internal => error(ErrorCode::Internal),
+        Outcome::NameTaken => error(ErrorCode::NameTaken),
     }
 }
 

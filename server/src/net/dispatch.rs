@@ -27,11 +27,11 @@ pub(super) fn grid_error(e: GridError) -> Response {
         GridError::UnknownHost(_) => error(ErrorCode::UnknownHost, e.to_string()),
         GridError::Revoked(_) => error(ErrorCode::Revoked, e.to_string()),
         GridError::BadInvite => error(ErrorCode::BadInvite, e.to_string()),
+        GridError::NameTaken { .. } => error(ErrorCode::NameTaken, e.to_string()),
         GridError::KeyEnrolled(_)
         | GridError::Invalid(_)
         | GridError::UnknownRound(_)
         | GridError::UnknownInvite(_)
-        | GridError::NameTaken { .. }
         | GridError::UnknownHostName(_)
         | GridError::AmbiguousHostName { .. }
         | GridError::SameSite { .. } => error(ErrorCode::BadRequest, e.to_string()),
