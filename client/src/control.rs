@@ -58,6 +58,9 @@ pub struct Gate {
     reloader: Mutex<Option<Arc<Reloader>>>,
     /// The last reading for [`Gate::is_open`]: when, and whether open.
     reading: Mutex<Option<(std::time::Instant, bool)>>,
+    /// The data dir whose live status a pause or resume rewrites at once
+    /// ([`Gate::keep_status_in`]).
+    status_dir: Mutex<Option<std::path::PathBuf>>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -80,7 +83,42 @@ impl Gate {
             settings: Mutex::new(None),
             reloader: Mutex::new(None),
             reading: Mutex::new(None),
+            status_dir: Mutex::new(None),
         }
+    }
+
+    /// Keep the live status in `data_dir` true at once when a pause or a
+    /// resume changes the state, rather than at the runner's next write:
+    /// `beebot status` and the page right after `beebot pause` say paused.
+    pub fn keep_status_in(&self, data_dir: &Path) {
+        *self.status_dir.lock().unwrap_or_else(|p| p.into_inner()) = Some(data_dir.to_path_buf());
+    }
+
+    /// Rewrite the live status's state from the hold now (a no-op without
+    /// a status dir, or when no runner wrote a fresh status).
+    fn restate(&self) {
+        let Some(dir) = self
+            .status_dir
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        else {
+            return;
+        };
+        let _writing = status_lock();
+        let Some(mut s) = read_live_status(&dir) else {
+            return;
+        };
+        let (state, until) = match self.hold() {
+            Hold::Paused(u) => ("paused", u.map(unix_ms)),
+            Hold::OutsideWindow(u) => ("outside-window", u.map(unix_ms)),
+            Hold::OnBattery => ("on-battery", None),
+            Hold::Open if s.scans.is_empty() => ("idle", None),
+            Hold::Open => ("running", None),
+        };
+        s.state = state.into();
+        s.until_ms = until;
+        write_status(&dir, &s);
     }
 
     /// Read the window and the power supply again at the next check.
@@ -135,6 +173,7 @@ impl Gate {
     pub fn pause(&self, until: Option<SystemTime>) {
         *self.paused.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
         self.forget_reading();
+        self.restate();
     }
 
     /// Resume; false when it was not paused.
@@ -146,6 +185,7 @@ impl Gate {
             .take()
             .is_some();
         self.forget_reading();
+        self.restate();
         was
     }
 
@@ -397,6 +437,14 @@ pub fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// Held while the live status is read from the gate and written, so a
+/// pause's rewrite and the runner's own write never cross: the later one
+/// read the newer hold.
+pub fn status_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Write the live status (not fsynced: it is rewritten every second).

@@ -71,9 +71,19 @@ fn pause_mid_scan_holds_and_checkpoints_the_scan(g: &Grid) {
         let s = g.status_json("a");
         s["state"] == "running" && s["scans"][0]["pages"].as_u64().unwrap_or(0) >= 2
     });
-    let o = g.client("a", &["pause"]);
+    let o = g.client("a", &["pause", "--for", "2h"]);
     assert!(o.status.success(), "pause: {}", stderr(&o));
     assert!(stdout(&o).contains("paused"));
+    // Said at once, not at the runner's next write: right after the
+    // command, status says paused, until when.
+    let s = g.status_json("a");
+    assert_eq!(s["state"], "paused", "right after `pause`: {s}");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let left = s["until_ms"].as_u64().expect("until") as i64 - now_ms;
+    assert!((7_000_000..=7_200_000).contains(&left), "{s}");
     // At most the page in flight finishes; then nothing is fetched.
     std::thread::sleep(Duration::from_millis(400));
     let before = g.web_server.requests();

@@ -387,10 +387,21 @@ fn a_revoked_host_keeps_its_page_and_leaves_from_it() {
         let (_, a) = get(port, "/api/status", &me, &bearer);
         body_json(&a)["state"] == "revoked"
     });
-    std::thread::sleep(Duration::from_secs(2));
+    // Past the live status's freshness, `beebot status` still tells a
+    // revoked runner that runs from one that does not.
+    std::thread::sleep(Duration::from_millis(
+        beebot_client::control::STATUS_FRESH.as_millis() as u64 + 2_000,
+    ));
     assert!(
         child.try_wait().expect("wait").is_none(),
         "the runner stays up"
+    );
+    let s = g.status_json("r");
+    assert_eq!(s["state"], "revoked", "{s}");
+    let text = stdout(&g.client("r", &["status"]));
+    assert!(
+        text.contains("REVOKED") && text.contains("state     revoked"),
+        "{text}"
     );
     let mine = format!("{bearer}Origin: http://{me}\r\n");
     let (status, a) = post(

@@ -64,6 +64,7 @@ pub fn run(
         tracing::info!("taking over the home from pid {pid}, which is no longer running");
     }
     let gate = Arc::new(Gate::new(settings.window.clone(), !settings.run_on_battery));
+    gate.keep_status_in(&home.data);
     gate.set_reloader(settings::reloader(home.clone(), cli.clone(), shown));
     let bound = ui::bind(&home.data, settings.ui_port)?;
     let page = Ui::new(home.clone(), &bound, gate.clone(), cli)?;
@@ -120,7 +121,7 @@ pub fn run(
             {
                 let e = revoked_in_words(home, e);
                 eprintln!("{e:#}");
-                stop().await;
+                keep_saying_revoked(&home.data, stop()).await;
                 Err(e)
             }
             other => other,
@@ -289,6 +290,35 @@ fn lower_priority() {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status();
+    }
+}
+
+/// How often a revoked runner, kept for its page, says so in its live
+/// status (well within [`control::STATUS_FRESH`]).
+const REVOKED_STATUS_EVERY: Duration = Duration::from_secs(2);
+
+/// Until `stop`: keep the live status saying `revoked`, so `beebot status`
+/// and the page tell a revoked runner that still runs (its page offers to
+/// leave) from one that is not running.
+async fn keep_saying_revoked(data: &Path, stop: impl std::future::Future<Output = ()>) {
+    tokio::pin!(stop);
+    let mut tick = tokio::time::interval(REVOKED_STATUS_EVERY);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tick.tick() => {
+                let _writing = control::status_lock();
+                let mut s = control::read_live_status(data).unwrap_or_default();
+                s.pid = std::process::id();
+                s.updated_ms = control::unix_ms(std::time::SystemTime::now());
+                s.started_ms = Some(control::process_started_ms());
+                s.state = "revoked".into();
+                s.until_ms = None;
+                s.scans.clear();
+                s.concurrency = None;
+                control::write_status(data, &s);
+            }
+        }
     }
 }
 

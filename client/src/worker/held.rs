@@ -91,6 +91,9 @@ pub(super) struct Worker {
     /// The last problems, for the status page.
     pub(super) problems: Vec<crate::control::Problem>,
     pub(super) status_written: Instant,
+    /// The units held and their states when the status was last written
+    /// ([`Worker::write_status`] writes a change at once).
+    pub(super) status_shape: Vec<(u64, u8)>,
     pub(super) bandwidth: Option<Arc<Bandwidth>>,
     /// Running average of this client's scan time, seconds (buffer sizing).
     pub(super) job_s: Option<f64>,

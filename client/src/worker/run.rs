@@ -110,6 +110,7 @@ impl Worker {
             spool_measured: None,
             problems: Vec::new(),
             status_written: Instant::now() - Duration::from_secs(60),
+            status_shape: Vec::new(),
             bandwidth,
             job_s: None,
             round_trip_s: 0.0,
@@ -207,7 +208,11 @@ impl Worker {
                 _ = &mut shutdown => return Ok(true),
                 r = async {
                     match done_rx.recv().await {
-                        Some(done) => self.scan_done(done).await,
+                        Some(done) => {
+                            self.scan_done(done).await?;
+                            self.write_status_now();
+                            anyhow::Ok(())
+                        }
                         None => Ok(()),
                     }
                 } => r?,

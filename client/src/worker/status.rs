@@ -35,12 +35,45 @@ impl Worker {
         self.last_error = Some(detail);
     }
 
-    /// Write the live status for `beebot status` (at most once a second).
+    /// Write the live status for `beebot status`: at once when a unit came,
+    /// went or changed state (a scan ended, an upload was taken), else at
+    /// most once a second (its pages and rates).
     pub(super) fn write_status(&mut self) {
-        if self.status_written.elapsed() < Duration::from_secs(1) {
+        if self.status_written.elapsed() < Duration::from_secs(1)
+            && self.held_shape() == self.status_shape
+        {
             return;
         }
+        self.write_status_now();
+    }
+
+    /// The units held and their states, in id order.
+    fn held_shape(&self) -> Vec<(u64, u8)> {
+        let mut shape: Vec<(u64, u8)> = self
+            .held
+            .iter()
+            .map(|(id, h)| {
+                let state = match h.state {
+                    HeldState::Waiting => 0,
+                    HeldState::Crawling { .. } => 1,
+                    HeldState::Finished => 2,
+                    HeldState::Aborted => 3,
+                };
+                (*id, state)
+            })
+            .collect();
+        shape.sort_unstable();
+        shape
+    }
+
+    /// Write the live status now: a scan that ended leaves the list at
+    /// once, not after the upload that follows.
+    pub(super) fn write_status_now(&mut self) {
         self.status_written = Instant::now();
+        self.status_shape = self.held_shape();
+        // The gate's hold is read and written under the lock a pause's own
+        // rewrite takes: the file ends with the newer of the two.
+        let _writing = control::status_lock();
         let now = SystemTime::now();
         let (state, until) = match self.opts.gate.as_ref().map(|g| g.hold()) {
             Some(Hold::Paused(u)) => ("paused", u),
