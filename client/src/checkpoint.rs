@@ -17,6 +17,10 @@
 //! whenever the gate holds it; the work loop, stopping, writes the newest
 //! snapshot of a scan whose thread is stuck in a request, so a stop never
 //! waits for a request to time out.
+//!
+//! A checkpoint is written every `CHECKPOINT_EVERY_PAGES` (50) pages or
+//! `CHECKPOINT_INTERVAL` (30 s), whichever comes first; a head is written only
+//! after the log it names is synced.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,6 +3,14 @@
 //! `beebot pause` / `resume` / `config set` (`reload`) / `leave` (`stop`)
 //! send (through the status page's API, [`crate::ui`], with the owner's
 //! secret), and the live status file `beebot status` and the page read.
+//!
+//! One parser (`apply_command`) for every command, whoever sends it. Recent
+//! problems are kept with their plain words (`ProblemKind`), at most
+//! `MAX_RECENT_PROBLEMS`. The scans' check at every page (`Gate::is_open`)
+//! reads the window and the power supplies at most every `GATE_RECHECK` (1 s),
+//! and a pause, a resume or new rules at once. A scan held by a pause or the
+//! window looks at the gate again every `GATE_POLL` (200 ms): the gate has no
+//! wake of its own yet.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

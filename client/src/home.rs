@@ -19,6 +19,11 @@
 //! `DATA/status.json`, `DATA/control.sock`, `DATA/logs/`. `beebot leave`
 //! removes every one of them ([`Home::remove_all`]).
 //! With `--home DIR` (or `BEEBOT_HOME`) both CONFIG and DATA are DIR.
+//!
+//! Also kept: the day totals (`days`, `week`: `DAYS_KEPT` days) and, read only,
+//! the installer's invite code (`/etc/beebot/invite`; on Windows `HKLM`, then
+//! `HKCU`, `Software\BeeBot`). The default home is the machine's own (Local
+//! AppData on Windows, never the roaming profile).
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,12 @@
 //! `beebot leave`: stop this home's runner, uninstall its service, tell the
 //! server, and remove every file the client made in the home. Leaving
 //! offline still cleans up, and says the server was not told.
+//!
+//! `stop_runner` is `beebot stop` (and the first step of `leave`);
+//! `leave_holding_lock` is the page's leave from inside the runner, which
+//! closes its own log file first. Nothing is removed while the runner still
+//! runs; a file still held open (a runner still exiting) is tried again for
+//! `REMOVE_RETRY` (10 s).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -13,6 +13,11 @@
 //! otherwise) and its XML in UTF-16; the Startup folder needs a `.lnk`
 //! (COM) and is moved by folder redirection. It runs `beebotw.exe`, the
 //! windowless launcher beside `beebot.exe`, so no console window opens.
+//!
+//! `service status` on Windows says where the autostart is registered (for this
+//! user, for every user) and whether the runner runs.
+//!
+//! Windows command lines are quoted and split as `CommandLineToArgvW` does.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -4,6 +4,10 @@
 //!
 //! Precedence, lowest first: default, file (`CONFIG/config.toml`), environment
 //! (`BEEBOT_<KEY>`, e.g. `BEEBOT_SLOTS=4`), command line.
+//!
+//! `slots` is a ceiling (`auto`, the default, is 64: the client sizes its
+//! concurrency below it). Every key and value is checked by one function
+//! (`SettingError`), whoever sets it.
 
 use std::fmt;
 use std::path::PathBuf;

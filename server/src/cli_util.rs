@@ -1,4 +1,6 @@
-//! Helpers of the command line: the admin API client (and durations like `7d`).
+//! Helpers of the command line: the admin API client (never through a
+//! proxy: the token stays on loopback), `round wait`'s progress line, and
+//! durations like `7d`.
 
 use std::time::Duration;
 

@@ -11,6 +11,9 @@
 //!                        (.state), appended to links/ROUND/pack-NNNNNN.lfp
 //! DATA_DIR/serve.json    addresses of the running server (written by `serve`)
 //! ```
+//!
+//! Secrets (the project key, the TLS key, the admin token) are written 0600 and
+//! refused when others can read them.
 
 use std::fs;
 use std::io::Write;

@@ -11,6 +11,17 @@
 //! admin API, the reference site and the ticker, stopped together.
 //! `serve.json` is written when serving starts and removed at shutdown. It never parses command
 //! lines: `main.rs` does.
+//!
+//! `GridStage`: the grid's own thread runs every `with_grid` call in turn and
+//! hands their answers over after each stretch (at most `GRID_STRETCH`, 5 ms,
+//! while calls are queued). A second thread syncs the store once for every
+//! answer waiting and only then delivers them, then removes the link files
+//! those calls stopped naming and closes the rounds that ended, in that order.
+//! Its queues are bounded by what may ask (admission's connections × streams).
+//! So an answer leaves only after the sync it depends on; a link file goes only
+//! after the record that stopped naming it is durable (never after a failed
+//! sync: its bytes stay, unnamed); the grid never waits for a disk or a lock;
+//! and a panic in a call is raised in its caller.
 
 pub mod about;
 pub mod admin;

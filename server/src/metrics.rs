@@ -20,6 +20,10 @@
 //! request path is a few atomic adds, never an allocation once a label set
 //! has been seen. It never serves anything but `/metrics`, and never takes
 //! the grid lock except for the one snapshot per scrape.
+//!
+//! `prometheus-client`, not the `metrics` crate: an explicit registry per
+//! server suits the sans-I/O grid and tests that run several servers in one
+//! process.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;

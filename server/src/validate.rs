@@ -10,6 +10,10 @@
 //! sketches estimate the Jaccard similarity of their sets (exactly when both
 //! sets have fewer pairs than the sketch holds; otherwise with a standard
 //! error of about √(J(1−J)/k), under 0.01 at J = 0.9).
+//!
+//! A sketch is built with one comparison and a push a digest, compacted by
+//! sorting at twice its size (no hash set, no heap); two sketches are compared
+//! and merged in one walk, allocating nothing to compare.
 
 use beebot_shared::util::sha256;
 use serde::{Deserialize, Serialize};

@@ -4,6 +4,11 @@
 //! version][bincode body]`. The length is checked against the limit before
 //! anything is allocated, and the version is read before the body, so a client
 //! speaking another version gets a clear "upgrade" answer instead of a decode error.
+//!
+//! Byte fields (a link file, a unit's signed bytes, a scan state) go through
+//! `codec::bytes`: one run of bytes, the same on the wire as a plain `Vec<u8>`,
+//! borrowed from the frame when decoded and copied once. A claimed length past
+//! the frame is refused before anything is allocated for it.
 
 use serde::{de::DeserializeOwned, Serialize};
 

@@ -3,6 +3,9 @@
 //! failed attempts (exponential backoff with full jitter). Pure functions of
 //! their arguments, so the client's work loop, the server's simulator and the
 //! load generator all play the same rules; nothing here keeps time or state.
+//!
+//! The client passes its effective concurrency (the sites its controller scans
+//! at once now, not its `slots` ceiling) as the slots.
 
 use std::time::Duration;
 

@@ -9,6 +9,19 @@
 //! after a huge count) is refused at the first record over a limit.
 //!
 //! Bytes in, bytes out: this module never reads or writes files itself.
+//!
+//! Reading: `for_each_record_ref` lends one record at a time whose texts'
+//! buffers are reused (no allocation per record), and the compressed bytes are
+//! read in place. Decompression takes one of at most `KEPT_DECOMPRESSORS` (8)
+//! kept zstd contexts; a context is put back only while it holds at most
+//! `KEPT_DECOMPRESSOR_BYTES` (1 MiB: a file decompressing past about that frees
+//! its own), and every context refuses a frame whose window passes
+//! `limits::MAX_ZSTD_WINDOW_LOG` (8 MiB) before allocating it.
+//!
+//! Writing: `encode` writes the body once and compresses it in one call, with a
+//! context of its own or the caller's (`encode_with`: the load generator keeps
+//! a few). `LinkFileWriter` writes the same bytes a borrowed record at a time,
+//! and refuses more or fewer records than its header claims.
 
 use std::io::Read;
 

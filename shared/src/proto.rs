@@ -1,5 +1,11 @@
 //! Protocol messages (QUIC, ALPN `beebot/1`): one request and one response per
 //! bidirectional stream, each one frame of [`crate::codec`].
+//!
+//! `WorkAvailable` is the only message the server pushes (on a unidirectional
+//! stream of an authenticated connection); every other response answers a
+//! request. New requests are appended to `Request` (`Resources`, then
+//! `Concurrency`, then `UploadPart`), so earlier ones keep their encoding; a
+//! server that does not know one answers `BadRequest`.
 
 use serde::{Deserialize, Serialize};
 

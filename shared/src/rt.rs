@@ -2,6 +2,9 @@
 //! async runtime and the shutdown signal (Ctrl-C, or SIGTERM from a service
 //! manager). The only tokio code of this crate, behind its `rt` feature; it
 //! never touches the network or the disk.
+//!
+//! At exit a runtime waits at most `EXIT_WAIT` for its blocking threads: a scan
+//! stuck in a request is checkpointed already.
 
 use std::future::Future;
 use std::time::Duration;

@@ -9,6 +9,10 @@
 //! That message starts with [`ENROL_PROOF_CONTEXT`]; a unit's bytes never do
 //! (`sign_unit` refuses to sign them, `verify_unit` to accept them), so a
 //! proof can never pass for a unit, whatever nonce the client chose.
+//!
+//! `unit_bytes` meets every way signing a unit can fail, so the grid records a
+//! unit once its bytes are made, and the server signs them later, outside the
+//! grid's lock, with `sign_unit_bytes`, which cannot fail.
 
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};

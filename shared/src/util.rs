@@ -1,5 +1,8 @@
 //! Small helpers shared by both sides: text clean-up, hashing, private
 //! directories, and durations as people type and read them.
+//!
+//! `Kept`: values kept between uses, at most a named number (the compression
+//! contexts of link files).
 
 use sha2::{Digest, Sha256};
 

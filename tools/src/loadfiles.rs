@@ -8,6 +8,12 @@
 //! [`LINKS_PER_PAGE`], and the summary's elapsed time covers the round's
 //! politeness delay between them (at least [`PAGE_FETCH_MS`] a page), so
 //! the server's pace check passes as it does for an honest client.
+//!
+//! Files are written a record at a time with `linkfile::LinkFileWriter`.
+//! `made_up_result` makes the files of the hosts `--liars` names: the same
+//! pages, record count and summary as the honest file, every source on the
+//! site, so each passes every check an upload meets alone, but links drawn
+//! otherwise, so it disagrees with an honest copy.
 
 use std::sync::Arc;
 

@@ -1,7 +1,8 @@
 //! The commands of `beebot`, one module each: [`join`], [`run`], [`status`],
 //! [`config`], [`control`] (pause, resume), [`open`] (the status page),
-//! [`leave`], [`service`],
-//! [`benchmark`] and [`crawl`]; their flags are in [`args`].
+//! [`leave`], [`stop`], [`service`],
+//! [`benchmark`] and [`crawl`]; their flags are in [`args`]. On Windows,
+//! `tray` shows the notification-area icon inside `run`.
 //!
 //! Each command returns what it prints on stdout (text ending in a newline,
 //! or nothing), so its output can be tested; [`dispatch`] prints it. Errors

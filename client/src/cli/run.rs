@@ -8,6 +8,11 @@
 //! A host the project revoked is remembered in the home (for `beebot
 //! status`) and said plainly. Scan threads stuck in a request are not
 //! waited for: their scans are checkpointed already.
+//!
+//! `run` takes the run lock, binds the page, waits for a join when needed, runs
+//! the loop and, when the page asked, leaves (the service last: it stops the
+//! process). On glibc it starts itself again with `MALLOC_ARENA_MAX=2`: one
+//! arena per scan thread kept what each freed.
 
 use std::io::IsTerminal;
 use std::path::Path;

@@ -14,7 +14,13 @@
 //! - [`fetch`]: the HTTP shell;
 //! - `page`: one page of a crawl (its request, redirects, links taken);
 //! - `polite`: robots.txt asked per origin, the wait between requests;
-//! - `state`: the scan state of a crawl, fitted so that it always encodes.
+//! - `state`: the scan state of a crawl, fitted so that it always encodes;
+//! - `parse`: below a delay of `PIPELINE_BELOW_DELAY` (10 ms), a page parsed
+//!   on a helper thread while the next request is in flight;
+//! - `ahead`: with `CrawlSpec::connections` above 1 (only `beebot crawl
+//!   --connections N --delay-ms 0` sets it; at most 4 a site), N helpers
+//!   make the requests, the next queued pages' ahead of their turn;
+//! - `progress`: the live progress line and the summary a person reads.
 //!
 //! Every bound is explicit and counted in the summary when it bites: pages,
 //! depth, bytes per page (the part read is still parsed), HTML content types
@@ -36,6 +42,9 @@
 //! read. robots.txt requests count in neither, but their failures are errors.
 //!
 //! https is fetched through rustls (ring) with the webpki root certificates.
+//!
+//! It never requests a host the unit excludes (robots.txt included), nor a
+//! private, loopback or link-local address unless the spec allows them.
 
 mod ahead;
 pub mod fetch;

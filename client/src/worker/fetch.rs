@@ -5,6 +5,9 @@
 //! A unit signed with another key or issued to another host is refused and
 //! never held; answers whose every unit is refused back off like failures.
 //! A full spool takes no new work. Nothing here starts a scan.
+//!
+//! A `retry_after` holds back only while no work comes: units received, or a
+//! slot freed, and the buffer rule decides at once.
 
 use crate::control::ProblemKind;
 use std::time::{Duration, Instant};

@@ -8,6 +8,8 @@
 //! export's size; the file is valid only after [`ParquetRows::finish`]
 //! writes its footer (a writer dropped before that leaves bytes no reader
 //! takes for a complete file).
+//!
+//! Only the server links the Parquet writer: the client never depends on it.
 
 use std::io::{self, Write};
 use std::sync::Arc;

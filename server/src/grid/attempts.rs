@@ -6,6 +6,11 @@
 //! and never go back; a job whose attempts run out fails; a job whose
 //! attempt ended is queued again while it has attempts left. Results are
 //! not judged here ([`super::upload`], [`super::verdict`]).
+//!
+//! Leases: a scan not heard from for `LEASE_TAKEOVER_S` since its last report
+//! (or since the grid's first tick, so a restart takes nothing away) is taken
+//! back, never sooner. A unit not started is recalled once its host is silent
+//! as long, charged to nobody (no missed deadline, no attempt counted).
 
 use std::sync::Arc;
 

@@ -8,6 +8,12 @@
 //! whole characters. A host that goes (revoked or leaving) gives its
 //! running units back ([`super::attempts`] requeues them); nothing here
 //! judges a unit or a result.
+//!
+//! The concurrency a client reports (`set_concurrency`) is kept in memory
+//! (`HostRecord::concurrency`), never stored. A work request writes its host
+//! only when more than its last contact changed, else every
+//! `LAST_SEEN_STORED_EVERY_MS` (30 s), so a host asking every few seconds costs
+//! no fsync per empty answer.
 
 use beebot_shared::limits::{
     INVITE_TOKEN_LEN, MAX_BENCHMARK_KB_PER_S, MAX_BENCHMARK_PAGES_PER_S, MAX_HOST_MEMORY_MB,

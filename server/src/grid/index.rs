@@ -7,6 +7,16 @@
 //! running round, so the index always equals one built afresh from the jobs
 //! (debug builds check it: [`Grid::check_open`]). It is memory only, rebuilt
 //! when the grid opens; it never writes to the store.
+//!
+//! Beside the queue and the running jobs (by id, by host: `running_on`, by
+//! reach: `running_reach`) it holds the scans that could be handed over
+//! (`handable`), each host's failures, the results under check and their
+//! authors (`checks`, `checks_by_author`), the reaches settling after an upload
+//! (`Settling`, ended in time order) and the queued jobs kept out of the queue
+//! while their own upload settles (`settling`, queued by `expire_settling` at
+//! the next request). A round is done only when its queue, its settling jobs
+//! and its running ones are all empty. After a storage failure the index is
+//! built afresh (`repair_after_store_failure`, from `Shared::with_grid`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 

@@ -12,6 +12,11 @@
 //! `[A-Za-z0-9._-]` besides the `/`, is refused); a write is whole and
 //! durable before it returns, never seen half-written; removing a file that
 //! is gone already is no error. Nothing here touches the store.
+//!
+//! The grid's removals and the rounds it closes (`remove_link`,
+//! `close_round_links`) act at once, or, once `defer_link_changes` is set (as
+//! the server's grid stage sets it), are kept as `LinkChanges` for
+//! `take_link_changes`, to be applied removals first after the store's sync.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -53,6 +53,10 @@
 //! packs) are still read, listed and removed; a write of such a name goes
 //! to a pack, which then takes precedence. Unix only (positioned reads and
 //! writes).
+//!
+//! Why packs: under the load generator's default load, creating, syncing and
+//! renaming a file per upload (and syncing its directory) was most of the
+//! upload path's time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;

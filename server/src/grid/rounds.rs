@@ -4,6 +4,13 @@
 //! Invariants: a round's jobs are created once, at its start, in the
 //! target set's order; a round is done when every job of it is final.
 //! Nothing here issues or judges a unit.
+//!
+//! A round's parameters are checked (`RoundParams::check_values`) before it
+//! starts, and a round whose record (its folded sites) would pass the store's
+//! record limit (`store::format::check_round`) is refused before any job is
+//! written. Its jobs are made one after another, so their ids are one run.
+//! `rescan_sites` scans sites of a round again: a new chain for each, the files
+//! its old result kept released, and a round that was over runs again.
 
 use std::collections::{BTreeSet, HashMap};
 

@@ -7,6 +7,13 @@
 //! record's source is on the unit's site and no excluded host; a summary
 //! fits the unit's limits and the file; an upload of an attempt no longer
 //! wanted is refused before its file is decoded.
+//!
+//! Before anything is kept an upload is checked against its unit, its header,
+//! the scope, the exclusions, the page cap and the pace (the elapsed time
+//! covers the politeness delay between pages). A part of a running scan
+//! (`upload_part_begin`) becomes a segment of its job and its unit goes on from
+//! it; a part is kept once (sent again: `Duplicate`), and only from the job's
+//! running scan. Each unit and each part has a file of its own.
 
 use std::sync::Arc;
 

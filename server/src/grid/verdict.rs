@@ -7,6 +7,12 @@
 //! disk; a host loses its trust only when another host's scan disagrees
 //! with its result and a third agrees with the other. Nothing here reads an
 //! upload's bytes (see [`super::upload`]).
+//!
+//! It never exports a result not kept and never learns a speed from a pending
+//! one. A kept result writes each host it changed once, after all of its
+//! changes. A result every online host wrote part of is checked by a fresh scan
+//! of its least author (`fallback_checker`), so a round never waits for a check
+//! nobody may make.
 
 use std::collections::BTreeMap;
 

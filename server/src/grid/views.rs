@@ -11,6 +11,13 @@
 //! read; any other view is at most [`VIEW_REFRESH_MS`] old when read, so a
 //! change no mark names is seen within that. Views are memory only and
 //! never change a record.
+//!
+//! `HostViews` also keeps the units whose scan could be handed over, by
+//! expected end (`by_end`: latest end, then larger job, then lower id: the
+//! order `adaptive` reads running jobs in). Debug builds check each kept view
+//! against a fresh one built at the same moment, every view's age, and, at
+//! every request of a replicating policy, that `by_end` gives the round's
+//! handable jobs in the order a walk finds them.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 

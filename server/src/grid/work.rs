@@ -6,6 +6,18 @@
 //! ([`held_cap`]); no two jobs whose sites share a host run at once; a
 //! unit is signed with the project key and bound to its host. Units are
 //! judged elsewhere ([`super::attempts`], [`super::upload`]).
+//!
+//! The asker sees each round's queue through its own look (`scheduler::Queue`):
+//! its failures marked, and what it may not take hidden and asked per job as a
+//! policy looks at it (`Barred`: jobs it failed or handed over, results it may
+//! not check; reaches meeting a running or settling one; windows). A request
+//! never walks or copies a round's queue or its results under check: a host not
+//! trusted while trusted hosts are online sees only the results every trusted
+//! host online wrote (`checks_only`); the others see them all, their own
+//! hidden. A host's slots are the concurrency its client last reported, else
+//! its benchmark's, at most `UNTRUSTED_MAX_SLOTS` until it is trusted
+//! (`units_cap`). `work/level_claim.rs` shows `level`'s claim through
+//! `request_work`.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -4,6 +4,10 @@
 //!
 //! Invariants: the stateless-reset key is derived from the TLS key, so it
 //! survives a restart. It never handles a connection.
+//!
+//! The one UDP socket asks for `UDP_BUFFER_BYTES` (4 MiB) both ways and warns,
+//! with the `sysctl` to run, when the kernel grants less: a full receive buffer
+//! drops packets, each a QUIC loss timeout.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -9,6 +9,14 @@
 //! (the queue is indexed by size: [`super::Queue`]); at most [`MAX_COPIES`] copies
 //! of a job run, and a copy goes only to the online host that would finish
 //! it soonest. It never reads a clock: `now` comes in the context.
+//!
+//! It wants a copy of a running scan (a hand-over) only where the copy ends the
+//! scan before `REPLICA_GAIN` of its expected end, after `HAND_OVER_S`, at the
+//! holder's pace times the ratio of their costs per page; and of the scans
+//! whose every holder is offline, largest first, until one is too small.
+//! `Field` holds the other online hosts' starts and costs per page (once per
+//! pace class) and the queue's drain sums, built once a decision however many
+//! units it hands out.
 
 use super::{
     class_pace, pace_class, Ctx, Decision, JobView, Policy, RunningView, WorkAsk, ADAPTIVE_SLACK,

@@ -4,6 +4,9 @@
 //! Invariants: the level line is monotone in the work poured; a host never
 //! takes work that would lift it above the line (but for its first job). It
 //! never copies jobs.
+//!
+//! The water line is found in passes over the hosts (at most `LEVEL_PASSES`,
+//! then by sorting them).
 
 use super::{Ctx, Decision, HostView, Policy, WorkAsk};
 

@@ -14,8 +14,11 @@
 //! - every write is followed by [`Store::flush`] (or, with flushes deferred,
 //!   by [`Store::sync`]) before the caller acknowledges anything, so nothing
 //!   acknowledged is lost on a crash;
-//! - ids are unique, increasing and never reused, across restarts, one
-//!   sequence shared by every record kind; 0 is never handed out ("none");
+//! - ids are unique, increasing and never reused, across restarts: rounds,
+//!   jobs, hosts and units each count from 1 on their own; 0 is never handed
+//!   out ("none");
+//! - group commit: each fsync is told to a `SyncObserver` with its whole
+//!   group when the next one begins;
 //! - fail-stop: after the first failed write or sync every later write and
 //!   sync fails, naming that first error, until the server restarts and
 //!   reloads what is on disk (`serve` does so itself once the disk takes

@@ -1,7 +1,7 @@
 //! [`SledStore`]: the server's records on disk, in a sled database (one tree
 //! per record kind). The only module that knows sled.
 //!
-//! Ids come from sled's id generator (increasing across restarts); `sync`
+//! Ids are counters in the `ids` tree (increasing across restarts); `sync`
 //! is sled's flush (an fsync). It never retries a failed write: the first
 //! failure stops the store (see [`super::Store`]).
 
