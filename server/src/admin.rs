@@ -611,12 +611,17 @@ async fn round_show(
     State(s): State<Arc<Shared>>,
     Path(id): Path<u64>,
 ) -> ApiResult<Json<RoundDetail>> {
-    let (round, jobs, names) = s
+    let (round, jobs, names, able) = s
         .with_grid(move |g| {
             g.round(id).map(|(round, jobs)| {
+                let hosts = g.hosts();
+                let able = hosts
+                    .iter()
+                    .filter(|h| !h.revoked && h.left_ms.is_none())
+                    .count();
                 let names: HashMap<u64, String> =
-                    g.hosts().into_iter().map(|h| (h.id, h.info.name)).collect();
-                (round, jobs, names)
+                    hosts.into_iter().map(|h| (h.id, h.info.name)).collect();
+                (round, jobs, names, able)
             })
         })
         .await
@@ -629,8 +634,10 @@ async fn round_show(
             line
         })
         .collect();
+    let counts = JobCounts::of_round(&round, &jobs);
     Ok(Json(RoundDetail {
-        counts: JobCounts::of_round(&round, &jobs),
+        waiting: crate::api::waiting_note(&round, &counts, able),
+        counts,
         sites,
         round,
         jobs,

@@ -241,6 +241,10 @@ pub struct JobCounts {
     pub invalid: usize,
     /// Pages of results scanned to check others (the cost of validation).
     pub check_pages: u64,
+    /// Open jobs whose site is scanned and whose result waits for (or is
+    /// in) another host's check: work done that the round is not over for.
+    #[serde(default)]
+    pub scanned_to_check: usize,
 }
 
 impl JobCounts {
@@ -281,6 +285,9 @@ impl JobCounts {
                 Failed => c.failed += 1,
                 Cancelled => c.cancelled += 1,
             }
+            if j.check_wait().is_some() {
+                c.scanned_to_check += 1;
+            }
             let done = j.completeness();
             c.pages += done.pages;
             c.links += done.links;
@@ -312,6 +319,17 @@ impl JobCounts {
             }
         }
         c
+    }
+
+    /// How far the round is, 0 to 1: sites over, and a site scanned whose
+    /// check is still to come as half (one scan of the two it needs). The
+    /// one figure the round page, `round wait` and the overview show.
+    pub fn progress(&self) -> f64 {
+        if self.total == 0 {
+            return 1.0;
+        }
+        let over = (self.done + self.failed + self.cancelled) as f64;
+        ((over + 0.5 * self.scanned_to_check as f64) / self.total as f64).min(1.0)
     }
 
     /// The line a finished round ends with: counts, and whether every site
@@ -355,6 +373,9 @@ pub struct SiteLine {
     pub running: Vec<RunningCopy>,
     /// pending, valid, trusted, off or invalid.
     pub validation: String,
+    /// What a scanned site waits for ([`JobRecord::check_wait`]).
+    #[serde(default)]
+    pub waits: Option<String>,
     /// Its complete results compared by validation.
     pub results: Vec<ResultLine>,
     #[serde(flatten)]
@@ -383,6 +404,7 @@ impl SiteLine {
                 })
                 .collect(),
             validation: j.validation.as_str().to_string(),
+            waits: j.check_wait().map(str::to_string),
             results: j
                 .candidates
                 .iter()
@@ -508,6 +530,9 @@ pub struct RoundSummary {
 pub struct RoundDetail {
     pub round: RoundRecord,
     pub counts: JobCounts,
+    /// Why the running round cannot end as things are ([`waiting_note`]).
+    #[serde(default)]
+    pub waiting: Option<String>,
     /// Each site's completeness, in the round's order.
     pub sites: Vec<SiteLine>,
     pub jobs: Vec<JobRecord>,
@@ -579,6 +604,26 @@ pub struct ApiError {
 /// (`running`, `done`, `cancelled`): a running or cancelled round's export
 /// holds only the sites done so far.
 pub const ROUND_STATE_HEADER: &str = "x-beebot-round-state";
+
+/// Why a running round cannot end as things are: results wait for a check
+/// that no other host can make, because fewer hosts than validation needs
+/// are enrolled (`hosts`: enrolled, not revoked, not left). The words the
+/// round page, `round show` and `round wait` say, naming `--validate off`
+/// for a trial.
+pub fn waiting_note(round: &RoundRecord, counts: &JobCounts, hosts: usize) -> Option<String> {
+    let needs = round.state == crate::model::RoundState::Running
+        && round.params.validate != crate::validate::ValidateMode::Off
+        && counts.scanned_to_check > 0
+        && hosts < 2;
+    needs.then(|| {
+        format!(
+            "{} site(s) scanned wait for a check by a second host, and {hosts} host(s) are \
+             enrolled: the round ends once another host joins (for a trial with one \
+             desktop, start rounds with --validate off)",
+            counts.scanned_to_check
+        )
+    })
+}
 
 #[cfg(test)]
 mod exclusion_tests {

@@ -23,8 +23,11 @@ pub struct Progress {
     pub done: usize,
     pub failed: usize,
     pub running: usize,
-    /// Open jobs whose result waits for another host's scan to check it.
+    /// Open jobs whose site is scanned and whose result waits for (or is
+    /// in) another host's check ([`crate::api::JobCounts::scanned_to_check`]).
     pub checking: usize,
+    /// Why the round cannot end as things are ([`crate::api::waiting_note`]).
+    pub waiting: Option<String>,
     /// Pages of every accepted scan and of the running scans' last reports.
     pub pages: u64,
     /// Pages the open jobs are still expected to take: the scheduler's
@@ -56,13 +59,8 @@ impl Progress {
             done: d.counts.done,
             failed: d.counts.failed,
             running: d.counts.running,
-            checking: d
-                .jobs
-                .iter()
-                .filter(|j| {
-                    !j.state.is_final() && j.validation == crate::model::JobValidation::Pending
-                })
-                .count(),
+            checking: d.counts.scanned_to_check,
+            waiting: d.waiting.clone(),
             pages: d.counts.pages,
             pages_left,
             elapsed: Duration::from_millis(now_ms.saturating_sub(d.round.created_ms)),
@@ -88,6 +86,9 @@ impl Progress {
     pub fn line(&self) -> String {
         let open = self.done + self.failed < self.total;
         let eta = match self.eta() {
+            _ if open && self.waiting.is_some() => {
+                format!(", waiting: {}", self.waiting.as_deref().unwrap_or_default())
+            }
             Some(left) => format!(", about {} left", human_duration(left)),
             None if open && self.running == 0 && self.checking > 0 => format!(
                 ", waiting: {} {} a check by another host",
@@ -101,8 +102,13 @@ impl Progress {
             None if open && self.running == 0 => ", waiting for a host to ask".to_string(),
             None => String::new(),
         };
+        let checked = if self.checking > 0 {
+            format!(", {} scanned waiting for a check", self.checking)
+        } else {
+            String::new()
+        };
         format!(
-            "round {}: {}/{} jobs done, {} failed, {} running; {} pages; {} elapsed{eta}",
+            "round {}: {}/{} jobs done, {} failed, {} running{checked}; {} pages; {} elapsed{eta}",
             self.round,
             self.done,
             self.total,
@@ -307,6 +313,7 @@ mod tests {
             failed: 1,
             running: 4,
             checking: 0,
+            waiting: None,
             pages: 600,
             pages_left: 1200.0,
             elapsed: Duration::from_secs(300),
@@ -334,6 +341,17 @@ mod tests {
         assert!(
             p.line()
                 .ends_with("5m elapsed, waiting: 2 results wait for a check by another host"),
+            "{}",
+            p.line()
+        );
+        assert!(p
+            .line()
+            .contains("0 running, 2 scanned waiting for a check; 600 pages"));
+        // No host can make the check: the line says so, and how to trial.
+        p.waiting = Some("one host: start rounds with --validate off".into());
+        assert!(
+            p.line()
+                .ends_with("waiting: one host: start rounds with --validate off"),
             "{}",
             p.line()
         );

@@ -275,6 +275,11 @@ impl Candidate {
     }
 }
 
+/// A site scanned whose result waits for another host's scan to compare with.
+pub const WAITING_FOR_CHECK: &str = "scanned, waiting for a check by another host";
+/// A site scanned whose check by another host runs now.
+pub const BEING_CHECKED: &str = "scanned, being checked by another host";
+
 /// Where a job stands in validation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -423,26 +428,53 @@ impl JobRecord {
             .chain(self.result.iter().map(|r| r.file.as_str()))
     }
 
-    /// How much of its site the job scanned, and why not all of it.
     /// Pages scanned so far: accepted scans, and without a result the
-    /// running scan's last report (what [`JobRecord::completeness`] counts,
-    /// without building the rest).
+    /// running scan's last report, or a whole result that waits for its
+    /// check when that is more (what [`JobRecord::completeness`] counts,
+    /// without building the rest). It never drops when a scanned result
+    /// goes to be checked: `round wait` and the dashboard count on.
     pub fn pages_so_far(&self) -> u64 {
         let accepted: u64 = self.segments.iter().map(|s| s.summary.pages).sum();
         match &self.result {
             Some(r) => accepted + r.summary.pages,
             None => {
-                accepted
-                    + self
-                        .running_attempts()
-                        .filter(|a| self.is_current(a))
-                        .map(|a| a.pages.saturating_sub(self.parts_of(a).0))
-                        .max()
-                        .unwrap_or(0)
+                let running = self
+                    .running_attempts()
+                    .filter(|a| self.is_current(a))
+                    .map(|a| a.pages.saturating_sub(self.parts_of(a).0))
+                    .max()
+                    .unwrap_or(0);
+                (accepted + running).max(self.awaiting_check().map_or(0, Candidate::pages))
             }
         }
     }
 
+    /// What a site whose scan is over but not yet checked waits for, in the
+    /// words every screen shows (`round show`, the round page, `round
+    /// wait`); `None` for any other site.
+    pub fn check_wait(&self) -> Option<&'static str> {
+        self.awaiting_check()?;
+        Some(if self.running_attempts().any(|a| self.is_current(a)) {
+            BEING_CHECKED
+        } else {
+            WAITING_FOR_CHECK
+        })
+    }
+
+    /// The largest whole result that waits for another host's check, while
+    /// the job has no result: the site is scanned, the round waits for a
+    /// second host.
+    pub fn awaiting_check(&self) -> Option<&Candidate> {
+        if self.result.is_some() || self.state.is_final() {
+            return None;
+        }
+        self.candidates
+            .iter()
+            .filter(|c| c.verdict == Verdict::Pending)
+            .max_by_key(|c| c.pages())
+    }
+
+    /// How much of its site the job scanned, and why not all of it.
     pub fn completeness(&self) -> Completeness {
         let pages = self.pages_so_far();
         let mut links: u64 = self.segments.iter().map(|s| s.summary.links).sum();
@@ -450,6 +482,10 @@ impl JobRecord {
         if let Some(r) = &self.result {
             links += r.summary.links;
             scans += 1;
+        }
+        if let Some(c) = self.awaiting_check().filter(|c| c.links() > links) {
+            links = c.links();
+            scans = c.segments.len() as u32 + 1;
         }
         let stop = self.result.as_ref().and_then(|r| r.summary.stopped_by);
         let natural_end = self.state == JobState::Done

@@ -130,3 +130,60 @@ fn honest_results_agree_and_trusted_hosts_cost_few_checks_at_a_polite_delay() {
 fn honest_results_agree_and_trusted_hosts_cost_few_checks_at_delay_zero() {
     two_rounds(42, "0");
 }
+
+/// One desktop and a round that validates: its scans wait for a second
+/// host. `round show` says so per site (not "queued, 0 pages"), `round
+/// wait` gives up naming `--validate off`, and the round page's JSON says
+/// the same; its progress counts the scans done. At a delay above zero and
+/// at zero.
+fn one_desktop_waits_for_a_second_host(seed: u64, delay_ms: &str) {
+    let g = Grid::start(seed, 2);
+    g.import_sites();
+    g.join("solo", &g.invite(1));
+    let round = last_line(&g.admin_ok(&[
+        "round",
+        "start",
+        "--validate",
+        "adaptive",
+        "--delay-ms",
+        delay_ms,
+    ]));
+    // The client stays for work to come (the round is open); it is
+    // stopped once both sites are scanned.
+    let client = g.run_once("solo", 2, &[]);
+    wait_for(
+        "both sites scanned",
+        std::time::Duration::from_secs(240),
+        || g.round_json(&round)["counts"]["scanned_to_check"] == 2,
+    );
+    client.kill();
+    let show = stdout(&g.admin_ok(&["round", "show", &round]));
+    assert_eq!(
+        show.matches("scanned, waiting for a check by another host")
+            .count(),
+        2,
+        "{show}"
+    );
+    assert!(show.contains("--validate off"), "{show}");
+    let d = g.round_json(&round);
+    assert_eq!(d["counts"]["scanned_to_check"], 2, "{d}");
+    assert!(d["counts"]["pages"].as_u64().expect("pages") > 2, "{d}");
+    let o = g.admin(&["round", "wait", &round, "--timeout", "2s"]);
+    assert_eq!(o.status.code(), Some(3), "a timeout: {}", stderr(&o));
+    assert!(stderr(&o).contains("--validate off"), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("2 scanned waiting for a check"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn one_desktop_waits_for_a_second_host_at_a_delay() {
+    one_desktop_waits_for_a_second_host(71, "300");
+}
+
+#[test]
+fn one_desktop_waits_for_a_second_host_at_zero_delay() {
+    one_desktop_waits_for_a_second_host(72, "0");
+}

@@ -216,6 +216,9 @@ fn show(d: &RoundDetail) -> String {
             f.site, f.into, p.scope
         ));
     }
+    if let Some(w) = &d.waiting {
+        out.push_str(&format!("round {}: {w}\n", d.round.id));
+    }
     if d.round.state != RoundState::Running {
         out.push_str(&format!("round {}: {}\n", d.round.id, n.verdict()));
     }
@@ -247,7 +250,7 @@ fn site_row(line: &SiteLine, reasons: &[String]) -> String {
     format!(
         "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
         line.site,
-        line.state.as_str(),
+        line.waits.as_deref().unwrap_or(line.state.as_str()),
         line.attempts,
         c.scans,
         c.pages,

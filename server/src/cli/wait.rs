@@ -92,8 +92,11 @@ fn timed_out(id: u64, d: &RoundDetail, timeout: Duration) -> Report {
         .filter(|j| !matches!(j.state, JobState::Done | JobState::Failed))
         .count();
     let mut r = Report::note(format!(
-        "error: round {id} still has {open} open job(s) after {}",
-        human_duration(timeout)
+        "error: round {id} still has {open} open job(s) after {}{}",
+        human_duration(timeout),
+        d.waiting
+            .as_ref()
+            .map_or(String::new(), |w| format!(": {w}"))
     ));
     r.code = EXIT_TIMEOUT;
     r
@@ -126,6 +129,7 @@ mod tests {
                 incomplete: 1,
                 ..JobCounts::default()
             },
+            waiting: None,
             sites: Vec::new(),
             jobs: Vec::new(),
         }
@@ -144,5 +148,14 @@ mod tests {
         assert_eq!(r.code, EXIT_TIMEOUT);
         assert_eq!(r.err, "error: round 9 still has 0 open job(s) after 1m\n");
         assert_eq!(r.out, "");
+        let mut waits = detail(RoundState::Running);
+        waits.waiting = Some("start rounds with --validate off".into());
+        let r = timed_out(9, &waits, Duration::from_secs(60));
+        assert!(
+            r.err
+                .ends_with("after 1m: start rounds with --validate off\n"),
+            "{}",
+            r.err
+        );
     }
 }

@@ -130,10 +130,7 @@ pub fn round_rates<J: Borrow<JobRecord>>(
 }
 
 fn progress(c: &JobCounts) -> f64 {
-    if c.total == 0 {
-        return 1.0;
-    }
-    (c.done + c.failed + c.cancelled) as f64 / c.total as f64
+    c.progress()
 }
 
 /// The overview from the newest rounds (with their jobs), the grid's own
@@ -246,6 +243,8 @@ fn components(
 pub struct SiteRow {
     pub site: String,
     pub state: &'static str,
+    /// What a scanned site waits for ([`JobRecord::check_wait`]).
+    pub waits: Option<&'static str>,
     /// The host scanning it now, else the host of its last accepted scan.
     pub host: String,
     pub pages: u64,
@@ -284,6 +283,8 @@ pub struct RoundPage {
     pub validate: &'static str,
     pub counts: JobCounts,
     pub progress: f64,
+    /// Why the round cannot end as things are ([`crate::api::waiting_note`]).
+    pub waiting: Option<String>,
     pub eta: Eta,
     pub rates: Rates,
     pub sites: Vec<SiteRow>,
@@ -310,6 +311,12 @@ pub fn round_page<J: Borrow<JobRecord>, H: Borrow<HostRecord>>(
         .map(|h| (h.borrow().id, h.borrow().info.name.as_str()))
         .collect();
     let counts = JobCounts::of_round_iter(r, jobs.iter().map(Borrow::borrow));
+    let able = hosts
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|h| !h.revoked && h.left_ms.is_none())
+        .count();
+    let waiting = crate::api::waiting_note(r, &counts, able);
     RoundPage {
         now_ms: now,
         poll_ms: POLL_INTERVAL_MS,
@@ -319,7 +326,16 @@ pub fn round_page<J: Borrow<JobRecord>, H: Borrow<HostRecord>>(
         validate: r.params.validate.as_str(),
         progress: progress(&counts),
         counts,
-        eta: eta(r, jobs, hosts, now),
+        eta: match &waiting {
+            // No ETA while no host can make the checks the round waits for.
+            Some(_) => Eta {
+                seconds: None,
+                how: ETA_HOW,
+                note: Some("waiting for a second host".to_string()),
+            },
+            None => eta(r, jobs, hosts, now),
+        },
+        waiting,
         rates: round_rates(r, jobs, series, now),
         sites: jobs.iter().map(|j| site_row(j.borrow(), &names)).collect(),
         failures: failures_by_reason(jobs),
@@ -341,6 +357,7 @@ fn site_row(j: &JobRecord, names: &HashMap<u64, &str>) -> SiteRow {
     SiteRow {
         site: j.site.clone(),
         state: j.state.as_str(),
+        waits: j.check_wait(),
         host: host.map_or(String::new(), |h| {
             names.get(&h).map_or(format!("#{h}"), |n| n.to_string())
         }),

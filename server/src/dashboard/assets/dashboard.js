@@ -113,7 +113,12 @@ function renderRound(d) {
   setText("round-state", d.round.state);
   const p = $("progress");
   p.value = d.progress;
-  setText("progress-text", Math.round(d.progress * 100) + " % of " + fmt(d.round.jobs) + " sites over");
+  const toCheck = d.counts.scanned_to_check;
+  setText("progress-text", Math.round(d.progress * 100) + " % of " + fmt(d.round.jobs) + " sites over" +
+    (toCheck > 0 ? "; " + fmt(toCheck) + " scanned, waiting for a check" : ""));
+  const waiting = $("waiting");
+  waiting.hidden = !d.waiting;
+  waiting.textContent = d.waiting || "";
   const eta = $("eta");
   eta.title = d.eta.how;
   eta.textContent = d.eta.seconds === null ? "ETA – (" + d.eta.note + ")" : "ETA " + duration(d.eta.seconds);
@@ -177,7 +182,7 @@ function renderSites() {
     const tr = document.createElement("tr");
     tr.dataset.site = s.site;
     cell(tr, s.site);
-    cell(tr, s.state);
+    cell(tr, s.waits || s.state);
     cell(tr, s.host);
     cell(tr, fmt(s.pages), "num");
     cell(tr, fmt(s.links), "num");

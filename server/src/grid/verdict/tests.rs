@@ -737,3 +737,42 @@ fn a_check_given_back_comes_back_when_only_untrusted_hosts_are_left() {
     let again = fx.one(trusted, &[], T0 + 4000);
     assert_eq!(again.job_id, u.job_id);
 }
+
+/// A site scanned whose result waits for its check is counted as scanned
+/// on every screen: its pages stay in the round's count (they never drop
+/// when the check starts), the site says what it waits for, progress
+/// counts it as half, and with one host the round says it cannot end and
+/// names `--validate off`.
+#[test]
+fn a_result_waiting_for_its_check_counts_and_says_what_it_waits_for() {
+    use crate::api::{waiting_note, JobCounts};
+    let (mut fx, h) = validating(2, 2, ValidateMode::All);
+    let u = fx.one(h[0], &[], T0);
+    fx.grid.progress(h[0], u.unit_id, 3, 6, T0 + 500).unwrap();
+    let scanning = JobCounts::of(&[fx.job(u.job_id)]).pages;
+    assert_eq!(fx.upload(h[0], &u, 6, T0 + 1000), UploadOutcome::Accepted);
+    let job = fx.job(u.job_id);
+    assert_eq!(job.state, JobState::Queued, "it waits for its check");
+    assert_eq!(job.check_wait(), Some(crate::model::WAITING_FOR_CHECK));
+    let counts = JobCounts::of(std::slice::from_ref(&job));
+    assert_eq!(counts.pages, 3, "the scanned pages still count");
+    assert!(counts.pages >= scanning);
+    assert_eq!(counts.links, 6);
+    assert_eq!(counts.scanned_to_check, 1);
+    assert_eq!(counts.progress(), 0.5, "one scan of the two it needs");
+
+    let (round, jobs) = fx.grid.round(job.round_id).unwrap();
+    let all = JobCounts::of_round(&round, &jobs);
+    let one_host = waiting_note(&round, &all, 1).expect("one host cannot check");
+    assert!(one_host.contains("--validate off"), "{one_host}");
+    assert_eq!(waiting_note(&round, &all, 2), None, "a second host can");
+
+    // The check runs: the site says so, and its pages do not drop to the
+    // checker's first report.
+    let v = fx.one(h[1], &[], T0 + 2000);
+    assert_eq!(v.job_id, u.job_id);
+    fx.grid.progress(h[1], v.unit_id, 1, 1, T0 + 2500).unwrap();
+    let job = fx.job(u.job_id);
+    assert_eq!(job.check_wait(), Some(crate::model::BEING_CHECKED));
+    assert_eq!(JobCounts::of(&[job]).pages, 3);
+}
