@@ -369,7 +369,7 @@ impl Home {
     pub fn require_enrolment(&self) -> Result<Enrolment> {
         self.enrolment()?.with_context(|| {
             format!(
-                "this client has not joined a project (no {}): run `beebot join CODE`",
+                "this client has not joined a project (no {}): run `beebot join -` and paste the invite code",
                 self.enrolment_path().display()
             )
         })

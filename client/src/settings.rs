@@ -57,7 +57,7 @@ pub const KEYS: [(&str, &str, &str); 13] = [
     (
         "cpu_percent",
         "2",
-        "most CPU the client uses, percent of one core (1-100): it scans fewer sites at once to stay under it (read from /proc: Linux only)",
+        "most CPU the client uses, percent of one core (1-100): it scans fewer sites at once to stay under it (measured on Linux and Windows; not on macOS)",
     ),
     ("low_priority", "true", "run at low CPU priority"),
     (

@@ -56,7 +56,7 @@ fn plain(s: &str) -> String {
 fn accepted_units(log: &Path) -> BTreeSet<u64> {
     let text = plain(&std::fs::read_to_string(log).unwrap_or_default());
     text.lines()
-        .filter(|l| l.contains("result accepted"))
+        .filter(|l| l.contains("result uploaded"))
         .filter_map(|l| {
             l.split_whitespace()
                 .find_map(|w| w.strip_prefix("unit_id="))
@@ -548,7 +548,7 @@ fn a_full_links_disk_acknowledges_nothing(
     );
     let text = plain_log(client_log);
     assert!(
-        !text.contains("result accepted"),
+        !text.contains("result uploaded"),
         "nothing acknowledged: {text}"
     );
     // Stop the server politely so the shell lists what it left under links/.
@@ -676,7 +676,7 @@ impl StoreDisk {
         while accepted_units(client_log).len() < 3 {
             assert!(
                 start.elapsed() < WAIT,
-                "no result accepted:\n{}",
+                "no result uploaded:\n{}",
                 plain_log(server_log)
             );
             std::thread::sleep(Duration::from_millis(10));

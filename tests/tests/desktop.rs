@@ -134,7 +134,7 @@ fn not_running_status_comes_from_the_spool(g: &Grid) {
     // As a service (no terminal) it logged to a file in the data dir.
     let log =
         std::fs::read_to_string(g.home("a").join("logs").join("beebot.log")).expect("log file");
-    assert!(log.contains("result accepted"), "{log}");
+    assert!(log.contains("result uploaded"), "{log}");
     let o = g.client("a", &["pause"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no running client"), "{}", stderr(&o));

@@ -158,7 +158,7 @@ fn run_once_on_a_fresh_home_exits_within_5s_of_its_last_upload() {
     let mut c = spawn_client(&g, "a", &log, true);
     let mut last_upload = None;
     poll("three accepted results", || {
-        let n = read(&log).matches("result accepted").count();
+        let n = read(&log).matches("result uploaded").count();
         if n >= 3 && last_upload.is_none() {
             last_upload = Some(Instant::now());
         }

@@ -239,7 +239,7 @@ fn run_options(
 /// What a run did, in one line.
 fn stats_line(stats: &RunStats) -> String {
     format!(
-        "scans finished {}, results accepted {}, duplicates {}, rejected {}, pages {}, links {}\n",
+        "scans finished {}, results uploaded {}, duplicates {}, rejected {}, pages {}, links {}\n",
         stats.scans_finished,
         stats.uploads_accepted,
         stats.uploads_duplicate,
@@ -363,7 +363,7 @@ mod tests {
         };
         assert_eq!(
             stats_line(&stats),
-            "scans finished 3, results accepted 2, duplicates 1, rejected 0, pages 40, links 900\n"
+            "scans finished 3, results uploaded 2, duplicates 1, rejected 0, pages 40, links 900\n"
         );
     }
 }

@@ -37,7 +37,7 @@ fn not_joined(home: &Home, json: bool) -> String {
         format!("{}\n", serde_json::json!({ "enrolled": false }))
     } else {
         format!(
-            "not joined (home {}): run `beebot join CODE`\n",
+            "not joined (home {}): run `beebot join -` and paste the invite code\n",
             home.config.display()
         )
     }

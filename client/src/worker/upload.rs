@@ -52,7 +52,12 @@ impl Worker {
                     if let Err(e) = self.home.add_to_today(&today_date(), pages, links) {
                         tracing::warn!("cannot update today's totals: {e:#}");
                     }
-                    tracing::info!(unit_id, pages, links, "result accepted");
+                    tracing::info!(
+                        unit_id,
+                        pages,
+                        links,
+                        "result uploaded (the server keeps it; validation decides)"
+                    );
                 }
                 Ok(Response::Duplicate) => {
                     self.stats.uploads_duplicate += 1;
