@@ -80,8 +80,11 @@ pub struct ServerConfig {
     /// more per connection). Off: only under a flood of handshakes.
     #[serde(default)]
     pub quic_retry: bool,
-    /// Deadline = issue + expected × slack + grace.
+    /// Deadline = issue + expected × slack + grace, within the round's
+    /// bounds (`[round]`'s `deadline_min_s` and `deadline_max_s`); the slack
+    /// is a number from 1 to 100.
     pub deadline_slack: f64,
+    /// The grace of a deadline (see `deadline_slack`), seconds.
     #[serde(deserialize_with = "seconds")]
     pub deadline_grace_s: u64,
     /// `[round]`: any of [`crate::params::RoundOverrides`]' keys.

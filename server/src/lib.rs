@@ -37,6 +37,8 @@ pub mod metrics;
 pub mod model;
 pub mod net;
 pub mod params;
+#[cfg(test)]
+mod refdocs;
 pub mod reference;
 pub mod scheduler;
 pub mod simulate;

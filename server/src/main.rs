@@ -141,4 +141,20 @@ mod tests {
         let missing = beebot_shared::clihelp::without_help(&Cli::command());
         assert!(missing.is_empty(), "without help text: {missing:#?}");
     }
+
+    /// `docs/reference/server.md` is every command's `--help` as it is now.
+    #[test]
+    fn the_commands_reference_page_is_current() {
+        let intro = "Each command's `--help`, as `beebot-server` prints it (`beebot-server \
+                     help COMMAND` prints the same). The [admin guide](../admin.md) shows them \
+                     at work; the [config file](server-config.md) holds what the commands do \
+                     not set.";
+        let page = beebot_shared::clihelp::reference_page(Cli::command(), intro)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference/server.md");
+        if let Err(e) = beebot_shared::docpage::check_current(&path, &page) {
+            panic!("{e}");
+        }
+    }
 }

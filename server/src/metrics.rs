@@ -67,7 +67,7 @@ const GROUP_BUCKETS: (f64, f64, u16) = (1.0, 2.0, 10);
 const LOCK_BUCKETS: (f64, f64, u16) = (0.00001, 2.0, 18);
 
 /// A closed set of label values: each variant's text.
-trait LabelText: Copy + 'static {
+pub(crate) trait LabelText: Copy + 'static {
     const ALL: &'static [Self];
     fn text(self) -> &'static str;
 }
@@ -434,17 +434,17 @@ impl Metrics {
         let r = &mut self.registry;
         r.register(
             "store_failed",
-            "1 while the store has failed: nothing is acknowledged until its disk takes writes again and the server starts afresh",
+            "1 while the store has failed (a full disk): nothing is acknowledged until its disk takes writes again and the server starts afresh",
             self.store_failed.clone(),
         );
         r.register(
             "damaged_sites",
-            "Done sites whose kept link files cannot be read whole (found at start, by a check or an export)",
+            "Done sites whose kept link files cannot be read whole (found at start, by `check` or by an export)",
             self.damaged_sites.clone(),
         );
         r.register(
             "requests",
-            "QUIC requests answered, by kind and outcome",
+            "QUIC requests answered, by kind (the request, or undecodable) and outcome (ok, a refusal of the grid's: rejected, duplicate, abort; or the error code)",
             self.requests.clone(),
         );
         r.register_with_unit(
@@ -467,12 +467,12 @@ impl Metrics {
             ),
             (
                 "link_fsync_duration",
-                "Time one fsync of a link pack took",
+                "Time one fsync of a round's link pack took",
                 &self.link_fsync,
             ),
             (
                 "grid_lock_hold_duration",
-                "Time the grid lock was held by one call",
+                "Time one call on the grid's thread took (the grid lock's hold: every call runs alone there)",
                 &self.lock_hold,
             ),
         ] {
@@ -480,12 +480,12 @@ impl Metrics {
         }
         r.register(
             "store_sync_group_size",
-            "Sync calls one fsync served (group commit)",
+            "Sync calls one store fsync served (group commit): its own and those that waited for it, observed when the next fsync begins",
             self.sync_group.clone(),
         );
         r.register(
             "link_sync_group_size",
-            "Link files and removals one link pack fsync made durable (group commit)",
+            "Link files, scan states and removals one link pack fsync made durable (group commit: uploads landing together share one)",
             self.link_sync_group.clone(),
         );
         self
@@ -514,15 +514,25 @@ impl Metrics {
 
     /// The OpenMetrics text of these metrics and of `grid`, ending `# EOF`.
     pub fn render(&self, grid: &GridSnapshot) -> Result<String, std::fmt::Error> {
+        self.render_with_memory(grid, resident_memory_bytes())
+    }
+
+    /// [`Metrics::render`] with the process's resident memory given
+    /// (`None`: not known, and not served).
+    pub(crate) fn render_with_memory(
+        &self,
+        grid: &GridSnapshot,
+        resident_bytes: Option<u64>,
+    ) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
         encode_registry(&mut out, &self.registry)?;
-        encode_registry(&mut out, &self.scrape_registry(grid))?;
+        encode_registry(&mut out, &self.scrape_registry(grid, resident_bytes))?;
         encode_eof(&mut out)?;
         Ok(out)
     }
 
     /// The numbers read at scrape time: the grid's, and the process's.
-    fn scrape_registry(&self, grid: &GridSnapshot) -> Registry {
+    fn scrape_registry(&self, grid: &GridSnapshot, resident_bytes: Option<u64>) -> Registry {
         let mut r = Registry::with_prefix(PREFIX);
         let c = &grid.counters;
         let units: Family<EventLabels, Counter> = Family::default();
@@ -536,7 +546,11 @@ impl Metrics {
         ] {
             units.get_or_create(&EventLabels { event }).inc_by(n);
         }
-        r.register("units", "Units by what happened to them", units);
+        r.register(
+            "units",
+            "Units by what happened to them (recalled: not started while their host was silent)",
+            units,
+        );
         r.register(
             "parts_accepted",
             "Parts of running scans accepted (each kept for a takeover to start from)",
@@ -544,12 +558,12 @@ impl Metrics {
         );
         r.register(
             "pages_accepted",
-            "Pages of accepted uploads",
+            "Pages of accepted uploads, parts included",
             counter(c.pages_accepted),
         );
         r.register(
             "links_accepted",
-            "Links of accepted uploads",
+            "Links of accepted uploads, parts included",
             counter(c.links_accepted),
         );
         let jobs: Family<StateLabels, Gauge> = Family::default();
@@ -583,27 +597,27 @@ impl Metrics {
         }
         r.register(
             "hosts_active",
-            "Hosts seen within the last hour or day",
+            "Hosts (not revoked or left) seen within the last hour or day",
             hosts,
         );
         if let Some(p) = grid.round_progress {
             r.register_with_unit(
                 "round_progress",
-                "Share of jobs over in the oldest running round (the newest round when none runs)",
+                "Share of jobs over (0 to 1) in the oldest running round, or the newest round when none runs; absent before the first round",
                 Unit::Other("ratio".into()),
                 float_gauge(p),
             );
         }
-        self.register_process(&mut r);
+        self.register_process(&mut r, resident_bytes);
         r
     }
 
     /// The process's memory and start time.
-    fn register_process(&self, r: &mut Registry) {
-        if let Some(rss) = resident_memory_bytes() {
+    fn register_process(&self, r: &mut Registry, resident_bytes: Option<u64>) {
+        if let Some(rss) = resident_bytes {
             r.register_with_unit(
                 "process_resident_memory",
-                "Resident memory of the server process",
+                "Resident memory of the server process (VmRSS: Linux only)",
                 Unit::Bytes,
                 float_gauge(rss as f64),
             );

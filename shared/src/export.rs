@@ -7,16 +7,49 @@ use serde::Serialize;
 
 use crate::linkfile::LinkRecord;
 
-/// TSV header row, also the JSONL field names.
-pub const COLUMNS: [&str; 7] = [
-    "site",
-    "source_url",
-    "target_url",
-    "target_host",
-    "tag",
-    "nofollow",
-    "anchor_text",
+/// Every column of an export row and what it holds, in the row's order
+/// (the reference page of the exports is made from it).
+pub const COLUMN_DOCS: [(&str, &str); 7] = [
+    (
+        "site",
+        "the site scanned, as the target set names it (`beebot crawl`: the host of its URL)",
+    ),
+    (
+        "source_url",
+        "the page the link is on",
+    ),
+    (
+        "target_url",
+        "where the link leads, absolute, without its fragment: a URL outside the scan's scope (one row per distinct source and target)",
+    ),
+    (
+        "target_host",
+        "the host of `target_url`",
+    ),
+    (
+        "tag",
+        "where on the page the link is: `a` (`<a href>`), `area` (`<area href>`), `meta-refresh` (`<meta http-equiv=refresh>`) or `redirect` (an HTTP redirect out of the scope)",
+    ),
+    (
+        "nofollow",
+        "whether the element's `rel` has `nofollow`",
+    ),
+    (
+        "anchor_text",
+        "the link's text (an `area`'s `alt`; empty for a refresh or a redirect), whitespace collapsed, at most 128 characters",
+    ),
 ];
+
+/// TSV header row, also the JSONL field names ([`COLUMN_DOCS`]' names).
+pub const COLUMNS: [&str; 7] = {
+    let mut names = [""; 7];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = COLUMN_DOCS[i].0;
+        i += 1;
+    }
+    names
+};
 
 /// Output format of an export.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -152,6 +185,17 @@ mod tests {
     }
 
     #[test]
+    fn the_column_docs_name_every_tag_and_the_anchor_texts_bound() {
+        let tag = COLUMN_DOCS[COLUMNS.iter().position(|c| *c == "tag").unwrap()].1;
+        for t in LinkTag::ALL {
+            assert!(tag.contains(&format!("`{}`", t.as_str())), "{t:?}");
+        }
+        let anchor = COLUMN_DOCS[6].1;
+        let bound = crate::limits::MAX_ANCHOR_CHARS.to_string();
+        assert!(anchor.contains(&format!("at most {bound} characters")));
+    }
+
+    #[test]
     fn jsonl_rows_parse() {
         let mut w = ExportWriter::new(Vec::new(), Format::Jsonl).unwrap();
         w.write("a.test", &rec()).unwrap();
@@ -159,5 +203,10 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(s.trim()).unwrap();
         assert_eq!(v["target_host"], "b.test");
         assert_eq!(v["nofollow"], true);
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut columns = COLUMNS.to_vec();
+        keys.sort_unstable();
+        columns.sort_unstable();
+        assert_eq!(keys, columns);
     }
 }

@@ -78,6 +78,14 @@ pub enum LinkTag {
 }
 
 impl LinkTag {
+    /// Every tag, in declaration order.
+    pub const ALL: [LinkTag; 4] = [
+        LinkTag::A,
+        LinkTag::Area,
+        LinkTag::MetaRefresh,
+        LinkTag::Redirect,
+    ];
+
     /// The name used in exports (`a`, `area`, `meta-refresh`, `redirect`).
     pub fn as_str(self) -> &'static str {
         match self {

@@ -10,6 +10,7 @@
 pub mod clihelp;
 pub mod clock;
 pub mod codec;
+pub mod docpage;
 pub mod durable;
 pub mod export;
 pub mod extract;

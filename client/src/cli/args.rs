@@ -284,6 +284,75 @@ mod tests {
         assert!(missing.is_empty(), "without help text: {missing:#?}");
     }
 
+    /// `docs/reference/client.md` is every command's `--help` as it is now.
+    #[test]
+    fn the_commands_reference_page_is_current() {
+        use clap::CommandFactory;
+        let intro = "Each command's `--help`, as `beebot` prints it (`beebot help COMMAND` \
+                     prints the same). The [employee guide](../employee.md) shows them at \
+                     work; the [settings](client-settings.md) are what `beebot config` sets.";
+        let page = beebot_shared::clihelp::reference_page(Cli::command(), intro)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference/client.md");
+        if let Err(e) = beebot_shared::docpage::check_current(&path, &page) {
+            panic!("{e}");
+        }
+    }
+
+    /// `docs/reference/client-settings.md` is every setting as it is now:
+    /// its default and meaning (`settings::KEYS`), its environment
+    /// variable, the flags of the same name, and when a change applies.
+    #[test]
+    fn the_settings_reference_page_is_current() {
+        use beebot_shared::docpage::{cell, check_current, made_from_the_code};
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let mut page = format!(
+            "# `beebot` settings\n\n{}\n\nThe client's settings: keys of `config.toml` in the \
+             client's config dir (`beebot config show` lists them with their values and \
+             prints the file's path; `beebot config set KEY VALUE` checks and writes one). \
+             An environment variable `BEEBOT_<KEY>` overrides the file, and a command's \
+             flag of the same name overrides both for that command (`service install \
+             --window` writes the setting instead). Nothing the server sends changes them. \
+             A running client applies `config set` at once, except where this table says \
+             otherwise.\n\n\
+             | setting | default | environment | flags | applies | meaning |\n\
+             |---|---|---|---|---|---|\n",
+            made_from_the_code()
+        );
+        for (key, default, meaning) in settings::KEYS {
+            let long = key.replace('_', "-");
+            let has = |c: &clap::Command| c.get_arguments().any(|a| a.get_long() == Some(&long));
+            let mut flags = Vec::new();
+            for c in cli.get_subcommands() {
+                if has(c) {
+                    flags.push(format!("`{} --{long}`", c.get_name()));
+                }
+                for sub in c.get_subcommands().filter(|s| has(s)) {
+                    flags.push(format!("`{} {} --{long}`", c.get_name(), sub.get_name()));
+                }
+            }
+            let applies = if settings::NEEDS_RESTART.contains(&key) {
+                "next start"
+            } else {
+                "at once"
+            };
+            let default = if default.is_empty() { "\"\"" } else { default };
+            page += &format!(
+                "| `{key}` | `{default}` | `BEEBOT_{}` | {} | {applies} | {} |\n",
+                key.to_ascii_uppercase(),
+                flags.join(", "),
+                cell(meaning)
+            );
+        }
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../docs/reference/client-settings.md");
+        if let Err(e) = check_current(&path, &page) {
+            panic!("{e}");
+        }
+    }
+
     #[test]
     fn config_set_takes_the_rest_of_the_line_as_the_value() {
         let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| (c.cmd, c.home)) {

@@ -20,7 +20,7 @@ use beebot_server::api::{DamagedSite, ROUND_STATE_HEADER};
 use beebot_server::cli_util::AdminClient;
 use beebot_server::config::DataDir;
 use beebot_server::damage::EXIT_DAMAGED;
-use beebot_server::export::graph::HostGraph;
+use beebot_server::export::graph::{self, HostGraph};
 use beebot_server::export::output::{choose_format, OutFile};
 use beebot_server::export::Format;
 
@@ -28,7 +28,7 @@ use super::Report;
 
 /// The files of `--graph host --out DIR`, in the order they are renamed
 /// into place (edges last: a directory with edges has both).
-pub const GRAPH_FILES: [&str; 2] = ["vertices.txt.gz", "edges.txt.gz"];
+pub const GRAPH_FILES: [&str; 2] = [graph::FILES[0].0, graph::FILES[1].0];
 
 #[derive(Args)]
 pub struct ExportArgs {

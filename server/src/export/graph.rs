@@ -22,6 +22,19 @@ use std::io::{self, Write};
 
 use beebot_shared::export::target_host;
 
+/// The files of a host graph and their lines, in the order they are
+/// written (edges last: a directory with edges has both).
+pub const FILES: [(&str, &str); 2] = [
+    (
+        "vertices.txt.gz",
+        "`id<TAB>host`: every host a link is from or to, named as Common Crawl names it (lower case, reversed, a leading `www.` dropped: `com.example`; an IP address or a one-label name is no host), sorted by name, ids `0..n` in that order",
+    ),
+    (
+        "edges.txt.gz",
+        "`from_id<TAB>to_id`: each pair of hosts where a page of the first links the second, once, sorted by ids; a link within a host is none",
+    ),
+];
+
 /// Distinct hosts a host graph holds (about 100 bytes each: name and map
 /// entry, so some 200 MB at the bound).
 pub const MAX_GRAPH_HOSTS: usize = 2_000_000;

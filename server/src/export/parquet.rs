@@ -33,7 +33,7 @@ pub const ROW_GROUP_ROWS: usize = 32 * 1024;
 const ZSTD_LEVEL: i32 = 3;
 
 /// The schema: the TSV's columns, in its order, typed.
-const SCHEMA: &str = "message link {
+pub(crate) const SCHEMA: &str = "message link {
     REQUIRED BYTE_ARRAY site (STRING);
     REQUIRED BYTE_ARRAY source_url (STRING);
     REQUIRED BYTE_ARRAY target_url (STRING);
@@ -44,7 +44,7 @@ const SCHEMA: &str = "message link {
 }";
 
 /// Columns whose values repeat enough to be worth a dictionary.
-const DICTIONARY_COLUMNS: [&str; 3] = ["site", "target_host", "tag"];
+pub(crate) const DICTIONARY_COLUMNS: [&str; 3] = ["site", "target_host", "tag"];
 /// Index of the one BOOLEAN column in [`SCHEMA`].
 const NOFOLLOW: usize = 5;
 /// String columns of [`SCHEMA`], in order (the boolean aside).

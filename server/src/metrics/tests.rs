@@ -293,7 +293,7 @@ fn one_fsync_serves_the_group_of_syncs_that_asked_for_it() {
 fn the_text_format_names_counters_by_their_samples_and_promtool_takes_it() {
     let open = busy_metrics().render(&snapshot()).expect("render");
     let text = text_format(&open);
-    assert!(text.contains("# HELP beebot_units_total Units by what happened to them.\n"));
+    assert!(text.contains("# HELP beebot_units_total Units by what happened to them (recalled: not started while their host was silent).\n"));
     assert!(text.contains("# TYPE beebot_units_total counter\n"));
     assert!(
         text.contains("# TYPE beebot_jobs gauge\n"),
