@@ -300,6 +300,36 @@ pub fn decode_base64(text: &str) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Set to `1` to keep the screenshots the documents show in `docs/` too:
+/// `BEEBOT_WRITE_SCREENSHOTS=1 cargo test -p beebot-tests --test dashboard
+/// --test status_page`. The documents' pictures are made by these tests.
+pub const WRITE_SCREENSHOTS: &str = "BEEBOT_WRITE_SCREENSHOTS";
+
+/// The screenshots the documents show: the browser tests' name for each,
+/// and its path under `docs/`.
+pub const DOC_SHOTS: &[(&str, &str)] = &[
+    ("overview", "dashboard.png"),
+    ("status-page-join", "img/status-page-join.png"),
+    ("status-page-crawling", "img/status-page-crawling.png"),
+    ("status-page-paused", "img/status-page-paused.png"),
+    ("status-page-left", "img/status-page-left.png"),
+];
+
+/// With [`WRITE_SCREENSHOTS`] set, copy the shot `name` (saved at `saved`)
+/// to where the documents show it, if they do.
+pub fn keep_for_docs(name: &str, saved: &Path) {
+    if std::env::var(WRITE_SCREENSHOTS).as_deref() != Ok("1") {
+        return;
+    }
+    if let Some((_, path)) = DOC_SHOTS.iter().find(|(n, _)| *n == name) {
+        let to = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../docs")
+            .join(path);
+        std::fs::create_dir_all(to.parent().expect("a parent")).expect("docs dir");
+        std::fs::copy(saved, &to).expect("copy a screenshot into docs");
+    }
+}
+
 /// Where the browser tests save their screenshots: `target/screenshots/`
 /// (the target dir of the running test: `target/<profile>/deps/test-x`).
 pub fn screenshot_dir() -> PathBuf {
@@ -313,6 +343,44 @@ pub fn screenshot_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every picture the documents show is one a browser test makes (so
+    /// it stays current), and is there.
+    #[test]
+    fn the_documents_pictures_are_the_browser_tests_shots() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let tests = std::fs::read_dir(root.join("tests/tests"))
+            .expect("tests")
+            .flatten()
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .collect::<String>();
+        for (name, path) in DOC_SHOTS {
+            assert!(
+                root.join("docs").join(path).is_file(),
+                "docs/{path} is missing"
+            );
+            assert!(
+                tests.contains(&format!("&shots, \"{name}\")")),
+                "no browser test shoots {name}"
+            );
+        }
+        for page in std::fs::read_dir(root.join("docs"))
+            .expect("docs")
+            .flatten()
+        {
+            let text = std::fs::read_to_string(page.path()).unwrap_or_default();
+            for link in text.split("](").skip(1) {
+                let target = link.split(')').next().unwrap_or_default();
+                if target.ends_with(".png") {
+                    assert!(
+                        DOC_SHOTS.iter().any(|(_, p)| *p == target),
+                        "{}: {target} is not made by a browser test",
+                        page.path().display()
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn base64_decodes_every_padding() {

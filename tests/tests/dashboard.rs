@@ -340,8 +340,10 @@ fn shot(b: &Browser, dir: &std::path::Path, name: &str) {
         json!([]),
     )
     .expect("scroll");
-    b.screenshot(&dir.join(format!("{name}.png")))
+    let saved = b
+        .screenshot(&dir.join(format!("{name}.png")))
         .expect("screenshot");
+    browser::keep_for_docs(name, &saved);
 }
 
 /// Not logged in, a page sends the browser to the login page; a wrong

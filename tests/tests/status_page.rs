@@ -590,8 +590,10 @@ fn wait_text(b: &Browser, css: &str, want: &str) {
 }
 
 fn shot(b: &Browser, dir: &Path, name: &str) {
-    b.screenshot(&dir.join(format!("{name}.png")))
+    let saved = b
+        .screenshot(&dir.join(format!("{name}.png")))
         .expect("screenshot");
+    browser::keep_for_docs(name, &saved);
 }
 
 /// Connections that send half a header and nothing more: the page holds
