@@ -554,8 +554,12 @@ pub fn windows_text(w: Option<&Windows>) -> String {
     if open.is_empty() {
         return "closed (no window in the coming week)".to_string();
     }
+    // A window opens and closes on a minute; the offsets the client counts
+    // from its clock's reading lose the part of a second it read at (19:00
+    // would print as 18:59), so each edge is put on its nearest minute.
     let at = |s: u64| {
         let ms = w.reported_ms.saturating_add(s.saturating_mul(1000));
+        let ms = ms.saturating_add(30_000) / 60_000 * 60_000;
         i64::try_from(ms)
             .ok()
             .and_then(chrono::DateTime::<chrono::Utc>::from_timestamp_millis)
@@ -684,5 +688,12 @@ mod tests {
             windows_text(Some(&some)),
             "Thu 00:00–Thu 01:00, Thu 02:00–Thu 02:30, Fri 00:00–Fri 01:00, +2 more UTC"
         );
+        // Read at 18:30:27.4, a 19:00–07:00 window is 1,772 s away (the
+        // client counts whole seconds): it still shows 19:00, not 18:59.
+        let evening = Windows {
+            reported_ms: (18 * 3600 + 30 * 60 + 27) * 1000 + 400,
+            open: Some(vec![(1772, 1772 + 12 * 3600)]),
+        };
+        assert_eq!(windows_text(Some(&evening)), "Thu 19:00–Fri 07:00 UTC");
     }
 }
