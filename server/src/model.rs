@@ -566,6 +566,19 @@ pub struct HostRecord {
 }
 
 impl HostRecord {
+    /// The host's speed, pages per second on one slot: the running average
+    /// of its real jobs ([`crate::scheduler::estimates::learn_speed`]), else
+    /// its reference-site benchmark, believed up to
+    /// [`MAX_HOST_PAGES_PER_S`](beebot_shared::limits::MAX_HOST_PAGES_PER_S).
+    /// The one figure the scheduler plans with and `hosts list`, the
+    /// dashboard and its ETA show.
+    pub fn speed(&self) -> Option<f64> {
+        self.avg_pages_per_s
+            .or_else(|| self.benchmark.as_ref().map(|b| b.pages_per_s))
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(|s| s.min(beebot_shared::limits::MAX_HOST_PAGES_PER_S))
+    }
+
     /// A host enrolled at `now_ms` with key `key`: nothing done yet.
     pub fn new(id: u64, key: [u8; 32], info: HostInfo, now_ms: u64) -> HostRecord {
         HostRecord {

@@ -60,14 +60,8 @@ fn list(hosts: &[HostLine], now: u64) -> Report {
         host: h, trusted, ..
     } in hosts
     {
-        let speed = if h.seconds_done > 0.0 {
-            format!("{:.1}", h.pages_done as f64 / h.seconds_done)
-        } else {
-            h.benchmark
-                .as_ref()
-                .map(|b| format!("{:.1}", b.pages_per_s))
-                .unwrap_or("-".into())
-        };
+        // The speed the scheduler plans with, as the dashboard shows it.
+        let speed = h.speed().map_or("-".into(), |s| format!("{s:.2}"));
         // The reference-site benchmark: pages/s and KB/s.
         let bench = h.benchmark.as_ref().map_or("-".into(), |b| {
             format!("{:.1} p/s {:.0} KB/s", b.pages_per_s, b.kb_per_s)
@@ -110,5 +104,47 @@ mod tests {
             "no hosts yet: create an invite with `beebot-server invite`\n"
         );
         assert_eq!(HEADER.split('\t').count(), 12);
+    }
+
+    /// `hosts list` shows the speed the scheduler plans with and the
+    /// dashboard shows (not a lifetime mean of its own), and the
+    /// benchmark's for a host with no job done.
+    #[test]
+    fn the_speed_is_the_one_the_dashboard_shows() {
+        use beebot_server::api::HostLine;
+        use beebot_server::dashboard::{data, live::Live};
+        use beebot_server::model::{Benchmark, HostRecord};
+        let info = beebot_shared::proto::HostInfo {
+            name: "desk".into(),
+            os: "linux".into(),
+            client_version: "0".into(),
+            cores: 4,
+        };
+        let mut worked = HostRecord::new(1, [1; 32], info.clone(), 0);
+        (worked.pages_done, worked.seconds_done) = (140, 100.0);
+        worked.avg_pages_per_s = Some(3.86);
+        let mut fresh = HostRecord::new(2, [2; 32], info, 0);
+        fresh.benchmark = Some(Benchmark {
+            pages_per_s: 5.0,
+            kb_per_s: 300.0,
+            slots: 1,
+            measured_ms: 0,
+        });
+        let lines: Vec<HostLine> = [worked, fresh]
+            .into_iter()
+            .map(|host| HostLine {
+                host,
+                trusted: false,
+                resources: None,
+            })
+            .collect();
+        let cli = list(&lines, 0).out;
+        let page = data::hosts_page(&lines, &Live::new(0, None), 0);
+        for (row, want) in [(1, "3.86"), (2, "5.00")] {
+            let line = cli.lines().nth(row).expect("a row");
+            assert_eq!(line.split('\t').nth(9), Some(want), "{cli}");
+            let shown = page.hosts[row - 1].speed_pages_per_s.expect("a speed");
+            assert_eq!(format!("{shown:.2}"), want);
+        }
     }
 }

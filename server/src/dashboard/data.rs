@@ -475,8 +475,7 @@ fn host_slots(h: &HostRecord) -> u32 {
 
 /// A host's learned pages/s (its real jobs' average), else its benchmark's.
 fn host_speed(h: &HostRecord) -> Option<f64> {
-    h.avg_pages_per_s
-        .or(h.benchmark.as_ref().map(|b| b.pages_per_s))
+    h.speed()
 }
 
 /// One host of the hosts page.
@@ -521,7 +520,7 @@ pub fn hosts_page(lines: &[HostLine], live: &Live, now: u64) -> HostsPage {
                 state: h.state(),
                 trusted: *trusted,
                 slots: host_slots(h),
-                speed_pages_per_s: h.avg_pages_per_s,
+                speed_pages_per_s: h.speed(),
                 speed_kb_per_s: h.avg_kb_per_s,
                 benchmark_pages_per_s: h.benchmark.as_ref().map(|b| b.pages_per_s),
                 benchmark_kb_per_s: h.benchmark.as_ref().map(|b| b.kb_per_s),

@@ -17,7 +17,7 @@
 
 use beebot_shared::limits::{
     INVITE_TOKEN_LEN, MAX_BENCHMARK_KB_PER_S, MAX_BENCHMARK_PAGES_PER_S, MAX_HOST_MEMORY_MB,
-    MAX_HOST_PAGES_PER_S, MAX_TEXT_LEN,
+    MAX_TEXT_LEN,
 };
 use beebot_shared::proto::{HostInfo, HostResources};
 use beebot_shared::util::{sha256, truncate_on_char};
@@ -395,12 +395,7 @@ impl Grid {
     /// A host's pages per second on one slot: the running average of its real
     /// jobs, else its reference-site benchmark.
     pub(super) fn host_speed(&self, host_id: u64) -> Option<f64> {
-        let h = self.hosts.get(&host_id)?;
-        h.avg_pages_per_s
-            .or_else(|| h.benchmark.as_ref().map(|b| b.pages_per_s))
-            .filter(|s| s.is_finite() && *s > 0.0)
-            // What a host says of itself is believed up to a bound.
-            .map(|s| s.min(MAX_HOST_PAGES_PER_S))
+        self.hosts.get(&host_id)?.speed()
     }
 
     /// Whether a host is trusted: enough valid results in a row.
