@@ -45,11 +45,22 @@ pub fn benchmark(home: &Home, url: Option<String>, net: &NetArgs) -> Result<Said
     let mut said = Said::from(figures(&record));
     if from_project {
         match rt.block_on(benchmark::send(home, &record, settings.slots)) {
-            Ok(()) => said.out.push_str("sent to the project\n"),
+            Ok(()) => said.out.push_str(&sent(&record)),
             Err(e) => said.failed = Some(e),
         }
     }
     Ok(said)
+}
+
+/// What `benchmark` says once the project has its figures: the project
+/// believes a benchmark up to a bound, and says so when this one is over it.
+fn sent(r: &BenchmarkRecord) -> String {
+    use beebot_shared::limits::MAX_BENCHMARK_PAGES_PER_S as CAP;
+    if r.pages_per_s > CAP {
+        format!("sent to the project, which counts it as {CAP:.0} pages/s (its most believed)\n")
+    } else {
+        "sent to the project\n".to_string()
+    }
 }
 
 /// The benchmark's figures in one line.
@@ -68,6 +79,25 @@ fn figures(r: &BenchmarkRecord) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_benchmark_over_the_projects_bound_says_what_it_counts_as() {
+        let mut r = BenchmarkRecord {
+            at_ms: 0,
+            url: String::new(),
+            pages: 1,
+            bytes: 1,
+            seconds: 1.0,
+            pages_per_s: 3413.0,
+            kb_per_s: 1.0,
+        };
+        assert_eq!(
+            sent(&r),
+            "sent to the project, which counts it as 1000 pages/s (its most believed)\n"
+        );
+        r.pages_per_s = 40.0;
+        assert_eq!(sent(&r), "sent to the project\n");
+    }
 
     #[test]
     fn the_figures_read_as_pages_and_kilobytes_per_second() {
