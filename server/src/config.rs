@@ -423,7 +423,8 @@ impl DataDir {
             std::io::ErrorKind::NotFound => anyhow::anyhow!(
                 "no server in {dir} ({path} is missing). If this machine runs a server, \
                  name its data dir with --data-dir DIR or BEEBOT_SERVER_DIR; to make a \
-                 new one here, run `beebot-server init --data-dir {dir} --public-addr HOST:PORT`",
+                 new one here, run `beebot-server init --data-dir {dir} --public-addr HOST:PORT` \
+                 as the user the server will run as",
                 dir = self.0.display(),
                 path = path.display()
             ),

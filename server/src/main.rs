@@ -20,7 +20,8 @@ use clap::{Parser, Subcommand};
     about = "BeeBot grid server: sites, rounds, hosts and link graphs"
 )]
 struct Cli {
-    /// Server data dir (default: the platform data dir).
+    /// Server data dir (default: /var/lib/beebot-server when the package made
+    /// it, else the platform data dir).
     #[arg(long, global = true, env = "BEEBOT_SERVER_DIR")]
     data_dir: Option<PathBuf>,
     /// Log lines on stderr: `text`, or `json` (one object per line).
@@ -116,6 +117,9 @@ fn main() {
 /// Run the command; its exit code.
 fn run(cli: Cli) -> Result<i32> {
     let dir = cli::data_dir(cli.data_dir)?;
+    if matches!(cli.cmd, Cmd::Init(_) | Cmd::Serve) {
+        cli::owned_by_me(&dir)?;
+    }
     let report = match cli.cmd {
         Cmd::Init(a) => cli::init::run(&dir, a)?,
         Cmd::Serve => cli::serve::run(dir)?,

@@ -117,6 +117,32 @@ fn data_dir_from(explicit: Option<PathBuf>, packaged: Option<&std::path::Path>) 
     Ok(DataDir(dirs.data_dir().to_path_buf()))
 }
 
+/// `init` and `serve` write the server's files, which must stay the data
+/// dir's owner's alone: run as another user (root, say, in the package's
+/// dir), they would leave files its server cannot read. Refused, naming
+/// the owner.
+pub fn owned_by_me(dir: &DataDir) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(meta) = std::fs::metadata(&dir.0) {
+            let me = rustix::process::geteuid().as_raw();
+            if meta.uid() != me {
+                anyhow::bail!(
+                    "{} belongs to another user (uid {}), and the server's files must stay \
+                     theirs: run this as that user (packaged: `sudo -u beebot-server \
+                     beebot-server ...`), or give another --data-dir",
+                    dir.0.display(),
+                    meta.uid()
+                );
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
 /// Write `text` to `path` (an export the admin asked for).
 pub fn write_out(path: &std::path::Path, text: &[u8]) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
@@ -125,6 +151,28 @@ pub fn write_out(path: &std::path::Path, text: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `init` and `serve` refuse a data dir another user owns (root in the
+    /// package's dir would leave files its server cannot read).
+    #[cfg(unix)]
+    #[test]
+    fn a_data_dir_of_another_user_is_refused_for_writing() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mine = DataDir(tmp.path().join("mine"));
+        std::fs::create_dir(&mine.0).expect("mkdir");
+        owned_by_me(&mine).expect("my own dir");
+        owned_by_me(&DataDir(tmp.path().join("not-made-yet"))).expect("a new dir");
+        let theirs = if rustix::process::geteuid().is_root() {
+            let d = tmp.path().join("theirs");
+            std::fs::create_dir(&d).expect("mkdir");
+            std::os::unix::fs::chown(&d, Some(65534), Some(65534)).expect("chown");
+            d
+        } else {
+            PathBuf::from("/")
+        };
+        let e = owned_by_me(&DataDir(theirs)).expect_err("another user's dir");
+        assert!(e.to_string().contains("sudo -u beebot-server"), "{e}");
+    }
 
     #[test]
     fn the_packaged_data_dir_is_found_unless_another_is_named() {
