@@ -78,8 +78,9 @@ pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrol
 }
 
 /// Names tried at most when the one asked for is taken: `NAME`, then
-/// `NAME-2` up to `NAME-{MAX_NAME_TRIES}`.
-pub const MAX_NAME_TRIES: u32 = 20;
+/// `NAME-2` up to `NAME-{MAX_NAME_TRIES}`; each try is two round trips on
+/// one connection, all well within the server's `AUTH_TIMEOUT`.
+pub const MAX_NAME_TRIES: u32 = 10;
 
 /// The name asked for, or the one after it while the server says the
 /// last was taken by another host (a second desktop or user with the
@@ -137,6 +138,6 @@ mod tests {
     fn a_taken_name_is_tried_again_with_a_suffix() {
         assert_eq!(name_try("desk", 1), "desk");
         assert_eq!(name_try("desk", 2), "desk-2");
-        assert_eq!(name_try("desk", MAX_NAME_TRIES), "desk-20");
+        assert_eq!(name_try("desk", MAX_NAME_TRIES), "desk-10");
     }
 }
