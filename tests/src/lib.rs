@@ -122,7 +122,6 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// The last non-empty line of a command's stdout.
 /// The same-origin files a page links (`href="/…"`, `src="/…"`), so a
 /// test can check that each is there: a browser asks for all of them.
 pub fn linked_paths(html: &str) -> Vec<String> {
@@ -139,6 +138,7 @@ pub fn linked_paths(html: &str) -> Vec<String> {
     paths
 }
 
+/// The last non-empty line of a command's stdout.
 pub fn last_line(o: &Output) -> String {
     stdout(o)
         .lines()

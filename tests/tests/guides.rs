@@ -51,9 +51,14 @@ fn the_admin_and_employee_guides_walk_as_written() {
     let employee = walk_blocks("docs/employee.md");
     assert_eq!(admin.len(), 1, "the admin guide has one walk block");
     assert_eq!(employee.len(), 1, "the employee guide has one walk block");
-    let script = format!("{}\n{}\n", admin[0], employee[0])
-        .replace("127.0.0.1:4433", &format!("127.0.0.1:{}", free_udp_port()))
-        .replace("127.0.0.1:4480", &format!("127.0.0.1:{}", free_tcp_port()));
+    // Whatever ends the walk (a failure, the timeout's TERM), the server
+    // and the client it started in the background go with it.
+    let script = format!(
+        "trap 'kill $(jobs -p) 2>/dev/null' EXIT TERM INT\n{}\n{}\n",
+        admin[0], employee[0]
+    )
+    .replace("127.0.0.1:4433", &format!("127.0.0.1:{}", free_udp_port()))
+    .replace("127.0.0.1:4480", &format!("127.0.0.1:{}", free_tcp_port()));
 
     let web = Arc::new(SynthWeb::generate(81, 3));
     let server = SynthWebServer::start(web.clone()).expect("synthetic web");
@@ -73,8 +78,8 @@ fn the_admin_and_employee_guides_walk_as_written() {
         std::env::var("PATH").unwrap_or_default()
     );
     let o = run(
-        Command::new("bash")
-            .args(["-euo", "pipefail", "-c", &script])
+        Command::new("timeout")
+            .args(["300", "bash", "-euo", "pipefail", "-c", &script])
             .current_dir(dir.path())
             .env("PATH", path)
             .env("BEEBOT_SERVER_DIR", &data)
