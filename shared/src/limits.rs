@@ -158,8 +158,14 @@ pub const MAX_UNITS_HELD: usize = 1024;
 /// clamped to it.
 pub const MAX_HOST_MEMORY_MB: u32 = 1 << 20;
 
+/// A running scan reports its progress this often, seconds (the server
+/// says so in `Welcome`); the dashboard's rates are measured over whole
+/// multiples of it, so reports arriving in steps draw a steady line.
+pub const PROGRESS_INTERVAL_S: u64 = 10;
+
 /// A host crawls a unit's site only while the server answered one of its
-/// scan's progress reports (sent every 10 s) within this many seconds:
+/// scan's progress reports (sent every [`PROGRESS_INTERVAL_S`]) within
+/// this many seconds:
 /// a host that cannot report stops at the next page boundary, so the
 /// server may hand the site to another host without two request streams.
 pub const LEASE_S: u64 = 60;

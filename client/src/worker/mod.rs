@@ -106,7 +106,7 @@ impl Default for RunOptions {
             throttle: Duration::ZERO,
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(300),
-            progress_interval: Duration::from_secs(10),
+            progress_interval: Duration::from_secs(beebot_shared::limits::PROGRESS_INTERVAL_S),
             part_every: Duration::from_secs(beebot_shared::limits::PART_INTERVAL_S),
             crawler: CrawlerConfig::default(),
             gate: None,

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use beebot_shared::limits::PROGRESS_INTERVAL_S;
 use serde::Serialize;
 
 /// Most points kept of one round's series: when full, every other point
@@ -23,11 +24,12 @@ pub const MAX_SERIES_POINTS: usize = 600;
 pub const MAX_SERIES_ROUNDS: usize = 16;
 /// Hosts whose reported windows are kept (more: the oldest report goes).
 pub const MAX_WINDOW_HOSTS: usize = 100_000;
-/// "Now" in pages/s and KB/s: the rate over the last this long.
-pub const RATE_WINDOW_MS: u64 = 10_000;
-/// Each point of the pages/s chart is the rate over this many samples
-/// before it (progress arrives in bursts: one sample's rate is noise).
-pub const CHART_SMOOTH_POINTS: usize = 5;
+/// Pages/s and KB/s, "now" and at each point of the chart: the rate over
+/// the last this long. Running scans' pages arrive in steps, one report
+/// every [`PROGRESS_INTERVAL_S`] per scan, so a shorter window swings
+/// between 0 and twice the true rate; over six intervals a steady scan
+/// stays within a sixth of its rate, whatever the reports' phase.
+pub const RATE_WINDOW_MS: u64 = 6 * PROGRESS_INTERVAL_S * 1000;
 
 /// A component of the server the overview shows alive or not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,27 +117,29 @@ impl Series {
     /// Pages/s and KB/s over the last [`RATE_WINDOW_MS`] before the newest
     /// point (`None` with fewer than two points).
     pub fn rate_now(&self) -> Option<(f64, f64)> {
-        let last = self.points.last()?;
-        let from = self
-            .points
-            .iter()
-            .rev()
-            .skip(1)
-            .find(|p| last.ms - p.ms >= RATE_WINDOW_MS)
-            .or_else(|| self.points.first().filter(|p| p.ms < last.ms))?;
-        Some(rate(from, last))
+        self.rate_at(self.points.len().checked_sub(1)?)
     }
 
-    /// Pages/s at each point but the first: the rate over the
-    /// [`CHART_SMOOTH_POINTS`] samples before it (fewer at the start).
+    /// Pages/s at each point but the first, as [`Series::rate_now`] gives
+    /// it at that point: the chart and "now" are one figure.
     pub fn pages_per_s(&self) -> Vec<(u64, f64)> {
-        let p = &self.points;
-        (1..p.len())
-            .map(|i| {
-                let from = &p[i.saturating_sub(CHART_SMOOTH_POINTS)];
-                (p[i].ms, rate(from, &p[i]).0)
-            })
+        (1..self.points.len())
+            .filter_map(|i| Some((self.points[i].ms, self.rate_at(i)?.0)))
             .collect()
+    }
+
+    /// Pages/s and KB/s at point `i`: since the newest point at least
+    /// [`RATE_WINDOW_MS`] before it, or since the first point when the
+    /// series is younger (`None` for the first point).
+    fn rate_at(&self, i: usize) -> Option<(f64, f64)> {
+        let p = &self.points;
+        let at = p.get(i)?;
+        let edge = at.ms.checked_sub(RATE_WINDOW_MS);
+        // Points up to `edge` (the series is in time order).
+        let from = edge.map_or(0, |e| {
+            p[..i].partition_point(|q| q.ms <= e).saturating_sub(1)
+        });
+        (from < i).then(|| rate(&p[from], at))
     }
 }
 
@@ -277,10 +281,10 @@ mod tests {
         assert_eq!(s.rate_now(), None, "one point is no rate");
         s.push(p(3_000, 10));
         assert_eq!(s.rate_now(), Some((5.0, 10.0)));
-        for i in 2..=30u64 {
-            // 2 pages/s up to 15 s, then 8 pages/s.
-            let pages = if i <= 15 { 2 * i } else { 30 + 8 * (i - 15) };
-            s.push(p(1000 * i + 1000, pages));
+        // 2 pages/s up to 100 s, then 8 pages/s, one sample a second.
+        let pages_at = |t: u64| if t <= 100 { 2 * t } else { 200 + 8 * (t - 100) };
+        for t in 4..=200u64 {
+            s.push(p(1000 * t, pages_at(t)));
         }
         let (pages_s, kb_s) = s.rate_now().expect("rate");
         assert!((pages_s - 8.0).abs() < 1e-9, "{pages_s}");
@@ -290,11 +294,52 @@ mod tests {
         back.push(p(2_000, 4));
         assert_eq!(back.rate_now(), Some((0.0, 0.0)));
         assert_eq!(back.pages_per_s(), vec![(2_000, 0.0)]);
-        // The chart: each point's rate over the samples before it.
+        // The chart: each point's rate over the window before it (since
+        // the first point while the series is younger), "now" its last.
         let chart = s.pages_per_s();
         assert_eq!(chart.len(), s.points().len() - 1);
         assert_eq!(chart[0], (3_000, 5.0));
-        assert_eq!(chart.last(), Some(&(31_000, 8.0)));
+        assert_eq!(chart.last(), Some(&(200_000, pages_s)));
+        let at = |ms: u64| chart.iter().find(|c| c.0 == ms).expect("point").1;
+        assert!((at(90_000) - 2.0).abs() < 0.1, "{}", at(90_000));
+        // 20 s of 8 pages/s in a 60 s window.
+        let mixed = (2.0 * 40.0 + 8.0 * 20.0) / 60.0;
+        assert!((at(120_000) - mixed).abs() < 1e-9, "{}", at(120_000));
+    }
+
+    /// A steady scan whose pages arrive in steps (one report every
+    /// progress interval, a little late each time, as a client's do) is
+    /// drawn as a steady line, not as a square wave between 0 and twice its
+    /// rate.
+    #[test]
+    fn pages_reported_in_steps_draw_a_steady_rate() {
+        let interval_ms = PROGRESS_INTERVAL_S * 1000;
+        for (phase, late_ms) in [(0u64, 0u64), (400, 350), (9_000, 900), (3_700, 120)] {
+            let mut s = Series::default();
+            // 3 pages/s, reported as it stands every interval plus `late_ms`.
+            let mut reported = 0u64;
+            let mut next_report = phase + interval_ms;
+            for t in 0..=900u64 {
+                let ms = t * 1000;
+                while next_report <= ms {
+                    reported = 3 * next_report / 1000;
+                    next_report += interval_ms + late_ms;
+                }
+                s.push(p(ms + 1, reported));
+            }
+            let window = RATE_WINDOW_MS / 1000;
+            for (ms, rate) in s.pages_per_s() {
+                // Past the first window the line stays within a sixth of 3.
+                if ms > (window + 2 * PROGRESS_INTERVAL_S) * 1000 {
+                    assert!(
+                        (2.5..=3.5).contains(&rate),
+                        "{rate} at {ms} ms (phase {phase})"
+                    );
+                }
+            }
+            let (now, _) = s.rate_now().expect("rate");
+            assert!((2.5..=3.5).contains(&now), "{now}");
+        }
     }
 
     #[test]

@@ -160,7 +160,7 @@ async fn hello(
         reference_site: shared.reference_site.clone(),
         policy_hints: PolicyHints {
             request_interval_s: 30,
-            progress_interval_s: 10,
+            progress_interval_s: beebot_shared::limits::PROGRESS_INTERVAL_S,
         },
     }
 }
