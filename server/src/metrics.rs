@@ -155,7 +155,8 @@ impl RequestKind {
             Request::Resources(_) => Self::Resources,
             Request::Concurrency { .. } => Self::Concurrency,
             Request::RequestWork { .. } => Self::RequestWork,
-            Request::Progress { .. } => Self::Progress,
+            // Both forms of a progress report are one kind of request.
+            Request::Progress { .. } | Request::ScanProgress { .. } => Self::Progress,
             Request::Upload { .. } => Self::Upload,
             Request::UploadPart { .. } => Self::UploadPart,
             Request::FetchState { .. } => Self::FetchState,

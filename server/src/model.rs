@@ -158,6 +158,11 @@ pub struct Attempt {
     pub state: AttemptState,
     pub pages: u64,
     pub links: u64,
+    /// Body bytes its latest report counted (0: none reported, or an
+    /// older client's reports). Kept in memory only, like a live figure:
+    /// not in the store, so 0 again after a restart until the next report.
+    #[serde(skip)]
+    pub bytes: u64,
     /// The copy (a hedge or a tail replica) the scheduler wanted of a job
     /// running elsewhere: the continuation after that scan was handed over.
     pub replica: bool,
@@ -272,6 +277,13 @@ impl Candidate {
     }
     pub fn links(&self) -> u64 {
         self.result.summary.links + self.segments.iter().map(|s| s.summary.links).sum::<u64>()
+    }
+    pub fn bytes(&self) -> u64 {
+        self.segments
+            .iter()
+            .fold(self.result.summary.bytes, |b, s| {
+                b.saturating_add(s.summary.bytes)
+            })
     }
 }
 
@@ -447,6 +459,37 @@ impl JobRecord {
                 (accepted + running).max(self.awaiting_check().map_or(0, Candidate::pages))
             }
         }
+    }
+
+    /// Body bytes read so far, counted as [`JobRecord::pages_so_far`]
+    /// counts pages: accepted scans, and without a result the running
+    /// scan's last report (the one with the most pages), or a whole result
+    /// waiting for its check when that read more.
+    pub fn bytes_so_far(&self) -> u64 {
+        let accepted: u64 = self
+            .segments
+            .iter()
+            .fold(0, |b, s| b.saturating_add(s.summary.bytes));
+        match &self.result {
+            Some(r) => accepted.saturating_add(r.summary.bytes),
+            None => {
+                let running = self
+                    .running_attempts()
+                    .filter(|a| self.is_current(a))
+                    .max_by_key(|a| a.pages)
+                    .map_or(0, |a| a.bytes.saturating_sub(self.parts_bytes(a)));
+                let pending = self.awaiting_check().map_or(0, Candidate::bytes);
+                accepted.saturating_add(running).max(pending)
+            }
+        }
+    }
+
+    /// Bytes of running attempt `a`'s accepted parts (its reports count them).
+    fn parts_bytes(&self, a: &Attempt) -> u64 {
+        self.segments
+            .iter()
+            .filter(|s| s.unit_id == a.unit_id)
+            .fold(0, |b, s| b.saturating_add(s.summary.bytes))
     }
 
     /// What a site whose scan is over but not yet checked waits for, in the

@@ -117,6 +117,18 @@ pub enum Request {
         #[serde(with = "crate::codec::bytes")]
         state: Vec<u8>,
     },
+    /// A unit's scan is still running: `Progress` with the body bytes it
+    /// read so far (counted like its pages, from the unit's start), which
+    /// the dashboard's KB/s counts while the scan runs. Answered as
+    /// `Progress` is. (Appended after `UploadPart`; a server that does not
+    /// know it answers `BadRequest`, and the client sends `Progress` to it
+    /// instead.)
+    ScanProgress {
+        unit_id: u64,
+        pages: u64,
+        links: u64,
+        bytes: u64,
+    },
 }
 
 /// What a host offers its scans beyond slots: the `pack` policy fits the

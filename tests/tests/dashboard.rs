@@ -201,6 +201,58 @@ fn the_dashboard_serves_its_json_and_refuses_a_revoke_from_another_page() {
     a_revoke_needs_the_dashboards_own_origin(&http, &session);
 }
 
+/// While a site's scan runs, before any result reached the server, the
+/// round's KB/s and pages/s "now" come from the scan's own reports; at a
+/// politeness delay, and at none with slow answers.
+#[test]
+fn kilobytes_per_second_count_a_running_scan() {
+    let slow = beebot_server::web::ResponseDelay {
+        min_ms: 300,
+        max_ms: 300,
+        seed: 3,
+    };
+    for (politeness, answers) in [("300", None), ("0", Some(slow))] {
+        let web = beebot_shared::synth::SynthWeb::with_config(
+            93,
+            1,
+            beebot_shared::synth::SynthConfig {
+                min_pages_per_site: 50,
+                max_pages_per_site: 50,
+                crawl_delay_ms: None,
+            },
+        );
+        let g = Grid::start_with(web);
+        g.web_server.set_response_delay(answers);
+        g.import_sites();
+        let http = AdminHttp::of(&g);
+        let code = g.invite(1);
+        g.join("worker", &code);
+        let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", politeness]));
+        let client = g.run_once("worker", 1, &[]);
+        let path = format!("/api/dashboard/rounds/{round}");
+        let mut seen = Value::Null;
+        wait_for("KB/s of the running scan", Duration::from_secs(60), || {
+            seen = http.get(&path, &[("Authorization", &http.bearer())]).json();
+            seen["rates"]["kb_per_s_now"].as_f64().unwrap_or(0.0) > 0.0
+        });
+        // Seen before the site's result: the scan's reports carried it.
+        assert_eq!(seen["progress"], 0.0, "politeness {politeness}: {seen:#}");
+        assert!(
+            seen["rates"]["pages_per_s_now"].as_f64().unwrap_or(0.0) > 0.0,
+            "{:#}",
+            seen["rates"]
+        );
+        g.wait_round(&round, "120s");
+        client.wait_ok("worker");
+        let done = http.get(&path, &[("Authorization", &http.bearer())]).json();
+        assert!(
+            done["rates"]["kb_per_s_avg"].as_f64().unwrap_or(0.0) > 0.0,
+            "{:#}",
+            done["rates"]
+        );
+    }
+}
+
 /// The pages, their files and the login form: types, CSP, no caching.
 fn pages_and_files_have_their_types_and_a_strict_policy(http: &AdminHttp) {
     for (path, ctype) in [

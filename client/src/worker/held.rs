@@ -47,6 +47,8 @@ pub(super) enum HeldState {
         hand_over: Arc<AtomicBool>,
         pages: Arc<AtomicU64>,
         links: Arc<AtomicU64>,
+        /// Body bytes read, from the unit's start (its parts included).
+        bytes: Arc<AtomicU64>,
         /// URLs its frontier holds.
         queued: Arc<AtomicU64>,
         last_progress: Instant,
@@ -119,6 +121,9 @@ pub(super) struct Worker {
     /// The server does not take parts of running scans (an older one):
     /// none is sent again until the next link.
     pub(super) parts_refused: bool,
+    /// The server does not take `ScanProgress` (an older one): reports go
+    /// as `Progress`, without bytes, until the next link.
+    pub(super) scan_progress_refused: bool,
     /// The concurrency controller and what it measures.
     pub(super) sizing: super::sizing::Sizing,
     /// What every scan counts (pages, bytes, response times).

@@ -44,6 +44,7 @@ impl Worker {
         self.concurrency_told = None;
         self.concurrency_refused = false;
         self.parts_refused = false;
+        self.scan_progress_refused = false;
         Ok(())
     }
 

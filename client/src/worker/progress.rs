@@ -1,6 +1,7 @@
-//! Progress reports of running scans: each reports its pages and links every
-//! `progress_interval`; the answer extends the unit's deadline, aborts the
-//! scan, or hands it over to another host.
+//! Progress reports of running scans: each reports its pages, links and
+//! bytes every `progress_interval` (`ScanProgress`; `Progress`, without
+//! bytes, to a server that does not take it); the answer extends the
+//! unit's deadline, aborts the scan, or hands it over to another host.
 //!
 //! A deadline never stops a scan: an `Extend` only moves it (and spools it
 //! for `beebot status`). An answered report renews the scan's lease on its
@@ -11,23 +12,71 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use beebot_shared::proto::{Request, Response, ABORT_HAND_OVER, ABORT_ROUND_CANCELLED};
+use beebot_shared::proto::{ErrorCode, Request, Response, ABORT_HAND_OVER, ABORT_ROUND_CANCELLED};
+
+use crate::net::NetError;
 
 use super::held::{HeldState, Worker};
 use super::lease::Sent;
 
+/// A running scan's progress from its unit's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Report {
+    unit_id: u64,
+    pages: u64,
+    links: u64,
+    bytes: u64,
+}
+
+impl Report {
+    /// The request that carries it: `ScanProgress`, or `Progress` (without
+    /// the bytes) to a server that refused `ScanProgress`.
+    fn request(&self, without_bytes: bool) -> Request {
+        let Report {
+            unit_id,
+            pages,
+            links,
+            bytes,
+        } = *self;
+        if without_bytes {
+            Request::Progress {
+                unit_id,
+                pages,
+                links,
+            }
+        } else {
+            Request::ScanProgress {
+                unit_id,
+                pages,
+                links,
+                bytes,
+            }
+        }
+    }
+}
+
 impl Worker {
     /// Report progress of running scans; stop the ones the server aborts.
     pub(super) async fn report_progress(&mut self) -> Result<bool> {
-        for (unit_id, pages, links) in self.progress_due() {
+        for report in self.progress_due() {
+            let unit_id = report.unit_id;
             let sent = Sent::now();
-            let r = self
-                .request(&Request::Progress {
-                    unit_id,
-                    pages,
-                    links,
-                })
+            let mut r = self
+                .request(&report.request(self.scan_progress_refused))
                 .await;
+            if let Err(NetError::Refused {
+                code: ErrorCode::BadRequest,
+                message,
+            }) = &r
+            {
+                if !self.scan_progress_refused {
+                    // An older server: this report and the next ones go
+                    // as `Progress`, without their bytes.
+                    tracing::info!("the server does not take reports with bytes: {message}");
+                    self.scan_progress_refused = true;
+                    r = self.request(&report.request(true)).await;
+                }
+            }
             let Some(h) = self.held.get_mut(&unit_id) else {
                 continue;
             };
@@ -90,8 +139,8 @@ impl Worker {
         Ok(true)
     }
 
-    /// `(unit_id, pages, links)` of the running scans due to report.
-    fn progress_due(&self) -> Vec<(u64, u64, u64)> {
+    /// The reports of the running scans due to report.
+    fn progress_due(&self) -> Vec<Report> {
         self.held
             .iter()
             .filter_map(|(id, h)| match &h.state {
@@ -101,20 +150,54 @@ impl Worker {
                 HeldState::Crawling {
                     pages,
                     links,
+                    bytes,
                     last_progress,
                     lease,
                     ..
                 } if last_progress.elapsed() >= self.opts.progress_interval
                     || lease.is_lapsed() =>
                 {
-                    Some((
-                        *id,
-                        pages.load(Ordering::Relaxed),
-                        links.load(Ordering::Relaxed),
-                    ))
+                    Some(Report {
+                        unit_id: *id,
+                        pages: pages.load(Ordering::Relaxed),
+                        links: links.load(Ordering::Relaxed),
+                        bytes: bytes.load(Ordering::Relaxed),
+                    })
                 }
                 _ => None,
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_carries_its_bytes_unless_the_server_refused_them() {
+        let r = Report {
+            unit_id: 7,
+            pages: 12,
+            links: 40,
+            bytes: 300_000,
+        };
+        assert_eq!(
+            r.request(false),
+            Request::ScanProgress {
+                unit_id: 7,
+                pages: 12,
+                links: 40,
+                bytes: 300_000
+            }
+        );
+        assert_eq!(
+            r.request(true),
+            Request::Progress {
+                unit_id: 7,
+                pages: 12,
+                links: 40
+            }
+        );
     }
 }

@@ -123,6 +123,7 @@ impl Worker {
             concurrency_told: None,
             concurrency_refused: false,
             parts_refused: false,
+            scan_progress_refused: false,
             sizing,
             meter: Default::default(),
         })

@@ -119,6 +119,7 @@ struct ScanHooks {
     hand_over: Arc<AtomicBool>,
     pages: Arc<AtomicU64>,
     links: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
     queued: Arc<AtomicU64>,
     /// Holds the scan at a page boundary while paused or outside the window.
     gate: Option<Arc<Gate>>,
@@ -133,9 +134,11 @@ struct ScanHooks {
     slot: Arc<CheckpointSlot>,
     /// The client's totals over every scan (the concurrency controller's).
     meter: Arc<ScanMeter>,
-    /// Pages and links of the unit's earlier parts (progress counts the unit's).
+    /// Pages, links and bytes of the unit's earlier parts (progress counts
+    /// the unit's).
     pages_before: u64,
     links_before: u64,
+    bytes_before: u64,
     home: Home,
 }
 
@@ -172,6 +175,9 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
         hooks
             .links
             .store(hooks.links_before + p.links, Ordering::Relaxed);
+        hooks
+            .bytes
+            .store(hooks.bytes_before + p.bytes, Ordering::Relaxed);
         hooks.queued.store(p.queued, Ordering::Relaxed);
         // A page boundary: pay for the bytes read, keep a snapshot (written
         // to the spool every CHECKPOINT_INTERVAL and before the gate holds
@@ -340,9 +346,10 @@ impl Worker {
         log: RecordsLog,
     ) {
         let unit_id = unit.unit_id;
-        let (pages_before, links_before) = checkpoint
-            .as_ref()
-            .map_or((0, 0), |c| (c.summary.pages, c.records.len() as u64));
+        let (pages_before, links_before, bytes_before) =
+            checkpoint.as_ref().map_or((0, 0, 0), |c| {
+                (c.summary.pages, c.records.len() as u64, c.summary.bytes)
+            });
         let cancel = Arc::new(Cancel::new());
         let hand_over = Arc::new(AtomicBool::new(false));
         // A scan resumed from its checkpoint may have reported before (and
@@ -360,6 +367,7 @@ impl Worker {
             .unwrap_or_else(Instant::now);
         let pages = Arc::new(AtomicU64::new(pages_before));
         let links = Arc::new(AtomicU64::new(links_before));
+        let bytes = Arc::new(AtomicU64::new(bytes_before));
         let queued = Arc::new(AtomicU64::new(0));
         let slot = Arc::new(CheckpointSlot::new(
             log,
@@ -370,6 +378,7 @@ impl Worker {
             hand_over: hand_over.clone(),
             pages: pages.clone(),
             links: links.clone(),
+            bytes: bytes.clone(),
             queued: queued.clone(),
             last_progress: first_report_due,
             lease: lease.clone(),
@@ -392,6 +401,7 @@ impl Worker {
             hand_over,
             pages,
             links,
+            bytes,
             queued,
             gate: self.opts.gate.clone(),
             lease,
@@ -401,6 +411,7 @@ impl Worker {
             meter: self.meter.clone(),
             pages_before,
             links_before,
+            bytes_before,
             home: self.home.clone(),
         };
         let tx = self.done_tx.clone();

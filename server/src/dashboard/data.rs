@@ -90,11 +90,9 @@ pub struct Overview {
 pub type RoundJobRefs<'a> = (&'a RoundRecord, Vec<&'a JobRecord>);
 
 /// Pages and bytes of a job so far: accepted scans, and the running scan's
-/// last reported pages.
+/// last report.
 pub fn job_pages_bytes(j: &JobRecord) -> (u64, u64) {
-    let bytes = j.segments.iter().map(|s| s.summary.bytes).sum::<u64>()
-        + j.result.as_ref().map_or(0, |r| r.summary.bytes);
-    (j.pages_so_far(), bytes)
+    (j.pages_so_far(), j.bytes_so_far())
 }
 
 /// A round's pages and bytes so far (one series point's numbers).

@@ -268,15 +268,7 @@ pub async fn sample(shared: &Arc<Shared>) {
     let samples = shared
         .with_grid(|g| {
             g.running_rounds()
-                .map(|(id, jobs)| {
-                    let (pages, bytes) = jobs
-                        .iter()
-                        .map(|j| data::job_pages_bytes(j))
-                        .fold((0u64, 0u64), |(p, b), (jp, jb)| {
-                            (p.saturating_add(jp), b.saturating_add(jb))
-                        });
-                    (id, (pages, bytes))
-                })
+                .map(|(id, jobs)| (id, data::round_totals(&jobs)))
                 .collect::<Vec<_>>()
         })
         .await;

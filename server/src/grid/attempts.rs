@@ -110,6 +110,21 @@ fn bounded_report(
     (pages, links)
 }
 
+/// Bodies a reported page may have read at most, full size: its own and
+/// its redirect hops' (the client follows at most 5), with room for
+/// robots.txt. A report of more bytes is not believed beyond it.
+const MAX_BODIES_PER_PAGE: u64 = 16;
+
+/// A progress report's bytes for attempt `i`: never fewer than it reported
+/// before, never more than `pages` (already bounded) could have read.
+fn bounded_bytes(job: &JobRecord, i: usize, bytes: u64, pages: u64, max_page_bytes: u64) -> u64 {
+    let most = pages
+        .saturating_add(1)
+        .saturating_mul(max_page_bytes)
+        .saturating_mul(MAX_BODIES_PER_PAGE);
+    bytes.min(most).max(job.attempts[i].bytes)
+}
+
 impl Grid {
     /// Release the host's running attempts not in `keep` (all when `None`).
     pub(super) fn release_host_units(
@@ -154,13 +169,25 @@ impl Grid {
         Ok(())
     }
 
-    /// A running unit reports progress.
+    /// A running unit reports progress without its bytes (`Progress`).
     pub fn progress(
         &mut self,
         host_id: u64,
         unit_id: u64,
         pages: u64,
         links: u64,
+        now_ms: u64,
+    ) -> Result<ProgressOutcome, GridError> {
+        self.report(host_id, unit_id, (pages, links, None), now_ms)
+    }
+
+    /// A running unit reports progress: `(pages, links, bytes)` from its
+    /// start (`bytes` `None`: a client that does not count them).
+    pub fn report(
+        &mut self,
+        host_id: u64,
+        unit_id: u64,
+        (pages, links, bytes): (u64, u64, Option<u64>),
         now_ms: u64,
     ) -> Result<ProgressOutcome, GridError> {
         self.active_host(host_id, now_ms)?;
@@ -171,10 +198,9 @@ impl Grid {
             return Ok(abort);
         }
         let job_id = job.id;
-        let max_pages = self
-            .rounds
-            .get(&job.round_id)
-            .map_or(0, |r| u64::from(r.params.max_pages));
+        let (max_pages, max_page_bytes) = self.rounds.get(&job.round_id).map_or((0, 0), |r| {
+            (u64::from(r.params.max_pages), r.params.max_page_bytes)
+        });
         let away = self.away_bars(job, unit_id, host_id);
         let Some(job) = self.jobs.get(&job_id) else {
             return Ok(ProgressOutcome::Abort("unknown unit".into()));
@@ -189,8 +215,14 @@ impl Grid {
             ));
         };
         let report = bounded_report(job, i, (pages, links), max_pages);
+        let bytes = bytes.map(|b| bounded_bytes(job, i, b, report.0, max_page_bytes));
         if let Some(answer) = self.progress_of_stopped(job_id, i, report, away, now_ms)? {
             return Ok(answer);
+        }
+        if let Some(b) = bytes {
+            // A live figure (the dashboard's KB/s), not a record: kept in
+            // memory, written with the job when something else is.
+            self.job_mut(job_id)?.attempts[i].bytes = b;
         }
         let handed_over = self.hand_overs.contains_key(&unit_id);
         self.progress_of_running(job_id, i, report, handed_over, now_ms)

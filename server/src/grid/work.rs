@@ -312,6 +312,7 @@ fn new_attempt(unit_id: u64, host_id: u64, now_ms: u64, deadline_ms: u64) -> Att
         state: AttemptState::Running,
         pages: 0,
         links: 0,
+        bytes: 0,
         replica: false,
         first_report_ms: 0,
         first_report_pages: 0,

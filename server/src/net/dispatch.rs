@@ -209,7 +209,13 @@ pub(super) async fn authed(
             unit_id,
             pages,
             links,
-        } => progress(shared, host_id, unit_id, pages, links).await,
+        } => progress(shared, host_id, unit_id, (pages, links, None)).await,
+        Request::ScanProgress {
+            unit_id,
+            pages,
+            links,
+            bytes,
+        } => progress(shared, host_id, unit_id, (pages, links, Some(bytes))).await,
         Request::Upload {
             unit_id,
             summary,
@@ -326,16 +332,16 @@ async fn request_work(
     })
 }
 
-/// `Progress`: go on, stop, or a later deadline.
+/// `Progress` and `ScanProgress` (`(pages, links, bytes)`, bytes `None`
+/// from `Progress`): go on, stop, or a later deadline.
 async fn progress(
     shared: &Arc<Shared>,
     host_id: u64,
     unit_id: u64,
-    pages: u64,
-    links: u64,
+    report: (u64, u64, Option<u64>),
 ) -> Result<Response, GridError> {
     shared
-        .with_grid(move |g| g.progress(host_id, unit_id, pages, links, now_ms()))
+        .with_grid(move |g| g.report(host_id, unit_id, report, now_ms()))
         .await
         .map(|p| match p {
             ProgressOutcome::Continue => Response::Continue,

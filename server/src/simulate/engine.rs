@@ -826,7 +826,8 @@ impl Sim<'_> {
         let host_id = c.host_id;
         let now = self.grid_now();
         // Answered with an error, the scan goes on.
-        match self.call(|g| g.progress(host_id, unit_id, pages, 0, now))? {
+        let report = (pages, 0, Some(pages * PAGE_BYTES));
+        match self.call(|g| g.report(host_id, unit_id, report, now))? {
             Some(ProgressOutcome::Abort(r)) if r == ABORT_HAND_OVER => {
                 return self.end_scan(h, unit_id, true);
             }

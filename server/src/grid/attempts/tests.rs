@@ -44,6 +44,37 @@ fn progress_counts_are_bounded_by_the_unit_and_never_go_back() {
     assert_eq!(fx.attempt(v.unit_id).pages, 10);
 }
 
+/// A running scan's bytes (`ScanProgress`) count in its job's bytes so far
+/// until its result does; a host cannot report more than its pages could
+/// have read, nor take bytes back, and a report without bytes keeps them.
+#[test]
+fn a_running_scans_bytes_count_until_its_result_does() {
+    let (mut fx, _) = Fx::with_round(1, 5);
+    let a = fx.host();
+    let u = fx.one(a, &[], T0);
+    assert_eq!(fx.job(u.job_id).bytes_so_far(), 0);
+    fx.grid
+        .report(a, u.unit_id, (4, 9, Some(40_000)), T0 + 1000)
+        .unwrap();
+    assert_eq!(fx.attempt(u.unit_id).bytes, 40_000);
+    assert_eq!(fx.job(u.job_id).bytes_so_far(), 40_000);
+    // Fewer bytes than before: not believed. No bytes (`Progress`): kept.
+    fx.grid
+        .report(a, u.unit_id, (5, 9, Some(10)), T0 + 2000)
+        .unwrap();
+    fx.grid.progress(a, u.unit_id, 6, 9, T0 + 3000).unwrap();
+    assert_eq!(fx.attempt(u.unit_id).bytes, 40_000);
+    // More than its pages could read: cut at full-size bodies.
+    fx.grid
+        .report(a, u.unit_id, (6, 9, Some(u64::MAX)), T0 + 4000)
+        .unwrap();
+    let most = 7 * 100_000 * MAX_BODIES_PER_PAGE;
+    assert_eq!(fx.job(u.job_id).bytes_so_far(), most);
+    // The result's own bytes replace the running count.
+    assert_eq!(fx.upload(a, &u, 3, T0 + 5000), UploadOutcome::Accepted);
+    assert_eq!(fx.job(u.job_id).bytes_so_far(), summary(3).bytes);
+}
+
 #[test]
 fn an_expired_attempt_requeues_the_job_for_another_host() {
     let (mut fx, _) = Fx::with_round(1, 3);
