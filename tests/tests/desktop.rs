@@ -34,6 +34,67 @@ fn pause_and_resume_a_running_client_mid_scan() {
     not_running_status_comes_from_the_spool(&g);
 }
 
+/// A scan that ended leaves the client's status before its result reaches
+/// the server (not a second later, after the upload): whenever the server
+/// shows a site done, the status lists no scan of it. At a politeness
+/// delay, and at none with slow answers.
+#[test]
+fn a_finished_scan_leaves_the_status_before_the_server_has_it() {
+    let slow = beebot_server::web::ResponseDelay {
+        min_ms: 150,
+        max_ms: 150,
+        seed: 5,
+    };
+    for (politeness, answers) in [("150", None), ("0", Some(slow))] {
+        let web = beebot_shared::synth::SynthWeb::with_config(
+            47,
+            3,
+            beebot_shared::synth::SynthConfig {
+                min_pages_per_site: 15,
+                max_pages_per_site: 15,
+                crawl_delay_ms: None,
+            },
+        );
+        let g = Grid::start_with(web);
+        g.web_server.set_response_delay(answers);
+        join(&g, "a");
+        g.import_sites();
+        let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", politeness]));
+        let mut child = spawn_on_one_slot(&g);
+        let mut checked = std::collections::BTreeSet::new();
+        wait_for("every site done", Duration::from_secs(120), || {
+            let d = g.round_json(&round);
+            let done: Vec<String> = d["jobs"]
+                .as_array()
+                .expect("jobs")
+                .iter()
+                .filter(|j| j["state"] == "Done")
+                .filter_map(|j| j["site"].as_str().map(str::to_string))
+                .collect();
+            let fresh: Vec<&String> = done.iter().filter(|s| !checked.contains(*s)).collect();
+            if !fresh.is_empty() {
+                let s = g.status_json("a");
+                let scanning: Vec<&str> = s["scans"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|x| x["site"].as_str())
+                    .collect();
+                for site in fresh {
+                    assert!(
+                        !scanning.contains(&site.as_str()),
+                        "politeness {politeness}: {site} is done on the server and still scanning in {s:#}"
+                    );
+                    checked.insert(site.clone());
+                }
+            }
+            checked.len() == 3
+        });
+        g.wait_round(&round, "60s");
+        assert!(child.wait().expect("client").success());
+    }
+}
+
 /// `beebot run --once --slots 1` for host `a`, its output discarded.
 fn spawn_on_one_slot(g: &Grid) -> std::process::Child {
     let mut args = vec![
