@@ -206,6 +206,25 @@ impl Grid {
         g
     }
 
+    /// A grid serving `sites` sites of `pages` pages each, every answer
+    /// taking `answer_ms` (0: at once).
+    pub fn of_sites(seed: u64, sites: usize, pages: usize, answer_ms: u64) -> Grid {
+        let config = beebot_shared::synth::SynthConfig {
+            min_pages_per_site: pages,
+            max_pages_per_site: pages,
+            crawl_delay_ms: None,
+        };
+        let g = Grid::start_with(SynthWeb::with_config(seed, sites, config));
+        let delay = beebot_server::web::ResponseDelay {
+            min_ms: answer_ms,
+            max_ms: answer_ms,
+            seed,
+        };
+        g.web_server
+            .set_response_delay(Some(delay).filter(|_| answer_ms > 0));
+        g
+    }
+
     /// Start a server on a copy of the data dir `from` (one a release
     /// left: `tests/fixtures/`), serving `web`; nothing in it is changed
     /// before the server opens it.

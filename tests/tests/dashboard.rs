@@ -206,23 +206,8 @@ fn the_dashboard_serves_its_json_and_refuses_a_revoke_from_another_page() {
 /// politeness delay, and at none with slow answers.
 #[test]
 fn kilobytes_per_second_count_a_running_scan() {
-    let slow = beebot_server::web::ResponseDelay {
-        min_ms: 300,
-        max_ms: 300,
-        seed: 3,
-    };
-    for (politeness, answers) in [("300", None), ("0", Some(slow))] {
-        let web = beebot_shared::synth::SynthWeb::with_config(
-            93,
-            1,
-            beebot_shared::synth::SynthConfig {
-                min_pages_per_site: 50,
-                max_pages_per_site: 50,
-                crawl_delay_ms: None,
-            },
-        );
-        let g = Grid::start_with(web);
-        g.web_server.set_response_delay(answers);
+    for (politeness, answer_ms) in [("300", 0), ("0", 300)] {
+        let g = Grid::of_sites(93, 1, 50, answer_ms);
         g.import_sites();
         let http = AdminHttp::of(&g);
         let code = g.invite(1);

@@ -40,23 +40,8 @@ fn pause_and_resume_a_running_client_mid_scan() {
 /// delay, and at none with slow answers.
 #[test]
 fn a_finished_scan_leaves_the_status_before_the_server_has_it() {
-    let slow = beebot_server::web::ResponseDelay {
-        min_ms: 150,
-        max_ms: 150,
-        seed: 5,
-    };
-    for (politeness, answers) in [("150", None), ("0", Some(slow))] {
-        let web = beebot_shared::synth::SynthWeb::with_config(
-            47,
-            3,
-            beebot_shared::synth::SynthConfig {
-                min_pages_per_site: 15,
-                max_pages_per_site: 15,
-                crawl_delay_ms: None,
-            },
-        );
-        let g = Grid::start_with(web);
-        g.web_server.set_response_delay(answers);
+    for (politeness, answer_ms) in [("150", 0), ("0", 150)] {
+        let g = Grid::of_sites(47, 3, 15, answer_ms);
         join(&g, "a");
         g.import_sites();
         let round = last_line(&g.admin_ok(&["round", "start", "--delay-ms", politeness]));
