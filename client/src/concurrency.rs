@@ -13,6 +13,10 @@
 //! the CPU share per scan measured, so a small budget (the default
 //! `cpu_percent`, 2% of a core) is approached from below, not overshot.
 //!
+//! A run starts where the last one left off ([`Controller::resume`], from
+//! what it [`Learned`]): its sites at once, within today's budget, so a
+//! desktop reaches its pace in one step instead of seven.
+//!
 //! Invariants: the effective concurrency is always in `1..=cap`, where `cap`
 //! is the least of the `slots` ceiling, [`MAX_SLOTS`], the memory budget
 //! ([`SCAN_MEMORY_MB`] a scan) and, under a bandwidth cap, the scans that cap
@@ -20,6 +24,7 @@
 //! measures ([`Sample`]) and applies ([`Controller::step`]'s answer).
 
 use beebot_shared::limits::MAX_SLOTS;
+use serde::{Deserialize, Serialize};
 
 /// Sites scanned at once before anything is measured: four polite scans
 /// take any desktop about 1% of a core and 20 MB, and a host not trusted
@@ -241,6 +246,45 @@ impl Reason {
     }
 }
 
+/// What a run learned of its machine, kept for the next run's start
+/// ([`Controller::resume`]).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Learned {
+    /// The effective concurrency when it was kept.
+    pub sites_at_once: u32,
+    /// Pages per busy slot-second at the last judged step.
+    pub pages_per_slot_s: f64,
+    /// CPU seconds the process spent per page then (`None`: not measurable).
+    pub cpu_s_per_page: Option<f64>,
+}
+
+/// Most pages per busy slot-second a kept figure may claim (a scan at no
+/// politeness delay on loopback); a file claiming more is not believed.
+pub const MAX_LEARNED_PAGES_PER_SLOT_S: f64 = 1000.0;
+
+impl Learned {
+    /// Whether its figures are ones a run could have measured (a file
+    /// edited or damaged into others is not used).
+    pub fn is_plausible(&self) -> bool {
+        (1..=MAX_SLOTS).contains(&self.sites_at_once)
+            && self.pages_per_slot_s.is_finite()
+            && self.pages_per_slot_s > 0.0
+            && self.pages_per_slot_s <= MAX_LEARNED_PAGES_PER_SLOT_S
+            && self
+                .cpu_s_per_page
+                .is_none_or(|c| c.is_finite() && (0.0..=1.0).contains(&c))
+    }
+
+    /// The scans that fit under the CPU budget's hold line at the CPU a
+    /// page took (`None`: not measured).
+    fn cpu_fit(&self, budget: &Budget) -> Option<u32> {
+        let per_scan = self.cpu_s_per_page? * self.pages_per_slot_s;
+        (per_scan > 0.0).then(|| {
+            (CPU_HOLD_SHARE * budget.cpu_cores / per_scan).clamp(1.0, f64::from(MAX_SLOTS)) as u32
+        })
+    }
+}
+
 /// The controller's state between steps.
 #[derive(Clone, Debug)]
 pub struct Controller {
@@ -259,6 +303,8 @@ pub struct Controller {
     last_rate: Option<f64>,
     /// The ceiling of the last budget seen (a raised one is applied at once).
     ceiling: u32,
+    /// CPU seconds per page at the last judged step that measured both.
+    cpu_s_per_page: Option<f64>,
 }
 
 impl Controller {
@@ -272,7 +318,36 @@ impl Controller {
             plateau: 0,
             last_rate: None,
             ceiling: budget.ceiling,
+            cpu_s_per_page: None,
         }
+    }
+
+    /// A controller that starts at what a previous run `learned` (when
+    /// plausible): its sites at once, within the static cap and the scans
+    /// the CPU budget's hold line fits at the CPU a page took then; never
+    /// below where [`Controller::new`] starts.
+    pub fn resume(budget: &Budget, learned: Option<&Learned>) -> Controller {
+        let mut c = Controller::new(budget);
+        let Some(l) = learned.filter(|l| l.is_plausible()) else {
+            return c;
+        };
+        let mut start = l.sites_at_once.min(budget.static_cap());
+        if let Some(fit) = l.cpu_fit(budget) {
+            start = start.min(fit);
+        }
+        c.limit = start.max(c.limit);
+        c.last_rate = Some(l.pages_per_slot_s);
+        c.cpu_s_per_page = l.cpu_s_per_page;
+        c
+    }
+
+    /// What to keep for the next run (`None` before a step was judged).
+    pub fn learned(&self) -> Option<Learned> {
+        Some(Learned {
+            sites_at_once: self.limit,
+            pages_per_slot_s: self.last_rate?,
+            cpu_s_per_page: self.cpu_s_per_page,
+        })
     }
 
     /// The effective concurrency.
@@ -354,6 +429,9 @@ impl Controller {
             self.follow_baseline(m);
         }
         let rate = s.pages_per_slot_s();
+        if let Some(cpu) = s.cpu_s {
+            self.cpu_s_per_page = Some(cpu / s.pages as f64);
+        }
         self.pending = Sample::default();
         if let (Some((before, then)), Some(now)) = (self.growing.take(), rate) {
             if now < PAY_SHARE * then {

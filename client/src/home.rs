@@ -946,6 +946,10 @@ impl Home {
                 self.data.join("spool"),
             ),
             ("benchmark result", self.data.join("benchmark.json")),
+            (
+                "learned concurrency",
+                crate::worker::sizing::learned_path(&self.data),
+            ),
             ("settings", self.config.join("config.toml")),
             ("revocation note", self.revoked_path()),
             ("live status", self.data.join("status.json")),

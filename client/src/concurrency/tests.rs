@@ -368,3 +368,77 @@ proptest! {
         }
     }
 }
+
+/// What a politeness-bound run at 30 sites learned.
+fn learned_at(sites: u32) -> Learned {
+    Learned {
+        sites_at_once: sites,
+        pages_per_slot_s: 0.9,
+        cpu_s_per_page: Some(0.000_5),
+    }
+}
+
+#[test]
+fn a_run_starts_where_the_last_one_left_off_within_todays_budget() {
+    let b = budget(64);
+    let mut c = Controller::resume(&b, Some(&learned_at(30)));
+    assert_eq!(c.limit(), 30, "no ramp from four again");
+    // Nothing learned, or figures no run could have measured: the start.
+    assert_eq!(Controller::resume(&b, None).limit(), START_SLOTS);
+    for bad in [
+        Learned {
+            sites_at_once: 0,
+            ..learned_at(30)
+        },
+        Learned {
+            sites_at_once: MAX_SLOTS + 1,
+            ..learned_at(30)
+        },
+        Learned {
+            pages_per_slot_s: f64::NAN,
+            ..learned_at(30)
+        },
+        Learned {
+            cpu_s_per_page: Some(-1.0),
+            ..learned_at(30)
+        },
+    ] {
+        assert!(!bad.is_plausible(), "{bad:?}");
+        assert_eq!(Controller::resume(&b, Some(&bad)).limit(), START_SLOTS);
+    }
+    // A lower ceiling or memory budget today: within it.
+    assert_eq!(
+        Controller::resume(&budget(8), Some(&learned_at(30))).limit(),
+        8
+    );
+    // A smaller CPU budget today (2% of a core): as many scans as its hold
+    // line fits at the CPU a page took (0.5 ms x 0.9 pages/s a scan), never
+    // below the start.
+    let small = Budget {
+        cpu_cores: 0.02,
+        ..b
+    };
+    let fit = (CPU_HOLD_SHARE * 0.02 / (0.000_5 * 0.9)).floor() as u32;
+    assert_eq!(
+        Controller::resume(&small, Some(&learned_at(60))).limit(),
+        fit
+    );
+    let heavy = Learned {
+        cpu_s_per_page: Some(0.05),
+        ..learned_at(60)
+    };
+    assert_eq!(
+        Controller::resume(&small, Some(&heavy)).limit(),
+        START_SLOTS
+    );
+    // What it keeps for the next run follows its steps.
+    let steps = run(&mut c, &b, 3, |l| polite(l, 0.1, 1000.0));
+    let kept = c.learned().expect("judged");
+    assert_eq!(kept.sites_at_once, *steps.last().unwrap());
+    assert!((kept.pages_per_slot_s - 1.0 / 1.1).abs() < 0.01, "{kept:?}");
+    assert_eq!(kept.cpu_s_per_page, Some(0.001));
+    assert!(
+        Controller::new(&b).learned().is_none(),
+        "nothing judged yet"
+    );
+}

@@ -32,7 +32,7 @@ mod parts;
 mod progress;
 mod run;
 mod scan;
-mod sizing;
+pub mod sizing;
 mod status;
 mod upload;
 

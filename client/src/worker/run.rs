@@ -82,12 +82,21 @@ impl Worker {
         let server = enrolment.server_id()?;
         // Adjustable: `beebot config set bandwidth_kbps` reaches running scans.
         let bandwidth = Some(Arc::new(Bandwidth::adjustable(opts.bandwidth_kbps)));
-        let sizing = Sizing::new(&Budget {
+        let learned = super::sizing::read_learned(&home.data);
+        let budget = Budget {
             ceiling: opts.slots,
             memory_mb: opts.memory_mb,
             bandwidth_kbps: opts.bandwidth_kbps,
             cpu_cores: cpu_budget(opts.cpu_percent, machine_cpu_budget()),
-        });
+        };
+        let sizing = Sizing::new(&budget, learned.as_ref());
+        if let Some(l) = &learned {
+            tracing::info!(
+                sites_at_once = sizing.limit(),
+                learned = l.sites_at_once,
+                "starting from what the last run learned"
+            );
+        }
         Ok(Worker {
             home,
             enrolment,

@@ -7,13 +7,18 @@
 //! is sized by it, and the server hears it (`Concurrency`) after every
 //! `Hello` and every change.
 //!
+//! What the controller learned is kept in the home ([`LEARNED_FILE`]) each
+//! time the concurrency changes, and the next run starts from it.
+//!
 //! Nothing here stops a running scan: a lower concurrency starts no new scan
 //! until fewer run.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::concurrency::{cpu_budget_cores, Budget, Controller, Reason, Sample};
+use std::path::{Path, PathBuf};
+
+use crate::concurrency::{cpu_budget_cores, Budget, Controller, Learned, Reason, Sample};
 use crate::crawler::CrawlProgress;
 use crate::usage::{self, Process};
 
@@ -22,6 +27,41 @@ use super::held::Worker;
 /// How often the controller steps by default: ten seconds hold about ten
 /// pages a scan at the default 1 s delay, enough to judge pages/s.
 pub const ADJUST_EVERY: Duration = Duration::from_secs(10);
+
+/// The file in the client's data dir that keeps what the controller learned.
+pub const LEARNED_FILE: &str = "learned.json";
+
+/// Where `data`'s learned figures are kept.
+pub fn learned_path(data: &Path) -> PathBuf {
+    data.join(LEARNED_FILE)
+}
+
+/// What the last run learned, if its file reads and is plausible (else the
+/// run starts afresh, saying why when the file is there but not usable).
+pub fn read_learned(data: &Path) -> Option<Learned> {
+    let path = learned_path(data);
+    let text = std::fs::read_to_string(&path).ok()?;
+    match serde_json::from_str::<Learned>(&text) {
+        Ok(l) if l.is_plausible() => Some(l),
+        Ok(l) => {
+            tracing::warn!(path = %path.display(), "learned figures out of range, not used: {l:?}");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(path = %path.display(), "learned figures unreadable, not used: {e}");
+            None
+        }
+    }
+}
+
+/// Keep what the controller learned for the next run.
+fn write_learned(data: &Path, l: &Learned) -> anyhow::Result<()> {
+    crate::home::write_atomic(
+        &learned_path(data),
+        serde_json::to_string(l)?.as_bytes(),
+        false,
+    )
+}
 
 /// Totals of every scan of this run, counted by the scans as they go.
 #[derive(Debug, Default)]
@@ -80,20 +120,24 @@ pub struct Sizing {
     busy_at: Instant,
     /// What the machine offers the process, cores (the budget's bound).
     machine_cores: f64,
+    /// The sites at once last kept in [`LEARNED_FILE`].
+    kept: Option<u32>,
 }
 
 impl Sizing {
-    /// A controller at its start, for a run with `budget`'s settings.
-    pub fn new(budget: &Budget) -> Sizing {
+    /// A controller at its start, for a run with `budget`'s settings, from
+    /// what the last run `learned`.
+    pub fn new(budget: &Budget, learned: Option<&Learned>) -> Sizing {
         let now = Instant::now();
         Sizing {
-            controller: Controller::new(budget),
+            controller: Controller::resume(budget, learned),
             since: now,
             totals: Totals::default(),
             cpu_s: usage::cpu_seconds(Process::This),
             busy_slot_s: 0.0,
             busy_at: now,
             machine_cores: machine_cpu_budget(),
+            kept: learned.map(|l| l.sites_at_once),
         }
     }
 
@@ -191,6 +235,22 @@ impl Worker {
         );
         // More slots want more units now; the server hears the new figure.
         self.next_request = Instant::now();
+        self.keep_learned();
+    }
+
+    /// Keep what the controller learned when its sites at once changed
+    /// since last kept (a write per change, not per step).
+    fn keep_learned(&mut self) {
+        let Some(l) = self.sizing.controller.learned() else {
+            return;
+        };
+        if self.sizing.kept == Some(l.sites_at_once) {
+            return;
+        }
+        match write_learned(&self.home.data, &l) {
+            Ok(()) => self.sizing.kept = Some(l.sites_at_once),
+            Err(e) => tracing::warn!("cannot keep the learned concurrency: {e:#}"),
+        }
     }
 }
 
@@ -203,4 +263,30 @@ pub fn machine_cpu_budget() -> f64 {
 /// The CPU budget, cores: the `cpu_percent` setting, within `machine`.
 pub fn cpu_budget(cpu_percent: u32, machine: f64) -> f64 {
     (f64::from(cpu_percent.max(1)) / 100.0).min(machine)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learned_figures_are_kept_and_a_bad_file_is_not_used() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(read_learned(dir.path()), None, "nothing kept yet");
+        let l = Learned {
+            sites_at_once: 31,
+            pages_per_slot_s: 0.8,
+            cpu_s_per_page: Some(0.0004),
+        };
+        write_learned(dir.path(), &l).expect("write");
+        assert_eq!(read_learned(dir.path()), Some(l));
+        for bad in [
+            "{\"sites_at_once\": 31",
+            "{\"sites_at_once\": 100000, \"pages_per_slot_s\": 0.8, \"cpu_s_per_page\": null}",
+            "",
+        ] {
+            std::fs::write(learned_path(dir.path()), bad).expect("write");
+            assert_eq!(read_learned(dir.path()), None, "{bad}");
+        }
+    }
 }
