@@ -55,20 +55,53 @@ use beebot_shared::synth::{SynthConfig, SynthWeb};
 const SEED: u64 = 1414;
 /// Sites in the target set.
 const SITES: usize = 1000;
-/// Pages per site for each ten minutes of the run: enough that 60 pages/s
-/// never run out (a longer run gets larger sites, never more of them).
-const MIN_PAGES: usize = 20;
-const MAX_PAGES: usize = 120;
+/// A target set: its sites' sizes for each ten minutes of the run (Pareto
+/// between the bounds; a longer run gets larger sites, never more of them)
+/// and its response times (log-uniform between the bounds, ms).
+struct TargetSet {
+    name: &'static str,
+    min_pages: usize,
+    max_pages: usize,
+    response: (u64, u64),
+}
+
+/// The target sets `--set NAME` chooses from (the first unless told).
+const SETS: [TargetSet; 3] = [
+    // The synthetic web's power-law sizes: most sites of tens of pages.
+    TargetSet {
+        name: "power",
+        min_pages: 20,
+        max_pages: 120,
+        response: (50, 300),
+    },
+    // Small sites only: every scan ends within about a minute.
+    TargetSet {
+        name: "small",
+        min_pages: 60,
+        max_pages: 60,
+        response: (100, 100),
+    },
+    // A few sites of thousands of pages among many small ones.
+    TargetSet {
+        name: "mixed",
+        min_pages: 20,
+        max_pages: 5000,
+        response: (50, 300),
+    },
+];
 /// The stretch of run the pages per site above are for.
 const PAGES_FOR_S: u64 = 600;
-/// Response times of the synthetic web, ms.
-const RESPONSE: (u64, u64) = (50, 300);
+/// Environment variable that names the target set (as `--set`).
+const SET_VAR: &str = "BEEBOT_BENCH_SET";
 /// The round's politeness delay: the default of `round start`.
 const DELAY_MS: u64 = 1000;
 /// Length of a run unless told otherwise.
 const DEFAULT_SECONDS: u64 = 600;
 /// How often the client is sampled for the table over time.
 const SAMPLE_EVERY: Duration = Duration::from_secs(30);
+/// How often its live status is read for the busy share (scans running
+/// over the sites it scans at once), averaged over each row.
+const BUSY_EVERY: Duration = Duration::from_secs(1);
 /// What is left out of the steady-state figure: the ramp-up.
 const RAMP_S: f64 = 120.0;
 /// Environment variable that gives this binary its role.
@@ -85,19 +118,36 @@ const CPU_VAR: &str = "BEEBOT_BENCH_CPU_PERCENT";
 /// The operator contact of the bench's server (it crawls only loopback).
 const CONTACT: &str = "https://beebot.test/contact";
 
-/// The synthetic web of a run of `seconds` (the same sites, larger for a
-/// longer run: 43,967 pages for ten minutes).
-fn web(seconds: u64) -> SynthWeb {
+/// The synthetic web of `set` for a run of `seconds` (the same sites,
+/// larger for a longer run: 43,967 pages for ten minutes of `power`).
+fn web(set: &TargetSet, seconds: u64) -> SynthWeb {
     let scale = seconds.div_ceil(PAGES_FOR_S).max(1) as usize;
     SynthWeb::with_config(
         SEED,
         SITES,
         SynthConfig {
-            min_pages_per_site: MIN_PAGES * scale,
-            max_pages_per_site: MAX_PAGES * scale,
+            min_pages_per_site: set.min_pages * scale,
+            max_pages_per_site: set.max_pages * scale,
             crawl_delay_ms: None,
         },
     )
+}
+
+/// The target set `--set NAME` (or `BEEBOT_BENCH_SET`) names: the first
+/// unless told.
+fn target_set() -> Result<&'static TargetSet> {
+    let args: Vec<String> = std::env::args().collect();
+    let name = match args.iter().position(|a| a == "--set") {
+        Some(i) => Some(args.get(i + 1).context("--set needs a name")?.clone()),
+        None => std::env::var(SET_VAR).ok(),
+    };
+    match name {
+        None => Ok(&SETS[0]),
+        Some(n) => SETS.iter().find(|s| s.name == n).with_context(|| {
+            let names: Vec<&str> = SETS.iter().map(|s| s.name).collect();
+            format!("no target set `{n}`: one of {}", names.join(", "))
+        }),
+    }
 }
 
 fn main() -> Result<()> {
@@ -187,13 +237,14 @@ fn serve_web() -> Result<()> {
     listener.set_nonblocking(true)?;
     println!("{}", listener.local_addr()?.port());
     std::io::stdout().flush()?;
+    let set = target_set()?;
     let delay = Arc::new(DelaySetting::new(Some(ResponseDelay {
-        min_ms: RESPONSE.0,
-        max_ms: RESPONSE.1,
+        min_ms: set.response.0,
+        max_ms: set.response.1,
         seed: SEED,
     })));
     let served = Arc::clone(&log);
-    let site = Arc::new(web(seconds()?));
+    let site = Arc::new(web(set, seconds()?));
     // Every request, taken from the log as it comes (the log itself keeps
     // at most MAX_LOGGED_REQUESTS): arrival times by host.
     let seen = Arc::new(std::sync::Mutex::new(Arrivals::default()));
@@ -355,6 +406,8 @@ fn live(home: &Path) -> Option<LiveStatus> {
 struct Row {
     t_s: f64,
     concurrency: Option<u32>,
+    /// Scans running over the sites at once, averaged over the row.
+    busy: Option<f64>,
     pages_per_s: f64,
     cpu_percent: Option<f64>,
     rss_mb: Option<f64>,
@@ -364,9 +417,19 @@ fn drive() -> Result<()> {
     let seconds = seconds()?;
     let ceiling = slots()?;
     let budget = cpu_percent()?;
-    let web_pages = web(seconds).total_pages();
-    let (mut web_child, mut web_in, mut web_out) =
-        spawn("web", &[("BEEBOT_BENCH_SECONDS", seconds.to_string())])?;
+    let set = target_set()?;
+    let (web_pages, largest) = {
+        let w = web(set, seconds);
+        let largest = w.site_hosts().iter().filter_map(|h| w.site_pages(h)).max();
+        (w.total_pages(), largest.unwrap_or(0))
+    };
+    let (mut web_child, mut web_in, mut web_out) = spawn(
+        "web",
+        &[
+            ("BEEBOT_BENCH_SECONDS", seconds.to_string()),
+            (SET_VAR, set.name.to_string()),
+        ],
+    )?;
     let mut port = String::new();
     web_out.read_line(&mut port)?;
     let web_addr: SocketAddr = format!("127.0.0.1:{}", port.trim()).parse()?;
@@ -401,7 +464,7 @@ fn drive() -> Result<()> {
         };
         worker::join(&home, &code, Some("desktop".into())).await?;
         let host_id = home.require_enrolment()?.host_id;
-        let hosts = web(seconds).site_hosts();
+        let hosts = web(set, seconds).site_hosts();
         let now = now_ms();
         shared
             .with_grid(move |g| {
@@ -479,9 +542,9 @@ fn drive() -> Result<()> {
         })
     });
     eprintln!(
-        "client pid {pid}: {SITES} sites ({web_pages} pages), delay {DELAY_MS} ms, responses \
-         {}-{} ms, slots {ceiling}, cpu_percent {budget}, {seconds} s",
-        RESPONSE.0, RESPONSE.1
+        "client pid {pid}: set {}: {SITES} sites ({web_pages} pages, largest {largest}), delay \
+         {DELAY_MS} ms, responses {}-{} ms, slots {ceiling}, cpu_percent {budget}, {seconds} s",
+        set.name, set.response.0, set.response.1
     );
     let started = Instant::now();
     let cpu0 = usage::cpu_seconds(Process::Pid(pid)).unwrap_or(0.0);
@@ -489,8 +552,25 @@ fn drive() -> Result<()> {
     let mut rows = Vec::new();
     let mut steady_from: Option<(f64, usize)> = None;
     let end = Duration::from_secs(seconds);
+    // Scans running and sites at once summed over the row's reads.
+    let (mut running_sum, mut at_once_sum) = (0u64, 0u64);
+    let (mut all_running, mut all_at_once) = (0u64, 0u64);
     while started.elapsed() < end {
-        std::thread::sleep(SAMPLE_EVERY.min(end.saturating_sub(started.elapsed())));
+        let row_end = (last_t + SAMPLE_EVERY.as_secs_f64()).min(end.as_secs_f64());
+        while started.elapsed().as_secs_f64() < row_end {
+            let left = row_end - started.elapsed().as_secs_f64();
+            std::thread::sleep(BUSY_EVERY.min(Duration::from_secs_f64(left.max(0.0))));
+            if let Some(l) = live(&home_dir) {
+                if let Some(c) = l.concurrency {
+                    running_sum += l.scans.len() as u64;
+                    at_once_sum += u64::from(c);
+                    if started.elapsed().as_secs_f64() >= RAMP_S {
+                        all_running += l.scans.len() as u64;
+                        all_at_once += u64::from(c);
+                    }
+                }
+            }
+        }
         let t = started.elapsed().as_secs_f64();
         let pages: usize = ask(&mut web_in, &mut web_out, "count")?.parse()?;
         let cpu = usage::cpu_seconds(Process::Pid(pid));
@@ -501,14 +581,18 @@ fn drive() -> Result<()> {
         let row = Row {
             t_s: t,
             concurrency: live(&home_dir).and_then(|l| l.concurrency),
+            busy: (at_once_sum > 0).then(|| running_sum as f64 / at_once_sum as f64),
             pages_per_s: (pages - last_pages) as f64 / dt,
             cpu_percent: cpu.map(|c| (c - last_cpu) / dt * 100.0),
             rss_mb: usage::rss_kb(Process::Pid(pid)).map(|k| k as f64 / 1024.0),
         };
+        (running_sum, at_once_sum) = (0, 0);
         eprintln!(
-            "{:>6.0} s  {:>3} at once  {:>5.1} pages/s  CPU {:>5}  RSS {:>6}",
+            "{:>6.0} s  {:>3} at once  busy {:>4}  {:>5.1} pages/s  CPU {:>5}  RSS {:>6}",
             row.t_s,
             row.concurrency.map_or("?".into(), |c| c.to_string()),
+            row.busy
+                .map_or("?".into(), |b| format!("{:.0}%", b * 100.0)),
             row.pages_per_s,
             row.cpu_percent.map_or("?".into(), |c| format!("{c:.1}%")),
             row.rss_mb.map_or("?".into(), |m| format!("{m:.1} MB")),
@@ -554,14 +638,15 @@ fn drive() -> Result<()> {
         SAMPLE_EVERY.as_secs()
     );
     println!(
-        "{:>7}  {:>8}  {:>8}  {:>6}  {:>8}",
-        "t s", "at once", "pages/s", "CPU %", "RSS MB"
+        "{:>7}  {:>8}  {:>6}  {:>8}  {:>6}  {:>8}",
+        "t s", "at once", "busy %", "pages/s", "CPU %", "RSS MB"
     );
     for r in &rows {
         println!(
-            "{:>7.0}  {:>8}  {:>8.1}  {:>6}  {:>8}",
+            "{:>7.0}  {:>8}  {:>6}  {:>8.1}  {:>6}  {:>8}",
             r.t_s,
             r.concurrency.map_or("?".into(), |c| c.to_string()),
+            r.busy.map_or("?".into(), |b| format!("{:.0}", b * 100.0)),
             r.pages_per_s,
             r.cpu_percent.map_or("?".into(), |c| format!("{c:.1}")),
             r.rss_mb.map_or("?".into(), |m| format!("{m:.1}")),
@@ -571,6 +656,13 @@ fn drive() -> Result<()> {
     let steady = steady_from.map(|(t, p)| (pages - p) as f64 / (wall - t).max(0.001));
     let most = rows.iter().filter_map(|r| r.concurrency).max();
     let mut table: Vec<(String, String)> = vec![
+        (
+            "target set".into(),
+            format!(
+                "{}: {SITES} sites, {web_pages} pages (largest {largest}), answers {}-{} ms",
+                set.name, set.response.0, set.response.1
+            ),
+        ),
         (
             format!("pages/s over the whole run ({pages} pages in {wall:.0} s)"),
             format!("{overall:.1} ({:.0} pages per desktop-hour)", overall * 3600.0),
@@ -584,6 +676,14 @@ fn drive() -> Result<()> {
         (
             format!("most sites at once (slots ceiling {ceiling})"),
             most.map_or("?".into(), |m| m.to_string()),
+        ),
+        (
+            format!("busy share after the first {RAMP_S:.0} s (scans running / sites at once)"),
+            if all_at_once > 0 {
+                format!("{:.0}%", all_running as f64 / all_at_once as f64 * 100.0)
+            } else {
+                "?".into()
+            },
         ),
         (
             format!("client CPU, share of one core (budget: cpu_percent {budget})"),
