@@ -39,9 +39,23 @@ pub const MAX_RESULTS_PER_JOB: usize = 4;
 pub const DEFAULT_TRUST_AFTER: u32 = 10;
 
 /// Slots a host not trusted yet is taken to have at most, whatever its
-/// benchmark claims: what it may hold is bounded by this until its results
-/// are found valid (a new desktop still scans several sites at once).
+/// benchmark claims, before it delivered anything: what it may hold is
+/// bounded by this (a new desktop still scans several sites at once), and
+/// grows by one slot for each result of it kept ([`untrusted_slots`]).
 pub const UNTRUSTED_MAX_SLOTS: u32 = 4;
+
+/// Slots a host not trusted yet may count: [`UNTRUSTED_MAX_SLOTS`] and one
+/// more for each of its results kept (`jobs_done`), as BOINC's quota of a
+/// new host grows with the work it returns, so a desktop that keeps its
+/// sites coming back is never held below its pace for lack of units; a
+/// host with a result found invalid counts [`UNTRUSTED_MAX_SLOTS`] until
+/// it is trusted again.
+pub fn untrusted_slots(jobs_done: u64, invalid_results: u64) -> u32 {
+    if invalid_results > 0 {
+        return UNTRUSTED_MAX_SLOTS;
+    }
+    UNTRUSTED_MAX_SLOTS.saturating_add(u32::try_from(jobs_done).unwrap_or(u32::MAX))
+}
 
 /// Share of a trusted host's results still checked (spot checks), percent.
 pub const DEFAULT_SPOT_CHECK_PERCENT: u32 = 5;

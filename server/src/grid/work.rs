@@ -15,8 +15,8 @@
 //! trusted while trusted hosts are online sees only the results every trusted
 //! host online wrote (`checks_only`); the others see them all, their own
 //! hidden. A host's slots are the concurrency its client last reported, else
-//! its benchmark's, at most `UNTRUSTED_MAX_SLOTS` until it is trusted
-//! (`units_cap`). `work/level_claim.rs` shows `level`'s claim through
+//! its benchmark's, at most `untrusted_slots` (four, and one per result
+//! kept) until it is trusted (`units_cap`). `work/level_claim.rs` shows `level`'s claim through
 //! `request_work`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -878,19 +878,17 @@ impl Grid {
     /// Most units `host_id` may hold at once: its slots' worth
     /// ([`held_cap`]), its slots being the concurrency its client last
     /// reported (`Request::Concurrency`), else its benchmark's; a host not
-    /// trusted yet is taken to have at most
-    /// [`validate::UNTRUSTED_MAX_SLOTS`], whatever it claims.
+    /// trusted yet is taken to have at most [`validate::untrusted_slots`]
+    /// (four, and one more per result of it kept), whatever it claims.
     pub(super) fn units_cap(&self, host_id: u64) -> usize {
-        let slots = self
-            .hosts
-            .get(&host_id)
-            .map_or(scheduler::DEFAULT_HOST_SLOTS, |h| {
-                h.concurrency.unwrap_or_else(|| host_slots(h))
-            });
+        let Some(h) = self.hosts.get(&host_id) else {
+            return held_cap(scheduler::DEFAULT_HOST_SLOTS.min(validate::UNTRUSTED_MAX_SLOTS));
+        };
+        let slots = h.concurrency.unwrap_or_else(|| host_slots(h));
         if self.is_trusted(host_id) {
             held_cap(slots)
         } else {
-            held_cap(slots.min(validate::UNTRUSTED_MAX_SLOTS))
+            held_cap(slots.min(validate::untrusted_slots(h.jobs_done, h.invalid_results)))
         }
     }
 }

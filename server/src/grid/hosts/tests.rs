@@ -492,3 +492,37 @@ fn what_a_host_holds_follows_the_concurrency_its_client_reports() {
     fx.grid.revoke(b, T0 + 40_000).unwrap();
     assert!(fx.grid.set_concurrency(b, 4, T0 + 40_001).is_err());
 }
+
+/// A host not trusted yet (a new desktop, or every desktop of a trial with
+/// validation off) earns a slot for each result kept, so its client's
+/// concurrency is not held at four slots' worth of units for ever; a
+/// result found invalid takes it back to four.
+#[test]
+fn a_host_not_trusted_earns_a_slot_per_result_kept() {
+    use crate::validate::{untrusted_slots, UNTRUSTED_MAX_SLOTS};
+    let (mut fx, _round) = Fx::with_round(200, 3);
+    let b = fx.host();
+    fx.grid.set_concurrency(b, 30, T0).unwrap();
+    let (first, _) = fx.ask(b, 64, &[], T0);
+    assert_eq!(first.len(), held_cap(UNTRUSTED_MAX_SLOTS));
+    // Ten results kept (validation off): ten slots more.
+    for (i, u) in first.iter().take(10).enumerate() {
+        let at = T0 + 1000 + i as u64;
+        assert_eq!(fx.upload(b, u, 2, at), UploadOutcome::Accepted);
+    }
+    assert_eq!(fx.grid.hosts[&b].jobs_done, 10);
+    let held: Vec<u64> = first.iter().skip(10).map(|u| u.unit_id).collect();
+    let (more, _) = fx.ask(b, 64, &held, T0 + 5000);
+    assert_eq!(
+        held.len() + more.len(),
+        held_cap(UNTRUSTED_MAX_SLOTS + 10),
+        "four slots and one per result kept"
+    );
+    // Never past what its client says it scans at once.
+    assert_eq!(untrusted_slots(1000, 0), UNTRUSTED_MAX_SLOTS + 1000);
+    fx.grid.hosts.get_mut(&b).unwrap().jobs_done = 1000;
+    assert_eq!(fx.grid.units_cap(b), held_cap(30));
+    // A result found invalid: four slots again, whatever it did before.
+    fx.grid.hosts.get_mut(&b).unwrap().invalid_results = 1;
+    assert_eq!(fx.grid.units_cap(b), held_cap(UNTRUSTED_MAX_SLOTS));
+}
