@@ -12,8 +12,16 @@
 //! grid server and measures; it re-runs itself with `BEEBOT_BENCH_ROLE=web`
 //! (the synthetic web, which logs every request) and `=client` (the work
 //! loop, [`beebot_client::worker::run`], in a home joined beforehand). The
-//! client is trusted from the start, as a desktop is after its first valid
-//! results (an untrusted host holds units for at most 4 slots).
+//! client is a new desktop in a round without validation, as in a trial:
+//! not trusted, so it earns its slots as its results come back
+//! (`validate::untrusted_slots`); `--trusted` trusts it from the start, as
+//! a desktop is after ten valid results.
+//!
+//! `--set NAME` (or `BEEBOT_BENCH_SET`) chooses the target set: `power`
+//! (the default: sizes by a power law, 20-120 pages, 50-300 ms answers),
+//! `small` (every site 60 pages, 100 ms answers: scans end within about a
+//! minute) or `mixed` (a power law from 20 to 5,000 pages: a few large
+//! sites among many small ones).
 //!
 //! `--seconds N` (after `--`) or `BEEBOT_BENCH_SECONDS=N` shortens the run;
 //! `--slots N` (or `BEEBOT_BENCH_SLOTS`) gives the client a `slots` ceiling
@@ -418,6 +426,7 @@ fn drive() -> Result<()> {
     let ceiling = slots()?;
     let budget = cpu_percent()?;
     let set = target_set()?;
+    let trusted = std::env::args().any(|a| a == "--trusted");
     let (web_pages, largest) = {
         let w = web(set, seconds);
         let largest = w.site_hosts().iter().filter_map(|h| w.site_pages(h)).max();
@@ -468,7 +477,9 @@ fn drive() -> Result<()> {
         let now = now_ms();
         shared
             .with_grid(move |g| {
-                g.set_trusted(host_id)?;
+                if trusted {
+                    g.set_trusted(host_id)?;
+                }
                 g.add_sites(&hosts, now)?;
                 g.start_round(
                     RoundParams {
@@ -656,6 +667,10 @@ fn drive() -> Result<()> {
     let steady = steady_from.map(|(t, p)| (pages - p) as f64 / (wall - t).max(0.001));
     let most = rows.iter().filter_map(|r| r.concurrency).max();
     let mut table: Vec<(String, String)> = vec![
+        (
+            "client trusted from the start".into(),
+            if trusted { "yes (--trusted)" } else { "no: a new desktop" }.into(),
+        ),
         (
             "target set".into(),
             format!(
