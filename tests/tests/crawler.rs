@@ -1071,6 +1071,38 @@ fn a_scan_out_of_budget_resumes_at_its_politeness_pace_to_the_same_records() {
     assert_eq!(requested, web.site_urls(&host).expect("urls") + 1);
 }
 
+/// A scan resumed at once after its previous part stopped (a client
+/// stopped and started again, a scan handed over) waits a whole delay
+/// before its first request: its site never gets two requests closer than
+/// the delay across the two parts.
+#[test]
+fn a_scan_resumed_at_once_waits_the_delay_before_its_first_request() {
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let host = biggest_site(&web);
+    let server = start(&web);
+    let cfg = loopback_config(&server);
+    let delay = Duration::from_millis(300);
+    let spec = CrawlSpec {
+        delay,
+        max_duration: Duration::from_millis(1000),
+        ..open_spec(&host)
+    };
+    let first = run(&spec, &cfg);
+    assert_eq!(first.summary.stopped_by, Some(StopReason::MaxTime));
+    let state = first.state.expect("a state to resume from");
+    let second = run(
+        &CrawlSpec {
+            resume: Some(state),
+            ..spec.clone()
+        },
+        &cfg,
+    );
+    assert!(second.summary.pages > 0, "{:?}", second.summary);
+    let log = requests_to(&server.request_log(), &host);
+    assert!(log.len() > first.summary.pages as usize, "both parts asked");
+    assert_spaced(&log, delay);
+}
+
 #[test]
 fn the_page_cap_is_the_jobs_across_resumed_parts() {
     let web = Arc::new(SynthWeb::generate(7, 12));

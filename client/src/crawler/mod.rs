@@ -388,7 +388,17 @@ impl<'a> Crawler<'a> {
         let mut robots_answers = Vec::new();
         let mut robots_answer_bytes = 0;
         let mut pages_before = 0;
+        // A resumed scan's sites may have had a request from the scan it
+        // continues a moment ago (the client stopped and started again
+        // at once, or another host handed it over): each origin it knows,
+        // the seed's included, waits a whole delay before its first request.
+        let mut last_request = HashMap::new();
         if let Some(state) = &spec.resume {
+            let now = Instant::now();
+            last_request.insert(origin(&spec.seed), now);
+            for a in state.robots.iter().take(MAX_ROBOTS_HOSTS) {
+                last_request.insert(a.origin.clone(), now);
+            }
             frontier = Frontier::resume(MAX_FRONTIER_URLS, &state.queue, &state.seen);
             // Seen and not queued: requested by an earlier scan (or skipped
             // by its robots.txt rules, which still hold).
@@ -431,7 +441,7 @@ impl<'a> Crawler<'a> {
             robots_answers,
             robots_answer_bytes,
             pages_before,
-            last_request: HashMap::new(),
+            last_request,
             records: Vec::new(),
             links: 0,
             target_hosts: HashSet::new(),
