@@ -23,6 +23,10 @@
 //! minute) or `mixed` (a power law from 20 to 5,000 pages: a few large
 //! sites among many small ones).
 //!
+//! `--warm S` (or `BEEBOT_BENCH_WARM`) runs the client S seconds first,
+//! stops it and measures its next run, as a desktop that ran before starts
+//! (what its client learned, the results the server kept of it).
+//!
 //! `--seconds N` (after `--`) or `BEEBOT_BENCH_SECONDS=N` shortens the run;
 //! `--slots N` (or `BEEBOT_BENCH_SLOTS`) gives the client a `slots` ceiling
 //! below `auto` (64); `--cpu-percent N` (or `BEEBOT_BENCH_CPU_PERCENT`) a
@@ -377,6 +381,72 @@ fn run_client() -> Result<()> {
     Ok(())
 }
 
+/// How the measured client is started: the shipped program or the work
+/// loop in a child of this binary.
+struct ClientHow {
+    shipped: Option<PathBuf>,
+    home: PathBuf,
+    web: SocketAddr,
+    ceiling: u32,
+    budget: u32,
+}
+
+impl ClientHow {
+    /// Start the client; its stdin, when closing it stops the client.
+    fn start(&self) -> Result<(Child, Option<ChildStdin>)> {
+        match &self.shipped {
+            Some(exe) => {
+                let mut cmd = Command::new(exe);
+                cmd.arg("--home").arg(&self.home).args([
+                    "run",
+                    "--allow-private",
+                    "--resolve",
+                    &format!("*.synth.test={}", self.web),
+                ]);
+                if self.ceiling < MAX_SLOTS {
+                    cmd.args(["--slots", &self.ceiling.to_string()]);
+                }
+                if self.budget != settings::DEFAULT_CPU_PERCENT {
+                    cmd.env("BEEBOT_CPU_PERCENT", self.budget.to_string());
+                }
+                let child = cmd
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .context("spawn beebot run")?;
+                Ok((child, None))
+            }
+            None => {
+                let (child, stdin, _) = spawn(
+                    "client",
+                    &[
+                        (HOME_VAR, self.home.display().to_string()),
+                        (WEB_VAR, self.web.to_string()),
+                        (SLOTS_VAR, self.ceiling.to_string()),
+                        (CPU_VAR, self.budget.to_string()),
+                    ],
+                )?;
+                Ok((child, Some(stdin)))
+            }
+        }
+    }
+}
+
+/// Stop a client as its user does (closing the work loop's stdin, or
+/// SIGTERM to the shipped program, as a service manager sends) and wait.
+fn stop_client(client: &mut Child, stdin: Option<ChildStdin>) {
+    match stdin {
+        Some(stdin) => drop(stdin),
+        None => {
+            let _ = Command::new("kill")
+                .args(["-TERM", &client.id().to_string()])
+                .status();
+        }
+    }
+    let _ = client.wait();
+}
+
 /// A child process of this binary in `role`, with its stdin and stdout.
 fn spawn(
     role: &str,
@@ -499,42 +569,25 @@ fn drive() -> Result<()> {
     } else {
         None
     };
-    let (mut client, client_in) = match &shipped {
-        Some(exe) => {
-            let mut cmd = Command::new(exe);
-            cmd.arg("--home").arg(&home_dir).args([
-                "run",
-                "--allow-private",
-                "--resolve",
-                &format!("*.synth.test={web_addr}"),
-            ]);
-            if ceiling < MAX_SLOTS {
-                cmd.args(["--slots", &ceiling.to_string()]);
-            }
-            if budget != settings::DEFAULT_CPU_PERCENT {
-                cmd.env("BEEBOT_CPU_PERCENT", budget.to_string());
-            }
-            let child = cmd
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("spawn beebot run")?;
-            (child, None)
-        }
-        None => {
-            let (child, stdin, _) = spawn(
-                "client",
-                &[
-                    (HOME_VAR, home_dir.display().to_string()),
-                    (WEB_VAR, web_addr.to_string()),
-                    (SLOTS_VAR, ceiling.to_string()),
-                    (CPU_VAR, budget.to_string()),
-                ],
-            )?;
-            (child, Some(stdin))
-        }
+    let how = ClientHow {
+        shipped: shipped.clone(),
+        home: home_dir.clone(),
+        web: web_addr,
+        ceiling,
+        budget,
     };
+    // A run before the measured one (`--warm S`): the measured run starts
+    // where a desktop that ran before does (what its client learned, the
+    // results the server kept of it).
+    let warm = number("--warm", "BEEBOT_BENCH_WARM", 0)?;
+    if warm > 0 {
+        let (mut c, i) = how.start()?;
+        eprintln!("warm run of {warm} s (not measured)");
+        std::thread::sleep(Duration::from_secs(warm));
+        stop_client(&mut c, i);
+    }
+    let pages_before: usize = ask(&mut web_in, &mut web_out, "count")?.parse()?;
+    let (mut client, client_in) = how.start()?;
     let pid = client.id();
     // An open tab of the status page (the shipped program only).
     let tab_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -559,7 +612,7 @@ fn drive() -> Result<()> {
     );
     let started = Instant::now();
     let cpu0 = usage::cpu_seconds(Process::Pid(pid)).unwrap_or(0.0);
-    let (mut last_t, mut last_pages, mut last_cpu) = (0.0, 0usize, cpu0);
+    let (mut last_t, mut last_pages, mut last_cpu) = (0.0, pages_before, cpu0);
     let mut rows = Vec::new();
     let mut steady_from: Option<(f64, usize)> = None;
     let end = Duration::from_secs(seconds);
@@ -586,7 +639,7 @@ fn drive() -> Result<()> {
         let pages: usize = ask(&mut web_in, &mut web_out, "count")?.parse()?;
         let cpu = usage::cpu_seconds(Process::Pid(pid));
         if steady_from.is_none() && t >= RAMP_S {
-            steady_from = Some((t, pages));
+            steady_from = Some((t, pages.saturating_sub(pages_before)));
         }
         let dt = (t - last_t).max(0.001);
         let row = Row {
@@ -616,19 +669,12 @@ fn drive() -> Result<()> {
     let cpu = usage::cpu_seconds(Process::Pid(pid)).map(|c| c - cpu0);
     let peak_kb = usage::peak_rss_kb(Process::Pid(pid));
     let written = usage::written_bytes(Process::Pid(pid));
-    let pages: usize = ask(&mut web_in, &mut web_out, "count")?.parse()?;
+    let pages: usize = ask(&mut web_in, &mut web_out, "count")?
+        .parse::<usize>()?
+        .saturating_sub(pages_before);
     tab_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let page_reads = tab.and_then(|t| t.join().ok());
-    match client_in {
-        Some(stdin) => drop(stdin),
-        // As a service manager stops it.
-        None => {
-            let _ = Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
-        }
-    }
-    let _ = client.wait();
+    stop_client(&mut client, client_in);
     let report = ask(&mut web_in, &mut web_out, "report")?;
     let _ = web_child.wait();
     let _ = stop_server.send(());
@@ -667,6 +713,14 @@ fn drive() -> Result<()> {
     let steady = steady_from.map(|(t, p)| (pages - p) as f64 / (wall - t).max(0.001));
     let most = rows.iter().filter_map(|r| r.concurrency).max();
     let mut table: Vec<(String, String)> = vec![
+        (
+            "run before the measured one (--warm)".into(),
+            if warm > 0 {
+                format!("{warm} s, then stopped and started again")
+            } else {
+                "none: the client's first run".into()
+            },
+        ),
         (
             "client trusted from the start".into(),
             if trusted { "yes (--trusted)" } else { "no: a new desktop" }.into(),
