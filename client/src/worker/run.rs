@@ -92,9 +92,10 @@ impl Worker {
         let sizing = Sizing::new(&budget, learned.as_ref());
         if let Some(l) = &learned {
             tracing::info!(
-                sites_at_once = sizing.limit(),
+                concurrency = sizing.limit(),
                 learned = l.sites_at_once,
-                "starting from what the last run learned"
+                "sites scanned at once: {} to start, where the last run left off",
+                sizing.limit()
             );
         }
         Ok(Worker {
