@@ -342,9 +342,12 @@ impl Controller {
     }
 
     /// What to keep for the next run (`None` before a step was judged).
+    /// While a growth step is not judged yet, the sites at once before it:
+    /// a level kept is one that paid, so a restart (or a crash) in the
+    /// middle of a probe does not start the next run above it.
     pub fn learned(&self) -> Option<Learned> {
         Some(Learned {
-            sites_at_once: self.limit,
+            sites_at_once: self.growing.map_or(self.limit, |(before, _)| before),
             pages_per_slot_s: self.last_rate?,
             cpu_s_per_page: self.cpu_s_per_page,
         })

@@ -442,3 +442,19 @@ fn a_run_starts_where_the_last_one_left_off_within_todays_budget() {
         "nothing judged yet"
     );
 }
+
+/// A level is kept for the next run once it paid: during a growth step
+/// not judged yet the level before it is kept, and a step undone leaves it.
+#[test]
+fn a_probe_not_judged_yet_is_not_kept_for_the_next_run() {
+    let b = budget(64);
+    let mut c = Controller::resume(&b, Some(&learned_at(20)));
+    assert_eq!(c.limit(), 20);
+    let (probe, why) = c.step(&polite(20, 0.1, 1000.0), &b);
+    assert_eq!((probe, why), (30, Reason::Grew));
+    assert_eq!(c.learned().map(|l| l.sites_at_once), Some(20));
+    // Saturated at 18 pages/s: the probe did not pay.
+    let (back, why) = c.step(&polite(probe, 0.1, 18.0), &b);
+    assert_eq!((back, why), (20, Reason::Undone));
+    assert!(c.learned().is_none_or(|l| l.sites_at_once == 20));
+}

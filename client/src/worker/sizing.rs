@@ -217,6 +217,8 @@ impl Worker {
     }
 
     fn applied(&mut self, was: u32, limit: u32, why: Reason, sample: &Sample) {
+        // A probe judged to pay is kept even when the figure holds after it.
+        self.keep_learned();
         if limit == was {
             tracing::debug!(concurrency = limit, reason = why.text(), "concurrency held");
             return;
@@ -235,11 +237,10 @@ impl Worker {
         );
         // More slots want more units now; the server hears the new figure.
         self.next_request = Instant::now();
-        self.keep_learned();
     }
 
-    /// Keep what the controller learned when its sites at once changed
-    /// since last kept (a write per change, not per step).
+    /// Keep what the controller learned when its level changed since last
+    /// kept (a write per change, not per step).
     fn keep_learned(&mut self) {
         let Some(l) = self.sizing.controller.learned() else {
             return;
