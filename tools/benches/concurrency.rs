@@ -497,15 +497,18 @@ fn drive() -> Result<()> {
     let budget = cpu_percent()?;
     let set = target_set()?;
     let trusted = std::env::args().any(|a| a == "--trusted");
+    let warm = number("--warm", "BEEBOT_BENCH_WARM", 0)?;
+    // The web is sized for the warm run and the measured one together.
+    let sized_for = seconds + warm;
     let (web_pages, largest) = {
-        let w = web(set, seconds);
+        let w = web(set, sized_for);
         let largest = w.site_hosts().iter().filter_map(|h| w.site_pages(h)).max();
         (w.total_pages(), largest.unwrap_or(0))
     };
     let (mut web_child, mut web_in, mut web_out) = spawn(
         "web",
         &[
-            ("BEEBOT_BENCH_SECONDS", seconds.to_string()),
+            ("BEEBOT_BENCH_SECONDS", sized_for.to_string()),
             (SET_VAR, set.name.to_string()),
         ],
     )?;
@@ -543,7 +546,7 @@ fn drive() -> Result<()> {
         };
         worker::join(&home, &code, Some("desktop".into())).await?;
         let host_id = home.require_enrolment()?.host_id;
-        let hosts = web(set, seconds).site_hosts();
+        let hosts = web(set, sized_for).site_hosts();
         let now = now_ms();
         shared
             .with_grid(move |g| {
@@ -579,7 +582,6 @@ fn drive() -> Result<()> {
     // A run before the measured one (`--warm S`): the measured run starts
     // where a desktop that ran before does (what its client learned, the
     // results the server kept of it).
-    let warm = number("--warm", "BEEBOT_BENCH_WARM", 0)?;
     if warm > 0 {
         let (mut c, i) = how.start()?;
         eprintln!("warm run of {warm} s (not measured)");
