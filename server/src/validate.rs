@@ -45,16 +45,19 @@ pub const DEFAULT_TRUST_AFTER: u32 = 10;
 pub const UNTRUSTED_MAX_SLOTS: u32 = 4;
 
 /// Slots a host not trusted yet may count: [`UNTRUSTED_MAX_SLOTS`] and one
-/// more for each of its results kept (`jobs_done`), as BOINC's quota of a
-/// new host grows with the work it returns, so a desktop that keeps its
-/// sites coming back is never held below its pace for lack of units; a
-/// host with a result found invalid counts [`UNTRUSTED_MAX_SLOTS`] until
-/// it is trusted again.
-pub fn untrusted_slots(jobs_done: u64, invalid_results: u64) -> u32 {
+/// more for each of its results kept (`jobs_done`), less one for each unit
+/// it let pass its deadline or gave back (`lapsed`), as BOINC's quota of a
+/// new host grows with the work it returns and shrinks with what it drops:
+/// a desktop that keeps its sites coming back is never held below its pace
+/// for lack of units, and one that hoards and lets them lapse earns
+/// nothing from its past. A host with a result found invalid counts
+/// [`UNTRUSTED_MAX_SLOTS`] until it is trusted again.
+pub fn untrusted_slots(jobs_done: u64, lapsed: u64, invalid_results: u64) -> u32 {
     if invalid_results > 0 {
         return UNTRUSTED_MAX_SLOTS;
     }
-    UNTRUSTED_MAX_SLOTS.saturating_add(u32::try_from(jobs_done).unwrap_or(u32::MAX))
+    let earned = jobs_done.saturating_sub(lapsed);
+    UNTRUSTED_MAX_SLOTS.saturating_add(u32::try_from(earned).unwrap_or(u32::MAX))
 }
 
 /// Share of a trusted host's results still checked (spot checks), percent.

@@ -879,7 +879,8 @@ impl Grid {
     /// ([`held_cap`]), its slots being the concurrency its client last
     /// reported (`Request::Concurrency`), else its benchmark's; a host not
     /// trusted yet is taken to have at most [`validate::untrusted_slots`]
-    /// (four, and one more per result of it kept), whatever it claims.
+    /// (four, one more per result of it kept and one less per unit it let
+    /// lapse or gave back), whatever it claims.
     pub(super) fn units_cap(&self, host_id: u64) -> usize {
         let Some(h) = self.hosts.get(&host_id) else {
             return held_cap(scheduler::DEFAULT_HOST_SLOTS.min(validate::UNTRUSTED_MAX_SLOTS));
@@ -888,7 +889,12 @@ impl Grid {
         if self.is_trusted(host_id) {
             held_cap(slots)
         } else {
-            held_cap(slots.min(validate::untrusted_slots(h.jobs_done, h.invalid_results)))
+            let lapsed = h.deadlines_missed.saturating_add(h.failures);
+            held_cap(slots.min(validate::untrusted_slots(
+                h.jobs_done,
+                lapsed,
+                h.invalid_results,
+            )))
         }
     }
 }

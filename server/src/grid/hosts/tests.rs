@@ -519,9 +519,16 @@ fn a_host_not_trusted_earns_a_slot_per_result_kept() {
         "four slots and one per result kept"
     );
     // Never past what its client says it scans at once.
-    assert_eq!(untrusted_slots(1000, 0), UNTRUSTED_MAX_SLOTS + 1000);
+    assert_eq!(untrusted_slots(1000, 0, 0), UNTRUSTED_MAX_SLOTS + 1000);
     fx.grid.hosts.get_mut(&b).unwrap().jobs_done = 1000;
     assert_eq!(fx.grid.units_cap(b), held_cap(30));
+    // Units let pass their deadline or given back take earned slots away:
+    // a hoarder's past results do not cover what it drops.
+    let h = fx.grid.hosts.get_mut(&b).unwrap();
+    (h.deadlines_missed, h.failures) = (990, 4);
+    assert_eq!(fx.grid.units_cap(b), held_cap(UNTRUSTED_MAX_SLOTS + 6));
+    let h = fx.grid.hosts.get_mut(&b).unwrap();
+    (h.deadlines_missed, h.failures) = (0, 0);
     // A result found invalid: four slots again, whatever it did before.
     fx.grid.hosts.get_mut(&b).unwrap().invalid_results = 1;
     assert_eq!(fx.grid.units_cap(b), held_cap(UNTRUSTED_MAX_SLOTS));
