@@ -155,10 +155,10 @@ mod tests {
                      not set.";
         let page = beebot_shared::clihelp::reference_page(Cli::command(), intro)
             .unwrap_or_else(|e| panic!("{e}"));
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference/server.md");
-        if let Err(e) = beebot_shared::docpage::check_current(&path, &page) {
-            panic!("{e}");
-        }
+        beebot_shared::docpage::assert_reference_current(
+            env!("CARGO_MANIFEST_DIR"),
+            "server.md",
+            &page,
+        );
     }
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use clap::Args;
 
-use beebot_shared::docpage::{cell, check_current, made_from_the_code};
+use beebot_shared::docpage::{cell, made_from_the_code};
 use beebot_shared::export::{ExportWriter, COLUMNS, COLUMN_DOCS};
 use beebot_shared::extract::LinkTag;
 use beebot_shared::linkfile::LinkRecord;
@@ -26,12 +26,7 @@ use crate::params::{RoundOverrides, RoundParams};
 
 /// `page` against the committed `docs/reference/NAME`.
 fn assert_current(name: &str, page: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../docs/reference")
-        .join(name);
-    if let Err(e) = check_current(&path, page) {
-        panic!("{e}");
-    }
+    beebot_shared::docpage::assert_reference_current(env!("CARGO_MANIFEST_DIR"), name, page);
 }
 
 /// The fields of `pub struct NAME { ... }` in `source`, each with its

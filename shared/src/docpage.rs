@@ -26,6 +26,16 @@ const MAX_DIFF_LINES: usize = 60;
 /// other's); past it every changed line is shown as removed and added.
 const MAX_DIFF_CELLS: usize = 4_000_000;
 
+/// [`check_current`] for `docs/reference/NAME` of the repository holding
+/// the crate at `crate_dir` (its `CARGO_MANIFEST_DIR`): a test's check,
+/// which panics with what differs.
+pub fn assert_reference_current(crate_dir: &str, name: &str, generated: &str) {
+    let path = Path::new(crate_dir).join("../docs/reference").join(name);
+    if let Err(e) = check_current(&path, generated) {
+        panic!("{e}");
+    }
+}
+
 /// `generated` against the committed page at `path`: `Ok` when they are
 /// the same (line ends aside), or when [`WRITE_ENV`] is `1` and the page
 /// was written; else what differs and how to write it again.

@@ -293,11 +293,11 @@ mod tests {
                      work; the [settings](client-settings.md) are what `beebot config` sets.";
         let page = beebot_shared::clihelp::reference_page(Cli::command(), intro)
             .unwrap_or_else(|e| panic!("{e}"));
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference/client.md");
-        if let Err(e) = beebot_shared::docpage::check_current(&path, &page) {
-            panic!("{e}");
-        }
+        beebot_shared::docpage::assert_reference_current(
+            env!("CARGO_MANIFEST_DIR"),
+            "client.md",
+            &page,
+        );
     }
 
     /// `docs/reference/client-settings.md` is every setting as it is now:
@@ -305,7 +305,7 @@ mod tests {
     /// variable, the flags of the same name, and when a change applies.
     #[test]
     fn the_settings_reference_page_is_current() {
-        use beebot_shared::docpage::{cell, check_current, made_from_the_code};
+        use beebot_shared::docpage::{cell, made_from_the_code};
         use clap::CommandFactory;
         let cli = Cli::command();
         let mut page = format!(
@@ -346,11 +346,11 @@ mod tests {
                 cell(meaning)
             );
         }
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../docs/reference/client-settings.md");
-        if let Err(e) = check_current(&path, &page) {
-            panic!("{e}");
-        }
+        beebot_shared::docpage::assert_reference_current(
+            env!("CARGO_MANIFEST_DIR"),
+            "client-settings.md",
+            &page,
+        );
     }
 
     #[test]
