@@ -5,8 +5,8 @@
 //! it scans at once, so it scans as many as its budget allows: it starts at
 //! [`START_SLOTS`], grows by [`GROWTH`] while pages/s grows with it (slow
 //! start), and holds or backs off (by [`BACKOFF`]) when responses get slower,
-//! the process's CPU share rises, its memory passes the budget or the
-//! bandwidth cap is reached. A growth step that did not pay (pages per busy
+//! its memory passes the budget or the bandwidth cap is reached; CPU over
+//! the budget brings it down to the scans that fit under the hold line. A growth step that did not pay (pages per busy
 //! slot fell below [`PAY_SHARE`] of what they were) is undone, and the next
 //! probe waits [`PROBE_AFTER_STEPS`] steps. A growth step goes at most one
 //! scan past those that fit under [`CPU_HOLD_SHARE`] of the CPU budget at
@@ -25,6 +25,7 @@
 
 use beebot_shared::limits::MAX_SLOTS;
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 
 /// Sites scanned at once before anything is measured: four polite scans
 /// take any desktop about 1% of a core and 20 MB, and a host not trusted
@@ -70,6 +71,14 @@ pub const BASELINE_RISE: f64 = 0.05;
 
 /// The CPU share, of the budget, above which growth holds.
 pub const CPU_HOLD_SHARE: f64 = 0.8;
+
+/// Steps over which the CPU share is judged against the budget (30 s at
+/// the default 10 s step): one step's share swings with what its scans did
+/// in it (a site's last pages and upload, a large page), while the budget
+/// is a share of the machine over time. Judged on one step, a client near
+/// its budget stepped down by a quarter whenever one step passed it, and
+/// grew back (64 and 24 sites at once, minutes apart).
+pub const CPU_JUDGED_STEPS: usize = 3;
 
 /// Share of the machine's cores the client's process may use in all
 /// (it runs at low priority besides): half, and at least half a core; the
@@ -305,6 +314,8 @@ pub struct Controller {
     ceiling: u32,
     /// CPU seconds per page at the last judged step that measured both.
     cpu_s_per_page: Option<f64>,
+    /// The last [`CPU_JUDGED_STEPS`] steps' samples, as measured (oldest first).
+    cpu_steps: VecDeque<Sample>,
 }
 
 impl Controller {
@@ -319,6 +330,7 @@ impl Controller {
             last_rate: None,
             ceiling: budget.ceiling,
             cpu_s_per_page: None,
+            cpu_steps: VecDeque::with_capacity(CPU_JUDGED_STEPS),
         }
     }
 
@@ -398,14 +410,21 @@ impl Controller {
     pub fn step(&mut self, sample: &Sample, budget: &Budget) -> (u32, Reason) {
         self.ceiling = budget.ceiling;
         self.pending.add(sample);
+        if self.cpu_steps.len() == CPU_JUDGED_STEPS {
+            self.cpu_steps.pop_front();
+        }
+        self.cpu_steps.push_back(*sample);
         let s = self.pending;
         let cap = Controller::cap(budget, &s);
         if self.limit > cap {
             return self.set(cap, Reason::Capped);
         }
-        // Overload of the machine: shrink at once.
-        if s.cpu_share().is_some_and(|c| c > budget.cpu_cores) {
-            return self.shrink(Reason::Cpu);
+        // Overload of the machine: CPU over the budget across the window
+        // shrinks to the scans that fit under the hold line; memory at once.
+        let cpu = self.cpu_at_limit();
+        if self.cpu_steps.len() == CPU_JUDGED_STEPS && cpu.is_some_and(|c| c > budget.cpu_cores) {
+            let fit = self.cpu_fit(budget).unwrap_or(1);
+            return self.set(fit.min(self.limit - 1), Reason::Cpu);
         }
         if s.rss_mb.is_some_and(|m| m > f64::from(budget.memory_mb)) {
             return self.shrink(Reason::Memory);
@@ -445,8 +464,9 @@ impl Controller {
         }
         self.last_rate = rate.or(self.last_rate);
         let near = slowness > HOLD_RATIO
-            || s.cpu_share()
-                .is_some_and(|c| c > CPU_HOLD_SHARE * budget.cpu_cores)
+            || self
+                .cpu_per_scan()
+                .is_some_and(|c| c * f64::from(self.limit) > CPU_HOLD_SHARE * budget.cpu_cores)
             || (budget.bandwidth_kbps > 0
                 && s.kbps() >= BANDWIDTH_HOLD_SHARE * budget.bandwidth_kbps as f64);
         if self.limit >= cap {
@@ -465,7 +485,7 @@ impl Controller {
         let mut grown = ((f64::from(self.limit) * GROWTH).floor() as u32)
             .max(self.limit + 1)
             .min(cap);
-        if let Some(fit) = self.cpu_fit(&s, budget) {
+        if let Some(fit) = self.cpu_fit(budget) {
             // No further than the CPU budget's hold line, at this share per scan.
             grown = grown.min(fit.max(self.limit + 1));
         }
@@ -476,12 +496,50 @@ impl Controller {
         (grown, Reason::Grew)
     }
 
+    /// The CPU the window of steps measured ([`CPU_JUDGED_STEPS`]), added up.
+    fn cpu_window(&self) -> Sample {
+        let mut w = Sample::default();
+        for s in &self.cpu_steps {
+            w.add(s);
+        }
+        w
+    }
+
+    /// The CPU share the window measured, at the effective concurrency:
+    /// when more scans ran than it allows (those started before a step
+    /// down, winding down), scaled by its share of them.
+    fn cpu_at_limit(&self) -> Option<f64> {
+        let w = self.cpu_window();
+        let share = w.cpu_share()?;
+        let busy = w.busy();
+        let limit = f64::from(self.limit);
+        Some(if busy > limit {
+            share * limit / busy
+        } else {
+            share
+        })
+    }
+
+    /// The CPU share per scan running the window measured (the process's
+    /// own share counted as the scans': so never too little).
+    fn cpu_per_scan(&self) -> Option<f64> {
+        let w = self.cpu_window();
+        let share = w.cpu_share().filter(|&c| c > 0.0)?;
+        let busy = w.busy();
+        Some(
+            share
+                / if busy > 0.0 {
+                    busy
+                } else {
+                    f64::from(self.limit)
+                },
+        )
+    }
+
     /// The scans that fit under the CPU budget's hold line
-    /// ([`CPU_HOLD_SHARE`]) at the CPU share per scan `s` measured (the
-    /// process's own share counted as the scans': so never too many).
-    fn cpu_fit(&self, s: &Sample, budget: &Budget) -> Option<u32> {
-        let share = s.cpu_share().filter(|&c| c > 0.0)?;
-        let fit = f64::from(self.limit) * CPU_HOLD_SHARE * budget.cpu_cores / share;
+    /// ([`CPU_HOLD_SHARE`]) at the CPU share per scan the window measured.
+    fn cpu_fit(&self, budget: &Budget) -> Option<u32> {
+        let fit = CPU_HOLD_SHARE * budget.cpu_cores / self.cpu_per_scan()?;
         Some(fit.floor().clamp(1.0, f64::from(MAX_SLOTS)) as u32)
     }
 
