@@ -37,7 +37,10 @@
 //! binary's size and the bytes written per hour (`--seconds 3600` for the
 //! the hour in docs/measurements.md). `BEEBOT_BENCH_CLIENT_BIN=PATH` runs that program
 //! instead of building one (two builds side by side, each in a bench of
-//! its own).
+//! its own). `--wine` runs the shipped Windows program
+//! (`target/windows/beebot.exe`, from `deploy/windows/build.sh`) under
+//! Wine in the harness's prefix, and adds the CPU of Wine's wineserver,
+//! which serves it, to the table.
 //! Nothing here asserts a figure: it reports them.
 
 use std::collections::BTreeMap;
@@ -62,6 +65,7 @@ use beebot_server::web::{DelaySetting, RequestLog, ResponseDelay};
 use beebot_server::{now_ms, Server};
 use beebot_shared::limits::MAX_SLOTS;
 use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_tools::wine;
 
 /// Seed of the benched synthetic web and of its response times.
 const SEED: u64 = 1414;
@@ -116,6 +120,8 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(30);
 const BUSY_EVERY: Duration = Duration::from_secs(1);
 /// What is left out of the steady-state figure: the ramp-up.
 const RAMP_S: f64 = 120.0;
+/// Pages/s a desktop is to reach at the default delay: 100,000 pages an hour.
+const TARGET_PAGES_PER_S: f64 = 28.0;
 /// Environment variable that gives this binary its role.
 const ROLE_VAR: &str = "BEEBOT_BENCH_ROLE";
 /// The client's home, and the web's address, for the client role.
@@ -190,9 +196,15 @@ fn seconds() -> Result<u64> {
     number("--seconds", "BEEBOT_BENCH_SECONDS", DEFAULT_SECONDS)
 }
 
-/// Whether the client is the shipped `beebot run` (`--binary`).
+/// Whether the client is the shipped `beebot run` under Wine (`--wine`).
+fn under_wine() -> bool {
+    std::env::args().any(|a| a == "--wine")
+}
+
+/// Whether the client is the shipped `beebot run` (`--binary`, `--wine`).
 fn binary() -> bool {
-    std::env::args().any(|a| a == "--binary")
+    under_wine()
+        || std::env::args().any(|a| a == "--binary")
         || std::env::var("BEEBOT_BENCH_BINARY").is_ok_and(|v| v == "1")
 }
 
@@ -385,6 +397,8 @@ fn run_client() -> Result<()> {
 /// loop in a child of this binary.
 struct ClientHow {
     shipped: Option<PathBuf>,
+    /// The Wine prefix the shipped program runs in (`--wine`).
+    wine: Option<PathBuf>,
     home: PathBuf,
     web: SocketAddr,
     ceiling: u32,
@@ -396,8 +410,19 @@ impl ClientHow {
     fn start(&self) -> Result<(Child, Option<ChildStdin>)> {
         match &self.shipped {
             Some(exe) => {
-                let mut cmd = Command::new(exe);
-                cmd.arg("--home").arg(&self.home).args([
+                let mut cmd = match &self.wine {
+                    Some(prefix) => {
+                        let mut cmd = wine::command(exe, prefix);
+                        cmd.arg("--home").arg(wine::path(&self.home));
+                        cmd
+                    }
+                    None => {
+                        let mut cmd = Command::new(exe);
+                        cmd.arg("--home").arg(&self.home);
+                        cmd
+                    }
+                };
+                cmd.args([
                     "run",
                     "--allow-private",
                     "--resolve",
@@ -567,13 +592,21 @@ fn drive() -> Result<()> {
         anyhow::Ok((shared, tx, task))
     })?;
 
-    let shipped = if binary() {
+    let wine_prefix = if under_wine() {
+        Some(wine::prefix()?)
+    } else {
+        None
+    };
+    let shipped = if under_wine() {
+        Some(wine::built_exe()?)
+    } else if binary() {
         Some(release_beebot()?)
     } else {
         None
     };
     let how = ClientHow {
         shipped: shipped.clone(),
+        wine: wine_prefix.clone(),
         home: home_dir.clone(),
         web: web_addr,
         ceiling,
@@ -595,10 +628,17 @@ fn drive() -> Result<()> {
     let tab_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let tab = shipped.as_ref().map(|_| {
         let (dir, stop) = (home_dir.clone(), tab_stop.clone());
+        // Under Wine the run lock is Wine's own: the address file is taken
+        // at its word.
+        let find = if wine_prefix.is_some() {
+            beebot_client::ui::client::named_by_file
+        } else {
+            beebot_client::ui::client::find
+        };
         std::thread::spawn(move || {
             let (mut ok, mut failed) = (0u64, 0u64);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                match beebot_client::ui::client::find(&dir).and_then(|r| r.get("/api/status")) {
+                match find(&dir).and_then(|r| r.get("/api/status")) {
                     Ok(_) => ok += 1,
                     Err(_) => failed += 1,
                 }
@@ -614,6 +654,7 @@ fn drive() -> Result<()> {
     );
     let started = Instant::now();
     let cpu0 = usage::cpu_seconds(Process::Pid(pid)).unwrap_or(0.0);
+    let wineserver0 = wine_prefix.as_deref().and_then(wine::wineserver_cpu);
     let (mut last_t, mut last_pages, mut last_cpu) = (0.0, pages_before, cpu0);
     let mut rows = Vec::new();
     let mut steady_from: Option<(f64, usize)> = None;
@@ -669,6 +710,10 @@ fn drive() -> Result<()> {
     }
     let wall = started.elapsed().as_secs_f64();
     let cpu = usage::cpu_seconds(Process::Pid(pid)).map(|c| c - cpu0);
+    let wineserver = wine_prefix
+        .as_deref()
+        .and_then(wine::wineserver_cpu)
+        .map(|c| c - wineserver0.unwrap_or(0.0));
     let peak_kb = usage::peak_rss_kb(Process::Pid(pid));
     let written = usage::written_bytes(Process::Pid(pid));
     let pages: usize = ask(&mut web_in, &mut web_out, "count")?
@@ -713,6 +758,16 @@ fn drive() -> Result<()> {
     }
     let overall = pages as f64 / wall;
     let steady = steady_from.map(|(t, p)| (pages - p) as f64 / (wall - t).max(0.001));
+    let first = steady_from.map(|(t, p)| p as f64 / t.max(0.001));
+    let reached = rows
+        .iter()
+        .find(|r| r.pages_per_s >= TARGET_PAGES_PER_S)
+        .map(|r| r.t_s);
+    let after: Vec<&Row> = rows.iter().filter(|r| r.t_s > RAMP_S + 1.0).collect();
+    let under = after
+        .iter()
+        .filter(|r| r.pages_per_s < TARGET_PAGES_PER_S)
+        .count();
     let most = rows.iter().filter_map(|r| r.concurrency).max();
     let mut table: Vec<(String, String)> = vec![
         (
@@ -743,6 +798,24 @@ fn drive() -> Result<()> {
             steady.map_or("run too short".into(), |s| {
                 format!("{s:.1} ({:.0} pages per desktop-hour)", s * 3600.0)
             }),
+        ),
+        (
+            format!("pages/s in the first {RAMP_S:.0} s"),
+            first.map_or("run too short".into(), |f| format!("{f:.1}")),
+        ),
+        (
+            format!(
+                "first {} s row at {TARGET_PAGES_PER_S:.0} pages/s or more (ends at)",
+                SAMPLE_EVERY.as_secs()
+            ),
+            reached.map_or("none".into(), |t| format!("{t:.0} s")),
+        ),
+        (
+            format!(
+                "{} s rows under {TARGET_PAGES_PER_S:.0} pages/s after the first {RAMP_S:.0} s",
+                SAMPLE_EVERY.as_secs()
+            ),
+            format!("{under} of {}", after.len()),
         ),
         (
             format!("most sites at once (slots ceiling {ceiling})"),
@@ -784,11 +857,29 @@ fn drive() -> Result<()> {
             0,
             (
                 "client: the shipped program".into(),
-                format!("{} run, default settings", exe.display()),
+                format!(
+                    "{} run, default settings{}",
+                    exe.display(),
+                    if wine_prefix.is_some() {
+                        ", under Wine"
+                    } else {
+                        ""
+                    }
+                ),
             ),
         );
+        if wine_prefix.is_some() {
+            table.push((
+                "Wine's wineserver CPU beside it, share of one core".into(),
+                wineserver.map_or("?".into(), |c| {
+                    format!("{:.2}% ({c:.1} s in {wall:.0} s)", c / wall * 100.0)
+                }),
+            ));
+        }
         table.push((
-            if std::env::var_os(CLIENT_BIN_VAR).is_some() {
+            if wine_prefix.is_some() {
+                "client binary (Windows, release)".into()
+            } else if std::env::var_os(CLIENT_BIN_VAR).is_some() {
                 "client binary (as given)".into()
             } else {
                 "client binary (release, stripped)".into()

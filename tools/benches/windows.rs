@@ -13,7 +13,7 @@
 //! `--pages N` (after `--`) changes the scan's length (default 150).
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +24,7 @@ use beebot_client::settings::DEFAULT_CPU_PERCENT;
 use beebot_client::usage::{self, Process};
 use beebot_server::web::SynthWebServer;
 use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_tools::wine;
 
 const SEED: u64 = 77;
 /// The scan's politeness delay, ms.
@@ -40,21 +41,10 @@ fn main() -> Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let out = root.join("target/windows");
     let version = env!("CARGO_PKG_VERSION");
-    let exe = out.join("beebot.exe");
-    if !exe.is_file() {
-        bail!("no {}: run deploy/windows/build.sh first", exe.display());
-    }
+    let exe = wine::built_exe()?;
     let pages = pages_flag()?;
     let linux = beebot_tools::build_release_client()?;
-    let prefix = root.join("target/wine-prefix");
-    let prepared = Command::new("bash")
-        .arg("-c")
-        .arg("source deploy/windows/env.sh && source deploy/windows/wine.sh && win_install_missing && wine_prefix")
-        .current_dir(&root)
-        .env("WINEPREFIX", &prefix)
-        .status()
-        .context("prepare the Wine prefix")?;
-    anyhow::ensure!(prepared.success(), "cannot prepare the Wine prefix");
+    let prefix = wine::prefix()?;
 
     let web = SynthWeb::with_config(
         SEED,
@@ -94,15 +84,8 @@ fn main() -> Result<()> {
     )?;
     rows.push(("Linux", l, std::fs::read_to_string(&linux_out)?));
     let win_out = tmp.path().join("windows.tsv");
-    let wine = PathBuf::from("/usr/lib/wine/wine64");
-    let mut cmd = Command::new(&wine);
-    cmd.arg(&exe)
-        .args(crawl_args(&format!(
-            "Z:{}",
-            win_out.to_string_lossy().replace('/', "\\")
-        )))
-        .env("WINEPREFIX", &prefix)
-        .env("WINEDEBUG", "-all");
+    let mut cmd = wine::command(&exe, &prefix);
+    cmd.args(crawl_args(&wine::path(&win_out)));
     let w = measure(&mut cmd, Some(&prefix))?;
     rows.push(("Windows (Wine 8)", w, std::fs::read_to_string(&win_out)?));
 
@@ -182,7 +165,7 @@ struct Measured {
 /// last reading before it exits); with a Wine prefix, the CPU of the
 /// wineserver serving it too (started with the program, gone with it).
 fn measure(cmd: &mut Command, prefix: Option<&Path>) -> Result<Measured> {
-    let server_before = prefix.and_then(wineserver_cpu);
+    let server_before = prefix.and_then(wine::wineserver_cpu);
     let mut server_last = None;
     let start = Instant::now();
     let mut child = cmd
@@ -208,7 +191,7 @@ fn measure(cmd: &mut Command, prefix: Option<&Path>) -> Result<Measured> {
         if let Some(k) = usage::peak_rss_kb(pid) {
             peak_kb = k;
         }
-        if let Some(c) = prefix.and_then(wineserver_cpu) {
+        if let Some(c) = prefix.and_then(wine::wineserver_cpu) {
             server_last = Some(c);
         }
         if let Some(status) = child.try_wait()? {
@@ -231,24 +214,6 @@ fn measure(cmd: &mut Command, prefix: Option<&Path>) -> Result<Measured> {
         cpu_s,
         peak_kb,
         wineserver_cpu_s,
-    })
-}
-
-/// CPU seconds of the wineserver serving `prefix`, if one runs.
-fn wineserver_cpu(prefix: &Path) -> Option<f64> {
-    let want = std::fs::canonicalize(prefix).ok()?;
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let cmd = std::fs::read_to_string(e.path().join("cmdline")).ok()?;
-        if !cmd.contains("wineserver") {
-            return None;
-        }
-        let env = std::fs::read(e.path().join("environ")).ok()?;
-        let ours = env.split(|b| *b == 0).any(|kv| {
-            kv == format!("WINEPREFIX={}", want.display()).as_bytes()
-                || kv == format!("WINEPREFIX={}", prefix.display()).as_bytes()
-        });
-        ours.then(|| usage::cpu_seconds(Process::Pid(pid)))?
     })
 }
 

@@ -48,6 +48,19 @@ pub fn find(data_dir: &Path) -> Result<Running> {
     })
 }
 
+/// The page `data_dir`'s address file names, without asking which process
+/// holds the home's run lock: for a harness outside the runner's system (a
+/// runner under Wine, whose Windows file locks Linux does not see). The
+/// command line never uses it: see [`find`].
+pub fn named_by_file(data_dir: &Path) -> Result<Running> {
+    let addr = super::read_addr(data_dir).ok_or_else(|| not_running(data_dir))?;
+    let secret = Secret::read(data_dir).map_err(|_| not_running(data_dir))?;
+    Ok(Running {
+        port: addr.port,
+        secret,
+    })
+}
+
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .proxy(None)
