@@ -6,11 +6,11 @@ use beebot_client::cancel::Cancel;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use beebot_client::crawler::{
-    crawl, crawl_resumable, crawl_with_progress, CrawlOutput, CrawlProgress, CrawlSpec,
-    CrawlerConfig, Lookup,
+    crawl, crawl_quiet_since, crawl_resumable, crawl_with_progress, CrawlOutput, CrawlProgress,
+    CrawlSpec, CrawlerConfig, Lookup,
 };
 use beebot_server::web::{LoggedRequest, ResponseDelay, SynthWebServer};
 use beebot_shared::linkfile::{LinkRecord, StopReason};
@@ -1100,6 +1100,40 @@ fn a_scan_resumed_at_once_waits_the_delay_before_its_first_request() {
     assert!(second.summary.pages > 0, "{:?}", second.summary);
     let log = requests_to(&server.request_log(), &host);
     assert!(log.len() > first.summary.pages as usize, "both parts asked");
+    assert_spaced(&log, delay);
+}
+
+#[test]
+fn a_crawl_whose_sites_were_asked_a_moment_ago_waits_the_delay_first() {
+    // A client started again at once: the run before may have asked the
+    // site a moment ago, so the first request (its robots.txt) waits a
+    // delay from the new run's start, and the rest keep the delay.
+    let web = Arc::new(SynthWeb::generate(7, 12));
+    let host = biggest_site(&web);
+    let server = start(&web);
+    let cfg = loopback_config(&server);
+    let delay = Duration::from_millis(400);
+    let spec = CrawlSpec {
+        delay,
+        max_pages: 3,
+        ..open_spec(&host)
+    };
+    let run_started = Instant::now();
+    let out = crawl_quiet_since(
+        &spec,
+        Some(run_started),
+        &cfg,
+        &Cancel::new(),
+        &mut |_, _| {},
+    );
+    assert_eq!(out.summary.pages, 3, "{:?}", out.summary);
+    let log = requests_to(&server.request_log(), &host);
+    assert_eq!(log[0].path, "/robots.txt");
+    let first = log[0].at.saturating_duration_since(run_started);
+    assert!(
+        first >= delay,
+        "the first request came {first:?} after the start"
+    );
     assert_spaced(&log, delay);
 }
 

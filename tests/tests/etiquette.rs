@@ -253,3 +253,59 @@ fn sites_that_share_a_host_are_never_scanned_at_once() {
         "the other site waited: {spans:?} {other_issued}"
     );
 }
+
+/// A client killed in the middle of a site's scan, before its first
+/// checkpoint, and started again at once, waits the delay before it asks
+/// that site again (the new run cannot know what the killed one asked):
+/// no host gets two requests closer than the delay, and the round ends
+/// with the truth.
+#[test]
+fn a_client_killed_and_started_at_once_waits_the_delay_before_asking_again() {
+    // A delay longer than a client takes to start again.
+    let delay = Duration::from_millis(2500);
+    let g = Grid::of_sites(12, 3, 4, 0);
+    let code = g.invite(1);
+    g.join("a", &code);
+    g.import_sites();
+    let o = g.admin_ok(&["round", "start", "--delay-ms", "2500", "--force"]);
+    let round = last_line(&o);
+    let mut first = run(&g, "a", "1", &[]);
+    let robots_hosts = || {
+        let log = g.web_server.request_log();
+        let hosts: std::collections::BTreeSet<String> = log
+            .iter()
+            .filter(|r| r.path == "/robots.txt")
+            .map(|r| r.host.clone())
+            .collect();
+        hosts.len()
+    };
+    // One scanning, one asked ahead.
+    wait_for(
+        "a site's robots.txt asked ahead",
+        Duration::from_secs(60),
+        || robots_hosts() >= 2,
+    );
+    first.kill().expect("kill the client");
+    let _ = first.wait();
+    let killed_at = std::time::Instant::now();
+    let before = g.web_server.request_log().len();
+    let again = run(&g, "a", "1", &[]);
+    g.wait_round(&round, ROUND_TIMEOUT);
+    wait_ok(again, "client a, started again");
+    let log = g.web_server.request_log();
+    eprintln!("closest requests per host: {:?}", closest_requests(&log));
+    // The client came back soon enough for the check to mean something:
+    // its first request within two delays of the kill (it waits one).
+    let next = log[before..]
+        .iter()
+        .map(|r| r.at)
+        .min()
+        .expect("requests after the kill");
+    let after = next.saturating_duration_since(killed_at);
+    assert!(
+        after < 2 * delay,
+        "the client's first request came {after:?} after the kill"
+    );
+    assert_spaced(&log, delay);
+    assert_same_rows(&g.export_rows(&round), &g.truth_rows());
+}

@@ -295,7 +295,22 @@ pub fn crawl_resumable(
     cancel: &Cancel,
     on_page: OnPage<'_>,
 ) -> CrawlOutput {
+    crawl_quiet_since(spec, None, cfg, cancel, on_page)
+}
+
+/// [`crawl_resumable`], where any origin may have been asked at
+/// `quiet_since` by a run of this client before this one (stopped and
+/// started again at once, or killed): the first request to each waits a
+/// delay from then (`None`: as [`crawl_resumable`]).
+pub fn crawl_quiet_since(
+    spec: &CrawlSpec,
+    quiet_since: Option<Instant>,
+    cfg: &CrawlerConfig,
+    cancel: &Cancel,
+    on_page: OnPage<'_>,
+) -> CrawlOutput {
     let mut crawler = Crawler::new(spec, cfg, cancel);
+    crawler.quiet_since = crawler.quiet_since.max(quiet_since);
     let stopped_by = crawler.run(on_page);
     crawler.finish(stopped_by)
 }
@@ -326,6 +341,10 @@ struct Crawler<'a> {
     pages_before: u64,
     /// When the last request to each origin finished.
     last_request: HashMap<String, Instant>,
+    /// An origin not in `last_request` may have been asked at this moment
+    /// (by the scan this one resumes, or a run of the client before this
+    /// one): its first request waits a delay from it.
+    quiet_since: Option<Instant>,
     /// Records not yet taken by a snapshot.
     records: Vec<LinkRecord>,
     /// Records found by this crawl, those taken by snapshots included.
@@ -390,15 +409,12 @@ impl<'a> Crawler<'a> {
         let mut pages_before = 0;
         // A resumed scan's sites may have had a request from the scan it
         // continues a moment ago (the client stopped and started again
-        // at once, or another host handed it over): each origin it knows,
-        // the seed's included, waits a whole delay before its first request.
-        let mut last_request = HashMap::new();
+        // at once, or another host handed it over): each origin it asks,
+        // the seed's and those reached by redirects included, waits a
+        // whole delay before its first request.
+        let mut quiet_since = None;
         if let Some(state) = &spec.resume {
-            let now = Instant::now();
-            last_request.insert(origin(&spec.seed), now);
-            for a in state.robots.iter().take(MAX_ROBOTS_HOSTS) {
-                last_request.insert(a.origin.clone(), now);
-            }
+            quiet_since = Some(Instant::now());
             frontier = Frontier::resume(MAX_FRONTIER_URLS, &state.queue, &state.seen);
             // Seen and not queued: requested by an earlier scan (or skipped
             // by its robots.txt rules, which still hold).
@@ -441,7 +457,8 @@ impl<'a> Crawler<'a> {
             robots_answers,
             robots_answer_bytes,
             pages_before,
-            last_request,
+            last_request: HashMap::new(),
+            quiet_since,
             records: Vec::new(),
             links: 0,
             target_hosts: HashSet::new(),

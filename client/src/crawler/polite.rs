@@ -62,10 +62,10 @@ impl Crawler<'_> {
             return Err(stop);
         }
         let key = origin(url);
-        let Some(last) = self.last_request.get(&key) else {
+        let Some(last) = self.last_request.get(&key).copied().or(self.quiet_since) else {
             return Ok(());
         };
-        let ready = *last + self.delay_for(&key);
+        let ready = last + self.delay_for(&key);
         let now = Instant::now();
         if ready <= now {
             return Ok(());

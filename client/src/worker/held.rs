@@ -124,6 +124,9 @@ pub(super) struct Worker {
     /// The server does not take `ScanProgress` (an older one): reports go
     /// as `Progress`, without bytes, until the next link.
     pub(super) scan_progress_refused: bool,
+    /// When this run started: a run before it may have asked any of its
+    /// sites a moment before.
+    pub(super) run_started: Instant,
     /// The concurrency controller and what it measures.
     pub(super) sizing: super::sizing::Sizing,
     /// What every scan counts (pages, bytes, response times).

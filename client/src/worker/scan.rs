@@ -140,6 +140,8 @@ struct ScanHooks {
     links_before: u64,
     bytes_before: u64,
     home: Home,
+    /// When this run of the client started.
+    run_started: Instant,
 }
 
 /// Hold the scan while its lease lapsed (see [`Lease`]), saying so once.
@@ -167,7 +169,10 @@ fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHook
     // No request before the lease is held (a scan resumed after a restart
     // waits for its first answered report).
     hold_for_lease(unit.unit_id, &hooks.lease, cancel);
-    let out = crawler::crawl_resumable(spec, cfg, cancel, &mut |p, snapshot| {
+    // The run before this one may have asked the site a moment before it
+    // stopped (or was killed): a delay from this run's start first.
+    let quiet_since = Some(hooks.run_started);
+    let out = crawler::crawl_quiet_since(spec, quiet_since, cfg, cancel, &mut |p, snapshot| {
         hooks.meter.count(p, &mut counted);
         hooks
             .pages
@@ -413,6 +418,7 @@ impl Worker {
             links_before,
             bytes_before,
             home: self.home.clone(),
+            run_started: self.run_started,
         };
         let tx = self.done_tx.clone();
         match &checkpoint {
