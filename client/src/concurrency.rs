@@ -6,8 +6,9 @@
 //! [`START_SLOTS`], grows by [`GROWTH`] while pages/s grows with it (slow
 //! start), and holds or backs off (by [`BACKOFF`]) when responses get slower,
 //! its memory passes the budget or the bandwidth cap is reached; CPU over
-//! the budget brings it down to the scans that fit under the hold line. A growth step that did not pay (pages per busy
-//! slot fell below [`PAY_SHARE`] of what they were) is undone, and the next
+//! the budget brings it down to the scans that fit under the hold line. A
+//! growth step that did not pay (pages per busy slot fell below
+//! [`PAY_SHARE`] of what they were) is undone, and the next
 //! probe waits [`PROBE_AFTER_STEPS`] steps. A growth step goes at most one
 //! scan past those that fit under [`CPU_HOLD_SHARE`] of the CPU budget at
 //! the CPU share per scan measured, so a small budget (the default

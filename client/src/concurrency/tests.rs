@@ -504,5 +504,9 @@ fn a_probe_not_judged_yet_is_not_kept_for_the_next_run() {
     // Saturated at 18 pages/s: the probe did not pay.
     let (back, why) = c.step(&polite(probe, 0.1, 18.0), &b);
     assert_eq!((back, why), (20, Reason::Undone));
-    assert!(c.learned().is_none_or(|l| l.sites_at_once == 20));
+    // Nothing new to keep until the next judged step: the file keeps 20.
+    assert_eq!(c.learned(), None);
+    let (held, _) = c.step(&polite(back, 0.1, 18.0), &b);
+    assert_eq!(held, 20);
+    assert_eq!(c.learned().map(|l| l.sites_at_once), Some(20));
 }

@@ -37,15 +37,7 @@ fn not_running(data_dir: &Path) -> anyhow::Error {
 
 /// The running client of `data_dir`, or why none can be reached.
 pub fn find(data_dir: &Path) -> Result<Running> {
-    let addr = super::read_addr(data_dir).ok_or_else(|| not_running(data_dir))?;
-    if crate::home::runner_pid(data_dir) != Some(addr.pid) {
-        return Err(not_running(data_dir));
-    }
-    let secret = Secret::read(data_dir).map_err(|_| not_running(data_dir))?;
-    Ok(Running {
-        port: addr.port,
-        secret,
-    })
+    read(data_dir, true)
 }
 
 /// The page `data_dir`'s address file names, without asking which process
@@ -53,7 +45,16 @@ pub fn find(data_dir: &Path) -> Result<Running> {
 /// runner under Wine, whose Windows file locks Linux does not see). The
 /// command line never uses it: see [`find`].
 pub fn named_by_file(data_dir: &Path) -> Result<Running> {
+    read(data_dir, false)
+}
+
+/// The page of `data_dir`'s address file, and its secret; with
+/// `check_runner`, only when the file names the run lock's holder.
+fn read(data_dir: &Path, check_runner: bool) -> Result<Running> {
     let addr = super::read_addr(data_dir).ok_or_else(|| not_running(data_dir))?;
+    if check_runner && crate::home::runner_pid(data_dir) != Some(addr.pid) {
+        return Err(not_running(data_dir));
+    }
     let secret = Secret::read(data_dir).map_err(|_| not_running(data_dir))?;
     Ok(Running {
         port: addr.port,
