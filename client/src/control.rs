@@ -224,10 +224,7 @@ impl Gate {
         // One clock reading for both: two would put the opening of the
         // window a moment early (and print the minute before).
         let now = SystemTime::now();
-        self.hold_at(
-            now,
-            chrono::DateTime::<chrono::Local>::from(now).naive_local(),
-        )
+        self.hold_at(now, crate::localtime::at(now).naive_local())
     }
 
     /// Whether scans may go on: [`Gate::hold`] read at most every
@@ -254,7 +251,7 @@ impl Gate {
     /// The open intervals ahead, for work requests (`None`: always open).
     pub fn open_intervals(&self) -> Option<Vec<(u64, u64)>> {
         self.windows_now().intervals(
-            chrono::Local::now().naive_local(),
+            crate::localtime::now().naive_local(),
             beebot_shared::limits::MAX_WINDOW_INTERVALS,
         )
     }
@@ -262,7 +259,7 @@ impl Gate {
     /// Seconds until the window closes (`None`: no window, or not open).
     pub fn seconds_left_open(&self) -> Option<u64> {
         self.windows_now()
-            .seconds_left_open(chrono::Local::now().naive_local())
+            .seconds_left_open(crate::localtime::now().naive_local())
     }
 }
 

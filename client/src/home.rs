@@ -95,7 +95,7 @@ pub const DAYS_KEPT: usize = 14;
 
 /// Today's local date as `YYYY-MM-DD`.
 pub fn today_date() -> String {
-    chrono::Local::now().format("%Y-%m-%d").to_string()
+    crate::localtime::today()
 }
 
 /// Where an IT deployment leaves an invite code for every user of the

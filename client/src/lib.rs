@@ -12,6 +12,7 @@ pub mod crawler;
 pub mod display;
 pub mod home;
 pub mod leave;
+pub mod localtime;
 pub mod logging;
 pub mod net;
 pub mod recordlog;
