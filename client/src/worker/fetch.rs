@@ -31,8 +31,8 @@ const SPOOL_FULL: &str =
 pub const WORK_HINT_JITTER: Duration = Duration::from_secs(1);
 
 /// How long a measure of the spool's size holds for [`Worker::spool_full`]:
-/// the work loop looks before every work request it might send, and a
-/// measure lists the spool's files. A unit spooled or a result uploaded
+/// the work loop looks only when a work request is due, and a measure
+/// lists the spool's files. A unit spooled or a result uploaded
 /// has it measured again at the next look; a scan's own writes show
 /// within this.
 pub const SPOOL_RECHECK: Duration = Duration::from_secs(1);
@@ -45,9 +45,6 @@ impl Worker {
     /// Ask for work when the buffer runs low. Returns false when the
     /// network failed.
     pub(super) async fn fetch_work(&mut self) -> Result<bool> {
-        if self.spool_full() {
-            return Ok(true);
-        }
         let Some(req) = self.work_request() else {
             return Ok(true);
         };
@@ -142,6 +139,11 @@ impl Worker {
         if !hinted && (wanted.is_none() || Instant::now() < self.next_request) {
             return None;
         }
+        // Measured only when a request is due (a measure lists the spool);
+        // a full spool keeps the hint for when it frees.
+        if self.spool_full() {
+            return None;
+        }
         // Hinted with a full buffer (or the gate shut): nothing asked for,
         // but the answer names the held units of a cancelled round.
         let (want_seconds, free_slots) = wanted.unwrap_or((0, 0));
@@ -217,5 +219,47 @@ impl Worker {
             backoff_bound(self.refusals, self.opts.backoff_base, self.opts.backoff_cap).as_secs()
         );
         self.next_request = Instant::now() + wait;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::home::Home;
+
+    #[test]
+    fn a_full_spool_asks_for_no_work_and_is_measured_only_when_asking() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::resolve(Some(dir.path().to_path_buf())).unwrap();
+        let mut w = super::super::tests::worker(home);
+        w.opts.spool_cap_bytes = 4096;
+        // Room in the spool: the request goes, measured on the way.
+        assert!(w.work_request().is_some());
+        assert!(w.spool_measured.is_some(), "measured before asking");
+
+        // Nothing due (asked a moment ago): the spool is not listed.
+        w.spool_measured = None;
+        w.next_request = Instant::now() + Duration::from_secs(60);
+        assert!(w.work_request().is_none());
+        assert!(w.spool_measured.is_none(), "listed with no request due");
+
+        // Results waiting for upload fill it: due, but not asked.
+        let results = dir.path().join("spool").join("results");
+        std::fs::create_dir_all(&results).unwrap();
+        std::fs::write(results.join("7.result"), vec![0u8; 5000]).unwrap();
+        w.next_request = Instant::now();
+        assert!(w.work_request().is_none(), "a full spool asks for nothing");
+        assert_eq!(w.spool_measured.map(|(_, b)| b), Some(5000));
+        // A hint (a round started) waits for room, not lost.
+        w.hinted_at = Some(Instant::now());
+        assert!(w.work_request().is_none());
+        assert!(w.hinted_at.is_some(), "the hint is kept while full");
+
+        // Uploaded: room again, and the hinted request goes.
+        std::fs::remove_file(results.join("7.result")).unwrap();
+        w.spool_measured = None;
+        assert!(w.work_request().is_some());
+        assert!(w.hinted_at.is_none());
     }
 }

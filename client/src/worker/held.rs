@@ -93,6 +93,10 @@ pub(super) struct Worker {
     /// The last problems, for the status page.
     pub(super) problems: Vec<crate::control::Problem>,
     pub(super) status_written: Instant,
+    /// Today's totals as this run last wrote or read them: the status
+    /// reads the spool's days file again only on another date (this run
+    /// is its only writer).
+    pub(super) today: Option<crate::home::DayTotals>,
     /// The units held and their states when the status was last written
     /// ([`Worker::write_status`] writes a change at once).
     pub(super) status_shape: Vec<(u64, u8)>,

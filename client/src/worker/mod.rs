@@ -149,6 +149,25 @@ use beebot_shared::clock::now_ms;
 mod tests {
     use beebot_shared::sign::WorkUnit;
 
+    /// A worker in `home`, joined to a project that is nowhere (it is
+    /// never contacted), holding nothing.
+    pub(super) fn worker(home: crate::home::Home) -> super::held::Worker {
+        let project = beebot_shared::sign::generate_key();
+        let enrolment = crate::home::Enrolment {
+            server_addr: "127.0.0.1:9".into(),
+            server_name: "beebot.test".into(),
+            cert_sha256: "00".repeat(32),
+            project_key: hex::encode(project.verifying_key().to_bytes()),
+            host_id: 1,
+            name: "test".into(),
+            joined_ms: 0,
+        };
+        home.host_key(true).expect("host key");
+        let (done_tx, _) = tokio::sync::mpsc::channel(1);
+        super::held::Worker::open(home, enrolment, super::RunOptions::default(), done_tx)
+            .expect("worker")
+    }
+
     /// A unit of one page, for the tests of the worker's modules.
     pub(super) fn unit() -> WorkUnit {
         WorkUnit {

@@ -20,7 +20,7 @@ use beebot_shared::linkfile::{self, LinkFileHeader};
 use beebot_shared::proto::{ErrorCode, Request, Response, ABORT_ROUND_CANCELLED};
 
 use crate::checkpoint::{distinct_hosts, sub_summaries};
-use crate::home::{today_date, PartsSent, SpooledPart, SpooledResult};
+use crate::home::{PartsSent, SpooledPart, SpooledResult};
 use crate::net::NetError;
 
 use super::held::{HeldState, Worker};
@@ -158,9 +158,7 @@ impl Worker {
                 if answer == Response::Accepted {
                     self.stats.pages += pages;
                     self.stats.links += links;
-                    if let Err(e) = self.home.add_to_today(&today_date(), pages, links) {
-                        tracing::warn!("cannot update today's totals: {e:#}");
-                    }
+                    self.add_to_today(pages, links);
                 }
                 tracing::info!(unit_id, index = part.index, pages, links, "part accepted");
                 Ok(PartSent::Held)

@@ -71,7 +71,7 @@ pub async fn run_locked(
 
 impl Worker {
     /// The worker of an enrolled home, holding nothing yet.
-    fn open(
+    pub(super) fn open(
         home: Home,
         enrolment: Enrolment,
         opts: RunOptions,
@@ -120,6 +120,7 @@ impl Worker {
             spool_measured: None,
             problems: Vec::new(),
             status_written: Instant::now() - Duration::from_secs(60),
+            today: None,
             status_shape: Vec::new(),
             bandwidth,
             job_s: None,

@@ -47,6 +47,32 @@ impl Worker {
         self.write_status_now();
     }
 
+    /// Today's totals, read from the spool only when the date is not the
+    /// one last read or written.
+    fn today_totals(&mut self) -> crate::home::DayTotals {
+        let date = today_date();
+        match &self.today {
+            Some(d) if d.date == date => d.clone(),
+            _ => {
+                let d = self.home.today(&date);
+                self.today = Some(d.clone());
+                d
+            }
+        }
+    }
+
+    /// Count an accepted result (or part) in today's totals.
+    pub(super) fn add_to_today(&mut self, pages: u64, links: u64) {
+        match self.home.add_to_today(&today_date(), pages, links) {
+            Ok(d) => self.today = Some(d),
+            Err(e) => {
+                // Read again at the next status: the file may hold it.
+                self.today = None;
+                tracing::warn!("cannot update today's totals: {e:#}");
+            }
+        }
+    }
+
     /// The units held and their states, in id order.
     fn held_shape(&self) -> Vec<(u64, u8)> {
         let mut shape: Vec<(u64, u8)> = self
@@ -122,7 +148,7 @@ impl Worker {
                 _ => None,
             })
             .collect();
-        let today = self.home.today(&today_date());
+        let today = self.today_totals();
         let s = LiveStatus {
             pid: std::process::id(),
             updated_ms: control::unix_ms(now),

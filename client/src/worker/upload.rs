@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use beebot_shared::proto::{Request, Response, ABORT_ROUND_CANCELLED};
 
-use crate::home::{today_date, SpooledResult};
+use crate::home::SpooledResult;
 
 use super::held::{HeldState, Worker};
 use super::parts::PartSent;
@@ -49,9 +49,7 @@ impl Worker {
                     self.stats.uploads_accepted += 1;
                     self.stats.pages += pages;
                     self.stats.links += links;
-                    if let Err(e) = self.home.add_to_today(&today_date(), pages, links) {
-                        tracing::warn!("cannot update today's totals: {e:#}");
-                    }
+                    self.add_to_today(pages, links);
                     tracing::info!(
                         unit_id,
                         pages,
