@@ -119,8 +119,14 @@ impl Fetcher {
             .user_agent(user_agent)
             .accept(ACCEPT)
             .timeout_connect(Some(cfg.connect_timeout))
-            .timeout_recv_response(Some(cfg.read_timeout))
+            // Each read and each write waits at most `read_timeout`, and
+            // the whole request `request_timeout`. No deadline of its own
+            // for the response head: its time left would differ at every
+            // read, and a socket's timeout is set again (a system call; a
+            // round trip to the wineserver under Wine) whenever it changes.
+            // With these, a kept connection sets its timeouts once.
             .timeout_per_read(Some(cfg.read_timeout))
+            .timeout_per_write(Some(cfg.read_timeout))
             .timeout_global(Some(cfg.request_timeout))
             .max_idle_connections(IDLE_CONNECTIONS.max(per_host))
             .max_idle_connections_per_host(per_host)

@@ -179,7 +179,8 @@ pub struct CrawlerConfig {
     pub resolve: Vec<ResolveRule>,
     /// Longest wait for a TCP connection.
     pub connect_timeout: Duration,
-    /// Longest wait for the response head, and for each read of the body.
+    /// Longest wait for any one read (the response head's included) or
+    /// write of a request.
     pub read_timeout: Duration,
     /// Longest one request may take in all.
     pub request_timeout: Duration,
