@@ -37,7 +37,7 @@
 //! binary's size and the bytes written per hour (`--seconds 3600` for the
 //! the hour in docs/measurements.md). `BEEBOT_BENCH_CLIENT_BIN=PATH` runs that program
 //! instead of building one (two builds side by side, each in a bench of
-//! its own). `--wine` runs the shipped Windows program
+//! its own; with `--wine`, a Windows build). `--wine` runs the shipped Windows program
 //! (`target/windows/beebot.exe`, from `deploy/windows/build.sh`) under
 //! Wine in the harness's prefix, and adds the CPU of Wine's wineserver,
 //! which serves it, to the table.
@@ -213,7 +213,8 @@ const PAGE_POLL: Duration = Duration::from_secs(2);
 
 /// Build the release `beebot` and give its path (next to this bench's
 /// target dir: `target/release/beebot`), or the program
-/// `BEEBOT_BENCH_CLIENT_BIN` names (another build, to set two side by side).
+/// `BEEBOT_BENCH_CLIENT_BIN` names (another build, to set two side by side;
+/// under `--wine`, a Windows build).
 fn release_beebot() -> Result<PathBuf> {
     if let Some(given) = std::env::var_os(CLIENT_BIN_VAR) {
         let given = PathBuf::from(given);
@@ -597,9 +598,9 @@ fn drive() -> Result<()> {
     } else {
         None
     };
-    let shipped = if under_wine() {
+    let shipped = if under_wine() && std::env::var_os(CLIENT_BIN_VAR).is_none() {
         Some(wine::built_exe()?)
-    } else if binary() {
+    } else if binary() || under_wine() {
         Some(release_beebot()?)
     } else {
         None
