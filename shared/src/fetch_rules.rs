@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::limits::{MAX_SLOTS, MAX_UNITS_PER_SLOT};
+use crate::limits::{MAX_SLOTS, MAX_UNITS_HELD_PER_HOST, MAX_UNITS_PER_SLOT};
 
 /// Default least seconds of work held, like BOINC's "store at least", scaled
 /// to rounds that last hours rather than days.
@@ -32,9 +32,24 @@ pub fn units_per_slot(round_trip_s: f64, job_s: Option<f64>) -> usize {
     cover.clamp(2, MAX_UNITS_PER_SLOT)
 }
 
+/// A top-up (the reserve covered, the buffer's seconds short of the
+/// least) waits until it can ask for one unit per this many slots at
+/// once: topping up one unit at every scan's end cost a work request a
+/// unit on a desktop scanning many short sites.
+pub const TOP_UP_SLOTS_PER_UNIT: usize = 4;
+
+/// Units a top-up asks for at least: a quarter of the slots, at least one.
+pub fn top_up_batch(slots: usize) -> usize {
+    slots.div_ceil(TOP_UP_SLOTS_PER_UNIT).max(1)
+}
+
 /// What to ask the server for, or `None` when the buffer is full enough:
 /// `(want_seconds, free_slots)`. `unfinished` counts units held and not yet
-/// scanned to the end; `job_s` is this client's average scan time.
+/// scanned to the end; `job_s` is this client's average scan time. A
+/// reserve short of a unit per slot's round trip is asked for at once; a
+/// top-up toward [`MAX_UNITS_PER_SLOT`] a slot (at most
+/// [`MAX_UNITS_HELD_PER_HOST`], what the server lets a host hold) only
+/// when it is at least [`top_up_batch`] units, and then for all of it.
 pub fn work_wanted(
     slots: u32,
     unfinished: usize,
@@ -47,10 +62,15 @@ pub fn work_wanted(
     let target = slots * units_per_slot(round_trip_s, job_s);
     // Seconds of work held: the units spread over the slots.
     let held_s = job_s.map(|j| unfinished as f64 * j / slots as f64);
+    // As many as the server lets a host hold: asking past it gets nothing.
+    let most = (slots * MAX_UNITS_PER_SLOT).min(MAX_UNITS_HELD_PER_HOST);
+    let target = target.min(most);
     let units = if unfinished < target {
         target - unfinished
-    } else if held_s.is_some_and(|h| h < min_s as f64) && unfinished < slots * MAX_UNITS_PER_SLOT {
-        1
+    } else if held_s.is_some_and(|h| h < min_s as f64)
+        && most.saturating_sub(unfinished) >= top_up_batch(slots)
+    {
+        most - unfinished
     } else {
         0
     };
@@ -93,15 +113,59 @@ mod tests {
         );
         // Reserve full and 10 min held: nothing.
         assert_eq!(work_wanted(2, 4, Some(300.0), 0.05, 600, 3600), None);
-        // Reserve full but short scans leave less than the minimum: one more,
-        // up to the per-slot cap.
+        // Reserve full but short scans leave less than the minimum: up to
+        // the per-slot cap.
         assert_eq!(
             work_wanted(2, 4, Some(10.0), 0.05, 600, 3600),
-            Some((3580, 1))
+            Some((3580, 4))
         );
         assert_eq!(
             work_wanted(2, 2 * MAX_UNITS_PER_SLOT, Some(10.0), 0.05, 600, 3600),
             None
+        );
+    }
+
+    #[test]
+    fn a_buffer_of_short_scans_is_topped_up_in_batches_not_a_unit_a_scan() {
+        // 40 sites at once, 45 s scans: a reserve of 80, up to 128 held
+        // (160 would be 4 a slot; the server lets a host hold 128).
+        let (slots, job) = (40u32, Some(45.0));
+        let most = MAX_UNITS_HELD_PER_HOST;
+        assert_eq!(most, 128);
+        assert_eq!(top_up_batch(40), 10);
+        // Full: nothing. Scans end one by one: nothing until ten ended.
+        for ended in 0..10 {
+            assert_eq!(
+                work_wanted(slots, most - ended, job, 0.05, 600, 3600),
+                None,
+                "{ended} ended"
+            );
+        }
+        // Ten ended: all ten at once.
+        assert_eq!(
+            work_wanted(slots, most - 10, job, 0.05, 600, 3600).map(|w| w.1),
+            Some(10)
+        );
+        // Short of the reserve: asked at once, whatever the batch.
+        assert_eq!(
+            work_wanted(slots, 79, job, 0.05, 600, 3600).map(|w| w.1),
+            Some(1)
+        );
+        // Over a thousand scans' ends: a request every tenth.
+        let (mut held, mut requests) = (most, 0);
+        for _ in 0..1000 {
+            held -= 1;
+            if let Some((_, units)) = work_wanted(slots, held, job, 0.05, 600, 3600) {
+                requests += 1;
+                held += units as usize;
+            }
+        }
+        assert_eq!(requests, 100);
+        // One slot: a unit is a batch.
+        assert_eq!(top_up_batch(1), 1);
+        assert_eq!(
+            work_wanted(1, 3, Some(10.0), 0.05, 600, 3600).map(|w| w.1),
+            Some(1)
         );
     }
 
