@@ -774,6 +774,14 @@ impl Home {
         self.day_in(&self.days(), date)
     }
 
+    /// Today's totals, or `None` when the days' file could not be read or
+    /// does not parse (the zeros [`Home::today`] gives then are no reading
+    /// to keep).
+    pub fn today_read(&self, date: &str) -> Option<DayTotals> {
+        let days = self.read_days().ok()?.ok()?;
+        Some(self.day_in(&days, date))
+    }
+
     /// `date`'s totals among `days`, else in an older client's file for the
     /// day alone (`today.json`), else nothing yet.
     fn day_in(&self, days: &[DayTotals], date: &str) -> DayTotals {

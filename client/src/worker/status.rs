@@ -48,16 +48,19 @@ impl Worker {
     }
 
     /// Today's totals, read from the spool only when the date is not the
-    /// one last read or written.
+    /// one last read or written; a read that failed is not kept (the next
+    /// status reads again).
     fn today_totals(&mut self) -> crate::home::DayTotals {
         let date = today_date();
         match &self.today {
             Some(d) if d.date == date => d.clone(),
-            _ => {
-                let d = self.home.today(&date);
-                self.today = Some(d.clone());
-                d
-            }
+            _ => match self.home.today_read(&date) {
+                Some(d) => {
+                    self.today = Some(d.clone());
+                    d
+                }
+                None => self.home.today(&date),
+            },
         }
     }
 
@@ -176,7 +179,39 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::home::Home;
     use crate::worker::tests::unit;
+
+    #[test]
+    fn todays_totals_are_kept_from_what_was_written_and_a_failed_read_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::resolve(Some(dir.path().to_path_buf())).unwrap();
+        let days = dir.path().join("spool").join("days.json");
+        let mut w = crate::worker::tests::worker(home);
+        assert_eq!(w.today_totals().pages, 0);
+        // A result accepted: the totals written are the ones shown.
+        w.add_to_today(12, 120);
+        assert_eq!(w.today_totals().pages, 12);
+        // Kept: the file is not read again while the date holds.
+        std::fs::write(&days, b"not json").unwrap();
+        assert_eq!(w.today_totals().pages, 12);
+        // A reading that fails is shown as nothing, not kept: the next
+        // status reads the file again.
+        w.today = None;
+        assert_eq!(w.today_totals().pages, 0);
+        assert!(w.today.is_none(), "a failed read is not kept");
+        let date = today_date();
+        std::fs::write(
+            &days,
+            format!(r#"[{{"date":"{date}","results":3,"pages":40,"links":400}}]"#),
+        )
+        .unwrap();
+        assert_eq!(w.today_totals().pages, 40);
+        // Another date: read again.
+        w.today.as_mut().unwrap().date = "2000-01-01".into();
+        assert_eq!(w.today_totals().pages, 40);
+        assert_eq!(w.today.as_ref().unwrap().date, date);
+    }
 
     #[test]
     fn deadlines_follow_the_server_clock_whatever_the_skew() {
