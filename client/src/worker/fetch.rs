@@ -33,8 +33,8 @@ pub const WORK_HINT_JITTER: Duration = Duration::from_secs(1);
 /// How long a measure of the spool's size holds for [`Worker::spool_full`]:
 /// the work loop looks only when a work request is due, and a measure
 /// lists the spool's files. A unit spooled or a result uploaded
-/// has it measured again at the next look; a scan's own writes show
-/// within this.
+/// has it measured again at the next due request; a scan's own writes
+/// show within this.
 pub const SPOOL_RECHECK: Duration = Duration::from_secs(1);
 
 /// Seconds before asking again when the server gave no work and no

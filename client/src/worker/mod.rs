@@ -66,7 +66,9 @@ pub struct RunOptions {
     /// Most seconds of work to hold (BOINC's "up to" buffer): the request's `want_seconds`.
     pub buffer_seconds: u64,
     /// Least seconds of work to hold (BOINC's "at least" buffer): below it the
-    /// client asks for one more unit even when every slot has its reserve.
+    /// client tops its units up toward four a slot even when every slot has
+    /// its reserve, once a quarter of its slots' worth of units is missing
+    /// (`fetch_rules::top_up_batch`).
     pub buffer_min_s: u64,
     /// Extra pause after every page: makes this client slower on purpose
     /// (tests and demos of scheduling; zero in real use).

@@ -7,8 +7,9 @@
 //!
 //! The script is a round's tail: two hosts take work at the start, two
 //! more join 20 s later, when what is queued would lift the joiners to
-//! about the first hosts' line. The loaded hosts keep asking for a unit
-//! more (a client whose buffer holds less than its minimum seconds does).
+//! about the first hosts' line. The loaded hosts keep asking for more up
+//! to four units a slot (a client whose buffer holds less than its
+//! minimum seconds tops up so).
 //! The same script under `round-robin` must break the claim, so the test
 //! shows the policy, not the script.
 
