@@ -598,12 +598,13 @@ fn drive() -> Result<()> {
     } else {
         None
     };
-    let shipped = if under_wine() && std::env::var_os(CLIENT_BIN_VAR).is_none() {
-        Some(wine::built_exe()?)
-    } else if binary() || under_wine() {
-        Some(release_beebot()?)
-    } else {
+    // `--wine` is a `--binary` run: the Windows build unless another is named.
+    let shipped = if !binary() {
         None
+    } else if under_wine() && std::env::var_os(CLIENT_BIN_VAR).is_none() {
+        Some(wine::built_exe()?)
+    } else {
+        Some(release_beebot()?)
     };
     let how = ClientHow {
         shipped: shipped.clone(),

@@ -226,13 +226,9 @@ impl Worker {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use crate::home::Home;
-
     #[test]
     fn a_full_spool_asks_for_no_work_and_is_measured_only_when_asking() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = Home::resolve(Some(dir.path().to_path_buf())).unwrap();
-        let mut w = super::super::tests::worker(home);
+        let (dir, mut w) = super::super::tests::worker();
         w.opts.spool_cap_bytes = 4096;
         // Room in the spool: the request goes, measured on the way.
         assert!(w.work_request().is_some());

@@ -151,9 +151,12 @@ use beebot_shared::clock::now_ms;
 mod tests {
     use beebot_shared::sign::WorkUnit;
 
-    /// A worker in `home`, joined to a project that is nowhere (it is
+    /// A worker in a home of its own in a temporary directory (kept while
+    /// the directory lives), joined to a project that is nowhere (it is
     /// never contacted), holding nothing.
-    pub(super) fn worker(home: crate::home::Home) -> super::held::Worker {
+    pub(super) fn worker() -> (tempfile::TempDir, super::held::Worker) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let home = crate::home::Home::resolve(Some(dir.path().to_path_buf())).expect("home");
         let project = beebot_shared::sign::generate_key();
         let enrolment = crate::home::Enrolment {
             server_addr: "127.0.0.1:9".into(),
@@ -166,8 +169,9 @@ mod tests {
         };
         home.host_key(true).expect("host key");
         let (done_tx, _) = tokio::sync::mpsc::channel(1);
-        super::held::Worker::open(home, enrolment, super::RunOptions::default(), done_tx)
-            .expect("worker")
+        let w = super::held::Worker::open(home, enrolment, super::RunOptions::default(), done_tx)
+            .expect("worker");
+        (dir, w)
     }
 
     /// A unit of one page, for the tests of the worker's modules.

@@ -179,15 +179,12 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::home::Home;
     use crate::worker::tests::unit;
 
     #[test]
     fn todays_totals_are_kept_from_what_was_written_and_a_failed_read_is_not() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = Home::resolve(Some(dir.path().to_path_buf())).unwrap();
+        let (dir, mut w) = crate::worker::tests::worker();
         let days = dir.path().join("spool").join("days.json");
-        let mut w = crate::worker::tests::worker(home);
         assert_eq!(w.today_totals().pages, 0);
         // A result accepted: the totals written are the ones shown.
         w.add_to_today(12, 120);
