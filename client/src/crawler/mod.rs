@@ -49,6 +49,7 @@
 mod ahead;
 pub mod fetch;
 pub mod frontier;
+mod kept;
 mod page;
 mod parse;
 mod polite;
