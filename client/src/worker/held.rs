@@ -97,9 +97,9 @@ pub(super) struct Worker {
     /// reads the spool's days file again only on another date (this run
     /// is its only writer).
     pub(super) today: Option<crate::home::DayTotals>,
-    /// The units held and their states when the status was last written
-    /// ([`Worker::write_status`] writes a change at once).
-    pub(super) status_shape: Vec<(u64, u8)>,
+    /// The units whose scans ended when the status was last written
+    /// ([`Worker::write_status`] writes a change there at once).
+    pub(super) status_shape: Vec<(u64, bool)>,
     pub(super) bandwidth: Option<Arc<Bandwidth>>,
     /// Running average of this client's scan time, seconds (buffer sizing).
     pub(super) job_s: Option<f64>,
