@@ -156,7 +156,9 @@ impl RequestKind {
             Request::Concurrency { .. } => Self::Concurrency,
             Request::RequestWork { .. } => Self::RequestWork,
             // Both forms of a progress report are one kind of request.
-            Request::Progress { .. } | Request::ScanProgress { .. } => Self::Progress,
+            Request::Progress { .. }
+            | Request::ScanProgress { .. }
+            | Request::ScanProgressAll { .. } => Self::Progress,
             Request::Upload { .. } => Self::Upload,
             Request::UploadPart { .. } => Self::UploadPart,
             Request::FetchState { .. } => Self::FetchState,

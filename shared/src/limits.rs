@@ -126,6 +126,11 @@ pub const MAX_UNITS_PER_SLOT: usize = 4;
 /// Twice the units of a host at the slot limit scanning one each.
 pub const MAX_UNITS_HELD_PER_HOST: usize = 2 * MAX_SLOTS as usize;
 
+/// Progress reports one `ScanProgressAll` may carry: a host runs at most
+/// `MAX_SLOTS` scans at once, each holding a unit. A longer list is
+/// refused (`BadRequest`) before the grid walks it.
+pub const MAX_REPORTS_PER_REQUEST: usize = MAX_UNITS_HELD_PER_HOST;
+
 /// Fastest reference-site benchmark believed, pages per second (delay 0 on
 /// the project's own server). A desktop beside the server can measure
 /// more (3,000 pages/s and over on loopback); a higher claim is counted as

@@ -4,8 +4,9 @@
 //! `WorkAvailable` is the only message the server pushes (on a unidirectional
 //! stream of an authenticated connection); every other response answers a
 //! request. New requests are appended to `Request` (`Resources`, then
-//! `Concurrency`, then `UploadPart`), so earlier ones keep their encoding; a
-//! server that does not know one answers `BadRequest`.
+//! `Concurrency`, `UploadPart`, `ScanProgress` and `ScanProgressAll`), so
+//! earlier ones keep their encoding; a server that does not know one answers
+//! `BadRequest`.
 
 use serde::{Deserialize, Serialize};
 
@@ -129,6 +130,47 @@ pub enum Request {
         links: u64,
         bytes: u64,
     },
+    /// The progress of several running scans in one request, each as
+    /// `ScanProgress` carries it: answered `Progressed`, one answer a
+    /// report in their order. At most
+    /// [`MAX_REPORTS_PER_REQUEST`](crate::limits::MAX_REPORTS_PER_REQUEST)
+    /// reports, each unit once. (Appended after `ScanProgress`; a server
+    /// that does not know it answers `BadRequest`, and the client reports
+    /// scan by scan to it.)
+    ScanProgressAll { reports: Vec<ScanReport> },
+}
+
+/// One running scan's progress from its unit's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanReport {
+    pub unit_id: u64,
+    pub pages: u64,
+    pub links: u64,
+    /// Body bytes read so far (the dashboard's KB/s).
+    pub bytes: u64,
+}
+
+/// What a progress report hears: the answers `Progress` has, one for each
+/// report of `ScanProgressAll`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ScanAnswer {
+    /// The scan goes on.
+    Continue,
+    /// The scan stops (`ABORT_HAND_OVER`: at a page boundary, uploading
+    /// what it did with its frontier).
+    Abort { reason: String },
+    /// The scan goes on with this later deadline.
+    Extend { deadline_ms: u64 },
+}
+
+impl From<ScanAnswer> for Response {
+    fn from(a: ScanAnswer) -> Response {
+        match a {
+            ScanAnswer::Continue => Response::Continue,
+            ScanAnswer::Abort { reason } => Response::Abort { reason },
+            ScanAnswer::Extend { deadline_ms } => Response::Extend { deadline_ms },
+        }
+    }
 }
 
 /// What a host offers its scans beyond slots: the `pack` policy fits the
@@ -230,6 +272,12 @@ pub enum Response {
     /// The answer to `ProveProject`.
     ProjectProof {
         signature: Vec<u8>,
+    },
+    /// The answer to `ScanProgressAll`: one answer a report, in their
+    /// order. (Appended last, so every earlier response keeps its
+    /// encoding.)
+    Progressed {
+        answers: Vec<ScanAnswer>,
     },
 }
 

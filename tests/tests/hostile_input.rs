@@ -11,7 +11,8 @@ use beebot_client::net::{Link, NetError};
 use beebot_server::net::{MAX_CONNECTIONS_PER_HOST, MAX_UNAUTHENTICATED_PER_ADDRESS};
 use beebot_shared::codec;
 use beebot_shared::invite::Invite;
-use beebot_shared::proto::{ErrorCode, HostInfo, Request, Response};
+use beebot_shared::limits::MAX_REPORTS_PER_REQUEST;
+use beebot_shared::proto::{ErrorCode, HostInfo, Request, Response, ScanAnswer, ScanReport};
 use beebot_shared::sign::{self, WorkUnit};
 use beebot_tests::hostile::*;
 use beebot_tests::*;
@@ -112,6 +113,7 @@ fn hostile_requests_get_clear_refusals_and_the_server_keeps_serving() {
         expired_and_forged_invites_are_refused(&g, &raw, &a).await;
         raw.close();
         lying_uploads_are_rejected_and_an_honest_one_accepted(&a, &b).await;
+        progress_reports_together_are_answered_each_and_a_bad_list_refused(&a, &b).await;
         a_host_keeps_its_newest_connections(&a).await;
         a_flood_is_refused_at_the_door_while_others_are_served(&a, &b).await;
     });
@@ -340,6 +342,78 @@ async fn lying_uploads_are_rejected_and_an_honest_one_accepted(a: &Joined, b: &J
     let honest = upload(&u, link_file(&u, &u.site, &records_of(&u.site)), 1);
     assert!(matches!(la.request(&honest).await, Ok(Response::Accepted)));
     assert!(matches!(la.request(&honest).await, Ok(Response::Duplicate)));
+    la.close();
+    lb.close();
+}
+
+/// `ScanProgressAll`: each report is answered as it would be alone, in
+/// order (a unit of another host or none at all is aborted, the others go
+/// on); a list longer than its limit or naming a unit twice is refused.
+async fn progress_reports_together_are_answered_each_and_a_bad_list_refused(
+    a: &Joined,
+    b: &Joined,
+) {
+    let lb = hello(b).await;
+    let u1 = take_unit(&lb, b).await;
+    let u2 = take_another_unit(&lb, b, vec![u1.unit_id]).await;
+    let report = |unit_id| ScanReport {
+        unit_id,
+        pages: 1,
+        links: 3,
+        bytes: 2_000,
+    };
+    let all = |ids: &[u64]| Request::ScanProgressAll {
+        reports: ids.iter().map(|&id| report(id)).collect(),
+    };
+    match lb.request(&all(&[u1.unit_id, 999_999, u2.unit_id])).await {
+        Ok(Response::Progressed { answers }) => {
+            assert_eq!(answers.len(), 3, "{answers:?}");
+            for i in [0, 2] {
+                assert!(
+                    matches!(answers[i], ScanAnswer::Continue | ScanAnswer::Extend { .. }),
+                    "{answers:?}"
+                );
+            }
+            assert_eq!(
+                answers[1],
+                ScanAnswer::Abort {
+                    reason: "unknown unit".into()
+                }
+            );
+        }
+        other => panic!("reports together: {other:?}"),
+    }
+    // Another host's units are not this one's to report.
+    let la = hello(a).await;
+    match la.request(&all(&[u1.unit_id])).await {
+        Ok(Response::Progressed { answers }) => assert!(
+            matches!(&answers[..], [ScanAnswer::Abort { reason }] if reason.contains("another host")),
+            "{answers:?}"
+        ),
+        other => panic!("another host's report: {other:?}"),
+    }
+    refused(
+        lb.request(&all(&[u1.unit_id, u2.unit_id, u1.unit_id]))
+            .await,
+        ErrorCode::BadRequest,
+        "twice",
+    );
+    let many: Vec<u64> = (1..=MAX_REPORTS_PER_REQUEST as u64 + 1).collect();
+    refused(
+        lb.request(&all(&many)).await,
+        ErrorCode::BadRequest,
+        &format!("at most {MAX_REPORTS_PER_REQUEST}"),
+    );
+    // The refusals changed nothing: the scans still go on.
+    match lb.request(&all(&[u1.unit_id, u2.unit_id])).await {
+        Ok(Response::Progressed { answers }) => assert!(
+            answers
+                .iter()
+                .all(|a| matches!(a, ScanAnswer::Continue | ScanAnswer::Extend { .. })),
+            "{answers:?}"
+        ),
+        other => panic!("reports after refusals: {other:?}"),
+    }
     la.close();
     lb.close();
 }

@@ -128,6 +128,9 @@ pub(super) struct Worker {
     /// The server does not take `ScanProgress` (an older one): reports go
     /// as `Progress`, without bytes, until the next link.
     pub(super) scan_progress_refused: bool,
+    /// The server does not take `ScanProgressAll` (an older one): each
+    /// scan reports on its own until the next link.
+    pub(super) progress_all_refused: bool,
     /// When this run started: a run before it may have asked any of its
     /// sites a moment before.
     pub(super) run_started: Instant,

@@ -45,6 +45,7 @@ impl Worker {
         self.concurrency_refused = false;
         self.parts_refused = false;
         self.scan_progress_refused = false;
+        self.progress_all_refused = false;
         Ok(())
     }
 

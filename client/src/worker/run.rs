@@ -135,6 +135,7 @@ impl Worker {
             concurrency_refused: false,
             parts_refused: false,
             scan_progress_refused: false,
+            progress_all_refused: false,
             run_started: Instant::now(),
             sizing,
             meter: Default::default(),

@@ -11,9 +11,12 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 
 use beebot_shared::limits::{
-    MAX_TEXT_LEN, MAX_UNITS_HELD, MAX_WANT_SECONDS, MAX_WINDOW_INTERVALS, NONCE_LEN,
+    MAX_REPORTS_PER_REQUEST, MAX_TEXT_LEN, MAX_UNITS_HELD, MAX_WANT_SECONDS, MAX_WINDOW_INTERVALS,
+    NONCE_LEN,
 };
-use beebot_shared::proto::{ErrorCode, HostInfo, PolicyHints, Request, Response};
+use beebot_shared::proto::{
+    ErrorCode, HostInfo, PolicyHints, Request, Response, ScanAnswer, ScanReport,
+};
 use beebot_shared::sign;
 
 use super::admission::Limits;
@@ -216,6 +219,7 @@ pub(super) async fn authed(
             links,
             bytes,
         } => progress(shared, host_id, unit_id, (pages, links, Some(bytes))).await,
+        Request::ScanProgressAll { reports } => progress_all(shared, host_id, reports).await,
         Request::Upload {
             unit_id,
             summary,
@@ -343,11 +347,55 @@ async fn progress(
     shared
         .with_grid(move |g| g.report(host_id, unit_id, report, now_ms()))
         .await
-        .map(|p| match p {
-            ProgressOutcome::Continue => Response::Continue,
-            ProgressOutcome::Abort(reason) => Response::Abort { reason },
-            ProgressOutcome::Extend(deadline_ms) => Response::Extend { deadline_ms },
+        .map(|p| scan_answer(p).into())
+}
+
+fn scan_answer(p: ProgressOutcome) -> ScanAnswer {
+    match p {
+        ProgressOutcome::Continue => ScanAnswer::Continue,
+        ProgressOutcome::Abort(reason) => ScanAnswer::Abort { reason },
+        ProgressOutcome::Extend(deadline_ms) => ScanAnswer::Extend { deadline_ms },
+    }
+}
+
+/// `ScanProgressAll`: each report answered as its own `ScanProgress`
+/// would be, in one turn of the grid. A list longer than
+/// [`MAX_REPORTS_PER_REQUEST`] or naming a unit twice is refused whole.
+async fn progress_all(
+    shared: &Arc<Shared>,
+    host_id: u64,
+    reports: Vec<ScanReport>,
+) -> Result<Response, GridError> {
+    if reports.len() > MAX_REPORTS_PER_REQUEST {
+        return Ok(error(
+            ErrorCode::BadRequest,
+            format!(
+                "{} progress reports in one request; at most {MAX_REPORTS_PER_REQUEST}",
+                reports.len()
+            ),
+        ));
+    }
+    let mut units: Vec<u64> = reports.iter().map(|r| r.unit_id).collect();
+    units.sort_unstable();
+    if units.windows(2).any(|w| w[0] == w[1]) {
+        return Ok(error(
+            ErrorCode::BadRequest,
+            "a unit reported twice in one request",
+        ));
+    }
+    shared
+        .with_grid(move |g| {
+            let now = now_ms();
+            let answers = reports
+                .iter()
+                .map(|r| {
+                    let report = (r.pages, r.links, Some(r.bytes));
+                    g.report(host_id, r.unit_id, report, now).map(scan_answer)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Response::Progressed { answers })
         })
+        .await
 }
 
 /// `FetchState`: a continuation's scan state, or why the unit must go.
