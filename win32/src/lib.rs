@@ -3,8 +3,9 @@
 //! `K32GetProcessMemoryInfo`, `GetProcessIoCounters`), whether the machine
 //! runs on battery (`GetSystemPowerStatus`), a lower priority
 //! (`SetPriorityClass`), string values in the registry (the autostart
-//! entry, an installer's invite code), and a notification-area icon with
-//! its menu (`Shell_NotifyIconW`).
+//! entry, an installer's invite code), a notification-area icon with its
+//! menu (`Shell_NotifyIconW`), and whether a kept connection has news
+//! (`WSAPoll`).
 //!
 //! This is the workspace's one crate with `unsafe` code (every other crate
 //! forbids it): each block calls one Win32 function with values and buffers
@@ -17,6 +18,8 @@ pub mod power;
 pub mod process;
 #[cfg(windows)]
 pub mod registry;
+#[cfg(windows)]
+pub mod socket;
 #[cfg(windows)]
 pub mod tray;
 

@@ -1,17 +1,17 @@
 //! The crawler's HTTP shell: one ureq agent per crawl with the guarded resolver,
 //! no automatic redirects, the configured proxy only (each target checked by
 //! the proxy guard first), timeouts set, bodies read up to a limit, kept
-//! connections probed once a request ([`super::kept`]).
+//! connections probed once a request by a poll ([`super::kept`]).
 //! https goes through rustls (ring) with the webpki root certificates.
 
 use std::io::Read;
 use std::time::Duration;
 
-use ureq::unversioned::transport::{Connector, DefaultConnector};
+use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
 use ureq::Agent;
 use url::Url;
 
-use super::kept::ProbeWhenTaken;
+use super::kept::{PolledTcpConnector, ProbeWhenTaken};
 use super::resolve::{AddressRefused, GuardedResolver, ProxyGuard};
 use super::CrawlerConfig;
 
@@ -144,9 +144,13 @@ impl Fetcher {
         let resolver = GuardedResolver::new(cfg.resolve.clone(), cfg.allow_private)
             .with_lookup(cfg.lookup.clone())
             .trusting(proxy_host);
-        // A kept connection is probed when a request takes it, not also
-        // when it goes back to the pool (see `kept`).
-        let connector = DefaultConnector::new().chain(ProbeWhenTaken);
+        // ureq's default chain (an HTTP CONNECT proxy, TCP, rustls) with
+        // kept connections probed once a request, by a poll (see `kept`).
+        let connector =
+            ().chain(ConnectProxyConnector::default())
+                .chain(PolledTcpConnector)
+                .chain(RustlsConnector::default())
+                .chain(ProbeWhenTaken);
         Fetcher {
             agent: Agent::with_parts(config, connector, resolver),
             proxy_guard,
