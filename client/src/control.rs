@@ -464,10 +464,15 @@ pub fn write_status(data_dir: &Path, s: &LiveStatus) {
     }
 }
 
+/// Largest live status read back (64 scans and the last problems: tens
+/// of KB).
+const MAX_STATUS_FILE_BYTES: usize = 1 << 20;
+
 /// The live status, if a running client wrote it recently.
 pub fn read_live_status(data_dir: &Path) -> Option<LiveStatus> {
-    let text = std::fs::read_to_string(status_path(data_dir)).ok()?;
-    let s: LiveStatus = serde_json::from_str(&text).ok()?;
+    let text = beebot_shared::durable::read_at_most(&status_path(data_dir), MAX_STATUS_FILE_BYTES)
+        .ok()??;
+    let s: LiveStatus = serde_json::from_slice(&text).ok()?;
     let age = unix_ms(SystemTime::now()).saturating_sub(s.updated_ms);
     (age <= STATUS_FRESH.as_millis() as u64).then_some(s)
 }

@@ -33,6 +33,7 @@ use ed25519_dalek::{SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
 use beebot_shared::codec;
+use beebot_shared::durable::read_at_most;
 use beebot_shared::limits::{MAX_LINK_FILE_BYTES, MAX_SCAN_STATE_BYTES, MAX_UNIT_BYTES};
 use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::sign::{self, SignedUnit, WorkUnit};
@@ -254,7 +255,17 @@ pub struct SpooledPart {
 
 /// Largest record of what the server holds of a scan (a few numbers and
 /// a summary: a few hundred bytes).
-const MAX_PARTS_SENT_BYTES: u64 = 64 * 1024;
+const MAX_PARTS_SENT_BYTES: usize = 64 * 1024;
+
+/// Largest spooled summary of a result (a few counts: a few hundred bytes).
+const MAX_SUMMARY_FILE_BYTES: usize = 64 * 1024;
+
+/// Largest enrolment record (the project's address, names and keys: a
+/// few hundred bytes).
+const MAX_ENROLMENT_FILE_BYTES: usize = 64 * 1024;
+
+/// Largest file of day totals (a line a day, the last weeks kept).
+const MAX_DAYS_FILE_BYTES: usize = 1 << 20;
 
 /// Largest spooled part: a link file and a state at their limits.
 const MAX_PART_FILE_BYTES: usize = MAX_LINK_FILE_BYTES + MAX_SCAN_STATE_BYTES + 64 * 1024;
@@ -356,10 +367,14 @@ impl Home {
     }
 
     pub fn enrolment(&self) -> Result<Option<Enrolment>> {
-        match fs::read_to_string(self.enrolment_path()) {
-            Ok(text) => Ok(Some(serde_json::from_str(&text).with_context(|| {
+        match read_at_most(&self.enrolment_path(), MAX_ENROLMENT_FILE_BYTES) {
+            Ok(Some(text)) => Ok(Some(serde_json::from_slice(&text).with_context(|| {
                 format!("{} is damaged", self.enrolment_path().display())
             })?)),
+            Ok(None) => bail!(
+                "{} is damaged: larger than an enrolment may be",
+                self.enrolment_path().display()
+            ),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).context("cannot read the enrolment"),
         }
@@ -474,16 +489,14 @@ impl Home {
     /// scan cannot know where its next upload starts.
     pub fn parts_sent(&self, unit_id: u64) -> Result<PartsSent> {
         let path = self.parts_sent_path(unit_id);
-        if fs::metadata(&path).is_ok_and(|m| m.len() > MAX_PARTS_SENT_BYTES) {
-            bail!(
+        match read_at_most(&path, MAX_PARTS_SENT_BYTES) {
+            Ok(Some(t)) => {
+                serde_json::from_slice(&t).with_context(|| format!("{} is damaged", path.display()))
+            }
+            Ok(None) => bail!(
                 "{} is damaged: larger than the record may be",
                 path.display()
-            );
-        }
-        match fs::read_to_string(&path) {
-            Ok(t) => {
-                serde_json::from_str(&t).with_context(|| format!("{} is damaged", path.display()))
-            }
+            ),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PartsSent::default()),
             Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
         }
@@ -519,9 +532,9 @@ impl Home {
     /// dropped (it is taken again from the checkpoint).
     pub fn part(&self, unit_id: u64) -> Option<SpooledPart> {
         let path = self.part_path(unit_id);
-        let bytes = match fs::metadata(&path) {
-            Ok(m) if m.len() <= MAX_PART_FILE_BYTES as u64 => fs::read(&path).ok()?,
-            Ok(_) => Vec::new(),
+        let bytes = match read_at_most(&path, MAX_PART_FILE_BYTES) {
+            Ok(Some(b)) => b,
+            Ok(None) => Vec::new(),
             Err(_) => return None,
         };
         match codec::decode::<SpooledPart>(&bytes, MAX_PART_FILE_BYTES) {
@@ -608,15 +621,12 @@ impl Home {
     /// error naming the file.
     pub fn checkpoint_head(&self, unit_id: u64) -> Result<Option<CheckpointHead>> {
         let path = self.checkpoint_path(unit_id);
-        let meta = match fs::metadata(&path) {
-            Ok(m) => m,
+        let bytes = match read_at_most(&path, MAX_CHECKPOINT_BYTES) {
+            Ok(Some(b)) => b,
+            Ok(None) => bail!("{} is larger than a checkpoint may be", path.display()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
         };
-        if meta.len() > MAX_CHECKPOINT_BYTES as u64 {
-            bail!("{} is larger than a checkpoint may be", path.display());
-        }
-        let bytes = fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let head = CheckpointHead::decode(&bytes, unit_id)
             .with_context(|| format!("{} is damaged", path.display()))?;
         Ok(Some(head))
@@ -673,27 +683,21 @@ impl Home {
     pub fn result(&self, unit_id: u64) -> Result<Option<SpooledResult>> {
         let dir = self.results_dir();
         let spath = dir.join(format!("{unit_id}.summary"));
-        let summary = match fs::read_to_string(&spath) {
-            Ok(t) => serde_json::from_str(&t)
+        let summary = match read_at_most(&spath, MAX_SUMMARY_FILE_BYTES) {
+            Ok(Some(t)) => serde_json::from_slice(&t)
                 .with_context(|| format!("{} is damaged", spath.display()))?,
+            Ok(None) => bail!("{} is larger than a summary may be", spath.display()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", spath.display())),
         };
         let lpath = dir.join(format!("{unit_id}.lf"));
-        let meta =
-            fs::metadata(&lpath).with_context(|| format!("cannot read {}", lpath.display()))?;
-        if meta.len() > MAX_LINK_FILE_BYTES as u64 {
-            bail!("{} is larger than a link file may be", lpath.display());
-        }
-        let bytes = fs::read(&lpath).with_context(|| format!("cannot read {}", lpath.display()))?;
+        let bytes = read_at_most(&lpath, MAX_LINK_FILE_BYTES)
+            .with_context(|| format!("cannot read {}", lpath.display()))?
+            .with_context(|| format!("{} is larger than a link file may be", lpath.display()))?;
         let spath = dir.join(format!("{unit_id}.state"));
-        let state = match fs::metadata(&spath) {
-            Ok(m) if m.len() > MAX_SCAN_STATE_BYTES as u64 => {
-                bail!("{} is larger than a scan state may be", spath.display())
-            }
-            Ok(_) => {
-                Some(fs::read(&spath).with_context(|| format!("cannot read {}", spath.display()))?)
-            }
+        let state = match read_at_most(&spath, MAX_SCAN_STATE_BYTES) {
+            Ok(Some(b)) => Some(b),
+            Ok(None) => bail!("{} is larger than a scan state may be", spath.display()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", spath.display())),
         };
@@ -868,8 +872,11 @@ impl Home {
     /// says why a file that was read does not parse (bytes no reader can
     /// use), the outer one why it could not be read (which may pass).
     fn read_days(&self) -> Result<std::result::Result<Vec<DayTotals>, String>> {
-        match std::fs::read(self.days_path()) {
-            Ok(bytes) => Ok(serde_json::from_slice(&bytes).map_err(|e| e.to_string())),
+        match read_at_most(&self.days_path(), MAX_DAYS_FILE_BYTES) {
+            Ok(Some(bytes)) => Ok(serde_json::from_slice(&bytes).map_err(|e| e.to_string())),
+            Ok(None) => Ok(Err(format!(
+                "larger than a days file may be ({MAX_DAYS_FILE_BYTES} bytes)"
+            ))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Ok(Vec::new())),
             Err(e) => Err(e).with_context(|| format!("cannot read {}", self.days_path().display())),
         }
@@ -1199,6 +1206,49 @@ mod tests {
             data: dir.path().to_path_buf(),
         };
         (dir, h)
+    }
+
+    /// A spool file longer than its kind may be is refused by name (read
+    /// to one byte past its limit, not to its end), and one at the limit
+    /// is read.
+    #[test]
+    fn spool_files_longer_than_their_limit_are_refused_by_name() {
+        let (_d, h) = home();
+        fs::create_dir_all(h.units_dir()).unwrap();
+        fs::create_dir_all(h.results_dir()).unwrap();
+        let pad = |json: &str, len: usize| {
+            let mut t = json.to_string();
+            t.push_str(&" ".repeat(len - json.len()));
+            t
+        };
+        // What the server holds of a scan.
+        let sent = serde_json::to_string(&PartsSent::default()).unwrap();
+        let path = h.parts_sent_path(7);
+        fs::write(&path, pad(&sent, MAX_PARTS_SENT_BYTES)).unwrap();
+        assert_eq!(h.parts_sent(7).unwrap(), PartsSent::default());
+        fs::write(&path, pad(&sent, MAX_PARTS_SENT_BYTES + 1)).unwrap();
+        let e = h.parts_sent(7).unwrap_err().to_string();
+        assert!(e.contains("larger than the record may be"), "{e}");
+        // A result's summary.
+        let summary = serde_json::to_string(&ScanSummary::default()).unwrap();
+        fs::write(h.results_dir().join("8.lf"), b"").unwrap();
+        let spath = h.results_dir().join("8.summary");
+        fs::write(&spath, pad(&summary, MAX_SUMMARY_FILE_BYTES)).unwrap();
+        assert!(h.result(8).unwrap().is_some());
+        fs::write(&spath, pad(&summary, MAX_SUMMARY_FILE_BYTES + 1)).unwrap();
+        let e = format!("{:#}", h.result(8).unwrap_err());
+        assert!(
+            e.contains("8.summary is larger than a summary may be"),
+            "{e}"
+        );
+        // The day totals: shown as unreadable, not read whole.
+        fs::write(h.days_path(), pad("[]", MAX_DAYS_FILE_BYTES + 1)).unwrap();
+        let e = h.read_days().unwrap().unwrap_err();
+        assert!(e.contains("larger than a days file may be"), "{e}");
+        // The enrolment.
+        fs::write(h.enrolment_path(), pad("{}", MAX_ENROLMENT_FILE_BYTES + 1)).unwrap();
+        let e = format!("{:#}", h.enrolment().unwrap_err());
+        assert!(e.contains("larger than an enrolment may be"), "{e}");
     }
 
     #[test]

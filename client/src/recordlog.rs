@@ -80,10 +80,11 @@ impl RecordsLog {
             .truncate(false)
             .open(path)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        let len = file
-            .metadata()
-            .with_context(|| format!("cannot read {}", path.display()))?
-            .len();
+        // Its length by a seek to its end, not its metadata (on Windows
+        // metadata also asks the volume; every write seeks to the mark).
+        let len = (&file)
+            .seek(SeekFrom::End(0))
+            .with_context(|| format!("cannot read {}", path.display()))?;
         if len < mark.bytes {
             bail!(
                 "{} holds {len} bytes, its checkpoint names {}",

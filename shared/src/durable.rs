@@ -8,9 +8,12 @@
 //! failed write (disk full, read-only) leaves no temporary file behind; two
 //! writers in one process never share a temporary name. This module never
 //! creates directories: callers make the parent first.
+//!
+//! [`read_at_most`] reads such a file back up to a limit without asking its
+//! size first.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -30,6 +33,20 @@ pub enum Access {
 
 /// Temporary files made by this process so far: part of each one's name.
 static TEMPORARIES: AtomicU64 = AtomicU64::new(0);
+
+/// The bytes of the file at `path`, `None` when it holds more than `max`.
+///
+/// The file is read to its end (at most `max` + 1 bytes) without asking its
+/// size first: `std::fs::read` and a file's metadata ask the volume for its
+/// serial number on Windows, and under Wine that is some ten round trips
+/// to the wineserver and its mount manager.
+pub fn read_at_most(path: &Path, max: usize) -> io::Result<Option<Vec<u8>>> {
+    let file = fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    // `Take` reads by `read` alone: no size hint, so no metadata.
+    file.take(max as u64 + 1).read_to_end(&mut bytes)?;
+    Ok((bytes.len() <= max).then_some(bytes))
+}
 
 /// Replace `path` with `data` durably (see the module docs).
 pub fn write(path: &Path, data: &[u8]) -> io::Result<()> {
@@ -198,5 +215,25 @@ mod tests {
         let mode = fs::metadata(&open).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, PRIVATE_MODE);
         assert_eq!(fs::read(&open).unwrap(), b"new");
+    }
+
+    #[test]
+    fn a_file_is_read_up_to_its_limit_and_one_longer_is_not() {
+        let dir = TempDir::new();
+        let path = dir.path().join("f");
+        write(&path, b"12345").unwrap();
+        assert_eq!(
+            read_at_most(&path, 5).unwrap().as_deref(),
+            Some(&b"12345"[..])
+        );
+        assert_eq!(
+            read_at_most(&path, 6).unwrap().as_deref(),
+            Some(&b"12345"[..])
+        );
+        assert_eq!(read_at_most(&path, 4).unwrap(), None);
+        write(&path, b"").unwrap();
+        assert_eq!(read_at_most(&path, 0).unwrap(), Some(Vec::new()));
+        let missing = read_at_most(&dir.path().join("none"), 5).unwrap_err();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
     }
 }
