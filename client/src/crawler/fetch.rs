@@ -11,7 +11,7 @@ use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConne
 use ureq::Agent;
 use url::Url;
 
-use super::kept::{PolledTcpConnector, ProbeWhenTaken};
+use super::kept::PolledTcpConnector;
 use super::resolve::{AddressRefused, GuardedResolver, ProxyGuard};
 use super::CrawlerConfig;
 
@@ -149,8 +149,7 @@ impl Fetcher {
         let connector =
             ().chain(ConnectProxyConnector::default())
                 .chain(PolledTcpConnector)
-                .chain(RustlsConnector::default())
-                .chain(ProbeWhenTaken);
+                .chain(RustlsConnector::default());
         Fetcher {
             agent: Agent::with_parts(config, connector, resolver),
             proxy_guard,

@@ -5,89 +5,34 @@
 //! pool, and when a request takes it from there. Its TCP probe switches the
 //! socket to non-blocking, tries a read and switches it back: three system
 //! calls each time, and under Wine six round trips to the wineserver (with
-//! both probes, about a third of all a page costs there).
+//! both probes, about a third of all a page cost there).
 //!
-//! - [`ProbeWhenTaken`] wraps every connection (last in the chain, after
-//!   the proxy and TLS) so that the probe right after its own input and
-//!   output answers "open" without asking the socket: the connection waits
-//!   in the pool for the politeness delay, and whatever arrives or closes
-//!   meanwhile (bytes past the body, the server's close) is found when a
-//!   request takes it. Unread input still keeps a connection out of the
-//!   pool (ureq checks its buffer first).
-//! - [`PolledTcpConnector`] opens the TCP connections as ureq's own does,
-//!   and its probe is one `poll` (`WSAPoll` on Windows) with a zero
-//!   timeout: bytes waiting, a close or an error mean "not open".
+//! [`PolledTcpConnector`] opens the TCP connections as ureq's own does (in
+//! its place in the chain: after an HTTP CONNECT proxy, before TLS), and
+//! each [`PolledTcp`] answers the probe so:
+//! - right after its own input or output (the connection going back to the
+//!   pool after a response) it answers "open" without asking the socket:
+//!   the connection waits in the pool for the politeness delay, and
+//!   whatever arrives or closes meanwhile (bytes past the body, the
+//!   server's close) is found when a request takes it. Unread input still
+//!   keeps a connection out of the pool (ureq checks its buffer first);
+//! - otherwise (a request taking it) by one `poll` (`WSAPoll` on Windows)
+//!   with a zero timeout: bytes waiting, a close or an error mean "not
+//!   open".
+//!
+//! One `PolledTcp` holds each socket, so a tunnel through a proxy (whose
+//! leg to the proxy the same chain opens) asks the one socket beneath it.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout, ShutdownHandle,
     Transport,
 };
 use ureq::Timeout;
-
-/// The connector that wraps each connection in [`Kept`], last in the chain.
-#[derive(Debug, Default)]
-pub struct ProbeWhenTaken;
-
-impl<In: Transport> Connector<In> for ProbeWhenTaken {
-    type Out = Kept;
-
-    fn connect(
-        &self,
-        _details: &ConnectionDetails,
-        chained: Option<In>,
-    ) -> Result<Option<Kept>, ureq::Error> {
-        Ok(chained.map(|inner| Kept {
-            inner: Box::new(inner),
-            used_since_probe: false,
-        }))
-    }
-}
-
-/// A connection that skips the probe right after it was used.
-#[derive(Debug)]
-pub struct Kept {
-    inner: Box<dyn Transport>,
-    /// Input or output happened since the last probe: the connection is
-    /// going back to the pool after a response, not being taken from it.
-    used_since_probe: bool,
-}
-
-impl Transport for Kept {
-    fn buffers(&mut self) -> &mut dyn Buffers {
-        self.inner.buffers()
-    }
-
-    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        self.used_since_probe = true;
-        self.inner.transmit_output(amount, timeout)
-    }
-
-    fn maybe_await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        self.used_since_probe = true;
-        self.inner.maybe_await_input(timeout)
-    }
-
-    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        self.used_since_probe = true;
-        self.inner.await_input(timeout)
-    }
-
-    fn is_open(&mut self) -> bool {
-        if std::mem::take(&mut self.used_since_probe) {
-            return true;
-        }
-        self.inner.is_open()
-    }
-
-    fn is_tls(&self) -> bool {
-        self.inner.is_tls()
-    }
-}
 
 /// Opens TCP connections (unless the proxy's connector opened one) whose
 /// probe is a `poll`.
@@ -118,13 +63,17 @@ impl<In: Transport> Connector<In> for PolledTcpConnector {
             buffers: LazyBuffers::new(config.input_buffer_size(), config.output_buffer_size()),
             read_timeout: None,
             write_timeout: None,
+            used_since_probe: false,
         })))
     }
 }
 
 /// The first of `addrs` that answers within its share of `timeout` (an
-/// equal share each, at least 10 ms).
+/// equal share each, at least 10 ms). As ureq's own connector: the next
+/// address is tried only after a refusal, an unreachable network or
+/// address, or a timeout with time left.
 fn connect(addrs: &[SocketAddr], timeout: NextTimeout) -> Result<TcpStream, ureq::Error> {
+    let started = Instant::now();
     let share = timeout
         .not_zero()
         .map(|t| (*t / addrs.len().max(1) as u32).max(Duration::from_millis(10)));
@@ -136,8 +85,14 @@ fn connect(addrs: &[SocketAddr], timeout: NextTimeout) -> Result<TcpStream, ureq
         };
         match r {
             Ok(s) => return Ok(s),
-            Err(e) if is_timeout(&e) => last = Some(ureq::Error::Timeout(Timeout::Connect)),
-            Err(e) => last = Some(ureq::Error::Io(e)),
+            Err(e) if is_timeout(&e) => {
+                if timeout.not_zero().is_some_and(|t| started.elapsed() >= *t) {
+                    return Err(ureq::Error::Timeout(timeout.reason));
+                }
+                last = Some(ureq::Error::Timeout(Timeout::Connect));
+            }
+            Err(e) if is_addr_specific(&e) => last = Some(ureq::Error::Io(e)),
+            Err(e) => return Err(ureq::Error::Io(e)),
         }
     }
     Err(last.unwrap_or_else(|| {
@@ -155,6 +110,24 @@ fn is_timeout(e: &io::Error) -> bool {
     )
 }
 
+/// A failed connect that concerns only the address tried (ureq's rule: a
+/// refusal, an unreachable host or network, an address not available, and
+/// on Windows `WSAEACCES`, which a VPN or firewall gives a blocked family).
+fn is_addr_specific(e: &io::Error) -> bool {
+    #[cfg(windows)]
+    if e.raw_os_error() == Some(10013) {
+        return true;
+    }
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::HostUnreachable
+            | io::ErrorKind::NetworkUnreachable
+            | io::ErrorKind::NetworkDown
+            | io::ErrorKind::AddrNotAvailable
+    )
+}
+
 /// Shuts a connection down from another thread (ureq's agent shutdown).
 struct Closer(Arc<TcpStream>);
 
@@ -164,7 +137,7 @@ impl ShutdownHandle for Closer {
     }
 }
 
-/// A TCP connection probed by `poll`.
+/// A TCP connection probed by `poll`, and not at all right after its use.
 pub struct PolledTcp {
     stream: Arc<TcpStream>,
     /// Keeps the shutdown handle ureq holds weakly alive with the connection.
@@ -174,6 +147,9 @@ pub struct PolledTcp {
     /// (a system call each).
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
+    /// Input or output happened since the last probe: the connection is
+    /// going back to the pool after a response, not being taken from it.
+    used_since_probe: bool,
 }
 
 impl std::fmt::Debug for PolledTcp {
@@ -201,35 +177,67 @@ fn io_error(e: io::Error, timeout: NextTimeout) -> ureq::Error {
     }
 }
 
+/// Set a socket timeout through `set` when it differs from `cache`. On
+/// macOS a socket whose peer closed with unread data may refuse the change
+/// (`InvalidInput`) while its response is still readable: the I/O then
+/// says what happened (as ureq does), and the cache keeps the old value.
+fn set_timeout(
+    cache: &mut Option<Duration>,
+    t: Option<Duration>,
+    set: impl FnOnce(Option<Duration>) -> io::Result<()>,
+) -> io::Result<()> {
+    if t == *cache {
+        return Ok(());
+    }
+    match set(t) {
+        Ok(()) => *cache = t,
+        Err(e) if cfg!(target_os = "macos") && e.kind() == io::ErrorKind::InvalidInput => {}
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}
+
 impl Transport for PolledTcp {
     fn buffers(&mut self) -> &mut dyn Buffers {
         &mut self.buffers
     }
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
+        self.used_since_probe = true;
         let timeout = timeout.for_write();
         let t = socket_timeout(timeout)?;
-        if t != self.write_timeout {
-            self.stream.set_write_timeout(t)?;
-            self.write_timeout = t;
-        }
+        let stream = &*self.stream;
+        set_timeout(&mut self.write_timeout, t, |t| stream.set_write_timeout(t))?;
         let output = &self.buffers.output()[..amount];
-        (&*self.stream)
+        { stream }
             .write_all(output)
             .map_err(|e| io_error(e, timeout))
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        self.used_since_probe = true;
         let timeout = timeout.for_read();
         let t = socket_timeout(timeout)?;
-        if t != self.read_timeout {
-            self.stream.set_read_timeout(t)?;
-            self.read_timeout = t;
-        }
+        let stream = &*self.stream;
+        set_timeout(&mut self.read_timeout, t, |t| stream.set_read_timeout(t))?;
+        let started = Instant::now();
         let input = self.buffers.input_append_buf();
         let n = loop {
-            match (&*self.stream).read(input) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            match { stream }.read(input) {
+                // A signal: read again within the time left (a socket read
+                // with a timeout is not restarted by the system).
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    let Some(t) = t else {
+                        return Err(ureq::Error::from(e));
+                    };
+                    let left = t.saturating_sub(started.elapsed());
+                    if left.is_zero() {
+                        return Err(ureq::Error::Timeout(timeout.reason));
+                    }
+                    set_timeout(&mut self.read_timeout, Some(left), |t| {
+                        stream.set_read_timeout(t)
+                    })?;
+                }
                 r => break r.map_err(|e| io_error(e, timeout))?,
             }
         };
@@ -238,6 +246,9 @@ impl Transport for PolledTcp {
     }
 
     fn is_open(&mut self) -> bool {
+        if std::mem::take(&mut self.used_since_probe) {
+            return true;
+        }
         !has_news(&self.stream).unwrap_or(true)
     }
 }
@@ -275,54 +286,49 @@ mod tests {
     use crate::crawler::fetch::{BodyWanted, Fetcher};
     use crate::crawler::CrawlerConfig;
 
-    /// A transport that counts the probes that reach it.
-    #[derive(Debug)]
-    struct Counted {
-        buffers: LazyBuffers,
-        probes: Arc<AtomicUsize>,
-    }
-
-    impl Transport for Counted {
-        fn buffers(&mut self) -> &mut dyn Buffers {
-            &mut self.buffers
-        }
-        fn transmit_output(&mut self, _: usize, _: NextTimeout) -> Result<(), ureq::Error> {
-            Ok(())
-        }
-        fn await_input(&mut self, _: NextTimeout) -> Result<bool, ureq::Error> {
-            Ok(true)
-        }
-        fn is_open(&mut self) -> bool {
-            self.probes.fetch_add(1, Ordering::Relaxed);
-            true
-        }
+    /// A connected pair on loopback: the crawler's end as a `PolledTcp`,
+    /// and the server's end.
+    fn pair() -> (PolledTcp, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let near = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (far, _) = listener.accept().unwrap();
+        let stream = Arc::new(near);
+        let polled = PolledTcp {
+            stream: stream.clone(),
+            _closer: Arc::new(Closer(stream)),
+            buffers: LazyBuffers::new(64, 64),
+            read_timeout: None,
+            write_timeout: None,
+            used_since_probe: false,
+        };
+        (polled, far)
     }
 
     #[test]
-    fn the_probe_after_use_is_answered_and_the_probe_when_taken_asks() {
-        let probes = Arc::new(AtomicUsize::new(0));
-        let mut kept = Kept {
-            inner: Box::new(Counted {
-                buffers: LazyBuffers::new(64, 64),
-                probes: probes.clone(),
-            }),
-            used_since_probe: false,
-        };
+    fn the_probe_after_use_is_answered_and_the_probe_when_taken_polls() {
+        let (mut conn, mut far) = pair();
         let timeout = NextTimeout::default();
-        for request in 1..=3 {
-            // Taken from the pool: the socket is asked.
-            assert!(kept.is_open());
-            assert_eq!(probes.load(Ordering::Relaxed), request);
-            kept.transmit_output(0, timeout).unwrap();
-            kept.await_input(timeout).unwrap();
-            // Back to the pool right after the response: not asked.
-            assert!(kept.is_open());
-            assert_eq!(probes.load(Ordering::Relaxed), request);
-        }
-        // Taken twice with no use between: asked both times.
-        assert!(kept.is_open());
-        assert!(kept.is_open());
-        assert_eq!(probes.load(Ordering::Relaxed), 5);
+        // Taken: polled, nothing waiting.
+        assert!(conn.is_open());
+        conn.buffers().output()[..3].copy_from_slice(b"GET");
+        conn.transmit_output(3, timeout).unwrap();
+        far.write_all(b"answer").unwrap();
+        assert!(conn.await_input(timeout).unwrap());
+        let n = conn.buffers().input().len();
+        conn.buffers().input_consume(n);
+        // Bytes no request asked for arrive while it goes back to the pool.
+        far.write_all(b"junk").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        // Put back right after its use: not asked.
+        assert!(conn.is_open());
+        // Taken again: the poll finds the bytes.
+        assert!(!conn.is_open());
+        // A fresh pair whose far end closes: found when taken.
+        let (mut conn, far) = pair();
+        assert!(conn.is_open());
+        drop(far);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!conn.is_open());
     }
 
     /// A server on loopback answering each request with a small page; it
