@@ -165,11 +165,18 @@ impl Worker {
                 // boundary and upload what was done with the frontier.
                 tracing::info!(unit_id, "the scan is handed over to another host");
                 if let HeldState::Crawling {
-                    cancel, hand_over, ..
-                } = &h.state
+                    cancel,
+                    hand_over,
+                    last_progress,
+                    ..
+                } = &mut h.state
                 {
                     hand_over.store(true, Ordering::Relaxed);
                     cancel.cancel();
+                    // Heard: not due again while it stops at a page
+                    // boundary (each report would bring every other
+                    // scan's with it).
+                    *last_progress = Instant::now();
                 }
             }
             Response::Abort { reason } => {
