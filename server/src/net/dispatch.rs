@@ -383,6 +383,9 @@ async fn progress_all(
             "a unit reported twice in one request",
         ));
     }
+    // A report fails only for the whole host (unknown or revoked) or a
+    // store that refuses every write: the request fails whole, as each of
+    // its reports would alone, and the client sends them again.
     shared
         .with_grid(move |g| {
             let now = now_ms();
