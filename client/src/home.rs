@@ -1208,9 +1208,8 @@ mod tests {
         (dir, h)
     }
 
-    /// A spool file longer than its kind may be is refused by name (read
-    /// to one byte past its limit, not to its end), and one at the limit
-    /// is read.
+    /// A spool file longer than its kind may be is refused by name, and
+    /// one at the limit is read.
     #[test]
     fn spool_files_longer_than_their_limit_are_refused_by_name() {
         let (_d, h) = home();

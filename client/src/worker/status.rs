@@ -40,13 +40,14 @@ impl Worker {
     }
 
     /// Write the live status for `beebot status`: at once when a scan
-    /// ended or its unit went (a result taken, a unit dropped), so that the
-    /// status never lists a scan the server has done and its pending
-    /// uploads agree with today's totals; else at most once a second
-    /// ([`STATUS_EVERY`]: pages, rates, units that came and scans that
-    /// started). A write replaces a file durably (about a dozen wineserver
-    /// round trips under Wine): a write for every unit that came and every
-    /// scan that started cost one more a second on a busy desktop.
+    /// ended or the unit of an ended scan went (its result taken, or
+    /// dropped), so that the status never lists a scan the server has done
+    /// and its pending uploads agree with today's totals; else at most
+    /// once a second ([`STATUS_EVERY`]: pages, rates, units that came or
+    /// went unstarted, scans that started). A write replaces a file
+    /// durably (about a dozen wineserver round trips under Wine): a write
+    /// for every unit that came and every scan that started cost one more
+    /// a second on a busy desktop.
     pub(super) fn write_status(&mut self) {
         if self.status_written.elapsed() < STATUS_EVERY && self.ended_shape() == self.status_shape {
             return;
