@@ -23,48 +23,27 @@ use crate::net::NetError;
 use super::held::{HeldState, Worker};
 use super::lease::Sent;
 
-/// A running scan's progress from its unit's start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Report {
-    unit_id: u64,
-    pages: u64,
-    links: u64,
-    bytes: u64,
-}
-
-impl Report {
-    /// As `ScanProgressAll` carries it.
-    fn wire(&self) -> ScanReport {
-        ScanReport {
-            unit_id: self.unit_id,
-            pages: self.pages,
-            links: self.links,
-            bytes: self.bytes,
+/// The request that carries a report alone: `ScanProgress`, or `Progress`
+/// (without the bytes) to a server that refused `ScanProgress`.
+fn single(report: &ScanReport, without_bytes: bool) -> Request {
+    let ScanReport {
+        unit_id,
+        pages,
+        links,
+        bytes,
+    } = *report;
+    if without_bytes {
+        Request::Progress {
+            unit_id,
+            pages,
+            links,
         }
-    }
-
-    /// The request that carries it alone: `ScanProgress`, or `Progress` (without
-    /// the bytes) to a server that refused `ScanProgress`.
-    fn request(&self, without_bytes: bool) -> Request {
-        let Report {
+    } else {
+        Request::ScanProgress {
             unit_id,
             pages,
             links,
             bytes,
-        } = *self;
-        if without_bytes {
-            Request::Progress {
-                unit_id,
-                pages,
-                links,
-            }
-        } else {
-            Request::ScanProgress {
-                unit_id,
-                pages,
-                links,
-                bytes,
-            }
         }
     }
 }
@@ -83,7 +62,7 @@ impl Worker {
         if !self.progress_all_refused {
             let sent = Sent::now();
             let request = Request::ScanProgressAll {
-                reports: reports.iter().map(|r| r.wire()).collect(),
+                reports: reports.clone(),
             };
             match self.request(&request).await {
                 Err(NetError::Refused {
@@ -115,7 +94,7 @@ impl Worker {
         for report in due.map(|s| s.report).collect::<Vec<_>>() {
             let sent = Sent::now();
             let mut r = self
-                .request(&report.request(self.scan_progress_refused))
+                .request(&single(&report, self.scan_progress_refused))
                 .await;
             if let Err(NetError::Refused {
                 code: ErrorCode::BadRequest,
@@ -127,7 +106,7 @@ impl Worker {
                     // ones go as `Progress`, without their bytes.
                     tracing::info!("the server does not take reports with bytes: {message}");
                     self.scan_progress_refused = true;
-                    r = self.request(&report.request(true)).await;
+                    r = self.request(&single(&report, true)).await;
                 }
             }
             match r {
@@ -225,7 +204,7 @@ impl Worker {
                     lease,
                     ..
                 } => Some(Running {
-                    report: Report {
+                    report: ScanReport {
                         unit_id: *id,
                         pages: pages.load(Ordering::Relaxed),
                         links: links.load(Ordering::Relaxed),
@@ -243,7 +222,7 @@ impl Worker {
 /// A running scan as its next report sees it.
 #[derive(Clone, Copy, Debug)]
 struct Running {
-    report: Report,
+    report: ScanReport,
     /// Since its last answered report (a new scan: the interval, so it
     /// reports at once).
     since_report: Duration,
@@ -265,7 +244,7 @@ impl Running {
 /// request carries them. A scan reports at most once a half interval and
 /// at least once an interval, as before; the requests go from one a scan
 /// an interval to about one a new scan.
-fn batch(scans: &[Running], interval: Duration) -> Vec<Report> {
+fn batch(scans: &[Running], interval: Duration) -> Vec<ScanReport> {
     if !scans.iter().any(|s| s.is_due(interval)) {
         return Vec::new();
     }
@@ -285,7 +264,7 @@ mod tests {
 
     fn running(unit_id: u64, since_report_s: u64, lapsed: bool) -> Running {
         Running {
-            report: Report {
+            report: ScanReport {
                 unit_id,
                 pages: unit_id,
                 links: 0,
@@ -296,7 +275,7 @@ mod tests {
         }
     }
 
-    fn units(reports: &[Report]) -> Vec<u64> {
+    fn units(reports: &[ScanReport]) -> Vec<u64> {
         reports.iter().map(|r| r.unit_id).collect()
     }
 
@@ -382,14 +361,14 @@ mod tests {
 
     #[test]
     fn a_report_carries_its_bytes_unless_the_server_refused_them() {
-        let r = Report {
+        let r = ScanReport {
             unit_id: 7,
             pages: 12,
             links: 40,
             bytes: 300_000,
         };
         assert_eq!(
-            r.request(false),
+            single(&r, false),
             Request::ScanProgress {
                 unit_id: 7,
                 pages: 12,
@@ -398,7 +377,7 @@ mod tests {
             }
         );
         assert_eq!(
-            r.request(true),
+            single(&r, true),
             Request::Progress {
                 unit_id: 7,
                 pages: 12,
