@@ -27,11 +27,23 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, RuntimeError> {
         .map_err(RuntimeError)
 }
 
-/// Run `f` on a fresh runtime, then shut the runtime down without waiting
-/// more than [`EXIT_WAIT`] for blocking threads (dropping a runtime waits for
-/// them all).
+/// Run `f` on a fresh runtime on the calling thread (and its pool of
+/// blocking threads), then shut the runtime down without waiting more than
+/// [`EXIT_WAIT`] for blocking threads (dropping a runtime waits for them
+/// all).
+///
+/// One thread, not one per core: the desktop client's async work is one
+/// QUIC connection, its loop and timers, while its scans run on blocking
+/// threads. A second worker thread only adds hand-offs between the two,
+/// and on Windows each is a round trip to the completion port. The price:
+/// while the loop writes to its spool (fsyncs of units and results, at
+/// most seconds on a slow disk) the connection's timers wait, well inside
+/// its idle timeout.
 pub fn block_on_then_exit<F: Future>(f: F) -> Result<F::Output, RuntimeError> {
-    let rt = runtime()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RuntimeError)?;
     let out = rt.block_on(f);
     rt.shutdown_timeout(EXIT_WAIT);
     Ok(out)
