@@ -289,18 +289,28 @@ pub use beebot_shared::util::check_private;
 /// Write a file durably ([`beebot_shared::durable`]): a temporary name of its
 /// own, fsync, rename, fsync the directory. On failure (disk full,
 /// read-only) the temporary file is removed: nothing half-written stays.
+///
+/// The directory is made only when the write finds it missing: making an
+/// existing one asks for its metadata, which on Windows is a question to
+/// the volume (under Wine, some ten round trips to its mount manager), at
+/// every write of the spool.
 pub fn write_atomic(path: &Path, data: &[u8], private: bool) -> Result<()> {
     use beebot_shared::durable::{self, Access};
     let dir = path.parent().context("path without parent")?;
-    beebot_shared::util::create_private_dir(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
     let access = if private {
         Access::Private
     } else {
         Access::Default
     };
-    durable::write_with(path, data, access)
-        .with_context(|| format!("cannot write {}", path.display()))
+    let written = match durable::write_with(path, data, access) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            beebot_shared::util::create_private_dir(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            durable::write_with(path, data, access)
+        }
+        other => other,
+    };
+    written.with_context(|| format!("cannot write {}", path.display()))
 }
 
 impl Home {
@@ -1658,6 +1668,38 @@ mod tests {
         fs::create_dir_all(target.join("inside")).expect("mkdir");
         assert!(write_atomic(&target, b"x", false).is_err());
         assert!(!target.with_extension("tmp").exists());
+    }
+
+    #[test]
+    fn a_write_makes_its_missing_directories_and_then_writes_beside_them() {
+        let (d, _h) = home();
+        let path = d.path().join("a/b/c.json");
+        write_atomic(&path, b"one", false).expect("into missing directories");
+        assert_eq!(fs::read(&path).expect("read"), b"one");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(d.path().join("a/b"))
+                .expect("dir")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+        }
+        write_atomic(&path, b"two", false).expect("over it");
+        write_atomic(&path.with_file_name("d.json"), b"three", true).expect("beside it");
+        assert_eq!(fs::read(&path).expect("read"), b"two");
+        assert_eq!(
+            fs::read(path.with_file_name("d.json")).expect("read"),
+            b"three"
+        );
+        // A parent that is a file: refused, and the file is left as it was.
+        let blocked = path.join("e.json");
+        assert!(write_atomic(&blocked, b"x", false).is_err());
+        assert_eq!(fs::read(&path).expect("still a file"), b"two");
+        // A directory removed since is made again.
+        fs::remove_dir_all(d.path().join("a")).expect("remove");
+        write_atomic(&path, b"four", false).expect("made again");
+        assert_eq!(fs::read(&path).expect("read"), b"four");
     }
 
     #[test]
