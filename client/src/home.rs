@@ -426,13 +426,15 @@ impl Home {
 
     // ---- spool ----
 
-    pub fn spool_unit(&self, s: &SpooledUnit) -> Result<()> {
+    /// Spool a unit; returns the bytes its file takes.
+    pub fn spool_unit(&self, s: &SpooledUnit) -> Result<u64> {
         let bytes = codec::encode(&s.signed, MAX_UNIT_BYTES * 2)?;
         write_atomic(
             &self.units_dir().join(format!("{}.unit", s.unit.unit_id)),
             &bytes,
             false,
-        )
+        )?;
+        Ok(bytes.len() as u64)
     }
 
     /// Units in the spool, each verified again against the project key. Units

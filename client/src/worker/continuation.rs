@@ -164,6 +164,8 @@ impl Worker {
                         summary: Default::default(),
                     };
                     self.home.save_checkpoint(unit_id, &c)?;
+                    // A state may be megabytes: the spool is measured again.
+                    self.spool_measured = None;
                     if let Some(h) = self.held.get_mut(&unit_id) {
                         h.needs_state = false;
                     }

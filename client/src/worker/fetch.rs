@@ -30,12 +30,31 @@ const SPOOL_FULL: &str =
 /// random wait of up to this long, so connected hosts do not ask in lockstep.
 pub const WORK_HINT_JITTER: Duration = Duration::from_secs(1);
 
-/// How long a measure of the spool's size holds for [`Worker::spool_full`]:
-/// the work loop looks only when a work request is due, and a measure
-/// lists the spool's files. A unit spooled or a result uploaded
-/// has it measured again at the next due request; a scan's own writes
-/// show within this.
+/// How long a measure of the spool's size holds for [`Worker::spool_full`]
+/// once the spool is at least half its cap: the work loop looks only when
+/// a work request is due, and a measure lists the spool's files. A result
+/// uploaded then has it measured again at the next due request; a scan's
+/// own writes show within this.
 pub const SPOOL_RECHECK: Duration = Duration::from_secs(1);
+
+/// How long a measure holds while the spool is under half its cap. Units
+/// spooled are added to it as they come, and a continuation's state or a
+/// part written has it measured again; what it misses meanwhile is the
+/// scans' own records logs and checkpoints, some MB a minute at most, far
+/// from half the smallest cap (16 MB). Listing the spool costs every file a
+/// question to the disk (under Wine, tens of wineserver round trips), so
+/// a roomy spool is not listed at every unit that comes and result that
+/// goes.
+pub const SPOOL_RECHECK_ROOMY: Duration = Duration::from_secs(30);
+
+/// How long a measure of `bytes` holds against a cap of `cap` bytes.
+fn spool_recheck(bytes: u64, cap: u64) -> Duration {
+    if bytes < cap / 2 {
+        SPOOL_RECHECK_ROOMY
+    } else {
+        SPOOL_RECHECK
+    }
+}
 
 /// Seconds before asking again when the server gave no work and no
 /// `retry_after`, or answered something unexpected.
@@ -91,15 +110,16 @@ impl Worker {
         if self.opts.spool_cap_bytes == 0 {
             return false;
         }
+        let cap = self.opts.spool_cap_bytes;
         let bytes = match self.spool_measured {
-            Some((at, bytes)) if at.elapsed() < SPOOL_RECHECK => bytes,
+            Some((at, bytes)) if at.elapsed() < spool_recheck(bytes, cap) => bytes,
             _ => {
                 let bytes = self.home.spool_bytes();
                 self.spool_measured = Some((Instant::now(), bytes));
                 bytes
             }
         };
-        if bytes < self.opts.spool_cap_bytes {
+        if bytes < cap {
             return false;
         }
         if self.last_error.as_deref() != Some(SPOOL_FULL) {
@@ -107,6 +127,23 @@ impl Worker {
             self.problem(ProblemKind::SpoolFull, SPOOL_FULL.into());
         }
         true
+    }
+
+    /// `bytes` were spooled: the measure counts them at once.
+    fn spool_grew(&mut self, bytes: u64) {
+        if let Some((_, measured)) = &mut self.spool_measured {
+            *measured = measured.saturating_add(bytes);
+        }
+    }
+
+    /// Files left the spool: a spool at least half full is measured again
+    /// before the next work request (the room may be what it waits for); a
+    /// roomy one keeps its measure, now more than it holds.
+    pub(super) fn spool_shrank(&mut self) {
+        let cap = self.opts.spool_cap_bytes;
+        if self.spool_measured.is_some_and(|(_, b)| b >= cap / 2) {
+            self.spool_measured = None;
+        }
     }
 
     /// The work request to send now, or `None` when the buffer holds enough
@@ -171,9 +208,8 @@ impl Worker {
             match sign::verify_unit(&self.project_key, &signed) {
                 Ok(unit) if unit.host_id == self.enrolment.host_id => {
                     let s = SpooledUnit { signed, unit };
-                    self.home.spool_unit(&s)?;
-                    // The spool grew: measured again before the next request.
-                    self.spool_measured = None;
+                    let written = self.home.spool_unit(&s)?;
+                    self.spool_grew(written);
                     self.stats.units_received += 1;
                     self.refusals = 0;
                     self.held.insert(
@@ -257,5 +293,70 @@ mod tests {
         w.spool_measured = None;
         assert!(w.work_request().is_some());
         assert!(w.hinted_at.is_none());
+    }
+
+    #[test]
+    fn a_roomy_spool_is_listed_every_half_minute_and_a_half_full_one_every_second() {
+        let (dir, mut w) = super::super::tests::worker();
+        w.opts.spool_cap_bytes = 100_000;
+        let results = dir.path().join("spool").join("results");
+        std::fs::create_dir_all(&results).unwrap();
+        std::fs::write(results.join("1.lf"), vec![0u8; 10_000]).unwrap();
+        assert!(w.work_request().is_some());
+        assert_eq!(w.spool_measured.map(|(_, b)| b), Some(10_000));
+
+        // Roomy: files written since are not listed, units spooled are added,
+        // and a result that leaves keeps the measure (more than it holds).
+        std::fs::write(results.join("2.lf"), vec![0u8; 30_000]).unwrap();
+        w.spool_grew(2_000);
+        w.spool_shrank();
+        assert!(w.work_request().is_some());
+        assert_eq!(w.spool_measured.map(|(_, b)| b), Some(12_000));
+
+        // Half a minute on, listed again: now half full.
+        w.spool_measured = Some((Instant::now() - super::SPOOL_RECHECK_ROOMY, 12_000));
+        assert!(w.work_request().is_some());
+        assert_eq!(w.spool_measured.map(|(_, b)| b), Some(40_000));
+        std::fs::write(results.join("3.lf"), vec![0u8; 10_000]).unwrap();
+        w.spool_measured = Some((Instant::now() - super::SPOOL_RECHECK, 40_000));
+        assert!(w.work_request().is_some());
+        assert_eq!(
+            w.spool_measured.map(|(_, b)| b),
+            Some(40_000),
+            "roomy: held"
+        );
+        w.spool_measured = Some((Instant::now() - super::SPOOL_RECHECK_ROOMY, 40_000));
+        assert!(w.work_request().is_some());
+        assert_eq!(w.spool_measured.map(|(_, b)| b), Some(50_000), "half full");
+        std::fs::write(results.join("3.lf"), vec![0u8; 50_000]).unwrap();
+        w.spool_measured = Some((Instant::now(), 50_000));
+        assert!(w.work_request().is_some());
+        assert_eq!(
+            w.spool_measured.map(|(_, b)| b),
+            Some(50_000),
+            "within a second"
+        );
+        w.spool_measured = Some((Instant::now() - super::SPOOL_RECHECK, 50_000));
+        assert!(w.work_request().is_some());
+        assert_eq!(
+            w.spool_measured.map(|(_, b)| b),
+            Some(90_000),
+            "a second later"
+        );
+
+        // At least half full: a second later it is listed again, a unit
+        // past the cap stops the asking, and a result leaving has it listed
+        // again at once.
+        w.spool_measured = Some((Instant::now(), 90_000));
+        w.spool_grew(20_000);
+        assert!(
+            w.work_request().is_none(),
+            "over the cap by the units spooled"
+        );
+        std::fs::remove_file(results.join("3.lf")).unwrap();
+        w.spool_shrank();
+        assert!(w.spool_measured.is_none());
+        assert!(w.work_request().is_some());
+        assert_eq!(w.spool_measured.map(|(_, b)| b), Some(40_000));
     }
 }

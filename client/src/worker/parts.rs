@@ -100,7 +100,7 @@ impl Worker {
 
     /// A part of `unit_id`'s scan from its checkpoint, spooled: `None`
     /// when the checkpoint holds nothing past the last part.
-    fn take_part(&self, unit_id: u64) -> Result<Option<SpooledPart>> {
+    fn take_part(&mut self, unit_id: u64) -> Result<Option<SpooledPart>> {
         let Some(h) = self.held.get(&unit_id) else {
             return Ok(None);
         };
@@ -135,6 +135,8 @@ impl Worker {
             state,
         };
         self.home.save_part(&part)?;
+        // A part copies records into a link file: measured again.
+        self.spool_measured = None;
         Ok(Some(part))
     }
 
@@ -216,7 +218,7 @@ impl Worker {
         } else {
             self.held.remove(&unit_id);
             self.home.remove_unit(unit_id);
-            self.spool_measured = None;
+            self.spool_shrank();
         }
     }
 

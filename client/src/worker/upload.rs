@@ -87,8 +87,7 @@ impl Worker {
             }
             self.held.remove(&unit_id);
             self.home.remove_unit(unit_id);
-            // The spool shrank: measured again before the next work request.
-            self.spool_measured = None;
+            self.spool_shrank();
             // A slot is free: ask at once (when the buffer wants more)
             // rather than after a `retry_after` heard while it was busy,
             // which said only that nothing was left for a full host then.
