@@ -286,6 +286,28 @@ pub struct Home {
 
 pub use beebot_shared::util::check_private;
 
+/// The totals among `days` of the seven days ending on `today`
+/// (`YYYY-MM-DD`).
+fn week_in(days: &[DayTotals], today: &str) -> DayTotals {
+    let first = chrono::NaiveDate::parse_from_str(today, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.checked_sub_days(chrono::Days::new(6)))
+        .map(|d| d.format("%Y-%m-%d").to_string())
+        .unwrap_or_else(|| today.to_string());
+    let mut w = DayTotals {
+        date: first.clone(),
+        ..Default::default()
+    };
+    for d in days {
+        if d.date.as_str() >= first.as_str() && d.date.as_str() <= today {
+            w.results += d.results;
+            w.pages += d.pages;
+            w.links += d.links;
+        }
+    }
+    w
+}
+
 /// Write a file durably ([`beebot_shared::durable`]): a temporary name of its
 /// own, fsync, rename, fsync the directory. On failure (disk full,
 /// read-only) the temporary file is removed: nothing half-written stays.
@@ -894,25 +916,11 @@ impl Home {
         }
     }
 
-    /// The totals of the seven days ending on `today` (`YYYY-MM-DD`).
-    pub fn week(&self, today: &str) -> DayTotals {
-        let first = chrono::NaiveDate::parse_from_str(today, "%Y-%m-%d")
-            .ok()
-            .and_then(|d| d.checked_sub_days(chrono::Days::new(6)))
-            .map(|d| d.format("%Y-%m-%d").to_string())
-            .unwrap_or_else(|| today.to_string());
-        let mut w = DayTotals {
-            date: first.clone(),
-            ..Default::default()
-        };
-        for d in self.days() {
-            if d.date.as_str() >= first.as_str() && d.date.as_str() <= today {
-                w.results += d.results;
-                w.pages += d.pages;
-                w.links += d.links;
-            }
-        }
-        w
+    /// Today's totals and the week's, from one reading of the days' file
+    /// (the page asks for both every two seconds while it is open).
+    pub fn today_and_week(&self, today: &str) -> (DayTotals, DayTotals) {
+        let days = self.days();
+        (self.day_in(&days, today), week_in(&days, today))
     }
 
     fn revoked_path(&self) -> PathBuf {
@@ -1389,7 +1397,8 @@ mod tests {
         }
         h.add_to_today("2026-12-01", 5, 0).unwrap();
         assert_eq!(h.today("2026-12-01").pages, 35);
-        let w = h.week("2026-12-01");
+        let (today, w) = h.today_and_week("2026-12-01");
+        assert_eq!(today, h.today("2026-12-01"));
         assert_eq!((w.date.as_str(), w.results, w.pages), ("2026-11-25", 4, 65));
         assert_eq!(w.links, 600);
         // Bounded: the oldest days go first.

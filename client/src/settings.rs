@@ -293,12 +293,23 @@ fn value_text(v: &toml::Value) -> String {
     }
 }
 
-fn read_file(home: &Home) -> Result<toml::Table> {
+/// Largest settings file read: thirteen keys take a few hundred bytes.
+pub const MAX_SETTINGS_FILE_BYTES: usize = 64 * 1024;
+
+/// The settings file's table (empty when there is none). Read to its
+/// limit without asking its size: the page reads it every two seconds
+/// while it is open.
+pub fn read_file(home: &Home) -> Result<toml::Table> {
     let path = file_path(home);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => text
-            .parse::<toml::Table>()
+    match beebot_shared::durable::read_at_most(&path, MAX_SETTINGS_FILE_BYTES) {
+        Ok(Some(bytes)) => std::str::from_utf8(&bytes)
+            .map_err(anyhow::Error::from)
+            .and_then(|text| text.parse::<toml::Table>().map_err(anyhow::Error::from))
             .with_context(|| format!("{} is not valid TOML", path.display())),
+        Ok(None) => anyhow::bail!(
+            "{} is larger than a settings file may be ({MAX_SETTINGS_FILE_BYTES} bytes)",
+            path.display()
+        ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(toml::Table::new()),
         Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
@@ -714,5 +725,18 @@ mod tests {
         let env = |k: &str| (k == "BEEBOT_LOW_PRIORITY").then(|| "perhaps".to_string());
         let e = load(&h, &env, &[]).unwrap_err();
         assert!(format!("{e:#}").contains("environment"), "{e:#}");
+        // Not text, or longer than a settings file may be: said, not read whole.
+        std::fs::write(file_path(&h), [0xff, 0xfe]).unwrap();
+        let e = load(&h, &|_| None, &[]).unwrap_err();
+        assert!(format!("{e:#}").contains("not valid TOML"), "{e:#}");
+        let long = format!("slots = 4\n{}", "#\n".repeat(MAX_SETTINGS_FILE_BYTES));
+        std::fs::write(file_path(&h), long).unwrap();
+        let e = load(&h, &|_| None, &[]).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("larger than a settings file may be"),
+            "{e:#}"
+        );
+        std::fs::write(file_path(&h), "slots = 4\n").unwrap();
+        assert_eq!(load(&h, &|_| None, &[]).expect("loads").0.slots, 4);
     }
 }

@@ -316,10 +316,12 @@ mod tests {
              flag of the same name overrides both for that command (`service install \
              --window` writes the setting instead). Nothing the server sends changes them. \
              A running client applies `config set` at once, except where this table says \
-             otherwise.\n\n\
+             otherwise. A `config.toml` longer than {} KiB (`MAX_SETTINGS_FILE_BYTES`), or \
+             not UTF-8 TOML, is refused with its path named, not read.\n\n\
              | setting | default | environment | flags | applies | meaning |\n\
              |---|---|---|---|---|---|\n",
-            made_from_the_code()
+            made_from_the_code(),
+            settings::MAX_SETTINGS_FILE_BYTES / 1024
         );
         for (key, default, meaning) in settings::KEYS {
             let long = key.replace('_', "-");

@@ -106,6 +106,7 @@ pub fn read(
         now_ms,
     );
     let file_values = settings_file_values(home);
+    let (today, week) = home.today_and_week(&today);
     Ok(PageView {
         enrolled: enrolment.is_some(),
         project: enrolment.as_ref().map(|e| e.server_addr.clone()),
@@ -120,8 +121,8 @@ pub fn read(
             .unwrap_or_default(),
         concurrency: live.as_ref().and_then(|l| l.concurrency),
         slots_ceiling: live.as_ref().and_then(|l| l.slots_ceiling),
-        today: home.today(&today),
-        week: home.week(&today),
+        today,
+        week,
         pending_uploads: live.as_ref().map_or(0, |l| l.pending_uploads),
         problems: live
             .as_ref()
@@ -172,9 +173,7 @@ pub fn read(
 
 /// Keys the settings file sets.
 fn settings_file_values(home: &Home) -> Vec<String> {
-    std::fs::read_to_string(settings::file_path(home))
-        .ok()
-        .and_then(|t| t.parse::<toml::Table>().ok())
+    settings::read_file(home)
         .map(|t| t.keys().cloned().collect())
         .unwrap_or_default()
 }
