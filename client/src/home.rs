@@ -286,6 +286,21 @@ pub struct Home {
 
 pub use beebot_shared::util::check_private;
 
+/// A spool file read up to `max` bytes: `None` when there is none; an
+/// error naming the file when it is longer than `what` may be, or cannot
+/// be read.
+fn read_spooled(path: &Path, max: usize, what: &str) -> Result<Option<Vec<u8>>> {
+    match read_at_most(path, max) {
+        Ok(Some(bytes)) => Ok(Some(bytes)),
+        Ok(None) => bail!(
+            "{} is larger than {what} may be ({max} bytes)",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
 /// The totals among `days` of the seven days ending on `today`
 /// (`YYYY-MM-DD`).
 fn week_in(days: &[DayTotals], today: &str) -> DayTotals {
@@ -399,17 +414,13 @@ impl Home {
     }
 
     pub fn enrolment(&self) -> Result<Option<Enrolment>> {
-        match read_at_most(&self.enrolment_path(), MAX_ENROLMENT_FILE_BYTES) {
-            Ok(Some(text)) => Ok(Some(serde_json::from_slice(&text).with_context(|| {
-                format!("{} is damaged", self.enrolment_path().display())
-            })?)),
-            Ok(None) => bail!(
-                "{} is damaged: larger than an enrolment may be",
-                self.enrolment_path().display()
-            ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e).context("cannot read the enrolment"),
-        }
+        let path = self.enrolment_path();
+        let Some(text) = read_spooled(&path, MAX_ENROLMENT_FILE_BYTES, "an enrolment")? else {
+            return Ok(None);
+        };
+        let e = serde_json::from_slice(&text)
+            .with_context(|| format!("{} is damaged", path.display()))?;
+        Ok(Some(e))
     }
 
     /// The enrolment, or a clear error telling the user to join.
@@ -523,16 +534,11 @@ impl Home {
     /// scan cannot know where its next upload starts.
     pub fn parts_sent(&self, unit_id: u64) -> Result<PartsSent> {
         let path = self.parts_sent_path(unit_id);
-        match read_at_most(&path, MAX_PARTS_SENT_BYTES) {
-            Ok(Some(t)) => {
+        match read_spooled(&path, MAX_PARTS_SENT_BYTES, "the record")? {
+            Some(t) => {
                 serde_json::from_slice(&t).with_context(|| format!("{} is damaged", path.display()))
             }
-            Ok(None) => bail!(
-                "{} is damaged: larger than the record may be",
-                path.display()
-            ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PartsSent::default()),
-            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+            None => Ok(PartsSent::default()),
         }
     }
 
@@ -655,11 +661,8 @@ impl Home {
     /// error naming the file.
     pub fn checkpoint_head(&self, unit_id: u64) -> Result<Option<CheckpointHead>> {
         let path = self.checkpoint_path(unit_id);
-        let bytes = match read_at_most(&path, MAX_CHECKPOINT_BYTES) {
-            Ok(Some(b)) => b,
-            Ok(None) => bail!("{} is larger than a checkpoint may be", path.display()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        let Some(bytes) = read_spooled(&path, MAX_CHECKPOINT_BYTES, "a checkpoint")? else {
+            return Ok(None);
         };
         let head = CheckpointHead::decode(&bytes, unit_id)
             .with_context(|| format!("{} is damaged", path.display()))?;
@@ -717,24 +720,16 @@ impl Home {
     pub fn result(&self, unit_id: u64) -> Result<Option<SpooledResult>> {
         let dir = self.results_dir();
         let spath = dir.join(format!("{unit_id}.summary"));
-        let summary = match read_at_most(&spath, MAX_SUMMARY_FILE_BYTES) {
-            Ok(Some(t)) => serde_json::from_slice(&t)
-                .with_context(|| format!("{} is damaged", spath.display()))?,
-            Ok(None) => bail!("{} is larger than a summary may be", spath.display()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e).with_context(|| format!("cannot read {}", spath.display())),
+        let Some(text) = read_spooled(&spath, MAX_SUMMARY_FILE_BYTES, "a summary")? else {
+            return Ok(None);
         };
+        let summary = serde_json::from_slice(&text)
+            .with_context(|| format!("{} is damaged", spath.display()))?;
         let lpath = dir.join(format!("{unit_id}.lf"));
-        let bytes = read_at_most(&lpath, MAX_LINK_FILE_BYTES)
-            .with_context(|| format!("cannot read {}", lpath.display()))?
-            .with_context(|| format!("{} is larger than a link file may be", lpath.display()))?;
+        let bytes = read_spooled(&lpath, MAX_LINK_FILE_BYTES, "a link file")?
+            .with_context(|| format!("{} is missing beside its summary", lpath.display()))?;
         let spath = dir.join(format!("{unit_id}.state"));
-        let state = match read_at_most(&spath, MAX_SCAN_STATE_BYTES) {
-            Ok(Some(b)) => Some(b),
-            Ok(None) => bail!("{} is larger than a scan state may be", spath.display()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e).with_context(|| format!("cannot read {}", spath.display())),
-        };
+        let state = read_spooled(&spath, MAX_SCAN_STATE_BYTES, "a scan state")?;
         Ok(Some(SpooledResult {
             link_file: bytes,
             summary,
