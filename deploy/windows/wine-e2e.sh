@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Windows client end to end under Wine (tests/tests/windows.rs): the
+# The Windows client end to end under Wine (tests/it/windows.rs): the
 # per-user setup and the per-machine MSI that build.sh made, installed
 # silently with an invite code into a fresh Wine prefix, against a Linux
 # server on loopback; the setup's client takes part in a polite round beside
@@ -23,10 +23,10 @@ rm -rf "$WINEPREFIX"
 wine_prefix
 summary="$WIN_ROOT/target/wine-e2e-summary.txt"
 rm -f "$summary"
-echo "== cargo test --workspace --test windows -- --ignored (under Wine and Xvfb)"
+echo "== cargo test --workspace --test it windows:: -- --ignored (under Wine and Xvfb)"
 BEEBOT_WINE="$WINE" BEEBOT_WINDOWS_DIR="$WIN_OUT" BEEBOT_E2E_SUMMARY="$summary" \
     xvfb-run -a -s "-screen 0 1280x800x24" \
-    cargo test --locked --workspace --test windows -- --ignored --test-threads 1
+    cargo test --locked --workspace --test it windows:: -- --ignored --test-threads 1
 "$WINESERVER" -k 2>/dev/null || true
 echo "wine-e2e checked:"
 sed 's/^/  - /' "$summary"

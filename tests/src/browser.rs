@@ -301,8 +301,8 @@ pub fn decode_base64(text: &str) -> Result<Vec<u8>> {
 }
 
 /// Set to `1` to keep the screenshots the documents show in `docs/` too:
-/// `BEEBOT_WRITE_SCREENSHOTS=1 cargo test -p beebot-tests --test dashboard
-/// --test status_page`. The documents' pictures are made by these tests.
+/// `BEEBOT_WRITE_SCREENSHOTS=1 cargo test -p beebot-tests --test it --
+/// dashboard:: status_page::`. The documents' pictures are made by these tests.
 pub const WRITE_SCREENSHOTS: &str = "BEEBOT_WRITE_SCREENSHOTS";
 
 /// The screenshots the documents show: the browser tests' name for each,
@@ -349,7 +349,7 @@ mod tests {
     #[test]
     fn the_documents_pictures_are_the_browser_tests_shots() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let tests = std::fs::read_dir(root.join("tests/tests"))
+        let tests = std::fs::read_dir(root.join("tests/it"))
             .expect("tests")
             .flatten()
             .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())

@@ -17,7 +17,8 @@ use beebot_server::web::SynthWebServer;
 use beebot_shared::synth::SynthWeb;
 
 /// Path of a workspace binary. The first call in a test process runs
-/// `cargo build --bins` for the server and client (a no-op when they are fresh),
+/// `cargo build --bins` for the server, the client and the tools (a no-op
+/// when they are fresh),
 /// so the end-to-end tests never run a binary older than the code under test:
 /// `cargo test` builds a package's binaries only for that package's own
 /// integration tests.
@@ -42,6 +43,8 @@ pub fn bin(name: &str) -> PathBuf {
             "beebot-server",
             "-p",
             "beebot-client",
+            "-p",
+            "beebot-tools",
         ]);
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");

@@ -1,5 +1,5 @@
 //! The data dir a release leaves behind, kept under `tests/fixtures/`
-//! so that later builds are tested to open it (`tests/tests/export.rs`,
+//! so that later builds are tested to open it (`tests/it/export.rs`,
 //! `a_data_dir_of_the_previous_release_opens_and_exports_the_same`). Written
 //! by `cargo run -p beebot-tests --bin beebot-old-data-dir -- DIR` on the
 //! release it stands for: one round over [`SITES`] sites of the synthetic

@@ -19,7 +19,7 @@
 //! Invariants: every figure is a measured round (round start to its last
 //! job, the server's own times) or a simulated one, never derived from a
 //! model; each N or policy runs the same synthetic web. It never reaches
-//! beyond loopback and never asserts (the tests in `tests/tests/methods.rs`
+//! beyond loopback and never asserts (the tests in `tests/it/methods.rs`
 //! keep a small version of each claim).
 
 use std::fmt::Write as _;

@@ -171,6 +171,6 @@ mod tests {
             start + BODY_GRACE + Duration::from_secs(mib as u64 / MIN_BODY_BYTES_PER_S)
         );
         // The client's side of this limit (it waits at least this long) is
-        // checked in `tools/tests/agreed_limits.rs`.
+        // checked in `tests/it/agreed_limits.rs`.
     }
 }

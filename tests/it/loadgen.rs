@@ -20,7 +20,7 @@ fn figure(out: &str, label: &str) -> f64 {
 #[cfg(target_os = "linux")]
 #[test]
 fn the_null_server_answers_every_request_of_a_small_load() {
-    let out = Command::new(env!("CARGO_BIN_EXE_beebot-loadgen"))
+    let out = Command::new(beebot_tests::bin("beebot-loadgen"))
         .args([
             "--null-server",
             "--hosts",
@@ -97,7 +97,7 @@ fn running(pid: u32) -> bool {
 #[test]
 fn the_null_server_goes_when_the_load_generator_is_killed() {
     use std::time::{Duration, Instant};
-    let mut lg = Command::new(env!("CARGO_BIN_EXE_beebot-loadgen"))
+    let mut lg = Command::new(beebot_tests::bin("beebot-loadgen"))
         .args(["--null-server", "--hosts", "2", "--rate", "4"])
         .args(["--upload-rate", "1", "--warmup", "0", "--seconds", "600"])
         .stdout(std::process::Stdio::null())

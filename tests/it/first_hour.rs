@@ -7,11 +7,7 @@
 //! - `employee`: the client's commands (join, leave, settings, status);
 //! - `work`: what the grid does with work (failed sites, cancel, wake-up).
 
-#[path = "first_hour/admin.rs"]
 mod admin;
-#[path = "first_hour/basics.rs"]
 mod basics;
-#[path = "first_hour/employee.rs"]
 mod employee;
-#[path = "first_hour/work.rs"]
 mod work;

@@ -39,7 +39,7 @@ fn cases_path() -> PathBuf {
     // The repository's copy of the cases (see `conformance/README.md`).
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/conformance/links.json"
+        "/../shared/tests/conformance/links.json"
     ))
 }
 
