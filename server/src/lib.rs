@@ -44,7 +44,6 @@ pub mod scheduler;
 pub mod simulate;
 pub mod store;
 pub mod validate;
-pub mod web;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;

@@ -1,5 +1,5 @@
 //! BeeBot grid shared code: wire messages and codec, signing, limits, link files,
-//! URL scope rules, link extraction, the synthetic web, and what client and
+//! URL scope rules, link extraction, and what client and
 //! server both play: the work-fetch rules and the crawl time windows. Pure
 //! code: no tokio, quinn or sled here, except the process plumbing of `rt`
 //! (the `rt` feature), the log set-up of `logfmt` (the `logs` feature)
@@ -29,7 +29,6 @@ pub mod rt;
 pub mod scanstate;
 pub mod scope;
 pub mod sign;
-pub mod synth;
 pub mod util;
 pub mod window;
 

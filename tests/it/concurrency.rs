@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use beebot_server::web::{LoggedRequest, ResponseDelay};
-use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::web::{LoggedRequest, ResponseDelay};
 use beebot_tests::*;
 
 /// What the client starts at before it measures anything.

@@ -12,11 +12,11 @@ use beebot_client::crawler::{
     crawl, crawl_quiet_since, crawl_resumable, crawl_with_progress, CrawlOutput, CrawlProgress,
     CrawlSpec, CrawlerConfig, Lookup,
 };
-use beebot_server::web::{LoggedRequest, ResponseDelay, SynthWebServer};
 use beebot_shared::linkfile::{LinkRecord, StopReason};
 use beebot_shared::scanstate::{url_digest, ScanState};
 use beebot_shared::scope::Scope;
-use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::web::{LoggedRequest, ResponseDelay, SynthWebServer};
 
 const USER_AGENT: &str = "BeeBot/0.1-test (+https://example.invalid/beebot-grid)";
 
@@ -801,7 +801,7 @@ fn private_targets_are_refused_before_the_proxy_is_asked(
     ssrf: &CrawlSpec,
     literals: &[String],
 ) {
-    use beebot_shared::synth::hostile::SSRF_LOOPBACK_LINKS;
+    use beebot_testkit::synth::hostile::SSRF_LOOPBACK_LINKS;
     let cfg = proxied_config(proxy, false);
     let out = run(ssrf, &cfg);
     let s = &out.summary;
@@ -853,7 +853,7 @@ fn private_targets_allowed_are_asked_of_the_proxy_and_fetched(
     ssrf: &CrawlSpec,
     literals: &[String],
 ) {
-    use beebot_shared::synth::hostile::SSRF_PRIVATE_NAMES;
+    use beebot_testkit::synth::hostile::SSRF_PRIVATE_NAMES;
     let open = proxied_config(proxy, true);
     let out = run(ssrf, &open);
     assert_eq!(out.summary.refused_addresses, 0, "{:?}", out.summary);

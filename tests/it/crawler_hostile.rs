@@ -1,5 +1,5 @@
 //! The crawler against hostile sites served on loopback (see
-//! `beebot_shared::synth::hostile`): each scan ends, bounded, with the reason
+//! `beebot_testkit::synth::hostile`): each scan ends, bounded, with the reason
 //! in its summary, and nothing crashes. Caps and timeouts are small so every
 //! test ends in a few seconds.
 
@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use beebot_client::crawler::{crawl, CrawlOutput, CrawlSpec, CrawlerConfig, Lookup};
-use beebot_server::web::{LoggedRequest, SynthWebServer};
 use beebot_shared::linkfile::StopReason;
 use beebot_shared::scope::Scope;
-use beebot_shared::synth::hostile::{
+use beebot_testkit::synth::hostile::{
     DEEP_LINK, HOSTILE_OK_LINK, HUGE_FIRST_LINK, HUGE_REPEATED_LINK,
 };
-use beebot_shared::synth::SynthWeb;
+use beebot_testkit::synth::SynthWeb;
+use beebot_testkit::web::{LoggedRequest, SynthWebServer};
 
 /// Body bytes read per page in these tests.
 const PAGE_CAP: u64 = 1024 * 1024;

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::process::Child;
 use std::time::Duration;
 
-use beebot_server::web::LoggedRequest;
-use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::web::LoggedRequest;
 use beebot_tests::*;
 
 /// Per-page pause of the slow client: its scans are far slower than the

@@ -8,9 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use beebot_server::web::LoggedRequest;
-use beebot_shared::synth::hostile::SSRF_PRIVATE_NAMES;
-use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::synth::hostile::SSRF_PRIVATE_NAMES;
+use beebot_testkit::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::web::LoggedRequest;
 use beebot_tests::{last_line, stderr, stdout, wait_for, Grid};
 
 /// Small sites, so rounds at a politeness delay stay quick.

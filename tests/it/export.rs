@@ -513,7 +513,7 @@ fn a_damaged_site_is_found_named_and_left_out_of_the_export_alone() {
 fn a_data_dir_of_the_previous_release_opens_and_exports_the_same() {
     use beebot_tests::old_release;
     let fixture = old_release::fixture();
-    let web = beebot_shared::synth::SynthWeb::generate(old_release::SEED, old_release::SITES);
+    let web = beebot_testkit::synth::SynthWeb::generate(old_release::SEED, old_release::SITES);
     let g = Grid::adopt(&fixture.join("server"), web);
     let rounds: serde_json::Value =
         serde_json::from_str(&stdout(&g.admin_ok(&["round", "list", "--json"]))).expect("json");

@@ -12,8 +12,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use beebot_server::web::SynthWebServer;
-use beebot_shared::synth::SynthWeb;
+use beebot_testkit::synth::SynthWeb;
+use beebot_testkit::web::SynthWebServer;
 use beebot_tests::*;
 
 /// The fenced blocks of `page` whose info string is `sh walk`, in order.

@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::synth::{SynthConfig, SynthWeb};
 use beebot_tests::*;
 
 /// The rounds' politeness delay.

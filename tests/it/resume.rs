@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use beebot_client::checkpoint::Checkpoint;
 use beebot_client::home::Home;
-use beebot_server::web::LoggedRequest;
 use beebot_shared::scanstate::url_digest;
-use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::web::LoggedRequest;
 use beebot_tests::*;
 
 /// How fast a client must stop or exit (the figure).

@@ -13,8 +13,8 @@ pub mod hostile;
 pub mod liar;
 pub mod old_release;
 
-use beebot_server::web::SynthWebServer;
-use beebot_shared::synth::SynthWeb;
+use beebot_testkit::synth::SynthWeb;
+use beebot_testkit::web::SynthWebServer;
 
 /// Path of a workspace binary. The first call in a test process runs
 /// `cargo build --bins` for the server, the client and the tools (a no-op
@@ -212,13 +212,13 @@ impl Grid {
     /// A grid serving `sites` sites of `pages` pages each, every answer
     /// taking `answer_ms` (0: at once).
     pub fn of_sites(seed: u64, sites: usize, pages: usize, answer_ms: u64) -> Grid {
-        let config = beebot_shared::synth::SynthConfig {
+        let config = beebot_testkit::synth::SynthConfig {
             min_pages_per_site: pages,
             max_pages_per_site: pages,
             crawl_delay_ms: None,
         };
         let g = Grid::start_with(SynthWeb::with_config(seed, sites, config));
-        let delay = beebot_server::web::ResponseDelay {
+        let delay = beebot_testkit::web::ResponseDelay {
             min_ms: answer_ms,
             max_ms: answer_ms,
             seed,

@@ -61,10 +61,10 @@ use beebot_client::worker::{self, RunOptions};
 use beebot_server::config::{self, DataDir, InitOptions};
 use beebot_server::params::RoundParams;
 use beebot_server::validate::ValidateMode;
-use beebot_server::web::{DelaySetting, RequestLog, ResponseDelay};
 use beebot_server::{now_ms, Server};
 use beebot_shared::limits::MAX_SLOTS;
-use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::web::{DelaySetting, RequestLog, ResponseDelay};
 use beebot_tools::wine;
 
 /// Seed of the benched synthetic web and of its response times.
@@ -294,8 +294,14 @@ fn serve_web() -> Result<()> {
     std::thread::spawn(move || {
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener)?;
-            beebot_server::web::serve_delayed(listener, site, served, delay, std::future::pending())
-                .await
+            beebot_testkit::web::serve_delayed(
+                listener,
+                site,
+                served,
+                delay,
+                std::future::pending(),
+            )
+            .await
         })
     });
     for line in std::io::stdin().lock().lines() {
@@ -322,7 +328,7 @@ struct Arrivals {
 }
 
 impl Arrivals {
-    fn add(&mut self, taken: Vec<beebot_server::web::LoggedRequest>) {
+    fn add(&mut self, taken: Vec<beebot_testkit::web::LoggedRequest>) {
         for r in taken {
             if r.path != "/robots.txt" {
                 self.pages += 1;

@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use beebot_client::crawler::{crawl, CrawlSpec, CrawlerConfig};
-use beebot_server::web::SynthWebServer;
 use beebot_shared::extract::extract_page_links;
 use beebot_shared::scope::Scope;
-use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::web::SynthWebServer;
 use url::Url;
 
 /// Seed of the benched synthetic web.

@@ -22,8 +22,8 @@ use anyhow::{bail, Context, Result};
 
 use beebot_client::settings::DEFAULT_CPU_PERCENT;
 use beebot_client::usage::{self, Process};
-use beebot_server::web::SynthWebServer;
-use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::web::SynthWebServer;
 use beebot_tools::wine;
 
 const SEED: u64 = 77;

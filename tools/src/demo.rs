@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 
 use beebot_shared::export::{ExportWriter, Format};
-use beebot_shared::synth::SynthWeb;
+use beebot_testkit::synth::SynthWeb;
 
 use beebot_server::api::JobCounts;
 use beebot_server::model::JobRecord;

@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use beebot_client::crawler::{CrawlerConfig, ResolveRule};
 use beebot_client::home::Home;
 use beebot_client::worker::{self, RunOptions, RunStats};
-use beebot_shared::synth::SynthWeb;
+use beebot_testkit::synth::SynthWeb;
 
 use beebot_server::config::{self, DataDir, InitOptions};
 use beebot_server::model::{JobRecord, RoundRecord, RoundState};
@@ -86,7 +86,7 @@ impl LoopbackGrid {
         let web = Arc::new(web);
         let web_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let web_addr = web_listener.local_addr()?;
-        let web_task = tokio::spawn(beebot_server::web::serve(
+        let web_task = tokio::spawn(beebot_testkit::web::serve(
             web_listener,
             web.clone(),
             stopped(stop_rx.clone()),

@@ -31,7 +31,7 @@ use anyhow::{bail, Result};
 use beebot_server::params::RoundParams;
 use beebot_server::simulate::{self, Availability, Input, SimHost, SimOptions, SimSite};
 use beebot_server::validate::ValidateMode;
-use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::synth::{SynthConfig, SynthWeb};
 
 use crate::grid::{ClientSpec, LoopbackGrid};
 

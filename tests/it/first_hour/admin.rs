@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use beebot_server::cli_util::utc_minute;
 use beebot_shared::proto::{Request, Response};
-use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::synth::{SynthConfig, SynthWeb};
 use beebot_tests::hostile::{join_raw, upload_of_unknown_unit, Joined};
 use beebot_tests::*;
 

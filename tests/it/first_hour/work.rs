@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use beebot_shared::synth::{SynthConfig, SynthWeb};
+use beebot_testkit::synth::{SynthConfig, SynthWeb};
 use beebot_tests::{last_line, run, stderr, stdout, wait_for, Grid};
 
 /// A new round reaches a connected idle client within this long (it asks

@@ -5,7 +5,7 @@
 use super::links::relative_href;
 use super::truth::page_links;
 use super::*;
-use crate::limits::MAX_URL_LEN;
+use beebot_shared::limits::MAX_URL_LEN;
 use url::Url;
 
 /// Decode the entities `escape_href` writes.

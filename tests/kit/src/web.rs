@@ -1,6 +1,6 @@
 //! Serves a [`SynthWeb`] over HTTP/1.1 on a caller-owned listener, choosing the
 //! site by the `Host` header: for tests, the demo and the reference site. The
-//! hostile sites of [`beebot_shared::synth::hostile`] (`*.hostile.test`) are
+//! hostile sites of [`crate::synth::hostile`] (`*.hostile.test`) are
 //! served too, their big bodies generated while sent and the drip-fed one
 //! really dripped, so a test can aim a crawler at them.
 //!
@@ -25,13 +25,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::synth::hostile::{self, HostileBody};
+use crate::synth::SynthWeb;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, Method, Response, StatusCode};
 use axum::Router;
 use beebot_shared::rng::SplitMix64;
-use beebot_shared::synth::hostile::{self, HostileBody};
-use beebot_shared::synth::SynthWeb;
 use tokio::sync::oneshot;
 
 /// Requests kept in a [`RequestLog`]; later ones are counted but not logged.

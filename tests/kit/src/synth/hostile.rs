@@ -393,10 +393,10 @@ fn big_robots() -> HostileResponse {
     }
 }
 
-/// `len` pseudo-random bytes ([`SplitMix64`](crate::rng::SplitMix64), fixed
+/// `len` pseudo-random bytes ([`SplitMix64`](beebot_shared::rng::SplitMix64), fixed
 /// seed: the same on every run).
 fn garbage(len: usize) -> Vec<u8> {
-    let mut rng = crate::rng::SplitMix64::new(GARBAGE_SEED);
+    let mut rng = beebot_shared::rng::SplitMix64::new(GARBAGE_SEED);
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {
         out.extend_from_slice(&rng.next_u64().to_le_bytes());

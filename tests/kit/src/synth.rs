@@ -4,7 +4,7 @@
 //!
 //! Pure and deterministic: no I/O, no clock, and its own small PRNG (splitmix64)
 //! rather than `rand`, so one seed gives the same bytes on every platform and
-//! with every dependency version. `beebot_server::web` serves it over HTTP.
+//! with every dependency version. `beebot_testkit::web` serves it over HTTP.
 //!
 //! # Model of one site
 //! Site `i` is the host `site{i}.synth.test`. Its size (HTML pages) follows a
@@ -59,9 +59,9 @@ mod truth;
 
 use std::collections::HashMap;
 
-use crate::extract::LinkTag;
-use crate::linkfile::LinkRecord;
-use crate::rng::{SplitMix64, GOLDEN_GAMMA};
+use beebot_shared::extract::LinkTag;
+use beebot_shared::linkfile::LinkRecord;
+use beebot_shared::rng::{SplitMix64, GOLDEN_GAMMA};
 
 use generate::{build_site, plan_site, SitePlan};
 use truth::simulate_crawl;

@@ -12,7 +12,7 @@ use super::links::{shuffle, title_case, upper_scheme_host, LinkWriter};
 use super::{
     pareto_size, site_host, Block, Link, Page, Redirect, Resource, Rng, Site, SynthConfig, Target,
 };
-use crate::limits::MAX_URL_LEN;
+use beebot_shared::limits::MAX_URL_LEN;
 
 /// How many distinct external hosts pages link to.
 const EXTERNAL_HOSTS: u64 = 40;

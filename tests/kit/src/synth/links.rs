@@ -6,9 +6,9 @@
 //! differently.
 
 use super::{Link, Rng, Target};
-use crate::extract::LinkTag;
-use crate::limits::{MAX_ANCHOR_CHARS, MAX_URL_LEN};
-use crate::util::collapse_whitespace;
+use beebot_shared::extract::LinkTag;
+use beebot_shared::limits::{MAX_ANCHOR_CHARS, MAX_URL_LEN};
+use beebot_shared::util::collapse_whitespace;
 
 /// Writes link elements of one page in varied but equivalent forms.
 pub(super) struct LinkWriter<'a> {
