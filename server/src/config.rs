@@ -48,7 +48,6 @@ pub struct ServerConfig {
     /// How site owners reach whoever runs the crawler: an `http(s)://` URL or
     /// an e-mail address (`init --contact`). Shown on the about page; a round
     /// is refused while it is empty or [`PLACEHOLDER_CONTACT`].
-    #[serde(alias = "contact_url")]
     pub contact: String,
     /// Who runs the crawler (an organisation or a person), shown on the
     /// about page (`init --operator`).
@@ -1061,15 +1060,6 @@ mod tests {
             cfg.about_link("grid.example.edu:4433", Some(bound)),
             "https://lab.example.edu/beebot"
         );
-        // An old config's `contact_url` is read as the contact.
-        let mut text =
-            toml::to_string(&ServerConfig::new("h:1", "0.0.0.0:1", "127.0.0.1:2")).expect("encode");
-        text = text.replace(
-            &format!("contact = \"{PLACEHOLDER_CONTACT}\""),
-            "contact_url = \"https://old.example.edu/\"",
-        );
-        let old: ServerConfig = toml::from_str(&text).expect("decode");
-        assert_eq!(old.contact, "https://old.example.edu/");
         // An about_url that is no web page is refused when the config loads.
         let dir = tempfile::tempdir().expect("tempdir");
         let data = DataDir(dir.path().to_path_buf());
