@@ -12,10 +12,6 @@
 //! off shifts the rest and is refused too (the checksum and the exact decode
 //! must both agree, a chance of 2^-32 at most). Every such code reads as
 //! [`InviteError::Damaged`], never as another invite or an "expired" one.
-//!
-//! Codes of the first format (`beebot1-`, no checksum) are refused with
-//! [`InviteError::OldFormat`]: they cannot be told from damaged ones, and an
-//! invite lives hours, so the admin makes a new one.
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -24,8 +20,6 @@ use crate::codec;
 
 /// Prefix of every invite code of this format.
 pub const INVITE_PREFIX: &str = "beebot2-";
-/// Prefix of the first format, without a checksum (refused).
-pub const OLD_INVITE_PREFIX: &str = "beebot1-";
 /// An invite code is a few hundred characters; anything longer is not one.
 pub const MAX_INVITE_CODE_LEN: usize = 4096;
 /// Bytes of the checksum after the encoded invite.
@@ -58,10 +52,6 @@ pub enum InviteError {
     TooLong,
     #[error("this invite code is damaged (a character changed or missing): copy it again")]
     Damaged,
-    #[error(
-        "this invite code is of an older format (`{OLD_INVITE_PREFIX}`, without a checksum): ask the admin for a new one"
-    )]
-    OldFormat,
 }
 
 /// CRC-32 (IEEE 802.3, reflected), bit by bit: invite codes are short.
@@ -119,18 +109,6 @@ impl Invite {
         }
         if let Some(rest) = code.strip_prefix(INVITE_PREFIX) {
             return Self::from_payload(rest).ok_or(InviteError::Damaged);
-        }
-        if let Some(rest) = code.strip_prefix(OLD_INVITE_PREFIX) {
-            // A code of the first format decodes whole without a checksum; a
-            // current code with its `2` changed has one left over.
-            let old = base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(rest)
-                .ok()
-                .and_then(|b| codec::decode::<Invite>(&b, MAX_INVITE_CODE_LEN).ok());
-            return Err(match old {
-                Some(_) => InviteError::OldFormat,
-                None => InviteError::Damaged,
-            });
         }
         if near_prefix(code) {
             return Err(InviteError::Damaged);
@@ -214,11 +192,6 @@ mod tests {
         );
         assert!(!damaged.contains("expired"));
         assert!(InviteError::Prefix.to_string().contains(INVITE_PREFIX));
-        let old = InviteError::OldFormat.to_string();
-        assert!(
-            old.contains("new one") && old.contains(OLD_INVITE_PREFIX),
-            "{old}"
-        );
         // No decoder's wording: a bad base64 character reads as damage.
         let code = invite().to_code();
         let bad = format!("{}*{}", &code[..20], &code[21..]);
@@ -227,16 +200,9 @@ mod tests {
     }
 
     #[test]
-    fn old_codes_are_refused_as_old_and_a_changed_version_as_damaged() {
-        let inv = invite();
-        let old = format!(
-            "{OLD_INVITE_PREFIX}{}",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .encode(codec::encode(&inv, MAX_INVITE_CODE_LEN).unwrap())
-        );
-        assert_eq!(Invite::from_code(&old), Err(InviteError::OldFormat));
-        let code = inv.to_code();
-        let one = code.replacen(INVITE_PREFIX, OLD_INVITE_PREFIX, 1);
+    fn a_changed_version_is_damaged() {
+        let code = invite().to_code();
+        let one = code.replacen(INVITE_PREFIX, "beebot1-", 1);
         assert_eq!(Invite::from_code(&one), Err(InviteError::Damaged));
         let three = code.replacen(INVITE_PREFIX, "beebot3-", 1);
         assert_eq!(Invite::from_code(&three), Err(InviteError::Damaged));

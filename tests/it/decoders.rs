@@ -249,11 +249,9 @@ proptest! {
         let want = if cut == 0 { InviteError::Prefix } else { InviteError::Damaged };
         prop_assert_eq!(Invite::from_code(&code[..cut]), Err(want));
         prop_assert!(Invite::from_code(&junk).is_err(), "{}", junk);
-        let old = Invite::from_code(&format!("beebot1-{junk}"));
-        prop_assert!(
-            matches!(old, Err(InviteError::Damaged | InviteError::OldFormat)),
-            "{:?}",
-            old
+        prop_assert_eq!(
+            Invite::from_code(&format!("beebot1-{junk}")),
+            Err(InviteError::Damaged)
         );
         prop_assert_eq!(
             Invite::from_code(&format!("beebot2-{junk}")),
