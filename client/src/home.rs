@@ -16,7 +16,7 @@
 //! DATA/revoked.json        the server refused this host as revoked (when, its words)
 //! ```
 //! Also the client's: `CONFIG/config.toml` (settings), `DATA/benchmark.json`,
-//! `DATA/status.json`, `DATA/control.sock`, `DATA/logs/`. `beebot leave`
+//! `DATA/status.json`, `DATA/logs/`. `beebot leave`
 //! removes every one of them ([`Home::remove_all`]).
 //! With `--home DIR` (or `BEEBOT_HOME`) both CONFIG and DATA are DIR.
 //!
@@ -815,26 +815,15 @@ impl Home {
         Some(self.day_in(&days, date))
     }
 
-    /// `date`'s totals among `days`, else in an older client's file for the
-    /// day alone (`today.json`), else nothing yet.
+    /// `date`'s totals among `days`, else nothing yet.
     fn day_in(&self, days: &[DayTotals], date: &str) -> DayTotals {
         days.iter()
             .rfind(|d| d.date == date)
             .cloned()
-            .or_else(|| {
-                std::fs::read_to_string(self.today_path())
-                    .ok()
-                    .and_then(|t| serde_json::from_str::<DayTotals>(&t).ok())
-                    .filter(|d| d.date == date)
-            })
             .unwrap_or_else(|| DayTotals {
                 date: date.to_string(),
                 ..Default::default()
             })
-    }
-
-    fn today_path(&self) -> PathBuf {
-        self.data.join("spool").join("today.json")
     }
 
     /// Add one accepted result to today's totals, kept with the days kept
@@ -859,7 +848,6 @@ impl Home {
                 Vec::new()
             }
         };
-        let first_today = !days.iter().any(|x| x.date == date);
         let mut d = self.day_in(&days, date);
         d.results += 1;
         d.pages += pages;
@@ -877,10 +865,6 @@ impl Home {
             serde_json::to_string(&days)?.as_bytes(),
             false,
         )?;
-        if first_today {
-            // An older client's file for the day alone is stale from now on.
-            let _ = fs::remove_file(self.today_path());
-        }
         Ok(d)
     }
 
@@ -984,10 +968,6 @@ impl Home {
             ("revocation note", self.revoked_path()),
             ("live status", self.data.join("status.json")),
             ("live status (temporary)", self.data.join("status.tmp")),
-            (
-                "control socket (of older versions)",
-                self.data.join("control.sock"),
-            ),
             (
                 "status page secret",
                 self.data.join(crate::ui::auth::SECRET_FILE),
@@ -1357,25 +1337,6 @@ mod tests {
         assert!(format!("{err:#}").contains("cannot read"), "{err:#}");
         assert!(h.days_path().is_dir(), "left as it was");
         assert!(h.days().is_empty());
-    }
-
-    #[test]
-    fn an_older_clients_day_file_is_taken_over_once() {
-        let (_d, h) = home();
-        std::fs::create_dir_all(h.data.join("spool")).unwrap();
-        let older = DayTotals {
-            date: "2026-12-01".into(),
-            results: 2,
-            pages: 7,
-            links: 70,
-        };
-        std::fs::write(h.today_path(), serde_json::to_string(&older).unwrap()).unwrap();
-        assert_eq!(h.today("2026-12-01").pages, 7);
-        assert_eq!(h.today("2026-12-02").pages, 0, "another day's file");
-        let d = h.add_to_today("2026-12-01", 1, 10).unwrap();
-        assert_eq!((d.results, d.pages, d.links), (3, 8, 80));
-        assert!(!h.today_path().exists(), "kept in days.json from now on");
-        assert_eq!(h.today("2026-12-01").pages, 8);
     }
 
     #[test]
@@ -1800,13 +1761,13 @@ mod tests {
             h.scans_dir().join("4.records"),
             h.results_dir().join("4.lf"),
             h.units_dir().join("4.deadline"),
-            h.data.join("spool").join("today.json"),
+            h.data.join("spool").join("days.json"),
         ];
         let swept = [
             // A checkpoint being written when the power went.
             h.scans_dir().join("4.tmp"),
             h.results_dir().join("9.tmp"),
-            h.data.join("spool").join("today.tmp"),
+            h.data.join("spool").join("days.tmp"),
             // A unit removed, its checkpoint and result not yet.
             h.scans_dir().join("7.ckpt"),
             h.scans_dir().join("7.records"),
