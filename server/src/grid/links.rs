@@ -1,6 +1,6 @@
 //! Link-file storage: where link files and scan states go. The grid reaches
-//! it only through [`LinkFiles`], so the server keeps them in a directory
-//! ([`LinkDir`]) and the simulator and unit tests in memory
+//! it only through [`LinkFiles`], so the server keeps them in pack files
+//! ([`LinkPacks`](super::LinkPacks)) and the simulator and unit tests in memory
 //! ([`MemoryLinks`]), both driving the same grid code. Also here: the
 //! durable write ([`write_durable`]), the read of a job's records
 //! ([`for_each_job_link`], [`for_each_link`]) and the grid's removal of
@@ -20,8 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use beebot_shared::linkfile;
@@ -75,84 +74,6 @@ pub fn check_name(name: &str) -> std::io::Result<()> {
             std::io::ErrorKind::InvalidInput,
             format!("{name:?} is not a link file name"),
         ))
-    }
-}
-
-/// Link files in a directory on disk (the server's `links/`): each write
-/// goes through [`write_durable`], temporaries a crash left are swept.
-#[derive(Clone, Debug)]
-pub struct LinkDir {
-    dir: PathBuf,
-}
-
-impl LinkDir {
-    /// Link files under `dir` (created on the first write).
-    pub fn new(dir: impl Into<PathBuf>) -> LinkDir {
-        LinkDir { dir: dir.into() }
-    }
-
-    /// The directory itself.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    fn path(&self, name: &str) -> std::io::Result<PathBuf> {
-        check_name(name)?;
-        Ok(self.dir.join(name))
-    }
-}
-
-impl LinkFiles for LinkDir {
-    fn write(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-        write_durable(&self.path(name)?, bytes)
-    }
-
-    fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
-        fs::read(self.path(name)?)
-    }
-
-    fn remove(&self, name: &str) {
-        if let Ok(path) = self.path(name) {
-            let _ = fs::remove_file(path);
-        }
-    }
-
-    fn sweep_temporaries(&self, round_id: u64) {
-        let dir = self.dir.join(round_id.to_string());
-        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.extension().is_some_and(|x| x == "tmp") {
-                let _ = fs::remove_file(&path);
-            }
-        }
-    }
-
-    fn location(&self, name: &str) -> String {
-        self.dir.join(name).display().to_string()
-    }
-
-    fn names(&self) -> std::io::Result<Vec<String>> {
-        let mut out = Vec::new();
-        let mut todo = vec![self.dir.clone()];
-        while let Some(d) = todo.pop() {
-            let rd = match fs::read_dir(&d) {
-                Ok(rd) => rd,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
-            for entry in rd {
-                let path = entry?.path();
-                if path.is_dir() {
-                    todo.push(path);
-                } else if path.extension().is_none_or(|x| x != "tmp") {
-                    if let Some(rel) = path.strip_prefix(&self.dir).ok().and_then(|r| r.to_str()) {
-                        out.push(rel.to_string());
-                    }
-                }
-            }
-        }
-        out.sort();
-        Ok(out)
     }
 }
 
@@ -481,18 +402,6 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_keeps_the_contract_and_stays_inside() {
-        let dir = tempfile::tempdir().unwrap();
-        let links = LinkDir::new(dir.path().join("links"));
-        keeps_the_contract(&links);
-        assert_eq!(
-            files_under(dir.path()),
-            vec![dir.path().join("links").join("7").join("3-12.state")]
-        );
-        assert_eq!(links.dir(), dir.path().join("links"));
-    }
-
-    #[test]
     fn packs_keep_the_contract_and_stay_inside() {
         let dir = tempfile::tempdir().unwrap();
         let links = crate::grid::LinkPacks::new(dir.path().join("links"));
@@ -514,21 +423,5 @@ mod tests {
         keeps_the_contract(&links);
         assert_eq!(links.names().unwrap(), vec!["7/3-12.state".to_string()]);
         assert_eq!(links.bytes(), 5);
-    }
-
-    #[test]
-    fn a_directory_sweeps_the_temporaries_of_a_round() {
-        let dir = tempfile::tempdir().unwrap();
-        let links = LinkDir::new(dir.path());
-        links.write("7/3-12.lf", b"kept").unwrap();
-        let stray = dir.path().join("7").join("3-12.1-0.tmp");
-        let other = dir.path().join("8").join("3-12.1-0.tmp");
-        fs::create_dir_all(other.parent().unwrap()).unwrap();
-        fs::write(&stray, b"half").unwrap();
-        fs::write(&other, b"half").unwrap();
-        links.sweep_temporaries(7);
-        assert!(!stray.exists());
-        assert!(other.exists(), "only the round's own");
-        assert_eq!(links.read("7/3-12.lf").unwrap(), b"kept");
     }
 }

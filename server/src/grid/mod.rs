@@ -57,7 +57,7 @@ pub use hosts::{invite_id, INVITE_ID_LEN, MIN_INVITE_ID_LEN};
 use index::OpenJobs;
 pub use io::{GridIo, ProjectSigner, SecretRng};
 pub use links::{
-    check_name, for_each_job_link, for_each_link, write_durable, LinkChanges, LinkDir, LinkFiles,
+    check_name, for_each_job_link, for_each_link, write_durable, LinkChanges, LinkFiles,
     LinkReadError, MemoryLinks,
 };
 pub use packs::{

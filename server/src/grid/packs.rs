@@ -49,10 +49,7 @@
 //! ([`LinkPacks::compact`], in the background), the older packs removed
 //! oldest first.
 //!
-//! Link files written before packs (plain files `GROUP/KEY` beside the
-//! packs) are still read, listed and removed; a write of such a name goes
-//! to a pack, which then takes precedence. Unix only (positioned reads and
-//! writes).
+//! Unix only (positioned reads and writes).
 //!
 //! Why packs: under the load generator's default load, creating, syncing and
 //! renaming a file per upload (and syncing its directory) was most of the
@@ -70,7 +67,7 @@ use std::time::{Duration, Instant};
 
 use beebot_shared::limits::{MAX_LINK_FILE_BYTES, MAX_SCAN_STATE_BYTES};
 
-use super::links::{check_name, LinkDir, LinkFiles};
+use super::links::{check_name, LinkFiles};
 use crate::store::SyncObserver;
 
 /// Largest pack before a write opens the next one (a frame larger than
@@ -104,7 +101,6 @@ struct Loc {
 #[derive(Debug)]
 pub struct LinkPacks {
     dir: PathBuf,
-    plain: LinkDir,
     groups: Arc<Mutex<HashMap<String, Arc<Group>>>>,
     /// Compactions running in the background (see [`LinkPacks::compact`]).
     compacting: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -699,7 +695,6 @@ impl LinkPacks {
     pub fn with_pack_limit(dir: impl Into<PathBuf>, max_pack_bytes: u64) -> LinkPacks {
         let dir = dir.into();
         LinkPacks {
-            plain: LinkDir::new(dir.clone()),
             dir,
             groups: Arc::default(),
             compacting: Mutex::default(),
@@ -780,7 +775,7 @@ impl LinkPacks {
         g
     }
 
-    /// The live names of `group` (packed and plain), each `group/key`.
+    /// The live names of `group`, each `group/key`.
     fn group_names(&self, group: &str, out: &mut Vec<String>) -> io::Result<()> {
         let g = self.group(group);
         let st = g.loaded()?;
@@ -791,18 +786,7 @@ impl LinkPacks {
                 format!("{group}/{key}")
             }
         };
-        let mut keys: BTreeSet<String> = st.index.keys().map(|k| full(k)).collect();
-        for entry in fs::read_dir(&g.dir).into_iter().flatten().flatten() {
-            let Some(file_name) = entry.file_name().to_str().map(str::to_string) else {
-                continue;
-            };
-            let plain = entry.file_type().is_ok_and(|t| t.is_file())
-                && pack_number(&file_name).is_none()
-                && !file_name.ends_with(".tmp");
-            if plain {
-                keys.insert(full(&file_name));
-            }
-        }
+        let keys: BTreeSet<String> = st.index.keys().map(|k| full(k)).collect();
         out.extend(keys);
         Ok(())
     }
@@ -915,7 +899,10 @@ impl LinkFiles for LinkPacks {
         let g = self.group(group);
         let loc = g.loaded()?.index.get(key).copied();
         let Some(mut loc) = loc else {
-            return self.plain.read(name);
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{}: no link file {name}", self.dir.display()),
+            ));
         };
         // A removal (or a new write of the name) between the look-up and
         // the read frees or replaces the bytes: look again before calling
@@ -982,12 +969,10 @@ impl LinkFiles for LinkPacks {
                     free_blocks(&f, offset, len);
                 }
             }
-        }
-        self.plain.remove(name);
+        };
     }
 
     fn sweep_temporaries(&self, round_id: u64) {
-        self.plain.sweep_temporaries(round_id);
         // Opened now (the writer cutting what was never synced) rather
         // than at the round's first upload.
         if let Err(e) = self.group(&round_id.to_string()).loaded() {

@@ -1,5 +1,5 @@
-//! Link packs: reopening, torn tails, group commit, removal, plain files
-//! from before packs, limits, compaction.
+//! Link packs: reopening, torn tails, group commit, removal, limits,
+//! compaction.
 
 use super::*;
 use std::io::Write;
@@ -225,30 +225,6 @@ fn a_removal_frees_the_blocks_of_what_it_removed() {
     assert_eq!(links.read("7/2-2.lf").unwrap(), b"kept");
     let again = LinkPacks::new(dir.path());
     assert_eq!(again.names().unwrap(), vec!["7/2-2.lf"]);
-}
-
-#[test]
-fn plain_files_from_before_packs_are_read_listed_and_replaced_by_a_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let round = dir.path().join("7");
-    fs::create_dir_all(&round).unwrap();
-    fs::write(round.join("1-1.lf"), b"plain").unwrap();
-    fs::write(round.join("2-2.lf"), b"plain two").unwrap();
-    fs::write(round.join("3-3.lf.1-0.tmp"), b"half").unwrap();
-    let links = LinkPacks::new(dir.path());
-    links.sweep_temporaries(7);
-    assert!(!round.join("3-3.lf.1-0.tmp").exists(), "swept");
-    assert_eq!(links.read("7/1-1.lf").unwrap(), b"plain");
-    assert_eq!(links.names().unwrap(), vec!["7/1-1.lf", "7/2-2.lf"]);
-    links.write("7/1-1.lf", b"packed").unwrap();
-    assert_eq!(links.read("7/1-1.lf").unwrap(), b"packed");
-    links.remove("7/2-2.lf");
-    assert!(!round.join("2-2.lf").exists(), "a plain file is removed");
-    assert_eq!(links.names().unwrap(), vec!["7/1-1.lf"]);
-    assert_eq!(
-        LinkPacks::new(dir.path()).read("7/1-1.lf").unwrap(),
-        b"packed"
-    );
 }
 
 #[test]
