@@ -156,9 +156,7 @@ impl RequestKind {
             Request::Concurrency { .. } => Self::Concurrency,
             Request::RequestWork { .. } => Self::RequestWork,
             // Both forms of a progress report are one kind of request.
-            Request::Progress { .. }
-            | Request::ScanProgress { .. }
-            | Request::ScanProgressAll { .. } => Self::Progress,
+            Request::Progress { .. } | Request::ScanProgressAll { .. } => Self::Progress,
             Request::Upload { .. } => Self::Upload,
             Request::UploadPart { .. } => Self::UploadPart,
             Request::FetchState { .. } => Self::FetchState,

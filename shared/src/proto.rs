@@ -4,7 +4,7 @@
 //! `WorkAvailable` is the only message the server pushes (on a unidirectional
 //! stream of an authenticated connection); every other response answers a
 //! request. New requests are appended to `Request` (`Resources`, then
-//! `Concurrency`, `UploadPart`, `ScanProgress` and `ScanProgressAll`), so
+//! `Concurrency`, `UploadPart` and `ScanProgressAll`), so
 //! earlier ones keep their encoding; a server that does not know one answers
 //! `BadRequest`.
 
@@ -118,25 +118,15 @@ pub enum Request {
         #[serde(with = "crate::codec::bytes")]
         state: Vec<u8>,
     },
-    /// A unit's scan is still running: `Progress` with the body bytes it
-    /// read so far (counted like its pages, from the unit's start), which
-    /// the dashboard's KB/s counts while the scan runs. Answered as
-    /// `Progress` is. (Appended after `UploadPart`; a server that does not
-    /// know it answers `BadRequest`, and the client sends `Progress` to it
-    /// instead.)
-    ScanProgress {
-        unit_id: u64,
-        pages: u64,
-        links: u64,
-        bytes: u64,
-    },
     /// The progress of several running scans in one request, each as
-    /// `ScanProgress` carries it: answered `Progressed`, one answer a
-    /// report in their order. At most
+    /// `Progress` carries it with the body bytes read so far (counted like
+    /// its pages, from the unit's start; the dashboard's KB/s): answered
+    /// `Progressed`, one answer a report in their order, each as `Progress`
+    /// is answered. At most
     /// [`MAX_REPORTS_PER_REQUEST`](crate::limits::MAX_REPORTS_PER_REQUEST)
-    /// reports, each unit once. (Appended after `ScanProgress`; a server
-    /// that does not know it answers `BadRequest`, and the client reports
-    /// scan by scan to it.)
+    /// reports, each unit once. (Appended after `UploadPart`; a server
+    /// that does not know it (0.1.0's) answers `BadRequest`, and the
+    /// client reports scan by scan to it, as `Progress`.)
     ScanProgressAll { reports: Vec<ScanReport> },
 }
 

@@ -119,17 +119,9 @@ pub(super) struct Worker {
     pub(super) resources_told: bool,
     /// The concurrency the server has heard on this link (`Concurrency`).
     pub(super) concurrency_told: Option<u32>,
-    /// The server answered `Concurrency` with something else than `Ack` on
-    /// this link (an older server): not told again until the next link.
-    pub(super) concurrency_refused: bool,
-    /// The server does not take parts of running scans (an older one):
-    /// none is sent again until the next link.
-    pub(super) parts_refused: bool,
-    /// The server does not take `ScanProgress` (an older one): reports go
-    /// as `Progress`, without bytes, until the next link.
-    pub(super) scan_progress_refused: bool,
-    /// The server does not take `ScanProgressAll` (an older one): each
-    /// scan reports on its own until the next link.
+    /// The server does not take `ScanProgressAll` (0.1.0's): each scan
+    /// reports on its own, as `Progress` without its bytes, until the next
+    /// link.
     pub(super) progress_all_refused: bool,
     /// When this run started: a run before it may have asked any of its
     /// sites a moment before.

@@ -42,9 +42,6 @@ impl Worker {
         // A new connection: the server hears the offer and the concurrency again.
         self.resources_told = false;
         self.concurrency_told = None;
-        self.concurrency_refused = false;
-        self.parts_refused = false;
-        self.scan_progress_refused = false;
         self.progress_all_refused = false;
         Ok(())
     }
@@ -169,13 +166,12 @@ impl Worker {
 
     /// Tell the server the sites this client scans at once (after every
     /// `Hello` and every change), before asking for work: what it may hold
-    /// follows it. `false`: the network failed (the backoff is set). A
-    /// server that does not take it (older than this request) is noted in
-    /// the log and not told again on this connection.
+    /// follows it. `false`: the network failed (the backoff is set). An
+    /// answer other than `Ack` is noted in the log, and this concurrency is
+    /// not told again on this connection.
     pub(super) async fn tell_concurrency(&mut self) -> Result<bool> {
         let slots = self.concurrency();
-        if self.concurrency_refused || (self.concurrency_told == Some(slots) && self.link.is_some())
-        {
+        if self.concurrency_told == Some(slots) && self.link.is_some() {
             return Ok(true);
         }
         match self.request(&Request::Concurrency { slots }).await {
@@ -185,15 +181,15 @@ impl Worker {
             }
             Ok(answer) => {
                 tracing::warn!("the server did not take this client's concurrency: {answer:?}");
-                self.concurrency_refused = true;
+                self.concurrency_told = Some(slots);
                 Ok(true)
             }
             Err(NetError::Refused {
                 code: ErrorCode::BadRequest,
                 message,
             }) => {
-                tracing::warn!("the server does not know this client's concurrency: {message}");
-                self.concurrency_refused = true;
+                tracing::warn!("the server did not take this client's concurrency: {message}");
+                self.concurrency_told = Some(slots);
                 Ok(true)
             }
             Err(e) if e.is_permanent() => Err(e).context("the server refused this host"),

@@ -48,9 +48,6 @@ impl Worker {
     /// Send the parts due: a spooled one first, else one taken from the
     /// scan's checkpoint. Returns false when the network failed.
     pub(super) async fn send_parts(&mut self) -> Result<bool> {
-        if self.parts_refused {
-            return Ok(true);
-        }
         let now = Instant::now();
         let due: Vec<u64> = self
             .held
@@ -192,11 +189,11 @@ impl Worker {
                 code: ErrorCode::BadRequest,
                 message,
             }) => {
-                // An older server: the scans upload only at their end.
-                tracing::warn!("the server does not take parts of running scans: {message}");
-                self.parts_refused = true;
+                // Refused as malformed: sent again it would be refused
+                // again; the scan uploads the rest at its end.
+                tracing::warn!(unit_id, "part refused, the scan goes on: {message}");
                 self.home.remove_part(unit_id);
-                Ok(PartSent::Held)
+                Ok(PartSent::NotKept)
             }
             Err(e) if e.is_permanent() => Err(e).context("the server refused this host"),
             Err(e) => {

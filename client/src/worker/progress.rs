@@ -1,7 +1,7 @@
 //! Progress reports of running scans: each reports its pages, links and
 //! bytes every `progress_interval`, all running scans in one request
-//! (`ScanProgressAll`; to an older server `ScanProgress` a scan, or
-//! `Progress` without the bytes); the answer extends the unit's deadline,
+//! (`ScanProgressAll`; to 0.1.0's server `Progress` a scan, without the
+//! bytes); the answer extends the unit's deadline,
 //! aborts the scan, or hands it over to another host.
 //!
 //! A deadline never stops a scan: an `Extend` only moves it (and spools it
@@ -22,31 +22,6 @@ use crate::net::NetError;
 
 use super::held::{HeldState, Worker};
 use super::lease::Sent;
-
-/// The request that carries a report alone: `ScanProgress`, or `Progress`
-/// (without the bytes) to a server that refused `ScanProgress`.
-fn single(report: &ScanReport, without_bytes: bool) -> Request {
-    let ScanReport {
-        unit_id,
-        pages,
-        links,
-        bytes,
-    } = *report;
-    if without_bytes {
-        Request::Progress {
-            unit_id,
-            pages,
-            links,
-        }
-    } else {
-        Request::ScanProgress {
-            unit_id,
-            pages,
-            links,
-            bytes,
-        }
-    }
-}
 
 impl Worker {
     /// Report progress of running scans; stop the ones the server aborts.
@@ -69,7 +44,7 @@ impl Worker {
                     code: ErrorCode::BadRequest,
                     message,
                 }) => {
-                    // An older server: reports go scan by scan.
+                    // 0.1.0's server: reports go scan by scan.
                     tracing::info!("the server does not take reports together: {message}");
                     self.progress_all_refused = true;
                 }
@@ -93,23 +68,12 @@ impl Worker {
         let due = scans.iter().filter(|s| s.is_due(interval));
         for report in due.map(|s| s.report).collect::<Vec<_>>() {
             let sent = Sent::now();
-            let mut r = self
-                .request(&single(&report, self.scan_progress_refused))
-                .await;
-            if let Err(NetError::Refused {
-                code: ErrorCode::BadRequest,
-                message,
-            }) = &r
-            {
-                if !self.scan_progress_refused {
-                    // An older server still: this report and the next
-                    // ones go as `Progress`, without their bytes.
-                    tracing::info!("the server does not take reports with bytes: {message}");
-                    self.scan_progress_refused = true;
-                    r = self.request(&single(&report, true)).await;
-                }
-            }
-            match r {
+            let request = Request::Progress {
+                unit_id: report.unit_id,
+                pages: report.pages,
+                links: report.links,
+            };
+            match self.request(&request).await {
                 Ok(answer) => self.heard(report.unit_id, sent, answer),
                 Err(e) => return self.report_failed(e),
             }
@@ -357,32 +321,5 @@ mod tests {
         // One a report: 300 scans × (1 at start + 5 more in 60 s).
         assert!(reports >= 1_800, "{reports} reports");
         assert!(requests <= 320, "{requests} requests for {reports} reports");
-    }
-
-    #[test]
-    fn a_report_carries_its_bytes_unless_the_server_refused_them() {
-        let r = ScanReport {
-            unit_id: 7,
-            pages: 12,
-            links: 40,
-            bytes: 300_000,
-        };
-        assert_eq!(
-            single(&r, false),
-            Request::ScanProgress {
-                unit_id: 7,
-                pages: 12,
-                links: 40,
-                bytes: 300_000
-            }
-        );
-        assert_eq!(
-            single(&r, true),
-            Request::Progress {
-                unit_id: 7,
-                pages: 12,
-                links: 40
-            }
-        );
     }
 }

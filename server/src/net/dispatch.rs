@@ -213,12 +213,6 @@ pub(super) async fn authed(
             pages,
             links,
         } => progress(shared, host_id, unit_id, (pages, links, None)).await,
-        Request::ScanProgress {
-            unit_id,
-            pages,
-            links,
-            bytes,
-        } => progress(shared, host_id, unit_id, (pages, links, Some(bytes))).await,
         Request::ScanProgressAll { reports } => progress_all(shared, host_id, reports).await,
         Request::Upload {
             unit_id,
@@ -336,8 +330,8 @@ async fn request_work(
     })
 }
 
-/// `Progress` and `ScanProgress` (`(pages, links, bytes)`, bytes `None`
-/// from `Progress`): go on, stop, or a later deadline.
+/// A progress report (`(pages, links, bytes)`, bytes `None` from
+/// `Progress`): go on, stop, or a later deadline.
 async fn progress(
     shared: &Arc<Shared>,
     host_id: u64,
@@ -358,8 +352,8 @@ fn scan_answer(p: ProgressOutcome) -> ScanAnswer {
     }
 }
 
-/// `ScanProgressAll`: each report answered as its own `ScanProgress`
-/// would be, in one turn of the grid. A list longer than
+/// `ScanProgressAll`: each report answered as its own `Progress` would
+/// be, in one turn of the grid. A list longer than
 /// [`MAX_REPORTS_PER_REQUEST`] or naming a unit twice is refused whole.
 async fn progress_all(
     shared: &Arc<Shared>,

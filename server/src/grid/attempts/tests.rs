@@ -44,7 +44,7 @@ fn progress_counts_are_bounded_by_the_unit_and_never_go_back() {
     assert_eq!(fx.attempt(v.unit_id).pages, 10);
 }
 
-/// A running scan's bytes (`ScanProgress`) count in its job's bytes so far
+/// A running scan's bytes (`ScanProgressAll`) count in its job's bytes so far
 /// until its result does; a host cannot report more than its pages could
 /// have read, nor take bytes back, and a report without bytes keeps them.
 #[test]
