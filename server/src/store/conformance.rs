@@ -349,114 +349,19 @@ fn raw_sled(dir: &Path, write: impl FnOnce(&::sled::Db)) {
     db.flush().unwrap();
 }
 
-fn v1_bytes(r: &RoundRecord) -> Vec<u8> {
-    codec::encode(r, MAX_RECORD_BYTES).unwrap()
-}
-
 fn meta_format(dir: &Path) -> Option<Vec<u8>> {
     let db = ::sled::open(dir).unwrap();
     let v = db.open_tree("meta").unwrap().get(b"format").unwrap();
     v.map(|v| v.to_vec())
 }
 
-/// (The store as it was is copied beside it first, and a second copy
-/// would go beside that one.)
 #[test]
-fn a_format_1_store_is_migrated_at_opening_and_keeps_its_rounds() {
-    let top = tempfile::tempdir().unwrap();
-    let dir = top.path().join("store");
-    let dir = dir.as_path();
-    let (a, b) = (round(1, vec![5, 6, 7, 10]), round(2, vec![]));
-    raw_sled(dir, |db| {
-        let t = db.open_tree("rounds").unwrap();
-        t.insert(id_key(1), v1_bytes(&a)).unwrap();
-        t.insert(id_key(2), v1_bytes(&b)).unwrap();
-        let jobs = db.open_tree("jobs").unwrap();
-        let j = job(5, 1, "a.test");
-        jobs.insert(id_key(5), codec::encode(&j, MAX_RECORD_BYTES).unwrap())
-            .unwrap();
-    });
-    {
-        let s = SledStore::open(dir).unwrap();
-        assert_eq!(s.rounds().unwrap(), [a.clone(), b.clone()]);
-        assert_eq!(s.jobs().unwrap().len(), 1);
-    }
-    assert_eq!(meta_format(dir), Some(2u32.to_le_bytes().to_vec()));
-    {
-        let db = ::sled::open(dir).unwrap();
-        assert_only_the_fence(&db);
-    }
-    // The store as it was, kept aside: format 1, its rounds in the old tree.
-    let backup = top.path().join("store.before-format-2");
-    assert_eq!(meta_format(&backup), None);
-    {
-        let db = ::sled::open(&backup).unwrap();
-        assert_eq!(db.open_tree("rounds").unwrap().len(), 2);
-    }
-    // Opened again: format 2 as it is (no copy made), rounds the same.
-    let s = SledStore::open(dir).unwrap();
-    assert_eq!(s.rounds().unwrap(), [a, b]);
-    drop(s);
-    let beside: Vec<_> = std::fs::read_dir(top.path()).unwrap().collect();
-    assert_eq!(beside.len(), 2, "the store and one copy");
-    // The copy opened as a store is migrated too, its own copy beside it.
-    drop(SledStore::open(&backup).unwrap());
-    assert!(top
-        .path()
-        .join("store.before-format-2.before-format-2")
-        .exists());
-}
-
-#[test]
-fn a_migration_cut_short_is_done_again_or_finished_at_the_next_opening() {
-    // Cut before its format was written: rounds.v2 holds some rounds, the
-    // old tree all of them. The migration runs again.
-    let top = tempfile::tempdir().unwrap();
-    let dir = top.path().join("store");
-    let dir = dir.as_path();
-    let (a, b) = (round(1, vec![1, 2]), round(2, vec![3]));
-    raw_sled(dir, |db| {
-        let old = db.open_tree("rounds").unwrap();
-        old.insert(id_key(1), v1_bytes(&a)).unwrap();
-        old.insert(id_key(2), v1_bytes(&b)).unwrap();
-        let new = db.open_tree("rounds.v2").unwrap();
-        let half = codec::encode(&format::StoredRound::from(&a), MAX_RECORD_BYTES).unwrap();
-        new.insert(id_key(1), half).unwrap();
-    });
-    let s = SledStore::open(dir).unwrap();
-    assert_eq!(s.rounds().unwrap(), [a.clone(), b.clone()]);
-    drop(s);
-    // Cut after its format was synced, before the old tree was cleared:
-    // a round in both trees is taken from rounds.v2 (here the old tree's
-    // copy is older); a round only in the old tree (an older server wrote
-    // it after opening the store anyway) is migrated, never dropped.
-    let c = round(9, vec![4]);
-    raw_sled(dir, |db| {
-        let old = db.open_tree("rounds").unwrap();
-        old.insert(id_key(1), v1_bytes(&round(1, vec![1]))).unwrap();
-        old.insert(id_key(9), v1_bytes(&c)).unwrap();
-    });
-    let s = SledStore::open(dir).unwrap();
-    assert_eq!(s.rounds().unwrap(), [a, b, c]);
-    drop(s);
-    let db = ::sled::open(dir).unwrap();
-    assert_only_the_fence(&db);
-}
-
-/// Format 2 leaves one record in the old tree that a server from before
-/// formats were numbered cannot read (so it refuses the store instead of
-/// running without its rounds).
-fn assert_only_the_fence(db: &::sled::Db) {
-    let old: Vec<_> = db
-        .open_tree("rounds")
-        .unwrap()
-        .iter()
-        .map(|e| e.unwrap())
-        .collect();
-    assert_eq!(old.len(), 1);
-    assert_eq!(old[0].0.as_ref(), format::V1_FENCE_KEY);
-    let read = codec::decode::<RoundRecord>(&old[0].1, MAX_RECORD_BYTES);
-    assert!(read.is_err(), "{read:?}");
+fn a_new_store_has_its_format_written_at_opening() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(SledStore::open(dir.path()).unwrap());
+    assert_eq!(meta_format(dir.path()), Some(2u32.to_le_bytes().to_vec()));
+    let s = SledStore::open(dir.path()).unwrap();
+    assert!(s.rounds().unwrap().is_empty());
 }
 
 /// Why opening the store in `dir` is refused.
@@ -473,9 +378,10 @@ fn a_newer_format_is_refused_and_left_as_it_is() {
             .unwrap()
             .insert(b"format", 3u32.to_le_bytes().to_vec())
             .unwrap();
-        db.open_tree("rounds")
+        let stored = codec::encode(&format::StoredRound::from(&a), MAX_RECORD_BYTES).unwrap();
+        db.open_tree("rounds.v2")
             .unwrap()
-            .insert(id_key(1), v1_bytes(&a))
+            .insert(id_key(1), stored)
             .unwrap();
     });
     let err = refused(dir.path());
@@ -485,10 +391,18 @@ fn a_newer_format_is_refused_and_left_as_it_is() {
     );
     assert_eq!(meta_format(dir.path()), Some(3u32.to_le_bytes().to_vec()));
     let db = ::sled::open(dir.path()).unwrap();
-    assert_eq!(db.open_tree("rounds").unwrap().len(), 1);
-    assert!(db.open_tree("rounds.v2").unwrap().is_empty());
+    assert_eq!(db.open_tree("rounds.v2").unwrap().len(), 1);
     drop(db);
-    // A format that is not a number is damage, named as such.
+    // A format no release wrote is damage, named as such.
+    raw_sled(dir.path(), |db| {
+        db.open_tree("meta")
+            .unwrap()
+            .insert(b"format", 1u32.to_le_bytes().to_vec())
+            .unwrap();
+    });
+    let err = refused(dir.path());
+    assert!(err.contains("format 1, which no release wrote"), "{err}");
+    // A format that is not a number is damage too.
     raw_sled(dir.path(), |db| {
         db.open_tree("meta")
             .unwrap()

@@ -1,23 +1,15 @@
-//! The store's format on disk: its number (in the `meta` tree), the shape
-//! each format gives a round's record, and the migration from the last one
-//! at opening.
+//! The store's format on disk: its number (in the `meta` tree) and the
+//! shape it gives a round's record.
 //!
-//! Formats:
-//! - **1** (no `meta` tree): a round's record (tree `rounds`) lists every job
-//!   id, so a round of more than about 210,000 sites passed the record limit.
-//! - **2**: a round's record (tree `rounds.v2`) keeps its job ids as runs of
-//!   consecutive ids ([`IdRun`]): a round's jobs are made at its start, one
-//!   after another, so a round of any size is one run.
+//! Format 2 (0.1.0's, the first released): a round's record (tree
+//! `rounds.v2`) keeps its job ids as runs of consecutive ids ([`IdRun`]):
+//! a round's jobs are made at its start, one after another, so a round of
+//! any size is one run.
 //!
-//! Invariants: a store is opened only at a format this build reads; a
-//! newer one is refused ([`StoreError::Format`]) before any record is
-//! written. A migration writes the new records under a tree of their own
-//! and syncs, then writes the format and syncs, and only then clears the
-//! old tree: a crash at any point leaves either the old format whole
-//! (migrated again at the next opening) or the new one whole. Format 2
-//! leaves one unreadable record in the old tree, so a server from before
-//! formats were numbered refuses the store rather than run without its
-//! rounds.
+//! Invariants: a store is opened only at a format this build reads; any
+//! other is refused ([`StoreError::Format`], or damage for a format no
+//! release wrote) before any record is written. A new store has its format
+//! written and synced at opening.
 
 use beebot_shared::codec;
 use beebot_shared::limits::MAX_SITES;
@@ -138,8 +130,7 @@ pub fn check_round(round: &RoundRecord) -> Result<(), codec::CodecError> {
     codec::encode(&StoredRound::from(round), MAX_RECORD_BYTES).map(|_| ())
 }
 
-/// The format `b` holds: [`STORE_FORMAT`] when it is new (nothing stored),
-/// 1 when records were written before formats were numbered.
+/// The format `b` holds, `None` when none was written (a new store).
 fn found_format(b: &impl Backend) -> Result<Option<u32>, StoreError> {
     let Some((_, v)) = b
         .entries(Tree::Meta)?
@@ -156,88 +147,26 @@ fn found_format(b: &impl Backend) -> Result<Option<u32>, StoreError> {
     Ok(Some(u32::from_le_bytes(bytes)))
 }
 
-/// Where format 1 kept rounds, format 2 keeps one record no format-1
-/// server can read (round id 0 is never handed out): a server from before
-/// formats were numbered refuses the store ("stored record is unreadable")
-/// instead of opening it without its rounds.
-pub(super) const V1_FENCE_KEY: [u8; 8] = [0; 8];
-const V1_FENCE: &[u8] = b"\xffbeebot store format 2: this server is older than its data";
-
-/// Whether opening `b` rewrites records ([`prepare`] migrates format 1's
-/// rounds): then the store as it was is copied aside first.
-pub(super) fn migrates(b: &impl Backend) -> Result<bool, StoreError> {
-    if found_format(b)?.is_some_and(|f| f > STORE_FORMAT) {
-        return Ok(false);
-    }
-    Ok(b.entries(Tree::RoundsV1)?
-        .iter()
-        .any(|(k, _)| k.as_slice() != V1_FENCE_KEY))
-}
-
-/// Bring `b` to [`STORE_FORMAT`] at opening, or refuse a newer format.
-/// Writes straight to the backend (before any caller can write) and syncs
-/// before it returns whenever it wrote.
-///
-/// Format 1's rounds are rewritten into format 2's tree, synced, then the
-/// format is written and synced, and only then are they cleared: a crash
-/// leaves them all in the old tree (the migration runs again), or all in
-/// both. A round in the old tree that format 2's lacks while the format is
-/// already 2 (written by an older server that opened the store anyway) is
-/// migrated too, never dropped.
+/// Check `b`'s format at opening: a new store gets [`STORE_FORMAT`]
+/// written and synced; a newer format is refused, and one no release wrote
+/// is damage, both with nothing written.
 pub(super) fn prepare(b: &impl Backend) -> Result<(), StoreError> {
-    let found = found_format(b)?;
-    if let Some(f) = found.filter(|f| *f > STORE_FORMAT) {
-        return Err(StoreError::Format {
+    match found_format(b)? {
+        Some(STORE_FORMAT) => Ok(()),
+        Some(f) if f > STORE_FORMAT => Err(StoreError::Format {
             found: f,
             supported: STORE_FORMAT,
-        });
-    }
-    let (fence, old): (Vec<_>, Vec<_>) = b
-        .entries(Tree::RoundsV1)?
-        .into_iter()
-        .partition(|(k, _)| k.as_slice() == V1_FENCE_KEY);
-    let fenced = fence.iter().any(|(_, v)| v.as_slice() == V1_FENCE);
-    if old.is_empty() && fenced && found == Some(STORE_FORMAT) {
-        return Ok(());
-    }
-    // Format 2's rounds are read only when there is something to migrate.
-    let kept: std::collections::HashSet<Vec<u8>> = if old.is_empty() {
-        Default::default()
-    } else {
-        b.entries(Tree::Rounds)?
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect()
-    };
-    let mut wrote = false;
-    for (k, v) in &old {
-        // With the format written, a round in both trees is the new one.
-        if found == Some(STORE_FORMAT) && kept.contains(k) {
-            continue;
+        }),
+        Some(f) => Err(StoreError::Corrupt {
+            tree: Tree::Meta.name(),
+            key: "format".into(),
+            msg: format!("format {f}, which no release wrote"),
+        }),
+        None => {
+            b.insert(Tree::Meta, FORMAT_KEY, STORE_FORMAT.to_le_bytes().to_vec())?;
+            b.write_out()
         }
-        let round: RoundRecord =
-            codec::decode(v, MAX_RECORD_BYTES).map_err(|e| StoreError::Corrupt {
-                tree: Tree::RoundsV1.name(),
-                key: hex::encode(k),
-                msg: e.to_string(),
-            })?;
-        let bytes = codec::encode(&StoredRound::from(&round), MAX_RECORD_BYTES)
-            .map_err(|e| StoreError::Encode(e.to_string()))?;
-        b.insert(Tree::Rounds, k, bytes)?;
-        wrote = true;
     }
-    if wrote {
-        b.write_out()?;
-    }
-    if found != Some(STORE_FORMAT) {
-        b.insert(Tree::Meta, FORMAT_KEY, STORE_FORMAT.to_le_bytes().to_vec())?;
-        b.write_out()?;
-    }
-    for (k, _) in &old {
-        b.remove(Tree::RoundsV1, k)?;
-    }
-    b.insert(Tree::RoundsV1, &V1_FENCE_KEY, V1_FENCE.to_vec())?;
-    b.write_out()
 }
 
 #[cfg(test)]

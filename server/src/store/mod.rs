@@ -228,8 +228,6 @@ enum Tree {
     /// The store's format ([`STORE_FORMAT`]), under `format`.
     Meta,
     Sites,
-    /// Rounds in format 1 (each job id listed): read only to migrate them.
-    RoundsV1,
     /// Rounds, their job ids as runs of consecutive ids (format 2).
     Rounds,
     Jobs,
@@ -240,11 +238,10 @@ enum Tree {
 }
 
 impl Tree {
-    const ALL: [Tree; 9] = [
+    const ALL: [Tree; 8] = [
         Tree::Ids,
         Tree::Meta,
         Tree::Sites,
-        Tree::RoundsV1,
         Tree::Rounds,
         Tree::Jobs,
         Tree::Hosts,
@@ -258,7 +255,6 @@ impl Tree {
             Tree::Ids => "ids",
             Tree::Meta => "meta",
             Tree::Sites => "sites",
-            Tree::RoundsV1 => "rounds",
             Tree::Rounds => "rounds.v2",
             Tree::Jobs => "jobs",
             Tree::Hosts => "hosts",
