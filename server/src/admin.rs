@@ -33,6 +33,7 @@ use beebot_shared::scope::{parse_site, Exclusion};
 
 use crate::api::*;
 use crate::grid::GridError;
+use crate::hostcheck::{allowed_hosts, refuse_other_host};
 use crate::validate::ValidateMode;
 use crate::{now_ms, Shared};
 
@@ -152,20 +153,6 @@ pub(crate) struct Admin {
     hosts: Vec<String>,
 }
 
-/// The `Host` values that name the admin address bound at `addr`: the
-/// address itself and `localhost` with its port.
-pub(crate) fn allowed_hosts(addr: SocketAddr) -> Vec<String> {
-    let port = addr.port();
-    let mut hosts = vec![addr.to_string(), format!("localhost:{port}")];
-    if addr.ip().is_loopback() {
-        hosts.push(format!("127.0.0.1:{port}"));
-        hosts.push(format!("[::1]:{port}"));
-    }
-    hosts.sort();
-    hosts.dedup();
-    hosts
-}
-
 /// The session token the request carries (`Authorization: Session …`).
 fn session_token(headers: &HeaderMap) -> Option<&str> {
     headers
@@ -234,31 +221,6 @@ async fn check_host(State(admin): State<Arc<Admin>>, request: Request, next: Nex
         return refused;
     }
     next.run(request).await
-}
-
-/// The refusal of a request whose `Host` is none of `allowed` (the names of
-/// a loopback listener, `what`), or `None` when it is one of them.
-pub(crate) fn refuse_other_host(
-    allowed: &[String],
-    request: &Request,
-    what: &str,
-) -> Option<Response> {
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    (!allowed.contains(&host)).then(|| {
-        fail(
-            StatusCode::MISDIRECTED_REQUEST,
-            format!(
-                "this is {what} of {}; Host `{host}` is not it",
-                allowed.first().map_or("", String::as_str)
-            ),
-        )
-        .into_response()
-    })
 }
 
 /// Ahead of every API route, before its body is read: the token or a

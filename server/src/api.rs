@@ -4,8 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::durations::{opt_seconds, typed_duration, DurationError, TypedDuration, REPEAT_PERIOD};
 use crate::grid::GridStatus;
+pub use crate::grid::HostLine;
 use crate::model::{
-    Completeness, HostRecord, JobRecord, JobState, JobValidation, RoundRecord, SiteRecord, Verdict,
+    Completeness, JobRecord, JobState, JobValidation, RoundRecord, SiteRecord, Verdict,
 };
 use crate::params::RoundOverrides;
 
@@ -547,18 +548,6 @@ pub struct StatusResponse {
 }
 
 pub type SitesList = Vec<SiteRecord>;
-/// One host as `hosts list` shows it: its record and whether it is trusted.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct HostLine {
-    #[serde(flatten)]
-    pub host: HostRecord,
-    /// Enough valid results in a row: only spot checks of its results.
-    pub trusted: bool,
-    /// What it offers its scans beyond slots, as it said since the server
-    /// started (`None`: not yet).
-    #[serde(default)]
-    pub resources: Option<beebot_shared::proto::HostResources>,
-}
 
 pub type HostsList = Vec<HostLine>;
 

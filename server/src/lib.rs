@@ -33,6 +33,7 @@ pub mod dashboard;
 pub mod durations;
 pub mod export;
 pub mod grid;
+mod hostcheck;
 pub mod metrics;
 pub mod model;
 pub mod net;

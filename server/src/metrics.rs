@@ -811,7 +811,7 @@ pub fn router(shared: Arc<Shared>, addr: SocketAddr) -> Router {
     if !addr.ip().is_loopback() {
         return router;
     }
-    let allowed = Arc::new(crate::admin::allowed_hosts(addr));
+    let allowed = Arc::new(crate::hostcheck::allowed_hosts(addr));
     router.layer(axum::middleware::from_fn_with_state(allowed, check_host))
 }
 
@@ -820,7 +820,7 @@ async fn check_host(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match crate::admin::refuse_other_host(&allowed, &request, "the metrics address") {
+    match crate::hostcheck::refuse_other_host(&allowed, &request, "the metrics address") {
         Some(refused) => refused,
         None => next.run(request).await,
     }

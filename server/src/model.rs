@@ -5,15 +5,7 @@ use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::proto::HostInfo;
 use serde::{Deserialize, Serialize};
 
-/// Figures of a site's last finished scan: the scheduler's size estimate.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct SiteStats {
-    pub round_id: u64,
-    pub pages: u64,
-    pub bytes: u64,
-    pub links: u64,
-    pub seconds: f64,
-}
+pub use crate::scheduler::SiteStats;
 
 /// One website of the target set.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

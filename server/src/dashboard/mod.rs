@@ -31,7 +31,6 @@ use axum::routing::get;
 use axum::{Json, Router};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::admin::Admin;
 use crate::api::ApiError;
 use crate::grid::GridError;
 use crate::model::HostRecord;
@@ -60,7 +59,7 @@ const LOGIN_JS: &str = include_str!("assets/login.js");
 type JsonResult<T> = Result<Json<T>, (StatusCode, Json<ApiError>)>;
 
 /// The pages and their files, for `admin.rs` to serve beside the login.
-pub(crate) fn pages() -> Router<Arc<Admin>> {
+pub(crate) fn pages<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/", get(overview_page))
         .route("/rounds/{id}", get(round_page))

@@ -22,11 +22,25 @@ use beebot_shared::limits::{
 use beebot_shared::proto::{HostInfo, HostResources};
 use beebot_shared::util::{sha256, truncate_on_char};
 use rand::RngCore;
+use serde::{Deserialize, Serialize};
 
 use super::{Grid, GridError};
 use crate::model::*;
 use crate::scheduler;
 use crate::store::IdKind;
+
+/// One host as `hosts list` shows it: its record and whether it is trusted.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HostLine {
+    #[serde(flatten)]
+    pub host: HostRecord,
+    /// Enough valid results in a row: only spot checks of its results.
+    pub trusted: bool,
+    /// What it offers its scans beyond slots, as it said since the server
+    /// started (`None`: not yet).
+    #[serde(default)]
+    pub resources: Option<HostResources>,
+}
 
 /// Hex digits of an invite's id: the start of its token's SHA-256, enough to
 /// tell invites apart and nothing of the token itself.
@@ -372,10 +386,10 @@ impl Grid {
     }
 
     /// Every host with whether it is trusted (`hosts list`).
-    pub fn host_lines(&self) -> Vec<crate::api::HostLine> {
+    pub fn host_lines(&self) -> Vec<HostLine> {
         self.hosts
             .values()
-            .map(|h| crate::api::HostLine {
+            .map(|h| HostLine {
                 host: h.clone(),
                 trusted: h.consecutive_valid >= self.settings.trust_after,
                 resources: self.resources.get(&h.id).copied(),

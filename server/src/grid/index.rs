@@ -26,6 +26,21 @@ use super::Grid;
 use crate::model::*;
 use crate::scheduler::{self, JobQueue, JobView};
 
+/// The one running copy of `job` that could hand its scan over to `asker`:
+/// on another host, scanning, with pages of its own taken (a unit still
+/// waiting in a host's buffer crawls nothing, and one that stopped at once
+/// would be a failed attempt).
+pub(super) fn hand_over_from(job: &JobRecord, asker: u64) -> Option<&Attempt> {
+    let mut running = job.running_attempts();
+    let (Some(a), None) = (running.next(), running.next()) else {
+        return None;
+    };
+    // Progress counts the unit's own pages, not those of the scans it
+    // continues from.
+    let scanning = a.first_report_ms != 0 && a.pages > 0;
+    (a.host_id != asker && scanning && !job.is_behind(a)).then_some(a)
+}
+
 /// A running round's queued and running jobs, so that a work request, an
 /// upload and a tick cost what is open now, not a walk over every job of
 /// every round ever run.
@@ -44,7 +59,7 @@ pub(super) struct OpenJobs {
     /// Each open job's reach ([`reach_key`]), worked out once.
     pub(super) reach_of: HashMap<u64, (String, bool)>,
     /// Running jobs whose one running copy could hand its scan over to
-    /// another host ([`super::work::hand_over_from`]), with that copy.
+    /// another host ([`hand_over_from`]), with that copy.
     pub(super) handable: BTreeMap<u64, Handable>,
     /// Running jobs by their site's reach ([`reach_key`] → job id → whether
     /// every name under it is inside): a queued job whose reach meets one
@@ -411,7 +426,7 @@ impl Grid {
         }
         // Whether its scan could be handed over (to any host but its own:
         // host ids count from 1, so 0 is nobody's).
-        match super::work::hand_over_from(job, 0) {
+        match hand_over_from(job, 0) {
             Some(a) if job.state == JobState::Running => {
                 let h = Handable {
                     host_id: a.host_id,

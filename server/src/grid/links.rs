@@ -3,7 +3,7 @@
 //! ([`LinkPacks`](super::LinkPacks)) and the simulator and unit tests in memory
 //! ([`MemoryLinks`]), both driving the same grid code. Also here: the
 //! durable write ([`write_durable`]), the read of a job's records
-//! ([`for_each_job_link`], [`for_each_link`]) and the grid's removal of
+//! ([`for_each_link`]) and the grid's removal of
 //! files no result keeps.
 //!
 //! The contract of every [`LinkFiles`]: a file is named by a relative name,
@@ -169,16 +169,6 @@ pub enum LinkReadError<E: std::error::Error + 'static> {
     /// The visitor's error, as it gave it.
     #[error(transparent)]
     Visit(E),
-}
-
-/// Visit the link records of a job kept under `links_dir` by a server
-/// (read beside it): [`for_each_link`] over [`LinkPacks`](super::LinkPacks).
-pub fn for_each_job_link<E: std::error::Error + 'static>(
-    links_dir: &Path,
-    job: &JobRecord,
-    f: impl FnMut(&linkfile::LinkRecord) -> Result<(), E>,
-) -> Result<(), LinkReadError<E>> {
-    for_each_link(&super::LinkPacks::new(links_dir), job, f)
 }
 
 /// Visit the link records of a job: the union of its scans' link files

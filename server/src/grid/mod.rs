@@ -53,15 +53,15 @@ use crate::store::{SharedStore, StoreError};
 
 pub use attempts::{ProgressOutcome, StateAnswer, StateFile};
 pub use counters::{GridCounters, GridSnapshot, JobsByState, ACTIVE_DAY_MS, ACTIVE_HOUR_MS};
-pub use hosts::{invite_id, INVITE_ID_LEN, MIN_INVITE_ID_LEN};
+pub use hosts::{invite_id, HostLine, INVITE_ID_LEN, MIN_INVITE_ID_LEN};
 use index::OpenJobs;
 pub use io::{GridIo, ProjectSigner, SecretRng};
 pub use links::{
-    check_name, for_each_job_link, for_each_link, write_durable, LinkChanges, LinkFiles,
-    LinkReadError, MemoryLinks,
+    check_name, for_each_link, write_durable, LinkChanges, LinkFiles, LinkReadError, MemoryLinks,
 };
 pub use packs::{
-    pack_files, LinkPacks, SyncCounts, MAX_KEY_BYTES, MAX_PACK_BYTES, MAX_TORN_TAIL_BYTES,
+    for_each_job_link, pack_files, LinkPacks, SyncCounts, MAX_KEY_BYTES, MAX_PACK_BYTES,
+    MAX_TORN_TAIL_BYTES,
 };
 pub use sites::{excluded_message, ExcludeOutcome, EXCLUDED_REASON};
 pub use status::{GridStatus, RoundOutcome};

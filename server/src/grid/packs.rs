@@ -67,8 +67,19 @@ use std::time::{Duration, Instant};
 
 use beebot_shared::limits::{MAX_LINK_FILE_BYTES, MAX_SCAN_STATE_BYTES};
 
-use super::links::{check_name, LinkFiles};
+use super::links::{check_name, for_each_link, LinkFiles, LinkReadError};
+use crate::model::JobRecord;
 use crate::store::SyncObserver;
+
+/// Visit the link records of a job kept under `links_dir` by a server
+/// (read beside it): [`for_each_link`] over [`LinkPacks`].
+pub fn for_each_job_link<E: std::error::Error + 'static>(
+    links_dir: &Path,
+    job: &JobRecord,
+    f: impl FnMut(&beebot_shared::linkfile::LinkRecord) -> Result<(), E>,
+) -> Result<(), LinkReadError<E>> {
+    for_each_link(&LinkPacks::new(links_dir), job, f)
+}
 
 /// Largest pack before a write opens the next one (a frame larger than
 /// what is left still goes whole into a pack of its own).

@@ -24,8 +24,17 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use crate::model::*;
 use crate::scheduler::{self, Capacity, Demand, HeldUnit, HostView};
 
-use super::work::host_slots;
 use super::Grid;
+
+/// A host's slots as learned: its benchmark's (bounded when stored), else
+/// the default.
+pub(super) fn host_slots(h: &HostRecord) -> u32 {
+    h.benchmark
+        .as_ref()
+        .map(|b| b.slots)
+        .filter(|s| *s > 0)
+        .unwrap_or(scheduler::DEFAULT_HOST_SLOTS)
+}
 
 /// Longest a host's view may be reused before it is built again although
 /// no change was marked: views are read in seconds from now (the next

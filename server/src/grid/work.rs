@@ -33,7 +33,7 @@ use crate::validate;
 
 use super::index::*;
 use super::verdict::fallback_checker;
-use super::views::{end_key, end_of, EndKey, HostViews};
+use super::views::{end_key, end_of, host_slots, EndKey, HostViews};
 use super::{Grid, GridError, ProjectSigner, RETRY_IDLE_S, RETRY_WHILE_ROUND_OPEN_S};
 
 impl WorkReply<UnitBytes> {
@@ -77,16 +77,6 @@ pub struct WorkReply<U = SignedUnit> {
     pub cancelled_units: Vec<u64>,
 }
 
-/// A host's slots as learned: its benchmark's (bounded when stored), else
-/// the default.
-pub(super) fn host_slots(h: &HostRecord) -> u32 {
-    h.benchmark
-        .as_ref()
-        .map(|b| b.slots)
-        .filter(|s| *s > 0)
-        .unwrap_or(scheduler::DEFAULT_HOST_SLOTS)
-}
-
 /// Most units a host of `slots` (as learned: its benchmark's, bounded) may
 /// hold at once: a scanning unit and a buffer per slot, at most
 /// [`MAX_UNITS_HELD_PER_HOST`].
@@ -115,21 +105,6 @@ pub(super) fn scan_expected_s(job: &JobRecord, p: &RoundParams, speed: Option<f6
     } else {
         s
     }
-}
-
-/// The one running copy of `job` that could hand its scan over to `asker`:
-/// on another host, scanning, with pages of its own taken (a unit still
-/// waiting in a host's buffer crawls nothing, and one that stopped at once
-/// would be a failed attempt).
-pub(super) fn hand_over_from(job: &JobRecord, asker: u64) -> Option<&Attempt> {
-    let mut running = job.running_attempts();
-    let (Some(a), None) = (running.next(), running.next()) else {
-        return None;
-    };
-    // Progress counts the unit's own pages, not those of the scans it
-    // continues from.
-    let scanning = a.first_report_ms != 0 && a.pages > 0;
-    (a.host_id != asker && scanning && !job.is_behind(a)).then_some(a)
 }
 
 /// A work request's asker as each round's choice sees it.
@@ -172,7 +147,7 @@ impl Asker<'_> {
 }
 
 /// A round's running jobs whose scan could be handed over to the asker
-/// (one copy runs, on another host: see `hand_over_from`), read from the
+/// (one copy runs, on another host: see `index::hand_over_from`), read from the
 /// views' index by expected end ([`HostViews::by_end`]): a policy reads
 /// from the latest end and stops where no later one could be worth a copy
 /// (nothing is built for the jobs it does not read).
@@ -578,7 +553,7 @@ impl Grid {
         // The running copy stops at a page boundary and uploads what it
         // did with its frontier, and another host continues from there.
         for id in decision.replicas {
-            // One running copy, on another host (see `hand_over_from`).
+            // One running copy, on another host (see `index::hand_over_from`).
             let ok = !barred.contains(&id)
                 && open.handable.get(&id).is_some_and(|h| h.host_id != host_id);
             if ok && !picks.hand_over.contains(&id) {

@@ -14,15 +14,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, Semaphore};
 
 use beebot_shared::codec::{self, CodecError, FRAME_HEADER_BYTES};
-use beebot_shared::limits::{MAX_FRAME_BYTES, NONCE_LEN};
+use beebot_shared::limits::MAX_FRAME_BYTES;
 use beebot_shared::proto::{ErrorCode, Request, Response};
 
 use super::admission::{source_key, BudgetOwner, Limits, UnauthenticatedSlot};
-use super::dispatch::dispatch;
+use super::dispatch::{dispatch, ConnState};
 use super::upload::read_payload;
 use super::{
-    AUTH_TIMEOUT, CLOSE_LIMIT, MAX_CONNECTIONS, MAX_UNAUTHENTICATED_FRAME_BYTES, PUSH_TIMEOUT,
-    REQUEST_TIMEOUT, RETRY_ABOVE_UNVALIDATED_HANDSHAKES,
+    error, AUTH_TIMEOUT, CLOSE_LIMIT, MAX_CONNECTIONS, MAX_UNAUTHENTICATED_FRAME_BYTES,
+    PUSH_TIMEOUT, REQUEST_TIMEOUT, RETRY_ABOVE_UNVALIDATED_HANDSHAKES,
 };
 use crate::metrics::RequestKind;
 use crate::Shared;
@@ -105,30 +105,6 @@ impl Drop for Counted {
     }
 }
 
-/// Per-connection authentication state.
-pub(super) struct ConnState {
-    pub(super) conn: quinn::Connection,
-    pub(super) nonce: Option<[u8; NONCE_LEN]>,
-    pub(super) host_id: Option<u64>,
-    /// The host's name, for log lines.
-    pub(super) host_name: String,
-    /// Held while the connection is unauthenticated.
-    pub(super) unauthenticated: Option<UnauthenticatedSlot>,
-    /// The in-flight budget requests are charged to: the source's until the
-    /// connection authenticates, then the host's.
-    pub(super) budget: Arc<Semaphore>,
-}
-
-impl ConnState {
-    /// The connection proved a host key: it no longer counts as unauthenticated.
-    pub(super) fn authenticated(&mut self, host_id: u64, limits: &Limits) {
-        self.host_id = Some(host_id);
-        self.unauthenticated = None;
-        self.budget = limits.budget(BudgetOwner::Host(host_id));
-        limits.register_host(host_id, &self.conn);
-    }
-}
-
 pub(super) async fn handle_connection(
     conn: quinn::Connection,
     shared: Arc<Shared>,
@@ -199,13 +175,6 @@ pub(super) async fn push_work_hint(conn: quinn::Connection) {
     };
     if tokio::time::timeout(PUSH_TIMEOUT, push).await.is_err() {
         tracing::debug!("a work hint was not taken in time");
-    }
-}
-
-pub(super) fn error(code: ErrorCode, message: impl Into<String>) -> Response {
-    Response::Error {
-        code,
-        message: message.into(),
     }
 }
 

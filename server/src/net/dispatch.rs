@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore};
 
 use beebot_shared::limits::{
     MAX_REPORTS_PER_REQUEST, MAX_TEXT_LEN, MAX_UNITS_HELD, MAX_WANT_SECONDS, MAX_WINDOW_INTERVALS,
@@ -19,11 +19,35 @@ use beebot_shared::proto::{
 };
 use beebot_shared::sign;
 
-use super::admission::Limits;
-use super::conn::{error, ConnState};
+use super::admission::{BudgetOwner, Limits, UnauthenticatedSlot};
+use super::error;
 use super::upload::{read_state, upload};
 use crate::grid::{GridError, ProgressOutcome, StateAnswer, WorkRequest};
 use crate::{now_ms, Shared};
+
+/// Per-connection authentication state.
+pub(super) struct ConnState {
+    pub(super) conn: quinn::Connection,
+    pub(super) nonce: Option<[u8; NONCE_LEN]>,
+    pub(super) host_id: Option<u64>,
+    /// The host's name, for log lines.
+    pub(super) host_name: String,
+    /// Held while the connection is unauthenticated.
+    pub(super) unauthenticated: Option<UnauthenticatedSlot>,
+    /// The in-flight budget requests are charged to: the source's until the
+    /// connection authenticates, then the host's.
+    pub(super) budget: Arc<Semaphore>,
+}
+
+impl ConnState {
+    /// The connection proved a host key: it no longer counts as unauthenticated.
+    pub(super) fn authenticated(&mut self, host_id: u64, limits: &Limits) {
+        self.host_id = Some(host_id);
+        self.unauthenticated = None;
+        self.budget = limits.budget(BudgetOwner::Host(host_id));
+        limits.register_host(host_id, &self.conn);
+    }
+}
 
 pub(super) fn grid_error(e: GridError) -> Response {
     match e {

@@ -29,6 +29,7 @@
 use std::time::Duration;
 
 use beebot_shared::limits::MAX_FRAME_BYTES;
+use beebot_shared::proto::{ErrorCode, Response};
 
 mod admission;
 mod conn;
@@ -92,6 +93,14 @@ pub const MIN_BODY_BYTES_PER_S: u64 = 16 * 1024;
 pub const RETRY_ABOVE_UNVALIDATED_HANDSHAKES: usize = 128;
 /// Application close code for a connection closed by a limit.
 const CLOSE_LIMIT: u32 = 2;
+
+/// An error answer of `code`, saying `message`.
+fn error(code: ErrorCode, message: impl Into<String>) -> Response {
+    Response::Error {
+        code,
+        message: message.into(),
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -14,8 +14,7 @@ use anyhow::Result;
 use beebot_shared::linkfile::ScanSummary;
 use beebot_shared::proto::{ErrorCode, Response};
 
-use super::conn::error;
-use super::{BODY_GRACE, MIN_BODY_BYTES_PER_S};
+use super::{error, BODY_GRACE, MIN_BODY_BYTES_PER_S};
 use crate::grid::{GridError, StateFile, UploadOutcome, UploadStep};
 use crate::{now_ms, Shared};
 

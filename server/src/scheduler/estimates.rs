@@ -6,12 +6,22 @@
 //! Invariants: pure functions of their arguments; time is always an
 //! argument. They never look at a queue or decide anything: the policies do.
 
-use crate::model::SiteStats;
+use serde::{Deserialize, Serialize};
 
 use super::{
     BUSY_ONLINE_WINDOW_MS, DEFAULT_HOST_PAGES_PER_S, DEFAULT_SITE_PAGES, MIN_AVAILABILITY,
     ONLINE_WINDOW_MS, OVERDUE_SHARE, SPEED_WEIGHT,
 };
+
+/// Figures of a site's last finished scan: the scheduler's size estimate.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SiteStats {
+    pub round_id: u64,
+    pub pages: u64,
+    pub bytes: u64,
+    pub links: u64,
+    pub seconds: f64,
+}
 
 // ---- estimates ----
 

@@ -33,7 +33,7 @@ pub use batch::{batch_plan, Batch};
 pub use estimates::{
     availability, deadline_ms, expected_seconds, extended_deadline, fits_windows, is_online,
     learn_speed, left_pages, remaining_s, seconds_per_page, seconds_per_page_at, site_pace_s,
-    site_pages, slot_schedule, DeadlineRule, HeldUnit, SlotSchedule, MAX_SITE_PACE_S,
+    site_pages, slot_schedule, DeadlineRule, HeldUnit, SiteStats, SlotSchedule, MAX_SITE_PACE_S,
     MIN_LEFT_SHARE,
 };
 pub use level::{water_level, Level};

@@ -1,7 +1,7 @@
 //! The scheduler's tests: the shared rules and every policy.
 
+use super::SiteStats;
 use super::*;
-use crate::model::SiteStats;
 
 #[test]
 fn windows_decide_what_fits_before_the_deadline() {

@@ -58,8 +58,8 @@ pub use engine::{finish_upload, one_page_result};
 pub use inputs::{
     parse_hosts, parse_sites, synthetic_hosts, synthetic_sites, SimHost, SimSite, SYNTH_RESOURCES,
 };
-pub use results::{run_all, summarise, table, Input, PolicySummary, RunResult};
-pub use run::run;
+pub use results::{run_all, summarise, table, Input, PolicySummary};
+pub use run::{run, RunResult};
 pub use timeline::{lower_bound_s, Avail, Timeline};
 
 /// Most sites one simulation takes.

@@ -8,57 +8,9 @@
 use serde::Serialize;
 
 use super::inputs::{synthetic_hosts, synthetic_sites, SimHost, SimSite};
-use super::run::run;
+use super::run::{run, RunResult};
 use super::{SimError, SimOptions, MAX_FIRST_SEED, MAX_SEEDS, MAX_SIM_HOSTS, MAX_SIM_SITES};
 use crate::scheduler;
-
-/// One run of one policy with one seed.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct RunResult {
-    pub seed: u64,
-    pub makespan_s: f64,
-    pub lower_bound_s: f64,
-    /// Slot time spent scanning (useful or not) over slots × makespan.
-    pub utilisation: f64,
-    /// Pages of the sites' true sizes (up to the page cap) that no accepted
-    /// scan covered.
-    pub pages_lost: u64,
-    /// Pages to scan: every site's true size up to the page cap.
-    pub pages_total: u64,
-    /// Units that continued a job from an earlier scan's frontier.
-    pub continuations: u64,
-    /// Attempts issued again after a deadline passed or a host gave up.
-    pub reissued: u64,
-    /// Replicas issued (hedges and tail replicas).
-    pub replicated: u64,
-    /// Jobs failed after their attempts ran out.
-    pub failed: u64,
-    /// Slot seconds spent on scans whose result was dropped, aborted or lost
-    /// past a checkpoint.
-    pub wasted_s: f64,
-    /// False when the run hit its event bound or horizon before the round ended.
-    pub finished: bool,
-    /// Pages of the results kept, and pages scanned to check results.
-    pub result_pages: u64,
-    pub check_pages: u64,
-    /// Hosts that received any unit.
-    pub hosts_used: u64,
-    /// Hours the hosts held units, summed over the hosts: how long machines
-    /// were disturbed.
-    pub host_hours: f64,
-    /// Server restarts and uploads sent again after a lost answer (the
-    /// fault schedule).
-    pub restarts: u64,
-    pub uploads_repeated: u64,
-    pub clock_jumps: u64,
-    /// Times the server's disk filled up, and times its store had failed
-    /// on it and the server started afresh once space was back.
-    pub disk_fulls: u64,
-    pub store_recoveries: u64,
-    /// Uploads the grid accepted that its records no longer hold at the
-    /// end (each a fault: an acknowledged result lost).
-    pub acknowledged_lost: u64,
-}
 
 /// A policy's runs over the seeds, summarised.
 #[derive(Clone, Debug, PartialEq, Serialize)]

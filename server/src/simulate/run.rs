@@ -11,6 +11,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use ed25519_dalek::SigningKey;
+use serde::Serialize;
 
 use beebot_shared::proto::HostInfo;
 use beebot_shared::window::Windows;
@@ -18,7 +19,6 @@ use beebot_shared::window::Windows;
 use super::engine::{Reopen, Sim};
 use super::host::{Client, Ev, HeldState, SiteTruth};
 use super::inputs::{SimHost, SimSite};
-use super::results::RunResult;
 use super::timeline::{lower_bound_s, timeline, window_intervals, Avail, Timeline};
 use super::{
     invalid, Availability, Rng, SimError, SimOptions, EVENTS_PER_HOST, EVENTS_PER_JOB, HORIZON_MS,
@@ -28,6 +28,54 @@ use crate::grid::{Grid, GridError, GridIo, GridSettings, MemoryLinks};
 use crate::model::{RoundState, SiteRecord, SiteStats};
 use crate::params::RoundParams;
 use crate::scheduler;
+
+/// One run of one policy with one seed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RunResult {
+    pub seed: u64,
+    pub makespan_s: f64,
+    pub lower_bound_s: f64,
+    /// Slot time spent scanning (useful or not) over slots × makespan.
+    pub utilisation: f64,
+    /// Pages of the sites' true sizes (up to the page cap) that no accepted
+    /// scan covered.
+    pub pages_lost: u64,
+    /// Pages to scan: every site's true size up to the page cap.
+    pub pages_total: u64,
+    /// Units that continued a job from an earlier scan's frontier.
+    pub continuations: u64,
+    /// Attempts issued again after a deadline passed or a host gave up.
+    pub reissued: u64,
+    /// Replicas issued (hedges and tail replicas).
+    pub replicated: u64,
+    /// Jobs failed after their attempts ran out.
+    pub failed: u64,
+    /// Slot seconds spent on scans whose result was dropped, aborted or lost
+    /// past a checkpoint.
+    pub wasted_s: f64,
+    /// False when the run hit its event bound or horizon before the round ended.
+    pub finished: bool,
+    /// Pages of the results kept, and pages scanned to check results.
+    pub result_pages: u64,
+    pub check_pages: u64,
+    /// Hosts that received any unit.
+    pub hosts_used: u64,
+    /// Hours the hosts held units, summed over the hosts: how long machines
+    /// were disturbed.
+    pub host_hours: f64,
+    /// Server restarts and uploads sent again after a lost answer (the
+    /// fault schedule).
+    pub restarts: u64,
+    pub uploads_repeated: u64,
+    pub clock_jumps: u64,
+    /// Times the server's disk filled up, and times its store had failed
+    /// on it and the server started afresh once space was back.
+    pub disk_fulls: u64,
+    pub store_recoveries: u64,
+    /// Uploads the grid accepted that its records no longer hold at the
+    /// end (each a fault: an acknowledged result lost).
+    pub acknowledged_lost: u64,
+}
 use crate::store::{MemoryStore, Store};
 
 /// Derive 32 key bytes from a seed.

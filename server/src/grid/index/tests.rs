@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::grid::testkit::*;
-use crate::grid::work::host_slots;
+use crate::grid::views::host_slots;
 use crate::grid::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

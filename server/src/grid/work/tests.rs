@@ -414,7 +414,7 @@ fn adaptive_hands_the_stragglers_scan_over_to_a_faster_host_never_beside_it() {
         ProgressOutcome::Continue
     );
     let job = fx.job(u.job_id);
-    let handable = super::hand_over_from(&job, slow).map(|a| a.unit_id);
+    let handable = crate::grid::index::hand_over_from(&job, slow).map(|a| a.unit_id);
     assert_eq!(handable, Some(v.unit_id));
     assert_eq!(fx.upload(fast, &v, 2, t + 3000), UploadOutcome::Accepted);
     let job = fx.job(u.job_id);
