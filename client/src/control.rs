@@ -17,10 +17,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::cancel::Cancel;
+use crate::settings;
 use crate::window::Windows;
 
 /// How often a held scan looks at the gate again.
@@ -51,6 +52,32 @@ pub enum Hold {
 /// the gate holds itself and offers the rest to the work loop
 /// ([`Gate::take_settings`]); returns the answer line for the user.
 pub type Reloader = Box<dyn Fn(&Gate, Option<&str>) -> Result<String> + Send + Sync>;
+
+/// The `reload` of a running client (`beebot run`): read the settings
+/// again under the same environment and command line, give the gate its
+/// window and battery rule and the work loop the rest, and say what changed.
+pub fn reloader(
+    home: crate::home::Home,
+    cli: Vec<(&'static str, String)>,
+    shown: Vec<settings::Shown>,
+) -> Reloader {
+    let last = std::sync::Mutex::new(shown);
+    Box::new(move |gate, key| {
+        let (s, now) = settings::load(&home, &|k| std::env::var(k).ok(), &cli)
+            .context("the running client keeps its settings")?;
+        gate.set_rules(s.window.clone(), !s.run_on_battery);
+        gate.offer_settings(s);
+        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+        let answer = settings::reload_answer(&last, &now, key);
+        // A setting that needs a restart stays as the client started.
+        for (l, n) in last.iter_mut().zip(now) {
+            if !settings::NEEDS_RESTART.contains(&l.key) {
+                *l = n;
+            }
+        }
+        Ok(answer)
+    })
+}
 
 /// Whether scans may run now.
 pub struct Gate {
@@ -559,12 +586,6 @@ pub fn apply_command(gate: &Gate, line: &str, now: SystemTime) -> String {
         }
         _ => format!("error: unknown command `{}`", line.trim()),
     }
-}
-
-/// Send one command to the running client (`beebot pause` / `resume`,
-/// `config set`'s reload, `leave`'s stop), through its status page's API.
-pub fn send(data_dir: &Path, command: &str) -> Result<String> {
-    crate::ui::client::command(data_dir, command)
 }
 
 #[cfg(test)]

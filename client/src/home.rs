@@ -94,6 +94,25 @@ pub struct DayTotals {
 /// Days of totals kept for the week's (two weeks: a week back from any day).
 pub const DAYS_KEPT: usize = 14;
 
+/// File in the data dir naming the running status page's port (and the
+/// runner's pid).
+pub const ADDR_FILE: &str = "ui.json";
+/// File in the data dir `beebot open` gives the browser (owner-only): it
+/// sends the browser on to the one-time link, which so never shows in a
+/// process's arguments.
+pub const OPEN_FILE: &str = "open.html";
+/// File in the data dir holding the status page's per-install secret (hex,
+/// owner-only).
+pub const SECRET_FILE: &str = "ui.secret";
+/// The file in the data dir that keeps what the concurrency controller
+/// learned.
+pub const LEARNED_FILE: &str = "learned.json";
+
+/// Where `data`'s learned figures are kept.
+pub fn learned_path(data: &Path) -> PathBuf {
+    data.join(LEARNED_FILE)
+}
+
 /// Today's local date as `YYYY-MM-DD`.
 pub fn today_date() -> String {
     crate::localtime::today()
@@ -836,7 +855,7 @@ impl Home {
                 // aside, under a name of its own.
                 let aside = self.days_path().with_extension(format!(
                     "json.unreadable-{}",
-                    crate::control::unix_ms(std::time::SystemTime::now())
+                    beebot_shared::clock::now_ms()
                 ));
                 fs::rename(self.days_path(), &aside)
                     .with_context(|| format!("cannot keep {} aside", self.days_path().display()))?;
@@ -909,7 +928,7 @@ impl Home {
     /// Remember that the server refused this host as revoked, for `status`.
     pub fn mark_revoked(&self, message: &str) -> Result<()> {
         let r = Revocation {
-            at_ms: crate::control::unix_ms(std::time::SystemTime::now()),
+            at_ms: beebot_shared::clock::now_ms(),
             message: message.chars().take(MAX_REVOCATION_TEXT).collect(),
         };
         write_atomic(
@@ -932,8 +951,7 @@ impl Home {
     /// Note that this home left its project (kept by a leave, so an
     /// installer's invite code does not join it again by itself).
     pub fn mark_left(&self) {
-        let note =
-            serde_json::json!({ "left_ms": crate::control::unix_ms(std::time::SystemTime::now()) });
+        let note = serde_json::json!({ "left_ms": beebot_shared::clock::now_ms() });
         let _ = beebot_shared::util::create_private_dir(&self.data);
         let _ = write_atomic(&self.left_path(), note.to_string().as_bytes(), false);
     }
@@ -960,20 +978,14 @@ impl Home {
                 self.data.join("spool"),
             ),
             ("benchmark result", self.data.join("benchmark.json")),
-            (
-                "learned concurrency",
-                crate::worker::sizing::learned_path(&self.data),
-            ),
+            ("learned concurrency", learned_path(&self.data)),
             ("settings", self.config.join("config.toml")),
             ("revocation note", self.revoked_path()),
             ("live status", self.data.join("status.json")),
             ("live status (temporary)", self.data.join("status.tmp")),
-            (
-                "status page secret",
-                self.data.join(crate::ui::auth::SECRET_FILE),
-            ),
-            ("status page address", self.data.join(crate::ui::ADDR_FILE)),
-            ("status page opener", self.data.join(crate::ui::OPEN_FILE)),
+            ("status page secret", self.data.join(SECRET_FILE)),
+            ("status page address", self.data.join(ADDR_FILE)),
+            ("status page opener", self.data.join(OPEN_FILE)),
             ("note that it left", self.left_path()),
             ("logs", self.data.join("logs")),
             ("runner's pid", self.data.join(RUN_PID_FILE)),

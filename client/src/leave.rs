@@ -17,7 +17,7 @@ use beebot_shared::proto::{ErrorCode, Request};
 
 use crate::home::{Home, RunLock, RunLockError};
 use crate::net::{Link, NetError};
-use crate::{control, service};
+use crate::service;
 
 /// Longest `leave` waits for a running `beebot run` to stop: its scans get
 /// `SHUTDOWN_GRACE` (3 s) and their writes `SHUTDOWN_WRITES` (1.25 s), with
@@ -210,7 +210,7 @@ pub async fn stop_runner(home: &Home) -> Result<(Option<u32>, RunLock)> {
         format!("the running client (pid {p})")
     });
     // A runner the service manager is stopping may be gone already.
-    let asked = control::send(&home.data, "stop");
+    let asked = crate::ui::client::command(&home.data, "stop");
     let start = Instant::now();
     loop {
         tokio::time::sleep(RUNNER_POLL).await;

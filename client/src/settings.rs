@@ -477,32 +477,6 @@ pub fn reload_answer(before: &[Shown], after: &[Shown], key: Option<&str>) -> St
     }
 }
 
-/// The `reload` of a running client (`beebot run`): read the settings
-/// again under the same environment and command line, give the gate its
-/// window and battery rule and the work loop the rest, and say what changed.
-pub fn reloader(
-    home: Home,
-    cli: Vec<(&'static str, String)>,
-    shown: Vec<Shown>,
-) -> crate::control::Reloader {
-    let last = std::sync::Mutex::new(shown);
-    Box::new(move |gate, key| {
-        let (s, now) = load(&home, &|k| std::env::var(k).ok(), &cli)
-            .context("the running client keeps its settings")?;
-        gate.set_rules(s.window.clone(), !s.run_on_battery);
-        gate.offer_settings(s);
-        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
-        let answer = reload_answer(&last, &now, key);
-        // A setting that needs a restart stays as the client started.
-        for (l, n) in last.iter_mut().zip(now) {
-            if !NEEDS_RESTART.contains(&l.key) {
-                *l = n;
-            }
-        }
-        Ok(answer)
-    })
-}
-
 /// Reject an unknown key early, with the list of known ones.
 pub fn check_key(key: &str) -> Result<()> {
     if KEYS.iter().any(|k| k.0 == key) {

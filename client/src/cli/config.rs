@@ -7,9 +7,9 @@
 
 use anyhow::Result;
 
-use beebot_client::control;
 use beebot_client::home::Home;
 use beebot_client::settings;
+use beebot_client::{control, ui};
 
 use super::Said;
 
@@ -32,7 +32,7 @@ pub fn set(home: &Home, key: &str, value: &str) -> Result<Said> {
     let old = settings::set(home, key, value)?;
     let mut said = Said::from(written(key, value, old.as_deref(), home));
     // A running client reads its settings again.
-    match control::send(&home.data, &format!("reload {key}")) {
+    match ui::client::command(&home.data, &format!("reload {key}")) {
         Ok(answer) => said
             .out
             .push_str(&format!("{}\n", answer.trim_start_matches("ok "))),

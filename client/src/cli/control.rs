@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use beebot_client::control;
 use beebot_client::home::Home;
+use beebot_client::ui;
 
 /// Pause the running client, for `duration` or until `beebot resume`.
 pub fn pause(home: &Home, duration: Option<Duration>) -> Result<String> {
@@ -17,12 +17,12 @@ pub fn pause(home: &Home, duration: Option<Duration>) -> Result<String> {
         Some(d) => format!("pause {}", d.as_secs().max(1)),
         None => "pause".to_string(),
     };
-    Ok(answer(&control::send(&home.data, &cmd)?))
+    Ok(answer(&ui::client::command(&home.data, &cmd)?))
 }
 
 /// Resume a paused client.
 pub fn resume(home: &Home) -> Result<String> {
-    Ok(answer(&control::send(&home.data, "resume")?))
+    Ok(answer(&ui::client::command(&home.data, "resume")?))
 }
 
 /// The client's answer as the user reads it: without its `ok `.

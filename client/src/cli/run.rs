@@ -70,7 +70,7 @@ pub fn run(
     }
     let gate = Arc::new(Gate::new(settings.window.clone(), !settings.run_on_battery));
     gate.keep_status_in(&home.data);
-    gate.set_reloader(settings::reloader(home.clone(), cli.clone(), shown));
+    gate.set_reloader(control::reloader(home.clone(), cli.clone(), shown));
     let bound = ui::bind(&home.data, settings.ui_port)?;
     let page = Ui::new(home.clone(), &bound, gate.clone(), cli)?;
     page.serve(bound)?;

@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-/// File in the data dir holding the per-install secret (hex, owner-only).
-pub const SECRET_FILE: &str = "ui.secret";
+pub use crate::home::SECRET_FILE;
 /// Random bytes of the secret, a login code, a session id and a CSRF token.
 const TOKEN_BYTES: usize = 32;
 /// A login link works this long after `beebot open` made it.

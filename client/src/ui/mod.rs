@@ -43,12 +43,7 @@ use crate::home::Home;
 
 use auth::{Asked, Caller, Refused, Secret, Sessions};
 
-/// File in the data dir naming the running page's port (and the runner's pid).
-pub const ADDR_FILE: &str = "ui.json";
-/// File in the data dir `beebot open` gives the browser (owner-only): it
-/// sends the browser on to the one-time link, which so never shows in a
-/// process's arguments.
-pub const OPEN_FILE: &str = "open.html";
+pub use crate::home::{ADDR_FILE, OPEN_FILE};
 /// Largest request body: a setting, an invite code, a command.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 /// What the page lets its clients hold (loopback only: one address, so

@@ -16,7 +16,7 @@ use beebot_shared::sign::{ResumeFrom, WorkUnit};
 use crate::checkpoint::Checkpoint;
 use crate::net::NetError;
 
-use super::held::{HeldState, Worker};
+use super::{HeldState, Worker};
 
 /// Why the state a continuation unit names was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

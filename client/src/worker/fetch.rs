@@ -19,8 +19,8 @@ use beebot_shared::sign::{self, SignedUnit};
 
 use crate::home::{SpooledUnit, MAX_SPOOLED_UNITS};
 
-use super::held::{Held, HeldState, Worker};
 use super::{backoff_bound, work_wanted};
+use super::{Held, HeldState, Worker};
 
 /// What the status says while the spool is over its cap.
 const SPOOL_FULL: &str =

@@ -14,9 +14,9 @@ use tokio::sync::mpsc;
 
 use crate::checkpoint::CheckpointHead;
 
-use super::held::{HeldState, Worker};
 use super::scan::{ScanDone, ScanEnd};
 use super::{backoff_delay, AVERAGE_WEIGHT};
+use super::{HeldState, Worker};
 
 /// Longest a stopping client waits for its scans to reach a page boundary
 /// and checkpoint there; a scan still in a request (timeouts up to 60 s) is

@@ -14,8 +14,8 @@ use beebot_shared::proto::{ErrorCode, HostResources, Request, Response};
 
 use crate::net::{Link, NetError};
 
-use super::held::{HeldState, Worker};
 use super::{now_ms, AVERAGE_WEIGHT};
+use super::{HeldState, Worker};
 
 /// Longest wait before trying the server again while a scan runs: its lease
 /// (`LEASE_S`) is renewed only by an answered report, and the server takes

@@ -23,7 +23,7 @@ use crate::checkpoint::{distinct_hosts, sub_summaries};
 use crate::home::{PartsSent, SpooledPart, SpooledResult};
 use crate::net::NetError;
 
-use super::held::{HeldState, Worker};
+use super::{HeldState, Worker};
 
 /// A scan whose checkpoint holds nothing past its last part is looked at
 /// again after this (not at every turn of the loop).

@@ -20,8 +20,8 @@ use beebot_shared::proto::{
 
 use crate::net::NetError;
 
-use super::held::{HeldState, Worker};
 use super::lease::Sent;
+use super::{HeldState, Worker};
 
 impl Worker {
     /// Report progress of running scans; stop the ones the server aborts.

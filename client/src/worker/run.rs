@@ -18,9 +18,9 @@ use crate::bandwidth::Bandwidth;
 use crate::control;
 use crate::home::{Enrolment, Home, RunLock, MAX_SPOOLED_UNITS};
 
-use super::held::{Held, HeldState, Worker};
 use super::scan::ScanDone;
 use super::sizing::{cpu_budget, machine_cpu_budget, Sizing};
+use super::{Held, HeldState, Worker};
 use super::{RunOptions, RunStats};
 use crate::concurrency::Budget;
 

@@ -47,10 +47,10 @@ use crate::home::{Home, SpooledResult};
 use crate::recordlog::{LogMark, RecordsLog};
 
 use super::continuation::{start_from, StartFrom};
-use super::held::{HeldState, Worker};
 use super::lease::Lease;
 use super::now_ms;
 use super::sizing::ScanMeter;
+use super::{HeldState, Worker};
 
 /// A scan's end, sent from the crawl thread.
 pub(super) struct ScanDone {

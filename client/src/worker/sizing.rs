@@ -16,25 +16,19 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::concurrency::{cpu_budget_cores, Budget, Controller, Learned, Reason, Sample};
 use crate::crawler::CrawlProgress;
 use crate::usage::{self, Process};
 
-use super::held::Worker;
+use super::Worker;
 
 /// How often the controller steps by default: ten seconds hold about ten
 /// pages a scan at the default 1 s delay, enough to judge pages/s.
 pub const ADJUST_EVERY: Duration = Duration::from_secs(10);
 
-/// The file in the client's data dir that keeps what the controller learned.
-pub const LEARNED_FILE: &str = "learned.json";
-
-/// Where `data`'s learned figures are kept.
-pub fn learned_path(data: &Path) -> PathBuf {
-    data.join(LEARNED_FILE)
-}
+pub use crate::home::{learned_path, LEARNED_FILE};
 
 /// What the last run learned, if its file reads and is plausible (else the
 /// run starts afresh, saying why when the file is there but not usable).

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::control::{self, Hold, LiveStatus, ScanStatus};
 use crate::home::today_date;
 
-use super::held::{HeldState, Worker};
+use super::{HeldState, Worker};
 
 /// The live status is written at most this often unless a scan ended or
 /// its unit went.
@@ -230,7 +230,7 @@ mod tests {
         let unit = unit();
         let key = beebot_shared::sign::generate_key();
         let signed = beebot_shared::sign::sign_unit(&key, &unit).unwrap();
-        let held = crate::worker::held::Held {
+        let held = crate::worker::Held {
             deadline_ms: unit.deadline_ms,
             needs_state: false,
             unit: crate::home::SpooledUnit { signed, unit },

@@ -11,8 +11,8 @@ use beebot_shared::proto::{Request, Response, ABORT_ROUND_CANCELLED};
 
 use crate::home::SpooledResult;
 
-use super::held::{HeldState, Worker};
 use super::parts::PartSent;
+use super::{HeldState, Worker};
 
 impl Worker {
     /// Upload every finished result. Returns false when the network failed.
