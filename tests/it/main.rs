@@ -22,6 +22,7 @@ mod grid;
 mod guides;
 mod hostile_input;
 mod invites;
+mod layering;
 mod liar;
 mod loadgen;
 mod logs;
