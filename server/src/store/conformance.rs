@@ -344,15 +344,57 @@ fn shared_handles_see_the_same_records_and_a_new_store_none() {
 /// Write straight into the sled database in `dir`, as an older (or newer)
 /// server would have left it.
 fn raw_sled(dir: &Path, write: impl FnOnce(&::sled::Db)) {
-    let db = ::sled::open(dir).unwrap();
+    let db = raw_open(dir);
     write(&db);
     db.flush().unwrap();
 }
 
+/// sled opened in `dir` as it is, waiting out the lock of a store just
+/// dropped (its flusher thread still stopping), as `SledStore::open` does.
+fn raw_open(dir: &Path) -> ::sled::Db {
+    let started = std::time::Instant::now();
+    loop {
+        match ::sled::open(dir) {
+            Err(::sled::Error::Io(e))
+                if e.to_string().contains("lock")
+                    && started.elapsed() < std::time::Duration::from_secs(10) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other.unwrap(),
+        }
+    }
+}
+
 fn meta_format(dir: &Path) -> Option<Vec<u8>> {
-    let db = ::sled::open(dir).unwrap();
+    let db = raw_open(dir);
     let v = db.open_tree("meta").unwrap().get(b"format").unwrap();
     v.map(|v| v.to_vec())
+}
+
+/// A store of a build before 0.1.0 (records, no `meta` tree; its rounds
+/// in the `rounds` tree) is refused and left as it is: 0.1.0 migrates it.
+#[test]
+fn a_store_from_before_formats_is_refused_and_left_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    raw_sled(dir.path(), |db| {
+        let r = codec::encode(&round(1, vec![5]), MAX_RECORD_BYTES).unwrap();
+        db.open_tree("rounds")
+            .unwrap()
+            .insert(id_key(1), r)
+            .unwrap();
+        let j = codec::encode(&job(5, 1, "a.test"), MAX_RECORD_BYTES).unwrap();
+        db.open_tree("jobs").unwrap().insert(id_key(5), j).unwrap();
+    });
+    let err = refused(dir.path());
+    assert!(
+        err.contains("a store from before 0.1.0") && err.contains("beebot-server 0.1.0"),
+        "{err}"
+    );
+    assert_eq!(meta_format(dir.path()), None, "nothing written");
+    let db = raw_open(dir.path());
+    assert_eq!(db.open_tree("jobs").unwrap().len(), 1);
+    assert_eq!(db.open_tree("rounds").unwrap().len(), 1);
 }
 
 #[test]
@@ -390,7 +432,7 @@ fn a_newer_format_is_refused_and_left_as_it_is() {
         "{err}"
     );
     assert_eq!(meta_format(dir.path()), Some(3u32.to_le_bytes().to_vec()));
-    let db = ::sled::open(dir.path()).unwrap();
+    let db = raw_open(dir.path());
     assert_eq!(db.open_tree("rounds.v2").unwrap().len(), 1);
     drop(db);
     // A format no release wrote is damage, named as such.

@@ -7,8 +7,9 @@
 //! any size is one run.
 //!
 //! Invariants: a store is opened only at a format this build reads; any
-//! other is refused ([`StoreError::Format`], or damage for a format no
-//! release wrote) before any record is written. A new store has its format
+//! other is refused ([`StoreError::Format`]; [`StoreError::Unnumbered`]
+//! for a store from before 0.1.0, which 0.1.0 migrated; damage for a
+//! format no release wrote) before any record is written. A new store has its format
 //! written and synced at opening.
 
 use beebot_shared::codec;
@@ -147,9 +148,10 @@ fn found_format(b: &impl Backend) -> Result<Option<u32>, StoreError> {
     Ok(Some(u32::from_le_bytes(bytes)))
 }
 
-/// Check `b`'s format at opening: a new store gets [`STORE_FORMAT`]
-/// written and synced; a newer format is refused, and one no release wrote
-/// is damage, both with nothing written.
+/// Check `b`'s format at opening: a new (empty) store gets
+/// [`STORE_FORMAT`] written and synced; a newer format is refused, records
+/// without a format (a store from before 0.1.0) are refused, and a format
+/// no release wrote is damage, all with nothing written.
 pub(super) fn prepare(b: &impl Backend) -> Result<(), StoreError> {
     match found_format(b)? {
         Some(STORE_FORMAT) => Ok(()),
@@ -163,6 +165,13 @@ pub(super) fn prepare(b: &impl Backend) -> Result<(), StoreError> {
             msg: format!("format {f}, which no release wrote"),
         }),
         None => {
+            for tree in Tree::ALL {
+                if !b.entries(tree)?.is_empty() {
+                    return Err(StoreError::Unnumbered {
+                        supported: STORE_FORMAT,
+                    });
+                }
+            }
             b.insert(Tree::Meta, FORMAT_KEY, STORE_FORMAT.to_le_bytes().to_vec())?;
             b.write_out()
         }

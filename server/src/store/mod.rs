@@ -70,6 +70,13 @@ pub enum StoreError {
          (up to {supported}): run the beebot-server that wrote it, or a newer one"
     )]
     Format { found: u32, supported: u32 },
+    /// The data directory holds records and no format number: a store of
+    /// a build before 0.1.0 that 0.1.0 never opened (it migrated them).
+    #[error(
+        "the data directory holds a store from before 0.1.0 (records, and no format number): \
+         open it once with beebot-server 0.1.0, which brings it to format {supported}"
+    )]
+    Unnumbered { supported: u32 },
     #[error("storage failed earlier ({0}); restart the server")]
     Failed(String),
     /// A failure asked for by [`MemoryStore::fail_next_write`] (tests, what-ifs).
@@ -210,7 +217,7 @@ pub fn open_failure(store: &Path, e: &StoreError) -> String {
             | ::sled::Error::ReportableBug(_)),
         ) => damaged(&bad.to_string()),
         StoreError::Corrupt { .. } => damaged(&e.to_string()),
-        StoreError::Format { .. } => e.to_string(),
+        StoreError::Format { .. } | StoreError::Unnumbered { .. } => e.to_string(),
         other => format!("cannot open the store in {at}: {other}"),
     }
 }
