@@ -401,7 +401,10 @@ fn cut_unsynced_frames(path: &Path, whole: u64, frames: &[Replayed]) -> io::Resu
     Ok(keep)
 }
 
-/// The packs in `dir`, by number.
+/// The packs in `dir`, by number. A link file or state beside them
+/// (`KEY.lf`, `KEY.state`: written by builds before 0.1.0, which 0.1.0 read
+/// in place) is an error naming it: this build reads only packs, and a
+/// result it cannot read must not pass for missing.
 fn packs_in(dir: &Path) -> io::Result<BTreeMap<u32, PathBuf>> {
     let mut out = BTreeMap::new();
     let rd = match fs::read_dir(dir) {
@@ -411,8 +414,16 @@ fn packs_in(dir: &Path) -> io::Result<BTreeMap<u32, PathBuf>> {
     };
     for entry in rd {
         let entry = entry?;
-        if let Some(n) = entry.file_name().to_str().and_then(pack_number) {
+        let name = entry.file_name();
+        let name = name.to_str().unwrap_or("");
+        if let Some(n) = pack_number(name) {
             out.insert(n, entry.path());
+        } else if name.ends_with(".lf") || name.ends_with(".state") {
+            return Err(invalid(format!(
+                "{}: a link file outside the packs, from a build before 0.1.0: \
+                 read it with beebot-server 0.1.0 (this build reads only packs)",
+                entry.path().display()
+            )));
         }
     }
     Ok(out)

@@ -228,6 +228,23 @@ fn a_removal_frees_the_blocks_of_what_it_removed() {
 }
 
 #[test]
+fn a_link_file_outside_the_packs_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let round = dir.path().join("7");
+    fs::create_dir_all(&round).unwrap();
+    fs::write(round.join("1-1.lf"), b"plain").unwrap();
+    let links = LinkPacks::new(dir.path());
+    let e = links.read("7/1-1.lf").unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+    assert!(
+        e.to_string().contains("1-1.lf") && e.to_string().contains("0.1.0"),
+        "{e}"
+    );
+    assert!(links.names().is_err(), "not listed as if it were not there");
+    assert!(round.join("1-1.lf").exists(), "left as it is");
+}
+
+#[test]
 fn a_read_racing_a_removal_says_not_found_not_damaged() {
     let dir = tempfile::tempdir().unwrap();
     let links = LinkPacks::new(dir.path());
