@@ -32,6 +32,9 @@ pub mod sign;
 pub mod util;
 pub mod window;
 
+#[cfg(test)]
+mod tests;
+
 /// The project's icon, served as `/favicon.svg` by the dashboard and the
 /// client's page (both link it, so browsers ask for nothing missing).
 pub const FAVICON_SVG: &str = include_str!("../assets/favicon.svg");

@@ -1,18 +1,16 @@
 //! The integration tests, in one binary so they link once: end to end (the
-//! real binaries against a synthetic web on loopback), the decoders' property
-//! tests, the link-extraction conformance cases, and the load generator.
+//! real binaries against a synthetic web on loopback), the limits client
+//! and server agree on, the module layers, and the load generator.
 //! Run one group with a filter: `cargo test -p beebot-tests --test it crash::`.
 
 mod admin;
 mod agreed_limits;
 mod benchmark;
 mod concurrency;
-mod conformance;
 mod crash;
 mod crawler;
 mod crawler_hostile;
 mod dashboard;
-mod decoders;
 mod desktop;
 mod etiquette;
 mod exclusion;

@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use beebot_shared::extract::{extract_links, LinkTag};
-use beebot_shared::scope::{Scope, SiteScope};
+use crate::extract::{extract_links, LinkTag};
+use crate::scope::{Scope, SiteScope};
 use serde::Deserialize;
 use url::Url;
 
@@ -39,7 +39,7 @@ fn cases_path() -> PathBuf {
     // The repository's copy of the cases (see `conformance/README.md`).
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/tests/conformance/links.json"
+        "/tests/conformance/links.json"
     ))
 }
 

@@ -3,14 +3,14 @@
 //! valid inputs must give an error, never a panic, and valid inputs must
 //! round-trip. Case counts are bounded for CI (`PROPTEST_CASES` raises them).
 
-use beebot_shared::codec::{self, CodecError, PROTOCOL_VERSION};
-use beebot_shared::extract::LinkTag;
-use beebot_shared::invite::{Invite, InviteError};
-use beebot_shared::limits::MAX_UNIT_BYTES;
-use beebot_shared::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary, LINK_FILE_VERSION};
-use beebot_shared::proto::{HostInfo, Request, Response};
-use beebot_shared::scope::Scope;
-use beebot_shared::sign::{self, SignedUnit, UnitLimits, WorkUnit};
+use crate::codec::{self, CodecError, PROTOCOL_VERSION};
+use crate::extract::LinkTag;
+use crate::invite::{Invite, InviteError};
+use crate::limits::MAX_UNIT_BYTES;
+use crate::linkfile::{self, LinkFileHeader, LinkRecord, ScanSummary, LINK_FILE_VERSION};
+use crate::proto::{HostInfo, Request, Response};
+use crate::scope::Scope;
+use crate::sign::{self, SignedUnit, UnitLimits, WorkUnit};
 use proptest::prelude::*;
 
 /// Cases per property in CI.
