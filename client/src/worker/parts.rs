@@ -189,11 +189,12 @@ impl Worker {
                 code: ErrorCode::BadRequest,
                 message,
             }) => {
-                // Refused as malformed: sent again it would be refused
-                // again; the scan uploads the rest at its end.
-                tracing::warn!(unit_id, "part refused, the scan goes on: {message}");
+                // Refused (a body cut short or too slow, or the part
+                // itself): dropped from the spool, and a fresh part is taken
+                // from the checkpoint at the next try.
+                tracing::warn!(unit_id, "part refused, tried again later: {message}");
                 self.home.remove_part(unit_id);
-                Ok(PartSent::NotKept)
+                Ok(PartSent::Later)
             }
             Err(e) if e.is_permanent() => Err(e).context("the server refused this host"),
             Err(e) => {
