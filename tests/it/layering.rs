@@ -24,6 +24,16 @@ const CRATE_ROOTS: &[&str] = &[
     "tests/kit/src/lib.rs",
     "tests/src/lib.rs",
     "tools/src/lib.rs",
+    "tools/src/bin/beebot-loadgen/main.rs",
+    "tests/it/main.rs",
+];
+
+/// What follows `#[cfg(test)]` when it marks a whole item (blanked to its
+/// closing brace or semicolon); anything else (a field, a variant, a
+/// statement) is blanked to its comma or semicolon.
+const ITEM_WORDS: &[&str] = &[
+    "mod", "fn", "impl", "use", "struct", "enum", "const", "static", "type", "trait", "async",
+    "unsafe", "extern",
 ];
 
 /// Comments, string and character literals blanked out, so that only code
@@ -134,6 +144,87 @@ struct Module {
     children: BTreeMap<String, usize>,
     /// `pub use child::Item` (or `as Name`): the name, and the child.
     reexports: BTreeMap<String, String>,
+    /// Paths named in attributes' strings (`#[serde(with = "crate::x")]`).
+    attr_paths: Vec<Vec<String>>,
+}
+
+/// Where the test item marked at `at` (its `#[cfg(test)]`) ends.
+fn test_item_end(code: &str, at: usize) -> usize {
+    let b = code.as_bytes();
+    let mut i = at + "#[cfg(test)]".len();
+    // Further attributes, then the visibility.
+    loop {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if b[i..].starts_with(b"#[") {
+            i += b[i..]
+                .iter()
+                .position(|&c| c == b']')
+                .map_or(b.len() - i, |p| p + 1);
+        } else if b[i..].starts_with(b"pub(") {
+            i += b[i..]
+                .iter()
+                .position(|&c| c == b')')
+                .map_or(b.len() - i, |p| p + 1);
+        } else if b[i..].starts_with(b"pub ") {
+            i += 4;
+        } else {
+            break;
+        }
+    }
+    let word: String = code[i..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let stops: &[char] = if ITEM_WORDS.contains(&word.as_str()) {
+        &['{', ';']
+    } else {
+        &[',', ';']
+    };
+    match code[i..].find(stops).map(|p| i + p) {
+        Some(open) if b[open] == b'{' => closing_brace(b, open).min(b.len() - 1),
+        Some(stop) => stop,
+        None => b.len() - 1,
+    }
+}
+
+/// `code` with `from..=to` blanked byte for byte (newlines kept, so
+/// positions still agree with the source).
+fn blank_range(code: &mut String, from: usize, to: usize) {
+    let blank: Vec<u8> = code.as_bytes()[from..=to]
+        .iter()
+        .map(|&c| if c == b'\n' { c } else { b' ' })
+        .collect();
+    let blank = String::from_utf8(blank).expect("spaces and newlines");
+    code.replace_range(from..=to, &blank);
+}
+
+/// Module paths in the strings of `src`'s attributes (`= "a::b"`) outside
+/// the ranges of `tests`.
+fn attribute_paths(src: &str, tests: &[(usize, usize)]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(p) = src[at..].find("= \"") {
+        let start = at + p + 3;
+        at = start;
+        let Some(len) = src[start..].find('"') else {
+            break;
+        };
+        let text = &src[start..start + len];
+        let is_path = text.contains("::")
+            && text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        let in_test = tests.iter().any(|&(f, t)| (f..=t).contains(&start));
+        let in_attribute = src[..start]
+            .rfind("#[")
+            .is_some_and(|a| !src[a..start].contains(']'));
+        if is_path && in_attribute && !in_test {
+            out.push(segments(text));
+        }
+    }
+    out
 }
 
 /// Words of `s` split on `::`, trimmed.
@@ -204,7 +295,10 @@ fn uses(code: &str) -> Vec<(usize, usize, String, bool)> {
         };
         let before = &code[..i];
         let item_start = before.rfind(['\n', ';', '{', '}']).map_or(0, |p| p + 1);
-        let public = before[item_start..].trim_start().starts_with("pub");
+        // Past the item's attributes (`#[doc(inline)] pub use`).
+        let head = &before[item_start..];
+        let head = head.rfind(']').map_or(head, |p| &head[p + 1..]);
+        let public = head.trim_start().starts_with("pub");
         out.push((i, i + semi + 1, code[i + 4..i + semi].to_string(), public));
         at = i + semi + 1;
     }
@@ -229,31 +323,25 @@ impl Crate {
         let src = std::fs::read_to_string(file)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
         let mut code = code_only(&src);
-        // Test items (inline modules, functions, imports) are blanked out,
-        // byte for byte, so positions still agree with the source.
+        // Test items (inline modules, functions, imports, fields) are
+        // blanked out.
+        let mut tests = Vec::new();
         while let Some(at) = code.find("#[cfg(test)]") {
-            let end = match code[at..].find(['{', ';']).map(|p| at + p) {
-                Some(open) if code.as_bytes()[open] == b'{' => {
-                    closing_brace(code.as_bytes(), open).min(code.len() - 1)
-                }
-                Some(semi) => semi,
-                None => code.len() - 1,
-            };
-            let blank: Vec<u8> = code.as_bytes()[at..=end]
-                .iter()
-                .map(|&c| if c == b'\n' { c } else { b' ' })
-                .collect();
-            let blank = String::from_utf8(blank).expect("spaces and newlines");
-            code.replace_range(at..=end, &blank);
+            let end = test_item_end(&code, at);
+            blank_range(&mut code, at, end);
+            tests.push((at, end));
         }
         let id = self.modules.len();
         self.modules.push(Module {
             path: path.clone(),
-            code: code.clone(),
+            code: String::new(),
             parent,
             children: BTreeMap::new(),
             reexports: BTreeMap::new(),
+            attr_paths: attribute_paths(&src, &tests),
         });
+        self.inline_modules(id, &mut code);
+        self.modules[id].code = code.clone();
         let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
         let dir = file.parent().expect("a source file has a directory");
         let own_dir: PathBuf = if matches!(stem, "lib" | "main" | "mod") {
@@ -298,6 +386,46 @@ impl Crate {
             }
         }
         id
+    }
+
+    /// The inline modules (`mod name { ... }`) of module `id`'s `code`, as
+    /// children of their own, blanked out of it.
+    fn inline_modules(&mut self, id: usize, code: &mut String) {
+        let mut at = 0;
+        while let Some(p) = code[at..].find("mod ") {
+            let i = at + p;
+            at = i + 4;
+            let b = code.as_bytes();
+            if i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_') {
+                continue;
+            }
+            let rest = code[i + 4..].trim_start();
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if name.is_empty() || !rest[name.len()..].trim_start().starts_with('{') {
+                continue;
+            }
+            let open = i + 4 + code[i + 4..].find('{').expect("seen above");
+            let close = closing_brace(code.as_bytes(), open).min(code.len() - 1);
+            let mut inner = code[open + 1..close].to_string();
+            blank_range(code, i, close);
+            let mut path = self.modules[id].path.clone();
+            path.push(name.clone());
+            let child = self.modules.len();
+            self.modules.push(Module {
+                path,
+                code: String::new(),
+                parent: Some(id),
+                children: BTreeMap::new(),
+                reexports: BTreeMap::new(),
+                attr_paths: Vec::new(),
+            });
+            self.inline_modules(child, &mut inner);
+            self.modules[child].code = inner;
+            self.modules[id].children.insert(name, child);
+        }
     }
 
     /// The module `segs` names from module `from`: the deepest module the
@@ -370,7 +498,10 @@ impl Crate {
                     }
                 }
             }
-            for path in code_paths(&body) {
+            for path in code_paths(&body)
+                .into_iter()
+                .chain(m.attr_paths.iter().cloned())
+            {
                 let target = match aliases.get(&path[0]) {
                     Some(&module) => {
                         let mut rel = vec!["self".to_string()];
@@ -656,6 +787,10 @@ fn a_circle_is_found_through_every_way_of_naming_a_module() {
         "fn f() -> crate::a::X { todo!() }\n",
         "use crate::a;\nfn f() { a::g() }\n",
         "use crate::a::{self as other};\nfn f() { other::g() }\n",
+        "struct S {\n    #[serde(with = \"crate::a\")]\n    x: u8,\n}\n",
+        "mod inner {\n    fn f() -> super::super::a::X { todo!() }\n}\n",
+        "struct S {\n    #[cfg(test)]\n    x: u8,\n}\nimpl S {\n    fn f() -> crate::a::X { todo!() }\n}\n",
+        "#[doc(inline)] pub use crate::a::X;\n",
     ] {
         let files = [
             ("lib.rs", root),
