@@ -1,8 +1,8 @@
 //! BeeBot grid server library: the QUIC endpoint ([`net`]), the grid state
 //! machine ([`grid`]) over the [`store`], the pure [`scheduler`], the admin
-//! HTTP API ([`admin`]) and the synthetic web ([`web`]). `main.rs` is the CLI
-//! over these; the demo, the load generator and the crawler bench live in the
-//! `beebot-tools` package.
+//! HTTP API ([`admin`]). `main.rs` is the CLI over these. The synthetic
+//! web is in the `beebot-testkit` package; the demo, the load generator and
+//! the crawler bench are in `beebot-tools`.
 //!
 //! This module holds what the running server shares ([`Shared`]: the grid
 //! behind one lock, reached through [`Shared::with_grid`], which makes every
