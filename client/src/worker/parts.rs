@@ -40,7 +40,9 @@ pub(super) enum PartSent {
     /// Not kept (the job holds its most parts): the scan sends no more
     /// parts and uploads the rest at its end.
     NotKept,
-    /// An answer that is none of those: it stays spooled, sent again later.
+    /// An answer that is none of those (it stays spooled), or a
+    /// `BadRequest` (it is dropped, and a fresh part taken from the
+    /// checkpoint): tried again after `PART_RECHECK`.
     Later,
 }
 
