@@ -1,8 +1,8 @@
 //! Work-request bench (`cargo bench -p beebot-server --bench request_work`):
 //! the cost of one whole `Grid::request_work_unsigned` as `serve` runs it
-//! under the grid lock (the asker's view, every host's view, the policy's
-//! choice, issuing and recording the units; `serve` signs them outside the
-//! lock, timed apart in the `sign µs` column), on the path a real round
+//! on the grid's thread (the asker's view, every host's view, the policy's
+//! choice, issuing the units, and handing the grid's writes to the store;
+//! `serve` signs them outside, timed apart in the `sign µs` column), on the path a real round
 //! takes: every request asks for a unit, and each host keeps [`HELD`]
 //! units running as a client with two slots and a buffer does: the two it
 //! scans report progress (so their scans could be handed over), and it
@@ -45,6 +45,7 @@ use beebot_server::grid::{
 use beebot_server::model::{SiteRecord, SiteStats};
 use beebot_server::params::RoundParams;
 use beebot_server::simulate;
+use beebot_server::store::SharedStore;
 use beebot_server::validate::ValidateMode;
 use beebot_shared::proto::HostInfo;
 use beebot_shared::sign::{self, SignedUnit, UnitBytes, WorkUnit};
@@ -208,7 +209,14 @@ struct Measured {
 /// and [`HOSTS`] benchmarked hosts, each asked once (so each holds a unit).
 /// What [`grid`] sets up: the grid, the project's public key, the hosts,
 /// the unit each holds, and the clock.
-type Bench = (Grid, VerifyingKey, Vec<u64>, Vec<VecDeque<WorkUnit>>, u64);
+type Bench = (
+    Grid,
+    SharedStore,
+    VerifyingKey,
+    Vec<u64>,
+    Vec<VecDeque<WorkUnit>>,
+    u64,
+);
 
 fn grid(policy: &str, queued: usize) -> Bench {
     let key = sign::generate_key();
@@ -229,7 +237,7 @@ fn grid(policy: &str, queued: usize) -> Bench {
             })
             .expect("site");
     }
-    let io = GridIo::in_memory(store, Arc::new(MemoryLinks::default()), key.clone(), 7);
+    let io = GridIo::in_memory(Arc::new(MemoryLinks::default()), key.clone(), 7);
     let settings = GridSettings {
         user_agent: "BeeBot/bench (+http://example.test/bot)".into(),
         deadline_slack: 3.0,
@@ -237,7 +245,8 @@ fn grid(policy: &str, queued: usize) -> Bench {
         trust_after: 3,
         spot_check_percent: 5,
     };
-    let mut g = Grid::open(io, settings).expect("grid");
+    let records = beebot_server::store::records(&*store).expect("records");
+    let mut g = Grid::open(records, io, settings).expect("grid");
     let params = RoundParams {
         policy: policy.to_string(),
         validate: ValidateMode::Adaptive,
@@ -269,7 +278,8 @@ fn grid(policy: &str, queued: usize) -> Bench {
         now += 1;
         held[i].extend(ask(&mut g, &key.verifying_key(), h, &[], now));
     }
-    (g, key.verifying_key(), hosts, held, now)
+    store.apply(&g.take_writes()).expect("writes");
+    (g, store, key.verifying_key(), hosts, held, now)
 }
 
 /// One work request of host `h` holding `held`: the reply's first unit,
@@ -336,7 +346,7 @@ fn upload(g: &mut Grid, h: u64, unit: &WorkUnit, now: u64) {
 }
 
 fn measure(policy: &str, queued: usize) -> Measured {
-    let (mut g, key, hosts, mut held, mut now) = grid(policy, queued);
+    let (mut g, store, key, hosts, mut held, mut now) = grid(policy, queued);
     let step = step_ms();
     let mut times = Vec::new();
     let mut units = 0;
@@ -363,9 +373,11 @@ fn measure(policy: &str, queued: usize) -> Measured {
                 upload(&mut g, h, &u, now);
             }
         }
+        store.apply(&g.take_writes()).expect("writes");
         let ids: Vec<u64> = held[k].iter().map(|u| u.unit_id).collect();
         let t = Instant::now();
         let unit = black_box(request_unsigned(&mut g, h, &ids, now));
+        store.apply(&g.take_writes()).expect("writes");
         times.push(t.elapsed());
         units += usize::from(unit.is_some());
         // Signed as `serve` signs it, outside the lock (timed apart).

@@ -82,9 +82,7 @@ fn grid_fail(e: GridError) -> (StatusCode, Json<ApiError>) {
         | GridError::AmbiguousHostName { .. }
         | GridError::SameSite { .. } => StatusCode::BAD_REQUEST,
         GridError::Revoked(_) => StatusCode::CONFLICT,
-        GridError::Store(_) | GridError::Io(_) | GridError::Sign(_) => {
-            StatusCode::INTERNAL_SERVER_ERROR
-        }
+        GridError::Io(_) | GridError::Sign(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     fail(status, e.to_string())
 }

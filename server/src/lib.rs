@@ -259,6 +259,9 @@ impl Shared {
     }
 }
 
+/// Makes every store write so far durable ([`store::Store::sync`]).
+type SyncStore = Box<dyn FnMut() -> Result<(), store::StoreError> + Send>;
+
 /// One call of [`Shared::with_grid`] on the grid's thread: it runs on the
 /// grid and gives back what delivers its answer once the store is synced.
 type GridJob = Box<dyn FnOnce(&mut Grid) -> Deliver + Send>;
@@ -272,9 +275,6 @@ struct Stretch {
     links: grid::LinkChanges,
 }
 
-/// Makes every store write so far durable ([`store::Store::sync`]).
-type SyncStore = Box<dyn FnMut() -> Result<(), store::StoreError> + Send>;
-
 /// Longest the grid's thread runs calls before it hands their answers to
 /// the sync: under load, calls that queued meanwhile share one sync (one
 /// fsync a stretch, not one a call), and no answer waits longer than this
@@ -282,9 +282,10 @@ type SyncStore = Box<dyn FnMut() -> Result<(), store::StoreError> + Send>;
 pub const GRID_STRETCH: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// The grid's two threads. `grid` owns the [`Grid`] and runs the calls of
-/// [`Shared::with_grid`] one after another: while calls are queued, for at
-/// most [`GRID_STRETCH`], then it hands the stretch's answers to
-/// `grid-sync`. That one takes every answer waiting, makes the store's
+/// [`Shared::with_grid`] one after another, handing each call's writes to
+/// the store in the order the grid made them ([`Grid::take_writes`]): while
+/// calls are queued, for at most [`GRID_STRETCH`], then it hands the
+/// stretch's answers to `grid-sync`. That one takes every answer waiting, makes the store's
 /// writes so far durable (one fsync for all of them: group commit), and
 /// only then delivers them, then removes the link files the stretch's
 /// calls stopped naming and closes the rounds that ended
@@ -304,6 +305,7 @@ impl GridStage {
     /// end when every sender is gone.
     fn start(
         mut grid: Grid,
+        store: store::SharedStore,
         mut sync: SyncStore,
         work_hint: tokio::sync::watch::Sender<u64>,
         metrics: Arc<metrics::Metrics>,
@@ -325,7 +327,10 @@ impl GridStage {
                     while let Some(job) = next {
                         let started = std::time::Instant::now();
                         answers.push(job(&mut grid));
-                        grid.repair_after_store_failure();
+                        // A write that fails stops the store (fail-stop):
+                        // no answer is acknowledged from then on, and the
+                        // restart reloads what the disk holds.
+                        let _ = store.apply(&grid.take_writes());
                         metrics.lock_held(started.elapsed());
                         next = if stretch.elapsed() < GRID_STRETCH {
                             rx.try_recv().ok()
@@ -497,7 +502,8 @@ impl Server {
         let metrics = Arc::new(metrics::Metrics::new(now_ms()));
         store_handle.observe_syncs(metrics.clone());
         let links = grid::LinkPacks::writer(dir.links()).observed(metrics.link_syncs());
-        let grid = Grid::open(GridIo::server(store, links, key), settings)?;
+        let records = store::records(&*store)?;
+        let grid = Grid::open(records, GridIo::server(links, key), settings)?;
         let enrol_key = grid.signer();
         let endpoint = bind_quic(&config.listen, certs, cert_key)?;
         let quic_addr = endpoint.local_addr()?;
@@ -526,6 +532,7 @@ impl Server {
         let syncing = store_handle.clone();
         let grid = GridStage::start(
             grid,
+            store_handle.clone(),
             Box::new(move || syncing.sync()),
             work_hint.clone(),
             metrics.clone(),
@@ -863,12 +870,12 @@ mod tests {
     ) {
         let store = store::memory();
         let io = GridIo::in_memory(
-            store.clone(),
             Arc::new(grid::MemoryLinks::default()),
             beebot_shared::sign::generate_key(),
             7,
         );
-        let g = Grid::open(io, grid::testkit::settings()).expect("grid");
+        let g = Grid::open(Default::default(), io, grid::testkit::settings()).expect("grid");
+        let applied = store.clone();
         let syncs = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counted = syncs.clone();
         let sync: SyncStore = Box::new(move || {
@@ -881,6 +888,7 @@ mod tests {
         let seen = hint.subscribe();
         let jobs = GridStage::start(
             g,
+            applied,
             sync,
             hint,
             Arc::new(metrics::Metrics::new(0)),
@@ -1010,13 +1018,12 @@ mod tests {
         let store = store::memory();
         let links = Arc::new(Noted::default());
         let mut io = GridIo::in_memory(
-            store.clone(),
             Arc::new(grid::MemoryLinks::default()),
             beebot_shared::sign::generate_key(),
             7,
         );
         io.links = links.clone();
-        let g = Grid::open(io, grid::testkit::settings()).expect("grid");
+        let g = Grid::open(Default::default(), io, grid::testkit::settings()).expect("grid");
         for name in ["1/a.lf", "1/b.lf", "1/c.lf"] {
             links.write(name, b"links").expect("write");
         }
@@ -1027,6 +1034,7 @@ mod tests {
             Arc::new(AtomicU64::new(0)),
             Arc::new(AtomicBool::new(false)),
         );
+        let applied = store.clone();
         let sync: SyncStore = {
             let (seen, syncs, fail, links) =
                 (seen.clone(), syncs.clone(), fail.clone(), links.clone());
@@ -1045,6 +1053,7 @@ mod tests {
         };
         let jobs = GridStage::start(
             g,
+            applied,
             sync,
             tokio::sync::watch::Sender::new(0),
             Arc::new(metrics::Metrics::new(0)),

@@ -660,3 +660,54 @@ pub struct InviteRecord {
     pub expires_ms: u64,
     pub created_ms: u64,
 }
+
+/// What an id numbers: each kind has its own sequence from 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdKind {
+    Round,
+    Job,
+    Host,
+    Unit,
+}
+
+impl IdKind {
+    /// Every kind.
+    pub const ALL: [IdKind; 4] = [IdKind::Round, IdKind::Job, IdKind::Host, IdKind::Unit];
+}
+
+/// One change to the stored records, as the grid makes it: the grid
+/// collects them in order and its driver persists them in that order
+/// ([`crate::store::Store::apply`]) before anything that rests on them is
+/// answered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Write {
+    Site(SiteRecord),
+    /// The site of this host left the target set.
+    SiteGone(String),
+    Round(RoundRecord),
+    Job(JobRecord),
+    Host(HostRecord),
+    Invite(InviteRecord),
+    /// The invite with this token hash is gone.
+    InviteGone([u8; 32]),
+    Exclusion(ExclusionRecord),
+    /// The exclusion of this host is lifted.
+    ExclusionGone(String),
+    /// The last id handed out of a kind: the next is one more, also after
+    /// a restart.
+    LastId(IdKind, u64),
+}
+
+/// Every record a grid is opened with, as its store holds them.
+#[derive(Clone, Debug, Default)]
+pub struct Records {
+    pub sites: Vec<SiteRecord>,
+    pub rounds: Vec<RoundRecord>,
+    pub jobs: Vec<JobRecord>,
+    pub hosts: Vec<HostRecord>,
+    pub invites: Vec<InviteRecord>,
+    pub exclusions: Vec<ExclusionRecord>,
+    /// The last id handed out of each kind, in [`IdKind::ALL`]'s order (0:
+    /// none yet).
+    pub last_ids: [u64; 4],
+}

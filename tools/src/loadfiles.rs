@@ -204,7 +204,7 @@ fn with_compressor<T>(
     out
 }
 
-/// A grid in memory (store and link files) with `sites` in one running
+/// A grid in memory (link files; its writes are never persisted) with `sites` in one running
 /// round of `params` and one enrolled host, at `now_ms`: the grid, the
 /// host, and the project's public key. The real checks an upload meets,
 /// for tests and benches of these results.
@@ -214,12 +214,7 @@ pub fn memory_grid(
     now_ms: u64,
 ) -> (Grid, u64, ed25519_dalek::VerifyingKey) {
     let key = sign::generate_key();
-    let io = GridIo::in_memory(
-        beebot_server::store::memory(),
-        Arc::new(MemoryLinks::default()),
-        key.clone(),
-        7,
-    );
+    let io = GridIo::in_memory(Arc::new(MemoryLinks::default()), key.clone(), 7);
     let settings = GridSettings {
         user_agent: "BeeBot/loadfiles (+http://example.test/bot)".into(),
         deadline_slack: 3.0,
@@ -227,7 +222,7 @@ pub fn memory_grid(
         trust_after: 3,
         spot_check_percent: 5,
     };
-    let mut g = Grid::open(io, settings).expect("a grid in memory");
+    let mut g = Grid::open(Default::default(), io, settings).expect("a grid in memory");
     g.add_sites(sites, now_ms).expect("sites");
     g.start_round(params, now_ms).expect("round");
     let token = g

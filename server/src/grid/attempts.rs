@@ -301,12 +301,11 @@ impl Grid {
                 a.state = AttemptState::Aborted;
                 let job = job.clone();
                 self.counters.units_aborted += u64::from(was_running);
-                self.store.put_job(&job)?;
+                self.writes.put_job(&job);
                 if was_running {
                     self.after_attempt_ended(job_id, now_ms)?;
                 }
                 self.reindex(job_id);
-                self.store.flush()?;
                 abort("another copy's scan went on further")
             }
             // The job went to another host while this one was away: one
@@ -337,9 +336,8 @@ impl Grid {
                 a.deadline_ms = d;
                 job.state = JobState::Running;
                 let job = job.clone();
-                self.store.put_job(&job)?;
+                self.writes.put_job(&job);
                 self.reindex(job_id);
-                self.store.flush()?;
                 self.check_open();
                 Ok(Some(ProgressOutcome::Extend(d)))
             }
@@ -384,8 +382,7 @@ impl Grid {
         {
             a.deadline_ms = d;
             let job = job.clone();
-            self.store.put_job(&job)?;
-            self.store.flush()?;
+            self.writes.put_job(&job);
             return Ok(ProgressOutcome::Extend(d));
         }
         Ok(ProgressOutcome::Continue)
@@ -420,10 +417,9 @@ impl Grid {
             if let Some(h) = self.hosts.get_mut(&host_id) {
                 h.failures += 1;
                 let h = h.clone();
-                self.store.put_host(&h)?;
+                self.writes.put_host(&h);
             }
         }
-        self.store.flush()?;
         Ok(())
     }
 
@@ -453,7 +449,7 @@ impl Grid {
         }
         let round_id = job.round_id;
         let job = job.clone();
-        self.store.put_job(&job)?;
+        self.writes.put_job(&job);
         if job.state.is_final() {
             self.drop_states(&job);
         }
@@ -522,7 +518,7 @@ impl Grid {
                 h.deadlines_missed += 1;
                 h.last_missed_ms = h.last_missed_ms.max(now_ms);
                 let h = h.clone();
-                self.store.put_host(&h)?;
+                self.writes.put_host(&h);
             }
             self.after_attempt_ended(job_id, now_ms)?;
         }
@@ -535,9 +531,6 @@ impl Grid {
             }
             self.host_changed(host_id);
             self.after_attempt_ended(job_id, now_ms)?;
-        }
-        if !expired.is_empty() || !recalled.is_empty() {
-            self.store.flush()?;
         }
         self.end_finished_rounds(now_ms)?;
         self.check_open();
@@ -562,7 +555,6 @@ impl Grid {
             .collect();
         for round_id in over {
             self.check_round_done(round_id, now_ms)?;
-            self.store.flush()?;
         }
         Ok(())
     }

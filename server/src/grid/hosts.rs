@@ -85,8 +85,7 @@ impl Grid {
             expires_ms,
             created_ms: now_ms,
         };
-        self.store.put_invite(&rec)?;
-        self.store.flush()?;
+        self.writes.put_invite(&rec);
         self.invites.insert(rec.token_sha256, rec);
         Ok(token)
     }
@@ -124,8 +123,7 @@ impl Grid {
                 "invite id {id} names more than one invite: give more digits"
             )));
         }
-        self.store.remove_invite(&hash)?;
-        self.store.flush()?;
+        self.writes.remove_invite(&hash);
         self.invites.remove(&hash);
         Ok(invite_id(&hash))
     }
@@ -161,11 +159,10 @@ impl Grid {
         truncate_on_char(&mut info.name, MAX_TEXT_LEN);
         truncate_on_char(&mut info.os, MAX_TEXT_LEN);
         truncate_on_char(&mut info.client_version, MAX_TEXT_LEN);
-        let id = self.store.next_id(IdKind::Host)?;
+        let id = self.writes.next_id(IdKind::Host);
         let host = HostRecord::new(id, host_key, info, now_ms);
-        self.store.put_invite(&inv)?;
-        self.store.put_host(&host)?;
-        self.store.flush()?;
+        self.writes.put_invite(&inv);
+        self.writes.put_host(&host);
         self.invites.insert(hash, inv);
         self.hosts.insert(id, host);
         Ok(id)
@@ -249,7 +246,7 @@ impl Grid {
         if host.offline_ms != offline_before
             || host.last_seen_ms.saturating_sub(stored) >= LAST_SEEN_STORED_EVERY_MS
         {
-            self.store.put_host(host)?;
+            self.writes.put_host(host);
             self.seen_stored.insert(host.id, host.last_seen_ms);
         }
         Ok(())
@@ -258,8 +255,7 @@ impl Grid {
     /// Note a host's successful `Hello`.
     pub fn hello(&mut self, host_id: u64, now_ms: u64) -> Result<(), GridError> {
         let h = self.active_host(host_id, now_ms)?.clone();
-        self.store.put_host(&h)?;
-        self.store.flush()?;
+        self.writes.put_host(&h);
         Ok(())
     }
 
@@ -341,8 +337,7 @@ impl Grid {
             measured_ms: now_ms,
         });
         let h = h.clone();
-        self.store.put_host(&h)?;
-        self.store.flush()?;
+        self.writes.put_host(&h);
         Ok(())
     }
 
@@ -355,10 +350,9 @@ impl Grid {
         h.revoked = true;
         let h = h.clone();
         self.host_changed(host_id);
-        self.store.put_host(&h)?;
+        self.writes.put_host(&h);
         self.resources.remove(&host_id);
         self.release_host_units(host_id, None, now_ms)?;
-        self.store.flush()?;
         Ok(())
     }
 
@@ -380,7 +374,7 @@ impl Grid {
         if let Some(h) = self.hosts.get_mut(&host_id) {
             h.consecutive_valid = h.consecutive_valid.max(trust_after);
             let h = h.clone();
-            self.store.put_host(&h)?;
+            self.writes.put_host(&h);
         }
         Ok(())
     }

@@ -15,8 +15,9 @@
 //! (`Settling`, ended in time order) and the queued jobs kept out of the queue
 //! while their own upload settles (`settling`, queued by `expire_settling` at
 //! the next request). A round is done only when its queue, its settling jobs
-//! and its running ones are all empty. After a storage failure the index is
-//! built afresh (`repair_after_store_failure`, from `Shared::with_grid`).
+//! and its running ones are all empty. A failed write cannot leave it
+//! behind its jobs: the grid only gives its writes back, after the change
+//! is whole ([`super::writes`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -507,17 +508,6 @@ impl Grid {
         }
     }
 
-    /// After the store failed, a change may have stopped between changing
-    /// a job in memory and indexing it (its write failed first): the index
-    /// is built afresh, so what reads go on showing stays consistent.
-    /// Nothing is acknowledged from then on (fail-stop), so no decision
-    /// rests on the half-made change. Does nothing while the store is well.
-    pub fn repair_after_store_failure(&mut self) {
-        if self.store.failure().is_some() {
-            self.rebuild_open();
-        }
-    }
-
     /// Debug builds check that the index of open jobs equals one built
     /// afresh from the jobs.
     pub(super) fn check_open(&self) {
@@ -534,13 +524,12 @@ impl Grid {
     #[cfg(debug_assertions)]
     pub(super) fn open_from_scratch(&self) -> HashMap<u64, OpenJobs> {
         let io = super::GridIo {
-            store: self.store.clone(),
             links: self.links.clone(),
             signer: self.signer.clone(),
             // Never drawn from: this grid only builds an index.
             rng: Box::new(rand::rngs::OsRng),
         };
-        let mut g = Grid::empty(io, self.settings.clone());
+        let mut g = Grid::empty(io, self.settings.clone(), [0; 4]);
         g.rounds = self.rounds.clone();
         g.jobs = self.jobs.clone();
         g.sites = self.sites.clone();

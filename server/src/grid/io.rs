@@ -1,5 +1,5 @@
-//! What the grid is given from outside, and never reaches for itself: the
-//! store, link-file storage ([`LinkFiles`]), the project's signer
+//! What the grid is given from outside, and never reaches for itself:
+//! link-file storage ([`LinkFiles`]), the project's signer
 //! ([`ProjectSigner`]) and a source of secrets ([`SecretRng`]), grouped as
 //! [`GridIo`] to open it with. The server gives it a directory, its project
 //! key and the OS random source ([`GridIo::server`]); the simulator and unit
@@ -20,7 +20,6 @@ use beebot_shared::sign::{self, SignError, SignedUnit, WorkUnit};
 
 use super::links::{LinkFiles, MemoryLinks};
 use super::packs::LinkPacks;
-use crate::store::SharedStore;
 
 /// What signs for the project: work units and the enrolment proof, with
 /// the key's public half. A key held elsewhere (a signing service) could
@@ -72,7 +71,6 @@ impl<T: RngCore + CryptoRng + Send> SecretRng for T {}
 
 /// Everything the grid is opened with besides its settings.
 pub struct GridIo {
-    pub store: SharedStore,
     pub links: Arc<dyn LinkFiles>,
     pub signer: Arc<dyn ProjectSigner>,
     pub rng: Box<dyn SecretRng>,
@@ -81,9 +79,8 @@ pub struct GridIo {
 impl GridIo {
     /// The server's: link files in `links` (packed under the data dir's
     /// `links/`), signed with `key`, secrets from the operating system.
-    pub fn server(store: SharedStore, links: LinkPacks, key: SigningKey) -> GridIo {
+    pub fn server(links: LinkPacks, key: SigningKey) -> GridIo {
         GridIo {
-            store,
             links: Arc::new(links),
             signer: Arc::new(key),
             rng: Box::new(rand::rngs::OsRng),
@@ -92,14 +89,8 @@ impl GridIo {
 
     /// No disk and no entropy: link files in `links`, secrets drawn from
     /// `seed` (the same seed, the same tokens), signed with `key`.
-    pub fn in_memory(
-        store: SharedStore,
-        links: Arc<MemoryLinks>,
-        key: SigningKey,
-        seed: u64,
-    ) -> GridIo {
+    pub fn in_memory(links: Arc<MemoryLinks>, key: SigningKey, seed: u64) -> GridIo {
         GridIo {
-            store,
             links,
             signer: Arc::new(key),
             rng: Box::new(rand::rngs::StdRng::seed_from_u64(seed)),
@@ -133,12 +124,7 @@ mod tests {
     #[test]
     fn one_seed_draws_the_same_secrets() {
         let draw = |seed| {
-            let io = GridIo::in_memory(
-                crate::store::memory(),
-                Arc::new(MemoryLinks::new()),
-                sign::generate_key(),
-                seed,
-            );
+            let io = GridIo::in_memory(Arc::new(MemoryLinks::new()), sign::generate_key(), seed);
             let mut rng = io.rng;
             let mut b = [0u8; 32];
             rng.fill_bytes(&mut b);

@@ -1,12 +1,14 @@
-//! The grid's state machine: sites, rounds, jobs, hosts and invites in memory,
-//! written through to the [`Store`](crate::store::Store) and flushed before any answer leaves.
+//! The grid's state machine: sites, rounds, jobs, hosts and invites in memory.
+//! It never writes a record itself: each change is a [`Write`] its driver
+//! takes ([`Grid::take_writes`]) and persists in order before any answer
+//! that rests on it leaves ([`writes`]).
 //!
 //! Sans-I/O, like a protocol state machine: the grid never reads a clock
 //! (every method takes the time, `now_ms` in Unix milliseconds, as an
 //! argument), never draws from the operating system's random source, never
-//! holds the project key itself and never names a file: its store, link-file
-//! storage, signer and random generator come in as one [`GridIo`] when it
-//! opens. So the server and the simulator drive the same code. The QUIC and
+//! holds the project key itself and never names a file: it opens from
+//! [`Records`] read by its driver, and its link-file storage, signer and
+//! random generator come in as one [`GridIo`]. So the server and the simulator drive the same code. The QUIC and
 //! admin layers call it under one lock (see [`crate::Shared`]).
 //!
 //! This module holds the [`Grid`] itself, its settings and errors; its
@@ -15,7 +17,7 @@
 //! exclusions), [`rounds`], [`index`] (the open jobs), [`work`] (requests
 //! and issuing), [`attempts`] (progress, failures, deadlines), [`upload`],
 //! [`verdict`] (validation), [`links`] (link-file storage) and [`status`];
-//! [`io`] holds what the grid is given.
+//! [`io`] holds what the grid is given, [`writes`] what it gives back.
 //! The fields are private to this module tree: only the rooms change them.
 
 mod attempts;
@@ -34,6 +36,7 @@ mod verdict;
 pub(crate) use verdict::NO_FALLBACK_CHECKER;
 mod views;
 mod work;
+mod writes;
 
 #[cfg(test)]
 pub(crate) mod testkit;
@@ -49,7 +52,6 @@ use beebot_shared::scope::reversed_labels;
 use beebot_shared::util::truncate_on_char;
 
 use crate::model::*;
-use crate::store::{SharedStore, StoreError};
 
 pub use attempts::{ProgressOutcome, StateAnswer, StateFile};
 pub use counters::{GridCounters, GridSnapshot, JobsByState, ACTIVE_DAY_MS, ACTIVE_HOUR_MS};
@@ -85,8 +87,6 @@ pub const PLAN_HOSTS_SEEN_WITHIN_MS: u64 = 24 * 3600 * 1000;
 /// Errors of grid operations, each one a clear answer to the caller.
 #[derive(Debug, thiserror::Error)]
 pub enum GridError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
     #[error("cannot write link file: {0}")]
     Io(#[from] std::io::Error),
     #[error("unknown host {0}")]
@@ -133,9 +133,10 @@ pub struct GridSettings {
     pub spot_check_percent: u32,
 }
 
-/// The grid: all state, written through to the store.
+/// The grid: all state, its changes given back as [`Write`]s.
 pub struct Grid {
-    store: SharedStore,
+    /// The writes not yet taken, and the last id of each kind.
+    writes: writes::Writes,
     links: Arc<dyn LinkFiles>,
     signer: Arc<dyn ProjectSigner>,
     /// Where invite tokens are drawn from.
@@ -215,15 +216,10 @@ fn push_reason(job: &mut JobRecord, reason: String) {
 
 impl Grid {
     /// A grid holding nothing yet, over `io`.
-    fn empty(io: GridIo, settings: GridSettings) -> Grid {
-        let GridIo {
-            store,
-            links,
-            signer,
-            rng,
-        } = io;
+    fn empty(io: GridIo, settings: GridSettings, last_ids: [u64; 4]) -> Grid {
+        let GridIo { links, signer, rng } = io;
         Grid {
-            store,
+            writes: writes::Writes::from_last_ids(last_ids),
             links,
             signer,
             rng,
@@ -267,33 +263,49 @@ impl Grid {
             .collect()
     }
 
-    /// Load the grid from its store, with the rest of `io` to work with.
-    pub fn open(io: GridIo, settings: GridSettings) -> Result<Grid, GridError> {
-        let mut g = Grid::empty(io, settings);
-        for s in g.store.sites()? {
+    /// The grid over `records` (as [`crate::store::records`] reads them
+    /// from a store), with `io` to work with.
+    pub fn open(records: Records, io: GridIo, settings: GridSettings) -> Result<Grid, GridError> {
+        let g = Grid::from_records(records, io, settings);
+        g.sweep_temporaries();
+        Ok(g)
+    }
+
+    /// The grid over `records`, its indexes built from them.
+    fn from_records(records: Records, io: GridIo, settings: GridSettings) -> Grid {
+        let Records {
+            sites,
+            rounds,
+            jobs,
+            hosts,
+            invites,
+            exclusions,
+            last_ids,
+        } = records;
+        let mut g = Grid::empty(io, settings, last_ids);
+        for s in sites {
             g.sites.insert(s.host.clone(), s);
         }
-        for r in g.store.rounds()? {
+        for r in rounds {
             g.rounds.insert(r.id, r);
         }
-        for j in g.store.jobs()? {
+        for j in jobs {
             for a in &j.attempts {
                 g.units.insert(a.unit_id, j.id);
             }
             g.jobs.insert(j.id, j);
         }
-        for h in g.store.hosts()? {
+        for h in hosts {
             g.hosts.insert(h.id, h);
         }
-        for i in g.store.invites()? {
+        for i in invites {
             g.invites.insert(i.token_sha256, i);
         }
-        for e in g.store.exclusions()? {
+        for e in exclusions {
             g.exclusions.insert(reversed_labels(&e.exclusion.host), e);
         }
         g.rebuild_open();
-        g.sweep_temporaries();
-        Ok(g)
+        g
     }
 
     pub fn project_public_key(&self) -> [u8; 32] {

@@ -87,7 +87,7 @@ impl Grid {
         self.check_round_params(&params, every_ms)?;
         let policy = scheduler::policy_by_name(&params.policy)
             .ok_or_else(|| GridError::Invalid(format!("unknown policy `{}`", params.policy)))?;
-        let round_id = self.store.next_id(IdKind::Round)?;
+        let round_id = self.writes.next_id(IdKind::Round);
         let (jobs, folded) = self.new_jobs(round_id, &params)?;
         let round = RoundRecord {
             id: round_id,
@@ -113,11 +113,10 @@ impl Grid {
         let plan = self.batch_plan(policy.as_ref(), &jobs, &round.params, now_ms);
         for mut job in jobs {
             job.batch_host = plan.get(&job.id).copied();
-            self.store.put_job(&job)?;
+            self.writes.put_job(&job);
             self.jobs.insert(job.id, job);
         }
-        self.store.put_round(&round)?;
-        self.store.flush()?;
+        self.writes.put_round(&round);
         let job_ids = round.job_ids.clone();
         self.rounds.insert(round_id, round);
         for id in job_ids {
@@ -148,7 +147,7 @@ impl Grid {
     /// exclusion covers and no wider site's scope folds away, each sized
     /// from its site's last scan; and the sites folded.
     fn new_jobs(
-        &self,
+        &mut self,
         round_id: u64,
         params: &RoundParams,
     ) -> Result<(Vec<JobRecord>, Vec<FoldedSite>), GridError> {
@@ -166,7 +165,7 @@ impl Grid {
             .iter()
             .filter(|s| !folded_away.contains(s.host.as_str()))
         {
-            let id = self.store.next_id(IdKind::Job)?;
+            let id = self.writes.next_id(IdKind::Job);
             jobs.push(JobRecord {
                 id,
                 round_id,
@@ -286,7 +285,7 @@ impl Grid {
         round.state = RoundState::Cancelled;
         round.finished_ms = Some(now_ms);
         let round = round.clone();
-        self.store.put_round(&round)?;
+        self.writes.put_round(&round);
         self.close_round_links(round_id);
         // Its running units are aborted (their hosts are told to stop), so a
         // deadline passing later is not held against the hosts, and its
@@ -305,7 +304,7 @@ impl Grid {
                     }
                 }
                 job.state = JobState::Cancelled;
-                self.store.put_job(job)?;
+                self.writes.put_job(job);
             }
             self.scan_paces.remove(id);
             let job = job.clone();
@@ -313,7 +312,6 @@ impl Grid {
         }
         self.open.remove(&round_id);
         self.rounds_changed += 1;
-        self.store.flush()?;
         Ok(())
     }
 
@@ -388,7 +386,7 @@ impl Grid {
             let mut r = round.clone();
             r.state = RoundState::Running;
             r.finished_ms = None;
-            self.store.put_round(&r)?;
+            self.writes.put_round(&r);
             self.rounds.insert(round_id, r);
         }
         // Hosts are told work is waiting (`Shared::work_hint`).
@@ -418,7 +416,7 @@ impl Grid {
             job.batch_host = None;
             super::push_reason(job, format!("scanned again at the admin's request: {why}"));
             let job = job.clone();
-            self.store.put_job(&job)?;
+            self.writes.put_job(&job);
             self.handed_from.remove(id);
             // The kept result's files (other candidates' went when it was
             // kept, or when the job failed).
@@ -426,7 +424,6 @@ impl Grid {
             self.reindex(*id);
         }
         self.check_open();
-        self.store.flush()?;
         tracing::info!(
             round = round_id,
             now_ms,
@@ -514,7 +511,7 @@ impl Grid {
                 "round over: {complete} of {} sites complete",
                 r.job_ids.len()
             );
-            self.store.put_round(&r)?;
+            self.writes.put_round(&r);
             self.rounds.insert(round_id, r);
             self.close_round_links(round_id);
         }
@@ -543,12 +540,9 @@ impl Grid {
             if let Some(r) = self.rounds.get_mut(&id) {
                 r.next_round = Some(new);
                 let r = r.clone();
-                self.store.put_round(&r)?;
+                self.writes.put_round(&r);
             }
             started.push(new);
-        }
-        if !started.is_empty() {
-            self.store.flush()?;
         }
         Ok(started)
     }

@@ -110,11 +110,10 @@ impl Grid {
                 added_ms: now_ms,
                 last_scan: None,
             };
-            self.store.put_site(&rec)?;
+            self.writes.put_site(&rec);
             self.sites.insert(h.clone(), rec);
             added += 1;
         }
-        self.store.flush()?;
         Ok(added)
     }
 
@@ -126,8 +125,7 @@ impl Grid {
             return Ok(None);
         };
         self.sites.remove(&stored);
-        self.store.remove_site(&stored)?;
-        self.store.flush()?;
+        self.writes.remove_site(&stored);
         Ok(Some(stored))
     }
 
@@ -247,7 +245,7 @@ impl Grid {
             reason,
             excluded_ms: now_ms,
         };
-        self.store.put_exclusion(&record)?;
+        self.writes.put_exclusion(&record);
         self.exclusions.insert(key, record.clone());
         let e = &record.exclusion;
         let sites_removed: Vec<String> = self
@@ -258,14 +256,13 @@ impl Grid {
             .collect();
         for h in &sites_removed {
             self.sites.remove(h);
-            self.store.remove_site(h)?;
+            self.writes.remove_site(h);
         }
         let (jobs_excluded, copies_restarted) = self.exclude_from_rounds(&record, now_ms)?;
         if jobs_excluded + copies_restarted > 0 {
             // Connected hosts ask again at once and hear which units to drop.
             self.rounds_changed += 1;
         }
-        self.store.flush()?;
         Ok(ExcludeOutcome {
             record,
             replaced,
@@ -349,7 +346,7 @@ impl Grid {
             return Ok((0, 0));
         };
         let job = job.clone();
-        self.store.put_job(&job)?;
+        self.writes.put_job(&job);
         if job.state.is_final() {
             self.drop_states(&job);
         }
@@ -376,9 +373,8 @@ impl Grid {
                 )),
             });
         };
-        self.store.remove_exclusion(&record.exclusion.host)?;
+        self.writes.remove_exclusion(&record.exclusion.host);
         self.exclusions.remove(&key);
-        self.store.flush()?;
         Ok(record)
     }
 }

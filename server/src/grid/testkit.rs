@@ -31,7 +31,7 @@ pub(crate) const WINDOW_MS: u64 = 40_000;
 pub(crate) struct Fx {
     pub(crate) dir: TempDir,
     pub(crate) key: SigningKey,
-    pub(crate) grid: Grid,
+    pub(crate) grid: Stored,
 }
 
 pub(crate) fn settings() -> GridSettings {
@@ -44,10 +44,58 @@ pub(crate) fn settings() -> GridSettings {
     }
 }
 
-pub(crate) fn open_grid(dir: &Path, key: &SigningKey) -> Grid {
+pub(crate) fn open_grid(dir: &Path, key: &SigningKey) -> Stored {
     let store = crate::store::open(&dir.join("db")).unwrap();
-    let io = GridIo::server(store, LinkPacks::writer(dir.join("links")), key.clone());
-    Grid::open(io, settings()).unwrap()
+    let io = GridIo::server(LinkPacks::writer(dir.join("links")), key.clone());
+    Stored::open(store, io, settings())
+}
+
+/// A grid with the store its writes go to, as `serve` drives it: the
+/// tests persist its writes with [`Stored::persist`], and dropping it
+/// persists what is left (so a grid opened again on the same store sees
+/// every change).
+pub(crate) struct Stored {
+    pub(crate) grid: Grid,
+    pub(crate) store: crate::store::SharedStore,
+}
+
+impl Stored {
+    /// The grid over what `store` holds.
+    pub(crate) fn open(
+        store: crate::store::SharedStore,
+        io: GridIo,
+        settings: GridSettings,
+    ) -> Stored {
+        let records = crate::store::records(&*store).unwrap();
+        let grid = Grid::open(records, io, settings).unwrap();
+        Stored { grid, store }
+    }
+
+    /// Persist the writes made so far, and sync them.
+    pub(crate) fn persist(&mut self) -> Result<(), crate::store::StoreError> {
+        self.store.apply(&self.grid.take_writes())?;
+        self.store.flush()
+    }
+}
+
+impl std::ops::Deref for Stored {
+    type Target = Grid;
+    fn deref(&self) -> &Grid {
+        &self.grid
+    }
+}
+
+impl std::ops::DerefMut for Stored {
+    fn deref_mut(&mut self) -> &mut Grid {
+        &mut self.grid
+    }
+}
+
+impl Drop for Stored {
+    fn drop(&mut self) {
+        // A store made to fail stays as it is; the tests check that.
+        let _ = self.persist();
+    }
 }
 
 impl Fx {

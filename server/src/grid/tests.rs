@@ -98,8 +98,8 @@ fn one_unit(g: &mut Grid, host: u64, now: u64) -> sign::WorkUnit {
 fn a_round_runs_end_to_end_in_memory_with_no_disk() {
     let links = std::sync::Arc::new(MemoryLinks::new());
     let key = sign::generate_key();
-    let io = GridIo::in_memory(crate::store::memory(), links.clone(), key.clone(), 7);
-    let mut g = Grid::open(io, settings()).unwrap();
+    let io = GridIo::in_memory(links.clone(), key.clone(), 7);
+    let mut g = Grid::open(Default::default(), io, settings()).unwrap();
     assert_eq!(g.project_public_key(), key.verifying_key().to_bytes());
     g.add_sites(&site_names(1), T0).unwrap();
     let round = g.start_round(params(2), T0).unwrap();

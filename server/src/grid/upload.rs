@@ -823,7 +823,6 @@ impl Grid {
         self.settle(job_id, round_id, now_ms);
         self.reindex(job_id);
         self.check_round_done(round_id, now_ms)?;
-        self.store.flush()?;
         self.check_open();
         self.counters.units_accepted += 1;
         self.counters.pages_accepted += pages;
@@ -886,10 +885,9 @@ impl Grid {
                 }
             }
             let job = job.clone();
-            self.store.put_job(&job)?;
+            self.writes.put_job(&job);
             self.reindex(job_id);
             self.after_attempt_ended(job_id, now_ms)?;
-            self.store.flush()?;
             return Ok(Some(UploadOutcome::Duplicate));
         }
         Ok(None)
@@ -920,10 +918,9 @@ impl Grid {
             job.state = JobState::Queued;
         }
         let job = job.clone();
-        self.store.put_job(&job)?;
+        self.writes.put_job(&job);
         self.settle(plan.job_id, plan.round_id, now_ms);
         self.reindex(plan.job_id);
-        self.store.flush()?;
         self.check_open();
         self.counters.units_accepted += 1;
         Ok(Some(UploadOutcome::Accepted))
@@ -988,13 +985,12 @@ impl Grid {
         job.chain_sketch = validate::merge(&job.chain_sketch, &sketch);
         push_segment(job, plan, summary, info, now_ms);
         let job = job.clone();
-        self.store.put_job(&job)?;
+        self.writes.put_job(&job);
         if job.state.is_final() {
             self.drop_states(&job);
         }
         self.reindex(plan.job_id);
         self.check_round_done(plan.round_id, now_ms)?;
-        self.store.flush()?;
         self.check_open();
         self.counters.parts_accepted += 1;
         self.counters.pages_accepted += pages;
@@ -1019,7 +1015,7 @@ impl Grid {
             job.state = JobState::Queued;
         }
         let job = job.clone();
-        self.store.put_job(&job)?;
+        self.writes.put_job(&job);
         if job.state.is_final() {
             // The frontiers are of no more use.
             self.drop_states(&job);

@@ -202,7 +202,7 @@ impl Grid {
             push_reason(job, why);
             let job = job.clone();
             self.remove_candidate_files(&job, None);
-            self.store.put_job(&job)?;
+            self.writes.put_job(&job);
             return Ok(());
         }
         // Another host scans the site afresh to compare with.
@@ -212,7 +212,7 @@ impl Grid {
         job.batch_host = None;
         job.est_pages = job.candidates[new].pages().max(1) as f64;
         let job = job.clone();
-        self.store.put_job(&job)?;
+        self.writes.put_job(&job);
         Ok(())
     }
 
@@ -249,7 +249,7 @@ impl Grid {
         };
         let job = job.clone();
         self.remove_candidate_files(&job, Some(keep));
-        self.store.put_job(&job)?;
+        self.writes.put_job(&job);
         // The frontiers are of no more use.
         self.drop_states(&job);
         let delay_s = self
@@ -274,7 +274,7 @@ impl Grid {
                     .sum(),
             });
             let s = s.clone();
-            self.store.put_site(&s)?;
+            self.writes.put_site(&s);
             self.reindex_site_elsewhere(&job.site, round_id);
         }
         // Speeds are learned from results found valid or taken from trusted
@@ -287,7 +287,7 @@ impl Grid {
         changed.dedup();
         for host in changed {
             if let Some(h) = self.hosts.get(&host) {
-                self.store.put_host(h)?;
+                self.writes.put_host(h);
             }
         }
         self.reindex(job_id);
@@ -337,7 +337,7 @@ impl Grid {
             h.consecutive_valid = 0;
             h.invalid_results += 1;
             let h = h.clone();
-            self.store.put_host(&h)?;
+            self.writes.put_host(&h);
         }
         let open: Vec<u64> = self
             .open
@@ -377,7 +377,7 @@ impl Grid {
                 if let Some(h) = self.hosts.get_mut(&host_id) {
                     h.invalid_results += dropped;
                     let h = h.clone();
-                    self.store.put_host(&h)?;
+                    self.writes.put_host(&h);
                 }
                 push_reason(
                     &mut job,
@@ -406,7 +406,7 @@ impl Grid {
             {
                 job.validation = JobValidation::None;
             }
-            self.store.put_job(&job)?;
+            self.writes.put_job(&job);
             self.jobs.insert(job_id, job);
             self.reindex(job_id);
         }

@@ -360,7 +360,6 @@ impl Grid {
             self.keep_views(views);
             units?
         };
-        self.store.flush()?;
         self.check_open();
         let rounds_open = self.rounds_open(now_ms);
         let retry_after_s = if !units.is_empty() {
@@ -774,7 +773,7 @@ impl Grid {
         wait_s: f64,
         now_ms: u64,
     ) -> Result<(UnitBytes, f64), GridError> {
-        let unit_id = self.store.next_id(IdKind::Unit)?;
+        let unit_id = self.writes.next_id(IdKind::Unit);
         let job = self
             .jobs
             .get(&job_id)
@@ -827,7 +826,7 @@ impl Grid {
         });
         job.state = JobState::Running;
         let job = job.clone();
-        self.store.put_job(&job)?;
+        self.writes.put_job(&job);
         self.units.insert(unit_id, job_id);
         self.reindex(job_id);
         self.counters.units_issued += 1;

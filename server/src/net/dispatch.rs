@@ -62,7 +62,7 @@ pub(super) fn grid_error(e: GridError) -> Response {
         | GridError::UnknownHostName(_)
         | GridError::AmbiguousHostName { .. }
         | GridError::SameSite { .. } => error(ErrorCode::BadRequest, e.to_string()),
-        GridError::Store(_) | GridError::Io(_) | GridError::Sign(_) => {
+        GridError::Io(_) | GridError::Sign(_) => {
             tracing::error!("request failed: {e}");
             error(ErrorCode::Internal, format!("server error: {e}"))
         }
@@ -299,10 +299,7 @@ pub(super) async fn authed(
 /// A grid error as the host's answer, logged as a refusal unless the
 /// server itself failed (those are logged as errors by [`grid_error`]).
 fn refused(e: GridError, host_id: u64, name: &str) -> Response {
-    if !matches!(
-        e,
-        GridError::Store(_) | GridError::Io(_) | GridError::Sign(_)
-    ) {
+    if !matches!(e, GridError::Io(_) | GridError::Sign(_)) {
         tracing::warn!(host_id, host = ?name, "request refused: {:?}", e.to_string());
     }
     grid_error(e)

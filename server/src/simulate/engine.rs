@@ -138,7 +138,9 @@ impl Sim<'_> {
     }
 
     pub(super) fn check_round(&mut self) {
-        if self.down {
+        // A failed store's grid may be ahead of its disk: the round ends
+        // only once its end is stored.
+        if self.down || self.reopen.store.failure().is_some() {
             return;
         }
         self.round_over =
@@ -158,12 +160,15 @@ impl Sim<'_> {
             return Ok(None);
         }
         let answer = f(&mut self.grid);
-        // As `serve` after each call: a change a failed write stopped
-        // half-way is not left in the indexes, and once the store has
-        // failed every answer is an error (none may rest on memory the
-        // disk does not hold).
-        self.grid.repair_after_store_failure();
-        let failed = self.reopen.store.failure().is_some();
+        // As `serve` after each call: the grid's writes go to the store in
+        // the order it made them, and once the store has failed every
+        // answer is an error (none may rest on memory the disk does not
+        // hold).
+        let store = &self.reopen.store;
+        let _ = store
+            .apply(&self.grid.take_writes())
+            .and_then(|()| store.flush());
+        let failed = store.failure().is_some();
         match answer {
             Ok(_) if failed => Ok(None),
             Ok(t) => Ok(Some(t)),
@@ -175,7 +180,6 @@ impl Sim<'_> {
     /// A storage error while the disk is full or the store has failed.
     fn storage_refused(&self, e: &GridError) -> bool {
         let storage = match e {
-            GridError::Store(_) => true,
             GridError::Io(io) => io.kind() == std::io::ErrorKind::StorageFull,
             _ => false,
         };
@@ -656,13 +660,13 @@ impl Sim<'_> {
         let store = Arc::new(self.reopen.store.reopen());
         self.reopen.store = store.clone();
         let r = &self.reopen;
+        let records = crate::store::records(&*store)?;
         let io = crate::grid::GridIo::in_memory(
-            store,
             r.links.clone(),
             r.key.clone(),
             r.seed ^ self.restarts ^ (self.recoveries << 32),
         );
-        match Grid::open(io, r.settings.clone()) {
+        match Grid::open(records, io, r.settings.clone()) {
             Ok(grid) => {
                 self.grid = grid;
                 self.down = false;

@@ -124,6 +124,8 @@ pub enum SimError {
     Invalid(String),
     #[error("the simulated grid failed: {0}")]
     Grid(#[from] GridError),
+    #[error("the simulated store failed: {0}")]
+    Store(#[from] crate::store::StoreError),
 }
 
 /// When the hosts may crawl.

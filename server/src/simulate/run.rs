@@ -24,7 +24,7 @@ use super::{
     invalid, Availability, Rng, SimError, SimOptions, EVENTS_PER_HOST, EVENTS_PER_JOB, HORIZON_MS,
     MS_PER_HOUR, NIGHTS_AND_WEEKENDS, OFFICE_HOURS, PAGE_BYTES, RESPONSE_SIGMA, SIM_START_MS,
 };
-use crate::grid::{Grid, GridError, GridIo, GridSettings, MemoryLinks};
+use crate::grid::{Grid, GridIo, GridSettings, MemoryLinks};
 use crate::model::{RoundState, SiteRecord, SiteStats};
 use crate::params::RoundParams;
 use crate::scheduler;
@@ -121,8 +121,8 @@ pub fn run(
         settings: settings.clone(),
         seed,
     };
-    let io = GridIo::in_memory(store, links, key.clone(), seed);
-    let mut grid = Grid::open(io, settings)?;
+    let io = GridIo::in_memory(links, key.clone(), seed);
+    let mut grid = Grid::open(crate::store::records(&*store)?, io, settings)?;
     let clients = enrol_hosts(
         &mut grid,
         hosts,
@@ -132,6 +132,8 @@ pub fn run(
         &mut rng,
     )?;
     let (round_id, job_site) = start_round(&mut grid, sites, policy, opts)?;
+    store.apply(&grid.take_writes())?;
+    store.flush()?;
     let mut sim = Sim {
         opts,
         hosts,
@@ -282,17 +284,15 @@ fn site_store(
             .get(drawn.min(hosts.len().saturating_sub(1)))
             .and_then(|h| t.page_ends(0, h.pages_per_s, delay_s).last().copied())
             .map_or(0.0, |end| end / t.natural.max(1) as f64);
-        store
-            .put_site(&SiteRecord {
-                host: s.name.clone(),
-                added_ms: SIM_START_MS,
-                last_scan: s.pages.map(|p| SiteStats {
-                    pages: p.round() as u64,
-                    seconds: p.round() * page_s,
-                    ..Default::default()
-                }),
-            })
-            .map_err(GridError::from)?;
+        store.put_site(&SiteRecord {
+            host: s.name.clone(),
+            added_ms: SIM_START_MS,
+            last_scan: s.pages.map(|p| SiteStats {
+                pages: p.round() as u64,
+                seconds: p.round() * page_s,
+                ..Default::default()
+            }),
+        })?;
     }
     Ok(store)
 }

@@ -168,6 +168,63 @@ fn contract_ids(s: &dyn Store) {
     assert_eq!(s.next_id(IdKind::Round).unwrap(), 301);
 }
 
+/// A grid's writes are applied in their order (a record put then removed
+/// is gone, put again is there), an id counter written by them is what
+/// `last_id` reads and `next_id` goes on from, and what `records` reads
+/// back is what they made.
+fn contract_writes_apply_in_order(s: &dyn Store) {
+    let writes = [
+        Write::Site(site("a.test", None)),
+        Write::Site(site("b.test", Some(3))),
+        Write::SiteGone("a.test".into()),
+        Write::Invite(invite(1, 2)),
+        Write::InviteGone([1; 32]),
+        Write::Invite(invite(2, 1)),
+        Write::Exclusion(excluded("x.test")),
+        Write::ExclusionGone("x.test".into()),
+        Write::Exclusion(excluded("y.test")),
+        Write::LastId(IdKind::Round, 4),
+        Write::Round(round(4, vec![7])),
+        Write::LastId(IdKind::Job, 7),
+        Write::Job(job(7, 4, "b.test")),
+        Write::LastId(IdKind::Host, 2),
+        Write::Host(host(2, "desk")),
+        Write::Host(host(2, "renamed")),
+    ];
+    s.apply(&writes).unwrap();
+    s.flush().unwrap();
+    let r = records(s).unwrap();
+    assert_eq!(r.sites, [site("b.test", Some(3))]);
+    assert_eq!(r.invites, [invite(2, 1)]);
+    assert_eq!(r.exclusions, [excluded("y.test")]);
+    assert_eq!(r.rounds, [round(4, vec![7])]);
+    assert_eq!(r.jobs, [job(7, 4, "b.test")]);
+    assert_eq!(r.hosts, [host(2, "renamed")]);
+    assert_eq!(r.last_ids, [4, 7, 2, 0]);
+    assert_eq!(s.next_id(IdKind::Round).unwrap(), 5);
+    assert_eq!(s.last_id(IdKind::Round).unwrap(), 5);
+    assert!(s.failure().is_none());
+}
+
+/// A record too large to store, among a grid's writes, stops the store:
+/// the grid is already past it. The writes before it were made.
+fn contract_an_oversized_write_stops_the_store(s: &dyn Store) {
+    let huge = SiteRecord {
+        host: "x".repeat(MAX_RECORD_BYTES + 1),
+        added_ms: 0,
+        last_scan: None,
+    };
+    let writes = [
+        Write::Site(site("a.test", None)),
+        Write::Site(huge),
+        Write::Site(site("c.test", None)),
+    ];
+    assert!(matches!(s.apply(&writes), Err(StoreError::Encode(_))));
+    assert!(s.failure().is_some());
+    assert!(matches!(s.flush(), Err(StoreError::Failed(_))));
+    assert_eq!(s.sites().unwrap(), [site("a.test", None)]);
+}
+
 /// With flushes deferred, `flush` succeeds without syncing and `sync`
 /// succeeds, then again with nothing new; the records are all there.
 fn contract_group_commit(s: &dyn Store) {
@@ -261,6 +318,8 @@ on_both_stores!(
     contract_ids,
     contract_group_commit,
     contract_oversized_records_are_refused,
+    contract_writes_apply_in_order,
+    contract_an_oversized_write_stops_the_store,
 );
 
 #[test]

@@ -42,7 +42,10 @@ use std::time::{Duration, Instant};
 use beebot_shared::codec;
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::model::{ExclusionRecord, HostRecord, InviteRecord, JobRecord, RoundRecord, SiteRecord};
+pub use crate::model::IdKind;
+use crate::model::{
+    ExclusionRecord, HostRecord, InviteRecord, JobRecord, Records, RoundRecord, SiteRecord, Write,
+};
 
 pub use self::format::{check_round, STORE_FORMAT};
 pub use self::memory::{MemoryDisk, MemoryStore};
@@ -131,6 +134,13 @@ pub trait Store: Send + Sync {
     /// A new unique id of `kind` (1 first, increasing, never reused across
     /// restarts).
     fn next_id(&self, kind: IdKind) -> Result<u64, StoreError>;
+    /// The last id handed out of `kind` (0: none yet).
+    fn last_id(&self, kind: IdKind) -> Result<u64, StoreError>;
+    /// Persist a grid's writes in their order ([`Write`]). Any error,
+    /// [`StoreError::Encode`] too, is the store's failure (fail-stop): the
+    /// grid has already made the change in memory, so nothing may be
+    /// acknowledged until a restart reloads what the disk holds.
+    fn apply(&self, writes: &[Write]) -> Result<(), StoreError>;
     /// Make every write so far durable (deferred: see [`Store::defer_flushes`]).
     fn flush(&self) -> Result<(), StoreError>;
     /// Make every write made before this call durable, sharing one fsync with
@@ -165,6 +175,23 @@ pub trait Store: Send + Sync {
 /// A handle to a store, shared by the grid and the server: cloning gives
 /// another handle to the same records.
 pub type SharedStore = Arc<dyn Store>;
+
+/// Every record `store` holds, to open a grid with.
+pub fn records(store: &dyn Store) -> Result<Records, StoreError> {
+    let mut last_ids = [0; 4];
+    for (last, kind) in last_ids.iter_mut().zip(IdKind::ALL) {
+        *last = store.last_id(kind)?;
+    }
+    Ok(Records {
+        sites: store.sites()?,
+        rounds: store.rounds()?,
+        jobs: store.jobs()?,
+        hosts: store.hosts()?,
+        invites: store.invites()?,
+        exclusions: store.exclusions()?,
+        last_ids,
+    })
+}
 
 /// Open (or create) the store on disk in `dir` (see [`SledStore::open`]).
 pub fn open(dir: &Path) -> Result<SharedStore, StoreError> {
@@ -272,27 +299,13 @@ impl Tree {
 }
 
 /// A stored record: its key and its encoded value.
-/// What an id numbers: each kind has its own sequence from 1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IdKind {
-    Round,
-    Job,
-    Host,
-    Unit,
-}
-
-impl IdKind {
-    /// Every kind.
-    pub const ALL: [IdKind; 4] = [IdKind::Round, IdKind::Job, IdKind::Host, IdKind::Unit];
-
-    /// The kind's key in the `ids` tree.
-    fn name(self) -> &'static str {
-        match self {
-            IdKind::Round => "round",
-            IdKind::Job => "job",
-            IdKind::Host => "host",
-            IdKind::Unit => "unit",
-        }
+/// The key of an id kind's counter in the `ids` tree.
+fn id_name(kind: IdKind) -> &'static str {
+    match kind {
+        IdKind::Round => "round",
+        IdKind::Job => "job",
+        IdKind::Host => "host",
+        IdKind::Unit => "unit",
     }
 }
 
@@ -479,18 +492,52 @@ impl<B: Backend> Store for B {
     fn next_id(&self, kind: IdKind) -> Result<u64, StoreError> {
         // One id at a time: read, add one, write back.
         let _one = lock(&self.ledger().ids);
+        let id = self.last_id(kind)? + 1;
         self.ledger().write(|| {
-            let key = kind.name().as_bytes();
-            let last = self
-                .entries(Tree::Ids)?
-                .into_iter()
-                .find(|(k, _)| k == key)
-                .and_then(|(_, v)| <[u8; 8]>::try_from(v.as_slice()).ok())
-                .map_or(0, u64::from_le_bytes);
-            let id = last + 1;
-            self.insert(Tree::Ids, key, id.to_le_bytes().to_vec())?;
-            Ok(id)
-        })
+            self.insert(
+                Tree::Ids,
+                id_name(kind).as_bytes(),
+                id.to_le_bytes().to_vec(),
+            )
+        })?;
+        Ok(id)
+    }
+
+    fn last_id(&self, kind: IdKind) -> Result<u64, StoreError> {
+        let key = id_name(kind).as_bytes();
+        Ok(self
+            .entries(Tree::Ids)?
+            .into_iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| <[u8; 8]>::try_from(v.as_slice()).ok())
+            .map_or(0, u64::from_le_bytes))
+    }
+
+    fn apply(&self, writes: &[Write]) -> Result<(), StoreError> {
+        for w in writes {
+            let done = match w {
+                Write::Site(r) => self.put_site(r),
+                Write::SiteGone(host) => self.remove_site(host).map(drop),
+                Write::Round(r) => self.put_round(r),
+                Write::Job(r) => self.put_job(r),
+                Write::Host(r) => self.put_host(r),
+                Write::Invite(r) => self.put_invite(r),
+                Write::InviteGone(hash) => self.remove_invite(hash).map(drop),
+                Write::Exclusion(r) => self.put_exclusion(r),
+                Write::ExclusionGone(host) => self.remove_exclusion(host).map(drop),
+                Write::LastId(kind, id) => self.ledger().write(|| {
+                    self.insert(
+                        Tree::Ids,
+                        id_name(*kind).as_bytes(),
+                        id.to_le_bytes().to_vec(),
+                    )
+                }),
+            };
+            // A record that does not encode was refused before the write:
+            // here it fails the store too, as the grid is already past it.
+            done.or_else(|e| self.ledger().failed(e))?;
+        }
+        Ok(())
     }
 
     fn flush(&self) -> Result<(), StoreError> {

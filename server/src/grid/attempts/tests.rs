@@ -202,6 +202,7 @@ fn progress_continues_then_extends_in_the_last_half() {
     assert!(d > u.deadline_ms && d <= u.issued_ms + 4 * WINDOW_MS);
     assert_eq!(fx.attempt(u.unit_id).deadline_ms, d);
     // The extension is stored, not only in memory.
+    fx.grid.persist().unwrap();
     let stored = fx.grid.store.jobs().unwrap();
     let sj = stored.iter().find(|j| j.id == u.job_id).unwrap();
     assert_eq!(sj.attempts[0].deadline_ms, d);
@@ -606,6 +607,7 @@ fn a_reason_of_multi_byte_characters_is_kept_whole() {
         assert_eq!(job.state, JobState::Queued);
         let kept = job.reasons.last().unwrap();
         assert!(kept.len() <= MAX_TEXT_LEN && kept.starts_with("host "));
+        fx.grid.persist().unwrap();
         assert_eq!(fx.grid.store.jobs().unwrap()[0].reasons, job.reasons);
     }
 }
@@ -776,8 +778,8 @@ fn a_round_whose_end_was_not_written_ends_at_the_first_tick() {
         let store = Arc::new(MemoryStore::new());
         let links = Arc::new(MemoryLinks::on_disk(store.disk().clone()));
         let open = |s: Arc<MemoryStore>| {
-            let io = GridIo::in_memory(s, links.clone(), key.clone(), 1);
-            Grid::open(io, settings()).unwrap()
+            let io = GridIo::in_memory(links.clone(), key.clone(), 1);
+            Stored::open(s, io, settings())
         };
         let mut g = open(store.clone());
         g.add_sites(&site_names(1), T0).unwrap();
@@ -792,8 +794,12 @@ fn a_round_whose_end_was_not_written_ends_at_the_first_tick() {
         let reply = g.request_work(host, &req, T0).unwrap();
         let unit = sign::verify_unit(&pk, &reply.units[0]).unwrap();
         let (summary, file) = result_for(&unit, 2);
+        g.persist().unwrap();
         store.disk().fill_after(writes);
-        let uploaded = g.upload(host, unit.unit_id, summary, &file, None, T0 + 100);
+        let uploaded = g
+            .upload(host, unit.unit_id, summary, &file, None, T0 + 100)
+            .is_ok()
+            && g.persist().is_ok();
         store.disk().free();
         // A new process on what the disk holds.
         let mut g = open(Arc::new(store.reopen()));
@@ -801,7 +807,7 @@ fn a_round_whose_end_was_not_written_ends_at_the_first_tick() {
         let running = g.round_state(round) == Some(RoundState::Running);
         g.tick(T0 + 200).unwrap();
         let after = g.round_state(round);
-        if uploaded.is_ok() || job_final {
+        if uploaded || job_final {
             assert_eq!(after, Some(RoundState::Done), "{writes} writes");
             ended_on_disk_only_by_the_tick += usize::from(running);
         } else {

@@ -401,11 +401,10 @@ proptest::proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let io = GridIo::server(
-            crate::store::memory(),
             LinkPacks::new(dir.path().join("links")),
             sign::generate_key(),
         );
-        let mut g = Grid::open(io, settings()).unwrap();
+        let mut g = Grid::open(Default::default(), io, settings()).unwrap();
         let token = g.create_invite(1, T0 + HOUR_MS, T0).unwrap();
         let key = sign::generate_key();
         let info = HostInfo {
@@ -485,6 +484,7 @@ fn what_a_host_holds_follows_the_concurrency_its_client_reports() {
     let held = hold_all(&mut fx, b, 10, T0 + 30_000);
     assert_eq!(held.len(), held_cap(crate::validate::UNTRUSTED_MAX_SLOTS));
     // Kept in memory only: the stored record does not carry it.
+    fx.grid.persist().unwrap();
     let stored = fx.grid.store.hosts().unwrap();
     let stored = stored.iter().find(|h| h.id == a).unwrap();
     assert_eq!(stored.concurrency, None);

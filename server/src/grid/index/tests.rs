@@ -199,12 +199,8 @@ proptest::proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let key = sign::generate_key();
-        let io = GridIo::server(
-            crate::store::memory(),
-            LinkPacks::new(dir.path().join("links")),
-            key.clone(),
-        );
-        let mut g = Grid::open(io, settings()).unwrap();
+        let io = GridIo::server(LinkPacks::new(dir.path().join("links")), key.clone());
+        let mut g = Grid::open(Default::default(), io, settings()).unwrap();
         let pk = key.verifying_key();
         let hosts = [enrol_host(&mut g, T0), enrol_host(&mut g, T0)];
         g.add_sites(&site_names(12), T0).unwrap();
@@ -473,20 +469,17 @@ fn under_every_policy_one_stream_of_requests_per_host() {
     }
 }
 
-/// A deadline check whose first write fails has expired its units in
-/// memory without indexing them: the repair after a storage failure
-/// builds the index afresh, so reads (and debug builds' check) stay
-/// consistent while the server answers errors until restarted.
+/// A deadline check whose write fails leaves the grid whole (a write
+/// cannot stop a change half-way: the grid gives its writes back after
+/// the change), and the store stopped: nothing more is made durable, and
+/// a restart finds what was synced before the failure.
 #[test]
-fn a_write_failing_mid_change_leaves_the_index_repaired() {
+fn a_failed_write_stops_the_store_and_leaves_the_grid_whole() {
     let store = std::sync::Arc::new(crate::store::MemoryStore::new());
-    let io = GridIo::in_memory(
-        store.clone(),
-        Arc::new(crate::grid::links::MemoryLinks::new()),
-        sign::generate_key(),
-        7,
-    );
-    let mut g = Grid::open(io, settings()).unwrap();
+    let links = Arc::new(crate::grid::links::MemoryLinks::new());
+    let key = sign::generate_key();
+    let io = GridIo::in_memory(links.clone(), key.clone(), 7);
+    let mut g = Stored::open(store.clone(), io, settings());
     g.add_sites(&site_names(4), T0).unwrap();
     let round = g.start_round(params(3), T0).unwrap();
     let host = enrol_host(&mut g, T0);
@@ -498,23 +491,27 @@ fn a_write_failing_mid_change_leaves_the_index_repaired() {
     };
     let reply = g.request_work(host, &req, T0).unwrap();
     assert_eq!(reply.units.len(), 2);
-    crate::store::Store::sync(&*store).unwrap();
+    g.persist().unwrap();
 
     store.fail_next_write();
     let late = T0 + 10 * HOUR_MS;
-    assert!(g.tick(late).is_err(), "the deadline check's write failed");
-    assert_ne!(
-        g.open[&round],
-        g.open_from_scratch()[&round],
-        "the failed change left the index behind its jobs"
-    );
-    g.repair_after_store_failure();
+    assert_eq!(g.tick(late).unwrap(), 2, "both units expired in memory");
+    assert!(g.persist().is_err(), "the deadline check's write failed");
     assert_eq!(g.open, g.open_from_scratch());
     g.check_open();
-    // Nothing is acknowledged from now on.
-    assert!(g.request_work(host, &req, late).is_err());
-    g.repair_after_store_failure();
-    g.check_open();
+    // Nothing more is made durable.
+    g.request_work(host, &req, late).unwrap();
+    assert!(g.persist().is_err());
+    assert!(crate::store::Store::failure(&*store).is_some());
+    // A restart finds the units as they were before the failed write.
+    let io = GridIo::in_memory(links, key, 7);
+    let again = Stored::open(std::sync::Arc::new(store.reopen()), io, settings());
+    let running = again.jobs.values().filter(|j| j.round_id == round);
+    assert_eq!(
+        running.filter(|j| j.state == JobState::Running).count(),
+        2,
+        "the expiry was never durable"
+    );
 }
 
 /// After a scan uploads, a job on the same host (here the same host on

@@ -257,18 +257,19 @@ fn a_round_of_250000_sites_starts_and_its_record_comes_back_whole() {
     let store = crate::store::memory();
     let links = std::sync::Arc::new(crate::grid::links::MemoryLinks::new());
     let key = beebot_shared::sign::generate_key();
-    let io = GridIo::in_memory(store.clone(), links.clone(), key.clone(), 7);
-    let mut g = Grid::open(io, settings()).unwrap();
+    let io = GridIo::in_memory(links.clone(), key.clone(), 7);
+    let mut g = Stored::open(store.clone(), io, settings());
     let sites: Vec<String> = (0..250_000).map(|i| format!("s{i}.big.test")).collect();
     g.add_sites(&sites, T0).unwrap();
     let round = g.start_round(params(3), T0).unwrap();
     let ids = g.rounds[&round].job_ids.clone();
     assert_eq!(ids.len(), 250_000);
+    g.persist().unwrap();
     let stored = store.rounds().unwrap();
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0], g.rounds[&round]);
     drop(g);
-    let reopened = Grid::open(GridIo::in_memory(store, links, key, 7), settings()).unwrap();
+    let reopened = Stored::open(store, GridIo::in_memory(links, key, 7), settings());
     assert_eq!(reopened.rounds[&round].job_ids, ids);
     assert_eq!(reopened.jobs.len(), 250_000);
 }
@@ -280,12 +281,11 @@ fn a_round_of_250000_sites_starts_and_its_record_comes_back_whole() {
 fn a_round_too_large_for_its_record_is_refused_before_any_job_is_written() {
     let store = crate::store::memory();
     let io = GridIo::in_memory(
-        store.clone(),
         std::sync::Arc::new(crate::grid::links::MemoryLinks::new()),
         beebot_shared::sign::generate_key(),
         7,
     );
-    let mut g = Grid::open(io, settings()).unwrap();
+    let mut g = Stored::open(store.clone(), io, settings());
     // About 46 bytes a folded site: 25,000 of them are past 1 MiB.
     let mut sites = vec!["big.test".to_string()];
     sites.extend((0..25_000).map(|i| format!("a-rather-long-department-name-{i}.big.test")));
@@ -301,6 +301,7 @@ fn a_round_too_large_for_its_record_is_refused_before_any_job_is_written() {
     );
     assert!(g.jobs.is_empty() && g.rounds.is_empty());
     assert!(err.contains("limit of 1048576 bytes"), "{err}");
+    g.persist().unwrap();
     assert!(store.jobs().unwrap().is_empty() && store.rounds().unwrap().is_empty());
     // In host scope nothing is folded: the same target set starts.
     g.start_round(params(3), T0).unwrap();

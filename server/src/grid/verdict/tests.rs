@@ -576,12 +576,12 @@ fn twenty_checked_rounds_grow_the_packs_only_by_the_kept_results() {
     let key = beebot_shared::sign::generate_key();
     let packs = std::sync::Arc::new(LinkPacks::writer(dir.path().join("links")));
     let io = GridIo {
-        store: crate::store::open(&dir.path().join("db")).unwrap(),
         links: packs.clone(),
         signer: std::sync::Arc::new(key.clone()),
         rng: Box::new(rand::rngs::OsRng),
     };
-    let grid = Grid::open(io, settings()).unwrap();
+    let store = crate::store::open(&dir.path().join("db")).unwrap();
+    let grid = Stored::open(store, io, settings());
     let mut fx = Fx { dir, key, grid };
     fx.grid.add_sites(&site_names(3), T0).unwrap();
     let h = [fx.host(), fx.host()];

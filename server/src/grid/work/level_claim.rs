@@ -87,8 +87,9 @@ fn grid_with_round(policy: &str, delay_ms: u64) -> (Grid, u64) {
         };
         store.put_site(&site).unwrap();
     }
-    let io = GridIo::in_memory(store, Arc::new(MemoryLinks::new()), sign::generate_key(), 1);
-    let mut grid = Grid::open(io, settings()).unwrap();
+    let io = GridIo::in_memory(Arc::new(MemoryLinks::new()), sign::generate_key(), 1);
+    let records = crate::store::records(&*store).unwrap();
+    let mut grid = Grid::open(records, io, settings()).unwrap();
     let p = RoundParams {
         policy: policy.into(),
         max_pages: 1000,

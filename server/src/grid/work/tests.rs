@@ -639,7 +639,8 @@ fn kept_host_views_are_built_again_a_share_at_a_time() {
 fn an_empty_answer_writes_its_host_only_when_more_than_its_last_contact_changed() {
     let (mut fx, _round) = Fx::with_round(3, 3);
     let a = fx.host();
-    let stored = |fx: &Fx| {
+    let stored = |fx: &mut Fx| {
+        fx.grid.persist().unwrap();
         fx.grid
             .store
             .hosts()
@@ -651,21 +652,25 @@ fn an_empty_answer_writes_its_host_only_when_more_than_its_last_contact_changed(
     let t1 = T0 + 1_000;
     let (units, _) = fx.ask(a, 3, &[], t1);
     let held: Vec<u64> = units.iter().map(|u| u.unit_id).collect();
-    assert_eq!(stored(&fx).last_seen_ms, t1, "the first contact is written");
+    assert_eq!(
+        stored(&mut fx).last_seen_ms,
+        t1,
+        "the first contact is written"
+    );
     // Asking again with nothing free: only its last contact changed, kept in memory.
     let t2 = t1 + 5_000;
     let (none, _) = fx.ask(a, 0, &held, t2);
     assert!(none.is_empty());
     assert_eq!(fx.host_rec(a).last_seen_ms, t2);
-    assert_eq!(stored(&fx).last_seen_ms, t1);
+    assert_eq!(stored(&mut fx).last_seen_ms, t1);
     // Once the stored contact is LAST_SEEN_STORED_EVERY_MS old, it is written.
     let t3 = t1 + hosts::LAST_SEEN_STORED_EVERY_MS;
     fx.ask(a, 0, &held, t3);
-    assert_eq!(stored(&fx).last_seen_ms, t3);
+    assert_eq!(stored(&mut fx).last_seen_ms, t3);
     // Time away (a silence past the online window) is written at once.
     let t4 = t3 + scheduler::ONLINE_WINDOW_MS + 1;
     fx.ask(a, 0, &held, t4);
-    let s = stored(&fx);
+    let s = stored(&mut fx);
     assert_eq!(s.last_seen_ms, t4);
     assert!(s.offline_ms > scheduler::ONLINE_WINDOW_MS);
     assert_eq!(s.offline_ms, fx.host_rec(a).offline_ms);
@@ -703,17 +708,12 @@ fn a_unit_that_cannot_be_signed_is_refused_before_it_is_recorded() {
     // fail is met when the unit's bytes are made, before anything is kept.
     let dir = tempfile::tempdir().unwrap();
     let key = sign::generate_key();
-    let store = crate::store::open(&dir.path().join("db")).unwrap();
-    let io = GridIo::server(
-        store,
-        LinkPacks::writer(dir.path().join("links")),
-        key.clone(),
-    );
+    let io = GridIo::server(LinkPacks::writer(dir.path().join("links")), key.clone());
     let huge = GridSettings {
         user_agent: "x".repeat(beebot_shared::limits::MAX_UNIT_BYTES + 1),
         ..settings()
     };
-    let mut g = Grid::open(io, huge).unwrap();
+    let mut g = Grid::open(Default::default(), io, huge).unwrap();
     g.add_sites(&site_names(3), T0).unwrap();
     g.start_round(params(3), T0).unwrap();
     let h = enrol_host(&mut g, T0);
