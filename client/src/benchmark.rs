@@ -150,8 +150,8 @@ pub fn save(home: &Home, record: &BenchmarkRecord) -> anyhow::Result<()> {
 
 /// Connect to the enrolled project's server and say hello.
 async fn hello(home: &Home) -> anyhow::Result<(Link, String)> {
-    let enrolment = home.require_enrolment()?;
-    let key = home.host_key(false)?;
+    let enrolment = home.identity().require_enrolment()?;
+    let key = home.identity().host_key(false)?;
     let server = ServerId {
         addr: enrolment.server_addr.clone(),
         server_name: enrolment.server_name.clone(),

@@ -676,6 +676,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let home = crate::home::Home::resolve(Some(dir.path().to_path_buf())).expect("home");
         let log = home
+            .spool()
             .records_log(9, "a.test", LogMark::default())
             .expect("log");
         let slot = CheckpointSlot::new(log, None);
@@ -683,7 +684,7 @@ mod tests {
         // A fresh slot: nothing due before the pages or the interval.
         assert!(!slot.write_due(CHECKPOINT_EVERY_PAGES - 1));
         assert!(slot.write_due(CHECKPOINT_EVERY_PAGES));
-        let write = |h: &CheckpointHead| home.save_checkpoint_head(9, h);
+        let write = |h: &CheckpointHead| home.spool().save_checkpoint_head(9, h);
         slot.keep(snapshot(&state, Vec::new(), CHECKPOINT_EVERY_PAGES));
         assert!(slot.write_latest(&write).expect("write"));
         // Counted from the pages of the last checkpoint written.
@@ -696,17 +697,17 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let home = crate::home::Home::resolve(Some(dir.path().to_path_buf())).expect("home");
         let earlier = checkpoint();
-        home.save_checkpoint(7, &earlier).expect("save");
-        let (read, mark) = home.checkpoint(7).expect("read").expect("some");
+        home.spool().save_checkpoint(7, &earlier).expect("save");
+        let (read, mark) = home.spool().checkpoint(7).expect("read").expect("some");
         assert_eq!(read, earlier);
-        let log = home.records_log(7, "a.test", mark).expect("log");
+        let log = home.spool().records_log(7, "a.test", mark).expect("log");
         let slot = CheckpointSlot::new(log, Some(read.summary.clone()));
         slot.keep(snapshot(
             &earlier.state,
             vec![rec("http://a.test/4", "http://d.test/")],
             1,
         ));
-        let write = |h: &CheckpointHead| home.save_checkpoint_head(7, h);
+        let write = |h: &CheckpointHead| home.spool().save_checkpoint_head(7, h);
         slot.suspend(
             ScanState {
                 pages_done: 5,
@@ -722,7 +723,7 @@ mod tests {
         )
         .expect("suspend");
         assert!(slot.is_closed());
-        let (again, _) = home.checkpoint(7).expect("read").expect("some");
+        let (again, _) = home.spool().checkpoint(7).expect("read").expect("some");
         assert_eq!(again.state.pages_done, 5);
         assert_eq!(again.summary.pages, 5);
         assert_eq!(again.summary.links, 3);
@@ -736,8 +737,8 @@ mod tests {
         );
         // Closed first (Windows removes an open file only once closed).
         drop(slot);
-        home.remove_checkpoint(7);
-        assert!(!home.has_checkpoint(7));
+        home.spool().remove_checkpoint(7);
+        assert!(!home.spool().has_checkpoint(7));
         assert!(!dir.path().join("spool/scans/7.records").exists());
     }
 

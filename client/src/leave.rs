@@ -57,7 +57,7 @@ pub struct LeaveReport {
 /// Leave the project from `home` (`home_flag`: the `--home` given, which
 /// the service unit names).
 pub async fn leave(home: &Home, home_flag: Option<&Path>) -> Result<LeaveReport> {
-    let enrolment = home.enrolment()?;
+    let enrolment = home.identity().enrolment()?;
     // The service first: a service manager would start the runner again.
     let service = if service::installed_for(home_flag)? {
         service::uninstall()?
@@ -130,7 +130,7 @@ async fn remove_all_retrying(home: &Home) -> Result<Vec<(&'static str, PathBuf)>
 pub async fn leave_holding_lock(home: &Home, lock: RunLock) -> Result<LeaveReport> {
     // Its own log file would keep the log directory on Windows.
     crate::logging::close_files();
-    forget(home, home.enrolment()?, lock).await
+    forget(home, home.identity().enrolment()?, lock).await
 }
 
 /// Tell the server and remove the home's files, holding its run lock.
@@ -139,7 +139,7 @@ async fn forget(
     enrolment: Option<crate::home::Enrolment>,
     lock: RunLock,
 ) -> Result<LeaveReport> {
-    let revoked = home.revocation().is_some();
+    let revoked = home.identity().revocation().is_some();
     let server = match &enrolment {
         None => ServerTold::NotJoined,
         Some(_) if revoked => ServerTold::WasRevoked,
@@ -157,7 +157,7 @@ async fn forget(
     let removed = remove_all_retrying(home).await?;
     if enrolment.is_some() && crate::home::has_deployment_invite() {
         // The installer's invite code must not join it again by itself.
-        home.mark_left();
+        home.identity().mark_left();
     }
     drop(lock);
     let nothing = |w: &str| matches!(w, "run lock" | "runner's pid" | "note that it left");
@@ -189,7 +189,7 @@ pub fn is_revoked(e: &anyhow::Error) -> bool {
 }
 
 async fn tell_server(home: &Home, e: &crate::home::Enrolment) -> Result<()> {
-    let key = home.host_key(false)?;
+    let key = home.identity().host_key(false)?;
     let link = Link::connect(&e.server_id()?).await?;
     link.hello(e.host_id, &key).await?;
     link.request(&Request::Leave).await?;

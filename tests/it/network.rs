@@ -21,8 +21,8 @@ fn join_ok(g: &Grid, name: &str, code: &str) -> (ServerId, u64, ed25519_dalek::S
         config: g.home(name),
         data: g.home(name),
     };
-    let e = home.require_enrolment().expect("enrolment");
-    let key = home.host_key(false).expect("key");
+    let e = home.identity().require_enrolment().expect("enrolment");
+    let key = home.identity().host_key(false).expect("key");
     (
         ServerId {
             addr: e.server_addr.clone(),

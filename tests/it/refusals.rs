@@ -26,6 +26,7 @@ fn join_ok(g: &Grid, name: &str, code: &str) -> u64 {
         config: g.home(name),
         data: g.home(name),
     }
+    .identity()
     .require_enrolment()
     .expect("enrolment")
     .host_id
@@ -52,6 +53,7 @@ fn server_id(home: &Path) -> ServerId {
         config: home.to_path_buf(),
         data: home.to_path_buf(),
     }
+    .identity()
     .require_enrolment()
     .expect("enrolment");
     ServerId {

@@ -98,7 +98,7 @@ fn checkpoints(g: &Grid, name: &str) -> BTreeMap<u64, Checkpoint> {
         else {
             continue;
         };
-        if let Ok(Some((c, _))) = h.checkpoint(id) {
+        if let Ok(Some((c, _))) = h.spool().checkpoint(id) {
             out.insert(id, c);
         }
     }
@@ -402,7 +402,7 @@ fn a_continuation_unit_whose_state_is_refused_does_not_hold_run_once() {
     join(&g, "a");
     let round = start_round(&g, 0);
     let h = home(&g, "a");
-    let host_id = h.require_enrolment().expect("enrolled").host_id;
+    let host_id = h.identity().require_enrolment().expect("enrolled").host_id;
     let key = beebot_server::config::DataDir(g.data_dir())
         .load_project_key()
         .expect("project key");
@@ -438,7 +438,8 @@ fn a_continuation_unit_whose_state_is_refused_does_not_hold_run_once() {
         exclusions: Vec::new(),
     };
     let signed = sign::sign_unit(&key, &unit).expect("sign");
-    h.spool_unit(&SpooledUnit { signed, unit })
+    h.spool()
+        .spool_unit(&SpooledUnit { signed, unit })
         .expect("spool the unit");
     let log = g.dir.path().join("client-a.log");
     let mut c = spawn_client(&g, "a", &log, true);

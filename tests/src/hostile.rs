@@ -31,7 +31,7 @@ impl Joined {
             config: home.to_path_buf(),
             data: home.to_path_buf(),
         };
-        let e = home.require_enrolment().context("enrolment")?;
+        let e = home.identity().require_enrolment().context("enrolment")?;
         Ok(Joined {
             server: ServerId {
                 addr: e.server_addr.clone(),
@@ -39,7 +39,7 @@ impl Joined {
                 cert_sha256: e.cert_fingerprint().context("certificate fingerprint")?,
             },
             id: e.host_id,
-            key: home.host_key(false).context("host key")?,
+            key: home.identity().host_key(false).context("host key")?,
             project_key: e.project_verifying_key().context("project key")?,
         })
     }

@@ -577,7 +577,7 @@ fn drive() -> Result<()> {
             data: home_dir.clone(),
         };
         worker::join(&home, &code, Some("desktop".into())).await?;
-        let host_id = home.require_enrolment()?.host_id;
+        let host_id = home.identity().require_enrolment()?.host_id;
         let hosts = web(set, sized_for).site_hosts();
         let now = now_ms();
         shared

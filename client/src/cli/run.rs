@@ -57,7 +57,7 @@ pub fn run(
     let (settings, shown) = settings::load(home, &|k| std::env::var(k).ok(), &cli)?;
     if flags.once {
         // `--once` is for scripts: there is no one to paste a code.
-        home.require_enrolment()?;
+        home.identity().require_enrolment()?;
     }
     if settings.low_priority {
         lower_priority();
@@ -102,10 +102,10 @@ pub fn run(
     };
     let outcome = block_on_then_exit(async {
         let ran: Result<Option<RunStats>> = async {
-            if home.enrolment()?.is_none() {
+            if home.identity().enrolment()?.is_none() {
                 join_by_itself(home, &page).await;
             }
-            if home.enrolment()?.is_none() {
+            if home.identity().enrolment()?.is_none() {
                 eprintln!(
                     "not joined yet: paste the invite code on the status page (`beebot open`), or run `beebot join`"
                 );
@@ -176,7 +176,7 @@ async fn join_by_itself(home: &Home, page: &Ui) {
     let Some(code) = installed_invite() else {
         return;
     };
-    if home.has_left() {
+    if home.identity().has_left() {
         tracing::info!(
             "this computer left its project: it joins again only with a code pasted on the page or `beebot join`"
         );
@@ -340,7 +340,7 @@ fn revoked_in_words(home: &Home, e: anyhow::Error) -> anyhow::Error {
     let Some(message) = revoked else {
         return e;
     };
-    if let Err(w) = home.mark_revoked(&message) {
+    if let Err(w) = home.identity().mark_revoked(&message) {
         eprintln!("warning: {w:#}");
     }
     anyhow::anyhow!("this host was revoked by the project ({message}): {REVOKED_ADVICE}")

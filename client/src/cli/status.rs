@@ -21,7 +21,7 @@ const CERT_DIGITS_SHOWN: usize = 16;
 
 /// `beebot status`: the running client's live status, or the spool's.
 pub fn status(home: &Home, json: bool) -> Result<String> {
-    let Some(e) = home.enrolment()? else {
+    let Some(e) = home.identity().enrolment()? else {
         return Ok(not_joined(home, json));
     };
     let view = StatusView::read(home, e)?;
@@ -68,15 +68,20 @@ struct StatusView {
 impl StatusView {
     /// Read what is shown from the home.
     fn read(home: &Home, enrolment: Enrolment) -> Result<StatusView> {
-        let (units, refused) = home.spooled_units(&enrolment.project_verifying_key()?)?;
+        let (units, refused) = home
+            .spool()
+            .spooled_units(&enrolment.project_verifying_key()?)?;
         let units = units
             .iter()
             .map(|u| HeldUnit {
                 unit_id: u.unit.unit_id,
                 site: u.unit.site.clone(),
-                finished: matches!(home.result(u.unit.unit_id), Ok(Some(_))),
-                deadline_ms: home.deadline(u.unit.unit_id).unwrap_or(u.unit.deadline_ms),
-                checkpoint: home.has_checkpoint(u.unit.unit_id),
+                finished: matches!(home.spool().result(u.unit.unit_id), Ok(Some(_))),
+                deadline_ms: home
+                    .spool()
+                    .deadline(u.unit.unit_id)
+                    .unwrap_or(u.unit.deadline_ms),
+                checkpoint: home.spool().has_checkpoint(u.unit.unit_id),
             })
             .collect();
         Ok(StatusView {
@@ -84,8 +89,8 @@ impl StatusView {
             units,
             refused,
             live: control::read_live_status(&home.data),
-            revocation: home.revocation(),
-            today: home.today(&today_date()),
+            revocation: home.identity().revocation(),
+            today: home.days().today(&today_date()),
         })
     }
 

@@ -208,7 +208,7 @@ impl Ui {
     pub async fn wait_joined(&self, stop: impl std::future::Future<Output = ()>) -> bool {
         tokio::pin!(stop);
         loop {
-            if matches!(self.home.enrolment(), Ok(Some(_))) {
+            if matches!(self.home.identity().enrolment(), Ok(Some(_))) {
                 return true;
             }
             tokio::select! {
@@ -558,7 +558,7 @@ async fn leave(State(ui): State<Arc<Ui>>, b: Bytes) -> Response {
     if !l.confirm {
         return refuse(StatusCode::BAD_REQUEST, "leaving needs `confirm: true`");
     }
-    if !matches!(ui.home.enrolment(), Ok(Some(_))) {
+    if !matches!(ui.home.identity().enrolment(), Ok(Some(_))) {
         return refuse(StatusCode::CONFLICT, "this client has not joined a project");
     }
     if ui.asks.leave_asked.swap(true, Ordering::Relaxed) {

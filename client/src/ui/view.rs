@@ -90,14 +90,14 @@ pub fn read(
     cli: &[(&'static str, String)],
     join_problem: Option<String>,
 ) -> Result<PageView> {
-    let enrolment = home.enrolment()?;
+    let enrolment = home.identity().enrolment()?;
     let live = control::read_live_status(&home.data);
     let (shown, settings_error) = match settings::load(home, &|k| std::env::var(k).ok(), cli) {
         Ok((s, shown)) => (Some((s, shown)), None),
         Err(e) => (None, Some(format!("{e:#}"))),
     };
     let today = today_date();
-    let revoked = home.revocation().map(|r| r.message);
+    let revoked = home.identity().revocation().map(|r| r.message);
     let now_ms = control::unix_ms(SystemTime::now());
     let (state, state_text) = home_state(
         enrolment.is_some(),
@@ -106,7 +106,7 @@ pub fn read(
         now_ms,
     );
     let file_values = settings_file_values(home);
-    let (today, week) = home.today_and_week(&today);
+    let (today, week) = home.days().today_and_week(&today);
     Ok(PageView {
         enrolled: enrolment.is_some(),
         project: enrolment.as_ref().map(|e| e.server_addr.clone()),
@@ -218,8 +218,8 @@ pub fn home_state(
 
 /// The state of `home` now ([`home_state`] from its files).
 pub fn state_now(home: &Home) -> (&'static str, String) {
-    let joined = home.enrolment().ok().flatten().is_some();
-    let revoked = home.revocation().map(|r| r.message);
+    let joined = home.identity().enrolment().ok().flatten().is_some();
+    let revoked = home.identity().revocation().map(|r| r.message);
     let live = control::read_live_status(&home.data);
     let now_ms = control::unix_ms(SystemTime::now());
     home_state(joined, revoked.as_deref(), live.as_ref(), now_ms)

@@ -148,7 +148,7 @@ impl Worker {
             })
             .collect();
         for (unit_id, unit, resume) in due {
-            if self.home.has_checkpoint(unit_id) {
+            if self.home.spool().has_checkpoint(unit_id) {
                 // Resumed after a restart: its own checkpoint is newer.
                 if let Some(h) = self.held.get_mut(&unit_id) {
                     h.needs_state = false;
@@ -163,7 +163,7 @@ impl Worker {
                         records: Vec::new(),
                         summary: Default::default(),
                     };
-                    self.home.save_checkpoint(unit_id, &c)?;
+                    self.home.spool().save_checkpoint(unit_id, &c)?;
                     // A state may be megabytes: the spool is measured again.
                     self.spool_measured = None;
                     if let Some(h) = self.held.get_mut(&unit_id) {
@@ -181,7 +181,7 @@ impl Worker {
                     // nothing to give back, nothing to scan.
                     tracing::info!(unit_id, "continuation unit dropped: {reason}");
                     self.held.remove(&unit_id);
-                    self.home.remove_unit(unit_id);
+                    self.home.spool().remove_unit(unit_id);
                     if reason == ABORT_ROUND_CANCELLED {
                         let of_round = self.units_where_round(unit.round_id);
                         self.drop_cancelled(&of_round);

@@ -114,7 +114,7 @@ impl Worker {
         let bytes = match self.spool_measured {
             Some((at, bytes)) if at.elapsed() < spool_recheck(bytes, cap) => bytes,
             _ => {
-                let bytes = self.home.spool_bytes();
+                let bytes = self.home.spool().spool_bytes();
                 self.spool_measured = Some((Instant::now(), bytes));
                 bytes
             }
@@ -208,7 +208,7 @@ impl Worker {
             match sign::verify_unit(&self.project_key, &signed) {
                 Ok(unit) if unit.host_id == self.enrolment.host_id => {
                     let s = SpooledUnit { signed, unit };
-                    let written = self.home.spool_unit(&s)?;
+                    let written = self.home.spool().spool_unit(&s)?;
                     self.spool_grew(written);
                     self.stats.units_received += 1;
                     self.refusals = 0;

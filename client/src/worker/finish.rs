@@ -43,7 +43,7 @@ impl Worker {
         };
         if matches!(h.state, HeldState::Aborted) {
             self.held.remove(&done.unit_id);
-            self.home.remove_unit(done.unit_id);
+            self.home.spool().remove_unit(done.unit_id);
             return Ok(());
         }
         match done.result {
@@ -79,11 +79,11 @@ impl Worker {
             }
             ScanEnd::Finished(result) if self.stopping => {
                 // Finished as the client stops: uploaded next time.
-                self.home.save_result(done.unit_id, &result)?;
+                self.home.spool().save_result(done.unit_id, &result)?;
                 // The slot (its log's open file) goes first: Windows
                 // removes an open file only once it is closed.
                 h.state = HeldState::Finished;
-                self.home.remove_checkpoint(done.unit_id);
+                self.home.spool().remove_checkpoint(done.unit_id);
             }
             ScanEnd::Failed(_) if self.stopping => h.state = HeldState::Waiting,
             ScanEnd::Finished(result) => {
@@ -103,11 +103,11 @@ impl Worker {
                     early = result.state.is_some(),
                     "scan finished"
                 );
-                self.home.save_result(done.unit_id, &result)?;
+                self.home.spool().save_result(done.unit_id, &result)?;
                 // The slot (its log's open file) goes first: Windows
                 // removes an open file only once it is closed.
                 h.state = HeldState::Finished;
-                self.home.remove_checkpoint(done.unit_id);
+                self.home.spool().remove_checkpoint(done.unit_id);
             }
             ScanEnd::Failed(reason) => {
                 tracing::warn!(unit_id = done.unit_id, "scan failed: {reason}");
@@ -157,7 +157,7 @@ impl Worker {
             if let HeldState::Crawling { slot, .. } = &h.state {
                 let (unit_id, slot, home) = (*unit_id, slot.clone(), self.home.clone());
                 writers.spawn_blocking(move || {
-                    let write = |h: &CheckpointHead| home.save_checkpoint_head(unit_id, h);
+                    let write = |h: &CheckpointHead| home.spool().save_checkpoint_head(unit_id, h);
                     (unit_id, slot.write_latest(&write))
                 });
             }

@@ -24,7 +24,7 @@ pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrol
     if invite.expires_ms <= now_ms() {
         bail!("this invite code has expired; ask the admin for a new one");
     }
-    if let Some(e) = home.enrolment()? {
+    if let Some(e) = home.identity().enrolment()? {
         bail!(
             "this client already joined {} as host {} (use another --home, or `beebot leave` first)",
             e.server_addr,
@@ -71,9 +71,9 @@ pub async fn join(home: &Home, code: &str, name: Option<String>) -> Result<Enrol
         name,
         joined_ms: now_ms(),
     };
-    home.save_joined(&key, &e)?;
+    home.identity().save_joined(&key, &e)?;
     // Joined again: an installer's code may join this home again after a leave.
-    home.clear_left();
+    home.identity().clear_left();
     Ok(e)
 }
 

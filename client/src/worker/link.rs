@@ -96,7 +96,7 @@ impl Worker {
         // Forgotten either way: unanswered, the unit goes back when the
         // server sees this host no longer holds it.
         self.held.remove(&unit_id);
-        self.home.remove_unit(unit_id);
+        self.home.spool().remove_unit(unit_id);
         match r {
             Ok(_) => Ok(()),
             Err(e) if e.is_permanent() => Err(e).context("the server refused this host"),

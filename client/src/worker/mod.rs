@@ -367,7 +367,7 @@ impl Worker {
                          site excluded, or given to another host while this one was away)"
                     );
                     self.held.remove(unit_id);
-                    self.home.remove_unit(*unit_id);
+                    self.home.spool().remove_unit(*unit_id);
                 }
             }
         }
@@ -407,7 +407,7 @@ mod tests {
             name: "test".into(),
             joined_ms: 0,
         };
-        home.host_key(true).expect("host key");
+        home.identity().host_key(true).expect("host key");
         let (done_tx, _) = tokio::sync::mpsc::channel(1);
         let w = super::Worker::open(home, enrolment, super::RunOptions::default(), done_tx)
             .expect("worker");

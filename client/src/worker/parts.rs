@@ -61,7 +61,7 @@ impl Worker {
             .map(|(id, _)| *id)
             .collect();
         for unit_id in due {
-            let part = match self.home.part(unit_id) {
+            let part = match self.home.spool().part(unit_id) {
                 Some(p) => Some(p),
                 None => self.take_part(unit_id).unwrap_or_else(|e| {
                     tracing::warn!(unit_id, "cannot take a part of the scan: {e:#}");
@@ -103,14 +103,17 @@ impl Worker {
         let Some(h) = self.held.get(&unit_id) else {
             return Ok(None);
         };
-        let Some(mut head) = self.home.checkpoint_head(unit_id)? else {
+        let Some(mut head) = self.home.spool().checkpoint_head(unit_id)? else {
             return Ok(None);
         };
         let sent = &h.parts;
         if head.summary.pages <= sent.summary.pages || head.log.records < sent.mark.records {
             return Ok(None);
         }
-        let records = self.home.records_between(unit_id, sent.mark, head.log)?;
+        let records = self
+            .home
+            .spool()
+            .records_between(unit_id, sent.mark, head.log)?;
         let mut summary = sub_summaries(
             &head.summary,
             &sent.summary,
@@ -133,7 +136,7 @@ impl Worker {
             link_file,
             state,
         };
-        self.home.save_part(&part)?;
+        self.home.spool().save_part(&part)?;
         // A part copies records into a link file: measured again.
         self.spool_measured = None;
         Ok(Some(part))
@@ -152,7 +155,7 @@ impl Worker {
         };
         match self.request(&req).await {
             Ok(answer @ (Response::Accepted | Response::Duplicate)) => {
-                let sent = self.home.part_accepted(&part)?;
+                let sent = self.home.spool().part_accepted(&part)?;
                 if let Some(h) = self.held.get_mut(&unit_id) {
                     h.parts = sent;
                 }
@@ -169,12 +172,12 @@ impl Worker {
                     unit_id,
                     "part not kept (its job holds its most parts): the scan goes on"
                 );
-                self.home.remove_part(unit_id);
+                self.home.spool().remove_part(unit_id);
                 Ok(PartSent::NotKept)
             }
             Ok(Response::Rejected { reason }) => {
                 tracing::info!(unit_id, "part refused, the scan stops: {reason}");
-                self.home.remove_part(unit_id);
+                self.home.spool().remove_part(unit_id);
                 let round_id = self.held.get(&unit_id).map(|h| h.unit.unit.round_id);
                 self.drop_unit(unit_id);
                 if let Some(round_id) = round_id.filter(|_| reason == ABORT_ROUND_CANCELLED) {
@@ -195,7 +198,7 @@ impl Worker {
                 // itself): dropped from the spool, and a fresh part is taken
                 // from the checkpoint at the next try.
                 tracing::warn!(unit_id, "part refused, tried again later: {message}");
-                self.home.remove_part(unit_id);
+                self.home.spool().remove_part(unit_id);
                 Ok(PartSent::Later)
             }
             Err(e) if e.is_permanent() => Err(e).context("the server refused this host"),
@@ -217,7 +220,7 @@ impl Worker {
             h.state = HeldState::Aborted;
         } else {
             self.held.remove(&unit_id);
-            self.home.remove_unit(unit_id);
+            self.home.spool().remove_unit(unit_id);
             self.spool_shrank();
         }
     }
@@ -230,7 +233,7 @@ impl Worker {
         unit_id: u64,
         result: SpooledResult,
     ) -> Result<std::result::Result<SpooledResult, PartSent>> {
-        if let Some(part) = self.home.part(unit_id) {
+        if let Some(part) = self.home.spool().part(unit_id) {
             match self.send_part(part).await? {
                 PartSent::Held | PartSent::NotKept => {}
                 other => return Ok(Err(other)),

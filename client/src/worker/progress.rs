@@ -141,7 +141,7 @@ impl Worker {
                     *last_progress = Instant::now();
                 }
                 tracing::debug!(unit_id, deadline_ms, "deadline extended");
-                if let Err(e) = self.home.save_deadline(unit_id, deadline_ms) {
+                if let Err(e) = self.home.spool().save_deadline(unit_id, deadline_ms) {
                     tracing::warn!(unit_id, "cannot spool the extended deadline: {e:#}");
                 }
             }

@@ -34,7 +34,7 @@ pub async fn run(
     opts: RunOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<RunStats> {
-    home.require_enrolment()?;
+    home.identity().require_enrolment()?;
     // One runner per home: a second would take over the status page and
     // share the host key and the spool. Held until this function returns.
     let run_lock = home.lock_runner()?;
@@ -52,7 +52,7 @@ pub async fn run_locked(
     opts: RunOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<RunStats> {
-    let enrolment = home.require_enrolment()?;
+    let enrolment = home.identity().require_enrolment()?;
     let (done_tx, mut done_rx) = mpsc::channel::<ScanDone>(MAX_SPOOLED_UNITS);
     let mut w = Worker::open(home, enrolment, opts, done_tx)?;
     w.resume_spooled()?;
@@ -77,7 +77,7 @@ impl Worker {
         opts: RunOptions,
         done_tx: mpsc::Sender<ScanDone>,
     ) -> Result<Worker> {
-        let key = home.host_key(false)?;
+        let key = home.identity().host_key(false)?;
         let project_key = enrolment.project_verifying_key()?;
         let server = enrolment.server_id()?;
         // Adjustable: `beebot config set bandwidth_kbps` reaches running scans.
@@ -142,42 +142,42 @@ impl Worker {
     /// Resume from the spool: units verified again, finished results queued
     /// for upload; what a kill left half-written or orphaned swept first.
     fn resume_spooled(&mut self) -> Result<()> {
-        self.home.sweep_spool();
-        let (units, refused) = self.home.spooled_units(&self.project_key)?;
+        self.home.spool().sweep_spool();
+        let (units, refused) = self.home.spool().spooled_units(&self.project_key)?;
         for r in refused {
             tracing::error!("refused a spooled unit: {r}");
             self.stats.units_refused += 1;
         }
         for u in units {
             if u.unit.host_id != self.enrolment.host_id {
-                self.home.remove_unit(u.unit.unit_id);
+                self.home.spool().remove_unit(u.unit.unit_id);
                 continue;
             }
             let id = u.unit.unit_id;
             // Where its next upload starts: without it, the scan cannot
             // say what the server holds; the unit is dropped (the server
             // takes it back when this host no longer names it).
-            let parts = match self.home.parts_sent(id) {
+            let parts = match self.home.spool().parts_sent(id) {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::error!(unit_id = id, "unit dropped: {e:#}");
-                    self.home.remove_unit(id);
+                    self.home.spool().remove_unit(id);
                     continue;
                 }
             };
-            let state = if self.home.result(id)?.is_some() {
+            let state = if self.home.spool().result(id)?.is_some() {
                 HeldState::Finished
             } else {
                 HeldState::Waiting
             };
             tracing::info!(
                 unit_id = id,
-                checkpoint = self.home.has_checkpoint(id),
+                checkpoint = self.home.spool().has_checkpoint(id),
                 "resuming spooled unit"
             );
             let held = Held {
-                deadline_ms: self.home.deadline(id).unwrap_or(u.unit.deadline_ms),
-                needs_state: u.unit.resume.is_some() && !self.home.has_checkpoint(id),
+                deadline_ms: self.home.spool().deadline(id).unwrap_or(u.unit.deadline_ms),
+                needs_state: u.unit.resume.is_some() && !self.home.spool().has_checkpoint(id),
                 unit: u,
                 state,
                 parts,

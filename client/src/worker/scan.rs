@@ -163,7 +163,7 @@ fn hold_for_lease(unit_id: u64, lease: &Lease, cancel: &Cancel) {
 fn scan(unit: &WorkUnit, spec: &CrawlSpec, cfg: &CrawlerConfig, hooks: &ScanHooks) -> ScanEnd {
     let cancel = &*hooks.cancel;
     let slot = &*hooks.slot;
-    let write = |h: &CheckpointHead| hooks.home.save_checkpoint_head(unit.unit_id, h);
+    let write = |h: &CheckpointHead| hooks.home.spool().save_checkpoint_head(unit.unit_id, h);
     let mut paid_bytes = 0u64;
     let mut counted = CrawlProgress::default();
     // No request before the lease is held (a scan resumed after a restart
@@ -291,10 +291,10 @@ impl Worker {
         // The unit's checkpoint: its own earlier run, or the state of a
         // continuation unit. A damaged one starts the scan over (a
         // continuation unit fetches its state again).
-        let read = self.home.checkpoint(unit_id);
+        let read = self.home.spool().checkpoint(unit_id);
         if let Err(e) = &read {
             tracing::warn!(unit_id, "checkpoint unreadable, not used: {e:#}");
-            self.home.remove_checkpoint(unit_id);
+            self.home.spool().remove_checkpoint(unit_id);
         }
         let checkpoint = match start_from(h.unit.unit.resume.is_some(), read) {
             StartFrom::Seed => None,
@@ -326,7 +326,7 @@ impl Worker {
         // The records log, after the checkpoint's mark (emptied for a
         // fresh scan).
         let mark = checkpoint.as_ref().map_or(LogMark::default(), |(_, m)| *m);
-        let log = match self.home.records_log(unit_id, &unit.site, mark) {
+        let log = match self.home.spool().records_log(unit_id, &unit.site, mark) {
             Ok(log) => log,
             Err(e) => {
                 let _ = self.done_tx.try_send(ScanDone {
@@ -393,7 +393,7 @@ impl Worker {
         if let Some(h) = self.held.get_mut(&unit_id) {
             h.state = crawling;
             // A part spooled and not answered (the client stopped) goes first.
-            let wait = if self.home.has_part(unit_id) {
+            let wait = if self.home.spool().has_part(unit_id) {
                 Duration::ZERO
             } else {
                 self.opts.part_every

@@ -62,19 +62,19 @@ impl Worker {
         let date = today_date();
         match &self.today {
             Some(d) if d.date == date => d.clone(),
-            _ => match self.home.today_read(&date) {
+            _ => match self.home.days().today_read(&date) {
                 Some(d) => {
                     self.today = Some(d.clone());
                     d
                 }
-                None => self.home.today(&date),
+                None => self.home.days().today(&date),
             },
         }
     }
 
     /// Count an accepted result (or part) in today's totals.
     pub(super) fn add_to_today(&mut self, pages: u64, links: u64) {
-        match self.home.add_to_today(&today_date(), pages, links) {
+        match self.home.days().add_to_today(&today_date(), pages, links) {
             Ok(d) => self.today = Some(d),
             Err(e) => {
                 // Read again at the next status: the file may hold it.

@@ -19,7 +19,7 @@ impl Worker {
     pub(super) async fn upload_finished(&mut self) -> Result<bool> {
         let ids = self.units_where(|s| matches!(s, HeldState::Finished));
         for unit_id in ids {
-            let Some(whole) = self.home.result(unit_id)? else {
+            let Some(whole) = self.home.spool().result(unit_id)? else {
                 // Lost its result file: scan again.
                 if let Some(h) = self.held.get_mut(&unit_id) {
                     h.state = HeldState::Waiting;
@@ -86,7 +86,7 @@ impl Worker {
                 }
             }
             self.held.remove(&unit_id);
-            self.home.remove_unit(unit_id);
+            self.home.spool().remove_unit(unit_id);
             self.spool_shrank();
             // A slot is free: ask at once (when the buffer wants more)
             // rather than after a `retry_after` heard while it was busy,
