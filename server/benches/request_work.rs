@@ -272,13 +272,15 @@ fn grid(policy: &str, queued: usize) -> Bench {
         g.benchmark(id, speed, speed * 40.0, 2, T0).expect("bench");
         hosts.push(id);
     }
+    store.apply(&g.take_writes()).expect("writes");
     let mut held = vec![VecDeque::new(); HOSTS];
     let mut now = T0;
+    // Each call's writes are applied after it, as serve's grid thread does.
     for (i, &h) in hosts.iter().enumerate() {
         now += 1;
         held[i].extend(ask(&mut g, &key.verifying_key(), h, &[], now));
+        store.apply(&g.take_writes()).expect("writes");
     }
-    store.apply(&g.take_writes()).expect("writes");
     (g, store, key.verifying_key(), hosts, held, now)
 }
 
