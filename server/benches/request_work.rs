@@ -376,6 +376,7 @@ fn measure(policy: &str, queued: usize) -> Measured {
             }
         }
         store.apply(&g.take_writes()).expect("writes");
+        g.take_link_changes().apply(g.link_files());
         let ids: Vec<u64> = held[k].iter().map(|u| u.unit_id).collect();
         let t = Instant::now();
         let unit = black_box(request_unsigned(&mut g, h, &ids, now));

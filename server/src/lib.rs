@@ -289,7 +289,7 @@ pub const GRID_STRETCH: std::time::Duration = std::time::Duration::from_millis(5
 /// writes so far durable (one fsync for all of them: group commit), and
 /// only then delivers them, then removes the link files the stretch's
 /// calls stopped naming and closes the rounds that ended
-/// ([`Grid::defer_link_changes`]). So the grid never
+/// ([`Grid::take_link_changes`]). So the grid never
 /// waits for a disk, a call never waits for a lock or a blocking thread, no
 /// answer leaves before the writes it depends on are durable, and no file
 /// goes before the record that stopped naming it is durable.
@@ -313,9 +313,6 @@ impl GridStage {
     ) -> std::io::Result<std::sync::mpsc::Sender<GridJob>> {
         let (jobs, rx) = std::sync::mpsc::channel::<GridJob>();
         let (to_sync, synced) = std::sync::mpsc::channel::<Stretch>();
-        // Link files a record stops naming are removed once that record is
-        // durable, by the sync thread after it delivered the answers.
-        grid.defer_link_changes();
         let links = grid.link_files_shared();
         std::thread::Builder::new()
             .name("grid".into())

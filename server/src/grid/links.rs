@@ -14,9 +14,9 @@
 //! is gone already is no error. Nothing here touches the store.
 //!
 //! The grid's removals and the rounds it closes (`remove_link`,
-//! `close_round_links`) act at once, or, once `defer_link_changes` is set (as
-//! the server's grid stage sets it), are kept as `LinkChanges` for
-//! `take_link_changes`, to be applied removals first after the store's sync.
+//! `close_round_links`) never act at once: they are kept as `LinkChanges`
+//! for its driver (`take_link_changes`), which applies them, removals first,
+//! once the writes that stopped naming the files are durable.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -231,41 +231,26 @@ impl Grid {
         self.links.clone()
     }
 
-    /// From now on, a link file or scan state that a record stops naming is
-    /// removed only once that record is durable, and a round that ended is
-    /// closed after them: kept for [`Grid::take_link_changes`] (the server's
-    /// grid stage applies them after the store's sync). Without it (tests,
-    /// the simulator, the commands that open the store) both are at once.
-    pub fn defer_link_changes(&mut self) {
-        self.link_changes.get_or_insert_with(LinkChanges::default);
-    }
-
-    /// The changes deferred since the last call (see
-    /// [`Grid::defer_link_changes`]), to apply once the store is synced.
+    /// The link-file changes made since the last call: a file or scan state
+    /// a record stopped naming, and the rounds that ended. The driver
+    /// applies them ([`LinkChanges::apply`]) once the writes taken with them
+    /// ([`Grid::take_writes`]) are durable, so no record left on disk names
+    /// a file that is gone.
     pub fn take_link_changes(&mut self) -> LinkChanges {
-        self.link_changes
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
+        std::mem::take(&mut self.link_changes)
     }
 
     /// Remove `name`, which no record will name once the change being made
-    /// is stored: at once, or after the sync when deferred.
+    /// is stored: after the store's sync.
     pub(crate) fn remove_link(&mut self, name: &str) {
-        match &mut self.link_changes {
-            Some(later) => later.removals.push(name.to_owned()),
-            None => self.links.remove(name),
-        }
+        self.link_changes.removals.push(name.to_owned());
     }
 
-    /// A round ended: its link files are closed, at once, or after the
-    /// deferred removals (a removal after the close would open the round's
-    /// packs again, for good).
+    /// A round ended: its link files are closed after the removals (a
+    /// removal after the close would open the round's packs again, for
+    /// good).
     pub(crate) fn close_round_links(&mut self, round_id: u64) {
-        match &mut self.link_changes {
-            Some(later) => later.ended_rounds.push(round_id),
-            None => self.links.forget_round(round_id),
-        }
+        self.link_changes.ended_rounds.push(round_id);
     }
 
     /// Remove the link and state files of a job's results but `keep`.
@@ -297,7 +282,7 @@ impl Grid {
 }
 
 /// What a stretch of grid calls asks of the link files once the records
-/// they wrote are durable ([`Grid::defer_link_changes`]).
+/// they wrote are durable ([`Grid::take_link_changes`]).
 #[derive(Debug, Default)]
 pub struct LinkChanges {
     /// Files no record names any more.

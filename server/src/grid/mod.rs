@@ -192,9 +192,9 @@ pub struct Grid {
     /// Totals for the server's metrics (see [`counters`]).
     counters: GridCounters,
     /// Link files and scan states no record names any more, and rounds
-    /// that ended, applied once the store is synced (`Some`: see
-    /// [`Grid::defer_link_changes`]).
-    link_changes: Option<LinkChanges>,
+    /// that ended, for the driver to apply once the store is synced (see
+    /// [`Grid::take_link_changes`]).
+    link_changes: LinkChanges,
     /// The scheduler's views of the hosts, kept between requests
     /// (see [`views`]).
     views: views::HostViews,
@@ -240,7 +240,7 @@ impl Grid {
             scan_paces: HashMap::new(),
             resources: HashMap::new(),
             counters: GridCounters::default(),
-            link_changes: None,
+            link_changes: LinkChanges::default(),
             views: views::HostViews::default(),
             stale_views: HashSet::new(),
             seen_stored: HashMap::new(),

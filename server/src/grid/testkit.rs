@@ -71,10 +71,20 @@ impl Stored {
         Stored { grid, store }
     }
 
-    /// Persist the writes made so far, and sync them.
+    /// Persist the writes made so far and sync them, then apply the link
+    /// changes that rest on them (only the rounds' closing when the store
+    /// failed).
     pub(crate) fn persist(&mut self) -> Result<(), crate::store::StoreError> {
-        self.store.apply(&self.grid.take_writes())?;
-        self.store.flush()
+        let changes = self.grid.take_link_changes();
+        let durable = self
+            .store
+            .apply(&self.grid.take_writes())
+            .and_then(|()| self.store.flush());
+        match &durable {
+            Ok(()) => changes.apply(self.grid.link_files()),
+            Err(_) => changes.close_rounds(self.grid.link_files()),
+        }
+        durable
     }
 }
 
@@ -118,12 +128,15 @@ impl Fx {
         self.dir.path().join("links")
     }
 
-    /// Every name the grid's link-file storage holds.
-    pub(crate) fn link_names(&self) -> Vec<String> {
+    /// Every name the grid's link-file storage holds, once its writes and
+    /// link changes so far are applied (as `serve` applies them after each
+    /// call).
+    pub(crate) fn link_names(&mut self) -> Vec<String> {
+        self.grid.persist().unwrap();
         self.grid.link_files().names().unwrap()
     }
 
-    pub(crate) fn has_link(&self, name: &str) -> bool {
+    pub(crate) fn has_link(&mut self, name: &str) -> bool {
         self.link_names().iter().any(|n| n == name)
     }
 

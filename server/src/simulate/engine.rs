@@ -165,9 +165,15 @@ impl Sim<'_> {
         // answer is an error (none may rest on memory the disk does not
         // hold).
         let store = &self.reopen.store;
-        let _ = store
+        let changes = self.grid.take_link_changes();
+        let durable = store
             .apply(&self.grid.take_writes())
             .and_then(|()| store.flush());
+        // A file goes only once no durable record names it.
+        match durable {
+            Ok(()) => changes.apply(self.reopen.links.as_ref()),
+            Err(_) => changes.close_rounds(self.reopen.links.as_ref()),
+        }
         let failed = store.failure().is_some();
         match answer {
             Ok(_) if failed => Ok(None),

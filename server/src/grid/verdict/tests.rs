@@ -388,20 +388,20 @@ fn a_liars_result_still_settling_is_dropped_when_its_lie_is_found() {
     assert_eq!(fx.host_rec(liar).invalid_results, 2);
 }
 
-/// Deferred, as the server's grid stage runs the grid: the check's file
-/// stays until the changes are taken (after the sync), and the round the
-/// verdict ended is closed after that removal, never before it.
+/// The check's file stays until its driver takes the changes (after the
+/// sync), and the round the verdict ended is closed after that removal,
+/// never before it.
 #[test]
-fn deferred_the_checks_file_goes_after_the_sync_and_its_round_closes_after_it() {
+fn the_checks_file_goes_after_the_sync_and_its_round_closes_after_it() {
     let (mut fx, h) = validating(1, 2, ValidateMode::Adaptive);
-    fx.grid.defer_link_changes();
     let u = fx.one(h[0], &[], T0);
     assert_eq!(fx.upload(h[0], &u, 6, T0 + 1000), UploadOutcome::Accepted);
     let v = fx.one(h[1], &[], T0 + 3000);
     assert_eq!(fx.upload(h[1], &v, 6, T0 + 4000), UploadOutcome::Accepted);
     let round = fx.job(u.job_id).round_id;
     assert_eq!(fx.round_state(round), RoundState::Done);
-    assert!(fx.has_link(&lf_name(&v)), "removed before the sync");
+    let held = fx.grid.link_files().names().unwrap();
+    assert!(held.contains(&lf_name(&v)), "removed before the sync");
     let changes = fx.grid.take_link_changes();
     assert_eq!(changes.removals, vec![lf_name(&v)]);
     assert_eq!(changes.ended_rounds, vec![round]);
