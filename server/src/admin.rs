@@ -204,6 +204,15 @@ fn foreign_origin() -> (StatusCode, Json<ApiError>) {
     )
 }
 
+/// A read that goes on after a storage failure, to show it: the
+/// dashboard's overview and `/metrics`. Every other read is refused then,
+/// as every change is: the grid's memory may be ahead of its disk (a
+/// round ended by a call whose writes failed), and `round wait` must not
+/// report a round done that a restart finds running.
+fn shows_a_failure(path: &str) -> bool {
+    matches!(path, "/metrics" | "/api/dashboard/overview")
+}
+
 /// A request that changes nothing (`GET`, `HEAD`, `OPTIONS`).
 fn reads_only(request: &Request) -> bool {
     matches!(
@@ -221,9 +230,10 @@ async fn check_host(State(admin): State<Arc<Admin>>, request: Request, next: Nex
     next.run(request).await
 }
 
-/// Ahead of every API route, before its body is read: the token or a
-/// session, and for a change a store that still acknowledges (reads go on
-/// after a storage failure, so the dashboard and `/metrics` can show it).
+/// Around every API route: before its body is read, the token or a
+/// session, and a store that still acknowledges; after it, the store
+/// again (after a storage failure only the reads that show it go on:
+/// [`shows_a_failure`]).
 async fn require_auth(State(admin): State<Arc<Admin>>, request: Request, next: Next) -> Response {
     if !authenticated(&admin, request.headers()) {
         return fail(StatusCode::UNAUTHORIZED, "missing or wrong admin token").into_response();
@@ -231,7 +241,8 @@ async fn require_auth(State(admin): State<Arc<Admin>>, request: Request, next: N
     if !change_allowed(&admin, &request) {
         return foreign_origin().into_response();
     }
-    if !reads_only(&request) {
+    let must_be_durable = !reads_only(&request) || !shows_a_failure(request.uri().path());
+    if must_be_durable {
         if let Err(e) = durable(&admin.shared) {
             return e.into_response();
         }
@@ -239,7 +250,15 @@ async fn require_auth(State(admin): State<Arc<Admin>>, request: Request, next: N
     if let Some(refused) = too_long(request.headers(), MAX_ADMIN_BODY_BYTES) {
         return refused;
     }
-    next.run(request).await
+    let response = next.run(request).await;
+    // A store that failed while the call ran: its answer may rest on
+    // memory the disk does not hold.
+    if must_be_durable {
+        if let Err(e) = durable(&admin.shared) {
+            return e.into_response();
+        }
+    }
+    response
 }
 
 /// Ahead of the dashboard's pages: a body announced longer than a login

@@ -721,7 +721,7 @@ fn a_full_disk_under_the_store_stops_acknowledging_and_recovers_with_space() {
     a_large_import_fails_on_the_full_store(&g);
     let accepted =
         the_store_fails_once_and_the_client_keeps_going(&server_log, &client_log, &mut client);
-    reads_go_on_and_show_the_failure(&g);
+    reads_go_on_and_show_the_failure(&g, &round);
     let dir = beebot_server::config::DataDir(data.clone());
     let pid = dir.load_runtime().expect("serve.json").pid;
     disk.free_the_space();
@@ -770,6 +770,13 @@ fn a_full_disk_under_the_store_stops_acknowledging_and_recovers_with_space() {
 
 /// The body of `GET path` on the admin API, with its token (200 asserted).
 fn admin_get(g: &Grid, path: &str) -> String {
+    let (status, body) = admin_answer(g, path);
+    assert_eq!(status, 200, "{path}: {body}");
+    body
+}
+
+/// The status and body of `GET path` on the admin API, with its token.
+fn admin_answer(g: &Grid, path: &str) -> (u16, String) {
     let dir = beebot_server::config::DataDir(g.data_dir());
     let admin = dir.load_runtime().expect("serve.json").admin_addr;
     let token = std::fs::read_to_string(g.data_dir().join("admin.token")).expect("token");
@@ -785,8 +792,7 @@ fn admin_get(g: &Grid, path: &str) -> String {
         .call()
         .unwrap_or_else(|e| panic!("GET {path}: {e}"));
     let body = answer.body_mut().read_to_string().expect("body");
-    assert_eq!(answer.status().as_u16(), 200, "{path}: {body}");
-    body
+    (answer.status().as_u16(), body)
 }
 
 /// The line of the admin API's metrics that starts with `prefix`.
@@ -798,10 +804,12 @@ fn scrape_line(g: &Grid, prefix: &str) -> String {
         .to_string()
 }
 
-/// After the failure nothing is acknowledged, but what only reads goes on:
-/// `status` says the failure, and the dashboard's overview shows the store
-/// down (it would show nothing if reads were refused too).
-fn reads_go_on_and_show_the_failure(g: &Grid) {
+/// After the failure nothing is acknowledged, but the reads that show it go
+/// on: `status` says the failure, and the dashboard's overview shows the
+/// store down (it would show nothing if reads were refused too). A read
+/// that rests on the grid's memory, which may be ahead of its disk (the
+/// round `round wait` polls), is refused with the failure.
+fn reads_go_on_and_show_the_failure(g: &Grid, round: &str) {
     let o = g.admin(&["status"]);
     assert!(!o.status.success(), "status after the failure succeeded");
     assert!(stderr(&o).contains("storage failed"), "{}", stderr(&o));
@@ -816,6 +824,11 @@ fn reads_go_on_and_show_the_failure(g: &Grid) {
     assert_eq!(store["state"], "down", "{store:#}");
     let store_failed = scrape_line(g, "beebot_store_failed ");
     assert_eq!(store_failed, "beebot_store_failed 1", "on the full disk");
+    for path in [format!("/api/rounds/{round}"), "/api/rounds".into()] {
+        let (status, body) = admin_answer(g, &path);
+        assert_eq!(status, 503, "{path}: {body}");
+        assert!(body.contains("storage failed"), "{path}: {body}");
+    }
 }
 
 /// sled writes inside the log segment it already holds until it needs a

@@ -247,15 +247,21 @@ pub(super) async fn handle_stream(
     let started = Instant::now();
     let (kind, resp) = answer(payload, &shared, &state, &limits).await;
     let resp = match shared.store_failure() {
-        // Fail-stop: after a storage failure nothing may be acknowledged.
-        Some(why) => error(
-            ErrorCode::Internal,
-            format!("server storage failed ({why}); it must be restarted"),
-        ),
+        // Fail-stop: after a storage failure nothing may be acknowledged,
+        // also the answer of a call that was running when the store failed.
+        Some(why) => stopped(&why),
         None => resp,
     };
     shared.metrics.answered(kind, &resp, started.elapsed());
     write_response(&mut send, &resp).await;
+}
+
+/// The answer to every request once the store has failed (fail-stop).
+fn stopped(why: &str) -> Response {
+    error(
+        ErrorCode::Internal,
+        format!("server storage failed ({why}); it must be restarted"),
+    )
 }
 
 /// The answer to a frame's payload, and the kind of request it was (its
@@ -273,6 +279,12 @@ async fn answer(
                 shared.metrics.uploaded(FRAME_HEADER_BYTES + payload.len());
             }
             drop(payload);
+            // After a storage failure no request reaches the grid: its
+            // memory may be ahead of its disk (a call whose writes failed),
+            // and nothing may move it further until a restart reloads it.
+            if let Some(why) = shared.store_failure() {
+                return (kind, stopped(&why));
+            }
             (kind, dispatch(req, shared, state, limits).await)
         }
         Err(e @ CodecError::Version { .. }) => (

@@ -156,7 +156,9 @@ impl Sim<'_> {
         &mut self,
         f: impl FnOnce(&mut Grid) -> Result<T, GridError>,
     ) -> Result<Option<T>, SimError> {
-        if self.down {
+        // As `serve`: after a storage failure no request reaches the grid
+        // (its memory may be ahead of its disk) until it starts afresh.
+        if self.down || self.reopen.store.failure().is_some() {
             return Ok(None);
         }
         let answer = f(&mut self.grid);
