@@ -338,7 +338,7 @@ impl Grid {
                 let job = job.clone();
                 self.writes.put_job(&job);
                 self.reindex(job_id);
-                self.check_open();
+                self.check_derived();
                 Ok(Some(ProgressOutcome::Extend(d)))
             }
             AttemptState::Running => Ok(None),
@@ -533,7 +533,7 @@ impl Grid {
             self.after_attempt_ended(job_id, now_ms)?;
         }
         self.end_finished_rounds(now_ms)?;
-        self.check_open();
+        self.check_derived();
         Ok(expired.len() + recalled.len())
     }
 

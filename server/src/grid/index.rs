@@ -508,14 +508,50 @@ impl Grid {
         }
     }
 
-    /// Debug builds check that the index of open jobs equals one built
-    /// afresh from the jobs.
-    pub(super) fn check_open(&self) {
+    /// Debug builds check every map the grid derives from its records
+    /// against the records, in this one place: the index of open jobs
+    /// (equal to one built afresh, each queue in its own order), the unit
+    /// → job map (equal to the jobs' attempts), and the maps kept in
+    /// memory only, each holding only what is still there: a pace for an
+    /// open job, a hand-over for a unit issued, a hand-over's job, and
+    /// resources and stored contacts for enrolled hosts.
+    pub(super) fn check_derived(&self) {
         #[cfg(debug_assertions)]
         {
             assert_eq!(self.open, self.open_from_scratch(), "index of open jobs");
             for o in self.open.values() {
                 o.queue.check();
+            }
+            let units: HashMap<u64, u64> = self
+                .jobs
+                .values()
+                .flat_map(|j| j.attempts.iter().map(move |a| (a.unit_id, j.id)))
+                .collect();
+            assert_eq!(self.units, units, "unit → job");
+            let open_job = |id: &u64| {
+                self.jobs
+                    .get(id)
+                    .is_some_and(|j| matches!(j.state, JobState::Queued | JobState::Running))
+            };
+            if let Some(id) = self.scan_paces.keys().find(|id| !open_job(id)) {
+                panic!("a pace kept for job {id}, which is not open");
+            }
+            if let Some(u) = self.hand_overs.keys().find(|u| !self.units.contains_key(u)) {
+                panic!("a hand-over asked of unit {u}, never issued");
+            }
+            if let Some(id) = self
+                .handed_from
+                .keys()
+                .find(|id| !self.jobs.contains_key(id))
+            {
+                panic!("job {id} handed over, and not a job");
+            }
+            let known = |h: &u64| self.hosts.contains_key(h);
+            if let Some(h) = self.resources.keys().find(|h| !known(h)) {
+                panic!("resources of host {h}, not enrolled");
+            }
+            if let Some(h) = self.seen_stored.keys().find(|h| !known(h)) {
+                panic!("a stored contact of host {h}, not enrolled");
             }
         }
     }

@@ -423,7 +423,7 @@ impl Grid {
             self.remove_chain_files(&old.segments, old.result.as_ref());
             self.reindex(*id);
         }
-        self.check_open();
+        self.check_derived();
         tracing::info!(
             round = round_id,
             now_ms,

@@ -823,7 +823,7 @@ impl Grid {
         self.settle(job_id, round_id, now_ms);
         self.reindex(job_id);
         self.check_round_done(round_id, now_ms)?;
-        self.check_open();
+        self.check_derived();
         self.counters.units_accepted += 1;
         self.counters.pages_accepted += pages;
         self.counters.links_accepted += links;
@@ -921,7 +921,7 @@ impl Grid {
         self.writes.put_job(&job);
         self.settle(plan.job_id, plan.round_id, now_ms);
         self.reindex(plan.job_id);
-        self.check_open();
+        self.check_derived();
         self.counters.units_accepted += 1;
         Ok(Some(UploadOutcome::Accepted))
     }
@@ -991,7 +991,7 @@ impl Grid {
         }
         self.reindex(plan.job_id);
         self.check_round_done(plan.round_id, now_ms)?;
-        self.check_open();
+        self.check_derived();
         self.counters.parts_accepted += 1;
         self.counters.pages_accepted += pages;
         self.counters.links_accepted += links;

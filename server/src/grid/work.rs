@@ -360,7 +360,7 @@ impl Grid {
             self.keep_views(views);
             units?
         };
-        self.check_open();
+        self.check_derived();
         let rounds_open = self.rounds_open(now_ms);
         let retry_after_s = if !units.is_empty() {
             None

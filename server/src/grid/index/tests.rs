@@ -121,7 +121,7 @@ fn any_act() -> impl proptest::strategy::Strategy<Value = HostAct> {
 /// is a hand-over, never a second stream of requests), and speeds and
 /// benchmarks are within their bounds.
 fn check_consistent(g: &Grid, before: &HashMap<u64, usize>, max_pages: u64) {
-    g.check_open();
+    g.check_derived();
     let mut running: HashMap<u64, usize> = HashMap::new();
     for job in g.jobs.values() {
         let copies = job.running_attempts().count();
@@ -498,7 +498,7 @@ fn a_failed_write_stops_the_store_and_leaves_the_grid_whole() {
     assert_eq!(g.tick(late).unwrap(), 2, "both units expired in memory");
     assert!(g.persist().is_err(), "the deadline check's write failed");
     assert_eq!(g.open, g.open_from_scratch());
-    g.check_open();
+    g.check_derived();
     // Nothing more is made durable.
     g.request_work(host, &req, late).unwrap();
     assert!(g.persist().is_err());
@@ -602,7 +602,7 @@ fn a_result_under_check_waits_outside_the_queue_while_its_upload_settles() {
             // Nobody gets it while it settles, and the round goes on.
             assert!(fx.ask(b, 1, &[], T0 + 1999).0.is_empty());
             assert_eq!(fx.grid.rounds[&round].state, RoundState::Running);
-            fx.grid.check_open();
+            fx.grid.check_derived();
         } else {
             assert!(open.queue.get(job).is_some());
             assert!(open.settling.is_empty());
@@ -614,4 +614,26 @@ fn a_result_under_check_waits_outside_the_queue_while_its_upload_settles() {
         assert!(fx.grid.open[&round].settling.is_empty());
         assert_eq!(fx.grid.settling.len(), 0);
     }
+}
+
+/// The one check of the derived maps finds a map out of step with the
+/// records: a unit no job issued.
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "unit → job")]
+fn a_unit_map_out_of_step_with_the_jobs_is_caught() {
+    let (mut fx, _) = Fx::with_round(2, 3);
+    fx.grid.check_derived();
+    fx.grid.units.insert(999, 1);
+    fx.grid.check_derived();
+}
+
+/// ... and a hand-over kept for a unit never issued.
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "never issued")]
+fn a_hand_over_of_a_unit_never_issued_is_caught() {
+    let (mut fx, _) = Fx::with_round(2, 3);
+    fx.grid.hand_overs.insert(999, 1);
+    fx.grid.check_derived();
 }

@@ -530,7 +530,7 @@ fn a_sites_new_pace_reaches_its_job_in_another_running_round() {
     let want = crate::scheduler::class_pace(crate::scheduler::pace_class(0.5));
     assert!(want > 0.0);
     assert_eq!(queued(&fx), want);
-    fx.grid.check_open();
+    fx.grid.check_derived();
 }
 
 /// A job's pace from its last scan in the round is kept as first indexed:
@@ -562,7 +562,7 @@ fn a_scans_pace_is_kept_when_its_hosts_speed_changes() {
     // Indexed again (as any change to the job does), the job keeps it.
     fx.grid.reindex(u.job_id);
     assert_eq!(pace(&fx), first);
-    fx.grid.check_open();
+    fx.grid.check_derived();
 }
 
 /// Over 20 rounds in which every result is checked by a second host's
