@@ -120,7 +120,7 @@ fn main() {
         Err(_) => POLICIES.iter().map(|s| s.to_string()).collect(),
     };
     println!(
-        "request_work under the grid lock as serve runs it (views, policy, issue) with {HOSTS} hosts each keeping up to {HELD} units running;"
+        "request_work on the grid's thread as serve runs it (views, policy, issue, its writes to the store) with {HOSTS} hosts each keeping up to {HELD} units running;"
     );
     println!(
         "its {SCANNING} oldest report progress and it uploads its oldest before asking once it holds {HELD} (untimed); {} ms between requests",

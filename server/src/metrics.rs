@@ -508,7 +508,8 @@ impl Metrics {
         self.upload_bytes.inc_by(bytes as u64);
     }
 
-    /// The grid lock was held for `held`.
+    /// The grid's thread ran one call for `held`, its writes handed to the
+    /// store included.
     pub fn lock_held(&self, held: Duration) {
         self.lock_hold.observe(held.as_secs_f64());
     }

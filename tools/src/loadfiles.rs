@@ -204,7 +204,9 @@ fn with_compressor<T>(
     out
 }
 
-/// A grid in memory (link files; its writes are never persisted) with `sites` in one running
+/// A grid in memory (link files; its writes and link changes are never
+/// applied: the caller takes them, [`Grid::take_writes`], when it keeps the
+/// grid for long) with `sites` in one running
 /// round of `params` and one enrolled host, at `now_ms`: the grid, the
 /// host, and the project's public key. The real checks an upload meets,
 /// for tests and benches of these results.
@@ -242,6 +244,8 @@ pub fn memory_grid(
             now_ms,
         )
         .expect("enrol");
+    // Never applied: dropped, so the setup's writes are not kept.
+    let _ = (g.take_writes(), g.take_link_changes());
     (g, host, key.verifying_key())
 }
 

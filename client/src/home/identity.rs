@@ -71,17 +71,17 @@ impl Identity {
     /// The host key, made (mode 0600) when there is none. A key file other
     /// users can read is refused: whoever reads it can act as this host.
     pub fn host_key(&self, create: bool) -> Result<SigningKey> {
-        let path = self.key.clone();
-        match fs::read_to_string(&path) {
+        let path = &self.key;
+        match fs::read_to_string(path) {
             Ok(text) => {
-                check_private(&path)?;
+                check_private(path)?;
                 let b = hex32(text.trim())
                     .with_context(|| format!("{} is not a host key", path.display()))?;
                 Ok(SigningKey::from_bytes(&b))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
                 let key = sign::generate_key();
-                write_atomic(&path, hex::encode(key.to_bytes()).as_bytes(), true)?;
+                write_atomic(path, hex::encode(key.to_bytes()).as_bytes(), true)?;
                 Ok(key)
             }
             Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
@@ -89,8 +89,8 @@ impl Identity {
     }
 
     pub fn enrolment(&self) -> Result<Option<Enrolment>> {
-        let path = self.enrolment.clone();
-        let Some(text) = read_spooled(&path, MAX_ENROLMENT_FILE_BYTES, "an enrolment")? else {
+        let path = &self.enrolment;
+        let Some(text) = read_spooled(path, MAX_ENROLMENT_FILE_BYTES, "an enrolment")? else {
             return Ok(None);
         };
         let e = serde_json::from_slice(&text)
@@ -103,7 +103,7 @@ impl Identity {
         self.enrolment()?.with_context(|| {
             format!(
                 "this client has not joined a project (no {}): run `beebot join -` and paste the invite code",
-                self.enrolment.clone().display()
+                self.enrolment.display()
             )
         })
     }
@@ -111,22 +111,18 @@ impl Identity {
     /// Keep what a successful `join` brought: the host key (0600), then the
     /// enrolment. If either cannot be written, neither stays.
     pub fn save_joined(&self, key: &SigningKey, e: &Enrolment) -> Result<()> {
-        let saved = write_atomic(
-            &self.key.clone(),
-            hex::encode(key.to_bytes()).as_bytes(),
-            true,
-        )
-        .and_then(|()| self.save_enrolment(e));
+        let saved = write_atomic(&self.key, hex::encode(key.to_bytes()).as_bytes(), true)
+            .and_then(|()| self.save_enrolment(e));
         if saved.is_err() {
-            let _ = fs::remove_file(self.key.clone());
-            let _ = fs::remove_file(self.enrolment.clone());
+            let _ = fs::remove_file(&self.key);
+            let _ = fs::remove_file(&self.enrolment);
         }
         saved
     }
 
     pub fn save_enrolment(&self, e: &Enrolment) -> Result<()> {
         write_atomic(
-            &self.enrolment.clone(),
+            &self.enrolment,
             serde_json::to_string_pretty(e)?.as_bytes(),
             true,
         )
@@ -138,16 +134,12 @@ impl Identity {
             at_ms: beebot_shared::clock::now_ms(),
             message: message.chars().take(MAX_REVOCATION_TEXT).collect(),
         };
-        write_atomic(
-            &self.revoked.clone(),
-            serde_json::to_string(&r)?.as_bytes(),
-            false,
-        )
+        write_atomic(&self.revoked, serde_json::to_string(&r)?.as_bytes(), false)
     }
 
     /// The server's revocation of this host, if it was heard.
     pub fn revocation(&self) -> Option<Revocation> {
-        let text = fs::read_to_string(self.revoked.clone()).ok()?;
+        let text = fs::read_to_string(&self.revoked).ok()?;
         serde_json::from_str(&text).ok()
     }
 
@@ -158,17 +150,17 @@ impl Identity {
         if let Some(dir) = self.left.parent() {
             let _ = beebot_shared::util::create_private_dir(dir);
         }
-        let _ = write_atomic(&self.left.clone(), note.to_string().as_bytes(), false);
+        let _ = write_atomic(&self.left, note.to_string().as_bytes(), false);
     }
 
     /// Whether this home left a project and has not joined one since.
     pub fn has_left(&self) -> bool {
-        self.left.clone().exists()
+        self.left.exists()
     }
 
     /// Forget that this home left (it joined again).
     pub fn clear_left(&self) {
-        let _ = fs::remove_file(self.left.clone());
+        let _ = fs::remove_file(&self.left);
     }
 }
 

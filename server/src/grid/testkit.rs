@@ -28,10 +28,12 @@ pub(crate) const HOUR_MS: u64 = 3_600_000;
 /// 10 s, × slack 3 + grace 10 s = 40 s.
 pub(crate) const WINDOW_MS: u64 = 40_000;
 
+/// A grid over a store and link packs in a temporary directory. The grid
+/// comes first: dropped before the directory, it persists what is left.
 pub(crate) struct Fx {
+    pub(crate) grid: Stored,
     pub(crate) dir: TempDir,
     pub(crate) key: SigningKey,
-    pub(crate) grid: Stored,
 }
 
 pub(crate) fn settings() -> GridSettings {

@@ -26,13 +26,13 @@ pub(super) struct Writes {
     last_ids: [u64; 4],
 }
 
+/// Where `kind`'s last id is kept: its place in [`IdKind::ALL`], as
+/// [`crate::store::records`] reads them.
 fn slot(kind: IdKind) -> usize {
-    match kind {
-        IdKind::Round => 0,
-        IdKind::Job => 1,
-        IdKind::Host => 2,
-        IdKind::Unit => 3,
-    }
+    IdKind::ALL
+        .iter()
+        .position(|k| *k == kind)
+        .expect("every kind is in IdKind::ALL")
 }
 
 impl Writes {

@@ -132,7 +132,8 @@ pub trait Store: Send + Sync {
     /// The storage error that stopped this store, if one did.
     fn failure(&self) -> Option<String>;
     /// A new unique id of `kind` (1 first, increasing, never reused across
-    /// restarts).
+    /// restarts). Not for a store a grid runs on: the grid hands out its
+    /// own ids and writes them as [`Write::LastId`].
     fn next_id(&self, kind: IdKind) -> Result<u64, StoreError>;
     /// The last id handed out of `kind` (0: none yet).
     fn last_id(&self, kind: IdKind) -> Result<u64, StoreError>;
