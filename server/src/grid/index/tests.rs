@@ -628,12 +628,15 @@ fn a_unit_map_out_of_step_with_the_jobs_is_caught() {
     fx.grid.check_derived();
 }
 
-/// ... and a hand-over kept for a unit never issued.
+/// ... and resources kept for a host that was revoked.
 #[test]
 #[cfg(debug_assertions)]
-#[should_panic(expected = "never issued")]
-fn a_hand_over_of_a_unit_never_issued_is_caught() {
+#[should_panic(expected = "revoked or unknown")]
+fn resources_of_a_revoked_host_are_caught() {
     let (mut fx, _) = Fx::with_round(2, 3);
-    fx.grid.hand_overs.insert(999, 1);
+    let h = fx.host();
+    fx.grid.check_derived();
+    fx.grid.hosts.get_mut(&h).unwrap().revoked = true;
+    fx.grid.resources.insert(h, Default::default());
     fx.grid.check_derived();
 }
