@@ -301,7 +301,7 @@ impl Grid {
                 a.state = AttemptState::Aborted;
                 let job = job.clone();
                 self.counters.units_aborted += u64::from(was_running);
-                self.writes.put_job(&job);
+                self.writes.put_job(job.clone());
                 if was_running {
                     self.after_attempt_ended(job_id, now_ms)?;
                 }
@@ -336,7 +336,7 @@ impl Grid {
                 a.deadline_ms = d;
                 job.state = JobState::Running;
                 let job = job.clone();
-                self.writes.put_job(&job);
+                self.writes.put_job(job);
                 self.reindex(job_id);
                 self.check_derived();
                 Ok(Some(ProgressOutcome::Extend(d)))
@@ -382,7 +382,7 @@ impl Grid {
         {
             a.deadline_ms = d;
             let job = job.clone();
-            self.writes.put_job(&job);
+            self.writes.put_job(job);
             return Ok(ProgressOutcome::Extend(d));
         }
         Ok(ProgressOutcome::Continue)
@@ -449,10 +449,10 @@ impl Grid {
         }
         let round_id = job.round_id;
         let job = job.clone();
-        self.writes.put_job(&job);
         if job.state.is_final() {
             self.drop_states(&job);
         }
+        self.writes.put_job(job);
         self.reindex(job_id);
         self.check_round_done(round_id, now_ms)
     }

@@ -113,7 +113,7 @@ impl Grid {
         let plan = self.batch_plan(policy.as_ref(), &jobs, &round.params, now_ms);
         for mut job in jobs {
             job.batch_host = plan.get(&job.id).copied();
-            self.writes.put_job(&job);
+            self.writes.put_job(job.clone());
             self.jobs.insert(job.id, job);
         }
         self.writes.put_round(&round);
@@ -304,7 +304,7 @@ impl Grid {
                     }
                 }
                 job.state = JobState::Cancelled;
-                self.writes.put_job(job);
+                self.writes.put_job(job.clone());
             }
             self.scan_paces.remove(id);
             let job = job.clone();
@@ -416,7 +416,7 @@ impl Grid {
             job.batch_host = None;
             super::push_reason(job, format!("scanned again at the admin's request: {why}"));
             let job = job.clone();
-            self.writes.put_job(&job);
+            self.writes.put_job(job);
             self.handed_from.remove(id);
             // The kept result's files (other candidates' went when it was
             // kept, or when the job failed).

@@ -346,10 +346,10 @@ impl Grid {
             return Ok((0, 0));
         };
         let job = job.clone();
-        self.writes.put_job(&job);
         if job.state.is_final() {
             self.drop_states(&job);
         }
+        self.writes.put_job(job);
         self.reindex(id);
         Ok(counts)
     }

@@ -885,7 +885,7 @@ impl Grid {
                 }
             }
             let job = job.clone();
-            self.writes.put_job(&job);
+            self.writes.put_job(job);
             self.reindex(job_id);
             self.after_attempt_ended(job_id, now_ms)?;
             return Ok(Some(UploadOutcome::Duplicate));
@@ -918,7 +918,7 @@ impl Grid {
             job.state = JobState::Queued;
         }
         let job = job.clone();
-        self.writes.put_job(&job);
+        self.writes.put_job(job);
         self.settle(plan.job_id, plan.round_id, now_ms);
         self.reindex(plan.job_id);
         self.check_derived();
@@ -985,10 +985,10 @@ impl Grid {
         job.chain_sketch = validate::merge(&job.chain_sketch, &sketch);
         push_segment(job, plan, summary, info, now_ms);
         let job = job.clone();
-        self.writes.put_job(&job);
         if job.state.is_final() {
             self.drop_states(&job);
         }
+        self.writes.put_job(job);
         self.reindex(plan.job_id);
         self.check_round_done(plan.round_id, now_ms)?;
         self.check_derived();
@@ -1015,11 +1015,11 @@ impl Grid {
             job.state = JobState::Queued;
         }
         let job = job.clone();
-        self.writes.put_job(&job);
         if job.state.is_final() {
             // The frontiers are of no more use.
             self.drop_states(&job);
         }
+        self.writes.put_job(job);
         Ok(())
     }
 

@@ -202,7 +202,7 @@ impl Grid {
             push_reason(job, why);
             let job = job.clone();
             self.remove_candidate_files(&job, None);
-            self.writes.put_job(&job);
+            self.writes.put_job(job.clone());
             return Ok(());
         }
         // Another host scans the site afresh to compare with.
@@ -212,7 +212,7 @@ impl Grid {
         job.batch_host = None;
         job.est_pages = job.candidates[new].pages().max(1) as f64;
         let job = job.clone();
-        self.writes.put_job(&job);
+        self.writes.put_job(job);
         Ok(())
     }
 
@@ -249,7 +249,7 @@ impl Grid {
         };
         let job = job.clone();
         self.remove_candidate_files(&job, Some(keep));
-        self.writes.put_job(&job);
+        self.writes.put_job(job.clone());
         // The frontiers are of no more use.
         self.drop_states(&job);
         let delay_s = self
@@ -406,7 +406,7 @@ impl Grid {
             {
                 job.validation = JobValidation::None;
             }
-            self.writes.put_job(&job);
+            self.writes.put_job(job.clone());
             self.jobs.insert(job_id, job);
             self.reindex(job_id);
         }

@@ -826,7 +826,7 @@ impl Grid {
         });
         job.state = JobState::Running;
         let job = job.clone();
-        self.writes.put_job(&job);
+        self.writes.put_job(job);
         self.units.insert(unit_id, job_id);
         self.reindex(job_id);
         self.counters.units_issued += 1;

@@ -62,8 +62,10 @@ impl Writes {
     pub(super) fn put_round(&mut self, r: &RoundRecord) {
         self.pending.push(Write::Round(r.clone()));
     }
-    pub(super) fn put_job(&mut self, r: &JobRecord) {
-        self.pending.push(Write::Job(r.clone()));
+    /// A job's record, taken whole: the callers clone it once, out of
+    /// the grid's map, to end the map's borrow anyway.
+    pub(super) fn put_job(&mut self, r: JobRecord) {
+        self.pending.push(Write::Job(r));
     }
     pub(super) fn put_host(&mut self, r: &HostRecord) {
         self.pending.push(Write::Host(r.clone()));
@@ -88,11 +90,6 @@ impl Grid {
     /// calls since decided.
     pub fn take_writes(&mut self) -> Vec<Write> {
         std::mem::take(&mut self.writes.pending)
-    }
-
-    /// Whether writes wait to be taken.
-    pub fn has_writes(&self) -> bool {
-        !self.writes.pending.is_empty()
     }
 }
 
@@ -132,7 +129,7 @@ mod tests {
                 < at(&|w| matches!(w, Write::Job(j) if j.id == 2))
         );
         g.store.apply(&writes).unwrap();
-        assert!(!g.has_writes());
+        assert!(g.take_writes().is_empty());
         g.cancel_round(first, T0 + 1).unwrap();
         drop(g);
         let mut g = open();
